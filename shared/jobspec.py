@@ -1,0 +1,203 @@
+"""The job spec: what a user submits (YAML or JSON), validated strictly.
+
+Unknown fields are errors, not ignored: a typo such as `gpu: 2` must not silently run a job without GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
+
+from shared.units import parse_duration, parse_size
+
+# Named priority classes and their numeric weight; higher runs first and may preempt lower.
+PRIORITY_CLASSES: dict[str, int] = {"low": 10, "normal": 50, "high": 100, "critical": 1000}
+DEFAULT_PRIORITY = "normal"
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_REPLICAS = 1024
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+Bytes = Annotated[int, BeforeValidator(_size), PlainSerializer(int, return_type=int)]
+Seconds = Annotated[float, BeforeValidator(_duration)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(Strict):
+    """Resources of ONE replica. `gpus` is a whole number (1, 2, 8) or a fraction of one GPU (0.25, 0.46)."""
+
+    gpus: float = Field(
+        0, ge=0, le=64, description="Whole GPUs (1, 2, 8) or a fraction of one GPU (0 < gpus < 1)."
+    )
+    gpu_memory: Bytes | None = Field(
+        None,
+        description="For a fractional GPU: its memory slice. For whole GPUs: the least memory each GPU must have.",
+    )
+    gpu_model: list[str] = Field(
+        default_factory=list, description="Allowed GPU models, e.g. [A100, H100]; empty = any."
+    )
+    cpus: float = Field(1, gt=0, le=1024)
+    memory: Bytes = Field(default=2 * 10**9, description="Host memory, e.g. '16GB'.")
+
+    @field_validator("gpu_model", mode="before")
+    @classmethod
+    def _models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [m for m in re.split(r"[|,]", value) if m.strip()]
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: float) -> float:
+        if value > 1 and not float(value).is_integer():
+            raise ValueError(
+                "more than one GPU must be a whole number (2, 4, 8); fractions are for sharing one GPU"
+            )
+        if 0 < value < 1 and value < 0.01:
+            raise ValueError("the smallest GPU share is 0.01")
+        return float(round(value, 3))
+
+    @model_validator(mode="after")
+    def _memory_slice(self) -> Resources:
+        if self.gpu_memory is not None and self.gpus == 0:
+            raise ValueError("gpu_memory was given but gpus is 0")
+        return self
+
+    @property
+    def whole_gpus(self) -> int:
+        return int(self.gpus) if self.gpus >= 1 else 0
+
+    @property
+    def is_fractional(self) -> bool:
+        return 0 < self.gpus < 1
+
+    def total_gpus(self, replicas: int) -> float:
+        return self.gpus * replicas
+
+
+class JobSpec(Strict):
+    """A training job as submitted. Close to what dstack and SkyPilot users write."""
+
+    name: str | None = Field(
+        None, description="DNS-style name (lowercase, digits, '-'), at most 63 characters."
+    )
+    tenant: str | None = Field(None, description="Team that owns the job; defaults to the token's tenant.")
+    command: str | list[str] = Field(
+        ..., description="A string runs through /bin/sh -c; a list is executed directly without a shell."
+    )
+    working_dir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    replicas: int = Field(
+        1, ge=1, le=MAX_REPLICAS, description="Workers of one distributed job (gang-scheduled)."
+    )
+    priority: str = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
+    max_retries: int = Field(0, ge=0, le=100)
+    timeout: Seconds | None = Field(None, description="Wall-clock limit of one attempt, e.g. '2h' or 3600.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_RE.match(value):
+            raise ValueError(
+                "use lowercase letters, digits and '-', start and end with a letter or digit, ≤ 63 chars"
+            )
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_RE.match(value):
+            raise ValueError("a tenant is lowercase letters, digits and '-'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("the command is empty")
+        if isinstance(value, list) and (not value or not value[0]):
+            raise ValueError("the command list is empty")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not ENV_NAME_RE.match(k)]
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(sorted(bad))}")
+        return value
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, value: str) -> str:
+        if value not in PRIORITY_CLASSES:
+            raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("timeout must be finite")
+        return value
+
+    @property
+    def priority_value(self) -> int:
+        return PRIORITY_CLASSES[self.priority]
+
+    @property
+    def argv(self) -> list[str]:
+        return ["/bin/sh", "-c", self.command] if isinstance(self.command, str) else list(self.command)
+
+
+class SpecError(ValueError):
+    """A job spec file that cannot be read; the message is meant for people."""
+
+
+def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
+    """Parse YAML or JSON text into a dict (not yet validated)."""
+    try:
+        data = json.loads(text) if filename.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(
+            f"{filename}: not valid {'JSON' if filename.endswith('.json') else 'YAML'}: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"{filename}: a job spec must be a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_spec_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return load_spec_text(text, filename=str(path))

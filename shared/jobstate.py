@@ -1,0 +1,265 @@
+"""The job state machine: one table of legal transitions and a pure fold of events into the job's view.
+
+    queued ──placed──▶ placed ──started──▶ running ──succeeded──▶ succeeded
+      ▲                  │                   │ └─────failed─────▶ failed
+      └────requeued──────┴───────────────────┘ (retry, preemption, lost node: a new attempt)
+    queued/placed/running ──cancelled──▶ cancelled
+
+Events that belong to an older attempt (a late exit of a replica that was already requeued, say) are refused
+as stale; every refusal names the offending event so that it can be logged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.events import (
+    CloudEvent,
+    FailureReason,
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPending,
+    JobPlaced,
+    JobPreempted,
+    JobReplicaExited,
+    JobRequeued,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    PendingReason,
+    ReplicaPlacement,
+    Subject,
+)
+from shared.jobspec import JobSpec
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.PLACED, JobState.RUNNING})
+
+Q, P, R = JobState.QUEUED, JobState.PLACED, JobState.RUNNING
+# subject -> (states it may arrive in, state it leads to; None keeps the state)
+TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
+    Subject.JOB_PENDING: (frozenset({Q}), None),
+    Subject.JOB_PLACED: (frozenset({Q}), P),
+    Subject.JOB_STARTED: (frozenset({P, R}), R),
+    Subject.JOB_REPLICA_EXITED: (frozenset({P, R}), None),
+    Subject.JOB_SUCCEEDED: (frozenset({R}), JobState.SUCCEEDED),
+    Subject.JOB_FAILED: (frozenset({P, R}), JobState.FAILED),
+    Subject.JOB_CANCEL_REQUESTED: (frozenset({Q, P, R}), None),
+    Subject.JOB_CANCELLED: (frozenset({Q, P, R}), JobState.CANCELLED),
+    Subject.JOB_PREEMPTED: (frozenset({P, R}), None),
+    Subject.JOB_REQUEUED: (frozenset({P, R}), Q),
+}
+
+
+class IllegalTransition(Exception):
+    """An event that the job's current state does not allow. Carries the event for the log."""
+
+    def __init__(self, message: str, event: CloudEvent):
+        super().__init__(message)
+        self.event = event
+
+
+class StaleEvent(IllegalTransition):
+    """An event of an attempt that is no longer the current one."""
+
+
+class ReplicaExit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    replica: int
+    node: str
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: FailureReason | None = None
+    message: str = ""
+
+
+class Attempt(BaseModel):
+    """One try at running the job: where it ran and how it ended."""
+
+    number: int
+    queued_at: datetime
+    placed_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    nodes: list[str] = Field(default_factory=list)
+    outcome: str | None = None
+    exit_code: int | None = None
+    message: str = ""
+
+
+class JobView(BaseModel):
+    """The current state of one job, derived only from its events (the projection stored for listing)."""
+
+    job_id: str
+    name: str
+    tenant: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    version: int = 0
+    attempt: int = 1
+    created_at: datetime
+    updated_at: datetime
+    placements: list[ReplicaPlacement] = Field(default_factory=list)
+    pending: PendingReason | None = None
+    not_before: datetime | None = None
+    cancel_requested: bool = False
+    preempt_requested: JobPreempted | None = None
+    exits: list[ReplicaExit] = Field(default_factory=list)
+    exit_code: int | None = None
+    signal: int | None = None
+    failure_reason: FailureReason | None = None
+    message: str = ""
+    log_tail: list[str] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[-1]
+
+    @property
+    def gpus(self) -> float:
+        return self.spec.resources.gpus * self.spec.replicas
+
+    @property
+    def started_at(self) -> datetime | None:
+        return self.current.started_at if self.attempts else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.current.ended_at if self.state.terminal else None
+
+
+def fold(events: list[CloudEvent]) -> JobView | None:
+    """Replay a job's events from the start; raises IllegalTransition on the first illegal one."""
+    view: JobView | None = None
+    for version, ev in enumerate(events, start=1):
+        view = apply(view, ev, version=version)
+    return view
+
+
+def check(view: JobView | None, ev: CloudEvent) -> None:
+    """Refuse an event the state machine does not allow, without applying it."""
+    subject = ev.nats_subject
+    if subject == Subject.JOB_SUBMITTED:
+        if view is not None:
+            raise IllegalTransition(f"job {view.job_id} was already submitted", ev)
+        return
+    if view is None:
+        raise IllegalTransition(f"{subject} for a job that was never submitted ({ev.subject})", ev)
+    rule = TRANSITIONS.get(subject)
+    if rule is None:
+        raise IllegalTransition(f"{subject} is not a job event", ev)
+    allowed, _ = rule
+    attempt = getattr(ev.data, "attempt", None)
+    if attempt is not None:
+        expected = view.attempt + 1 if subject == Subject.JOB_REQUEUED else view.attempt
+        if attempt != expected:
+            raise StaleEvent(
+                f"{subject} for attempt {attempt} of job {view.job_id}, whose current attempt is {view.attempt}",
+                ev,
+            )
+    if view.state not in allowed:
+        raise IllegalTransition(f"{subject} is not allowed for job {view.job_id} in state {view.state}", ev)
+
+
+def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -> JobView:
+    """Return the job's view after `ev` (a new object); raise IllegalTransition if `ev` is not allowed."""
+    check(view, ev)
+    data = ev.data
+    at = ev.time
+    if isinstance(data, JobSubmitted):
+        return JobView(
+            job_id=data.job_id,
+            name=data.name,
+            tenant=data.tenant,
+            user=data.user,
+            spec=data.spec,
+            state=JobState.QUEUED,
+            version=version or 1,
+            created_at=at,
+            updated_at=at,
+            attempts=[Attempt(number=1, queued_at=at)],
+        )
+    assert view is not None
+    new = view.model_copy(deep=True)
+    new.version = version if version is not None else view.version + 1
+    new.updated_at = at
+    _, target = TRANSITIONS[ev.nats_subject]
+    if target is not None:
+        new.state = target
+    attempt = new.current
+    match data:
+        case JobPending():
+            new.pending = data.reason
+        case JobPlaced():
+            new.placements = list(data.placements)
+            new.pending = None
+            attempt.placed_at = at
+            attempt.nodes = data.nodes
+        case JobStarted():
+            if attempt.started_at is None:
+                attempt.started_at = at
+        case JobReplicaExited():
+            new.exits.append(
+                ReplicaExit(
+                    replica=data.replica,
+                    node=data.node,
+                    exit_code=data.exit_code,
+                    signal=data.signal,
+                    reason=data.reason,
+                    message=data.message,
+                )
+            )
+            if data.log_tail:
+                new.log_tail = list(data.log_tail)
+        case JobSucceeded():
+            new.exit_code = 0
+            _end(attempt, at, "succeeded", 0)
+        case JobFailed():
+            new.exit_code, new.signal = data.exit_code, data.signal
+            new.failure_reason, new.message = data.reason, data.message
+            if data.log_tail:
+                new.log_tail = list(data.log_tail)
+            _end(attempt, at, f"failed: {data.reason}", data.exit_code, data.message)
+        case JobCancelRequested():
+            new.cancel_requested = True
+        case JobCancelled():
+            new.message = data.message or f"cancelled by {data.by}"
+            _end(attempt, at, "cancelled", None, new.message)
+        case JobPreempted():
+            new.preempt_requested = data
+        case JobRequeued():
+            _end(attempt, at, f"requeued: {data.reason}", data.exit_code, data.message)
+            new.attempt = data.attempt
+            new.attempts.append(Attempt(number=data.attempt, queued_at=at))
+            new.placements, new.exits, new.pending = [], [], None
+            new.preempt_requested = None
+            new.not_before = data.not_before
+            new.message = data.message
+    return new
+
+
+def _end(attempt: Attempt, at: datetime, outcome: str, exit_code: int | None, message: str = "") -> None:
+    attempt.ended_at = at
+    attempt.outcome = outcome
+    attempt.exit_code = exit_code
+    attempt.message = message

@@ -1,0 +1,89 @@
+"""Parsing of human quantities used in job specs: sizes ("16GB", "512Mi") and durations ("2h", "90s")."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+def parse_size(value: int | float | str) -> int:
+    """Return a size in bytes. Bare numbers are bytes; SI (GB) and binary (GiB, Gi) suffixes are accepted."""
+    if isinstance(value, bool):
+        raise ValueError("a size must be a number of bytes or a string such as '16GB'")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return int(value)
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ValueError(
+            f"cannot read {value!r} as a size; write it like '16GB', '512MiB' or a number of bytes"
+        )
+    number, unit = match.groups()
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(
+            f"unknown size unit {unit!r} in {value!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+        )
+    return int(float(number) * factor)
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Return a duration in seconds. Bare numbers are seconds; '1h30m', '90s', '2d' are accepted."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string such as '2h'")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("a duration must be positive")
+        return float(value)
+    text = value.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return parse_duration(float(text))
+    if not text or _DURATION_PART_RE.sub("", text):
+        raise ValueError(f"cannot read {value!r} as a duration; write it like '90s', '45m', '2h' or '1h30m'")
+    total = sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
+    if total <= 0:
+        raise ValueError("a duration must be positive")
+    return total
+
+
+def format_size(num_bytes: int) -> str:
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= factor:
+            return f"{num_bytes / factor:.3g}{unit}"
+    return f"{num_bytes}B"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s" if seconds % 60 else f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
