@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.events import (
     CloudEvent,
@@ -135,14 +135,17 @@ class JobView(BaseModel):
     def current(self) -> Attempt:
         return self.attempts[-1]
 
+    @computed_field
     @property
     def gpus(self) -> float:
         return self.spec.resources.gpus * self.spec.replicas
 
+    @computed_field
     @property
     def started_at(self) -> datetime | None:
         return self.current.started_at if self.attempts else None
 
+    @computed_field
     @property
     def finished_at(self) -> datetime | None:
         return self.current.ended_at if self.state.terminal else None

@@ -1,154 +1,303 @@
-"""One scheduling cycle over a snapshot: order the queue, fit each job, record placements and reasons."""
+"""One scheduling cycle: order the queue, admit what quotas allow, place gangs, preempt, backfill, explain.
+
+`schedule(state, queue, config)` is the public entry point (the live service). `decide(...)` does the work on
+a `CapacityIndex` and is what the trace simulator calls with an index it keeps alive between events; both run
+exactly the same decisions.
+
+Per job, in the order of `ordering.in_order`:
+1. retry backoff (`not_before` in the future) -> waits;
+2. strict order (`backfill="off"`) and an earlier job is blocked -> waits behind it;
+3. user cap / borrowing off -> waits (quota codes);
+4. a job of the same shape already failed to fit this cycle -> same answer without searching again
+   (capacity only shrinks inside a cycle);
+5. place all replicas through the placement policy (gang: all or nothing);
+   - placed while a backfill reservation stands: kept only if it does not delay the reservation;
+   - not placed: try preemption (priority, or reclaim of borrowed quota); otherwise explain with numbers.
+     The first job blocked on resources gets the reservation (EASY backfill) and an estimated start.
+"""
 
 from __future__ import annotations
 
+from services.scheduler.core import reasons as R
+from services.scheduler.core.backfill import Reservation, reserve
+from services.scheduler.core.demand import Demand, demand_of, shape_key
+from services.scheduler.core.explain import never_fits, no_room_now
+from services.scheduler.core.fragmentation import shape_of, typical_shapes
+from services.scheduler.core.gang import place_gang, undo_gang
+from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import (
-    EPS,
+    Allocation,
     ClusterState,
     CycleResult,
     GpuAssignment,
     JobRequest,
-    Node,
     Placement,
-    Reason,
+    Preemption,
     ReplicaAssignment,
     SchedulerConfig,
 )
+from services.scheduler.core.ordering import in_order
+from services.scheduler.core.placement import POLICIES, make_policy
+from services.scheduler.core.placement.base import Choice
+from services.scheduler.core.preemption import choose_victims, eligible_victims
+from services.scheduler.core.quota import QuotaLedger, borrowed_jobs
 
-
-def queue_order(job: JobRequest) -> tuple:
-    return (-job.priority, job.submitted_at, job.job_id)
+BACKFILL_MODES = ("easy", "greedy", "off")
+NEVER = frozenset({R.TOO_LARGE, R.NO_MATCHING_GPU_MODEL})
+MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
 
 
 def schedule(
     state: ClusterState, queue: list[JobRequest], config: SchedulerConfig | None = None
 ) -> CycleResult:
-    """Place what fits, first fit in priority then arrival order; every job left waiting gets a reason.
+    """Decide placements, preemptions and reasons for one cycle over a snapshot.
 
     The nodes in `state` are updated in place with each placement, so a caller that keeps the state gets the
     allocations it decided.
     """
-    result = CycleResult()
-    waiting = 0
-    for job in sorted(queue, key=queue_order):
-        if job.not_before is not None and job.not_before > state.now:
-            waiting += 1
-            result.pending[job.job_id] = Reason(
-                code="retry_backoff",
-                message=f"waiting {job.not_before - state.now:.0f}s before the next attempt (retry backoff)",
-                details={"not_before": job.not_before},
-                position=waiting,
-            )
-            continue
-        replicas = _fit(state.nodes, job)
-        if replicas is None:
-            waiting += 1
-            result.pending[job.job_id] = _reason(state.nodes, job, waiting)
-            continue
-        for r in replicas:
-            _take(state.nodes[r.node], r)
-        result.placements.append(Placement(job.job_id, tuple(replicas)))
+    config = config or SchedulerConfig()
+    index = CapacityIndex.from_state(state)
+    result = decide(index, state.running, queue, config, state.quotas, state.now)
+    for placement in result.placements:
+        for r in placement.replicas:
+            _apply(state, r)
     return result
 
 
-def _gpu_fits(gpu, job: JobRequest) -> bool:
-    if job.gpu_models and gpu.model not in job.gpu_models:
-        return False
-    if job.gpus >= 1:
-        return gpu.idle and (job.gpu_memory is None or gpu.memory >= job.gpu_memory)
-    memory = job.gpu_memory or 0
-    return gpu.free + EPS >= job.gpus and gpu.free_memory >= memory
+def _apply(state: ClusterState, r: ReplicaAssignment) -> None:
+    node = state.nodes[r.node]
+    node.allocated_cpus += r.cpus
+    node.allocated_memory += r.memory
+    by_index = {g.index: g for g in node.gpus}
+    for a in r.gpus:
+        gpu = by_index[a.index]
+        gpu.allocated = min(1.0, gpu.allocated + a.fraction)
+        gpu.allocated_memory += a.memory or 0
 
 
-def _fit_replica(node: Node, job: JobRequest, replica: int) -> ReplicaAssignment | None:
-    if not node.schedulable or node.free_cpus + EPS < job.cpus or node.free_memory < job.memory:
-        return None
-    gpus: list[GpuAssignment] = []
-    if job.gpus > 0:
-        want = int(job.gpus) if job.gpus >= 1 else 1
-        for gpu in node.gpus:
-            if _gpu_fits(gpu, job):
-                fraction = 1.0 if job.gpus >= 1 else job.gpus
-                gpus.append(GpuAssignment(gpu.index, fraction, job.gpu_memory if job.gpus < 1 else None))
-                if len(gpus) == want:
-                    break
-        if len(gpus) < want:
+def popularity_for(config: SchedulerConfig, queue: list[JobRequest], running: list[Allocation]) -> tuple:
+    if config.shape_popularity is not None:
+        return tuple(config.shape_popularity)
+    if not POLICIES[config.policy].needs_popularity:
+        return ()
+    shapes = [shape_of(demand_of(j)) for j in queue] + [shape_of(demand_of(a.job)) for a in running]
+    return typical_shapes(shapes)
+
+
+class _Cycle:
+    """The state of one cycle's decisions (kept together so each step stays a small method)."""
+
+    def __init__(
+        self,
+        index: CapacityIndex,
+        running: list[Allocation],
+        queue: list[JobRequest],
+        config: SchedulerConfig,
+        quotas: dict[str, float],
+        now: float,
+    ) -> None:
+        if config.backfill not in BACKFILL_MODES:
+            raise ValueError(f"backfill must be one of {BACKFILL_MODES}, not {config.backfill!r}")
+        self.index = index
+        self.running = running
+        self.config = config
+        self.quotas = quotas
+        self.now = now
+        if config.policy not in POLICIES:
+            make_policy(config.policy)  # raises with the list of known policies
+        self.policy = make_policy(config.policy, popularity_for(config, queue, running))
+        capacity = (
+            index.total_gpus(),
+            float(index.cpus[index.schedulable].sum()),
+            float(index.memory[index.schedulable].sum()),
+        )
+        self.ledger = QuotaLedger(quotas, running, config, capacity)
+        self.result = CycleResult()
+        self.waiting = 0
+        self.demands: dict[tuple, Demand] = {}
+        self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
+        self.delayed: dict[tuple, R.Blocker] = {}  # shape -> would delay the reservation (if it outlasts it)
+        self.head: JobRequest | None = None  # first job blocked on resources
+        self.reservation: Reservation | None = None
+        self.ending = [(a.expected_end, a.replicas) for a in running if a.expected_end is not None]
+        self.borrowed = borrowed_jobs(running, quotas) if config.preemption else set()
+        self.victims: set[str] = set()
+        self.preemption_searches = 0
+        self.no_victims: set[tuple] = set()
+
+    # ------------------------------------------------------------------------------------------- the loop
+    def run(self, queue: list[JobRequest]) -> CycleResult:
+        for job in in_order(queue, self.ledger, self.config.fair_share):
+            self.consider(job)
+        return self.result
+
+    def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
+        self.waiting += 1
+        self.result.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
+
+    def consider(self, job: JobRequest) -> None:
+        if job.not_before is not None and job.not_before > self.now:
+            self.wait(
+                job,
+                R.Blocker(
+                    R.RETRY_BACKOFF,
+                    f"waiting {R.duration(job.not_before - self.now)} before the next attempt (retry backoff)",
+                    {"not_before": job.not_before},
+                ),
+            )
+            return
+        if self.config.backfill == "off" and self.head is not None:
+            self.wait(
+                job,
+                R.Blocker(
+                    R.BLOCKED_BY_HEAD,
+                    f"strict order: waits behind job {self.head.job_id}",
+                    {"head": self.head.job_id},
+                ),
+            )
+            return
+        blocker = self.ledger.admission_blocker(job)
+        if blocker is not None:
+            self.wait(job, blocker)
+            return
+        key = shape_key(job)
+        delayed = self.delayed.get(key)
+        if delayed is not None and self.reservation.outlasts(job, self.now):
+            self.wait(job, delayed)
+            return
+        demand = self.demands.get(key)
+        if demand is None:
+            demand = self.demands[key] = demand_of(job)
+        cached = self.failed.get(key)
+        if cached is not None:
+            self.blocked(job, demand, key, cached)
+            return
+        choices = None
+        if self.reservation is not None and self.reservation.outlasts(job, self.now):
+            choices = self.place_around_reservation(demand, job.replicas)
+        if choices is None:
+            choices = place_gang(self.index, self.policy, demand, job.replicas)
+        if choices is None:
+            self.blocked(job, demand, key, None)
+            return
+        if self.reservation is not None and not self.reservation.admits(job, demand, choices, self.now):
+            undo_gang(self.index, demand, choices)
+            head = self.reservation.job_id
+            self.delayed[key] = R.Blocker(
+                R.BACKFILL_WOULD_DELAY,
+                f"fits now but would delay the reserved start of job {head}",
+                {"reserved_for": head, "reserved_start": self.reservation.start},
+            )
+            self.wait(job, self.delayed[key])
+            return
+        self.placed(job, demand, choices)
+
+    def place_around_reservation(self, demand: Demand, replicas: int) -> list[Choice] | None:
+        """Try the nodes the reservation does not need first (a long job there can never delay it)."""
+        reserved = self.reservation.nodes
+        if not reserved:
             return None
-    return ReplicaAssignment(replica, node.name, tuple(gpus), job.cpus, job.memory)
+        index = self.index
+        everywhere = index.schedulable
+        elsewhere = everywhere.copy()
+        elsewhere[list(reserved)] = False
+        index.schedulable = elsewhere
+        try:
+            return place_gang(index, self.policy, demand, replicas)
+        finally:
+            index.schedulable = everywhere
 
+    # ------------------------------------------------------------------------------------------- outcomes
+    def placed(self, job: JobRequest, demand: Demand, choices: list[Choice]) -> None:
+        borrowed = self.ledger.would_borrow(job)
+        self.ledger.add(job)
+        index = self.index
+        replicas = []
+        for replica, (i, slots) in enumerate(choices):
+            ids = index.gpu_ids[i]
+            memory = (
+                int(demand.gpu_memory) if demand.count and not demand.whole and demand.gpu_memory else None
+            )
+            gpus = tuple(GpuAssignment(ids[s], demand.fraction, memory) for s in slots)
+            replicas.append(ReplicaAssignment(replica, index.names[i], gpus, job.cpus, job.memory))
+        replicas_t = tuple(replicas)
+        self.result.placements.append(Placement(job.job_id, replicas_t, borrowed))
+        if job.timeout is not None:
+            self.ending.append((self.now + job.timeout, replicas_t))
 
-def _fit(nodes: dict[str, Node], job: JobRequest) -> list[ReplicaAssignment] | None:
-    """All replicas or none (gang): take resources tentatively, give them back if the gang does not fit."""
-    taken: list[ReplicaAssignment] = []
-    for replica in range(job.replicas):
-        for node in nodes.values():
-            assignment = _fit_replica(node, job, replica)
-            if assignment is not None:
-                _take(node, assignment)
-                taken.append(assignment)
-                break
-        else:
-            for a in taken:
-                _give_back(nodes[a.node], a)
-            return None
-    for a in taken:
-        _give_back(nodes[a.node], a)
-    return taken
+    def blocked(self, job: JobRequest, demand: Demand, key: tuple, cached: R.Blocker | None) -> None:
+        """The job does not fit now; `cached` is what an earlier job of the same shape learnt this cycle."""
+        if cached is None:
+            never = never_fits(self.index, job, demand)
+            if never is not None:
+                self.failed[key] = never
+                self.wait(job, never)
+                return
+        elif cached.code in NEVER:
+            self.wait(job, cached)
+            return
+        if self.config.preemption and self.try_preempt(job, demand, key):
+            return
+        if cached is None:
+            cached = self.failed[key] = no_room_now(self.index, job, demand)
+        blocker = self.ledger.quota_blocker(job) if self.ledger.would_borrow(job) else cached
+        estimated = None
+        if self.head is None:
+            self.head = job
+            if self.config.backfill == "easy":
+                self.reservation = reserve(self.index, self.policy, job, demand, self.ending, self.now)
+                estimated = self.reservation.start
+        self.wait(job, blocker, estimated)
 
-
-def _take(node: Node, a: ReplicaAssignment, sign: int = 1) -> None:
-    node.allocated_cpus += sign * a.cpus
-    node.allocated_memory += sign * a.memory
-    for g in a.gpus:
-        gpu = node.gpus[g.index] if node.gpus[g.index].index == g.index else _by_index(node, g.index)
-        gpu.allocated += sign * g.fraction
-        gpu.allocated_memory += sign * (g.memory or 0)
-
-
-def _give_back(node: Node, a: ReplicaAssignment) -> None:
-    _take(node, a, -1)
-
-
-def _by_index(node: Node, index: int):
-    return next(g for g in node.gpus if g.index == index)
-
-
-def _reason(nodes: dict[str, Node], job: JobRequest, position: int) -> Reason:
-    if job.gpus == 0:
-        return Reason(
-            "insufficient_cpu_memory",
-            f"needs {job.cpus:g} CPUs and {job.memory / 1e9:.3g} GB per replica; no node has that free",
-            {"cpus": job.cpus, "memory": job.memory},
-            position,
+    def try_preempt(self, job: JobRequest, demand: Demand, key: tuple) -> bool:
+        reclaim = self.ledger.quotas_on and not self.ledger.would_borrow(job)
+        search_key = (key, job.priority, job.tenant if self.ledger.quotas_on else "", reclaim)
+        if search_key in self.no_victims or self.preemption_searches >= MAX_PREEMPTION_SEARCHES:
+            return False
+        candidates = eligible_victims(
+            job,
+            self.running,
+            self.borrowed,
+            self.ledger.quotas_on,
+            reclaim,
+            self.config,
+            self.now,
+            self.victims,
         )
-    matching = [
-        n for n in nodes.values() if any(not job.gpu_models or g.model in job.gpu_models for g in n.gpus)
-    ]
-    if not matching:
-        return Reason(
-            "no_matching_gpu_model",
-            f"needs GPU model {' or '.join(job.gpu_models)}; no node has one",
-            {"gpu_models": list(job.gpu_models)},
-            position,
+        if not candidates:
+            self.no_victims.add(search_key)
+            return False
+        self.preemption_searches += 1
+        victims = choose_victims(self.index, self.policy, demand, job.replicas, candidates)
+        if victims is None:
+            self.no_victims.add(search_key)
+            return False
+        names = []
+        for alloc in victims:
+            why = "priority" if alloc.job.priority < job.priority else "reclaim"
+            self.result.preemptions.append(Preemption(alloc.job.job_id, why, job.job_id))
+            self.victims.add(alloc.job.job_id)
+            names.append(alloc.job.job_id)
+        gpus = sum(a.job.total_gpus for a in victims)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.wait(
+            job,
+            R.Blocker(
+                R.PREEMPTING,
+                f"preempting {len(names)} job{'s' if len(names) != 1 else ''} ({shown}) to free {gpus:g} GPUs",
+                {"victims": names, "gpus": gpus},
+            ),
         )
-    if job.gpus >= 1:
-        best = max(matching, key=lambda n: (sum(1 for g in n.gpus if _gpu_fits(g, job)), n.name))
-        largest = sum(1 for g in best.gpus if _gpu_fits(g, job))
-        per = int(job.gpus)
-        if job.replicas == 1:
-            message = f"needs {per} GPUs on one node; the largest free block is {largest} ({best.name})"
-        else:
-            message = f"needs {job.replicas} workers × {per} GPUs placed together; they do not all fit now"
-        return Reason(
-            "insufficient_gpus",
-            message,
-            {"needed_per_replica": per, "replicas": job.replicas, "largest_free": largest, "node": best.name},
-            position,
-        )
-    best_free = max((g.free for n in matching for g in n.gpus), default=0.0)
-    return Reason(
-        "insufficient_gpu_share",
-        f"needs {job.gpus:g} of a GPU; the largest free share is {best_free:.2f}",
-        {"needed": job.gpus, "largest_free_share": best_free},
-        position,
-    )
+        return True
+
+
+def decide(
+    index: CapacityIndex,
+    running: list[Allocation],
+    queue: list[JobRequest],
+    config: SchedulerConfig,
+    quotas: dict[str, float] | None = None,
+    now: float = 0.0,
+) -> CycleResult:
+    """The cycle on a capacity index (updated in place with the placements)."""
+    return _Cycle(index, running, queue, config, quotas or {}, now).run(queue)

@@ -1,4 +1,21 @@
-"""Plain data of the scheduling core. Slotted dataclasses: the core must place thousands of jobs a second."""
+"""Plain data of the scheduling core. Slotted dataclasses: the core must place thousands of jobs a second.
+
+What the caller fills in (the live service or the trace simulator):
+
+- `ClusterState.nodes`: every node with its GPUs, with the current allocations ALREADY applied
+  (`Gpu.allocated` is the share in use 0..1, `Gpu.allocated_memory` the bytes of memory slices handed out,
+  `Node.allocated_cpus` / `Node.allocated_memory` likewise).
+- `ClusterState.running`: the jobs that hold resources now, with `started_at` (for preemption's minimum runtime
+  and for start estimates together with `JobRequest.timeout`).
+- `ClusterState.quotas`: tenant -> guaranteed GPUs (a float). An empty dict switches quotas off (one shared
+  pool, priority preemption only). With quotas set, a tenant may always get its guarantee back; usage above it
+  is "borrowed" from idle capacity and is the first thing preempted when an owner reclaims. Tenants not listed
+  are guaranteed 0 GPUs (everything they run is borrowed).
+- `ClusterState.now`: the caller's clock in seconds (the core never reads a clock).
+
+GPU shares are tracked in thousandths of a GPU (milli-GPU); a request is rounded UP to the next thousandth, so
+three jobs of 1/3 GPU fit on one GPU and nothing is ever over-allocated.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +85,7 @@ class JobRequest:
     priority: int = 50
     user: str = ""
     submitted_at: float = 0.0  # seconds, on the caller's clock
-    timeout: float | None = None  # seconds an attempt may run (for start estimates)
+    timeout: float | None = None  # seconds an attempt may run (start estimates, backfill, reservations)
     not_before: float | None = None  # retry backoff: not placeable before this time
 
     @property
@@ -96,6 +113,7 @@ class ReplicaAssignment:
 class Placement:
     job_id: str
     replicas: tuple[ReplicaAssignment, ...]
+    borrowed: bool = False  # admitted above the tenant's guarantee (first to go when the owner reclaims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,22 +125,32 @@ class Allocation:
     started_at: float = 0.0
     borrowed: bool = False  # admitted on another tenant's idle quota
 
+    @property
+    def expected_end(self) -> float | None:
+        return None if self.job.timeout is None else self.started_at + self.job.timeout
+
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """Why a job waits. `code` is for machines, `message` (with numbers) for people, `details` the numbers."""
+    """Why a job waits. `code` is for machines, `message` (with numbers) for people, `details` the numbers.
+
+    `code` is one of `services.scheduler.core.reasons.CODES`; `position` is the job's place in line among the
+    waiting jobs (1 = next); `estimated_start` is on the caller's clock, None when it cannot be known.
+    """
 
     code: str
     message: str
     details: dict[str, Any] = field(default_factory=dict)
     position: int | None = None
-    estimated_start: float | None = None  # on the caller's clock; None when it cannot be known
+    estimated_start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
     job_id: str
-    reason: str
+    reason: (
+        str  # "priority" (a higher-priority job needs the room) or "reclaim" (an owner takes its quota back)
+    )
     by_job: str | None = None
 
 
@@ -132,13 +160,38 @@ class ClusterState:
 
     nodes: dict[str, Node]
     running: list[Allocation] = field(default_factory=list)
-    quotas: dict[str, float] = field(default_factory=dict)  # tenant -> guaranteed GPUs
+    quotas: dict[str, float] = field(default_factory=dict)  # tenant -> guaranteed GPUs; empty = no quotas
     now: float = 0.0
 
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    policy: str = "firstfit"
+    """Every policy knob of the core. The defaults are GPUYard's own scheduler.
+
+    policy: where a replica goes: "gpuyard" (default), "fgd", "bestfit" or "firstfit".
+    fair_share: inside one priority class, serve the tenant with the smallest weighted dominant share
+        (DRF over GPUs, CPUs, memory) first; off = arrival order inside a class.
+    tenant_weights: tenant -> weight for fair share (default 1; a weight of 2 earns twice the share).
+    user_gpu_cap: tenant -> most GPUs one user of that tenant may hold; key "*" applies to every tenant.
+    borrowing: a tenant may run above its guarantee on idle GPUs (that work is reclaimable).
+    preemption: higher-priority jobs and quota reclaims may preempt running jobs.
+    min_runtime_before_preemption: seconds a job runs before it may be preempted (no thrashing).
+    backfill: "easy" (default) = the first job blocked on resources gets a reservation from the running jobs'
+        time limits and later jobs start only if they do not delay it; "greedy" = anything that fits starts
+        (big jobs can starve); "off" = strict order, nothing passes a blocked job (FIFO).
+    shape_popularity: ((TaskShape, weight), ...) that fragmentation-aware policies optimise for; None = learn it
+        each cycle from the queue and the running jobs.
+    """
+
+    policy: str = "gpuyard"
+    fair_share: bool = True
+    tenant_weights: dict[str, float] = field(default_factory=dict)
+    user_gpu_cap: dict[str, float] = field(default_factory=dict)
+    borrowing: bool = True
+    preemption: bool = True
+    min_runtime_before_preemption: float = 300.0
+    backfill: str = "easy"
+    shape_popularity: tuple | None = None
 
 
 @dataclass(slots=True)

@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+# One image for the five GPUYARD services; the first argument picks one:
+#   docker run gpuyard:dev submit      → python -m services.submit
+# (scheduler, executor, serving, monitor likewise; any other command runs as given).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN groupadd --system --gid 10001 gpuyard \
+ && useradd --system --uid 10001 --gid gpuyard --home-dir /var/lib/gpuyard --create-home \
+        --shell /usr/sbin/nologin gpuyard
+
+WORKDIR /opt/gpuyard
+# Dependencies first (cached while only the code changes), then the code.
+COPY pyproject.toml README.md ./
+RUN mkdir -p gpuyard shared services && touch gpuyard/__init__.py shared/__init__.py services/__init__.py \
+ && pip install . && pip uninstall --yes gpuyard && rm -rf gpuyard shared services build
+COPY gpuyard ./gpuyard
+COPY shared ./shared
+COPY services ./services
+RUN pip install --no-deps . && rm -rf build
+COPY --chmod=755 deploy/docker/entrypoint.sh /usr/local/bin/gpuyard-entrypoint
+
+USER 10001:10001
+ENV GPUYARD_DATA_DIR=/var/lib/gpuyard \
+    GPUYARD_HEALTH_HOST=0.0.0.0 \
+    GPUYARD_HEALTH_PORT=8090
+WORKDIR /var/lib/gpuyard
+# submit API, serving API, health of every service, monitor's Prometheus metrics
+EXPOSE 8080 8081 8090 9400
+ENTRYPOINT ["gpuyard-entrypoint"]

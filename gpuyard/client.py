@@ -1,0 +1,116 @@
+"""A small client of the submit API, used by the CLI (and usable from Python)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+
+class ClientError(Exception):
+    """An error to show as one line."""
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("GPUYARD_CONFIG_DIR", Path.home() / ".config" / "gpuyard"))
+
+
+def saved_config() -> dict[str, str]:
+    path = config_dir() / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_config(server: str, token: str) -> Path:
+    path = config_dir() / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"server": server, "token": token}, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    if isinstance(detail, list):  # FastAPI validation errors: one reason per field
+        parts = []
+        for d in detail:
+            loc = ".".join(str(x) for x in d.get("loc", []) if x not in ("body",))
+            msg = str(d.get("msg", "")).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return "; ".join(parts)
+    return str(detail)
+
+
+class Client:
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30):
+        saved = saved_config()
+        self.server = (
+            server or os.environ.get("GPUYARD_SERVER") or saved.get("server") or DEFAULT_SERVER
+        ).rstrip("/")
+        self.token = token or os.environ.get("GPUYARD_TOKEN") or saved.get("token")
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.ConnectError:
+            raise ClientError(f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?") from None
+        except httpx.HTTPError as exc:
+            raise ClientError(f"request to {self.server} failed: {exc}") from None
+        if response.status_code == 401:
+            raise ClientError(f"not authorised ({_detail(response)}); pass --token or set GPUYARD_TOKEN")
+        if response.status_code >= 400:
+            raise ClientError(f"{_detail(response)} (HTTP {response.status_code})")
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self.request("POST", "/v1/jobs", json=spec, headers=headers)
+
+    def jobs(self, **params: Any) -> dict[str, Any]:
+        return self.request("GET", "/v1/jobs", params={k: v for k, v in params.items() if v is not None})
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/jobs/{job_id}")
+
+    def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return self.request("GET", f"/v1/jobs/{job_id}/events", params={"after": after})
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def logs(self, job_id: str, **params: Any) -> str:
+        return self.request(
+            "GET", f"/v1/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None}
+        )
+
+    def follow_logs(self, job_id: str, **params: Any) -> Iterator[bytes]:
+        params = {k: v for k, v in params.items() if v is not None} | {"follow": "true"}
+        try:
+            with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=None) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ClientError(f"{_detail(response)} (HTTP {response.status_code})")
+                yield from response.iter_bytes()
+        except httpx.ConnectError:
+            raise ClientError(f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?") from None
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False

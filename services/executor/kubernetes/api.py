@@ -1,0 +1,52 @@
+"""The few Kubernetes API calls the controller makes, as a protocol: the real client or a test's fake.
+
+Objects go in and come out as API-shaped dicts (camelCase keys, timestamps as ISO strings), the form
+`kubectl get -o json` shows, so the controller never touches the client library's model classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class KubeApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"Kubernetes API error {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class KubeAlreadyExists(KubeApiError):
+    def __init__(self, message: str = "already exists"):
+        super().__init__(409, message)
+
+
+class KubeNotFound(KubeApiError):
+    def __init__(self, message: str = "not found"):
+        super().__init__(404, message)
+
+
+class KubeApi(Protocol):
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The created pod (with its uid). Raises KubeAlreadyExists when the name is taken."""
+        ...
+
+    async def create_service(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The created Service. Raises KubeAlreadyExists when the name is taken."""
+        ...
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """Raises KubeNotFound."""
+        ...
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+    async def delete_pods(self, namespace: str, label_selector: str, grace_seconds: int | None) -> int:
+        """Deletes the matching pods; how many it asked to delete. Missing ones are no error."""
+        ...
+
+    async def delete_services(self, namespace: str, label_selector: str) -> int: ...
+
+    async def read_pod_log(self, namespace: str, name: str, container: str, tail_lines: int | None) -> str:
+        """The whole log when tail_lines is None. Raises KubeNotFound for a missing pod, KubeApiError(400) for a container that never started."""
+        ...

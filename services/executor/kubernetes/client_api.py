@@ -1,0 +1,97 @@
+"""KubeApi over the official `kubernetes` client. The client is synchronous: each call runs in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+
+T = TypeVar("T")
+
+
+def translate(exc: ApiException) -> KubeApiError:
+    message = exc.body if isinstance(exc.body, str) and exc.body else str(exc.reason or exc)
+    if exc.status == 409:
+        return KubeAlreadyExists(message)
+    if exc.status == 404:
+        return KubeNotFound(message)
+    return KubeApiError(exc.status or 0, message)
+
+
+class ClientKubeApi:
+    def __init__(self, core: k8s.CoreV1Api) -> None:
+        self.core = core
+        self._serializer = k8s.ApiClient()
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None) -> ClientKubeApi:
+        """In-cluster credentials (the pod's service account) when present, else a kubeconfig file."""
+        try:
+            k8s_config.load_incluster_config()
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(config_file=kubeconfig)
+        return cls(k8s.CoreV1Api())
+
+    async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(method, *args, **kwargs)
+        except ApiException as exc:
+            raise translate(exc) from exc
+
+    def _plain(self, obj: Any) -> Any:
+        return self._serializer.sanitize_for_serialization(obj)
+
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        pod = await self._call(self.core.create_namespaced_pod, namespace, k8s.V1Pod.from_dict(body))
+        return self._plain(pod)
+
+    async def create_service(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        service = k8s.V1Service.from_dict(body)
+        return self._plain(await self._call(self.core.create_namespaced_service, namespace, service))
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._plain(await self._call(self.core.read_namespaced_pod, name, namespace))
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        pods = await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
+        return [self._plain(pod) for pod in pods.items]
+
+    async def delete_pods(self, namespace: str, label_selector: str, grace_seconds: int | None) -> int:
+        deleted = 0
+        for pod in await self.list_pods(namespace, label_selector):
+            try:
+                await self._call(
+                    self.core.delete_namespaced_pod,
+                    pod["metadata"]["name"],
+                    namespace,
+                    grace_period_seconds=grace_seconds,
+                    propagation_policy="Background",
+                )
+                deleted += 1
+            except KubeNotFound:
+                pass
+        return deleted
+
+    async def delete_services(self, namespace: str, label_selector: str) -> int:
+        services = await self._call(
+            self.core.list_namespaced_service, namespace, label_selector=label_selector
+        )
+        deleted = 0
+        for service in services.items:
+            try:
+                await self._call(self.core.delete_namespaced_service, service.metadata.name, namespace)
+                deleted += 1
+            except KubeNotFound:
+                pass
+        return deleted
+
+    async def read_pod_log(self, namespace: str, name: str, container: str, tail_lines: int | None) -> str:
+        return await self._call(
+            self.core.read_namespaced_pod_log, name, namespace, container=container, tail_lines=tail_lines
+        )

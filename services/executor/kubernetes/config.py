@@ -1,0 +1,79 @@
+"""How the Kubernetes backend shapes the objects it creates: read from GPUYARD_KUBERNETES_* variables.
+
+Lists and mappings (extra_labels, tolerations, image_pull_secrets, owner) are read as JSON, e.g.
+GPUYARD_KUBERNETES_EXTRA_LABELS='{"team": "research"}'.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class FractionalGpuMode(StrEnum):
+    """How a fractional GPU (0 < gpus < 1) is asked of Kubernetes."""
+
+    HAMI = "hami"
+    """HAMi device plugin: one vGPU (`gpu_resource: 1`), its memory slice (`gpu_memory_resource`, MiB, or
+    `gpu_memory_percentage_resource` when the job gave no memory size) and its compute share
+    (`gpu_cores_resource`, percent of the SMs). The plugin enforces both limits inside the container."""
+    SHARED = "shared"
+    """One unit of `shared_gpu_resource`, e.g. `nvidia.com/gpu.shared` of the NVIDIA plugin's time-slicing
+    or MPS sharing. Nothing is enforced: the job reads GPUYARD_GPU_MEMORY_FRACTION and limits itself."""
+    WHOLE = "whole"
+    """No sharing plugin: a fractional job gets a whole GPU."""
+
+
+class OwnerTarget(BaseModel):
+    """An object that owns every job's first pod, e.g. the executor's Deployment: deleting it deletes the jobs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    api_version: str = Field(..., description="e.g. apps/v1")
+    kind: str = Field(..., description="e.g. Deployment")
+    name: str
+    uid: str
+
+
+class KubernetesConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUYARD_KUBERNETES_", extra="ignore", frozen=True)
+
+    namespace: str = Field("default", description="Namespace of the job pods and services.")
+    image: str = Field(
+        "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", description="Image the job commands run in."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    service_account: str | None = Field(
+        None, description="Service account of job pods; its token is not mounted."
+    )
+    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource of one whole GPU.")
+    fractional_gpu_mode: FractionalGpuMode = FractionalGpuMode.HAMI
+    gpu_memory_resource: str = Field("nvidia.com/gpumem", description="HAMi: memory of a vGPU, in MiB.")
+    gpu_memory_percentage_resource: str = Field(
+        "nvidia.com/gpumem-percentage", description="HAMi: memory of a vGPU as a percentage of the GPU."
+    )
+    gpu_cores_resource: str = Field("nvidia.com/gpucores", description="HAMi: compute share, percent.")
+    limit_gpu_cores: bool = Field(True, description="HAMi: also cap the compute share at the fraction.")
+    shared_gpu_resource: str = Field("nvidia.com/gpu.shared", description="SHARED mode: one shared slot.")
+    node_label: str = Field(
+        "kubernetes.io/hostname", description="Node label whose value is the placement's node name."
+    )
+    master_port: int = Field(29500, ge=1, le=65535, description="MASTER_PORT of distributed jobs.")
+    extra_labels: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, description="Added to every job pod, e.g. for tainted GPU nodes."
+    )
+    owner: OwnerTarget | None = None
+    shm_size: int | None = Field(
+        None, description="Bytes of a memory-backed /dev/shm (PyTorch data loaders, NCCL); None = default."
+    )
+    termination_grace_seconds: int = Field(30, ge=0)
+    start_timeout_seconds: float = Field(
+        600, gt=0, description="A pod unschedulable or failing to pull its image this long fails to start."
+    )
+    log_tail_lines: int = Field(50, ge=0, description="Log lines kept with a failed replica's outcome.")
+    name_prefix: str = Field("gy", pattern=r"^[a-z][a-z0-9]{0,7}$")
+    create_concurrency: int = Field(16, ge=1, description="Pods created at once by one launch.")

@@ -1,0 +1,61 @@
+"""Environment of one replica: the job's own variables, then GPUYARD's and torchrun's (which win).
+
+The same names as the local backend's (services/executor/jobenv.py) except for the GPU pinning
+(CUDA_VISIBLE_DEVICES is the device plugin's business here) and LOCAL_RANK / LOCAL_WORLD_SIZE:
+each replica is one pod, so from PyTorch's point of view every replica is its own node: the device plugin
+shows the pod only its own GPUs (they are cuda:0…), hence LOCAL_RANK=0 and LOCAL_WORLD_SIZE=1 while RANK and
+WORLD_SIZE count replicas. MASTER_ADDR is replica 0's DNS name through the attempt's headless Service.
+"""
+
+from __future__ import annotations
+
+from services.executor.kubernetes.names import AttemptNames
+from services.executor.kubernetes.resources import gpu_memory_slice
+from shared.events import ReplicaPlacement
+from shared.jobspec import JobSpec
+
+LOCALHOST = "127.0.0.1"
+
+
+def master_address(names: AttemptNames, namespace: str, replicas: int) -> str:
+    if replicas == 1:
+        return LOCALHOST
+    return f"{names.pod(0)}.{names.service}.{namespace}.svc"
+
+
+def replica_env(
+    *,
+    job_id: str,
+    job_name: str,
+    tenant: str,
+    attempt: int,
+    spec: JobSpec,
+    placement: ReplicaPlacement,
+    names: AttemptNames,
+    namespace: str,
+    master_port: int,
+) -> list[dict[str, str]]:
+    values: dict[str, str] = dict(spec.env)
+    values.update(
+        GPUYARD_JOB_ID=job_id,
+        GPUYARD_JOB_NAME=job_name,
+        GPUYARD_TENANT=tenant,
+        GPUYARD_ATTEMPT=str(attempt),
+        GPUYARD_REPLICA=str(placement.replica),
+        GPUYARD_NODE=placement.node,
+        MASTER_ADDR=master_address(names, namespace, spec.replicas),
+        MASTER_PORT=str(master_port),
+        WORLD_SIZE=str(spec.replicas),
+        RANK=str(placement.replica),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+    )
+    if spec.resources.is_fractional:
+        values["GPUYARD_GPU_MEMORY_FRACTION"] = f"{spec.resources.gpus:g}"
+        memory = gpu_memory_slice(spec.resources, placement)
+        if memory:
+            values["GPUYARD_GPU_MEMORY_BYTES"] = str(memory)
+    elif spec.resources.gpus == 0:
+        # With the NVIDIA runtime as the node's default, a pod asking for no GPU would otherwise see them all.
+        values.setdefault("NVIDIA_VISIBLE_DEVICES", "void")
+    return [{"name": name, "value": value} for name, value in values.items()]

@@ -1,0 +1,121 @@
+"""An in-memory KubeApi for tests, of the lead's executor as much as of this package.
+
+What it does: stores pods and Services by name, gives them a uid, a creationTimestamp and phase Pending,
+refuses a second object of the same name (KubeAlreadyExists), selects by `key=value,…` label selectors,
+serves logs the test set, and records every call.
+What it does not do: no scheduling, kubelet or phase changes (the test sets status with `set_status`),
+no admission, defaulting or schema validation, no namespaces beyond a name check, no garbage collection
+through owner references, no watch, no resourceVersion conflicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+
+
+def matches(labels: dict[str, str], selector: str) -> bool:
+    wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
+    return all(labels.get(key) == value for key, value in wanted.items())
+
+
+class FakeKubeApi:
+    def __init__(self, namespace: str = "default", clock: Callable[[], datetime] | None = None) -> None:
+        self.namespace = namespace
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
+        self.logs: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail_once: dict[str, KubeApiError] = {}
+        """name → an error the next create of that name raises (then forgets)."""
+
+    # -------------------------------------------------------------- KubeApi
+
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        pod = self._store(self.pods, "create_pod", namespace, body)
+        pod["status"] = {"phase": "Pending"}
+        return copy.deepcopy(pod)
+
+    async def create_service(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(self._store(self.services, "create_service", namespace, body))
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self._check(namespace)
+        self.calls.append(("read_pod", name))
+        if name not in self.pods:
+            raise KubeNotFound(f'pods "{name}" not found')
+        return copy.deepcopy(self.pods[name])
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._check(namespace)
+        self.calls.append(("list_pods", label_selector))
+        return [
+            copy.deepcopy(p) for p in self.pods.values() if matches(p["metadata"]["labels"], label_selector)
+        ]
+
+    async def delete_pods(self, namespace: str, label_selector: str, grace_seconds: int | None) -> int:
+        self._check(namespace)
+        self.calls.append(("delete_pods", label_selector))
+        return self._delete(self.pods, label_selector)
+
+    async def delete_services(self, namespace: str, label_selector: str) -> int:
+        self._check(namespace)
+        self.calls.append(("delete_services", label_selector))
+        return self._delete(self.services, label_selector)
+
+    async def read_pod_log(self, namespace: str, name: str, container: str, tail_lines: int | None) -> str:
+        self._check(namespace)
+        self.calls.append(("read_pod_log", name))
+        if name not in self.pods:
+            raise KubeNotFound(f'pods "{name}" not found')
+        if name not in self.logs:
+            raise KubeApiError(400, f'container "{container}" in pod "{name}" is waiting to start')
+        lines = self.logs[name].splitlines()
+        return "\n".join(lines[-tail_lines:] if tail_lines else lines)
+
+    # -------------------------------------------------------------- test controls
+
+    def set_status(self, name: str, **status: Any) -> None:
+        """Replace a pod's status, e.g. set_status(name, phase="Running"); `node` sets spec.nodeName."""
+        node = status.pop("node", None)
+        if node is not None:
+            self.pods[name]["spec"]["nodeName"] = node
+        self.pods[name]["status"] = copy.deepcopy(status)
+
+    def remove_pod(self, name: str) -> None:
+        """The pod disappears, as when someone else deletes it."""
+        del self.pods[name]
+
+    # -------------------------------------------------------------- internals
+
+    def _check(self, namespace: str) -> None:
+        if namespace != self.namespace:
+            raise KubeApiError(403, f"this fake serves namespace {self.namespace!r}, not {namespace!r}")
+
+    def _store(self, objects: dict, call: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._check(namespace)
+        name = body["metadata"]["name"]
+        self.calls.append((call, name))
+        if name in self.fail_once:
+            raise self.fail_once.pop(name)
+        if name in objects:
+            raise KubeAlreadyExists(f'{body["kind"].lower()}s "{name}" already exists')
+        stored = copy.deepcopy(body)
+        stored["metadata"].update(
+            uid=str(uuid.uuid4()), creationTimestamp=self.clock().isoformat(), namespace=namespace
+        )
+        objects[name] = stored
+        return stored
+
+    @staticmethod
+    def _delete(objects: dict, selector: str) -> int:
+        doomed = [name for name, obj in objects.items() if matches(obj["metadata"]["labels"], selector)]
+        for name in doomed:
+            del objects[name]
+        return len(doomed)

@@ -1,0 +1,6 @@
+from services.monitor.main import main
+from shared.service import run_service
+from shared.settings import MonitorSettings
+
+if __name__ == "__main__":
+    run_service("monitor", MonitorSettings, main, needs_store=False)

@@ -1,0 +1,30 @@
+"""Best fit as in the FGD paper's baseline: the node with the least CPU and GPU left after placing the replica.
+
+Score (lower is better) = 0.5 * (free CPUs - request) / largest node's CPUs
+                        + 0.5 * (free milli-GPU - request) / largest node's milli-GPU;
+inside the node, a share goes to the GPU with the least room that still holds it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.scheduler.core.demand import MILLI, Demand
+from services.scheduler.core.index import CapacityIndex
+from services.scheduler.core.placement.base import Choice, PlacementPolicy, tightest_slots
+
+
+def leftover_score(index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
+    max_cpu = float(index.cpus.max()) or 1.0
+    max_gpu = float(max((len(r) for r in index.free), default=0) * MILLI) or 1.0
+    cpu_left = index.cpu_free[candidates] - demand.cpus
+    gpu_left = index.states.total_free[index.state[candidates]] - demand.total_milli
+    return 0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu
+
+
+class BestFit(PlacementPolicy):
+    name = "bestfit"
+
+    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
+        i = int(candidates[int(np.argmin(leftover_score(index, demand, candidates)))])
+        return i, tightest_slots(index, i, demand)

@@ -1,0 +1,17 @@
+"""First fit: the first node (in inventory order) with room, the first GPUs on it with room. The FIFO baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.scheduler.core.demand import Demand
+from services.scheduler.core.index import CapacityIndex
+from services.scheduler.core.placement.base import Choice, PlacementPolicy, first_slots
+
+
+class FirstFit(PlacementPolicy):
+    name = "firstfit"
+
+    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
+        i = int(candidates[0])
+        return i, first_slots(index, i, demand)

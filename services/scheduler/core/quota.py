@@ -1,0 +1,116 @@
+"""Who holds what: per-tenant and per-user usage, guaranteed quotas, borrowing, DRF dominant shares.
+
+Quotas (`ClusterState.quotas`, tenant -> guaranteed GPUs) work like one Kueue cohort: a tenant may always run up
+to its guarantee; above it, it borrows idle GPUs (when `SchedulerConfig.borrowing`), and borrowed work is the
+first to be preempted when an owner needs its guarantee back. Which of a tenant's jobs count as borrowed is
+recomputed every cycle: its jobs in (priority high first, oldest first) order fill the guarantee, the rest are
+borrowed. An empty quota dict switches all of this off.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from services.scheduler.core import reasons as R
+from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
+
+
+class QuotaLedger:
+    def __init__(
+        self,
+        quotas: dict[str, float],
+        running: list[Allocation],
+        config: SchedulerConfig,
+        capacity: tuple[float, float, float],
+    ) -> None:
+        self.quotas = quotas
+        self.config = config
+        self.capacity = tuple(c if c > 0 else 1.0 for c in capacity)  # GPUs, CPUs, memory
+        self.gpus: dict[str, float] = defaultdict(float)
+        self.cpus: dict[str, float] = defaultdict(float)
+        self.memory: dict[str, float] = defaultdict(float)
+        self.user_gpus: dict[tuple[str, str], float] = defaultdict(float)
+        self.caps_on = bool(config.user_gpu_cap)
+        for alloc in running:
+            self.add(alloc.job)
+
+    @property
+    def quotas_on(self) -> bool:
+        return bool(self.quotas)
+
+    def add(self, job: JobRequest, sign: float = 1.0) -> None:
+        gpus = job.total_gpus * sign
+        self.gpus[job.tenant] += gpus
+        self.cpus[job.tenant] += job.cpus * job.replicas * sign
+        self.memory[job.tenant] += job.memory * job.replicas * sign
+        if self.caps_on:
+            self.user_gpus[(job.tenant, job.user)] += gpus
+
+    def guarantee(self, tenant: str) -> float:
+        return float(self.quotas.get(tenant, 0.0))
+
+    def would_borrow(self, job: JobRequest) -> bool:
+        return self.quotas_on and self.gpus[job.tenant] + job.total_gpus > self.guarantee(job.tenant) + EPS
+
+    def dominant_share(self, tenant: str) -> float:
+        g, c, m = self.capacity
+        share = max(self.gpus[tenant] / g, self.cpus[tenant] / c, self.memory[tenant] / m)
+        return share / self.config.tenant_weights.get(tenant, 1.0)
+
+    def user_cap(self, tenant: str) -> float | None:
+        caps = self.config.user_gpu_cap
+        return caps.get(tenant, caps.get("*"))
+
+    def admission_blocker(self, job: JobRequest) -> R.Blocker | None:
+        """Quota and user-cap rules that stop the job whatever the free capacity (None = may go ahead)."""
+        if self.caps_on and job.total_gpus > 0:
+            cap = self.user_cap(job.tenant)
+            held = self.user_gpus[(job.tenant, job.user)]
+            if cap is not None and held + job.total_gpus > cap + EPS:
+                return R.Blocker(
+                    R.USER_CAP,
+                    f"user {job.user or '(none)'} of tenant {job.tenant} holds {held:g} of at most {cap:g} GPUs; "
+                    f"this job needs {job.total_gpus:g} more",
+                    {
+                        "user": job.user,
+                        "tenant": job.tenant,
+                        "held": held,
+                        "cap": cap,
+                        "needed": job.total_gpus,
+                    },
+                )
+        if self.would_borrow(job) and not self.config.borrowing:
+            return R.Blocker(
+                R.BORROWING_DISABLED,
+                f"tenant {job.tenant} is at its quota {self.gpus[job.tenant]:g}/{self.guarantee(job.tenant):g} GPUs "
+                f"and borrowing is off",
+                {"tenant": job.tenant, "used": self.gpus[job.tenant], "quota": self.guarantee(job.tenant)},
+            )
+        return None
+
+    def quota_blocker(self, job: JobRequest) -> R.Blocker:
+        """A borrowing job that found no idle room."""
+        used, quota = self.gpus[job.tenant], self.guarantee(job.tenant)
+        return R.Blocker(
+            R.QUOTA_EXHAUSTED,
+            f"tenant {job.tenant} is at its quota {used:g}/{quota:g} GPUs and no idle GPUs can be borrowed "
+            f"(needs {job.total_gpus:g})",
+            {"tenant": job.tenant, "used": used, "quota": quota, "needed": job.total_gpus},
+        )
+
+
+def borrowed_jobs(running: list[Allocation], quotas: dict[str, float]) -> set[str]:
+    """Job ids running above their tenant's guarantee (the reclaimable ones)."""
+    if not quotas:
+        return set()
+    by_tenant: dict[str, list[Allocation]] = defaultdict(list)
+    for alloc in running:
+        by_tenant[alloc.job.tenant].append(alloc)
+    out: set[str] = set()
+    for tenant, allocs in by_tenant.items():
+        room = float(quotas.get(tenant, 0.0))
+        for alloc in sorted(allocs, key=lambda a: (-a.job.priority, a.started_at, a.job.job_id)):
+            room -= alloc.job.total_gpus
+            if room < -EPS:
+                out.add(alloc.job.job_id)
+    return out

@@ -1,0 +1,96 @@
+"""Why a job waits: a closed set of codes, each with numbers, rendered into one sentence.
+
+Codes rank like Kueue's fit modes: NO_FIT (nothing the scheduler does now will place the job: the cluster is
+too small, no GPU of that model, retry backoff, quota, user cap, ...) < PREEMPT (room is being made by
+preempting other jobs) < FIT (it would fit but waits its turn: strict order or a backfill reservation).
+When several reasons apply, `sort_reasons` orders them by (rank, code) so the first is always the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.scheduler.core.model import Reason
+
+NO_FIT, PREEMPT, FIT = 0, 1, 2
+
+RETRY_BACKOFF = "retry_backoff"
+TOO_LARGE = "too_large"
+NO_MATCHING_GPU_MODEL = "no_matching_gpu_model"
+QUOTA_EXHAUSTED = "quota_exhausted"
+BORROWING_DISABLED = "borrowing_disabled"
+USER_CAP = "user_cap"
+INSUFFICIENT_GPUS = "insufficient_gpus"
+INSUFFICIENT_GPU_SHARE = "insufficient_gpu_share"
+INSUFFICIENT_CPU_MEMORY = "insufficient_cpu_memory"
+GANG_DOES_NOT_FIT = "gang_does_not_fit"
+PREEMPTING = "preempting"
+BLOCKED_BY_HEAD = "blocked_by_head"
+BACKFILL_WOULD_DELAY = "backfill_would_delay"
+
+RANK: dict[str, int] = {
+    RETRY_BACKOFF: NO_FIT,
+    TOO_LARGE: NO_FIT,
+    NO_MATCHING_GPU_MODEL: NO_FIT,
+    QUOTA_EXHAUSTED: NO_FIT,
+    BORROWING_DISABLED: NO_FIT,
+    USER_CAP: NO_FIT,
+    INSUFFICIENT_GPUS: NO_FIT,
+    INSUFFICIENT_GPU_SHARE: NO_FIT,
+    INSUFFICIENT_CPU_MEMORY: NO_FIT,
+    GANG_DOES_NOT_FIT: NO_FIT,
+    PREEMPTING: PREEMPT,
+    BLOCKED_BY_HEAD: FIT,
+    BACKFILL_WOULD_DELAY: FIT,
+}
+CODES = frozenset(RANK)
+RESOURCE_CODES = frozenset(
+    {INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, INSUFFICIENT_CPU_MEMORY, GANG_DOES_NOT_FIT, PREEMPTING}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """A reason before it knows its place in line: code, the sentence's core and its numbers."""
+
+    code: str
+    text: str
+    details: dict[str, Any]
+
+    def at(self, position: int, estimated_start: float | None = None, now: float = 0.0) -> Reason:
+        message = f"{self.text}; {ordinal(position)} in line"
+        if estimated_start is not None:
+            message += f"; estimated start in about {duration(estimated_start - now)}"
+        return Reason(self.code, message, self.details, position, estimated_start)
+
+
+def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:
+    return sorted(blockers, key=lambda b: (RANK[b.code], b.code, b.text))
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def gpus_text(gpus: float) -> str:
+    if gpus >= 1:
+        n = round(gpus)
+        return f"{n} whole GPU" if n == 1 else f"{n} whole GPUs"
+    return f"{gpus:g} of a GPU"
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / (1 << 30):.3g} GiB"

@@ -1,0 +1,212 @@
+"""Wiring of the scheduler service: consume job events and node heartbeats, run a cycle of the pure core
+after every burst of events and on a timer, and record its decisions through the job ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+
+from services.scheduler.core import CycleResult, SchedulerConfig, schedule
+from services.scheduler.view import ClusterView, to_placement
+from shared.events import (
+    EVENTS_STREAM,
+    CloudEvent,
+    JobPending,
+    JobPlaced,
+    JobPreempted,
+    JobRequeued,
+    NodeHeartbeat,
+    NodeLost,
+    PendingReason,
+    RequeueReason,
+    Subject,
+    derived_id,
+    make_event,
+)
+from shared.jobstate import ACTIVE_STATES, JobState, JobView
+from shared.ledger import JobLedger
+from shared.service import Service
+from shared.settings import SchedulerSettings
+
+log = logging.getLogger(__name__)
+PENDING_REFRESH_SECONDS = 10.0
+LIVE_STATES = ["queued", "placed", "running"]
+
+
+class Scheduler:
+    def __init__(self, service: Service, settings: SchedulerSettings):
+        self.service = service
+        self.settings = settings
+        self.ledger: JobLedger = service.ledger
+        self.view = ClusterView()
+        self.config = SchedulerConfig(policy=settings.policy)
+        self.dirty: set[str] = set()
+        self.wake = asyncio.Event()
+        self.pending_sent: dict[str, tuple[str, str, float]] = {}
+
+    async def load(self) -> None:
+        """Rebuild the view from the event store (a restarted scheduler forgets nothing)."""
+        cursor = None
+        while True:
+            page = await self.service.store.list_projections(states=LIVE_STATES, limit=500, cursor=cursor)
+            for doc in page.items:
+                self.view.put_job(JobView.model_validate(doc))
+            if not page.next_cursor:
+                break
+            cursor = page.next_cursor
+        log.info("loaded %d live jobs from the event store", len(self.view.jobs))
+
+    async def on_job_event(self, event: CloudEvent, _msg) -> None:
+        self.dirty.add(event.subject)
+        self.wake.set()
+
+    async def on_heartbeat(self, msg) -> None:
+        try:
+            event = CloudEvent.from_json(msg.data)
+        except ValueError:
+            return
+        if isinstance(event.data, NodeHeartbeat) and self.view.observe_node(event.data):
+            log.info("node %s: %d GPU(s)", event.data.node, len(event.data.gpus))
+            self.wake.set()
+
+    async def refresh_dirty(self) -> None:
+        dirty, self.dirty = self.dirty, set()
+        for job_id in dirty:
+            doc = await self.service.store.get_projection(job_id)
+            if doc is not None:
+                self.view.put_job(JobView.model_validate(doc))
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.settings.cycle_interval)
+            self.wake.clear()
+            await asyncio.sleep(0.002)  # let a burst of events arrive: one cycle for all of them
+            await self.refresh_dirty()
+            await self.check_nodes()
+            await self.cycle()
+
+    async def cycle(self) -> None:
+        now = time.time()
+        state, queue = self.view.snapshot(now)
+        if not queue and not state.running:
+            return
+        result = schedule(state, queue, self.config)
+        await self.apply(result, now)
+
+    async def apply(self, result: CycleResult, now: float) -> None:
+        for placement in result.placements:
+            job = self.view.jobs.get(placement.job_id)
+            if job is None:
+                continue
+            data = JobPlaced(
+                job_id=job.job_id,
+                attempt=job.attempt,
+                placements=[to_placement(r, self._hb(r.node)) for r in placement.replicas],
+                policy=self.config.policy,
+            )
+            outcome = await self.ledger.record(
+                job.job_id,
+                lambda v, data=data: (
+                    data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
+                ),
+                event_id=lambda v, data=data: derived_id(data.job_id, data.attempt, "placed"),
+            )
+            if outcome.view is not None:
+                self.view.put_job(outcome.view)
+            self.pending_sent.pop(job.job_id, None)
+        for preemption in result.preemptions:
+            job = self.view.jobs.get(preemption.job_id)
+            if job is None or job.preempt_requested is not None:
+                continue
+            data = JobPreempted(
+                job_id=job.job_id, attempt=job.attempt, reason=preemption.reason, by_job=preemption.by_job
+            )
+            await self.ledger.append(
+                job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")
+            )
+        for job_id, reason in result.pending.items():
+            await self.note_pending(job_id, reason, now)
+
+    async def note_pending(self, job_id: str, reason, now: float) -> None:
+        job = self.view.jobs.get(job_id)
+        if job is None:
+            return
+        key = (reason.code, reason.message)
+        sent = self.pending_sent.get(job_id)
+        if sent and sent[:2] == key and now - sent[2] < PENDING_REFRESH_SECONDS:
+            return
+        if sent and sent[:2] == key and job.pending and job.pending.position == reason.position:
+            return
+        data = JobPending(
+            job_id=job_id,
+            attempt=job.attempt,
+            reason=PendingReason(
+                code=reason.code,
+                message=reason.message,
+                details=dict(reason.details),
+                position=reason.position,
+                estimated_start=datetime.fromtimestamp(reason.estimated_start, UTC)
+                if reason.estimated_start
+                else None,
+            ),
+        )
+        outcome = await self.ledger.record(
+            job_id, lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
+        )
+        if outcome.view is not None:
+            self.view.put_job(outcome.view)
+        self.pending_sent[job_id] = (*key, now)
+
+    def _hb(self, node: str):
+        rec = self.view.nodes.get(node)
+        return rec.heartbeat if rec else None
+
+    async def check_nodes(self) -> None:
+        """A node silent for longer than node_timeout leaves the inventory; its jobs are requeued."""
+        for rec in self.view.lost_nodes(self.settings.node_timeout):
+            name = rec.heartbeat.node
+            log.warning("node %s lost: no heartbeat for %.0fs", name, time.time() - rec.last_seen)
+            self.view.forget_node(name)
+            lost = make_event(
+                NodeLost(
+                    node=name, last_seen=datetime.fromtimestamp(rec.last_seen, UTC), message="heartbeat lost"
+                ),
+                source=self.service.source,
+                id=derived_id("node-lost", name, rec.last_seen),
+            )
+            await self.service.bus.publish(lost)
+            for job in self.view.jobs_on(name):
+                await self.requeue_lost(job, name)
+
+    async def requeue_lost(self, job: JobView, node: str) -> None:
+        data = JobRequeued(
+            job_id=job.job_id,
+            attempt=job.attempt + 1,
+            reason=RequeueReason.NODE_LOST,
+            message=f"node {node} stopped sending heartbeats",
+        )
+        outcome = await self.ledger.record(
+            job.job_id,
+            lambda v: data if v and v.state in ACTIVE_STATES and v.attempt + 1 == data.attempt else None,
+            event_id=lambda v: derived_id(job.job_id, job.attempt, "requeued"),
+        )
+        if outcome.view is not None:
+            self.view.put_job(outcome.view)
+
+
+async def main(service: Service, settings: SchedulerSettings) -> None:
+    scheduler = Scheduler(service, settings)
+    await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=scheduler.on_heartbeat)
+    await service.bus.consume(
+        "scheduler",
+        ["job.>"],
+        scheduler.on_job_event,
+        stream=EVENTS_STREAM.name,
+        max_deliver=settings.max_deliver,
+    )
+    await scheduler.load()
+    await scheduler.run()

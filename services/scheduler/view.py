@@ -1,0 +1,136 @@
+"""The scheduler's view of the cluster: nodes from heartbeats, jobs from the event store.
+
+It turns that view into the pure core's input (ClusterState + queue) and nothing else; no decisions here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services.scheduler.core import (
+    Allocation,
+    ClusterState,
+    Gpu,
+    GpuAssignment,
+    JobRequest,
+    Node,
+    ReplicaAssignment,
+)
+from shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
+from shared.jobstate import ACTIVE_STATES, JobState, JobView
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    heartbeat: NodeHeartbeat
+    last_seen: float
+
+
+def job_request(view: JobView) -> JobRequest:
+    r = view.spec.resources
+    return JobRequest(
+        job_id=view.job_id,
+        tenant=view.tenant,
+        user=view.user,
+        gpus=r.gpus,
+        replicas=view.spec.replicas,
+        cpus=r.cpus,
+        memory=r.memory,
+        gpu_memory=r.gpu_memory,
+        gpu_models=tuple(r.gpu_model),
+        priority=view.spec.priority_value,
+        submitted_at=view.created_at.timestamp(),
+        timeout=view.spec.timeout,
+        not_before=view.not_before.timestamp() if view.not_before else None,
+    )
+
+
+def to_assignment(p: ReplicaPlacement) -> ReplicaAssignment:
+    return ReplicaAssignment(
+        replica=p.replica,
+        node=p.node,
+        gpus=tuple(GpuAssignment(g.index, g.fraction, g.memory_bytes) for g in p.gpus),
+        cpus=p.cpus,
+        memory=p.memory_bytes,
+    )
+
+
+def to_placement(a: ReplicaAssignment, node: NodeHeartbeat | None) -> ReplicaPlacement:
+    uuids = {g.index: g.uuid for g in node.gpus} if node else {}
+    return ReplicaPlacement(
+        replica=a.replica,
+        node=a.node,
+        gpus=[
+            GpuShare(index=g.index, uuid=uuids.get(g.index), fraction=g.fraction, memory_bytes=g.memory)
+            for g in a.gpus
+        ],
+        cpus=a.cpus,
+        memory_bytes=a.memory,
+    )
+
+
+class ClusterView:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeRecord] = {}
+        self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
+
+    def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
+        """Returns True when the node is new (or its inventory changed)."""
+        old = self.nodes.get(hb.node)
+        self.nodes[hb.node] = NodeRecord(hb, now or time.time())
+        return old is None or old.heartbeat.gpus != hb.gpus
+
+    def lost_nodes(self, timeout: float, now: float | None = None) -> list[NodeRecord]:
+        now = now or time.time()
+        return [r for r in self.nodes.values() if now - r.last_seen > timeout]
+
+    def forget_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def put_job(self, view: JobView) -> None:
+        if view.state.terminal:
+            self.jobs.pop(view.job_id, None)
+        else:
+            self.jobs[view.job_id] = view
+
+    def jobs_on(self, node: str) -> list[JobView]:
+        return [
+            j
+            for j in self.jobs.values()
+            if j.state in ACTIVE_STATES and any(p.node == node for p in j.placements)
+        ]
+
+    def snapshot(self, now: float) -> tuple[ClusterState, list[JobRequest]]:
+        nodes = {
+            name: Node(
+                name=name,
+                gpus=[Gpu(g.index, g.model, g.memory_bytes, g.uuid) for g in rec.heartbeat.gpus],
+                cpus=rec.heartbeat.cpus,
+                memory=rec.heartbeat.memory_bytes,
+            )
+            for name, rec in self.nodes.items()
+        }
+        running: list[Allocation] = []
+        queue: list[JobRequest] = []
+        for view in self.jobs.values():
+            if view.state == JobState.QUEUED:
+                if not view.cancel_requested:
+                    queue.append(job_request(view))
+                continue
+            replicas = tuple(to_assignment(p) for p in view.placements)
+            started = view.started_at or view.updated_at
+            running.append(Allocation(job_request(view), replicas, started.timestamp()))
+            for a in replicas:
+                node = nodes.get(a.node)
+                if node is None:
+                    continue
+                node.allocated_cpus += a.cpus
+                node.allocated_memory += a.memory
+                by_index = {g.index: g for g in node.gpus}
+                for g in a.gpus:
+                    gpu = by_index.get(g.index)
+                    if gpu is not None:
+                        gpu.allocated += g.fraction
+                        gpu.allocated_memory += g.memory or 0
+        return ClusterState(nodes=nodes, running=running, now=now), queue

@@ -1,0 +1,6 @@
+from services.serving.main import main
+from shared.service import run_service
+from shared.settings import ServingSettings
+
+if __name__ == "__main__":
+    run_service("serving", ServingSettings, main, needs_store=False)

@@ -1,0 +1,6 @@
+from services.submit.main import main
+from shared.service import run_service
+from shared.settings import SubmitSettings
+
+if __name__ == "__main__":
+    run_service("submit", SubmitSettings, main)

@@ -1,0 +1,23 @@
+"""What the submit service's routes depend on, gathered in one object so tests can build it without NATS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.submit.telemetry import Telemetry
+from shared.bus import Bus
+from shared.ledger import JobLedger
+from shared.store import EventStore
+from shared.tokens import Principal
+
+
+@dataclass
+class SubmitContext:
+    store: EventStore
+    ledger: JobLedger
+    tokens: dict[str, Principal]
+    data_dir: Path
+    bus: Bus | None = None
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry())
+    max_body_bytes: int = 1 << 20

@@ -1,0 +1,65 @@
+"""Wiring of the submit service: tokens, the HTTP API on uvicorn, telemetry from the bus."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+
+import uvicorn
+
+from services.submit.app import create_app
+from services.submit.context import SubmitContext
+from shared.service import Service
+from shared.settings import SubmitSettings
+from shared.tokens import load_tokens
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the service runtime owns SIGTERM/SIGINT
+        yield
+
+
+async def main(service: Service, settings: SubmitSettings) -> None:
+    tokens = load_tokens(settings.tokens_file, settings.tokens)
+    if not tokens and not is_loopback(settings.submit_host):
+        raise SystemExit(
+            f"refusing to listen on {settings.submit_host} without tokens: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
+        )
+    if not tokens:
+        log.warning("no tokens configured: every request will be refused (401)")
+    ctx = SubmitContext(
+        store=service.store,
+        ledger=service.ledger,
+        tokens=tokens,
+        data_dir=settings.data_dir,
+        bus=service.bus,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    await ctx.telemetry.follow(service.bus)
+    config = uvicorn.Config(
+        create_app(ctx),
+        host=settings.submit_host,
+        port=settings.submit_port,
+        log_level="warning",
+        access_log=False,
+    )
+    server = _Server(config)
+    serving = service.spawn(server.serve(), "http")
+    try:
+        await service.stopping.wait()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await serving

@@ -1,0 +1,153 @@
+"""/v1/jobs: submit, list, describe, events, cancel, logs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from services.submit.auth import Context, CurrentPrincipal, may_see
+from services.submit.logs import follow_log, read_log
+from services.submit.schemas import CancelAnswer, JobAccepted, JobList, StoredEventOut
+from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
+from shared.jobspec import JobSpec
+from shared.jobstate import JobState, JobView
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+async def _visible_job(ctx, principal, job_id: str) -> JobView:
+    doc = await ctx.store.get_projection(job_id)
+    if doc is None or not may_see(principal, doc["tenant"]):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
+    return JobView.model_validate(doc)
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
+async def submit_job(
+    spec: JobSpec,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JobAccepted:
+    """Queue a job. Answers at once with its id; the job then moves through its states (see /events)."""
+    tenant = spec.tenant or principal.tenant
+    if tenant != principal.tenant and not principal.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
+        )
+    job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
+    name = spec.name or f"job-{job_id[:6]}"
+    event = JobSubmitted(job_id=job_id, name=name, tenant=tenant, user=principal.name, spec=spec)
+    outcome = await ctx.ledger.append(job_id, event, event_id=derived_id(job_id, "submitted"))
+    view = outcome.view
+    if outcome.refused or view is None:  # the idempotency key names a job with other content
+        raise HTTPException(status.HTTP_409_CONFLICT, f"Idempotency-Key already used for job {job_id}")
+    return JobAccepted(
+        job_id=job_id, name=view.name, tenant=tenant, state=view.state, duplicate=outcome.duplicate
+    )
+
+
+@router.get("", response_model=JobList)
+async def list_jobs(
+    ctx: Context,
+    principal: CurrentPrincipal,
+    state: Annotated[list[JobState] | None, Query(description="Repeat to ask for several states.")] = None,
+    tenant: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> JobList:
+    """Jobs newest first. A tenant sees its own jobs; an admin sees all, or one tenant's with ?tenant=."""
+    if not principal.admin:
+        if tenant not in (None, principal.tenant):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}")
+        tenant = principal.tenant
+    try:
+        page = await ctx.store.list_projections(
+            states=[s.value for s in state] if state else None, tenant=tenant, limit=limit, cursor=cursor
+        )
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+    return JobList(items=[JobView.model_validate(d) for d in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/{job_id}", response_model=JobView)
+async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobView:
+    return await _visible_job(ctx, principal, job_id)
+
+
+@router.get("/{job_id}/events", response_model=list[StoredEventOut])
+async def job_events(
+    job_id: str, ctx: Context, principal: CurrentPrincipal, after: Annotated[int, Query(ge=0)] = 0
+) -> list[StoredEventOut]:
+    """The job's events in order, each with its version; ?after=N returns only those after version N."""
+    await _visible_job(ctx, principal, job_id)
+    return [
+        StoredEventOut(version=s.version, event=s.event.to_dict())
+        for s in await ctx.store.read_stream(job_id)
+        if s.version > after
+    ]
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelAnswer)
+async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelAnswer:
+    """A queued job is cancelled at once; a placed or running one is stopped by its executor."""
+    await _visible_job(ctx, principal, job_id)
+
+    def decide(view: JobView | None):
+        if view is None or view.state.terminal or view.cancel_requested:
+            return None
+        if view.state == JobState.QUEUED:
+            return JobCancelled(
+                job_id=job_id, attempt=view.attempt, by=principal.name, message="cancelled while queued"
+            )
+        return JobCancelRequested(job_id=job_id, by=principal.name)
+
+    outcome = await ctx.ledger.record(job_id, decide)
+    view = outcome.view
+    assert view is not None
+    if outcome.event is None and view.state.terminal:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"job {job_id} already {view.state.value}; nothing to cancel"
+        )
+    if view.state == JobState.CANCELLED:
+        message = "cancelled"
+    else:
+        message = "cancel requested; the executor is stopping the job"
+    return CancelAnswer(
+        job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message
+    )
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+async def job_logs(
+    job_id: str,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    replica: Annotated[int, Query(ge=0)] = 0,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+    tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    follow: bool = False,
+):
+    """A replica's combined stdout and stderr. ?follow=true streams until the job ends."""
+    view = await _visible_job(ctx, principal, job_id)
+    if replica >= view.spec.replicas:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")
+    attempt = attempt or view.attempt
+    if attempt > view.attempt:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.attempt} attempt(s)")
+    if not follow:
+        return PlainTextResponse(
+            await asyncio.to_thread(read_log, ctx.data_dir, job_id, attempt, replica, tail)
+        )
+
+    async def finished() -> bool:
+        doc = await ctx.store.get_projection(job_id)
+        return doc is None or doc["attempt"] != attempt or JobState(doc["state"]).terminal
+
+    return StreamingResponse(
+        follow_log(ctx.data_dir, job_id, attempt, replica, tail, finished),
+        media_type="text/plain; charset=utf-8",
+    )

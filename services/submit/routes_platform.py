@@ -1,0 +1,159 @@
+"""Platform-wide reads: the live event stream (SSE), dead letters, nodes and services."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
+
+from services.submit.auth import Admin, Context, CurrentPrincipal
+from services.submit.schemas import DeadLetter, NodeOut, ServiceOut
+from shared.events import DEADLETTER_STREAM, CloudEvent
+
+router = APIRouter(prefix="/v1", tags=["platform"])
+
+PUBLIC_PREFIXES = ("job", "gpu", "node", "service", "model", "alert")
+SUBJECT_RE = re.compile(r"^[a-z_]+(\.([a-z_]+|\*))*(\.>)?$|^>$")
+KEEPALIVE_SECONDS = 15
+
+
+def _subjects(subject: str) -> list[str]:
+    if not SUBJECT_RE.match(subject):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"invalid subject filter {subject!r}")
+    if subject == ">":
+        return [f"{p}.>" for p in PUBLIC_PREFIXES]
+    if subject.split(".")[0] not in PUBLIC_PREFIXES:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            f"subject must start with one of {', '.join(PUBLIC_PREFIXES)} (or be '>')",
+        )
+    return [subject]
+
+
+@router.get("/events/stream", response_class=StreamingResponse)
+async def event_stream(
+    request: Request,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    subject: Annotated[str, Query(description="NATS subject filter, e.g. job.> or job.failed")] = ">",
+    job: Annotated[str | None, Query(description="Only events about this job.")] = None,
+):
+    """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
+    cannot reach NATS. A tenant receives job events of its own jobs only."""
+    if ctx.bus is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
+    subjects = _subjects(subject)
+    queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+    tenants: dict[str, str | None] = {}
+
+    async def on_msg(msg) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(msg.data)
+
+    subs = [await ctx.bus.nc.subscribe(s, cb=on_msg) for s in subjects]
+
+    async def visible(event: CloudEvent) -> bool:
+        job_id = getattr(event.data, "job_id", None)
+        if job is not None and job_id != job:
+            return False
+        if principal.admin or job_id is None:
+            return True
+        if job_id not in tenants:
+            doc = await ctx.store.get_projection(job_id)
+            tenants[job_id] = doc["tenant"] if doc else getattr(event.data, "tenant", None)
+        return tenants[job_id] == principal.tenant
+
+    async def frames():
+        try:
+            yield b": connected\n\n"
+            while not await request.is_disconnected():
+                try:
+                    raw = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                try:
+                    event = CloudEvent.from_json(raw)
+                except ValueError:
+                    continue
+                if await visible(event):
+                    yield f"id: {event.id}\nevent: {event.type}\ndata: {event.to_json().decode()}\n\n".encode()
+        finally:
+            for s in subs:
+                with contextlib.suppress(Exception):
+                    await s.unsubscribe()
+
+    return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/deadletters", response_model=list[DeadLetter])
+async def dead_letters(
+    ctx: Context, _: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[DeadLetter]:
+    """Events that a consumer gave up on, newest first, with the error (admin only)."""
+    if ctx.bus is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
+    info = await ctx.bus.js.stream_info(DEADLETTER_STREAM.name)
+    out: list[DeadLetter] = []
+    seq = info.state.last_seq
+    while seq >= max(info.state.first_seq, 1) and len(out) < limit:
+        try:
+            msg = await ctx.bus.js.get_msg(DEADLETTER_STREAM.name, seq)
+        except Exception:  # deleted or expired in between
+            seq -= 1
+            continue
+        headers = msg.headers or {}
+        try:
+            body: dict | str = json.loads(msg.data)
+        except (ValueError, TypeError):
+            body = (msg.data or b"").decode(errors="replace")
+        out.append(
+            DeadLetter(
+                seq=seq,
+                consumer=headers.get("Gpuyard-Consumer", ""),
+                original_subject=headers.get("Gpuyard-Original-Subject", ""),
+                error=headers.get("Gpuyard-Error", ""),
+                deliveries=int(headers["Gpuyard-Deliveries"]) if "Gpuyard-Deliveries" in headers else None,
+                event=body,
+            )
+        )
+        seq -= 1
+    return out
+
+
+@router.get("/nodes", response_model=list[NodeOut])
+async def nodes(ctx: Context, _: CurrentPrincipal) -> list[NodeOut]:
+    now = time.time()
+    return [
+        NodeOut(
+            node=hb.node,
+            last_seen_seconds_ago=round(now - seen, 1),
+            gpus=[g.model_dump() for g in hb.gpus],
+            cpus=hb.cpus,
+            memory_bytes=hb.memory_bytes,
+            simulated=hb.simulated,
+        )
+        for seen, hb in sorted(ctx.telemetry.nodes.values(), key=lambda x: x[1].node)
+    ]
+
+
+@router.get("/services", response_model=list[ServiceOut])
+async def services(ctx: Context, _: CurrentPrincipal) -> list[ServiceOut]:
+    now = time.time()
+    return [
+        ServiceOut(
+            service=hb.service,
+            instance=hb.instance,
+            host=hb.host,
+            pid=hb.pid,
+            version=hb.version,
+            last_seen_seconds_ago=round(now - seen, 1),
+        )
+        for seen, hb in sorted(ctx.telemetry.services.values(), key=lambda x: (x[1].service, x[1].instance))
+    ]

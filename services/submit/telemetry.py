@@ -1,0 +1,29 @@
+"""The latest heartbeat of every node and service, kept from the bus for `GET /v1/nodes` and `/v1/services`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from shared.bus import Bus
+from shared.events import CloudEvent, NodeHeartbeat, ServiceHeartbeat, Subject
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[float, NodeHeartbeat]] = {}
+        self.services: dict[str, tuple[float, ServiceHeartbeat]] = {}
+
+    def observe(self, event: CloudEvent) -> None:
+        if isinstance(event.data, NodeHeartbeat):
+            self.nodes[event.data.node] = (time.time(), event.data)
+        elif isinstance(event.data, ServiceHeartbeat):
+            self.services[event.data.instance] = (time.time(), event.data)
+
+    async def follow(self, bus: Bus) -> None:
+        async def on_msg(msg) -> None:
+            with contextlib.suppress(ValueError):
+                self.observe(CloudEvent.from_json(msg.data))
+
+        await bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=on_msg)
+        await bus.nc.subscribe(Subject.SERVICE_HEARTBEAT.value, cb=on_msg)

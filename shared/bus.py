@@ -1,0 +1,251 @@
+"""The event bus: JetStream streams, de-duplicated publishing, and durable pull consumers that ack only
+after the handler's effect is stored.
+
+- Streams (`shared.events.STREAMS`) are declared idempotently by every service at start-up.
+- `publish` sets `Nats-Msg-Id` to the event id: a retried publish inside the stream's duplicate window is
+  dropped by the server.
+- `consume` runs a durable pull consumer. Several processes that consume with the same durable name share
+  its work. The loop keeps one pull request in flight and hands each message to the handler as soon as it
+  arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
+  `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
+  poison event never blocks the consumer. An event that does not even parse goes there at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+from pydantic import ValidationError
+
+from shared.events import CONTENT_TYPE, STREAMS, CloudEvent, StreamDef
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
+
+DEADLETTER_PREFIX = "deadletter."
+
+
+class BusUnavailable(Exception):
+    """NATS cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+class Bus:
+    def __init__(self, nc: NATS, source: str, *, replicas: int = 1):
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.source = source
+        self.replicas = replicas
+        self._tasks: list[asyncio.Task] = []
+
+    @classmethod
+    async def connect(
+        cls, servers: list[str], *, name: str, source: str, replicas: int = 1, connect_timeout: float = 5
+    ) -> Bus:
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats: %s", exc)
+
+        try:
+            nc = await nats.connect(
+                servers=servers,
+                name=name,
+                connect_timeout=connect_timeout,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=on_error,
+            )
+        except Exception as exc:  # nats raises several unrelated types for "no server"
+            raise BusUnavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
+        return cls(nc, source, replicas=replicas)
+
+    # ------------------------------------------------------------------ streams
+
+    async def ensure_streams(self, streams: tuple[StreamDef, ...] = STREAMS) -> None:
+        for s in streams:
+            config = StreamConfig(
+                name=s.name,
+                subjects=s.subjects,
+                storage=StorageType.FILE,
+                max_age=s.max_age_seconds,
+                duplicate_window=s.duplicate_window_seconds,
+                num_replicas=self.replicas,
+                description=s.description,
+            )
+            try:
+                await self.js.add_stream(config)
+            except BadRequestError:
+                await self.js.update_stream(config)  # exists with another shape: bring it to ours
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(self, event: CloudEvent) -> Published:
+        ack = await self.js.publish(
+            event.nats_subject.value,
+            event.to_json(),
+            headers={"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE},
+        )
+        return Published(ack.stream, ack.seq, bool(ack.duplicate))
+
+    # ------------------------------------------------------------------ consuming
+
+    async def consume(
+        self,
+        durable: str,
+        subjects: list[str],
+        handler: Handler,
+        *,
+        stream: str,
+        max_deliver: int = 5,
+        ack_wait: float = 30,
+        batch: int = 256,
+        deliver_new: bool = True,
+    ) -> asyncio.Task:
+        """Create (or join) the durable consumer and start handling its events in a background task."""
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subjects=subjects,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_deliver=max_deliver,
+            max_ack_pending=batch * 4,
+            deliver_policy=DeliverPolicy.NEW if deliver_new else DeliverPolicy.ALL,
+        )
+        try:
+            await self.js.add_consumer(stream, config)
+        except BadRequestError:
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(stream, durable)
+            await self.js.add_consumer(stream, config)
+        consumer = PullConsumer(self, stream, durable, handler, max_deliver=max_deliver, batch=batch)
+        task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
+        self._tasks.append(task)
+        return task
+
+    async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
+        headers = {
+            "Content-Type": (msg.headers or {}).get("Content-Type", CONTENT_TYPE),
+            "Gpuyard-Original-Subject": msg.subject,
+            "Gpuyard-Consumer": durable,
+            "Gpuyard-Error": error[:2000].replace("\r", " ").replace("\n", " "),
+        }
+        with contextlib.suppress(Exception):
+            headers["Gpuyard-Stream-Seq"] = str(msg.metadata.sequence.stream)
+            headers["Gpuyard-Deliveries"] = str(msg.metadata.num_delivered)
+        await self.js.publish(DEADLETTER_PREFIX + durable, msg.data, headers=headers)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        with contextlib.suppress(Exception):
+            await self.nc.drain()
+
+
+class PullConsumer:
+    """One durable pull consumer: one pull request in flight, each message handled as soon as it arrives."""
+
+    expires = 5.0
+    heartbeat = 1.0
+
+    def __init__(
+        self, bus: Bus, stream: str, durable: str, handler: Handler, *, max_deliver: int, batch: int
+    ):
+        self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.max_deliver = max_deliver
+        self.batch = batch
+
+    async def run(self) -> None:
+        nc = self.bus.nc
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}"
+        request = json.dumps(
+            {
+                "batch": self.batch,
+                "expires": int(self.expires * 1e9),
+                "idle_heartbeat": int(self.heartbeat * 1e9),
+            }
+        ).encode()
+        try:
+            while True:
+                await nc.publish(api, request, reply=inbox)
+                remaining = self.batch
+                while remaining > 0:
+                    try:
+                        msg = await sub.next_msg(timeout=self.expires + 2 * self.heartbeat)
+                    except NatsTimeoutError:
+                        break  # request lost (reconnect, say): ask again
+                    status = (msg.headers or {}).get("Status")
+                    if status == "100":
+                        continue  # idle heartbeat
+                    if status is not None:
+                        if status not in ("404", "408"):
+                            log.info("consumer %s: status %s %s", self.durable, status, msg.headers)
+                            await asyncio.sleep(0.5)
+                        break  # the request ended; issue the next one
+                    remaining -= 1
+                    await self.handle(msg)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def handle(self, msg: Msg) -> None:
+        try:
+            event = CloudEvent.from_json(msg.data)
+        except (ValidationError, ValueError) as exc:
+            log.error(
+                "consumer %s: unreadable event on %s, dead-lettered: %s", self.durable, msg.subject, exc
+            )
+            await self.bus.dead_letter(msg, self.durable, f"unreadable event: {exc}")
+            await msg.term()
+            return
+        try:
+            await self.handler(event, msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            delivered = msg.metadata.num_delivered
+            if delivered >= self.max_deliver:
+                log.exception(
+                    "consumer %s: %s %s failed %d times, dead-lettered",
+                    self.durable,
+                    event.type,
+                    event.id,
+                    delivered,
+                )
+                await self.bus.dead_letter(msg, self.durable, f"{type(exc).__name__}: {exc}")
+                await msg.term()
+            else:
+                log.warning(
+                    "consumer %s: %s %s failed (delivery %d): %s",
+                    self.durable,
+                    event.type,
+                    event.id,
+                    delivered,
+                    exc,
+                )
+                await msg.nak(delay=min(0.2 * 2**delivered, 10))
+            return
+        await msg.ack()

@@ -1,0 +1,39 @@
+"""Event store adapters behind one interface; `open_store(url)` picks one from the URL."""
+
+from shared.store.base import (
+    AppendResult,
+    ConcurrencyError,
+    EventStore,
+    Page,
+    Projection,
+    StoredEvent,
+    StoreError,
+    StoreUnavailable,
+)
+
+
+async def open_store(url: str) -> EventStore:
+    """`sqlite:///relative.db` or `sqlite:////absolute/events.db` (embedded default, SQLAlchemy's form),
+    or `mongodb://host/db?replicaSet=rs0`."""
+    if url.startswith("sqlite:///"):
+        from shared.store.sqlite import SqliteEventStore
+
+        return await SqliteEventStore.open(url.removeprefix("sqlite:///"))
+    if url.startswith(("mongodb://", "mongodb+srv://")):
+        from shared.store.mongo import MongoEventStore
+
+        return await MongoEventStore.open(url)
+    raise ValueError(f"unknown event store URL {url!r}: use sqlite:///PATH or mongodb://HOST/DB")
+
+
+__all__ = [
+    "AppendResult",
+    "ConcurrencyError",
+    "EventStore",
+    "Page",
+    "Projection",
+    "StoreError",
+    "StoreUnavailable",
+    "StoredEvent",
+    "open_store",
+]

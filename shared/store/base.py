@@ -1,0 +1,124 @@
+"""The event store interface: append-only streams of events with optimistic concurrency, a projection per
+stream for fast listing, and an outbox flag so that an event stored but not yet published is published later.
+
+Every adapter raises the same exceptions, so callers never see a backend's own errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.events import CloudEvent
+
+
+class StoreError(Exception):
+    """Base of the store's errors."""
+
+
+class ConcurrencyError(StoreError):
+    """The stream's version is not the one the writer expected: someone else wrote first. Reload and retry."""
+
+    def __init__(self, stream_id: str, expected: int, actual: int):
+        super().__init__(f"stream {stream_id}: expected version {expected}, found {actual}")
+        self.stream_id, self.expected, self.actual = stream_id, expected, actual
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    stream_id: str
+    version: int
+    event: CloudEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The read model of one stream, stored with the events that produced it."""
+
+    stream_id: str
+    tenant: str
+    state: str
+    created_at: str  # ISO 8601, sorts chronologically
+    version: int
+    doc: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    version: int  # the stream's version after the append
+    duplicate: bool = False  # the events were already stored: nothing changed
+
+
+@dataclass(slots=True)
+class Page:
+    items: list[dict[str, Any]] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+def encode_cursor(created_at: str, stream_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at, stream_id]).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        created_at, stream_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return str(created_at), str(stream_id)
+    except (ValueError, TypeError) as exc:
+        raise ValueError("invalid page cursor") from exc
+
+
+class EventStore(ABC):
+    """What every service sees of the event store, whatever the backend."""
+
+    @abstractmethod
+    async def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: list[CloudEvent],
+        projection: Projection | None = None,
+    ) -> AppendResult:
+        """Append `events` if the stream is at `expected_version` (0 for a new stream), atomically with the
+        projection. If every event id is already stored, nothing changes and `duplicate` is True.
+        Raises ConcurrencyError when another writer got there first."""
+
+    @abstractmethod
+    async def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        """All events of one stream, oldest first."""
+
+    @abstractmethod
+    async def get_projection(self, stream_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    async def list_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Projections newest first (by creation time), filtered by state and tenant, paginated by cursor."""
+
+    @abstractmethod
+    async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
+        """Events stored at least `older_than` seconds ago and not yet marked published (the outbox)."""
+
+    @abstractmethod
+    async def mark_published(self, event_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> EventStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,196 @@
+"""The MongoDB event store (PyMongo's async API, `AsyncMongoClient`), for a replica set at scale.
+
+Collections and indexes (created idempotently on open):
+- `events`: one document per event, `_id` = event id (a repeated append of the same event is recognised),
+  `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
+  `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
+- `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
+  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first.
+
+On a replica set the events and the projection are written in one multi-document transaction; on a
+standalone server (no transactions) the projection is written after the events, guarded by its version so
+that a late writer never moves it backwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
+
+from shared.events import CloudEvent
+from shared.store.base import (
+    AppendResult,
+    ConcurrencyError,
+    EventStore,
+    Page,
+    Projection,
+    StoredEvent,
+    StoreUnavailable,
+    decode_cursor,
+    encode_cursor,
+)
+
+EVENT_INDEXES = [
+    IndexModel([("stream_id", ASCENDING), ("version", ASCENDING)], unique=True, name="stream_version"),
+    IndexModel(
+        [("published", ASCENDING), ("recorded_at", ASCENDING)],
+        partialFilterExpression={"published": False},
+        name="outbox",
+    ),
+]
+PROJECTION_INDEXES = [
+    IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
+    IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
+    IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
+]
+
+
+class MongoEventStore(EventStore):
+    def __init__(self, client: AsyncMongoClient, database: str):
+        self.client = client
+        self.db = client[database]
+        self.events = self.db["events"]
+        self.projections = self.db["projections"]
+        self.transactions = False
+
+    @classmethod
+    async def open(cls, url: str, *, timeout_ms: int = 5000) -> MongoEventStore:
+        client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms, tz_aware=True)
+        database = client.get_default_database(default="gpuyard").name
+        store = cls(client, database)
+        try:
+            hello = await client.admin.command("hello")
+            store.transactions = "setName" in hello
+            await store.events.create_indexes(EVENT_INDEXES)
+            await store.projections.create_indexes(PROJECTION_INDEXES)
+        except PyMongoError as exc:
+            await client.close()
+            raise StoreUnavailable(f"cannot reach MongoDB at {url}: {exc}") from exc
+        return store
+
+    async def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: list[CloudEvent],
+        projection: Projection | None = None,
+    ) -> AppendResult:
+        now = time.time()
+        docs = [
+            {
+                "_id": e.id,
+                "stream_id": stream_id,
+                "version": expected_version + i,
+                "type": e.type,
+                "event": e.to_dict(),
+                "recorded_at": now,
+                "published": False,
+            }
+            for i, e in enumerate(events, 1)
+        ]
+
+        async def write(session=None) -> AppendResult:
+            ids = [d["_id"] for d in docs]
+            known = await self.events.count_documents({"_id": {"$in": ids}}, session=session)
+            current = await self._version(stream_id, session)
+            if known == len(ids):
+                return AppendResult(version=current, duplicate=True)
+            if current != expected_version or known:
+                raise ConcurrencyError(stream_id, expected_version, current)
+            try:
+                await self.events.insert_many(docs, ordered=True, session=session)
+            except (BulkWriteError, DuplicateKeyError) as exc:
+                raise ConcurrencyError(
+                    stream_id, expected_version, await self._version(stream_id, None)
+                ) from exc
+            if projection is not None:
+                await self._put_projection(projection, session)
+            return AppendResult(version=expected_version + len(docs))
+
+        try:
+            if not self.transactions:
+                return await write()
+            async with self.client.start_session() as session:
+                return await session.with_transaction(write)
+        except ConcurrencyError:
+            raise
+        except PyMongoError as exc:
+            raise StoreUnavailable(f"MongoDB append failed: {exc}") from exc
+
+    async def _version(self, stream_id: str, session) -> int:
+        last = await self.events.find_one(
+            {"stream_id": stream_id},
+            sort=[("version", DESCENDING)],
+            projection={"version": 1},
+            session=session,
+        )
+        return int(last["version"]) if last else 0
+
+    async def _put_projection(self, p: Projection, session) -> None:
+        fields = {"tenant": p.tenant, "state": p.state, "version": p.version, "doc": p.doc}
+        with contextlib.suppress(DuplicateKeyError):  # a newer projection is already there
+            await self.projections.update_one(
+                {
+                    "_id": p.stream_id,
+                    "$or": [{"version": {"$lt": p.version}}, {"version": {"$exists": False}}],
+                },
+                {"$set": fields, "$setOnInsert": {"created_at": p.created_at}},
+                upsert=True,
+                session=session,
+            )
+
+    async def mark_published(self, event_ids: list[str]) -> None:
+        if event_ids:
+            await self.events.update_many({"_id": {"$in": event_ids}}, {"$set": {"published": True}})
+
+    async def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        cursor = self.events.find({"stream_id": stream_id}).sort("version", ASCENDING)
+        return [
+            StoredEvent(stream_id, d["version"], CloudEvent.model_validate(d["event"])) async for d in cursor
+        ]
+
+    async def get_projection(self, stream_id: str) -> dict[str, Any] | None:
+        doc = await self.projections.find_one({"_id": stream_id})
+        return doc["doc"] if doc else None
+
+    async def list_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        query: dict[str, Any] = {}
+        if states:
+            query["state"] = {"$in": states}
+        if tenant is not None:
+            query["tenant"] = tenant
+        if cursor:
+            created_at, stream_id = decode_cursor(cursor)
+            query["$or"] = [
+                {"created_at": {"$lt": created_at}},
+                {"created_at": created_at, "_id": {"$lt": stream_id}},
+            ]
+        found = (
+            self.projections.find(query)
+            .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit + 1)
+        )
+        docs = await found.to_list()
+        page = Page(items=[d["doc"] for d in docs[:limit]])
+        if len(docs) > limit:
+            page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"])
+        return page
+
+    async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
+        cutoff = time.time() - older_than
+        found = self.events.find({"published": False, "recorded_at": {"$lte": cutoff}}).sort("recorded_at", 1)
+        return [CloudEvent.model_validate(d["event"]) for d in await found.limit(limit).to_list()]
+
+    async def close(self) -> None:
+        await self.client.close()

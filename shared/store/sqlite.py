@@ -1,0 +1,218 @@
+"""The embedded event store: one SQLite file in the data directory, safe for several processes on one host.
+
+WAL journal, a busy timeout, and BEGIN IMMEDIATE transactions: writers of different processes queue up
+instead of failing. Every call runs on one dedicated thread so the event loop never blocks on the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from shared.events import CloudEvent
+from shared.store.base import (
+    AppendResult,
+    ConcurrencyError,
+    EventStore,
+    Page,
+    Projection,
+    StoredEvent,
+    StoreUnavailable,
+    decode_cursor,
+    encode_cursor,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    position    INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream_id   TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    event_id    TEXT    NOT NULL UNIQUE,
+    type        TEXT    NOT NULL,
+    data        TEXT    NOT NULL,
+    recorded_at REAL    NOT NULL,
+    published   INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (stream_id, version)
+);
+CREATE INDEX IF NOT EXISTS events_outbox ON events (recorded_at) WHERE published = 0;
+CREATE TABLE IF NOT EXISTS projections (
+    stream_id  TEXT PRIMARY KEY,
+    tenant     TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    doc        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
+CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
+CREATE INDEX IF NOT EXISTS projections_state ON projections (state, created_at DESC);
+"""
+
+
+class SqliteEventStore(EventStore):
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: str | Path) -> SqliteEventStore:
+        store = cls(path)
+        await store._run(store._connect)
+        return store
+
+    def _connect(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot open the event store at {self.path}: {exc}") from exc
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.executescript(SCHEMA)
+        self._conn = conn
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreUnavailable("the event store is closed")
+        return self._conn
+
+    # ------------------------------------------------------------------ writes
+
+    async def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: list[CloudEvent],
+        projection: Projection | None = None,
+    ) -> AppendResult:
+        rows = [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in events]
+        return await self._run(self._append, stream_id, expected_version, rows, projection)
+
+    def _append(self, stream_id, expected_version, rows, projection) -> AppendResult:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ids = [r[0] for r in rows]
+            marks = ",".join("?" * len(ids))
+            known = conn.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN ({marks})", ids).fetchone()[
+                0
+            ]
+            current = conn.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream_id = ?", (stream_id,)
+            ).fetchone()[0]
+            if known == len(ids):
+                conn.execute("ROLLBACK")
+                return AppendResult(version=current, duplicate=True)
+            if current != expected_version or known:
+                raise ConcurrencyError(stream_id, expected_version, current)
+            now = time.time()
+            conn.executemany(
+                "INSERT INTO events (stream_id, version, event_id, type, data, recorded_at) VALUES (?,?,?,?,?,?)",
+                [
+                    (stream_id, expected_version + i, eid, typ, data, now)
+                    for i, (eid, typ, data) in enumerate(rows, 1)
+                ],
+            )
+            if projection is not None:
+                conn.execute(
+                    "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc)"
+                    " VALUES (?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET"
+                    " tenant=excluded.tenant, state=excluded.state, version=excluded.version, doc=excluded.doc",
+                    (
+                        projection.stream_id,
+                        projection.tenant,
+                        projection.state,
+                        projection.created_at,
+                        projection.version,
+                        json.dumps(projection.doc),
+                    ),
+                )
+            conn.execute("COMMIT")
+            return AppendResult(version=expected_version + len(rows))
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def mark_published(self, event_ids: list[str]) -> None:
+        if event_ids:
+            await self._run(self._mark_published, event_ids)
+
+    def _mark_published(self, event_ids: list[str]) -> None:
+        marks = ",".join("?" * len(event_ids))
+        self.conn.execute(f"UPDATE events SET published = 1 WHERE event_id IN ({marks})", event_ids)
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        rows = await self._run(
+            lambda: self.conn.execute(
+                "SELECT version, data FROM events WHERE stream_id = ? ORDER BY version", (stream_id,)
+            ).fetchall()
+        )
+        return [StoredEvent(stream_id, v, CloudEvent.from_json(d)) for v, d in rows]
+
+    async def get_projection(self, stream_id: str) -> dict[str, Any] | None:
+        row = await self._run(
+            lambda: self.conn.execute(
+                "SELECT doc FROM projections WHERE stream_id = ?", (stream_id,)
+            ).fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    async def list_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        where, args = [], []
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += states
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if cursor:
+            created_at, stream_id = decode_cursor(cursor)
+            where.append("(created_at < ? OR (created_at = ? AND stream_id < ?))")
+            args += [created_at, created_at, stream_id]
+        sql = "SELECT created_at, stream_id, doc FROM projections"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, stream_id DESC LIMIT ?"
+        rows = await self._run(lambda: self.conn.execute(sql, [*args, limit + 1]).fetchall())
+        page = Page(items=[json.loads(doc) for _, _, doc in rows[:limit]])
+        if len(rows) > limit:
+            created_at, stream_id, _ = rows[limit - 1]
+            page.next_cursor = encode_cursor(created_at, stream_id)
+        return page
+
+    async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
+        cutoff = time.time() - older_than
+        rows = await self._run(
+            lambda: self.conn.execute(
+                "SELECT data FROM events WHERE published = 0 AND recorded_at <= ? ORDER BY position LIMIT ?",
+                (cutoff, limit),
+            ).fetchall()
+        )
+        return [CloudEvent.from_json(d) for (d,) in rows]
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await asyncio.get_running_loop().run_in_executor(self._thread, conn.close)
+        self._thread.shutdown(wait=False)

@@ -1,0 +1,149 @@
+"""One contract suite for every event store adapter.
+
+The embedded SQLite store always runs. MongoDB runs when GPUYARD_TEST_MONGODB_URL points at a server (a
+replica set for the transactional path); no MongoDB server can be installed on the project's own machines,
+and testcontainers needs a Docker engine, which they lack, so there the MongoDB cases are skipped with that
+reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+
+from shared.events import JobCancelled, JobPlaced, JobSubmitted, ReplicaPlacement, make_event
+from shared.jobspec import JobSpec
+from shared.jobstate import apply
+from shared.ledger import projection_of
+from shared.store import ConcurrencyError, EventStore, open_store
+
+MONGO_URL = os.environ.get("GPUYARD_TEST_MONGODB_URL")
+MONGO_SKIP = (
+    "GPUYARD_TEST_MONGODB_URL is not set: no MongoDB server can be installed on this machine and testcontainers "
+    "has no Docker engine here; set it to mongodb://HOST/DB (a replica set for transactions) to run these cases"
+)
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("mongodb", marks=pytest.mark.skipif(not MONGO_URL, reason=MONGO_SKIP))]
+)
+async def store(request, tmp_path) -> EventStore:
+    if request.param == "sqlite":
+        s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
+    else:
+        base = MONGO_URL.split("?")[0].rstrip("/")
+        query = "?" + MONGO_URL.split("?", 1)[1] if "?" in MONGO_URL else ""
+        s = await open_store(f"{base.rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{query}")
+    yield s
+    if request.param == "mongodb":
+        await s.client.drop_database(s.db.name)
+    await s.close()
+
+
+def submitted(job_id: str, tenant: str = "t", minute: int = 0):
+    from datetime import UTC, datetime
+
+    data = JobSubmitted(job_id=job_id, name="n", tenant=tenant, user="u", spec=JobSpec(command="true"))
+    return make_event(
+        data, source="/test", id=f"{job_id}-sub", time=datetime(2026, 1, 1, 0, minute, tzinfo=UTC)
+    )
+
+
+def placed(job_id: str, event_id: str | None = None):
+    data = JobPlaced(job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
+    return make_event(data, source="/test", id=event_id or f"{job_id}-placed")
+
+
+async def test_append_then_read_in_order(store):
+    e1, e2 = submitted("a"), placed("a")
+    assert (await store.append("a", 0, [e1])).version == 1
+    assert (await store.append("a", 1, [e2])).version == 2
+    events = await store.read_stream("a")
+    assert [(s.version, s.event) for s in events] == [(1, e1), (2, e2)]
+    assert await store.read_stream("unknown") == []
+
+
+async def test_a_stale_expected_version_is_a_conflict_never_an_overwrite(store):
+    await store.append("a", 0, [submitted("a")])
+    with pytest.raises(ConcurrencyError) as exc:
+        await store.append("a", 0, [placed("a")])
+    assert (exc.value.expected, exc.value.actual) == (0, 1)
+    with pytest.raises(ConcurrencyError):
+        await store.append("a", 5, [placed("a")])  # ahead of the stream: no gaps either
+    assert len(await store.read_stream("a")) == 1
+
+
+async def test_concurrent_writers_of_one_version_one_wins(store):
+    await store.append("a", 0, [submitted("a")])
+    results = await asyncio.gather(
+        *(store.append("a", 1, [placed("a", f"p{i}")]) for i in range(5)), return_exceptions=True
+    )
+    assert sum(not isinstance(r, Exception) for r in results) == 1
+    assert all(isinstance(r, ConcurrencyError) for r in results if isinstance(r, Exception))
+    assert len(await store.read_stream("a")) == 2
+
+
+async def test_appending_the_same_event_again_changes_nothing(store):
+    event = submitted("a")
+    await store.append("a", 0, [event])
+    again = await store.append("a", 0, [event])
+    assert again.duplicate and again.version == 1
+    assert len(await store.read_stream("a")) == 1
+
+
+async def test_projection_is_written_with_the_events(store):
+    event = submitted("a", tenant="vision")
+    view = apply(None, event)
+    await store.append("a", 0, [event], projection_of(view))
+    doc = await store.get_projection("a")
+    assert doc["state"] == "queued" and doc["tenant"] == "vision" and doc["version"] == 1
+    cancel = make_event(JobCancelled(job_id="a", attempt=1, by="u"), source="/t")
+    await store.append("a", 1, [cancel], projection_of(apply(view, cancel, version=2)))
+    assert (await store.get_projection("a"))["state"] == "cancelled"
+    assert await store.get_projection("nope") is None
+
+
+async def test_listing_is_newest_first_filtered_and_paginated(store):
+    for i in range(7):
+        job = f"j{i}"
+        event = submitted(job, tenant="a" if i % 2 else "b", minute=i)
+        await store.append(job, 0, [event], projection_of(apply(None, event)))
+    page = await store.list_projections(limit=3)
+    assert [d["job_id"] for d in page.items] == ["j6", "j5", "j4"]
+    seen = [d["job_id"] for d in page.items]
+    while page.next_cursor:
+        page = await store.list_projections(limit=3, cursor=page.next_cursor)
+        seen += [d["job_id"] for d in page.items]
+    assert seen == [f"j{i}" for i in range(6, -1, -1)]
+    only_a = await store.list_projections(tenant="a", limit=10)
+    assert [d["job_id"] for d in only_a.items] == ["j5", "j3", "j1"]
+    assert (await store.list_projections(states=["running"])).items == []
+    assert len((await store.list_projections(states=["queued", "running"], limit=50)).items) == 7
+    with pytest.raises(ValueError):
+        await store.list_projections(cursor="not-a-cursor")
+
+
+async def test_outbox_lists_unpublished_events_until_marked(store):
+    e1, e2 = submitted("a"), placed("a")
+    await store.append("a", 0, [e1])
+    await store.append("a", 1, [e2])
+    assert [e.id for e in await store.unpublished(older_than=0)] == [e1.id, e2.id]
+    assert await store.unpublished(older_than=3600) == []
+    await store.mark_published([e1.id])
+    assert [e.id for e in await store.unpublished(older_than=0)] == [e2.id]
+
+
+async def test_two_handles_on_one_embedded_file_see_each_other(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a, b = await open_store(url), await open_store(url)
+    try:
+        await a.append("x", 0, [submitted("x")])
+        with pytest.raises(ConcurrencyError):
+            await b.append("x", 0, [placed("x")])
+        assert len(await b.read_stream("x")) == 1
+    finally:
+        await a.close()
+        await b.close()

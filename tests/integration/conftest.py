@@ -1,0 +1,170 @@
+"""Fixtures that start real things: a nats-server with JetStream, and the whole platform via `gpuyard up`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuyard.client import Client
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def nats_url(tmp_path):
+    """A fresh nats-server with JetStream on a free port, for one test."""
+    binary = BIN / "nats-server" if (BIN / "nats-server").exists() else shutil.which("nats-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(binary), "-js", "-sd", str(tmp_path / "nats"), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 10, what="nats-server")
+    yield f"nats://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+class Platform:
+    """`gpuyard up` in a subprocess, on free ports, with its own data and config directories."""
+
+    def __init__(self, data_dir: Path, config_dir: Path, simulate_gpus: int = 2):
+        self.data_dir = data_dir
+        self.config_dir = config_dir
+        self.simulate_gpus = simulate_gpus
+        self.port = free_port()
+        self.nats_port = free_port()
+        self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
+        self.env.pop("GPUYARD_SERVER", None)
+        self.env.pop("GPUYARD_TOKEN", None)
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir.parent / f"up-{data_dir.name}.log"
+
+    @property
+    def server(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    def start(self) -> Platform:
+        self.proc = subprocess.Popen(
+            [
+                str(BIN / "gpuyard"),
+                "up",
+                "--data-dir",
+                str(self.data_dir),
+                "--port",
+                str(self.port),
+                "--nats-port",
+                str(self.nats_port),
+                "--simulate-gpus",
+                str(self.simulate_gpus),
+                "--node-name",
+                "node-a",
+            ],
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(self.ready, 60, 0.2, "gpuyard up")
+        return self
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"gpuyard up exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+            )
+        try:
+            client = self.client()
+            return (
+                client.healthy()
+                and any(n["gpus"] for n in client.request("GET", "/v1/nodes"))
+                or (self.simulate_gpus == 0 and client.healthy())
+            )
+        except Exception:
+            return False
+
+    def client(self) -> Client:
+        import json
+
+        token = json.loads((self.config_dir / "config.json").read_text())["token"]  # as `gpuyard up` saved it
+        return Client(self.server, token, timeout=30)
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "gpuyard"), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(60)
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float = 30) -> dict:
+        client = self.client()
+        return wait_for(
+            lambda: (job := client.job(job_id))["state"] in states and job,
+            timeout,
+            0.1,
+            f"job {job_id} in {states}",
+        )
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    base = tmp_path_factory.mktemp("platform")
+    p = Platform(base / "data", base / "config").start()
+    yield p
+    if p.proc.poll() is None:
+        p.stop()
+
+
+def sse_events(server: str, token: str, params: dict, count: int, timeout: float = 20) -> list[dict]:
+    import json
+
+    events: list[dict] = []
+    with httpx.stream(
+        "GET",
+        f"{server}/v1/events/stream",
+        params=params,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=timeout,
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) >= count:
+                    break
+    return events

@@ -1,0 +1,180 @@
+"""The whole platform as users run it: `gpuyard up` (real NATS, five real processes), the CLI and the API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from shared.bus import Bus
+from shared.events import CloudEvent
+
+from .conftest import sse_events, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def write_spec(tmp_path, name: str, spec: dict) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def event_types(client, job_id: str) -> list[str]:
+    return [e["event"]["type"].removeprefix("io.gpuyard.job.") for e in client.events(job_id)]
+
+
+def test_a_job_goes_submitted_placed_running_succeeded(platform, tmp_path):
+    spec = write_spec(
+        tmp_path, "ok", {"name": "ok", "command": "echo hello $GPUYARD_JOB_ID", "resources": {"gpus": 1}}
+    )
+    result = platform.cli("submit", spec, "--follow")
+    assert result.returncode == 0, result.stdout + result.stderr
+    job_id = result.stdout.split("submitted job ")[1].split()[0]
+    client = platform.client()
+    job = client.job(job_id)
+    assert job["state"] == "succeeded" and job["exit_code"] == 0
+    assert event_types(client, job_id) == ["submitted", "placed", "started", "replica_exited", "succeeded"]
+    assert f"hello {job_id}" in client.logs(job_id)
+    assert job["placements"][0]["node"] == "node-a" and len(job["placements"][0]["gpus"]) == 1
+
+
+def test_a_failing_job_fails_and_keeps_its_exit_code(platform, tmp_path):
+    spec = write_spec(tmp_path, "bad", {"command": "echo about to fail; exit 3"})
+    result = platform.cli("submit", spec, "--follow")
+    assert result.returncode == 1
+    job_id = result.stdout.split("submitted job ")[1].split()[0]
+    job = platform.client().job(job_id)
+    assert job["state"] == "failed" and job["exit_code"] == 3 and job["failure_reason"] == "exit_code"
+    assert "about to fail" in job["log_tail"]
+    described = platform.cli("describe", job_id)
+    assert "Exit code" in described.stdout and "about to fail" in described.stdout
+
+
+def test_a_command_that_does_not_exist_fails_with_that_reason(platform):
+    client = platform.client()
+    job_id = client.submit({"command": ["/no/such/program"]})["job_id"]
+    job = platform.wait_state(job_id, {"failed"})
+    assert job["failure_reason"] == "command_not_found" and "/no/such/program" in job["message"]
+
+
+def test_cancel_stops_a_running_job(platform, tmp_path):
+    client = platform.client()
+    pidfile = tmp_path / "pid"
+    job_id = client.submit({"command": f"echo $$ > {pidfile}; exec sleep 300", "resources": {"gpus": 1}})[
+        "job_id"
+    ]
+    platform.wait_state(job_id, {"running"})
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="pid file"))
+    result = platform.cli("cancel", job_id)
+    assert result.returncode == 0 and "cancel requested" in result.stdout
+    job = platform.wait_state(job_id, {"cancelled"})
+    assert job["state"] == "cancelled"
+    assert event_types(client, job_id)[-2:] == ["replica_exited", "cancelled"]
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, what="the job's process to be gone")
+    again = platform.cli("cancel", job_id)
+    assert again.returncode == 1 and "already cancelled" in again.stderr
+
+
+def test_two_replicas_get_torchrun_style_environment(platform):
+    client = platform.client()
+    command = "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT"
+    job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 1}})["job_id"]
+    platform.wait_state(job_id, {"succeeded"})
+    logs = [client.logs(job_id, replica=r) for r in (0, 1)]
+    assert logs[0].startswith("rank=0 world=2 local=0/2 master=127.0.0.1:")
+    assert logs[1].startswith("rank=1 world=2 local=1/2 master=127.0.0.1:")
+    assert logs[0].split("master=")[1] == logs[1].split("master=")[1]
+
+
+def test_a_job_too_big_for_the_cluster_waits_with_a_reason(platform):
+    client = platform.client()
+    job_id = client.submit({"name": "too-big", "command": "true", "resources": {"gpus": 4}})["job_id"]
+    job = wait_for(lambda: (j := client.job(job_id))["pending"] and j, 15, what="a pending reason")
+    assert job["state"] == "queued"
+    assert job["pending"]["code"] == "too_large" and "needs 4 GPUs on one node" in job["pending"]["message"]
+    listed = platform.cli("ps", "--json")
+    assert any(j["job_id"] == job_id for j in json.loads(listed.stdout))
+    table = platform.cli("ps")
+    assert "too-big" in table.stdout and "needs 4 GPUs" in table.stdout
+    client.cancel(job_id)
+
+
+def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
+    client = platform.client()
+    job_id = client.submit({"command": "echo ran-once", "resources": {"gpus": 1}})["job_id"]
+    platform.wait_state(job_id, {"succeeded"})
+    before = client.events(job_id)
+    placed = CloudEvent.model_validate(
+        next(e["event"] for e in before if e["event"]["type"].endswith("placed"))
+    )
+
+    async def republish():
+        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        try:
+            duplicate = await bus.publish(placed)  # same Nats-Msg-Id: dropped by JetStream
+            # a redelivery that got past de-duplication: same event, other message id
+            await bus.js.publish(
+                placed.nats_subject.value, placed.to_json(), headers={"Nats-Msg-Id": "redelivery-1"}
+            )
+            return duplicate
+        finally:
+            await bus.close()
+
+    assert asyncio.run(republish()).duplicate
+    time.sleep(2)
+    assert client.events(job_id) == before
+    assert client.logs(job_id).count("ran-once") == 1
+
+
+def test_bad_input_gets_one_clear_line_not_a_traceback(platform, tmp_path):
+    bad = write_spec(tmp_path, "bad-spec", {"command": "true", "resources": {"gpus": 1.5}})
+    result = platform.cli("submit", bad)
+    assert result.returncode == 1 and "resources.gpus" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    missing = platform.cli("submit", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+    token = platform.cli("ps", "--token", "wrong")
+    assert token.returncode == 1 and "not authorised" in token.stderr and "Traceback" not in token.stderr
+    unknown = platform.cli("describe", "no-such-job")
+    assert unknown.returncode == 1 and "no job" in unknown.stderr
+
+
+def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
+    client = platform.client()
+    token = client.token
+    import threading
+
+    got: list[dict] = []
+
+    def listen():
+        got.extend(sse_events(platform.server, token, {"subject": "job.>"}, count=5))
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    time.sleep(1)
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
+    listener.join(20)
+    mine = [e for e in got if e["subject"] == job_id]
+    assert [e["type"] for e in mine][:3] == [
+        "io.gpuyard.job.submitted",
+        "io.gpuyard.job.placed",
+        "io.gpuyard.job.started",
+    ]
+
+
+def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform):
+    client = platform.client()
+    scheduler = wait_for(
+        lambda: next((s for s in client.request("GET", "/v1/services") if s["service"] == "scheduler"), None),
+        15,
+        what="the scheduler's heartbeat",
+    )
+    os.kill(scheduler["pid"], signal.SIGKILL)
+    wait_for(lambda: "scheduler" in platform.log.read_text() and "restarting" in platform.log.read_text(), 10)
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
+    assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"

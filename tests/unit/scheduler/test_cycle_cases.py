@@ -1,0 +1,358 @@
+"""Table-driven cases for one scheduling cycle (Kueue style): start cluster, queue -> exact decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from services.scheduler.core import SchedulerConfig, schedule
+from tests.unit.scheduler.builders import GIB, cluster, job, node, running, where
+
+HOUR = 3600.0
+NOW = 10_000.0
+
+
+@dataclass
+class Case:
+    name: str
+    state: Any  # () -> ClusterState
+    queue: list
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    placed: dict[str, list | None] = field(default_factory=dict)  # job -> [(node, gpus)], None = anywhere
+    preempted: list[tuple[str, str, str]] = field(default_factory=list)  # (victim, reason, by)
+    pending: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> (code, message)
+    estimated: dict[str, float | None] = field(default_factory=dict)
+
+
+def ff(**kw) -> SchedulerConfig:
+    return SchedulerConfig(policy="firstfit", **kw)
+
+
+CASES = [
+    Case(
+        "whole GPUs go to the first node with room",
+        lambda: cluster(node("n0"), node("n1")),
+        [job("a", 4)],
+        ff(),
+        placed={"a": [("n0", (0, 1, 2, 3))]},
+    ),
+    Case(
+        "no node has a block large enough",
+        lambda: cluster(
+            node("n0", 4),
+            node("n1", 4),
+            running=[running(job("x", 2), "n0", [0, 1], 0), running(job("y", 3), "n1", [0, 1, 2], 0)],
+        ),
+        [job("a", 4)],
+        ff(preemption=False),
+        pending={
+            "a": (
+                "insufficient_gpus",
+                "needs 4 GPUs on one node; the largest free block is 2 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "larger than any node",
+        lambda: cluster(node("n0"), node("n1")),
+        [job("a", 16)],
+        pending={"a": ("too_large", "needs 16 GPUs on one node; the largest node has 8 (n0); 1st in line")},
+    ),
+    Case(
+        "GPU model nobody has",
+        lambda: cluster(node("n0")),
+        [job("a", 1, gpu_models=("H100",))],
+        pending={"a": ("no_matching_gpu_model", "needs GPU model H100; no node has one; 1st in line")},
+    ),
+    Case(
+        "GPU model constraint picks the matching node",
+        lambda: cluster(node("n0", model="T4"), node("n1", model="A100")),
+        [job("a", 2, gpu_models=("A100",))],
+        ff(),
+        placed={"a": [("n1", (0, 1))]},
+    ),
+    Case(
+        "a gang that does not fit holds nothing",
+        lambda: cluster(node("n0"), node("n1"), running=[running(job("x", 1), "n1", [0], 0)]),
+        [job("g", 8, replicas=2), job("s", 1, submitted_at=9e9)],
+        ff(preemption=False, backfill="greedy"),
+        placed={"s": [("n0", (0,))]},
+        pending={
+            "g": (
+                "gang_does_not_fit",
+                "needs 2 workers × 8 whole GPUs placed together; only about 1 fit now; 1st in line",
+            )
+        },
+    ),
+    Case(
+        "a gang is placed whole across nodes",
+        lambda: cluster(node("n0"), node("n1")),
+        [job("g", 8, replicas=2)],
+        ff(),
+        placed={"g": [("n0", tuple(range(8))), ("n1", tuple(range(8)))]},
+    ),
+    Case(
+        "best fit packs shares onto one GPU",
+        lambda: cluster(node("n0", 2)),
+        [job("a", 0.5, submitted_at=1), job("b", 0.5, submitted_at=2)],
+        SchedulerConfig(policy="bestfit"),
+        placed={"a": [("n0", (0,))], "b": [("n0", (0,))]},
+    ),
+    Case(
+        "a share needs its memory slice on the same GPU",
+        lambda: cluster(
+            node("n0", 2, gpu_memory=40 * GIB),
+            running=[running(job("x", 0.25), "n0", [0], 0, memory=30 * GIB)],
+        ),
+        [job("a", 0.25, gpu_memory=20 * GIB)],
+        SchedulerConfig(policy="bestfit"),
+        placed={"a": [("n0", (1,))]},
+    ),
+    Case(
+        "no GPU has the share free",
+        lambda: cluster(node("n0", 1), running=[running(job("x", 0.75), "n0", [0], 0)]),
+        [job("a", 0.5)],
+        ff(preemption=False),
+        pending={
+            "a": (
+                "insufficient_gpu_share",
+                "needs 0.5 of a GPU; the largest free share is 0.25 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "higher priority goes first",
+        lambda: cluster(node("n0", 1)),
+        [job("low", 1, priority=10, submitted_at=1), job("high", 1, priority=100, submitted_at=2)],
+        ff(preemption=False),
+        placed={"high": [("n0", (0,))]},
+        pending={
+            "low": (
+                "insufficient_gpus",
+                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "a high-priority job preempts the youngest lower-priority job that frees enough",
+        lambda: cluster(
+            node("n0", 2),
+            running=[
+                running(job("old", 1, priority=10), "n0", [0], NOW - 5 * HOUR),
+                running(job("young", 1, priority=10), "n0", [1], NOW - HOUR),
+            ],
+        ),
+        [job("high", 1, priority=100)],
+        ff(),
+        preempted=[("young", "priority", "high")],
+        pending={"high": ("preempting", "preempting 1 job (young) to free 1 GPUs; 1st in line")},
+    ),
+    Case(
+        "no victim before its minimum runtime",
+        lambda: cluster(node("n0", 1), running=[running(job("fresh", 1, priority=10), "n0", [0], NOW - 60)]),
+        [job("high", 1, priority=100)],
+        ff(min_runtime_before_preemption=300),
+        pending={
+            "high": (
+                "insufficient_gpus",
+                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "same priority never preempts",
+        lambda: cluster(node("n0", 1), running=[running(job("x", 1), "n0", [0], 0)]),
+        [job("y", 1)],
+        ff(),
+        pending={
+            "y": (
+                "insufficient_gpus",
+                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "an owner reclaims its guarantee from borrowed work (any priority)",
+        lambda: cluster(
+            node("n0", 2),
+            running=[
+                running(job("b1", 1, tenant="b", priority=100), "n0", [0], 0),
+                running(job("b2", 1, tenant="b", priority=100), "n0", [1], 100),
+            ],
+            quotas={"a": 2, "b": 0},
+        ),
+        [job("a1", 1, tenant="a", priority=50)],
+        ff(),
+        preempted=[("b2", "reclaim", "a1")],
+        pending={"a1": ("preempting", "preempting 1 job (b2) to free 1 GPUs; 1st in line")},
+    ),
+    Case(
+        "borrowing idle GPUs is allowed and flagged",
+        lambda: cluster(node("n0", 2), quotas={"a": 1, "b": 1}),
+        [job("a1", 2, tenant="a")],
+        ff(),
+        placed={"a1": [("n0", (0, 1))]},
+    ),
+    Case(
+        "a tenant at its quota with nothing idle to borrow",
+        lambda: cluster(
+            node("n0", 2),
+            running=[
+                running(job("b1", 1, tenant="b"), "n0", [0], 0),
+                running(job("a0", 1, tenant="a"), "n0", [1], 0),
+            ],
+            quotas={"a": 1, "b": 1},
+        ),
+        [job("a1", 1, tenant="a")],
+        ff(),
+        pending={
+            "a1": (
+                "quota_exhausted",
+                "tenant a is at its quota 1/1 GPUs and no idle GPUs can be borrowed (needs 1); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "borrowing switched off",
+        lambda: cluster(node("n0", 4), quotas={"a": 1}),
+        [job("a1", 2, tenant="a")],
+        ff(borrowing=False),
+        pending={
+            "a1": (
+                "borrowing_disabled",
+                "tenant a is at its quota 0/1 GPUs and borrowing is off; 1st in line",
+            )
+        },
+    ),
+    Case(
+        "per-user cap inside a tenant",
+        lambda: cluster(node("n0", 8), running=[running(job("x", 3, user="ann"), "n0", [0, 1, 2], 0)]),
+        [job("a1", 2, user="ann", submitted_at=1), job("b1", 2, user="bob", submitted_at=2)],
+        ff(user_gpu_cap={"*": 4}),
+        placed={"b1": [("n0", (3, 4))]},
+        pending={
+            "a1": (
+                "user_cap",
+                "user ann of tenant t holds 3 of at most 4 GPUs; this job needs 2 more; 1st in line",
+            )
+        },
+    ),
+    Case(
+        "retry backoff",
+        lambda: cluster(node("n0")),
+        [job("a", 1, not_before=NOW + 120)],
+        pending={
+            "a": ("retry_backoff", "waiting 2 min before the next attempt (retry backoff); 1st in line")
+        },
+    ),
+    Case(
+        "EASY backfill: short jobs pass, jobs that would delay the reservation wait",
+        lambda: cluster(
+            node("n0", 8),
+            node("n1", 4),
+            running=[
+                running(job("long", 4, timeout=2 * HOUR), "n0", [0, 1, 2, 3], NOW - HOUR),
+                running(job("other", 2), "n1", [0, 1], 0),
+            ],
+        ),
+        [
+            job("head", 8, submitted_at=1),
+            job("forever", 4, submitted_at=2),
+            job("short", 4, timeout=600, submitted_at=3),
+            job("side", 2, submitted_at=4),
+        ],
+        ff(preemption=False),
+        placed={"short": [("n0", (4, 5, 6, 7))], "side": [("n1", (2, 3))]},
+        pending={
+            "head": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 1st in line; estimated start in about 60 min",
+            ),
+            "forever": (
+                "backfill_would_delay",
+                "fits now but would delay the reserved start of job head; 2nd in line",
+            ),
+        },
+        estimated={"head": NOW + HOUR},
+    ),
+    Case(
+        "strict order (backfill off) lets nothing pass a blocked job",
+        lambda: cluster(node("n0", 8), running=[running(job("x", 4), "n0", [0, 1, 2, 3], 0)]),
+        [job("head", 8, submitted_at=1), job("small", 1, submitted_at=2)],
+        ff(preemption=False, backfill="off"),
+        pending={
+            "head": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 1st in line",
+            ),
+            "small": ("blocked_by_head", "strict order: waits behind job head; 2nd in line"),
+        },
+    ),
+    Case(
+        "fair share serves the tenant with the smaller dominant share first",
+        lambda: cluster(node("n0", 8), running=[running(job("x", 6, tenant="a"), "n0", list(range(6)), 0)]),
+        [job("a1", 2, tenant="a", submitted_at=1), job("b1", 2, tenant="b", submitted_at=2)],
+        ff(preemption=False),
+        placed={"b1": [("n0", (6, 7))]},
+        pending={
+            "a1": (
+                "insufficient_gpus",
+                "needs 2 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+            )
+        },
+    ),
+    Case(
+        "positions count the waiting jobs in order",
+        lambda: cluster(node("n0", 1), running=[running(job("x", 1), "n0", [0], 0)]),
+        [job(f"w{k}", 1, submitted_at=k) for k in range(3)],
+        ff(preemption=False),
+        pending={
+            f"w{k}": (
+                "insufficient_gpus",
+                f"needs 1 GPUs on one node; the largest free block is 0 (n0); {p} in line",
+            )
+            for k, p in enumerate(["1st", "2nd", "3rd"])
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_cycle(case: Case) -> None:
+    state = case.state()
+    result = schedule(state, case.queue, case.config)
+
+    placed = {p.job_id for p in result.placements}
+    assert placed == set(case.placed), result.pending
+    for job_id, expected in case.placed.items():
+        if expected is not None:
+            assert where(result, job_id) == expected
+    assert [(p.job_id, p.reason, p.by_job) for p in result.preemptions] == case.preempted
+    assert {k: (v.code, v.message) for k, v in result.pending.items()} == case.pending
+    for job_id, start in case.estimated.items():
+        assert result.pending[job_id].estimated_start == start
+    assert placed.isdisjoint(result.pending) and placed | set(result.pending) == {
+        j.job_id for j in case.queue
+    }
+
+
+def test_borrowed_flag() -> None:
+    state = cluster(node("n0", 4), quotas={"a": 1})
+    result = schedule(
+        state, [job("a1", 1, tenant="a", submitted_at=1), job("a2", 1, tenant="a", submitted_at=2)], ff()
+    )
+    assert [(p.job_id, p.borrowed) for p in result.placements] == [("a1", False), ("a2", True)]
+
+
+def test_schedule_applies_placements_to_the_state() -> None:
+    state = cluster(node("n0", 2))
+    schedule(state, [job("a", 0.5, cpus=4, memory=GIB)], ff())
+    n0 = state.nodes["n0"]
+    assert (n0.gpus[0].allocated, n0.allocated_cpus, n0.allocated_memory) == (0.5, 4, GIB)
+
+
+def test_unknown_policy_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        schedule(cluster(node("n0")), [job("a")], SchedulerConfig(policy="nope"))

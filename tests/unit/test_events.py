@@ -1,0 +1,33 @@
+from shared.eventdocs import EXAMPLES
+from shared.events import REGISTRY, CloudEvent, Subject, derived_id, make_event, subject_of_type, type_of
+
+
+def test_every_subject_has_exactly_one_model_and_an_example():
+    assert set(REGISTRY) == set(Subject)
+    assert set(EXAMPLES) == set(Subject)
+
+
+def test_every_event_round_trips_through_cloudevents_json():
+    for subject, data in EXAMPLES.items():
+        event = make_event(data, source="/test")
+        back = CloudEvent.from_json(event.to_json())
+        assert back == event
+        assert type(back.data) is REGISTRY[subject]
+        assert back.nats_subject == subject
+        assert back.specversion == "1.0" and back.type == "io.gpuyard." + subject.value
+
+
+def test_type_and_subject_are_one_definition():
+    for subject in Subject:
+        assert subject_of_type(type_of(subject)) == subject
+
+
+def test_derived_ids_are_deterministic_and_distinct():
+    assert derived_id("j", 1, "placed") == derived_id("j", 1, "placed")
+    assert derived_id("j", 1, "placed") != derived_id("j", 2, "placed")
+
+
+def test_readers_tolerate_unknown_fields():
+    raw = make_event(EXAMPLES[Subject.JOB_SUCCEEDED], source="/t").to_dict()
+    raw["data"]["added_in_a_later_version"] = 1
+    assert CloudEvent.model_validate(raw).data == EXAMPLES[Subject.JOB_SUCCEEDED]

@@ -1,0 +1,90 @@
+import pytest
+from pydantic import ValidationError
+
+from shared.jobspec import JobSpec, SpecError, load_spec_text
+from shared.units import parse_duration, parse_size
+
+
+def spec(**fields):
+    return JobSpec.model_validate({"command": "true", **fields})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("16GB", 16 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1.5Gi", int(1.5 * 2**30)),
+        (1024, 1024),
+        ("10 kb", 10_000),
+    ],
+)
+def test_sizes(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("90s", 90), ("45m", 2700), ("1h30m", 5400), ("2d", 172800), (12, 12)]
+)
+def test_durations(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["ten GB", "5XB", -1])
+def test_bad_sizes_are_refused_with_a_reason(bad):
+    with pytest.raises(ValueError, match="size"):
+        parse_size(bad)
+
+
+def test_whole_and_fractional_gpus():
+    assert spec(resources={"gpus": 2}).resources.whole_gpus == 2
+    frac = spec(resources={"gpus": 0.46, "gpu_memory": "10GB"}).resources
+    assert frac.is_fractional and frac.gpu_memory == 10 * 10**9
+
+
+def test_fractions_above_one_gpu_are_refused():
+    with pytest.raises(ValidationError, match="whole number"):
+        spec(resources={"gpus": 1.5})
+
+
+def test_unknown_fields_are_errors_not_ignored():
+    with pytest.raises(ValidationError) as exc:
+        spec(gpu=2)
+    assert exc.value.errors()[0]["loc"] == ("gpu",)
+    with pytest.raises(ValidationError):
+        spec(resources={"gpu": 2})
+
+
+def test_gpu_model_accepts_a_list_or_a_pipe_separated_string():
+    assert spec(resources={"gpus": 1, "gpu_model": "A100|H100"}).resources.gpu_model == ["A100", "H100"]
+
+
+def test_command_string_runs_through_a_shell_and_list_does_not():
+    assert spec(command="echo hi").argv == ["/bin/sh", "-c", "echo hi"]
+    assert spec(command=["python", "-c", "1"]).argv == ["python", "-c", "1"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"priority": "urgent"}, "priority"),
+        ({"name": "Bad_Name"}, "name"),
+        ({"env": {"1X": "y"}}, "env"),
+        ({"replicas": 0}, "replicas"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"command": ""}, "command"),
+    ],
+)
+def test_bad_fields_name_the_field(fields, field):
+    with pytest.raises(ValidationError) as exc:
+        spec(**fields)
+    assert exc.value.errors()[0]["loc"][0] == field
+
+
+def test_yaml_and_json_specs_load():
+    assert load_spec_text("command: [echo, hi]\nreplicas: 2\n")["replicas"] == 2
+    assert load_spec_text('{"command": "x"}', filename="a.json") == {"command": "x"}
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec_text("command: [unclosed\n")

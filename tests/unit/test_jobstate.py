@@ -1,0 +1,119 @@
+"""The state machine: legal paths, refusals, stale attempts."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.events import (
+    FailureReason,
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPending,
+    JobPlaced,
+    JobReplicaExited,
+    JobRequeued,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    PendingReason,
+    ReplicaPlacement,
+    RequeueReason,
+    make_event,
+)
+from shared.jobspec import JobSpec
+from shared.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+J = "job1"
+
+
+def ev(data, minutes=0):
+    return make_event(data, source="/test", time=T0 + timedelta(minutes=minutes))
+
+
+def submitted():
+    return ev(
+        JobSubmitted(job_id=J, name="n", tenant="t", user="u", spec=JobSpec(command="true", max_retries=1))
+    )
+
+
+def placed(attempt=1):
+    return ev(JobPlaced(job_id=J, attempt=attempt, placements=[ReplicaPlacement(replica=0, node="n1")]), 1)
+
+
+def started(attempt=1):
+    return ev(JobStarted(job_id=J, attempt=attempt, node="n1", replicas=[0]), 2)
+
+
+def test_happy_path_is_derived_from_events():
+    view = fold([submitted(), placed(), started(), ev(JobSucceeded(job_id=J, attempt=1), 5)])
+    assert view.state == JobState.SUCCEEDED
+    assert view.version == 4
+    assert view.exit_code == 0
+    assert view.started_at == T0 + timedelta(minutes=2)
+    assert view.finished_at == T0 + timedelta(minutes=5)
+    assert view.attempts[0].nodes == ["n1"]
+
+
+def test_failure_keeps_exit_code_and_reason():
+    exited = ev(
+        JobReplicaExited(
+            job_id=J, attempt=1, node="n1", replica=0, exit_code=3, reason=FailureReason.EXIT_CODE
+        )
+    )
+    failed = ev(
+        JobFailed(
+            job_id=J, attempt=1, reason=FailureReason.EXIT_CODE, message="exited with code 3", exit_code=3
+        )
+    )
+    view = fold([submitted(), placed(), started(), exited, failed])
+    assert (view.state, view.exit_code, view.failure_reason) == (JobState.FAILED, 3, FailureReason.EXIT_CODE)
+
+
+@pytest.mark.parametrize(
+    ("history", "event"),
+    [
+        ([], lambda: placed()),  # never submitted
+        ([submitted], lambda: submitted()),  # submitted twice
+        ([submitted], lambda: started()),  # queued -> running skips placed
+        ([submitted, placed, started], lambda: placed()),  # running -> placed
+        ([submitted, placed, started, lambda: ev(JobSucceeded(job_id=J, attempt=1))], lambda: started()),
+        ([submitted, lambda: ev(JobCancelled(job_id=J, attempt=1, by="u"))], lambda: placed()),
+        ([submitted], lambda: ev(JobSucceeded(job_id=J, attempt=1))),
+    ],
+)
+def test_illegal_transitions_are_refused_with_the_offending_event(history, event):
+    view = fold([h() for h in history])
+    bad = event()
+    with pytest.raises(IllegalTransition) as exc:
+        apply(view, bad)
+    assert exc.value.event is bad
+
+
+def test_requeue_starts_a_new_attempt_and_old_attempt_events_are_stale():
+    requeued = ev(JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY, message="retry 1/1"), 3)
+    view = fold([submitted(), placed(), started(), requeued])
+    assert view.state == JobState.QUEUED and view.attempt == 2
+    assert [a.outcome for a in view.attempts] == ["requeued: retry", None]
+    assert view.placements == []
+    with pytest.raises(StaleEvent):
+        apply(view, ev(JobSucceeded(job_id=J, attempt=1)))
+    with pytest.raises(StaleEvent):
+        apply(view, ev(JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY)))
+    assert apply(view, placed(attempt=2)).state == JobState.PLACED
+
+
+def test_cancel_request_and_pending_keep_the_state():
+    pending = ev(JobPending(job_id=J, attempt=1, reason=PendingReason(code="insufficient_gpus", message="m")))
+    view = fold([submitted(), pending])
+    assert view.state == JobState.QUEUED and view.pending.code == "insufficient_gpus"
+    view = apply(fold([submitted(), placed(), started()]), ev(JobCancelRequested(job_id=J, by="u")))
+    assert view.state == JobState.RUNNING and view.cancel_requested
+    assert apply(view, ev(JobCancelled(job_id=J, attempt=1, by="u"))).state == JobState.CANCELLED
+
+
+def test_apply_does_not_mutate_its_input():
+    view = fold([submitted()])
+    apply(view, placed())
+    assert view.state == JobState.QUEUED and view.version == 1

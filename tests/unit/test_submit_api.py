@@ -1,0 +1,159 @@
+"""The submit API over HTTP, against a real embedded store (no NATS: events are stored, not published)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.submit.app import create_app
+from services.submit.context import SubmitContext
+from shared.events import JobPlaced, JobStarted, ReplicaPlacement
+from shared.ledger import JobLedger
+from shared.paths import log_path
+from shared.store import open_store
+from shared.tokens import Principal
+
+TOKENS = {
+    "tok-vision": Principal(tenant="vision", user="ana"),
+    "tok-nlp": Principal(tenant="nlp", user="bo"),
+    "tok-admin": Principal(tenant="ops", user="root", admin=True),
+}
+VISION = {"Authorization": "Bearer tok-vision"}
+NLP = {"Authorization": "Bearer tok-nlp"}
+ADMIN = {"Authorization": "Bearer tok-admin"}
+SPEC = {"name": "train", "command": "python train.py", "resources": {"gpus": 1}}
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
+    context = SubmitContext(
+        store=store,
+        ledger=JobLedger(store, None, "/test"),
+        tokens=TOKENS,
+        data_dir=tmp_path,
+        max_body_bytes=4096,
+    )
+    yield context
+    asyncio.run(store.close())
+
+
+@pytest.fixture
+def api(ctx):
+    with TestClient(create_app(ctx)) as client:
+        yield client
+
+
+def submit(api, headers=VISION, **overrides):
+    response = api.post("/v1/jobs", json={**SPEC, **overrides}, headers=headers)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def test_submit_answers_202_with_the_job_id_and_the_job_is_queued(api):
+    accepted = submit(api)
+    assert accepted["state"] == "queued" and accepted["tenant"] == "vision" and accepted["name"] == "train"
+    job = api.get(f"/v1/jobs/{accepted['job_id']}", headers=VISION).json()
+    assert job["state"] == "queued" and job["user"] == "ana" and job["gpus"] == 1
+    events = api.get(f"/v1/jobs/{accepted['job_id']}/events", headers=VISION).json()
+    assert [(e["version"], e["event"]["type"]) for e in events] == [(1, "io.gpuyard.job.submitted")]
+
+
+def test_invalid_spec_gets_422_naming_the_field(api):
+    response = api.post("/v1/jobs", json={**SPEC, "resources": {"gpus": 1.5}}, headers=VISION)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][-2:] == ["resources", "gpus"]
+    unknown = api.post("/v1/jobs", json={**SPEC, "gpu": 2}, headers=VISION)
+    assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"][-1] == "gpu"
+    assert api.post("/v1/jobs", content=b"{not json", headers=VISION).status_code == 422
+
+
+def test_missing_or_unknown_token_gets_401(api):
+    assert api.post("/v1/jobs", json=SPEC).status_code == 401
+    response = api.get("/v1/jobs", headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 401 and "unknown" in response.json()["detail"]
+
+
+def test_oversized_body_gets_413(api):
+    response = api.post("/v1/jobs", json={**SPEC, "env": {"X": "y" * 5000}}, headers=VISION)
+    assert response.status_code == 413
+
+
+def test_a_tenant_sees_and_cancels_only_its_own_jobs(api):
+    mine = submit(api)
+    theirs = submit(api, headers=NLP)
+    listed = api.get("/v1/jobs", headers=VISION).json()["items"]
+    assert [j["job_id"] for j in listed] == [mine["job_id"]]
+    assert api.get(f"/v1/jobs/{theirs['job_id']}", headers=VISION).status_code == 404
+    assert api.post(f"/v1/jobs/{theirs['job_id']}/cancel", headers=VISION).status_code == 404
+    assert api.get("/v1/jobs", params={"tenant": "nlp"}, headers=VISION).status_code == 403
+    everything = api.get("/v1/jobs", headers=ADMIN).json()["items"]
+    assert {j["job_id"] for j in everything} == {mine["job_id"], theirs["job_id"]}
+
+
+def test_submitting_for_another_tenant_needs_admin(api):
+    assert api.post("/v1/jobs", json={**SPEC, "tenant": "nlp"}, headers=VISION).status_code == 403
+    assert submit(api, headers=ADMIN, tenant="nlp")["tenant"] == "nlp"
+
+
+def test_unknown_job_gets_404(api):
+    assert api.get("/v1/jobs/doesnotexist", headers=VISION).status_code == 404
+    assert api.get("/v1/jobs/doesnotexist/events", headers=VISION).status_code == 404
+
+
+def test_cancel_of_a_queued_job_cancels_it_and_a_second_cancel_is_409(api):
+    job = submit(api)
+    answer = api.post(f"/v1/jobs/{job['job_id']}/cancel", headers=VISION).json()
+    assert answer["state"] == "cancelled"
+    again = api.post(f"/v1/jobs/{job['job_id']}/cancel", headers=VISION)
+    assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
+
+
+def test_cancel_of_a_running_job_is_a_request_for_the_executor(api, ctx):
+    job_id = submit(api)["job_id"]
+    placement = [ReplicaPlacement(replica=0, node="n1")]
+    asyncio.run(ctx.ledger.append(job_id, JobPlaced(job_id=job_id, attempt=1, placements=placement)))
+    asyncio.run(ctx.ledger.append(job_id, JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0])))
+    answer = api.post(f"/v1/jobs/{job_id}/cancel", headers=VISION).json()
+    assert answer["state"] == "running" and answer["cancel_requested"]
+    types = [e["event"]["type"] for e in api.get(f"/v1/jobs/{job_id}/events", headers=VISION).json()]
+    assert types[-1] == "io.gpuyard.job.cancel_requested"
+
+
+def test_idempotency_key_submits_once(api):
+    headers = {**VISION, "Idempotency-Key": "k-1"}
+    first = api.post("/v1/jobs", json=SPEC, headers=headers).json()
+    second = api.post("/v1/jobs", json=SPEC, headers=headers).json()
+    assert first["job_id"] == second["job_id"] and second["duplicate"] and not first["duplicate"]
+    assert len(api.get("/v1/jobs", headers=VISION).json()["items"]) == 1
+
+
+def test_list_filters_by_state_and_paginates_newest_first(api):
+    ids = [submit(api, name=f"j{i}")["job_id"] for i in range(5)]
+    api.post(f"/v1/jobs/{ids[0]}/cancel", headers=VISION)
+    page = api.get("/v1/jobs", params={"limit": 2}, headers=VISION).json()
+    assert [j["job_id"] for j in page["items"]] == [ids[4], ids[3]]
+    rest = api.get("/v1/jobs", params={"limit": 10, "cursor": page["next_cursor"]}, headers=VISION).json()
+    assert [j["job_id"] for j in rest["items"]] == [ids[2], ids[1], ids[0]] and rest["next_cursor"] is None
+    cancelled = api.get("/v1/jobs", params={"state": "cancelled"}, headers=VISION).json()["items"]
+    assert [j["job_id"] for j in cancelled] == [ids[0]]
+    assert api.get("/v1/jobs", params={"state": "sleeping"}, headers=VISION).status_code == 422
+    assert api.get("/v1/jobs", params={"cursor": "garbage"}, headers=VISION).status_code == 400
+
+
+def test_logs_are_read_from_the_data_dir(api, ctx):
+    job_id = submit(api)["job_id"]
+    path = log_path(ctx.data_dir, job_id, 1, 0)
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert api.get(f"/v1/jobs/{job_id}/logs", headers=VISION).text.count("\n") == 10
+    assert api.get(f"/v1/jobs/{job_id}/logs", params={"tail": 2}, headers=VISION).text == "line 8\nline 9\n"
+    assert api.get(f"/v1/jobs/{job_id}/logs", params={"replica": 3}, headers=VISION).status_code == 404
+
+
+def test_openapi_is_served(api):
+    schema = api.get("/openapi.json").json()
+    assert "/v1/jobs" in schema["paths"] and "/v1/events/stream" in schema["paths"]
+    assert api.get("/docs").status_code == 200
