@@ -147,10 +147,16 @@ def run_service(
     *,
     argv: list[str] | None = None,
     needs_store: bool = True,
+    preflight: Callable[[S], str | None] | None = None,
 ) -> None:
-    """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly."""
+    """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
+    `preflight(settings)` may refuse to start (it returns the reason) before anything is connected."""
     settings = settings_from_argv(settings_cls, argv, f"GPUYARD {name} service")
     setup_logging(name, settings.log_level)
+    refusal = preflight(settings) if preflight else None
+    if refusal:
+        log.error("%s refuses to start: %s", name, refusal)
+        sys.exit(2)
 
     async def runner() -> int:
         service = Service(name, settings, needs_store=needs_store)

@@ -11,9 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.executor.classify import classify_log_tail
 from shared.events import FailureReason
-
-CUDA_OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
 class StartError(Exception):
@@ -99,14 +98,13 @@ def classify_exit(
     """(reason, exit_code, signal, message) for a replica's return code; reason None means success."""
     if returncode == 0:
         return None, 0, None, ""
-    text = "\n".join(tail)
     if returncode < 0:
         sig = -returncode
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
         if sig == signal.SIGKILL:
             return FailureReason.SIGNAL, None, sig, f"killed by {name} (out of memory, or killed by someone)"
         return FailureReason.SIGNAL, None, sig, f"killed by {name}"
-    if any(m in text for m in CUDA_OOM_MARKERS):
+    if classify_log_tail(tail) == FailureReason.CUDA_OOM:
         return FailureReason.CUDA_OOM, returncode, None, "CUDA out of memory (seen in the log)"
     if shell and returncode == 127:
         return (

@@ -1,6 +1,6 @@
-from services.submit.main import main
+from services.submit.main import main, preflight
 from shared.service import run_service
 from shared.settings import SubmitSettings
 
 if __name__ == "__main__":
-    run_service("submit", SubmitSettings, main)
+    run_service("submit", SubmitSettings, main, preflight=preflight)

@@ -31,12 +31,19 @@ class _Server(uvicorn.Server):
         yield
 
 
+def preflight(settings: SubmitSettings) -> str | None:
+    """Refuse to serve a non-loopback address without tokens (anyone on the network could submit)."""
+    try:
+        tokens = load_tokens(settings.tokens_file, settings.tokens)
+    except (OSError, ValueError) as exc:
+        return f"cannot read the tokens: {exc}"
+    if not tokens and not is_loopback(settings.submit_host):
+        return f"no tokens configured and {settings.submit_host} is not loopback: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
+    return None
+
+
 async def main(service: Service, settings: SubmitSettings) -> None:
     tokens = load_tokens(settings.tokens_file, settings.tokens)
-    if not tokens and not is_loopback(settings.submit_host):
-        raise SystemExit(
-            f"refusing to listen on {settings.submit_host} without tokens: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
-        )
     if not tokens:
         log.warning("no tokens configured: every request will be refused (401)")
     ctx = SubmitContext(

@@ -99,7 +99,11 @@ class Platform:
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
         )
-        wait_for(self.ready, 60, 0.2, "gpuyard up")
+        try:
+            wait_for(self.ready, 60, 0.2, "gpuyard up")
+        except BaseException:
+            self.stop()  # never leave a half-started platform behind
+            raise
         return self
 
     def ready(self) -> bool:
@@ -129,7 +133,8 @@ class Platform:
         )
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(60)
 
     def wait_state(self, job_id: str, states: set[str], timeout: float = 30) -> dict:

@@ -178,3 +178,21 @@ def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform)
     wait_for(lambda: "scheduler" in platform.log.read_text() and "restarting" in platform.log.read_text(), 10)
     job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
     assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+
+
+def test_a_poison_event_shows_up_in_the_dead_letters(platform):
+    async def poison():
+        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        try:
+            await bus.nc.publish("job.placed", b'{"not": "a cloudevent"}')
+            await bus.nc.flush()
+        finally:
+            await bus.close()
+
+    asyncio.run(poison())
+    client = platform.client()
+    letters = wait_for(lambda: client.request("GET", "/v1/deadletters"), 15, what="a dead letter")
+    assert letters[0]["original_subject"] == "job.placed" and "unreadable event" in letters[0]["error"]
+    assert letters[0]["event"] == {"not": "a cloudevent"}
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]  # nothing blocked
+    assert platform.wait_state(job_id, {"succeeded"})["state"] == "succeeded"

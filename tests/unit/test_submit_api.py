@@ -157,3 +157,23 @@ def test_openapi_is_served(api):
     schema = api.get("/openapi.json").json()
     assert "/v1/jobs" in schema["paths"] and "/v1/events/stream" in schema["paths"]
     assert api.get("/docs").status_code == 200
+
+
+def test_the_service_refuses_a_public_address_without_tokens(tmp_path):
+    import subprocess
+    import sys
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GPUYARD_DATA_DIR": str(tmp_path),
+        "GPUYARD_NATS_URL": "nats://127.0.0.1:1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "services.submit", "--submit-host", "0.0.0.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "no tokens configured and 0.0.0.0 is not loopback" in result.stderr

@@ -4,8 +4,8 @@ Entry points: `KubernetesController` (launch, cancel, poll, logs) over a `KubeAp
 real cluster), configured by `KubernetesConfig`; `build_job_manifests` renders the objects without a cluster.
 """
 
+from services.executor.classify import classify_log_tail
 from services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
-from services.executor.kubernetes.classify import classify_log_tail
 from services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig, OwnerTarget
 from services.executor.kubernetes.controller import KubernetesController, LaunchResult
 from services.executor.kubernetes.manifests import JobManifests, build_job_manifests

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from services.executor.classify import classify_log_tail
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
-from services.executor.kubernetes.classify import classify_log_tail
 from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.manifests import (
     CONTAINER,

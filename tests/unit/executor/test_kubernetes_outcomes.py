@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.executor.kubernetes.classify import classify_log_tail
+from services.executor.classify import classify_log_tail
 from services.executor.kubernetes.outcomes import ReplicaPhase, pod_outcome
 from shared.events import FailureReason
 
