@@ -119,8 +119,8 @@ class _Cycle:
         self.delayed: dict[tuple, R.Blocker] = {}  # shape -> would delay the reservation (if it outlasts it)
         self.head: JobRequest | None = None  # first job blocked on resources
         self.reservation: Reservation | None = None
-        self.ending = [(a.expected_end, a.replicas) for a in running if a.expected_end is not None]
-        self.borrowed = borrowed_jobs(running, quotas) if config.preemption else set()
+        self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
+        self._borrowed: set[str] | None = None
         self.victims: set[str] = set()
         self.preemption_searches = 0
         self.no_victims: set[tuple] = set()
@@ -223,7 +223,7 @@ class _Cycle:
         replicas_t = tuple(replicas)
         self.result.placements.append(Placement(job.job_id, replicas_t, borrowed))
         if job.timeout is not None:
-            self.ending.append((self.now + job.timeout, replicas_t))
+            self.placed_ending.append((self.now + job.timeout, replicas_t))
 
     def blocked(self, job: JobRequest, demand: Demand, key: tuple, cached: R.Blocker | None) -> None:
         """The job does not fit now; `cached` is what an earlier job of the same shape learnt this cycle."""
@@ -245,7 +245,9 @@ class _Cycle:
         if self.head is None:
             self.head = job
             if self.config.backfill == "easy":
-                self.reservation = reserve(self.index, self.policy, job, demand, self.ending, self.now)
+                ending = [(a.expected_end, a.replicas) for a in self.running if a.expected_end is not None]
+                ending += self.placed_ending
+                self.reservation = reserve(self.index, self.policy, job, demand, ending, self.now)
                 estimated = self.reservation.start
         self.wait(job, blocker, estimated)
 
@@ -254,10 +256,12 @@ class _Cycle:
         search_key = (key, job.priority, job.tenant if self.ledger.quotas_on else "", reclaim)
         if search_key in self.no_victims or self.preemption_searches >= MAX_PREEMPTION_SEARCHES:
             return False
+        if self._borrowed is None:
+            self._borrowed = borrowed_jobs(self.running, self.quotas)
         candidates = eligible_victims(
             job,
             self.running,
-            self.borrowed,
+            self._borrowed,
             self.ledger.quotas_on,
             reclaim,
             self.config,

@@ -31,14 +31,28 @@ class QuotaLedger:
         self.memory: dict[str, float] = defaultdict(float)
         self.user_gpus: dict[tuple[str, str], float] = defaultdict(float)
         self.caps_on = bool(config.user_gpu_cap)
+        self._running = running  # counted on first use: a cycle with one tenant and no quotas never needs it
+        self._pending: list[tuple[JobRequest, float]] = []
+
+    def _count(self) -> None:
+        running, self._running = self._running, None
         for alloc in running:
-            self.add(alloc.job)
+            self._add(alloc.job, 1.0)
+        for job, sign in self._pending:
+            self._add(job, sign)
+        self._pending = []
 
     @property
     def quotas_on(self) -> bool:
         return bool(self.quotas)
 
     def add(self, job: JobRequest, sign: float = 1.0) -> None:
+        if self._running is not None:
+            self._pending.append((job, sign))
+        else:
+            self._add(job, sign)
+
+    def _add(self, job: JobRequest, sign: float) -> None:
         gpus = job.total_gpus * sign
         self.gpus[job.tenant] += gpus
         self.cpus[job.tenant] += job.cpus * job.replicas * sign
@@ -49,10 +63,17 @@ class QuotaLedger:
     def guarantee(self, tenant: str) -> float:
         return float(self.quotas.get(tenant, 0.0))
 
+    def used(self, tenant: str) -> float:
+        if self._running is not None:
+            self._count()
+        return self.gpus[tenant]
+
     def would_borrow(self, job: JobRequest) -> bool:
-        return self.quotas_on and self.gpus[job.tenant] + job.total_gpus > self.guarantee(job.tenant) + EPS
+        return self.quotas_on and self.used(job.tenant) + job.total_gpus > self.guarantee(job.tenant) + EPS
 
     def dominant_share(self, tenant: str) -> float:
+        if self._running is not None:
+            self._count()
         g, c, m = self.capacity
         share = max(self.gpus[tenant] / g, self.cpus[tenant] / c, self.memory[tenant] / m)
         return share / self.config.tenant_weights.get(tenant, 1.0)
@@ -64,6 +85,8 @@ class QuotaLedger:
     def admission_blocker(self, job: JobRequest) -> R.Blocker | None:
         """Quota and user-cap rules that stop the job whatever the free capacity (None = may go ahead)."""
         if self.caps_on and job.total_gpus > 0:
+            if self._running is not None:
+                self._count()
             cap = self.user_cap(job.tenant)
             held = self.user_gpus[(job.tenant, job.user)]
             if cap is not None and held + job.total_gpus > cap + EPS:
@@ -82,15 +105,15 @@ class QuotaLedger:
         if self.would_borrow(job) and not self.config.borrowing:
             return R.Blocker(
                 R.BORROWING_DISABLED,
-                f"tenant {job.tenant} is at its quota {self.gpus[job.tenant]:g}/{self.guarantee(job.tenant):g} GPUs "
+                f"tenant {job.tenant} is at its quota {self.used(job.tenant):g}/{self.guarantee(job.tenant):g} GPUs "
                 f"and borrowing is off",
-                {"tenant": job.tenant, "used": self.gpus[job.tenant], "quota": self.guarantee(job.tenant)},
+                {"tenant": job.tenant, "used": self.used(job.tenant), "quota": self.guarantee(job.tenant)},
             )
         return None
 
     def quota_blocker(self, job: JobRequest) -> R.Blocker:
         """A borrowing job that found no idle room."""
-        used, quota = self.gpus[job.tenant], self.guarantee(job.tenant)
+        used, quota = self.used(job.tenant), self.guarantee(job.tenant)
         return R.Blocker(
             R.QUOTA_EXHAUSTED,
             f"tenant {job.tenant} is at its quota {used:g}/{quota:g} GPUs and no idle GPUs can be borrowed "

@@ -68,7 +68,11 @@ class TimeRun:
 def runtimes(pods: PodTable) -> np.ndarray:
     run = pods.deletion - pods.scheduled
     fallback = pods.deletion - pods.creation
-    run = np.where(np.isfinite(run) & (run >= 0), run, np.where(np.isfinite(fallback) & (fallback >= 0), fallback, np.nan))
+    run = np.where(
+        np.isfinite(run) & (run >= 0),
+        run,
+        np.where(np.isfinite(fallback) & (fallback >= 0), fallback, np.nan),
+    )
     valid = run[np.isfinite(run)]
     median = float(np.median(valid)) if valid.size else 3600.0
     return np.maximum(np.where(np.isfinite(run), run, median), 1.0)
@@ -174,7 +178,14 @@ def run_time(
                 allocated -= alloc.job.total_gpus * 1000
                 queue[pre.job_id] = alloc.job
                 preemptions += 1
-            head = next((j for j, r in sorted(result.pending.items(), key=lambda kv: kv[1].position) if _resource_blocked(r.code)), None)
+            head = next(
+                (
+                    j
+                    for j, r in sorted(result.pending.items(), key=lambda kv: kv[1].position)
+                    if _resource_blocked(r.code)
+                ),
+                None,
+            )
         timeline["t"].append(t)
         timeline["allocated_pct"].append(100.0 * allocated / capacity)
         timeline["queue"].append(float(len(queue)))

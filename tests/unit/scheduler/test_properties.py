@@ -40,7 +40,9 @@ def jobs(draw, prefix: str = "j", count: tuple[int, int] = (1, 14)) -> list[JobR
     out = []
     for k in range(draw(st.integers(*count))):
         whole = draw(st.booleans())
-        gpus = draw(st.sampled_from([1, 2, 4, 8])) if whole else draw(st.sampled_from([0, 0.1, 0.25, 0.5, 0.75]))
+        gpus = (
+            draw(st.sampled_from([1, 2, 4, 8])) if whole else draw(st.sampled_from([0, 0.1, 0.25, 0.5, 0.75]))
+        )
         out.append(
             JobRequest(
                 f"{prefix}{k}",
@@ -90,7 +92,9 @@ def check_capacity(state: ClusterState) -> None:
 
 @SETTINGS
 @given(clusters(), jobs(), configs, quotas)
-def test_one_cycle_invariants(state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q) -> None:
+def test_one_cycle_invariants(
+    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q
+) -> None:
     state.quotas = q
     before = copy.deepcopy(state)
     result = schedule(state, queue, config)
@@ -149,14 +153,21 @@ def test_deterministic(state: ClusterState, queue: list[JobRequest], config: Sch
     st.integers(0, 12),
     st.sampled_from(sorted(POLICIES)),
 )
-def test_guarantee_is_reclaimed_from_borrowers(nodes: int, guarantee: int, borrowers: int, policy: str) -> None:
+def test_guarantee_is_reclaimed_from_borrowers(
+    nodes: int, guarantee: int, borrowers: int, policy: str
+) -> None:
     """Tenant b fills the cluster with borrowed 1-GPU jobs; tenant a (guaranteed `guarantee` GPUs) gets all of
     its guarantee back within a few cycles, by preempting only borrowed work."""
     capacity = 4 * nodes
     guarantee = min(guarantee, capacity)
-    state = cluster(*[node(f"n{i}", 4) for i in range(nodes)], quotas={"a": float(guarantee), "b": 0.0}, now=0.0)
+    state = cluster(
+        *[node(f"n{i}", 4) for i in range(nodes)], quotas={"a": float(guarantee), "b": 0.0}, now=0.0
+    )
     config = SchedulerConfig(policy=policy, min_runtime_before_preemption=0)
-    fill = [JobRequest(f"b{k}", "b", gpus=1, priority=1000, submitted_at=k) for k in range(min(borrowers, capacity))]
+    fill = [
+        JobRequest(f"b{k}", "b", gpus=1, priority=1000, submitted_at=k)
+        for k in range(min(borrowers, capacity))
+    ]
     state.running = place_all(state, fill, config)
     assert all(a.borrowed for a in state.running)  # b has no guarantee: everything it runs is borrowed
 
@@ -167,7 +178,9 @@ def test_guarantee_is_reclaimed_from_borrowers(nodes: int, guarantee: int, borro
         result = schedule(state, waiting, config)
         check_capacity(state)
         by_id = {j.job_id: j for j in waiting}
-        state.running += [Allocation(by_id[p.job_id], p.replicas, state.now, p.borrowed) for p in result.placements]
+        state.running += [
+            Allocation(by_id[p.job_id], p.replicas, state.now, p.borrowed) for p in result.placements
+        ]
         victims = {p.job_id for p in result.preemptions}
         assert all(v.startswith("b") for v in victims)
         for alloc in [a for a in state.running if a.job.job_id in victims]:

@@ -14,6 +14,7 @@ from services.scheduler.core.placement.fgd import fgd_scores, option_slots
 
 LAMBDA = float(os.environ.get("GY_LAMBDA", "10"))
 TIE = float(os.environ.get("GY_TIE", "1"))
+KIND = os.environ.get("GY_KIND", "bestfit")
 
 
 def model_pressure(index: CapacityIndex, fragmenter) -> np.ndarray:
@@ -54,7 +55,15 @@ class GpuYard(PlacementPolicy):
             pressure = model_pressure(index, self.fragmenter)[index.node_model[candidates]]
             score -= LAMBDA * pressure[:, None] * demand.total_milli / 1000
         if TIE:
-            score -= TIE * leftover_score(index, demand, candidates)[:, None]
+            if KIND == "bestfit":
+                score -= TIE * leftover_score(index, demand, candidates)[:, None]
+            elif KIND == "gpu":
+                left = index.states.total_free[index.state[candidates]] - demand.total_milli
+                score -= TIE * (left / 8000.0)[:, None]
+            elif KIND == "delta":
+                score -= TIE * np.where(np.isfinite(delta), delta, 0) / 1000.0
+            elif KIND == "cpu":
+                score -= TIE * ((index.cpu_free[candidates] - demand.cpus) / 128.0)[:, None]
         best = score.max(axis=1)
         row = int(np.argmax(best))
         i = int(candidates[row])

@@ -1,0 +1,5 @@
+import sys
+
+from services.scheduler.sim.cli import main
+
+sys.exit(main())

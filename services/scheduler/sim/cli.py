@@ -1,0 +1,304 @@
+"""`gpuyard sim`: replay a trace through the scheduling core, one result row per policy.
+
+    gpuyard sim --trace FILE --policy NAME[,NAME...] [--mode inflation|time] [--seeds N] [--nodes FILE]
+                [--json] [--plot FILE.png]
+
+Also `python -m services.scheduler.sim ...`. The FIFO/first-fit baseline ("fifo") is always included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from services.scheduler.sim import presets
+from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, DEFAULT_TRACE_DIR, read_nodes, read_pods
+
+PUBLISHED_AT_100 = {  # FGD paper / artifact, mean unallocated GPUs (%) at arrived = 100%: BestFit, FGD
+    "openb_pod_list_default": (7.14, 4.77),
+    "openb_pod_list_gpushare40": (8.56, 6.04),
+    "openb_pod_list_multigpu20": (6.27, 4.47),
+    "openb_pod_list_gpuspec33": (19.61, 12.16),
+    "openb_pod_list_cpu050": (6.44, 5.00),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace", default=str(DEFAULT_TRACE_DIR / DEFAULT_PODS), help="pod CSV (openb columns)"
+    )
+    parser.add_argument(
+        "--nodes", default=str(DEFAULT_TRACE_DIR / DEFAULT_NODES), help="node CSV (openb columns)"
+    )
+    parser.add_argument(
+        "--policy",
+        default="firstfit,bestfit,fgd,gpuyard",
+        help=f"comma-separated, from {', '.join(presets.names())}; 'fifo' (the baseline) is always added",
+    )
+    parser.add_argument("--mode", choices=["inflation", "time"], default="inflation")
+    parser.add_argument("--seeds", type=int, default=10, help="inflation: seeds 42, 43, ... (mean reported)")
+    parser.add_argument(
+        "--ratio", type=float, default=1.3, help="inflation: arrived demand to reach, x capacity"
+    )
+    parser.add_argument("--speedup", type=float, default=1.0, help="time: divide arrival times by this")
+    parser.add_argument("--limit-factor", type=float, default=1.0, help="time: time limit = runtime x this")
+    parser.add_argument(
+        "--cluster-fraction",
+        type=float,
+        default=1.0,
+        help="time: keep every (1/F)-th node (a smaller cluster)",
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
+    parser.add_argument(
+        "--plot", type=Path, help="write a PNG (inflation: unallocated vs arrived; time: timeline)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        nodes = read_nodes(args.nodes)
+        pods = read_pods(args.trace)
+        names = _policies(args.policy)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        print(f"gpuyard sim: {e}", file=sys.stderr)
+        return 2
+    if args.mode == "time" and args.cluster_fraction < 1:
+        nodes = _subsample(nodes, args.cluster_fraction)
+    try:
+        if args.mode == "inflation":
+            results = _inflation(nodes, pods, names, args)
+        else:
+            results = _time(nodes, pods, names, args)
+    except ValueError as e:
+        print(f"gpuyard sim: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(results, indent=2))
+    if args.plot:
+        _plot(results, args.plot)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.scheduler.sim", description=__doc__.splitlines()[0]
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        presets.config_for(n)  # raises ValueError for unknown names
+    if presets.BASELINE not in names:
+        names.insert(0, presets.BASELINE)
+    return list(dict.fromkeys(names))
+
+
+def _subsample(nodes, fraction: float):
+    from services.scheduler.sim.trace import NodeTable
+
+    step = max(1, round(1 / fraction))
+    keep = np.arange(0, len(nodes.names), step)
+    return NodeTable(
+        [nodes.names[i] for i in keep],
+        nodes.cpus[keep],
+        nodes.memory[keep],
+        nodes.gpus[keep],
+        [nodes.models[i] for i in keep],
+    )
+
+
+def _progress(total: int, description: str):
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
+def _inflation(nodes, pods, names: list[str], args: argparse.Namespace) -> dict:
+    from services.scheduler.sim.inflation import GRID, InflationSummary, draw_workload, run_inflation
+
+    seeds = list(range(42, 42 + max(1, args.seeds)))
+    per_run = len(draw_workload(pods, nodes.total_gpus * 1000, seeds[0], args.ratio))
+    summaries = {n: InflationSummary(n) for n in names}
+    with _progress(0, "") as progress:
+        task = progress.add_task("inflation", total=per_run * len(seeds) * len(names))
+        for name in names:
+            for seed in seeds:
+                progress.update(task, description=f"{name} seed {seed}")
+                run = run_inflation(
+                    nodes,
+                    pods,
+                    presets.placement_for(name),
+                    seed,
+                    args.ratio,
+                    lambda k: progress.advance(task, k),
+                )
+                run.policy = name
+                summaries[name].runs.append(run)
+    trace = Path(args.trace).stem
+    published = PUBLISHED_AT_100.get(trace)
+    _inflation_table(summaries, trace, published)
+    return {
+        "mode": "inflation",
+        "trace": str(args.trace),
+        "nodes": str(args.nodes),
+        "gpus": int(nodes.total_gpus),
+        "seeds": seeds,
+        "published_at_100": {"bestfit": published[0], "fgd": published[1]} if published else None,
+        "arrived_pct": GRID.tolist(),
+        "policies": {
+            n: {
+                "unallocated_at_100_pct": s.mean_at_100,
+                "std_at_100": s.std_at_100,
+                "failed_pods_mean": float(np.mean([r.failed for r in s.runs])),
+                "pods_mean": float(np.mean([r.pods for r in s.runs])),
+                "unallocated_curve_pct": [round(float(x), 4) for x in s.mean_curve],
+                "seconds": float(sum(r.seconds for r in s.runs)),
+            }
+            for n, s in summaries.items()
+        },
+    }
+
+
+def _inflation_table(summaries, trace: str, published) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"inflation replay of {trace} (unallocated GPUs, % of capacity; lower is better)")
+    for col in ("policy", "@100% arrived", "±std", "@110%", "@130%", "failed pods", "seconds"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, s in summaries.items():
+        curve = s.mean_curve
+        table.add_row(
+            name,
+            f"{s.mean_at_100:.2f}",
+            f"{s.std_at_100:.2f}",
+            f"{curve[110]:.2f}",
+            f"{curve[130]:.2f}",
+            f"{np.mean([r.failed for r in s.runs]):.0f}",
+            f"{sum(r.seconds for r in s.runs):.1f}",
+        )
+    if published:
+        table.caption = f"published (FGD paper, 10 seeds): BestFit {published[0]:.2f}, FGD {published[1]:.2f}"
+    Console(stderr=True).print(table)
+
+
+def _time(nodes, pods, names: list[str], args: argparse.Namespace) -> dict:
+    from services.scheduler.sim.cluster import popularity
+    from services.scheduler.sim.timemode import run_time
+
+    shapes = popularity(pods)
+    runs = {}
+    with _progress(0, "") as progress:
+        task = progress.add_task("time", total=len(pods) * len(names))
+        for name in names:
+            progress.update(task, description=f"{name}")
+            runs[name] = run_time(
+                nodes,
+                pods,
+                name,
+                presets.config_for(name, shapes),
+                args.limit_factor,
+                args.speedup,
+                lambda k: progress.advance(task, k),
+            )
+    _time_table(runs, Path(args.trace).stem)
+    return {
+        "mode": "time",
+        "trace": str(args.trace),
+        "nodes": str(args.nodes),
+        "gpus": int(nodes.total_gpus),
+        "speedup": args.speedup,
+        "limit_factor": args.limit_factor,
+        "policies": {n: {**r.summary(), "timeline": r.timeline} for n, r in runs.items()},
+    }
+
+
+def _time_table(runs, trace: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from services.scheduler.core.reasons import duration
+
+    def d(v):
+        return "-" if v is None else duration(v)
+
+    table = Table(title=f"time replay of {trace}")
+    cols = (
+        "policy",
+        "avg JCT",
+        "median JCT",
+        "p95 JCT",
+        "avg wait",
+        "p95 wait",
+        "longest wait",
+        "never ran",
+        "GPU alloc %",
+        "makespan",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, r in runs.items():
+        s = r.summary()
+        table.add_row(
+            name,
+            d(s["avg_jct_s"]),
+            d(s["median_jct_s"]),
+            d(s["p95_jct_s"]),
+            d(s["avg_wait_s"]),
+            d(s["p95_wait_s"]),
+            d(s["longest_wait_s"]),
+            str(s["never_started"]),
+            f"{s['gpu_allocation_mean_pct']:.1f}",
+            d(s["makespan_s"]),
+        )
+    Console(stderr=True).print(table)
+
+
+def _plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if results["mode"] == "inflation":
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        x = results["arrived_pct"]
+        for name, r in results["policies"].items():
+            ax.plot(x, r["unallocated_curve_pct"], label=f"{name} ({r['unallocated_at_100_pct']:.2f}% @100)")
+        ax.set_xlabel("arrived GPU demand (% of capacity)")
+        ax.set_ylabel("unallocated GPUs (%)")
+        ax.set_xlim(80, 130)
+        ax.set_ylim(0, 25)
+        ax.axvline(100, color="grey", lw=0.5)
+        ax.set_title(Path(results["trace"]).stem)
+        ax.legend()
+    else:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for name, r in results["policies"].items():
+            t = np.asarray(r["timeline"]["t"]) / 3600.0
+            top.plot(t, r["timeline"]["allocated_pct"], label=name, lw=0.8)
+            bottom.plot(t, r["timeline"]["queue"], label=name, lw=0.8)
+        top.set_ylabel("GPUs allocated (%)")
+        bottom.set_ylabel("jobs waiting")
+        bottom.set_xlabel("hours")
+        top.legend()
+        top.set_title(Path(results["trace"]).stem)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
