@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from services.scheduler.core.demand import Demand
@@ -11,7 +13,7 @@ from services.scheduler.core.index import CapacityIndex
 Choice = tuple[int, list[int]]  # (node position, GPU slots on that node)
 
 
-class PlacementPolicy:
+class PlacementPolicy(ABC):
     """Chooses the node (and the GPUs on it) for ONE replica among nodes where it fits.
 
     `choose` gets the candidate node positions in node order (never empty) and must be deterministic: ties go
@@ -24,8 +26,9 @@ class PlacementPolicy:
     def __init__(self, fragmenter: Fragmenter | None = None) -> None:
         self.fragmenter = fragmenter
 
+    @abstractmethod
     def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
-        raise NotImplementedError
+        """The chosen node and GPU slots; every policy defines it."""
 
 
 def first_slots(index: CapacityIndex, i: int, demand: Demand) -> list[int]:
