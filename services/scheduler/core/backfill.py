@@ -9,6 +9,8 @@ Rule for a job that fits now while a reservation stands (start T):
 - otherwise (it would still run at T, or it has no time limit) -> it is placed on the nodes the reservation
   does not use if it fits there; else anywhere, but kept only if, at T, the room it takes is not needed by
   the reservation (checked GPU by GPU on the capacity projected to T with the reserved job placed).
+The projection stops at the first ending job that makes room, so jobs ending at that same instant later in
+the list stay counted as running: the check is conservative (it may refuse a backfill, never delay the head).
 If no start can be found (the blocked job would not fit even when every time-limited job has ended), there is
 no reservation to protect and later jobs start greedily; the blocked job's estimated start is None.
 """
@@ -63,15 +65,10 @@ def reserve(
 ) -> Reservation:
     """Project the capacity forward through the running jobs' ends until the job fits."""
     future = index.copy()
-    ending = sorted(ending, key=lambda e: e[0])
-    k = 0
-    while k < len(ending):
-        end = ending[k][0]
+    for end, replicas in sorted(ending, key=lambda e: e[0]):
         opened = False
-        while k < len(ending) and ending[k][0] == end:
-            for i in future.release(ending[k][1]):
-                opened = opened or future.fits_one(i, demand)
-            k += 1
+        for i in future.release(replicas):
+            opened = opened or future.fits_one(i, demand)
         choices = place_gang(future, policy, demand, job.replicas) if opened else None
         if choices is not None:
             return Reservation(job.job_id, max(end, now), future, frozenset(i for i, _ in choices))

@@ -80,8 +80,16 @@ def popularity_for(config: SchedulerConfig, queue: list[JobRequest], running: li
         return tuple(config.shape_popularity)
     if not POLICIES[config.policy].needs_popularity:
         return ()
-    shapes = [shape_of(demand_of(j)) for j in queue] + [shape_of(demand_of(a.job)) for a in running]
-    return typical_shapes(shapes)
+    memo: dict[tuple, object] = {}
+
+    def shape(job: JobRequest):
+        key = shape_key(job)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = shape_of(demand_of(job))
+        return found
+
+    return typical_shapes([shape(j) for j in queue] + [shape(a.job) for a in running])
 
 
 class _Cycle:
@@ -121,6 +129,7 @@ class _Cycle:
         self.reservation: Reservation | None = None
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self._borrowed: set[str] | None = None
+        self._lowest_priority: int | None = None
         self.victims: set[str] = set()
         self.preemption_searches = 0
         self.no_victims: set[tuple] = set()
@@ -258,6 +267,10 @@ class _Cycle:
             return False
         if self._borrowed is None:
             self._borrowed = borrowed_jobs(self.running, self.quotas)
+            self._lowest_priority = min((a.job.priority for a in self.running), default=None)
+        if not self._borrowed and (self._lowest_priority is None or self._lowest_priority >= job.priority):
+            self.no_victims.add(search_key)
+            return False
         candidates = eligible_victims(
             job,
             self.running,

@@ -19,6 +19,13 @@ def _matching(index: CapacityIndex, demand: Demand) -> np.ndarray:
 
 def _gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
     """GPUs per node that could ever hold one GPU of the demand (model and memory), empty cluster."""
+    key = ("gpu_counts", demand.models, demand.gpu_memory)
+    found = index.memo.get(key)
+    if found is not None:
+        return found
+    if not demand.models and not demand.gpu_memory:
+        out = index.memo[key] = np.array([len(row) for row in index.free], dtype=np.int64)
+        return out
     wanted = {index.states.model_id(m) for m in demand.models} if demand.models else None
     out = np.zeros(len(index), dtype=np.int64)
     for i, (models, mems) in enumerate(zip(index.gpu_models, index.gpu_memory_total, strict=True)):

@@ -14,9 +14,18 @@ from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.placement.base import Choice, PlacementPolicy, tightest_slots
 
 
+def largest_node(index: CapacityIndex) -> tuple[float, float]:
+    """(CPUs, milli-GPUs) of the largest node, computed once per index."""
+    found = index.memo.get("largest")
+    if found is None:
+        max_cpu = float(index.cpus.max(initial=0)) or 1.0
+        max_gpu = float(max((len(r) for r in index.free), default=0) * MILLI) or 1.0
+        found = index.memo["largest"] = (max_cpu, max_gpu)
+    return found
+
+
 def leftover_score(index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
-    max_cpu = float(index.cpus.max()) or 1.0
-    max_gpu = float(max((len(r) for r in index.free), default=0) * MILLI) or 1.0
+    max_cpu, max_gpu = largest_node(index)
     cpu_left = index.cpu_free[candidates] - demand.cpus
     gpu_left = index.states.total_free[index.state[candidates]] - demand.total_milli
     return 0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu

@@ -1,0 +1,243 @@
+"""Scheduler benchmarks: placement quality on the openb traces, and decision speed.
+
+    python benchmarks/scheduler.py            # everything (10 seeds per trace file; tens of minutes on 2 cores)
+    python benchmarks/scheduler.py --quick    # 2 seeds, smaller speed cases (a few minutes)
+    python benchmarks/scheduler.py --only speed|quality|time [--json FILE]
+
+Quality: inflation replay (FGD paper protocol) of every pod file for firstfit, bestfit, fgd and gpuyard, next
+to the published BestFit and FGD columns; time replay of the default file against the FIFO baseline.
+Speed: 50,000 mixed jobs placed from empty onto 5,000 nodes x 8 GPUs; one cycle with 10,000 waiting jobs on a
+full 1,000-node cluster; the cycle time for 1k / 10k / 50k waiting jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.scheduler.core import (  # noqa: E402
+    Allocation,
+    ClusterState,
+    Gpu,
+    GpuAssignment,
+    JobRequest,
+    Node,
+    ReplicaAssignment,
+    SchedulerConfig,
+    schedule,
+)
+from services.scheduler.sim import presets  # noqa: E402
+from services.scheduler.sim.cli import PUBLISHED_AT_100, _subsample  # noqa: E402
+from services.scheduler.sim.cluster import popularity  # noqa: E402
+from services.scheduler.sim.inflation import InflationSummary, run_inflation  # noqa: E402
+from services.scheduler.sim.timemode import run_time  # noqa: E402
+from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, read_nodes, read_pods  # noqa: E402
+
+GIB = 1 << 30
+POD_FILES = ["default", "gpushare40", "multigpu20", "gpuspec33", "cpu050"]
+QUALITY_POLICIES = ["firstfit", "bestfit", "fgd", "gpuyard"]
+TIME_SETUP = {"cluster_fraction": 0.05, "speedup": 20.0}  # 61 nodes / 314 GPUs; arrivals 20x faster
+
+
+# ------------------------------------------------------------------------------------------------ speed
+def make_cluster(nodes: int, gpus: int = 8) -> dict[str, Node]:
+    return {
+        f"node-{i:05d}": Node(
+            f"node-{i:05d}", [Gpu(k, "A100", 80 * GIB) for k in range(gpus)], 128, 1024 * GIB
+        )
+        for i in range(nodes)
+    }
+
+
+def mixed_jobs(n: int, seed: int = 1, prefix: str = "job") -> list[JobRequest]:
+    """Whole (1/2/4/8), fractional (0.25/0.5), gangs (2-4 x 8 GPUs) and CPU-only jobs of 8 tenants."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(6, size=n, p=[0.35, 0.05, 0.01, 0.30, 0.006, 0.284])
+    out = []
+    for k, kind in enumerate(kinds.tolist()):
+        replicas = 1
+        if kind == 0:
+            gpus = 1.0
+        elif kind == 1:
+            gpus = float(rng.choice([2, 4]))
+        elif kind == 2:
+            gpus = 8.0
+        elif kind == 3:
+            gpus = float(rng.choice([0.25, 0.5]))
+        elif kind == 4:
+            gpus, replicas = 8.0, int(rng.integers(2, 5))
+        else:
+            gpus = 0.0
+        out.append(
+            JobRequest(
+                f"{prefix}-{k:06d}",
+                f"tenant-{k % 8}",
+                gpus=gpus,
+                replicas=replicas,
+                cpus=float(max(1, 4 * gpus)) if gpus >= 1 else 2.0,
+                memory=int(16 * GIB * max(gpus, 0.5)),
+                user=f"user-{k % 32}",
+                submitted_at=float(k),
+                timeout=3600.0,
+            )
+        )
+    return out
+
+
+def time_cycle(state_factory, queue, config, repeat: int = 3) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        state = state_factory()
+        t0 = time.perf_counter()
+        result = schedule(state, queue, config)
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def bench_placement_rate(nodes: int, jobs: int, config: SchedulerConfig) -> dict:
+    queue = mixed_jobs(jobs)
+    seconds, result = time_cycle(lambda: ClusterState(make_cluster(nodes)), queue, config, repeat=1)
+    placed = len(result.placements)
+    replicas = sum(len(p.replicas) for p in result.placements)
+    return {
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "jobs": jobs,
+        "placed": placed,
+        "replicas": replicas,
+        "seconds": seconds,
+        "placements_per_s": placed / seconds,
+        "policy": config.policy,
+    }
+
+
+def full_cluster(nodes: int) -> ClusterState:
+    state = ClusterState(make_cluster(nodes), now=100_000.0)
+    running = []
+    for name, node in state.nodes.items():
+        for g in node.gpus:
+            j = JobRequest(
+                f"run-{name}-{g.index}",
+                f"tenant-{g.index % 8}",
+                gpus=1,
+                cpus=16,
+                memory=64 * GIB,
+                timeout=36_000,
+            )
+            g.allocated = 1.0
+            node.allocated_cpus += 16
+            node.allocated_memory += 64 * GIB
+            running.append(
+                Allocation(
+                    j, (ReplicaAssignment(0, name, (GpuAssignment(g.index),), 16, 64 * GIB),), 50_000.0
+                )
+            )
+    state.running = running
+    return state
+
+
+def bench_full_cycle(nodes: int, waiting: int, config: SchedulerConfig) -> dict:
+    queue = mixed_jobs(waiting, seed=2, prefix="wait")
+    queue = [JobRequest(**{**_fields(j), "submitted_at": 90_000.0 + k}) for k, j in enumerate(queue)]
+    seconds, result = time_cycle(lambda: full_cluster(nodes), queue, config)
+    return {
+        "nodes": nodes,
+        "waiting": waiting,
+        "seconds": seconds,
+        "placed": len(result.placements),
+        "pending": len(result.pending),
+        "policy": config.policy,
+    }
+
+
+def _fields(job: JobRequest) -> dict:
+    return {name: getattr(job, name) for name in JobRequest.__slots__}
+
+
+def speed(quick: bool) -> dict:
+    config = SchedulerConfig()  # GPUYard's default scheduler
+    out = {"config": "SchedulerConfig() (policy gpuyard, fair share, EASY backfill, preemption)"}
+    nodes, jobs = (1000, 10_000) if quick else (5000, 50_000)
+    out["placement"] = bench_placement_rate(nodes, jobs, config)
+    out["placement_firstfit"] = bench_placement_rate(nodes, jobs, SchedulerConfig(policy="firstfit"))
+    print(f"placement: {out['placement']}", file=sys.stderr)
+    out["full_cycle"] = bench_full_cycle(1000, 10_000, config)
+    print(f"full cycle: {out['full_cycle']}", file=sys.stderr)
+    out["scaling"] = [
+        bench_full_cycle(1000, n, config) for n in ([1000, 10_000] if quick else [1000, 10_000, 50_000])
+    ]
+    print(f"scaling: {out['scaling']}", file=sys.stderr)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ quality
+def quality(quick: bool, files: list[str] = POD_FILES) -> dict:
+    seeds = list(range(42, 42 + (2 if quick else 10)))
+    nodes = read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv")
+    out = {}
+    for name in files:
+        pods = read_pods(DEFAULT_TRACE_DIR / f"openb_pod_list_{name}.csv")
+        row = {}
+        for policy in QUALITY_POLICIES:
+            summary = InflationSummary(policy, [run_inflation(nodes, pods, policy, s) for s in seeds])
+            row[policy] = {"mean": summary.mean_at_100, "std": summary.std_at_100}
+        published = PUBLISHED_AT_100[f"openb_pod_list_{name}"]
+        row["published_bestfit"], row["published_fgd"] = published
+        out[name] = row
+        cells = "  ".join(f"{p} {row[p]['mean']:.2f}" for p in QUALITY_POLICIES)
+        print(
+            f"{name}: {cells}  (published BestFit {published[0]:.2f}, FGD {published[1]:.2f})",
+            file=sys.stderr,
+        )
+    return {"seeds": seeds, "unallocated_at_100": out}
+
+
+def time_replay() -> dict:
+    nodes = _subsample(
+        read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv"), TIME_SETUP["cluster_fraction"]
+    )
+    pods = read_pods(DEFAULT_TRACE_DIR / "openb_pod_list_default.csv")
+    shapes = popularity(pods)
+    out = {"setup": {**TIME_SETUP, "gpus": int(nodes.total_gpus)}}
+    for name in ("fifo", "gpuyard"):
+        run = run_time(nodes, pods, name, presets.config_for(name, shapes), speedup=TIME_SETUP["speedup"])
+        out[name] = run.summary()
+        print(f"time {name}: {out[name]}", file=sys.stderr)
+    out["jct_ratio"] = out["fifo"]["avg_jct_s"] / out["gpuyard"]["avg_jct_s"]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["speed", "quality", "time"])
+    parser.add_argument("--json", type=Path, help="write results here")
+    parser.add_argument("--files", default=",".join(POD_FILES), help="quality: pod files (default: all five)")
+    args = parser.parse_args()
+    results = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    }
+    if args.only in (None, "speed"):
+        results["speed"] = speed(args.quick)
+    if args.only in (None, "time"):
+        results["time"] = time_replay()
+    if args.only in (None, "quality"):
+        results["quality"] = quality(args.quick, args.files.split(","))
+    text = json.dumps(results, indent=2)
+    if args.json:
+        args.json.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The trace simulator on a tiny synthetic trace (written here) and on a sample of the real openb trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from services.scheduler.sim import cli, presets
+from services.scheduler.sim.inflation import draw_workload, run_inflation
+from services.scheduler.sim.timemode import run_time, runtimes
+from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, NodeTable, PodTable, read_nodes, read_pods
+
+NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
+n0,64000,262144,8,G2
+n1,64000,262144,8,G2
+n2,32000,131072,2,T4
+n3,16000,65536,0,
+"""
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+POD_ROWS = [
+    "p0,4000,8192,1,1000,,LS,Running,0,1000,0",
+    "p1,2000,4096,1,500,,LS,Running,10,400,20",
+    "p2,8000,16384,8,1000,,BE,Running,20,3000,25",
+    "p3,1000,2048,0,0,,BE,Succeeded,30,100,30",
+    "p4,2000,4096,1,250,T4,LS,Running,40,900,",  # never scheduled: runtime from creation
+    "p5,4000,8192,2,1000,,LS,Failed,50,40,60",  # deletion before scheduling: median runtime
+    "p6,2000,4096,1,1000,T4,Burstable,Running,60,,",  # no deletion either: median runtime
+    "p7,16000,32768,4,1000,,LS,Running,70,2000,70",
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_CSV)
+    pods = tmp_path / "pods.csv"
+    pods.write_text(POD_HEADER + "\n".join(POD_ROWS) + "\n")
+    return nodes, pods
+
+
+def test_reading_handles_missing_and_negative_times(files) -> None:
+    nodes, pods = read_nodes(files[0]), read_pods(files[1])
+    assert nodes.total_gpus == 18 and nodes.models[3] == ""
+    run = runtimes(pods)
+    assert run[0] == 1000 and run[1] == 380 and run[4] == 860
+    assert run[5] == run[6] == np.median(run[[0, 1, 2, 3, 4, 7]])  # invalid -> median of the valid ones
+    assert (run >= 1).all()
+
+
+def test_inflation_reaches_the_target_and_is_deterministic(files) -> None:
+    nodes, pods = read_nodes(files[0]), read_pods(files[1])
+    capacity = nodes.total_gpus * 1000
+    order = draw_workload(pods, capacity, seed=7)
+    arrived = pods.gpu_demand_milli[order].sum()
+    assert arrived >= 1.3 * capacity > arrived - pods.gpu_demand_milli[order].max()
+    for policy in ("firstfit", "bestfit", "fgd", "gpuyard"):
+        a = run_inflation(nodes, pods, policy, seed=7)
+        b = run_inflation(nodes, pods, policy, seed=7)
+        assert np.array_equal(a.unallocated_at, b.unallocated_at)
+        curve = a.unallocated_at
+        assert curve.min() >= 0 and curve.max() <= 100
+        assert curve[0] == 100.0  # nothing arrived, nothing allocated
+        assert (np.diff(curve) <= 1e-9).all()  # no departures: allocation never falls
+
+
+def test_time_mode_finishes_every_job(files) -> None:
+    nodes, pods = read_nodes(files[0]), read_pods(files[1])
+    for name in ("fifo", "gpuyard"):
+        run = run_time(nodes, pods, name, presets.config_for(name))
+        s = run.summary()
+        assert s["jobs"] == len(pods) and s["never_started"] == 0
+        assert run.jct.size == len(pods) and (run.wait >= 0).all()
+        assert s["avg_jct_s"] >= s["avg_wait_s"]
+        assert 0 < s["gpu_allocation_mean_pct"] <= 100
+
+
+def test_time_mode_needs_times(tmp_path, files) -> None:
+    pods = tmp_path / "bare.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1000,1024,1,1000\n")
+    with pytest.raises(ValueError, match="creation_time"):
+        run_time(read_nodes(files[0]), read_pods(pods), "fifo", presets.config_for("fifo"))
+
+
+@pytest.mark.parametrize("mode", ["inflation", "time"])
+def test_cli_json_and_plot(files, tmp_path, capsys, mode) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    png = tmp_path / "out.png"
+    args = parser.parse_args(
+        [
+            "--trace",
+            str(files[1]),
+            "--nodes",
+            str(files[0]),
+            "--policy",
+            "bestfit,gpuyard",
+            "--mode",
+            mode,
+            "--seeds",
+            "2",
+            "--json",
+            "--plot",
+            str(png),
+        ]
+    )
+    assert cli.run(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["policies"]) == ["fifo", "bestfit", "gpuyard"]  # the baseline is always there
+    assert png.stat().st_size > 1000
+
+
+def test_cli_rejects_unknown_policy(files, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert (
+        cli.run(parser.parse_args(["--trace", str(files[1]), "--nodes", str(files[0]), "--policy", "magic"]))
+        == 2
+    )
+    assert "unknown policy" in capsys.readouterr().err
+
+
+REAL_PODS = DEFAULT_TRACE_DIR / "openb_pod_list_default.csv"
+REAL_NODES = DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv"
+
+
+@pytest.mark.skipif(
+    not REAL_PODS.exists(), reason=f"real trace not found at {REAL_PODS} (../shared/traces absent)"
+)
+def test_inflation_on_a_sample_of_the_real_trace() -> None:
+    nodes, pods = read_nodes(REAL_NODES), read_pods(REAL_PODS)
+    keep = np.arange(0, len(nodes.names), 12)  # ~100 nodes of every kind
+    small = NodeTable(
+        [nodes.names[i] for i in keep],
+        nodes.cpus[keep],
+        nodes.memory[keep],
+        nodes.gpus[keep],
+        [nodes.models[i] for i in keep],
+    )
+    sample = np.random.default_rng(0).choice(len(pods), 1500, replace=False)
+    pods = PodTable(
+        [pods.names[i] for i in sample],
+        pods.cpus[sample],
+        pods.memory[sample],
+        pods.num_gpu[sample],
+        pods.gpu_milli[sample],
+        [pods.gpu_spec[i] for i in sample],
+        pods.creation[sample],
+        pods.scheduled[sample],
+        pods.deletion[sample],
+    )
+    at_100 = {
+        p: run_inflation(small, pods, p, seed=42).at_100 for p in ("firstfit", "bestfit", "fgd", "gpuyard")
+    }
+    assert all(0 < v < 40 for v in at_100.values()), at_100
+    assert at_100["gpuyard"] <= at_100["bestfit"] + 1.0, at_100
