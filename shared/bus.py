@@ -9,6 +9,8 @@ after the handler's effect is stored.
   arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
   `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
   poison event never blocks the consumer. An event that does not even parse goes there at once.
+- `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
+  `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class Bus:
         ack_wait: float = 30,
         batch: int = 256,
         deliver_new: bool = True,
+        concurrency: int = 1,
     ) -> asyncio.Task:
         """Create (or join) the durable consumer and start handling its events in a background task."""
         config = ConsumerConfig(
@@ -135,7 +138,9 @@ class Bus:
             with contextlib.suppress(NotFoundError):
                 await self.js.delete_consumer(stream, durable)
             await self.js.add_consumer(stream, config)
-        consumer = PullConsumer(self, stream, durable, handler, max_deliver=max_deliver, batch=batch)
+        consumer = PullConsumer(
+            self, stream, durable, handler, max_deliver=max_deliver, batch=batch, concurrency=concurrency
+        )
         task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
         self._tasks.append(task)
         return task
@@ -164,17 +169,29 @@ class Bus:
 
 
 class PullConsumer:
-    """One durable pull consumer: one pull request in flight, each message handled as soon as it arrives."""
+    """One durable pull consumer: one pull request in flight, each message handled as soon as it arrives
+    (up to `concurrency` at once, in order per entity)."""
 
     expires = 5.0
     heartbeat = 1.0
 
     def __init__(
-        self, bus: Bus, stream: str, durable: str, handler: Handler, *, max_deliver: int, batch: int
+        self,
+        bus: Bus,
+        stream: str,
+        durable: str,
+        handler: Handler,
+        *,
+        max_deliver: int,
+        batch: int,
+        concurrency: int = 1,
     ):
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
         self.max_deliver = max_deliver
         self.batch = batch
+        self.slots = asyncio.Semaphore(max(1, concurrency))
+        self.concurrent = concurrency > 1
+        self.chains: dict[str | None, asyncio.Task] = {}  # entity -> its latest handling task
 
     async def run(self) -> None:
         nc = self.bus.nc
@@ -206,21 +223,49 @@ class PullConsumer:
                             await asyncio.sleep(0.5)
                         break  # the request ended; issue the next one
                     remaining -= 1
-                    await self.handle(msg)
+                    await self.dispatch(msg)
         finally:
+            for task in list(self.chains.values()):
+                task.cancel()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def handle(self, msg: Msg) -> None:
+    async def dispatch(self, msg: Msg) -> None:
+        event = await self.parse(msg)
+        if event is None:
+            return
+        if not self.concurrent:
+            await self.handle(event, msg)
+            return
+        await self.slots.acquire()
+        key = event.subject
+        task = asyncio.create_task(self._handle_after(self.chains.get(key), event, msg))
+        self.chains[key] = task
+
+        def done(t: asyncio.Task, key=key) -> None:
+            self.slots.release()
+            if self.chains.get(key) is t:
+                del self.chains[key]
+
+        task.add_done_callback(done)
+
+    async def _handle_after(self, previous: asyncio.Task | None, event: CloudEvent, msg: Msg) -> None:
+        if previous is not None:
+            await asyncio.wait({previous})  # its outcome is its own; only the order matters here
+        await self.handle(event, msg)
+
+    async def parse(self, msg: Msg) -> CloudEvent | None:
         try:
-            event = CloudEvent.from_json(msg.data)
+            return CloudEvent.from_json(msg.data)
         except (ValidationError, ValueError) as exc:
             log.error(
                 "consumer %s: unreadable event on %s, dead-lettered: %s", self.durable, msg.subject, exc
             )
             await self.bus.dead_letter(msg, self.durable, f"unreadable event: {exc}")
             await msg.term()
-            return
+            return None
+
+    async def handle(self, event: CloudEvent, msg: Msg) -> None:
         try:
             await self.handler(event, msg)
         except asyncio.CancelledError:

@@ -203,7 +203,11 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
             attempts=[Attempt(number=1, queued_at=at)],
         )
     assert view is not None
-    new = view.model_copy(deep=True)
+    # A copy of what this function may change (the lists and the current attempt); the rest is shared,
+    # never mutated, and a deep copy of the spec on every event would be most of the cost of a write.
+    new = view.model_copy(
+        update={"exits": list(view.exits), "attempts": [*view.attempts[:-1], view.current.model_copy()]}
+    )
     new.version = version if version is not None else view.version + 1
     new.updated_at = at
     _, target = TRANSITIONS[ev.nats_subject]

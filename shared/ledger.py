@@ -1,9 +1,13 @@
 """The job ledger: the only way a service changes a job.
 
-It loads the job's events, lets the caller decide on the current view, checks the decision against the
-state machine, appends it with the expected version (retrying on a concurrent write), and publishes it.
+It brings the job's view up to date, lets the caller decide on it, checks the decision against the state
+machine, appends it with the expected version (retrying on a concurrent write), and publishes it.
 Publishing is guarded by an outbox: an event stored but not yet published (a crash in between) is published
 by the relay later; JetStream drops a duplicate by its Nats-Msg-Id.
+
+Views are cached per job with the ids of the events folded into them; bringing one up to date reads only
+the events stored after its version (usually none), so a write costs one small read, not a replay of the
+job's whole history. The store's expected-version check keeps a stale cache from ever causing a wrong write.
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.bus import Bus
 from shared.events import CloudEvent, EventData, make_event
-from shared.jobstate import IllegalTransition, JobView, apply, fold
+from shared.jobstate import IllegalTransition, JobView, apply
 from shared.store import ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)
 
 Decide = Callable[[JobView | None], EventData | None]
 MAX_CONFLICT_RETRIES = 8
+CACHED_JOBS = 20_000
 
 
 @dataclass(slots=True)
@@ -32,6 +38,14 @@ class Outcome:
     applied: bool = False
     duplicate: bool = False
     refused: IllegalTransition | None = None
+
+
+@dataclass(slots=True)
+class _Known:
+    """A job's view at some version, and the ids of the events that made it."""
+
+    view: JobView
+    event_ids: set[str] = field(default_factory=set)
 
 
 def projection_of(view: JobView) -> Projection:
@@ -52,12 +66,33 @@ class JobLedger:
         self.source = source
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
+        self._known: OrderedDict[str, _Known] = OrderedDict()
 
     async def load(self, job_id: str) -> JobView | None:
-        return fold([s.event for s in await self.store.read_stream(job_id)])
+        known = await self._catch_up(job_id)
+        return known.view if known else None
 
     async def events(self, job_id: str) -> list[CloudEvent]:
         return [s.event for s in await self.store.read_stream(job_id)]
+
+    async def _catch_up(self, job_id: str) -> _Known | None:
+        known = self._known.get(job_id)
+        newer = await self.store.read_stream(job_id, after_version=known.view.version if known else 0)
+        if newer:
+            view, ids = (known.view, set(known.event_ids)) if known else (None, set())
+            for stored in newer:
+                view = apply(view, stored.event, version=stored.version)
+                ids.add(stored.event.id)
+            known = _Known(view, ids)
+        if known is not None:
+            self._remember(job_id, known)
+        return known
+
+    def _remember(self, job_id: str, known: _Known) -> None:
+        self._known[job_id] = known
+        self._known.move_to_end(job_id)
+        while len(self._known) > CACHED_JOBS:
+            self._known.popitem(last=False)
 
     async def record(
         self, job_id: str, decide: Decide, *, event_id: Callable[[JobView | None], str] | None = None
@@ -65,13 +100,13 @@ class JobLedger:
         """Apply what `decide(current view)` returns (None: nothing to do). Idempotent when `event_id` is
         deterministic: the same fact recorded twice is stored once."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            history = await self.events(job_id)
-            view = fold(history)
+            known = await self._catch_up(job_id)
+            view = known.view if known else None
             data = decide(view)
             if data is None:
                 return Outcome(view)
             event = make_event(data, source=self.source, id=event_id(view) if event_id else None)
-            if any(e.id == event.id for e in history):
+            if known and event.id in known.event_ids:
                 return Outcome(view, event, duplicate=True)  # this fact is already recorded
             try:
                 new = apply(view, event)
@@ -88,6 +123,7 @@ class JobLedger:
                 continue  # someone wrote first: decide again on the newer view
             if result.duplicate:
                 return Outcome(view, event, duplicate=True)
+            self._remember(job_id, _Known(new, {*known.event_ids, event.id} if known else {event.id}))
             await self._publish(event)
             return Outcome(new, event, applied=True)
         raise ConcurrencyError(job_id, -1, -1)

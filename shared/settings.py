@@ -53,7 +53,7 @@ class SubmitSettings(CommonSettings):
 
 
 class SchedulerSettings(CommonSettings):
-    policy: str = "firstfit"
+    policy: str = Field("gpuyard", description="Placement policy: gpuyard, fgd, bestfit or firstfit.")
     cycle_interval: float = Field(
         1.0, description="Seconds between timer-driven cycles (events also trigger one)."
     )
@@ -71,6 +71,9 @@ class ExecutorSettings(CommonSettings):
     heartbeat_interval: float = 5.0
     grace_seconds: float = Field(10.0, description="SIGTERM-to-SIGKILL grace when stopping a job.")
     retry_backoff: float = Field(5.0, description="Seconds before the first retry; doubles each attempt.")
+    event_concurrency: int = Field(
+        64, description="Job events handled at once (events of one job always in order)."
+    )
 
 
 class MonitorSettings(CommonSettings):

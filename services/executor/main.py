@@ -378,6 +378,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
             executor.on_event,
             stream=EVENTS_STREAM.name,
             max_deliver=settings.max_deliver,
+            concurrency=settings.event_concurrency,
         )
         await service.stopping.wait()
     finally:

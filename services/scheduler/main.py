@@ -32,7 +32,8 @@ from shared.service import Service
 from shared.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
-PENDING_REFRESH_SECONDS = 10.0
+PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
+PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
 LIVE_STATES = ["queued", "placed", "running"]
 
 
@@ -45,7 +46,7 @@ class Scheduler:
         self.config = SchedulerConfig(policy=settings.policy)
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
-        self.pending_sent: dict[str, tuple[str, str, float]] = {}
+        self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
 
     async def load(self) -> None:
         """Rebuild the view from the event store (a restarted scheduler forgets nothing)."""
@@ -73,11 +74,11 @@ class Scheduler:
             self.wake.set()
 
     async def refresh_dirty(self) -> None:
+        """Bring the jobs that events were seen for up to date (the ledger reads only their new events)."""
         dirty, self.dirty = self.dirty, set()
-        for job_id in dirty:
-            doc = await self.service.store.get_projection(job_id)
-            if doc is not None:
-                self.view.put_job(JobView.model_validate(doc))
+        for view in await asyncio.gather(*(self.ledger.load(job_id) for job_id in dirty)):
+            if view is not None:
+                self.view.put_job(view)
 
     async def run(self) -> None:
         while True:
@@ -98,26 +99,7 @@ class Scheduler:
         await self.apply(result, now)
 
     async def apply(self, result: CycleResult, now: float) -> None:
-        for placement in result.placements:
-            job = self.view.jobs.get(placement.job_id)
-            if job is None:
-                continue
-            data = JobPlaced(
-                job_id=job.job_id,
-                attempt=job.attempt,
-                placements=[to_placement(r, self._hb(r.node)) for r in placement.replicas],
-                policy=self.config.policy,
-            )
-            outcome = await self.ledger.record(
-                job.job_id,
-                lambda v, data=data: (
-                    data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
-                ),
-                event_id=lambda v, data=data: derived_id(data.job_id, data.attempt, "placed"),
-            )
-            if outcome.view is not None:
-                self.view.put_job(outcome.view)
-            self.pending_sent.pop(job.job_id, None)
+        await asyncio.gather(*(self.place(p) for p in result.placements))
         for preemption in result.preemptions:
             job = self.view.jobs.get(preemption.job_id)
             if job is None or job.preempt_requested is not None:
@@ -128,19 +110,45 @@ class Scheduler:
             await self.ledger.append(
                 job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")
             )
-        for job_id, reason in result.pending.items():
-            await self.note_pending(job_id, reason, now)
+        budget = PENDING_WRITES_PER_CYCLE
+        by_position = sorted(result.pending.items(), key=lambda item: item[1].position or 0)
+        for job_id, reason in by_position:
+            if budget and await self.note_pending(job_id, reason, now):
+                budget -= 1
 
-    async def note_pending(self, job_id: str, reason, now: float) -> None:
-        job = self.view.jobs.get(job_id)
+    async def place(self, placement) -> None:
+        job = self.view.jobs.get(placement.job_id)
         if job is None:
             return
-        key = (reason.code, reason.message)
+        data = JobPlaced(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            placements=[to_placement(r, self._hb(r.node)) for r in placement.replicas],
+            policy=self.config.policy,
+        )
+        outcome = await self.ledger.record(
+            job.job_id,
+            lambda v, data=data: (
+                data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
+            ),
+            event_id=lambda v, data=data: derived_id(data.job_id, data.attempt, "placed"),
+        )
+        if outcome.view is not None:
+            self.view.put_job(outcome.view)
+        self.pending_sent.pop(job.job_id, None)
+
+    async def note_pending(self, job_id: str, reason, now: float) -> bool:
+        """Store why a job waits: at once when the reason is new, its changing numbers at most every
+        PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle)."""
+        job = self.view.jobs.get(job_id)
+        if job is None:
+            return False
         sent = self.pending_sent.get(job_id)
-        if sent and sent[:2] == key and now - sent[2] < PENDING_REFRESH_SECONDS:
-            return
-        if sent and sent[:2] == key and job.pending and job.pending.position == reason.position:
-            return
+        if sent is not None:
+            if sent[:3] == (reason.code, reason.message, reason.position):
+                return False
+            if sent[0] == reason.code and now - sent[3] < PENDING_REFRESH_SECONDS:
+                return False
         data = JobPending(
             job_id=job_id,
             attempt=job.attempt,
@@ -159,7 +167,8 @@ class Scheduler:
         )
         if outcome.view is not None:
             self.view.put_job(outcome.view)
-        self.pending_sent[job_id] = (*key, now)
+        self.pending_sent[job_id] = (reason.code, reason.message, reason.position, now)
+        return outcome.applied
 
     def _hb(self, node: str):
         rec = self.view.nodes.get(node)

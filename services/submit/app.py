@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.middleware.base import BaseHTTPMiddleware
 
 from services.submit import routes_jobs, routes_platform
 from services.submit.context import SubmitContext
@@ -16,30 +15,49 @@ from shared.store import ConcurrencyError, StoreUnavailable
 log = logging.getLogger(__name__)
 
 
-class BodyLimit(BaseHTTPMiddleware):
-    """413 for a body over the limit, whether it says its length or streams in chunks."""
+class BodyLimit:
+    """413 for a body over the limit, whether it says its length or streams in chunks (a plain ASGI
+    middleware: Starlette's BaseHTTPMiddleware would cost more than the rest of a submit)."""
 
     def __init__(self, app, limit: int):
-        super().__init__(app)
+        self.app = app
         self.limit = limit
 
-    async def dispatch(self, request: Request, call_next):
-        declared = request.headers.get("content-length")
-        too_large = JSONResponse(
-            {"detail": f"request body over {self.limit} bytes"}, status_code=status.HTTP_413_CONTENT_TOO_LARGE
-        )
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
-                return JSONResponse({"detail": "invalid Content-Length"}, status_code=400)
+                return await self.refuse(scope, receive, send, 400, "invalid Content-Length")
             if int(declared) > self.limit:
-                return too_large
-        elif request.method in ("POST", "PUT", "PATCH"):
-            size = 0
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > self.limit:
-                    return too_large
-        return await call_next(request)
+                return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+            return await self.app(scope, receive, send)
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        body, more = b"", True  # chunked: read it all first, counting
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    @staticmethod
+    async def refuse(scope, receive, send, code: int, detail: str) -> None:
+        await JSONResponse({"detail": detail}, status_code=code)(scope, receive, send)
 
 
 def create_app(ctx: SubmitContext) -> FastAPI:

@@ -90,8 +90,9 @@ class EventStore(ABC):
         Raises ConcurrencyError when another writer got there first."""
 
     @abstractmethod
-    async def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        """All events of one stream, oldest first."""
+    async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        """The events of one stream with a version above `after_version` (all of them by default), oldest
+        first. A reader that holds the state up to some version catches up with this alone."""
 
     @abstractmethod
     async def get_projection(self, stream_id: str) -> dict[str, Any] | None: ...

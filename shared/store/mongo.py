@@ -147,8 +147,9 @@ class MongoEventStore(EventStore):
         if event_ids:
             await self.events.update_many({"_id": {"$in": event_ids}}, {"$set": {"published": True}})
 
-    async def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        cursor = self.events.find({"stream_id": stream_id}).sort("version", ASCENDING)
+    async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        query = {"stream_id": stream_id, "version": {"$gt": after_version}}
+        cursor = self.events.find(query).sort("version", ASCENDING)
         return [
             StoredEvent(stream_id, d["version"], CloudEvent.model_validate(d["event"])) async for d in cursor
         ]

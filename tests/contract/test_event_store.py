@@ -64,6 +64,8 @@ async def test_append_then_read_in_order(store):
     events = await store.read_stream("a")
     assert [(s.version, s.event) for s in events] == [(1, e1), (2, e2)]
     assert await store.read_stream("unknown") == []
+    assert [(s.version, s.event) for s in await store.read_stream("a", after_version=1)] == [(2, e2)]
+    assert await store.read_stream("a", after_version=2) == []
 
 
 async def test_a_stale_expected_version_is_a_conflict_never_an_overwrite(store):

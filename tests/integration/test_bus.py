@@ -123,3 +123,30 @@ async def test_consumers_sharing_a_durable_share_the_work(nats_url):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
+    bus = await connect(nats_url)
+    order: dict[str, list[int]] = {}
+    busy, most = 0, 0
+
+    async def handle(event, msg):
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        await asyncio.sleep(0.02 if event.data.attempt == 1 else 0)  # the first of each job is slowest
+        order.setdefault(event.subject, []).append(event.data.attempt)
+        busy -= 1
+
+    try:
+        await bus.consume("parallel", ["job.>"], handle, stream=EVENTS_STREAM.name, concurrency=8)
+        for attempt in (1, 2, 3):
+            for job in ("x", "y", "z", "w"):
+                await bus.publish(make_event(JobSucceeded(job_id=job, attempt=attempt), source="/test"))
+        await eventually(lambda: sum(map(len, order.values())) == 12)
+        assert order == {job: [1, 2, 3] for job in ("x", "y", "z", "w")}
+        assert most > 1  # different jobs were handled at the same time
+        info = await bus.js.consumer_info(EVENTS_STREAM.name, "parallel")
+        assert info.num_ack_pending == 0
+    finally:
+        await bus.close()

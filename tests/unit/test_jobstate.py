@@ -117,3 +117,28 @@ def test_apply_does_not_mutate_its_input():
     view = fold([submitted()])
     apply(view, placed())
     assert view.state == JobState.QUEUED and view.version == 1
+
+
+def test_no_event_changes_an_earlier_view():
+    """apply copies only what it changes: every earlier view must stay exactly as it was."""
+    exited = JobReplicaExited(
+        job_id=J, attempt=1, node="n1", replica=0, exit_code=1, reason=FailureReason.EXIT_CODE, log_tail=["x"]
+    )
+    history = [
+        submitted(),
+        ev(JobPending(job_id=J, attempt=1, reason=PendingReason(code="capacity", message="full")), 1),
+        placed(),
+        started(),
+        ev(exited, 3),
+        ev(JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY, message="retry"), 4),
+        ev(JobCancelRequested(job_id=J, by="u"), 5),
+        ev(JobCancelled(job_id=J, attempt=2, by="u"), 6),
+    ]
+    views, dumps, view = [], [], None
+    for event in history:
+        view = apply(view, event)
+        views.append(view)
+        dumps.append(view.model_dump())
+    assert [v.model_dump() for v in views] == dumps
+    assert views[-1].attempts[0].outcome.startswith("requeued") and views[3].attempts[0].outcome is None
+    assert views[-1].exits == [] and len(views[4].exits) == 1
