@@ -9,6 +9,8 @@ after the handler's effect is stored.
   arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
   `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
   poison event never blocks the consumer. An event that does not even parse goes there at once.
+- `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
+  replica its own), for a process that keeps a view and re-reads the store for the truth.
 - `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
   `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
 """
@@ -144,6 +146,23 @@ class Bus:
         task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
         self._tasks.append(task)
         return task
+
+    async def watch(self, subject: str, handler: Handler, *, stream: str) -> None:
+        """Every event on `subject` from now on, in order, to this process alone (no acks, no durable)."""
+
+        async def deliver(msg: Msg) -> None:
+            try:
+                event = CloudEvent.from_json(msg.data)
+            except (ValidationError, ValueError):
+                return  # a durable consumer of the same subject dead-letters it
+            try:
+                await handler(event, msg)
+            except Exception:
+                log.exception("watch %s: handler failed on %s %s", subject, event.type, event.id)
+
+        await self.js.subscribe(
+            subject, stream=stream, cb=deliver, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW
+        )
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
         headers = {

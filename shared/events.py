@@ -193,6 +193,9 @@ class JobPlaced(EventData):
     attempt: int
     placements: list[ReplicaPlacement]
     policy: str = ""
+    borrowed: bool = Field(
+        False, description="Admitted on other tenants' idle quota: the first to go when they reclaim it."
+    )
 
     @property
     def nodes(self) -> list[str]:

@@ -119,6 +119,7 @@ class JobView(BaseModel):
     created_at: datetime
     updated_at: datetime
     placements: list[ReplicaPlacement] = Field(default_factory=list)
+    borrowed: bool = False  # the current placement runs on another tenant's idle quota
     pending: PendingReason | None = None
     not_before: datetime | None = None
     cancel_requested: bool = False
@@ -219,6 +220,7 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
             new.pending = data.reason
         case JobPlaced():
             new.placements = list(data.placements)
+            new.borrowed = data.borrowed
             new.pending = None
             attempt.placed_at = at
             attempt.nodes = data.nodes
@@ -258,7 +260,7 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
             _end(attempt, at, f"requeued: {data.reason}", data.exit_code, data.message)
             new.attempt = data.attempt
             new.attempts.append(Attempt(number=data.attempt, queued_at=at))
-            new.placements, new.exits, new.pending = [], [], None
+            new.placements, new.exits, new.pending, new.borrowed = [], [], None, False
             new.preempt_requested = None
             new.not_before = data.not_before
             new.message = data.message

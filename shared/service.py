@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from pydantic import ValidationError
+
 from shared.bus import Bus, BusUnavailable
 from shared.events import ServiceHeartbeat, make_event
 from shared.health import HealthServer
@@ -35,7 +37,11 @@ def settings_from_argv(settings_cls: type[S], argv: list[str] | None, descriptio
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
-    return settings_cls(**overrides)
+    try:
+        return settings_cls(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        parser.exit(2, f"{parser.prog}: invalid settings: {problems}\n")
 
 
 def setup_logging(name: str, level: str) -> None:

@@ -1,5 +1,13 @@
-"""Wiring of the scheduler service: consume job events and node heartbeats, run a cycle of the pure core
-after every burst of events and on a timer, and record its decisions through the job ledger."""
+"""Wiring of the scheduler service: follow job events and node heartbeats, run a cycle of the pure core
+after every burst of events and on a timer, and record its decisions through the job ledger.
+
+Several replicas may run; one leads at a time (a lease in NATS KV, `shared.lease`). Every replica follows
+the events (an ordered consumer each, not a shared durable: the next leader must not have missed any); only
+the leader decides. A replica that becomes leader re-reads the live jobs from the event store first, and
+every replica re-reads them every `resync_interval` as well, so a missed event can only delay a decision.
+A job is never placed twice: the placement is recorded only while the stored job is queued for that attempt,
+with an id derived from (job, attempt), through the store's expected-version check.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,8 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from services.scheduler.core import CycleResult, SchedulerConfig, schedule
+from services.scheduler.core import CycleResult, Placement, SchedulerConfig, schedule
+from services.scheduler.core.placement import POLICIES
 from services.scheduler.view import ClusterView, to_placement
 from shared.events import (
     EVENTS_STREAM,
@@ -27,6 +36,7 @@ from shared.events import (
     make_event,
 )
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
+from shared.lease import Lease
 from shared.ledger import JobLedger
 from shared.service import Service
 from shared.settings import SchedulerSettings
@@ -35,6 +45,30 @@ log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
 PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
 LIVE_STATES = ["queued", "placed", "running"]
+BACKFILL_MODES = ("easy", "greedy", "off")
+
+
+def config_of(settings: SchedulerSettings) -> SchedulerConfig:
+    return SchedulerConfig(
+        policy=settings.policy,
+        fair_share=settings.fair_share,
+        tenant_weights=dict(settings.tenant_weights),
+        user_gpu_cap=dict(settings.user_gpu_cap),
+        borrowing=settings.borrowing,
+        preemption=settings.preemption,
+        min_runtime_before_preemption=settings.min_runtime_before_preemption,
+        backfill=settings.backfill,
+    )
+
+
+def preflight(settings: SchedulerSettings) -> str | None:
+    if settings.policy not in POLICIES:
+        return f"unknown policy {settings.policy!r}; choose from {', '.join(sorted(POLICIES))}"
+    if settings.backfill not in BACKFILL_MODES:
+        return f"unknown backfill {settings.backfill!r}; choose from {', '.join(BACKFILL_MODES)}"
+    if settings.lease_ttl < 1:
+        return "lease_ttl must be at least 1 second"
+    return None
 
 
 class Scheduler:
@@ -43,22 +77,50 @@ class Scheduler:
         self.settings = settings
         self.ledger: JobLedger = service.ledger
         self.view = ClusterView()
-        self.config = SchedulerConfig(policy=settings.policy)
+        self.config = config_of(settings)
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
+        self.leading = asyncio.Event()
         self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
+        self.lease = Lease(
+            service.bus.js,
+            "scheduler",
+            settings.instance,
+            ttl=settings.lease_ttl,
+            replicas=service.bus.replicas,
+        )
 
     async def load(self) -> None:
-        """Rebuild the view from the event store (a restarted scheduler forgets nothing)."""
+        """Re-read the live jobs from the event store (a restarted or new leader forgets nothing)."""
+        listed: set[str] = set()
         cursor = None
         while True:
             page = await self.service.store.list_projections(states=LIVE_STATES, limit=500, cursor=cursor)
             for doc in page.items:
-                self.view.put_job(JobView.model_validate(doc))
+                view = JobView.model_validate(doc)
+                listed.add(view.job_id)
+                self.view.put_job(view)
             if not page.next_cursor:
                 break
             cursor = page.next_cursor
+        self.dirty |= set(self.view.jobs) - listed  # ended (or changed) since: the ledger will say
+        await self.refresh_dirty()
         log.info("loaded %d live jobs from the event store", len(self.view.jobs))
+
+    async def resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_interval)
+            await self.load()
+            self.wake.set()
+
+    async def gained(self) -> None:
+        await self.load()
+        self.pending_sent.clear()
+        self.leading.set()
+        self.wake.set()
+
+    async def lost(self) -> None:
+        self.leading.clear()
 
     async def on_job_event(self, event: CloudEvent, _msg) -> None:
         self.dirty.add(event.subject)
@@ -87,6 +149,8 @@ class Scheduler:
             self.wake.clear()
             await asyncio.sleep(0.002)  # let a burst of events arrive: one cycle for all of them
             await self.refresh_dirty()
+            if not self.leading.is_set():
+                continue  # a follower keeps its view warm and decides nothing
             await self.check_nodes()
             await self.cycle()
 
@@ -95,8 +159,11 @@ class Scheduler:
         state, queue = self.view.snapshot(now)
         if not queue and not state.running:
             return
+        state.quotas = dict(self.settings.quotas)
         result = schedule(state, queue, self.config)
         await self.apply(result, now)
+        for job_id in set(self.pending_sent) - set(self.view.jobs):
+            del self.pending_sent[job_id]
 
     async def apply(self, result: CycleResult, now: float) -> None:
         await asyncio.gather(*(self.place(p) for p in result.placements))
@@ -105,7 +172,11 @@ class Scheduler:
             if job is None or job.preempt_requested is not None:
                 continue
             data = JobPreempted(
-                job_id=job.job_id, attempt=job.attempt, reason=preemption.reason, by_job=preemption.by_job
+                job_id=job.job_id,
+                attempt=job.attempt,
+                reason=preemption.reason,
+                by_job=preemption.by_job,
+                grace_seconds=self.settings.preemption_grace,
             )
             await self.ledger.append(
                 job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")
@@ -116,7 +187,7 @@ class Scheduler:
             if budget and await self.note_pending(job_id, reason, now):
                 budget -= 1
 
-    async def place(self, placement) -> None:
+    async def place(self, placement: Placement) -> None:
         job = self.view.jobs.get(placement.job_id)
         if job is None:
             return
@@ -125,6 +196,7 @@ class Scheduler:
             attempt=job.attempt,
             placements=[to_placement(r, self._hb(r.node)) for r in placement.replicas],
             policy=self.config.policy,
+            borrowed=placement.borrowed,
         )
         outcome = await self.ledger.record(
             job.job_id,
@@ -210,12 +282,9 @@ class Scheduler:
 async def main(service: Service, settings: SchedulerSettings) -> None:
     scheduler = Scheduler(service, settings)
     await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=scheduler.on_heartbeat)
-    await service.bus.consume(
-        "scheduler",
-        ["job.>"],
-        scheduler.on_job_event,
-        stream=EVENTS_STREAM.name,
-        max_deliver=settings.max_deliver,
-    )
+    await service.bus.watch("job.>", scheduler.on_job_event, stream=EVENTS_STREAM.name)
     await scheduler.load()
+    await scheduler.lease.open()
+    service.spawn(scheduler.lease.keep(scheduler.gained, scheduler.lost), "lease")
+    service.spawn(scheduler.resync(), "resync")
     await scheduler.run()

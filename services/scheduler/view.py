@@ -89,6 +89,10 @@ class ClusterView:
         self.nodes.pop(name, None)
 
     def put_job(self, view: JobView) -> None:
+        """Keep the newer of what is known and `view` (reads and own writes may arrive out of order)."""
+        known = self.jobs.get(view.job_id)
+        if known is not None and known.version > view.version:
+            return
         if view.state.terminal:
             self.jobs.pop(view.job_id, None)
         else:
@@ -120,7 +124,7 @@ class ClusterView:
                 continue
             replicas = tuple(to_assignment(p) for p in view.placements)
             started = view.started_at or view.updated_at
-            running.append(Allocation(job_request(view), replicas, started.timestamp()))
+            running.append(Allocation(job_request(view), replicas, started.timestamp(), view.borrowed))
             for a in replicas:
                 node = nodes.get(a.node)
                 if node is None:

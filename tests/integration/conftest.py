@@ -59,7 +59,10 @@ def nats_url(tmp_path):
 class Platform:
     """`gpuyard up` in a subprocess, on free ports, with its own data and config directories."""
 
-    def __init__(self, data_dir: Path, config_dir: Path, simulate_gpus: int = 2):
+    def __init__(
+        self, data_dir: Path, config_dir: Path, simulate_gpus: int = 2, env: dict[str, str] | None = None
+    ):
+        """`env`: extra environment for `gpuyard up` and so for every service (e.g. scheduler settings)."""
         self.data_dir = data_dir
         self.config_dir = config_dir
         self.simulate_gpus = simulate_gpus
@@ -68,6 +71,7 @@ class Platform:
         self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
         self.env.pop("GPUYARD_SERVER", None)
         self.env.pop("GPUYARD_TOKEN", None)
+        self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
         self.log = data_dir.parent / f"up-{data_dir.name}.log"
 

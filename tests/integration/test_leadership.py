@@ -1,0 +1,145 @@
+"""One scheduler decides at a time: the lease in NATS KV, and two scheduler processes on one platform.
+
+Real nats-server, real processes: a lease's expiry and compare-and-swap are the server's behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shared.bus import Bus
+from shared.lease import Lease
+from tests.integration.conftest import Platform, wait_for
+
+pytestmark = pytest.mark.integration
+
+TTL = 2.0
+
+
+async def lease(url: str, holder: str, ttl: float = 1.5) -> tuple[Bus, Lease]:
+    bus = await Bus.connect([url], name=holder, source=f"/test/{holder}")
+    held = Lease(bus.js, "scheduler", holder, ttl=ttl)
+    await held.open()
+    return bus, held
+
+
+async def test_one_holder_at_a_time_and_a_lapsed_lease_passes_on(nats_url):
+    (bus_a, a), (bus_b, b) = await lease(nats_url, "a"), await lease(nats_url, "b")
+    try:
+        assert await a.acquire()
+        assert not await b.acquire()
+        assert await b.holder_now() == "a"
+        assert await a.renew() and a.held
+        await asyncio.sleep(a.ttl + 1.0)  # a stops renewing, as a frozen or dead process would
+        assert await b.acquire()
+        assert await b.holder_now() == "b"
+        assert not await a.renew() and not a.held  # the old holder learns it lost, never overwrites
+    finally:
+        await bus_a.close()
+        await bus_b.close()
+
+
+async def test_keep_hands_over_when_the_leader_stops_and_never_overlaps(nats_url):
+    (bus_a, a), (bus_b, b) = await lease(nats_url, "a"), await lease(nats_url, "b")
+    leading: set[str] = set()
+    overlaps: list[set[str]] = []
+
+    def callbacks(name):
+        async def gained():
+            leading.add(name)
+            if len(leading) > 1:
+                overlaps.append(set(leading))
+
+        async def lost():
+            leading.discard(name)
+
+        return gained, lost
+
+    try:
+        task_a = asyncio.create_task(a.keep(*callbacks("a")))
+        await asyncio.sleep(0.3)
+        task_b = asyncio.create_task(b.keep(*callbacks("b")))
+        async with asyncio.timeout(5):
+            while leading != {"a"}:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(a.ttl * 1.5)
+        assert leading == {"a"}  # renewals keep it; b keeps trying and failing
+        task_a.cancel()  # a stops and releases: b takes over within one try
+        leading.discard("a")
+        async with asyncio.timeout(5):
+            while leading != {"b"}:
+                await asyncio.sleep(0.05)
+        assert overlaps == []
+        task_b.cancel()
+    finally:
+        await bus_a.close()
+        await bus_b.close()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    base = tmp_path_factory.mktemp("leadership")
+    p = Platform(base / "data", base / "config", env={"GPUYARD_LEASE_TTL": str(TTL)}).start()
+    yield p
+    if p.proc.poll() is None:
+        p.stop()
+
+
+def scheduler_pid(platform: Platform) -> int:
+    services = platform.client().request("GET", "/v1/services")
+    return next(s["pid"] for s in services if s["service"] == "scheduler")
+
+
+def placed_by(platform: Platform, job_id: str) -> list[str]:
+    events = platform.client().request("GET", f"/v1/jobs/{job_id}/events")
+    return [e["event"]["source"] for e in events if e["event"]["type"].endswith("job.placed")]
+
+
+def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twice(platform, tmp_path):
+    client = platform.client()
+    primary = wait_for(lambda: scheduler_pid(platform), 20, what="the scheduler's heartbeat")
+    log = tmp_path / "standby.log"
+    env = {
+        **platform.env,
+        "GPUYARD_NATS_URL": platform.nats_url,
+        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        "GPUYARD_INSTANCE": "standby",
+        "GPUYARD_LEASE_TTL": str(TTL),
+    }
+    standby = subprocess.Popen(
+        [sys.executable, "-m", "services.scheduler"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for(lambda: "loaded" in log.read_text(), 30, what="the standby scheduler to start")
+        first = [client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)]
+        for job_id in first:
+            assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+        assert "took the scheduler lease" not in log.read_text()  # the leader is alive: standby waits
+        assert all(len(placed_by(platform, j)) == 1 for j in first)
+
+        os.kill(primary, signal.SIGSTOP)  # frozen, not dead: it must not act on its old lease later
+        try:
+            wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 5, what="the takeover")
+            second = [
+                client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)
+            ]
+            for job_id in second:
+                assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+                assert placed_by(platform, job_id) == ["/gpuyard/scheduler/standby"]
+        finally:
+            os.kill(primary, signal.SIGCONT)
+        time.sleep(TTL)  # the old leader wakes up, finds its lease gone and follows
+        third = [client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)]
+        for job_id in first + second + third:
+            assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+            assert len(placed_by(platform, job_id)) == 1
+    finally:
+        standby.send_signal(signal.SIGTERM)
+        standby.wait(30)
