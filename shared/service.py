@@ -77,6 +77,7 @@ class Service:
                     self.settings.nats_servers,
                     name=f"gpuyard-{self.name}",
                     source=self.source,
+                    replicas=self.settings.stream_replicas,
                     connect_timeout=2,
                 )
                 break

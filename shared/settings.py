@@ -55,6 +55,9 @@ class CommonSettings(BaseSettings):
     max_deliver: int = Field(
         5, description="Deliveries of one event before it goes to the dead-letter stream."
     )
+    stream_replicas: int = Field(
+        1, ge=1, le=5, description="Replicas of each JetStream stream and KV bucket: 3 on a 3-server cluster."
+    )
 
     @property
     def store_url(self) -> str:
