@@ -7,22 +7,29 @@
 
 Reports submit→placed and submit→running latency (p50, p99), taken from the events' own timestamps (all
 recorded on this host's clock), and the sustained rate: jobs finished per second from the first submit to
-the last job's end.
+the last job's end. The benchmark follows the jobs on NATS (`--nats`, a plain subscription to `job.>`), so
+that watching them costs the platform nothing; it only submits over HTTP. With `--cpu`, it also reports the
+CPU time each of the platform's processes spent per job (Linux /proc), which says how many jobs a second the
+machine's cores could carry, whatever else runs on it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+import nats
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,9 +47,9 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
 
 
-def start_platform(gpus: int) -> tuple[subprocess.Popen, Client, Path]:
+def start_platform(gpus: int, nats_port: int) -> tuple[subprocess.Popen, Client, Path]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
-    env = {**__import__("os").environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
+    env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gpuyard"),
@@ -54,7 +61,7 @@ def start_platform(gpus: int) -> tuple[subprocess.Popen, Client, Path]:
             "--port",
             "18480",
             "--nats-port",
-            "14622",
+            str(nats_port),
         ],
         env=env,
         stdout=(tmp / "up.log").open("wb"),
@@ -73,8 +80,65 @@ def start_platform(gpus: int) -> tuple[subprocess.Popen, Client, Path]:
     raise SystemExit(f"platform did not start; see {tmp / 'up.log'}")
 
 
-def run(client: Client, jobs: int, concurrency: int) -> dict:
+class Tap:
+    """Every job event's time, per job and type, from a NATS subscription in a thread of its own."""
+
+    ENDS = ("succeeded", "failed", "cancelled")
+
+    def __init__(self, url: str):
+        self.url = url
+        self.times: dict[str, dict[str, float]] = {}
+        self.ended: set[str] = set()
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise SystemExit(f"cannot reach NATS at {url} (pass --nats)")
+
+    async def _run(self) -> None:
+        nc = await nats.connect(self.url)
+
+        async def on_msg(msg) -> None:
+            event = json.loads(msg.data)
+            kind = event["type"].rsplit(".", 1)[-1]
+            self.times.setdefault(event["subject"], {})[kind] = when(event)
+            if kind in self.ENDS:
+                self.ended.add(event["subject"])
+
+        await nc.subscribe("job.>", cb=on_msg)
+        await nc.flush()
+        self.ready.set()
+        await asyncio.to_thread(self.stop.wait)
+        await nc.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def platform_processes(up_pid: int) -> dict[int, str]:
+    """The children of `gpuyard up` (services and nats-server), and `up` itself."""
+    found = {up_pid: "gpuyard up"}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[1]) == up_pid:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                name = next((a.decode() for a in argv if a.startswith(b"services.")), None)
+                found[int(entry.name)] = name or Path(argv[0].decode()).name
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def run(client: Client, tap: Tap, jobs: int, concurrency: int, up_pid: int | None) -> dict:
     ids: list[str] = []
+    processes = platform_processes(up_pid) if up_pid else {}
+    cpu_before = {pid: cpu_seconds(pid) for pid in processes}
     t0 = time.time()
     with Progress() as progress, ThreadPoolExecutor(concurrency) as pool:
         task = progress.add_task("submitting", total=jobs)
@@ -83,28 +147,26 @@ def run(client: Client, jobs: int, concurrency: int) -> dict:
             progress.advance(task)
         submitted_s = time.time() - t0
         done = progress.add_task("finishing", total=jobs)
-        remaining = set(ids)
-        while remaining:
-            page = client.jobs(state=["succeeded", "failed", "cancelled"], limit=500)
-            finished = {j["job_id"] for j in page["items"]} & remaining
-            # the newest 500 may not cover everything: ask for the rest one by one when few remain
-            if not finished and len(remaining) < 50:
-                finished = {
-                    i for i in remaining if client.job(i)["state"] in ("succeeded", "failed", "cancelled")
-                }
-            remaining -= finished
-            progress.update(done, completed=jobs - len(remaining))
-            time.sleep(0.2)
+        deadline = time.monotonic() + 60 + jobs
+        while (finished := len(tap.ended.intersection(ids))) < jobs and time.monotonic() < deadline:
+            progress.update(done, completed=finished)
+            time.sleep(0.1)
+    cpu_ms = {
+        processes[pid]: round((cpu_seconds(pid) - before) * 1e3 / jobs, 2)
+        for pid, before in cpu_before.items()
+    }
+    missing = [i for i in ids if i not in tap.ended]
+    if missing:
+        raise SystemExit(f"{len(missing)} jobs did not finish, e.g. {missing[0]}")
     placed, running, ends, failed = [], [], [], 0
     for job_id in ids:
-        events = {e["event"]["type"].rsplit(".", 1)[-1]: e["event"] for e in client.events(job_id)}
-        t_sub = when(events["submitted"])
-        placed.append(when(events["placed"]) - t_sub)
-        running.append(when(events["started"]) - t_sub)
-        ends.append(when(events.get("succeeded") or events["failed"]))
-        failed += "failed" in events
+        times = tap.times[job_id]
+        placed.append(times["placed"] - times["submitted"])
+        running.append(times["started"] - times["submitted"])
+        ends.append(max(times.get(k, 0) for k in Tap.ENDS))
+        failed += "failed" in times
     span = max(ends) - t0
-    return {
+    result = {
         "jobs": jobs,
         "concurrency": concurrency,
         "failed": failed,
@@ -120,6 +182,10 @@ def run(client: Client, jobs: int, concurrency: int) -> dict:
         },
         "mean_submit_to_running_ms": round(statistics.mean(running) * 1e3, 1),
     }
+    if cpu_ms:
+        result["cpu_ms_per_job"] = cpu_ms
+        result["cpu_ms_per_job_total"] = round(sum(cpu_ms.values()), 2)
+    return result
 
 
 def main() -> int:
@@ -131,15 +197,22 @@ def main() -> int:
     parser.add_argument("--start", action="store_true", help="start a platform with 8 simulated GPUs")
     parser.add_argument("--server")
     parser.add_argument("--token")
+    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS URL of the platform")
+    parser.add_argument(
+        "--cpu", type=int, metavar="PID", help="pid of `gpuyard up`: report CPU ms per job per process"
+    )
     args = parser.parse_args()
     proc = None
     if args.start:
-        proc, client, _ = start_platform(8)
+        proc, client, _ = start_platform(8, 14622)
+        args.nats, args.cpu = "nats://127.0.0.1:14622", proc.pid
     else:
         client = Client(args.server, args.token)
+    tap = Tap(args.nats)
     try:
-        result = run(client, args.jobs, args.concurrency)
+        result = run(client, tap, args.jobs, args.concurrency, args.cpu)
     finally:
+        tap.stop.set()
         if proc:
             proc.send_signal(2)
             proc.wait(60)

@@ -13,7 +13,9 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from gpuyard import why
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import TERMINAL, describe_event, follow_job
 from shared.jobspec import JobSpec, SpecError, load_spec_file
@@ -109,20 +111,38 @@ def cmd_ps(args: argparse.Namespace) -> int:
         _print_json(jobs)
         return 0
     table = Table(box=None, pad_edge=False)
-    for col in ("ID", "NAME", "TENANT", "STATE", "GPUS", "AGE", "REASON"):
+    for col in ("ID", "NAME", "TENANT", "STATE", "POS", "GPUS", "AGE", "REASON"):
         table.add_column(col, overflow="fold" if col == "REASON" else "ellipsis", no_wrap=col != "REASON")
     for j in jobs:
-        reason = (
-            (j.get("pending") or {}).get("message", "") if j["state"] == "queued" else j.get("message", "")
-        )
         table.add_row(
-            j["job_id"], j["name"], j["tenant"], j["state"], _gpus(j), _age(j["created_at"]), reason
+            j["job_id"],
+            j["name"],
+            j["tenant"],
+            j["state"],
+            why.position_text(j.get("pending")) if j["state"] == "queued" else "",
+            _gpus(j),
+            _age(j["created_at"]),
+            Text(_ps_reason(j)),
         )
     if not jobs:
         out.print("no jobs" + ("" if args.all else " running or waiting (use --all to see finished ones)"))
     else:
         out.print(table)
     return 0
+
+
+def _ps_reason(job: dict[str, Any]) -> str:
+    """Why a queued job waits; for others, what `ps` readers need (preemption, cancel, how it ended)."""
+    if job["state"] == "queued":
+        pending = job.get("pending")
+        return f"{pending['code']}: {pending['message']}" if pending else ""
+    if job["state"] in TERMINAL:
+        return job.get("message", "")
+    if job.get("cancel_requested"):
+        return "cancel requested"
+    if job.get("preempt_requested"):
+        return f"being preempted ({job['preempt_requested']['reason']})"
+    return f"attempt {job['attempt']}" if job["attempt"] > 1 else ""
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -152,7 +172,22 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if job.get("pending") and job["state"] == "queued":
         p = job["pending"]
         rows.append(
-            ("Waiting", f"{p['message']}" + (f" (#{p['position']} in queue)" if p.get("position") else ""))
+            (
+                "Waiting",
+                f"{p['code']}: {p['message']}"
+                + (f" (#{p['position']} in queue)" if p.get("position") else ""),
+            )
+        )
+        if p.get("details"):
+            rows.append(("Numbers", why.details_text(p["details"])))
+        rows.append(("Estimated start", why.relative_start(p.get("estimated_start"), datetime.now(UTC))))
+    if job.get("preempt_requested") and job["state"] in ("placed", "running"):
+        pre = job["preempt_requested"]
+        rows.append(
+            (
+                "Preempted",
+                pre["reason"] + (f" by job {pre['by_job']}" if pre.get("by_job") else "") + ", stopping",
+            )
         )
     for p in job["placements"]:
         gpus = ",".join(
@@ -174,13 +209,62 @@ def cmd_describe(args: argparse.Namespace) -> int:
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, Text(v))
     out.print(table)
     if job.get("log_tail") and job["state"] == "failed":
         out.print("[bold]Last log lines:[/]")
         for line in job["log_tail"]:
             out.print(f"  {line}", markup=False)
     return 0
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    job = Client(args.server, args.token).job(args.job)
+    now = datetime.now(UTC)
+    if args.json:
+        _print_json(why.as_dict(job, now))
+        return 0
+    headline, rows = why.explain(job, now)
+    out.print(Text(headline, style="bold"))
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for k, v in rows:
+        table.add_row(k, Text(v))
+    out.print(table)
+    return 0
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+SIM_POSITIVE = {
+    "seeds": "--seeds",
+    "ratio": "--ratio",
+    "speedup": "--speedup",
+    "limit_factor": "--limit-factor",
+}
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from services.scheduler.sim import cli as sim
+
+    for field, flag in SIM_POSITIVE.items():
+        value = getattr(args, field, None)
+        if value is not None and value <= 0:
+            raise CliError(f"{flag} must be positive, not {value:g}")
+    fraction = getattr(args, "cluster_fraction", None)
+    if fraction is not None and not 0 < fraction <= 1:
+        raise CliError(f"--cluster-fraction must be in (0, 1], not {fraction:g}")
+    if args.plot is not None:
+        folder = args.plot.resolve().parent
+        if not folder.is_dir():
+            raise CliError(f"--plot {args.plot}: folder {folder} does not exist")
+        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise CliError(f"--plot {args.plot}: the file name must end in {', '.join(PLOT_SUFFIXES)}")
+    try:
+        return sim.run(args)
+    except OSError as exc:  # a folder or an unreadable file given as a trace: one line, not a traceback
+        what = f"cannot read {exc.filename}: " if exc.filename else ""
+        raise CliError(f"{what}{exc.strerror or exc}") from None
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -220,7 +304,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
+    """sim_options=False leaves out the simulator's options (and its numpy import) for the other commands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", help="API URL (default: GPUYARD_SERVER, or what `gpuyard up` saved)")
     common.add_argument("--token", help="bearer token (default: GPUYARD_TOKEN, or what `gpuyard up` saved)")
@@ -273,11 +358,34 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--attempt", type=int)
     logs.add_argument("--tail", type=int, help="only the last N lines")
     logs.set_defaults(func=cmd_logs)
+
+    why_cmd = sub.add_parser(
+        "why", help="why a job waits (reason, numbers, queue position, estimated start)", parents=[common]
+    )
+    why_cmd.add_argument("job")
+    why_cmd.set_defaults(func=cmd_why)
+
+    sim = sub.add_parser(
+        "sim",
+        help="replay a trace through the scheduler, one result row per policy",
+        description="Replay a cluster trace (openb CSV columns) through the scheduling core and compare "
+        "placement policies; the table goes to stderr, --json to stdout.",
+    )
+    if sim_options:
+        from services.scheduler.sim.cli import add_arguments
+
+        add_arguments(sim)
+    sim.set_defaults(func=cmd_sim)
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(sim_options=_command(argv) == "sim")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

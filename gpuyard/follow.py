@@ -34,6 +34,11 @@ def describe_event(event: dict) -> str:
         )
     if kind == "failed":
         return f"failed: {data['message']}"
+    if kind == "preempted":
+        by = f" by job {data['by_job']}" if data.get("by_job") else ""
+        return f"preempted ({data['reason']}){by}: stopping within {data.get('grace_seconds', 0):g}s"
+    if kind == "started":
+        return f"started on {data['node']} (replicas {', '.join(map(str, data['replicas']))})"
     if kind == "requeued":
         return f"requeued as attempt {data['attempt']} ({data['reason']}): {data.get('message', '')}"
     return kind

@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
 
 DEADLETTER_PREFIX = "deadletter."
+VERSION_HEADER = "Gpuyard-Version"
+
+
+def version_of(msg: Msg) -> int | None:
+    """The store version a message's event was written at, when its publisher said so."""
+    value = (msg.headers or {}).get(VERSION_HEADER)
+    return int(value) if value and value.isdigit() else None
 
 
 class BusUnavailable(Exception):
@@ -101,12 +108,13 @@ class Bus:
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, event: CloudEvent) -> Published:
-        ack = await self.js.publish(
-            event.nats_subject.value,
-            event.to_json(),
-            headers={"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE},
-        )
+    async def publish(self, event: CloudEvent, *, version: int | None = None) -> Published:
+        """`version`: the event's position in its entity's stream in the event store, sent as the
+        `Gpuyard-Version` header so that a reader holding the previous version can apply it without a read."""
+        headers = {"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE}
+        if version is not None:
+            headers[VERSION_HEADER] = str(version)
+        ack = await self.js.publish(event.nats_subject.value, event.to_json(), headers=headers)
         return Published(ack.stream, ack.seq, bool(ack.duplicate))
 
     # ------------------------------------------------------------------ consuming

@@ -88,6 +88,25 @@ class JobLedger:
             self._remember(job_id, known)
         return known
 
+    def observe(self, event: CloudEvent, version: int | None) -> JobView | None:
+        """Fold an event seen on the bus into the cached view, when it is the next one (`version` from the
+        message's header). Returns the job's view, or None when only the store can say (a gap, no cached
+        view, no version): the caller then `load`s the job."""
+        job_id = event.subject or ""
+        known = self._known.get(job_id)
+        if version is None or known is None and version != 1:
+            return None
+        if known is not None and known.view.version >= version:
+            return known.view if event.id in known.event_ids else None
+        if known is not None and known.view.version + 1 != version:
+            return None
+        try:
+            view = apply(known.view if known else None, event, version=version)
+        except IllegalTransition:
+            return None
+        self._remember(job_id, _Known(view, {*known.event_ids, event.id} if known else {event.id}))
+        return view
+
     def _remember(self, job_id: str, known: _Known) -> None:
         self._known[job_id] = known
         self._known.move_to_end(job_id)
@@ -95,12 +114,23 @@ class JobLedger:
             self._known.popitem(last=False)
 
     async def record(
-        self, job_id: str, decide: Decide, *, event_id: Callable[[JobView | None], str] | None = None
+        self,
+        job_id: str,
+        decide: Decide,
+        *,
+        event_id: Callable[[JobView | None], str] | None = None,
+        cached: bool = False,
     ):
         """Apply what `decide(current view)` returns (None: nothing to do). Idempotent when `event_id` is
-        deterministic: the same fact recorded twice is stored once."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            known = await self._catch_up(job_id)
+        deterministic: the same fact recorded twice is stored once.
+
+        `cached=True` decides on the cached view without reading the store first, for a caller that keeps
+        its cache current from the bus (`observe`) and whose `decide` may safely do nothing on a view that
+        is a little behind: a write on a stale view is refused by the store and decided again."""
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            known = self._known.get(job_id) if cached and attempt == 0 else None
+            if known is None:
+                known = await self._catch_up(job_id)
             view = known.view if known else None
             data = decide(view)
             if data is None:
@@ -124,7 +154,7 @@ class JobLedger:
             if result.duplicate:
                 return Outcome(view, event, duplicate=True)
             self._remember(job_id, _Known(new, {*known.event_ids, event.id} if known else {event.id}))
-            await self._publish(event)
+            await self._publish(event, new.version)
             return Outcome(new, event, applied=True)
         raise ConcurrencyError(job_id, -1, -1)
 
@@ -134,11 +164,11 @@ class JobLedger:
             job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None
         )
 
-    async def _publish(self, event: CloudEvent) -> None:
+    async def _publish(self, event: CloudEvent, version: int) -> None:
         if self.bus is None:
             return
         try:
-            await self.bus.publish(event)
+            await self.bus.publish(event, version=version)
         except Exception as exc:  # the relay will publish it
             log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
             return

@@ -149,12 +149,16 @@ class ExecutorSettings(CommonSettings):
     )
     gpu_memory_grace: float = Field(30.0, ge=0, description="Seconds over its slice before a job is stopped.")
     gpu_memory_interval: float = Field(5.0, gt=0, description="Seconds between GPU memory readings.")
-    gpu_memory_slack: Size = Field("0", description="Tolerated use above a slice (e.g. the CUDA context).")
+    gpu_memory_slack: Size = Field(
+        "512MiB", description="Tolerated use above a slice: NVML counts the CUDA context (~0.5 GiB) too."
+    )
     mps: Literal["auto", "on", "off"] = Field(
         "auto", description="Give fractional jobs CUDA MPS limits: auto = when an MPS daemon runs here."
     )
     kubeconfig: str = Field("", description="Kubernetes backend: kubeconfig file outside a cluster.")
-    kubernetes_poll_interval: float = Field(2.0, gt=0, description="Kubernetes backend: seconds between polls.")
+    kubernetes_poll_interval: float = Field(
+        2.0, gt=0, description="Kubernetes backend: seconds between polls."
+    )
     kubernetes_log_interval: float = Field(
         5.0, gt=0, description="Kubernetes backend: seconds between copies of a running pod's log."
     )

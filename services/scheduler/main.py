@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from services.scheduler.core import CycleResult, Placement, SchedulerConfig, schedule
 from services.scheduler.core.placement import POLICIES
 from services.scheduler.view import ClusterView, to_placement
+from shared.bus import version_of
 from shared.events import (
     EVENTS_STREAM,
     CloudEvent,
@@ -46,6 +47,14 @@ PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, est
 PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
 LIVE_STATES = ["queued", "placed", "running"]
 BACKFILL_MODES = ("easy", "greedy", "off")
+CHANGES_DECISIONS = {  # events after which a cycle may decide something new
+    Subject.JOB_SUBMITTED,
+    Subject.JOB_REQUEUED,
+    Subject.JOB_SUCCEEDED,
+    Subject.JOB_FAILED,
+    Subject.JOB_CANCELLED,
+    Subject.JOB_CANCEL_REQUESTED,
+}
 
 
 def config_of(settings: SchedulerSettings) -> SchedulerConfig:
@@ -122,9 +131,14 @@ class Scheduler:
     async def lost(self) -> None:
         self.leading.clear()
 
-    async def on_job_event(self, event: CloudEvent, _msg) -> None:
-        self.dirty.add(event.subject)
-        self.wake.set()
+    async def on_job_event(self, event: CloudEvent, msg) -> None:
+        view = self.ledger.observe(event, version_of(msg))
+        if view is None:
+            self.dirty.add(event.subject)  # the store will say
+        else:
+            self.view.put_job(view)
+        if event.nats_subject in CHANGES_DECISIONS or view is None:
+            self.wake.set()  # the rest (started, exits, our own writes) waits for the timer's cycle
 
     async def on_heartbeat(self, msg) -> None:
         try:
@@ -143,7 +157,8 @@ class Scheduler:
                 self.view.put_job(view)
 
     async def run(self) -> None:
-        while True:
+        """Cycle until the service stops (within one cycle_interval of SIGTERM)."""
+        while not self.service.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.cycle_interval)
             self.wake.clear()
@@ -204,6 +219,7 @@ class Scheduler:
                 data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
             ),
             event_id=lambda v, data=data: derived_id(data.job_id, data.attempt, "placed"),
+            cached=True,
         )
         if outcome.view is not None:
             self.view.put_job(outcome.view)
@@ -235,7 +251,9 @@ class Scheduler:
             ),
         )
         outcome = await self.ledger.record(
-            job_id, lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
+            job_id,
+            lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None,
+            cached=True,
         )
         if outcome.view is not None:
             self.view.put_job(outcome.view)

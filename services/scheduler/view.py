@@ -74,6 +74,7 @@ class ClusterView:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
+        self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
 
     def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
         """Returns True when the node is new (or its inventory changed)."""
@@ -95,8 +96,17 @@ class ClusterView:
             return
         if view.state.terminal:
             self.jobs.pop(view.job_id, None)
+            self._requests.pop(view.job_id, None)
         else:
             self.jobs[view.job_id] = view
+
+    def request(self, view: JobView) -> JobRequest:
+        """The core's request for a job, converted once per version of the job."""
+        cached = self._requests.get(view.job_id)
+        if cached is None or cached[0] != view.version:
+            cached = (view.version, job_request(view))
+            self._requests[view.job_id] = cached
+        return cached[1]
 
     def jobs_on(self, node: str) -> list[JobView]:
         return [
@@ -120,11 +130,11 @@ class ClusterView:
         for view in self.jobs.values():
             if view.state == JobState.QUEUED:
                 if not view.cancel_requested:
-                    queue.append(job_request(view))
+                    queue.append(self.request(view))
                 continue
             replicas = tuple(to_assignment(p) for p in view.placements)
             started = view.started_at or view.updated_at
-            running.append(Allocation(job_request(view), replicas, started.timestamp(), view.borrowed))
+            running.append(Allocation(self.request(view), replicas, started.timestamp(), view.borrowed))
             for a in replicas:
                 node = nodes.get(a.node)
                 if node is None:

@@ -1,0 +1,419 @@
+"""The CLI's scheduling views (`why`, `ps`, `describe`) against job views made by the real state machine and
+served by a fake API; `gpuyard sim`'s argument errors and a tiny run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from gpuyard import cli, why
+from gpuyard.client import Client
+from shared.events import (
+    GpuShare,
+    JobPending,
+    JobPlaced,
+    JobPreempted,
+    JobRequeued,
+    JobStarted,
+    JobSubmitted,
+    PendingReason,
+    ReplicaPlacement,
+    RequeueReason,
+    make_event,
+)
+from shared.jobspec import JobSpec
+from shared.jobstate import fold
+
+
+def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
+    """A job view as GET /v1/jobs/{id} serves it: the state machine's fold of real events, as JSON."""
+    at = at or datetime.now(UTC) - timedelta(minutes=5)
+    submitted = JobSubmitted(
+        job_id=job_id, name=spec.get("name", job_id), tenant=tenant, user=user, spec=JobSpec(**spec)
+    )
+    events = [make_event(submitted, source="/test", time=at)]
+    for i, data in enumerate(steps, start=1):
+        events.append(make_event(data, source="/test", time=at + timedelta(seconds=i)))
+    return fold(events).model_dump(mode="json")
+
+
+def pending(job_id: str, code: str, message: str, position: int | None, details=None, start=None, attempt=1):
+    reason = PendingReason(
+        code=code, message=message, details=details or {}, position=position, estimated_start=start
+    )
+    return JobPending(job_id=job_id, attempt=attempt, reason=reason)
+
+
+def placed(job_id: str, gpus: list[GpuShare], attempt: int = 1) -> JobPlaced:
+    placement = ReplicaPlacement(replica=0, node="n1", gpus=gpus, cpus=8, memory_bytes=32 * 2**30)
+    return JobPlaced(job_id=job_id, attempt=attempt, placements=[placement])
+
+
+BIG = {"name": "big", "command": "python train.py", "priority": "high", "timeout": "2h"}
+BIG["resources"] = {"gpus": 4, "cpus": 8, "memory": "16GB"}
+SMALL = {"name": "small", "command": "true", "resources": {"gpus": 0.5, "gpu_memory": "8GiB"}}
+
+
+def head_view() -> dict:
+    """Waiting 5 min, first in line, estimated to start in 40 min (from now, when the test runs)."""
+    return view(
+        "head1",
+        BIG,
+        pending(
+            "head1",
+            "insufficient_gpus",
+            "needs 4 GPUs on one node; the largest free block is 1 (n1); 1st in line [sic]",
+            1,
+            {"needed_per_replica": 4, "largest_free": 1.0, "node": "n1"},
+            datetime.now(UTC) + timedelta(minutes=40, seconds=20),
+        ),
+    )
+
+
+def third_view() -> dict:
+    return view(
+        "third1",
+        SMALL,
+        pending("third1", "backfill_would_delay", "fits now but would delay job head1; 3rd in line", 3),
+    )
+
+
+def running_view() -> dict:
+    return view(
+        "run1",
+        SMALL | {"name": "shared"},
+        placed("run1", [GpuShare(index=2, fraction=0.5, memory_bytes=8 * 2**30)]),
+        JobStarted(job_id="run1", attempt=1, node="n1", replicas=[0]),
+    )
+
+
+@pytest.fixture
+def api(monkeypatch):
+    """The CLI talks to a fake API that serves these views (through the real Client and its errors)."""
+    jobs: dict[str, dict] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/jobs":
+            return httpx.Response(200, json={"items": list(jobs.values()), "next_cursor": None})
+        job_id = path.removeprefix("/v1/jobs/")
+        if job_id in jobs:
+            return httpx.Response(200, json=jobs[job_id])
+        return httpx.Response(404, json={"detail": f"no job {job_id!r}"})
+
+    class FakeClient(Client):
+        def __init__(self, server=None, token=None, timeout=30):
+            super().__init__("http://api.test", "token")
+            self.http = httpx.Client(base_url=self.server, transport=httpx.MockTransport(handler))
+
+    monkeypatch.setattr(cli, "Client", FakeClient)
+    return jobs
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def rows(text: str) -> dict[str, str]:
+    """`why` prints a headline, then 'Label   value' rows; labels are the known ones."""
+    labels = sorted(
+        {
+            "Job",
+            "State",
+            "Tenant / user",
+            "Priority",
+            "Asks",
+            "Waiting for",
+            "Reason",
+            "Message",
+            "Numbers",
+            "Queue position",
+            "Estimated start",
+            "Replica 0",
+            "Preempted",
+            "Exit code",
+            "Attempt 1",
+            "Retry backoff",
+        },
+        key=len,
+        reverse=True,
+    )
+    out = {}
+    for line in text.splitlines()[1:]:
+        label = next((label for label in labels if line.startswith(label + " ")), None)
+        if label:
+            out[label] = line[len(label) :].strip()
+    return out
+
+
+# ---------------------------------------------------------------- why
+
+
+def test_why_explains_a_waiting_job_with_its_numbers_position_and_estimate(api, capsys):
+    api["head1"] = head = head_view()
+    code, out, err = run(capsys, "why", "head1")
+    assert code == 0 and err == ""
+    headline = out.splitlines()[0]
+    assert headline == f"waiting (insufficient_gpus): {head['pending']['message']}"
+    got = rows(out)
+    assert got["Job"] == "head1 (big)"
+    assert got["State"] == "queued · attempt 1"
+    assert got["Tenant / user"] == "vision / ana"
+    assert got["Priority"] == "high"
+    assert got["Asks"] == "4 GPUs · 8 CPUs · 16 GB memory · time limit 2h"
+    assert got["Waiting for"].startswith("5m")
+    assert got["Reason"] == "insufficient_gpus"
+    assert got["Message"] == head["pending"]["message"]  # '[sic]' is text, not console markup
+    assert got["Numbers"] == "needed_per_replica=4 · largest_free=1 · node=n1"
+    assert got["Queue position"] == "#1 (1st in line)"
+    assert got["Estimated start"] == f"in about 40 min ({head['pending']['estimated_start']})"
+
+
+def test_why_says_unknown_when_no_estimate_and_gives_the_place_in_line(api, capsys):
+    api["third1"] = third_view()
+    got = rows(run(capsys, "why", "third1")[1])
+    assert got["Queue position"] == "#3 (3rd in line)"
+    assert got["Estimated start"] == "unknown"
+    assert got["Asks"] == "0.5 of a GPU · 8 GiB GPU memory · 1 CPU · 2 GB memory"
+    assert "Numbers" not in got
+
+
+def test_why_json_is_the_same_explanation_for_machines(api, capsys):
+    api["head1"] = head_view()
+    code, out, _ = run(capsys, "why", "head1", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["summary"].startswith("waiting (insufficient_gpus)")
+    assert data["pending"]["code"] == "insufficient_gpus" and data["pending"]["position"] == 1
+    assert data["pending"]["details"] == {"needed_per_replica": 4, "largest_free": 1.0, "node": "n1"}
+    assert 40 * 60 - 5 < data["pending"]["estimated_start_in_seconds"] <= 40 * 60 + 20
+    assert data["pending"]["estimated_start_text"] == "in about 40 min"
+    assert (data["tenant"], data["user"], data["priority"]) == ("vision", "ana", "high")
+    assert data["resources"]["total_gpus"] == 4 and data["resources"]["timeout"] == 7200
+    assert data["placements"] == [] and data["preemption"] is None
+
+
+def test_why_shows_where_a_running_job_runs_with_its_gpu_share(api, capsys):
+    api["run1"] = running = running_view()
+    code, out, _ = run(capsys, "why", "run1")
+    assert code == 0
+    assert out.splitlines()[0].startswith("running on n1 for ")
+    started = datetime.fromisoformat(running["started_at"])
+    assert why.summary(running, started + timedelta(minutes=3)) == "running on n1 for 3m"
+    got = rows(out)
+    assert got["Replica 0"] == "n1 GPU 2 (×0.5, 8 GiB) · 8 CPUs · 32 GiB"
+    assert "Reason" not in got and "Queue position" not in got
+    data = json.loads(run(capsys, "why", "run1", "--json")[1])
+    assert data["pending"] is None and data["placements"][0]["gpus"][0]["fraction"] == 0.5
+
+
+def test_why_tells_of_a_preemption_under_way_and_of_the_attempt_it_cost(api, capsys):
+    spec = {"name": "low", "command": "true", "priority": "low", "resources": {"gpus": 2}}
+    steps = [
+        placed("low1", [GpuShare(index=0), GpuShare(index=1)]),
+        JobStarted(job_id="low1", attempt=1, node="n1", replicas=[0]),
+        JobPreempted(job_id="low1", attempt=1, reason="priority", by_job="urgent1", grace_seconds=30),
+    ]
+    api["low1"] = view("low1", spec, *steps)
+    code, out, _ = run(capsys, "why", "low1")
+    assert out.splitlines()[0] == (
+        "running on n1, being preempted (priority) by job urgent1; it is stopped within 30 s and queued "
+        "again as attempt 2"
+    )
+    assert rows(out)["Preempted"] == "priority by job urgent1 · grace 30 s"
+
+    requeued = JobRequeued(job_id="low1", attempt=2, reason=RequeueReason.PREEMPTED, message="priority")
+    waiting = pending("low1", "insufficient_gpus", "needs 2 GPUs on one node; 1st in line", 1, attempt=2)
+    api["low1"] = view("low1", spec, *steps, requeued, waiting)
+    got = rows(run(capsys, "why", "low1")[1])
+    assert got["State"] == "queued · attempt 2"
+    assert got["Attempt 1"] == "requeued: preempted (priority)"
+    assert got["Reason"] == "insufficient_gpus"
+
+
+def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, capsys):
+    api["new1"] = view("new1", {"command": "true"})
+    assert "has not given a reason yet" in run(capsys, "why", "new1")[1].splitlines()[0]
+
+    retry = JobRequeued(
+        job_id="new1",
+        attempt=2,
+        reason=RequeueReason.RETRY,
+        message="retry 1/2",
+        not_before=datetime.now(UTC) + timedelta(minutes=2, seconds=5),
+    )
+    spec = {"command": "false", "max_retries": 2}
+    api["new1"] = view("new1", spec, placed("new1", []), retry)
+    assert rows(run(capsys, "why", "new1")[1])["Retry backoff"] == "not before about 2 min"
+
+    from shared.events import FailureReason, JobFailed
+
+    failed = JobFailed(
+        job_id="new1", attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3"
+    )
+    api["new1"] = view("new1", {"command": "false"}, placed("new1", []), failed)
+    out = run(capsys, "why", "new1")[1]
+    assert out.splitlines()[0] == "not waiting: it has failed with exit code 3 (exited with 3)"
+    assert rows(out)["Exit code"] == "3"
+
+
+def test_why_of_an_unknown_job_is_one_line_and_exit_1(api, capsys):
+    code, out, err = run(capsys, "why", "nope")
+    assert code == 1 and out == ""
+    assert err.strip() == "error: no job 'nope' (HTTP 404)"
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(seconds=40), "in about 40 s"),
+        (timedelta(minutes=40, seconds=10), "in about 40 min"),
+        (timedelta(hours=2, minutes=30), "in about 2.5 h"),
+        (timedelta(days=3), "in about 3.0 days"),
+        (timedelta(0), "now"),
+        (timedelta(minutes=-2), "now (the estimate passed 2 min ago)"),
+    ],
+)
+def test_relative_start(delta, text):
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    assert why.relative_start((now + delta).isoformat().replace("+00:00", "Z"), now) == text
+
+
+def test_relative_start_without_an_estimate_is_unknown():
+    assert why.relative_start(None, datetime.now(UTC)) == "unknown"
+
+
+# ---------------------------------------------------------------- ps and describe
+
+
+def test_ps_shows_each_waiting_jobs_place_in_line_and_reason(api, capsys):
+    api.update({"head1": head_view(), "third1": third_view(), "run1": running_view()})
+    code, out, _ = run(capsys, "ps")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "TENANT", "STATE", "POS", "GPUS", "AGE", "REASON"]
+    by_id = {line.split()[0]: line for line in lines[1:]}
+    assert by_id["head1"].split()[3:5] == ["queued", "#1"]
+    assert "insufficient_gpus: needs 4 GPUs on one node" in by_id["head1"]
+    assert by_id["third1"].split()[3:5] == ["queued", "#3"]
+    assert by_id["run1"].split()[3:5] == ["running", "0.5"]  # no position: the POS cell is empty
+
+
+def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsys):
+    api["head1"] = head = head_view()
+    out = run(capsys, "describe", "head1")[1]
+    waiting = next(line for line in out.splitlines() if line.startswith("Waiting"))
+    assert waiting.split(None, 1)[1] == f"insufficient_gpus: {head['pending']['message']} (#1 in queue)"
+    assert "needed_per_replica=4 · largest_free=1 · node=n1" in out
+    estimate = next(line for line in out.splitlines() if line.startswith("Estimated start"))
+    assert estimate.split(None, 2)[2].strip() == "in about 40 min"
+
+
+# ---------------------------------------------------------------- sim
+
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
+PODS_CSV = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    "scheduled_time\np0,4000,8192,1,1000,,LS,Running,0,1000,0\np1,2000,4096,1,500,,LS,Running,10,400,20\n"
+    "p2,8000,16384,2,1000,,BE,Running,20,3000,25\n"
+)
+
+
+@pytest.fixture
+def trace(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    (tmp_path / "columns.csv").write_text("foo,bar\n1,2\n")
+    return tmp_path
+
+
+def sim(capsys, trace, *args: str) -> tuple[int, str, str]:
+    return run(capsys, "sim", "--nodes", str(trace / "nodes.csv"), "--seeds", "1", *args)
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code != 0
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_sim_runs_a_tiny_trace_and_prints_json_and_a_plot(capsys, trace):
+    plot = trace / "curve.png"
+    code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit")
+    assert code == 0 and out == ""  # without --json: the table, on stderr
+    assert "inflation replay of pods" in err and "bestfit" in err
+    code, out, err = sim(
+        capsys,
+        trace,
+        "--trace",
+        str(trace / "pods.csv"),
+        "--policy",
+        "bestfit",
+        "--json",
+        "--plot",
+        str(plot),
+    )
+    assert code == 0, err
+    results = json.loads(out)
+    assert results["mode"] == "inflation" and results["gpus"] == 10
+    assert list(results["policies"]) == ["fifo", "bestfit"]  # the baseline is always added
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--trace", "{t}/missing.csv"], "trace file not found: {t}/missing.csv"),
+        (["--trace", "{t}/pods.csv", "--policy", "nope"], "unknown policy 'nope'"),
+        (["--trace", "{t}"], "cannot read {t}: Is a directory"),
+        (["--trace", "{t}/pods.csv", "--plot", "{t}/no/such/dir/out.png"], "folder {t}/no/such/dir does not"),
+        (["--trace", "{t}/pods.csv", "--plot", "{t}/out.txt"], "must end in .png"),
+        (["--trace", "{t}/pods.csv", "--ratio", "-1"], "--ratio must be positive"),
+        (["--trace", "{t}/pods.csv", "--mode", "time", "--speedup", "0"], "--speedup must be positive"),
+        (["--trace", "{t}/pods.csv", "--cluster-fraction", "2"], "--cluster-fraction must be in (0, 1]"),
+    ],
+)
+def test_sim_errors_are_one_clear_line(capsys, trace, args, expected):
+    code, out, err = sim(capsys, trace, *[a.format(t=trace) for a in args])
+    assert expected.format(t=trace) in one_line_error(code, err)
+
+
+def test_sim_with_a_trace_that_lacks_the_columns_is_one_line(capsys, trace):
+    code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
+    one_line_error(code, err)
+    code, _, err = run(
+        capsys, "sim", "--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")
+    )
+    one_line_error(code, err)
+
+
+@pytest.mark.xfail(
+    reason="services/scheduler/sim/trace.py does not check the columns: 'cannot convert float NaN to integer' "
+    "for a pod file without num_gpu, \"'sn'\" for a node file without sn",
+    strict=False,
+)
+def test_sim_names_the_missing_columns(capsys, trace):
+    code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
+    assert "num_gpu" in one_line_error(code, err)
+    code, _, err = run(
+        capsys, "sim", "--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")
+    )
+    assert "sn" in one_line_error(code, err) and "column" in err
+
+
+def test_other_commands_do_not_load_the_simulator():
+    code = (
+        "import sys; from gpuyard.cli import build_parser, _command; "
+        "build_parser(sim_options=_command(['ps', '--all']) == 'sim').parse_args(['ps', '--all']); "
+        "print('services.scheduler.sim.cli' in sys.modules, 'numpy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]

@@ -1,0 +1,115 @@
+"""The job ledger: cached views stay correct across writers, and events seen on the bus fold in without a read."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.events import JobPlaced, JobStarted, JobSubmitted, ReplicaPlacement, make_event
+from shared.jobspec import JobSpec
+from shared.jobstate import JobState, fold
+from shared.ledger import JobLedger
+from shared.store import open_store
+
+J = "job1"
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
+    yield s
+    await s.close()
+
+
+def submitted():
+    return JobSubmitted(job_id=J, name="n", tenant="t", user="u", spec=JobSpec(command="true"))
+
+
+def placed(attempt=1):
+    return JobPlaced(job_id=J, attempt=attempt, placements=[ReplicaPlacement(replica=0, node="n1")])
+
+
+class CountingStore:
+    """The store, counting the events read back (what the cache is there to avoid)."""
+
+    def __init__(self, inner):
+        self.inner, self.read = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def read_stream(self, stream_id, *, after_version=0):
+        events = await self.inner.read_stream(stream_id, after_version=after_version)
+        self.read += len(events)
+        return events
+
+
+async def test_two_writers_never_overwrite_each_other_through_their_caches(store):
+    a, b = JobLedger(store, None, "/a"), JobLedger(store, None, "/b")
+    await a.append(J, submitted())
+    assert (await b.load(J)).state == JobState.QUEUED  # b caches version 1
+    await a.append(J, placed())  # a writes version 2; b's cache is now stale
+    outcome = await b.record(J, lambda v: placed() if v.state == JobState.QUEUED else None)
+    assert not outcome.applied and outcome.view.state == JobState.PLACED  # b caught up, then decided
+    started = JobStarted(job_id=J, attempt=1, node="n1", replicas=[0])
+    assert (await b.append(J, started)).applied
+    stored = [s.event for s in await store.read_stream(J)]
+    assert [e.type.rsplit(".", 1)[-1] for e in stored] == ["submitted", "placed", "started"]
+    assert (await a.load(J)).model_dump() == fold(stored).model_dump()
+
+
+async def test_a_cached_writer_reads_only_what_is_new(store):
+    counting = CountingStore(store)
+    ledger = JobLedger(counting, None, "/a")
+    await ledger.append(J, submitted())
+    await ledger.append(J, placed())
+    await ledger.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
+    assert counting.read == 0  # it wrote every event itself: nothing to read back
+    assert (await ledger.load(J)).state == JobState.RUNNING
+
+
+async def test_the_same_fact_recorded_twice_is_stored_once(store):
+    ledger = JobLedger(store, None, "/a")
+    await ledger.append(J, submitted(), event_id="s1")
+    again = await JobLedger(store, None, "/b").append(J, submitted(), event_id="s1")
+    assert again.duplicate and not again.applied and again.refused is None
+    assert len(await store.read_stream(J)) == 1
+
+
+async def test_observe_folds_the_next_event_and_leaves_gaps_to_the_store(store):
+    writer, reader = JobLedger(store, None, "/w"), JobLedger(store, None, "/r")
+    first = await writer.append(J, submitted())
+    second = await writer.append(J, placed())
+    third = await writer.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
+
+    assert reader.observe(second.event, 2) is None  # no view of version 1: only the store can say
+    assert reader.observe(first.event, None) is None  # no version on the message
+    assert reader.observe(first.event, 1).state == JobState.QUEUED
+    assert reader.observe(third.event, 3) is None  # a gap: version 2 was not seen
+    assert reader.observe(second.event, 2).state == JobState.PLACED
+    assert reader.observe(second.event, 2).version == 2  # seen twice: nothing changes
+    view = reader.observe(third.event, 3)
+    assert view.state == JobState.RUNNING and view.version == 3
+    assert view.model_dump() == (await writer.load(J)).model_dump()
+
+
+async def test_observe_refuses_an_event_the_state_machine_refuses(store):
+    reader = JobLedger(store, None, "/r")
+    reader.observe(make_event(submitted(), source="/t"), 1)
+    illegal = make_event(JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]), source="/t")
+    assert reader.observe(illegal, 2) is None  # queued -> running skips placed: left to the store
+
+
+async def test_a_cached_decision_on_a_stale_view_is_refused_by_the_store_and_decided_again(store):
+    a, b = JobLedger(store, None, "/a"), JobLedger(store, None, "/b")
+    await a.append(J, submitted())
+    await b.load(J)
+    await a.append(J, placed())  # b's cache still says queued
+    seen: list[str] = []
+
+    def place_if_queued(view):
+        seen.append(view.state)
+        return placed() if view.state == JobState.QUEUED else None
+
+    outcome = await b.record(J, place_if_queued, cached=True)
+    assert seen == [JobState.QUEUED, JobState.PLACED]  # decided on the cache, refused, decided on the store
+    assert not outcome.applied and len(await store.read_stream(J)) == 2
