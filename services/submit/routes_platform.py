@@ -133,6 +133,7 @@ async def nodes(ctx: Context, _: CurrentPrincipal) -> list[NodeOut]:
     return [
         NodeOut(
             node=hb.node,
+            state="lost" if hb.node in ctx.telemetry.lost else "ready",
             last_seen_seconds_ago=round(now - seen, 1),
             gpus=[g.model_dump() for g in hb.gpus],
             cpus=hb.cpus,

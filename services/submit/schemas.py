@@ -47,6 +47,7 @@ class DeadLetter(BaseModel):
 
 class NodeOut(BaseModel):
     node: str
+    state: str = Field(description="ready, or lost (the scheduler gave up on its heartbeat)")
     last_seen_seconds_ago: float
     gpus: list[dict[str, Any]]
     cpus: float

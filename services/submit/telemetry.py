@@ -6,17 +6,21 @@ import contextlib
 import time
 
 from shared.bus import Bus
-from shared.events import CloudEvent, NodeHeartbeat, ServiceHeartbeat, Subject
+from shared.events import CloudEvent, NodeHeartbeat, NodeLost, ServiceHeartbeat, Subject
 
 
 class Telemetry:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[float, NodeHeartbeat]] = {}
         self.services: dict[str, tuple[float, ServiceHeartbeat]] = {}
+        self.lost: set[str] = set()  # declared lost by the scheduler, and silent since
 
     def observe(self, event: CloudEvent) -> None:
         if isinstance(event.data, NodeHeartbeat):
             self.nodes[event.data.node] = (time.time(), event.data)
+            self.lost.discard(event.data.node)
+        elif isinstance(event.data, NodeLost):
+            self.lost.add(event.data.node)
         elif isinstance(event.data, ServiceHeartbeat):
             self.services[event.data.instance] = (time.time(), event.data)
 
@@ -27,3 +31,4 @@ class Telemetry:
 
         await bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=on_msg)
         await bus.nc.subscribe(Subject.SERVICE_HEARTBEAT.value, cb=on_msg)
+        await bus.nc.subscribe(Subject.NODE_LOST.value, cb=on_msg)
