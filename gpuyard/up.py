@@ -96,6 +96,7 @@ class Supervisor:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             preexec_fn=_die_with_parent,
+            start_new_session=True,  # Ctrl-C reaches `up` alone, which stops them in order, NATS last
         )
         child.started = time.monotonic()
         self.children[child.name] = child

@@ -114,7 +114,6 @@ class Scheduler:
             cursor = page.next_cursor
         self.dirty |= set(self.view.jobs) - listed  # ended (or changed) since: the ledger will say
         await self.refresh_dirty()
-        log.info("loaded %d live jobs from the event store", len(self.view.jobs))
 
     async def resync(self) -> None:
         while True:
@@ -124,6 +123,7 @@ class Scheduler:
 
     async def gained(self) -> None:
         await self.load()
+        log.info("leading; %d live jobs in the event store", len(self.view.jobs))
         self.pending_sent.clear()
         self.leading.set()
         self.wake.set()
@@ -302,6 +302,7 @@ async def main(service: Service, settings: SchedulerSettings) -> None:
     await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=scheduler.on_heartbeat)
     await service.bus.watch("job.>", scheduler.on_job_event, stream=EVENTS_STREAM.name)
     await scheduler.load()
+    log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))
     await scheduler.lease.open()
     service.spawn(scheduler.lease.keep(scheduler.gained, scheduler.lost), "lease")
     service.spawn(scheduler.resync(), "resync")

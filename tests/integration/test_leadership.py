@@ -117,7 +117,7 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
         [sys.executable, "-m", "services.scheduler"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
     )
     try:
-        wait_for(lambda: "loaded" in log.read_text(), 30, what="the standby scheduler to start")
+        wait_for(lambda: "following job events" in log.read_text(), 30, what="the standby scheduler to start")
         first = [client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)]
         for job_id in first:
             assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
