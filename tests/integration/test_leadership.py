@@ -67,14 +67,14 @@ async def test_keep_hands_over_when_the_leader_stops_and_never_overlaps(nats_url
         await asyncio.sleep(0.3)
         task_b = asyncio.create_task(b.keep(*callbacks("b")))
         async with asyncio.timeout(5):
-            while leading != {"a"}:
+            while leading != {"a"}:  # noqa: ASYNC110 - polling a plain set
                 await asyncio.sleep(0.05)
         await asyncio.sleep(a.ttl * 1.5)
         assert leading == {"a"}  # renewals keep it; b keeps trying and failing
         task_a.cancel()  # a stops and releases: b takes over within one try
         leading.discard("a")
         async with asyncio.timeout(5):
-            while leading != {"b"}:
+            while leading != {"b"}:  # noqa: ASYNC110 - polling a plain set
                 await asyncio.sleep(0.05)
         assert overlaps == []
         task_b.cancel()
