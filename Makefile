@@ -5,7 +5,12 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# The tests also need the test tools and the `train` extra (PyTorch, for the distributed example).
+$(BIN)/.installed-test: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[test,train]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -13,7 +18,7 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/gpuyard up --simulate-gpus 4 --demo
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q
