@@ -205,6 +205,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 f"{a.get('outcome') or 'in progress'} · nodes {', '.join(a['nodes']) or '-'}",
             )
         )
+        rows.extend(("", f"note: {note}") for note in a.get("notes", []))
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")

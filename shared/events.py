@@ -208,6 +208,11 @@ class JobStarted(EventData):
     attempt: int
     node: str
     replicas: list[int]
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the node could not do for this attempt, in plain words, e.g. "
+        "'cpu and memory limits not enforced on this node: …'.",
+    )
 
 
 @event(Subject.JOB_REPLICA_EXITED)

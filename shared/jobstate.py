@@ -103,6 +103,7 @@ class Attempt(BaseModel):
     outcome: str | None = None
     exit_code: int | None = None
     message: str = ""
+    notes: list[str] = Field(default_factory=list)  # what the nodes could not do (JobStarted.notes)
 
 
 class JobView(BaseModel):
@@ -227,6 +228,7 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
         case JobStarted():
             if attempt.started_at is None:
                 attempt.started_at = at
+            attempt.notes = [*attempt.notes, *(n for n in data.notes if n not in attempt.notes)]
         case JobReplicaExited():
             new.exits.append(
                 ReplicaExit(

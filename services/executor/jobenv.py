@@ -1,8 +1,15 @@
-"""The environment a replica runs in: the job's own env, GPU pinning, and torchrun-style distributed vars."""
+"""The environment a replica runs in: the job's own env, GPU pinning, and torchrun-style distributed vars.
+
+A fractional GPU adds its memory share (GPUYARD_GPU_MEMORY_FRACTION, GPUYARD_GPU_MEMORY_BYTES), which the
+`gpuyard.training` helper applies to PyTorch; where the node runs CUDA MPS, also the MPS client limits
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which the MPS server enforces.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
 
 from shared.events import JobPlaced, ReplicaPlacement
 from shared.jobspec import JobSpec
@@ -20,7 +27,26 @@ INHERITED = (
     "SHELL",
     "PYTHONPATH",
     "VIRTUAL_ENV",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
 )
+DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+
+
+def mps_running(environ: dict[str, str] | None = None) -> bool:
+    """Whether an MPS control daemon (nvidia-cuda-mps-control -d) serves this node: its pipe exists."""
+    environ = os.environ if environ is None else environ
+    pipe_dir = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
+    return (pipe_dir / "control").exists()
+
+
+def mps_env(fraction: float, memory_bytes: int | None) -> dict[str, str]:
+    """MPS client limits of a share: its part of the SMs and its pinned memory on device 0 (the only one
+    the replica sees)."""
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, min(100, math.ceil(fraction * 100))))}
+    if memory_bytes:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={max(1, memory_bytes // 2**20)}M"
+    return env
 
 
 def replica_env(
@@ -34,7 +60,11 @@ def replica_env(
     master_addr: str,
     master_port: int,
     simulated: bool,
+    gpu_memory: dict[int, int] | None = None,
+    mps: bool = False,
 ) -> dict[str, str]:
+    """`gpu_memory`: the node's GPU index → total bytes (to size a slice given only as a fraction);
+    `mps`: the node runs CUDA MPS."""
     env = {k: os.environ[k] for k in INHERITED if k in os.environ}
     env.update(spec.env)
     on_node = sorted(p.replica for p in placed.placements if p.node == replica.node)
@@ -62,7 +92,18 @@ def replica_env(
         env["GPUYARD_SIMULATED_GPUS"] = "1"
     shared = [g for g in gpus if g.fraction < 1]
     if shared:
-        env["GPUYARD_GPU_MEMORY_FRACTION"] = f"{shared[0].fraction:g}"
-        if shared[0].memory_bytes:
-            env["GPUYARD_GPU_MEMORY_BYTES"] = str(shared[0].memory_bytes)
+        share = shared[0]
+        slice_bytes = share_bytes(share.fraction, share.memory_bytes, (gpu_memory or {}).get(share.index))
+        env["GPUYARD_GPU_MEMORY_FRACTION"] = f"{share.fraction:g}"
+        if slice_bytes:
+            env["GPUYARD_GPU_MEMORY_BYTES"] = str(slice_bytes)
+        if mps:
+            env.update(mps_env(share.fraction, slice_bytes))
     return env
+
+
+def share_bytes(fraction: float, memory_bytes: int | None, total: int | None) -> int | None:
+    """A shared GPU's memory slice: the one placed, else its fraction of the GPU's memory when known."""
+    if memory_bytes:
+        return memory_bytes
+    return int(fraction * total) if total else None

@@ -94,7 +94,7 @@ def platform(tmp_path_factory):
 
 def scheduler_pid(platform: Platform) -> int:
     services = platform.client().request("GET", "/v1/services")
-    return next(s["pid"] for s in services if s["service"] == "scheduler")
+    return next((s["pid"] for s in services if s["service"] == "scheduler"), None)
 
 
 def placed_by(platform: Platform, job_id: str) -> list[str]:

@@ -1,0 +1,239 @@
+"""The Kubernetes backend behind the executor's lifecycle: `KubernetesController` (pods per replica) driven
+through the same `Backend` interface as local processes.
+
+- launch: creates the attempt's pods (and headless Service); a redelivered or repeated launch creates nothing
+  twice. A refusal by the API server fails the attempt to start, with its message.
+- watching: `controller.poll()` every `poll_interval`; a replica's pod Running → `replicas_started`, finished
+  → `replica_ended` with the outcome the pod's status gives (exit code, signal, OOMKilled, deadline, node
+  lost, start failures with the kubelet's message, the last log lines).
+- logs: each pod's log is copied into the replica's log file in the data directory (every `log_interval`
+  while it runs, completely when it ends), so the submit API serves both backends' logs alike, with the same
+  size cap and rotation.
+- stop: the pods are deleted with the grace as their termination grace period; every replica still running
+  is reported ended by SIGTERM.
+- adopt (after an executor restart): an attempt whose pods still exist is watched again; the controller then
+  reports their state once more, which the executor records idempotently.
+- release: once the attempt is over its pods and Service are deleted (their logs are already copied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.executor.backend import AttemptLaunch, Backend, BackendEvents, Key, ReplicaEnded, StartFailure
+from services.executor.kubernetes import labels as job_labels
+from services.executor.kubernetes.api import KubeApiError
+from services.executor.kubernetes.controller import KubernetesController
+from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
+from services.executor.logfile import RotatingLog
+from shared.events import FailureReason
+from shared.paths import log_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Mirror:
+    sink: RotatingLog
+    lines: int = 0
+    last: float = field(default=0.0)
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+    runs_every_node = True
+
+    def __init__(
+        self,
+        controller: KubernetesController,
+        *,
+        data_dir: Path,
+        poll_interval: float = 2.0,
+        log_interval: float = 5.0,
+        log_max_bytes: int = 0,
+        log_backups: int = 0,
+    ):
+        self.controller = controller
+        self.data_dir = data_dir
+        self.poll_interval = poll_interval
+        self.log_interval = log_interval
+        self.log_max_bytes = log_max_bytes
+        self.log_backups = log_backups
+        self.live: dict[Key, dict[int, str]] = {}
+        """Attempts launched or adopted: replica → GPUYARD node, for the replicas not yet ended."""
+        self.mirrors: dict[tuple[str, int, int], _Mirror] = {}
+        self.events: BackendEvents | None = None
+        self.poller: asyncio.Task | None = None
+        self.lock = asyncio.Lock()
+
+    @property
+    def limits(self) -> str:
+        return "enforced by Kubernetes (each pod's CPU and memory requests equal its limits)"
+
+    async def open(self, events: BackendEvents) -> None:
+        self.events = events
+        self.poller = asyncio.create_task(self._poll_loop(), name="kubernetes-poll")
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server away for a while must not stop the executor
+                log.warning("polling Kubernetes failed: %s", exc)
+            await asyncio.sleep(self.poll_interval)
+
+    async def poll_once(self) -> None:
+        async with self.lock:
+            outcomes = await self.controller.poll()
+        for outcome in outcomes:
+            await self._report(outcome)
+        await self._copy_running_logs()
+
+    async def _report(self, outcome: ReplicaOutcome) -> None:
+        key = (outcome.job_id, outcome.attempt)
+        nodes = self.live.get(key)
+        if nodes is None or outcome.replica not in nodes:
+            return  # not an attempt this executor runs (or a replica already reported ended)
+        node = nodes[outcome.replica]
+        if outcome.phase is ReplicaPhase.RUNNING:
+            await self.events.replicas_started(key, node, [outcome.replica])
+            return
+        if not outcome.phase.finished:
+            return
+        await self._copy_log(key, outcome.replica, final=True)
+        nodes.pop(outcome.replica, None)
+        if not nodes:
+            self.live.pop(key, None)
+        await self.events.replica_ended(
+            ReplicaEnded(
+                job_id=outcome.job_id,
+                attempt=outcome.attempt,
+                replica=outcome.replica,
+                node=node,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                reason=outcome.reason,
+                message=outcome.message,
+                log_tail=list(outcome.log_tail),
+            )
+        )
+
+    # ------------------------------------------------------------------ logs
+
+    def _mirror(self, key: Key, replica: int) -> _Mirror:
+        ident = (*key, replica)
+        mirror = self.mirrors.get(ident)
+        if mirror is None:
+            path = log_path(self.data_dir, key[0], key[1], replica)
+            mirror = _Mirror(RotatingLog(path, self.log_max_bytes, self.log_backups))
+            self.mirrors[ident] = mirror
+        return mirror
+
+    async def _copy_log(self, key: Key, replica: int, *, final: bool = False) -> None:
+        """Append the pod's log lines not copied yet to the replica's log file."""
+        mirror = self._mirror(key, replica)
+        now = time.monotonic()
+        if not final and now - mirror.last < self.log_interval:
+            return
+        mirror.last = now
+        try:
+            lines = await self.controller.logs(key[0], key[1], replica)
+        except KubeApiError as exc:  # no pod yet, or its container has not started
+            log.debug("no log yet for %s attempt %d replica %d: %s", key[0], key[1], replica, exc)
+            lines = None
+        if lines is not None:
+            if len(lines) < mirror.lines:  # the kubelet rotated the container log: start over
+                mirror.lines = 0
+            new = lines[mirror.lines :]
+            if new:
+                mirror.sink.write(("\n".join(new) + "\n").encode())
+                mirror.lines = len(lines)
+        if final:
+            mirror.sink.close()
+            self.mirrors.pop((*key, replica), None)
+
+    async def _copy_running_logs(self) -> None:
+        for key, nodes in list(self.live.items()):
+            for replica in list(nodes):
+                await self._copy_log(key, replica)
+
+    # ------------------------------------------------------------------ launch, stop, adopt, release
+
+    async def launch(self, launch: AttemptLaunch) -> StartFailure | None:
+        self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
+        try:
+            async with self.lock:
+                result = await self.controller.launch(
+                    job_id=launch.job_id,
+                    attempt=launch.attempt,
+                    job_name=launch.job_name,
+                    tenant=launch.tenant,
+                    spec=launch.spec,
+                    placements=launch.placements,
+                )
+        except KubeApiError as exc:
+            self.live.pop(launch.key, None)
+            with contextlib.suppress(KubeApiError):
+                await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
+            return StartFailure(
+                launch.replicas[0],
+                FailureReason.START_FAILED,
+                f"Kubernetes refused the job's pods: {exc.message}",
+            )
+        if result.skipped:
+            self.live.pop(launch.key, None)
+        return None
+
+    async def stop(self, key: Key, grace: float) -> None:
+        nodes = self.live.pop(key, None)
+        if not nodes:
+            return
+        for replica in nodes:
+            await self._copy_log(key, replica, final=True)
+        async with self.lock:
+            await self.controller.cancel(key[0], key[1], grace_seconds=math.ceil(grace))
+        for replica, node in sorted(nodes.items()):
+            await self.events.replica_ended(
+                ReplicaEnded(
+                    job_id=key[0],
+                    attempt=key[1],
+                    replica=replica,
+                    node=node,
+                    signal=int(signal.SIGTERM),
+                    reason=FailureReason.SIGNAL,
+                    message=f"stopped: its pod was deleted (termination grace {math.ceil(grace)}s)",
+                )
+            )
+
+    async def adopt(self, key: Key, replicas: dict[int, str]) -> bool:
+        selector = job_labels.selector_string(job_labels.attempt_selector(*key))
+        pods = await self.controller.api.list_pods(self.controller.namespace, selector)
+        if not pods:
+            return False
+        self.live[key] = dict(replicas)
+        return True
+
+    async def release(self, key: Key) -> None:
+        self.live.pop(key, None)
+        for ident in [i for i in self.mirrors if i[:2] == key]:
+            self.mirrors.pop(ident).sink.close()
+        async with self.lock:
+            await self.controller.cancel(key[0], key[1])
+
+    async def close(self, grace: float) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.poller
+        for mirror in self.mirrors.values():
+            mirror.sink.close()
+        self.mirrors.clear()

@@ -1,0 +1,88 @@
+"""A replica's log on disk: size-capped, rotated, and the one definition of how its files are named.
+
+One attempt of one replica writes `replica-<r>.log`; when that file reaches `max_bytes` it becomes
+`replica-<r>.log.1` (the previous `.1` becomes `.2`, …) and a new `replica-<r>.log` starts. At most `backups`
+rotated files are kept; older output is deleted, so a replica never holds more than
+`max_bytes * (backups + 1)` bytes of log. The names are defined once, in `shared.paths` (`backup_path`,
+`log_files`), which readers such as the submit API use too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from pathlib import Path
+
+from shared.paths import backup_path, log_files
+
+
+def tail_lines(path: Path, lines: int = 20) -> list[str]:
+    """The last `lines` lines of a log, across a rotation."""
+    found: deque[str] = deque(maxlen=lines)
+    for file in log_files(path)[-2:]:
+        with file.open("r", errors="replace") as f:
+            found.extend(line.rstrip("\n") for line in f)
+    return list(found)
+
+
+class RotatingLog:
+    """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers see every write."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int):
+        if max_bytes < 0 or backups < 0:
+            raise ValueError("log size and number of backups cannot be negative")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.written = 0
+        """Bytes written through this object (rotations included)."""
+
+    def write(self, data: bytes) -> None:
+        """Append `data`; a file is rotated at a line's end where it can be (a longer line is split)."""
+        view = memoryview(data)
+        while view:
+            if self.max_bytes and self.size >= self.max_bytes:
+                self.rotate()
+            room = self.max_bytes - self.size if self.max_bytes else len(view)
+            if len(view) <= room:
+                self._write_all(view)
+                return
+            cut = bytes(view[:room]).rfind(b"\n") + 1
+            if cut == 0:
+                if self.size > 0:
+                    self.rotate()
+                    continue
+                cut = room
+            self._write_all(view[:cut])
+            view = view[cut:]
+
+    def _write_all(self, chunk: memoryview) -> None:
+        while chunk:
+            n = os.write(self.fd, chunk)
+            self.size += n
+            self.written += n
+            chunk = chunk[n:]
+
+    def rotate(self) -> None:
+        os.close(self.fd)
+        if self.backups == 0:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                backup_path(self.path, self.backups).unlink()
+            for n in range(self.backups - 1, 0, -1):
+                with contextlib.suppress(FileNotFoundError):
+                    backup_path(self.path, n).rename(backup_path(self.path, n + 1))
+            self.path.rename(backup_path(self.path, 1))
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = 0
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,242 @@
+"""The executor in the whole platform (`gpuyard up`, real NATS, real processes): timeout, preemption with
+grace, retries, logs followed across rotations, an executor killed mid-job, two executors announcing two
+nodes, and the 2-worker distributed training example."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services.executor.main import default_address
+from shared.bus import Bus
+from shared.events import JobPreempted
+from shared.ledger import JobLedger
+from shared.paths import log_files, log_path
+from shared.store import open_store
+
+from .conftest import Platform, wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+LOG_MAX_BYTES = 4096
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    """One platform for this module, with small numbers: fast retries, short grace, small log files."""
+    base = tmp_path_factory.mktemp("executor")
+    p = Platform(base / "data", base / "config")
+    p.env.update(
+        GPUYARD_RETRY_BACKOFF="0.2",
+        GPUYARD_GRACE_SECONDS="3",
+        GPUYARD_LOG_MAX_BYTES=str(LOG_MAX_BYTES),
+        GPUYARD_LOG_BACKUPS="100",
+        GPUYARD_HEARTBEAT_INTERVAL="1",
+    )
+    p.start()
+    yield p
+    if p.proc.poll() is None:
+        p.stop()
+
+
+def events(client, job_id: str) -> list[dict]:
+    return [e["event"] for e in client.events(job_id)]
+
+
+def kinds(client, job_id: str) -> list[str]:
+    return [e["type"].removeprefix("io.gpuyard.job.") for e in events(client, job_id)]
+
+
+def seconds(event: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(event["time"]).timestamp()
+
+
+def test_a_job_past_its_timeout_is_stopped_and_fails_with_timeout(platform):
+    client = platform.client()
+    job_id = client.submit({"command": "echo working; sleep 60", "timeout": 1})["job_id"]
+    job = platform.wait_state(job_id, {"failed"}, timeout=30)
+    assert job["failure_reason"] == "timeout"
+    assert job["message"] == "replica 0: timed out after 1s and was stopped"
+    started, exited = (e for e in events(client, job_id) if e["type"].endswith(("started", "replica_exited")))
+    assert 1 <= seconds(exited) - seconds(started) < 10
+
+
+def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path):
+    client = platform.client()
+    marker = tmp_path / "got-term"
+    command = (
+        f"trap 'echo \"$GPUYARD_ATTEMPT\" >> {marker}' TERM; "
+        "while true; do sleep 0.1; done"  # ignores SIGTERM (after noting it): only SIGKILL ends it
+    )
+    job_id = client.submit({"command": command, "resources": {"gpus": 1}})["job_id"]
+    platform.wait_state(job_id, {"running"})
+    time.sleep(0.5)  # the shell's trap is set
+
+    async def preempt():
+        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        store = await open_store(f"sqlite:///{platform.data_dir / 'events.db'}")
+        try:
+            ledger = JobLedger(store, bus, "/test")
+            data = JobPreempted(
+                job_id=job_id, attempt=1, reason="a critical job needs the GPU", grace_seconds=2
+            )
+            return (await ledger.append(job_id, data)).applied
+        finally:
+            await store.close()
+            await bus.close()
+
+    assert asyncio.run(preempt())
+    wait_for(lambda: "requeued" in kinds(client, job_id), 30, what="the requeue")
+    history = events(client, job_id)
+    preempted = next(e for e in history if e["type"].endswith("preempted"))
+    exited = next(e for e in history if e["type"].endswith("replica_exited"))
+    requeued = next(e for e in history if e["type"].endswith("requeued"))
+    assert marker.read_text().splitlines()[0] == "1"  # SIGTERM reached the job at once
+    assert 2 <= seconds(exited) - seconds(preempted) < 8  # the grace was honoured, then SIGKILL
+    assert exited["data"]["signal"] == signal.SIGKILL
+    assert requeued["data"]["reason"] == "preempted" and requeued["data"]["attempt"] == 2
+    job = platform.wait_state(job_id, {"running"})  # placed again as attempt 2
+    assert job["attempt"] == 2
+    client.cancel(job_id)
+    platform.wait_state(job_id, {"cancelled"}, timeout=30)
+
+
+def test_a_failing_job_is_retried_with_backoff_and_every_attempt_is_visible(platform):
+    client = platform.client()
+    spec = {"command": 'echo "attempt $GPUYARD_ATTEMPT"; exit 5', "max_retries": 2}
+    job_id = client.submit(spec)["job_id"]
+    job = platform.wait_state(job_id, {"failed"}, timeout=60)
+    assert job["attempt"] == 3 and job["exit_code"] == 5
+    assert [a["outcome"] for a in job["attempts"]] == [
+        "requeued: retry",
+        "requeued: retry",
+        "failed: exit_code",
+    ]
+    requeues = [e["data"] for e in events(client, job_id) if e["type"].endswith("requeued")]
+    assert [(r["attempt"], r["reason"], r["exit_code"]) for r in requeues] == [
+        (2, "retry", 5),
+        (3, "retry", 5),
+    ]
+    assert requeues[0]["message"] == "retry 1/2 after: exited with code 5"
+    assert kinds(client, job_id).count("started") == 3
+    for attempt in (1, 2, 3):
+        assert client.logs(job_id, attempt=attempt) == f"attempt {attempt}\n"
+
+
+def test_logs_follow_a_running_job_across_rotations(platform):
+    client = platform.client()
+    command = 'for i in $(seq 1 400); do echo "line $i of the log, padded to be long enough: ......."; sleep 0.005; done'
+    job_id = client.submit({"command": command})["job_id"]
+    follow = platform.cli("logs", job_id, "-f", timeout=60)
+    assert follow.returncode == 0, follow.stderr
+    numbers = [int(line.split()[1]) for line in follow.stdout.splitlines()]
+    assert numbers == list(range(1, 401))
+    files = log_files(log_path(platform.data_dir, job_id, 1, 0))
+    assert len(files) > 3 and all(f.stat().st_size <= LOG_MAX_BYTES for f in files)  # it was rotated
+    assert client.logs(job_id) == follow.stdout  # and the whole log reads the same afterwards
+    assert client.logs(job_id, tail=2).splitlines()[-1].startswith("line 400 ")
+
+
+def executor_pids(client) -> list[int]:
+    return [s["pid"] for s in client.request("GET", "/v1/services") if s["service"] == "executor"]
+
+
+def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run_twice(platform, tmp_path):
+    client = platform.client()
+    starts, pidfile = tmp_path / "starts", tmp_path / "pid"
+    command = f'echo "$GPUYARD_ATTEMPT" >> {starts}; echo $$ > {pidfile}; exec sleep 300'
+    job_id = client.submit({"command": command, "resources": {"gpus": 1}})["job_id"]
+    platform.wait_state(job_id, {"running"})
+    first = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="the job's pid"))
+    [executor] = wait_for(lambda: executor_pids(client), 15, what="the executor's heartbeat")
+
+    os.kill(executor, signal.SIGKILL)  # the executor only; `gpuyard up` restarts it
+    wait_for(lambda: "requeued" in kinds(client, job_id), 60, what="the lost attempt to be requeued")
+    requeued = next(e["data"] for e in events(client, job_id) if e["type"].endswith("requeued"))
+    assert requeued["reason"] == "node_lost" and requeued["attempt"] == 2
+    wait_for(lambda: not Path(f"/proc/{first}").exists(), 10, what="attempt 1's process to be stopped")
+    job = platform.wait_state(job_id, {"running"}, timeout=30)
+    assert job["attempt"] == 2
+    wait_for(lambda: starts.read_text().splitlines() == ["1", "2"], 10, what="attempt 2 to start")
+    time.sleep(1)
+    assert starts.read_text().splitlines() == ["1", "2"]  # each attempt started exactly once
+    assert kinds(client, job_id).count("started") == 2
+    assert set(executor_pids(client)) - {executor}  # a new executor process took over
+    client.cancel(job_id)
+    platform.wait_state(job_id, {"cancelled"}, timeout=30)
+
+
+def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_path):
+    client = platform.client()
+    env = {
+        **platform.env,
+        "GPUYARD_NATS_URL": platform.nats_url,
+        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        "GPUYARD_NODE_NAME": "node-b",
+        "GPUYARD_SIMULATE_GPUS": "2",
+    }
+    log = (tmp_path / "node-b.log").open("wb")
+    second = subprocess.Popen(
+        [sys.executable, "-m", "services.executor"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        nodes = wait_for(
+            lambda: (
+                {n["node"] for n in client.request("GET", "/v1/nodes") if n["gpus"]} >= {"node-a", "node-b"}
+                and client.request("GET", "/v1/nodes")
+            ),
+            30,
+            what="node-b to join",
+        )
+        assert {n["node"]: len(n["gpus"]) for n in nodes} == {"node-a": 2, "node-b": 2}
+        command = 'echo "rank $RANK of $WORLD_SIZE on $GPUYARD_NODE master $MASTER_ADDR:$MASTER_PORT"'
+        job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 2}})["job_id"]
+        job = platform.wait_state(job_id, {"succeeded"}, timeout=60)
+        assert sorted(p["node"] for p in job["placements"]) == ["node-a", "node-b"]
+        started = {e["data"]["node"] for e in events(client, job_id) if e["type"].endswith("started")}
+        assert started == {"node-a", "node-b"}
+        lines = {}
+        for placement in job["placements"]:
+            words = client.logs(job_id, replica=placement["replica"]).split()
+            assert words[:4] == ["rank", str(placement["replica"]), "of", "2"]
+            assert words[5] == placement["node"]
+            lines[placement["replica"]] = words[7]
+        master_node = next(p["node"] for p in job["placements"] if p["replica"] == 0)
+        assert lines[0] == lines[1]  # both replicas were told the same rendezvous
+        assert lines[0].rsplit(":", 1)[0] == default_address() != master_node  # an address, not a node name
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+        log.close()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="PyTorch is not installed (pip install -e '.[train]'): the distributed example needs it",
+)
+def test_the_distributed_example_trains_with_two_cpu_workers_that_agree(platform):
+    spec = yaml.safe_load((ROOT / "examples" / "ddp-cpu.yaml").read_text())
+    assert spec["command"][0] == "python" and spec["replicas"] == 2
+    spec["command"][0] = sys.executable  # the interpreter that has torch, whatever `python` is on the PATH
+    spec["working_dir"] = str(ROOT)
+    client = platform.client()
+    job_id = client.submit(spec)["job_id"]
+    job = platform.wait_state(job_id, {"succeeded", "failed"}, timeout=240)
+    logs = [client.logs(job_id, replica=r) for r in (0, 1)]
+    assert job["state"] == "succeeded", logs
+    finals = [next(line for line in text.splitlines() if line.startswith("final: ")) for text in logs]
+    assert finals[0] == finals[1]  # the same all-reduced loss and the same weights on both ranks
+    assert "rank 0/2 up on cpu" in logs[0] and "rank 1/2 up on cpu" in logs[1]
+    loss = float(finals[0].split("mean loss ")[1].split()[0])
+    assert loss < 0.01  # it learned y = 3·x0 − 2·x1 + 0.5

@@ -1,0 +1,239 @@
+"""The executor's lifecycle with the local backend: real processes, a real event store, no NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import pytest
+
+from services.executor.local import pid_file, process_start_time
+from shared.events import JobCancelRequested, JobPlaced, JobPreempted, ReplicaPlacement
+from shared.paths import log_files, log_path
+
+from .harness import Harness
+
+
+@pytest.fixture
+async def h(tmp_path):
+    harness = await Harness(tmp_path).open()
+    yield harness
+    await harness.close()
+
+
+async def test_a_replica_runs_in_its_own_dir_with_its_env_and_its_output_is_logged(h):
+    ex = await h.executor()
+    job = await h.submit(command="echo rank=$RANK gpus=$CUDA_VISIBLE_DEVICES; pwd", resources={"gpus": 1})
+    await h.place(ex, job)
+    view = await h.wait(job, "succeeded")
+    assert view.exit_code == 0
+    assert await h.types(job) == ["submitted", "placed", "started", "replica_exited", "succeeded"]
+    text = log_path(h.data_dir, job, 1, 0).read_text()
+    assert "rank=0" in text and f"jobs/{job}/attempt-1/work-0" in text
+    assert not pid_file(h.data_dir, job, 1, 0).exists()  # cleaned up once the replica ended
+
+
+async def test_a_failure_keeps_exit_code_and_last_lines(h):
+    ex = await h.executor()
+    job = await h.submit(command="echo about to fail; exit 3")
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.exit_code == 3 and view.failure_reason == "exit_code"
+    assert view.message == "replica 0: exited with code 3" and "about to fail" in view.log_tail
+
+
+@pytest.mark.parametrize(
+    ("command", "reason", "words"),
+    [
+        (["/no/such/program"], "command_not_found", "command not found: /no/such/program"),
+        (["no-such-program-xyz"], "command_not_found", "no-such-program-xyz (not in the PATH)"),
+        (["/tmp"], "start_failed", "permission denied: /tmp is not executable"),
+    ],
+)
+async def test_a_command_that_cannot_start_fails_with_the_reason(h, command, reason, words):
+    ex = await h.executor()
+    job = await h.submit(command=command)
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == reason and words in view.message
+    assert "started" not in await h.types(job)
+
+
+async def test_a_missing_working_dir_is_a_start_failure(h, tmp_path):
+    ex = await h.executor()
+    job = await h.submit(command="true", working_dir=str(tmp_path / "nope"))
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == "start_failed" and "does not exist" in view.message
+
+
+async def test_timeout_stops_the_job_and_says_so(h):
+    ex = await h.executor()
+    job = await h.submit(command="sleep 30", timeout=0.5)
+    started = time.monotonic()
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert time.monotonic() - started < 5
+    assert view.failure_reason == "timeout" and "timed out after 0.5s" in view.message
+
+
+async def test_cancel_sigterms_the_whole_process_group(h, tmp_path):
+    ex = await h.executor()
+    child = tmp_path / "child.pid"
+    job = await h.submit(command=f"sleep 60 & echo $! > {child}; wait")
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    await h.wait_for(lambda: child.exists() and child.read_text().strip(), what="the child's pid")
+    grandchild = int(child.read_text())
+    await h.record(ex, JobCancelRequested(job_id=job, by="ana"))
+    view = await h.wait(job, "cancelled")
+    assert view.message == "cancelled while running"
+    await h.wait_for(lambda: process_start_time(grandchild) is None, 5, "the background child to be gone")
+
+
+async def test_preemption_gives_the_grace_then_sigkill(h, tmp_path):
+    ex = await h.executor()
+    marker = tmp_path / "term"
+    job = await h.submit(command=f"trap 'date +%s.%N > {marker}' TERM; while true; do sleep 0.1; done")
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    await asyncio.sleep(0.2)  # let the shell install its trap
+    asked = time.monotonic()
+    await h.record(ex, JobPreempted(job_id=job, attempt=1, reason="a critical job", grace_seconds=1.5))
+    view = await h.wait(job, "queued")
+    elapsed = time.monotonic() - asked
+    assert marker.exists(), "SIGTERM reached the job"
+    assert 1.4 <= elapsed < 5, elapsed
+    exits = [e for e in await h.ledger.events(job) if e.type.endswith("replica_exited")]
+    assert exits[-1].data.signal == signal.SIGKILL
+    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: preempted"
+    assert view.message == "a critical job"
+
+
+async def test_retry_requeues_with_backoff_then_fails(h):
+    ex = await h.executor()
+    job = await h.submit(command="exit 4", max_retries=1)
+    await h.place(ex, job)
+    view = await h.wait(job, "queued")
+    assert view.attempt == 2 and view.not_before is not None
+    assert "retry 1/1 after: exited with code 4" in view.message
+    await h.place(ex, job, attempt=2)
+    view = await h.wait(job, "failed")
+    assert [a.outcome for a in view.attempts] == ["requeued: retry", "failed: exit_code"]
+    assert (await h.types(job)).count("started") == 2
+
+
+async def test_a_redelivered_placement_starts_nothing_twice(h, tmp_path):
+    ex = await h.executor()
+    runs = tmp_path / "runs"
+    job = await h.submit(command=f"echo run >> {runs}")
+    placed = await h.place(ex, job)
+    await h.deliver(ex, placed)
+    await h.wait(job, "succeeded")
+    await h.deliver(ex, placed)
+    assert runs.read_text() == "run\n"
+
+
+async def test_a_gang_fails_as_one_when_a_replica_fails(h):
+    ex = await h.executor()
+    job = await h.submit(command='if [ "$RANK" = 1 ]; then exit 2; fi; sleep 30', replicas=2)
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.message == "replica 1: exited with code 2"
+    await h.wait_for(lambda: not ex.running.get((job, 1)), 5, "the other replica to be stopped")
+
+
+async def test_logs_are_capped_and_rotated(h):
+    ex = await h.executor(log_max_bytes=2000, log_backups=2)
+    job = await h.submit(command="for i in $(seq 1 1000); do echo line-$i; done")
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    files = log_files(log_path(h.data_dir, job, 1, 0))
+    assert [f.name for f in files] == ["replica-0.log.2", "replica-0.log.1", "replica-0.log"]
+    assert all(f.stat().st_size <= 2000 for f in files)
+    text = "".join(f.read_text() for f in files)
+    assert text.endswith("line-1000\n") and "line-1\n" not in text  # the oldest output was dropped
+    numbers = [int(line.removeprefix("line-")) for line in text.split()]
+    assert numbers == list(range(numbers[0], 1001))  # nothing lost or repeated inside what is kept
+
+
+async def test_a_restarted_executor_stops_what_the_old_one_left_and_records_it_lost(h, tmp_path):
+    ex = await h.executor()
+    job = await h.submit(command="sleep 60")
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    record = json.loads(pid_file(h.data_dir, job, 1, 0).read_text())
+    # the old executor dies without stopping anything: forget the replica as a crash would
+    ex.backend.replicas.clear()
+    for task in list(ex.backend.watchers):
+        task.cancel()
+    assert process_start_time(record["pid"]) == record["start"]
+
+    again = await h.executor()
+    await again.reconcile()
+    view = await h.wait(job, "queued")
+    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: node_lost"
+    await h.wait_for(lambda: process_start_time(record["pid"]) is None, 5, "the orphan to be stopped")
+
+
+async def test_a_placement_an_earlier_executor_started_is_not_started_again(h, tmp_path):
+    runs = tmp_path / "runs"
+    job = await h.submit(command=f"echo run >> {runs}; sleep 60")
+    placed = JobPlaced(
+        job_id=job, attempt=1, placements=[ReplicaPlacement(replica=0, node="node-a", cpus=1, memory_bytes=1)]
+    )
+    await h.ledger.append(job, placed)
+    # an executor started the replica, wrote its pid file and died before recording job.started
+    orphan = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", f"echo run >> {runs}; sleep 60", start_new_session=True
+    )
+    path = pid_file(h.data_dir, job, 1, 0)
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        json.dumps(
+            {"pid": orphan.pid, "start": process_start_time(orphan.pid), "node": "node-a", "cgroup": None}
+        )
+    )
+    await h.wait_for(lambda: runs.exists(), 5, "the first start")
+
+    ex = await h.executor()
+    await ex.reconcile()
+    await h.deliver(ex, placed)  # and a redelivered placement changes nothing
+    view = await h.wait(job, "queued")
+    assert view.attempts[0].outcome == "requeued: node_lost"
+    assert await asyncio.wait_for(orphan.wait(), 5) == -signal.SIGTERM
+    assert runs.read_text() == "run\n" and "started" not in await h.types(job)
+    assert not path.exists()
+
+
+async def test_distributed_env_is_torchrun_style(h):
+    ex = await h.executor()
+    job = await h.submit(
+        command="echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT", replicas=2
+    )
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    lines = [log_path(h.data_dir, job, 1, r).read_text().split() for r in (0, 1)]
+    assert lines[0][:5] == ["0", "2", "0", "2", "127.0.0.1"] and lines[1][:5] == [
+        "1",
+        "2",
+        "1",
+        "2",
+        "127.0.0.1",
+    ]
+    assert lines[0][5] == lines[1][5] and int(lines[0][5]) > 0
+
+
+async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
+    ex = await h.executor()
+    ex.addresses["node-b"] = "10.0.0.7"
+    job = await h.submit(command="echo $MASTER_ADDR:$MASTER_PORT $RANK $LOCAL_RANK", replicas=2)
+    await h.place(ex, job, nodes=["node-b", "node-a"])
+    await h.wait_for(lambda: log_path(h.data_dir, job, 1, 1).exists(), 5, "replica 1's log")
+    await h.wait_for(lambda: log_path(h.data_dir, job, 1, 1).read_text(), 5, "replica 1's output")
+    address, rank, local = log_path(h.data_dir, job, 1, 1).read_text().split()
+    assert address.startswith("10.0.0.7:") and 29500 <= int(address.split(":")[1]) < 31500
+    assert (rank, local) == ("1", "0")
+    assert not log_path(h.data_dir, job, 1, 0).exists()  # replica 0 is node-b's
