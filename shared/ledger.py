@@ -47,6 +47,11 @@ class _Known:
     view: JobView
     event_ids: set[str] = field(default_factory=set)
 
+    @staticmethod
+    def after(known: _Known | None, view: JobView, event_id: str) -> _Known:
+        """What is known once `event_id` (which made `view`) is folded into `known`."""
+        return _Known(view, {*known.event_ids, event_id} if known else {event_id})
+
 
 def projection_of(view: JobView) -> Projection:
     return Projection(
@@ -104,7 +109,7 @@ class JobLedger:
             view = apply(known.view if known else None, event, version=version)
         except IllegalTransition:
             return None
-        self._remember(job_id, _Known(view, {*known.event_ids, event.id} if known else {event.id}))
+        self._remember(job_id, _Known.after(known, view, event.id))
         return view
 
     def _remember(self, job_id: str, known: _Known) -> None:
@@ -153,7 +158,7 @@ class JobLedger:
                 continue  # someone wrote first: decide again on the newer view
             if result.duplicate:
                 return Outcome(view, event, duplicate=True)
-            self._remember(job_id, _Known(new, {*known.event_ids, event.id} if known else {event.id}))
+            self._remember(job_id, _Known.after(known, new, event.id))
             await self._publish(event, new.version)
             return Outcome(new, event, applied=True)
         raise ConcurrencyError(job_id, -1, -1)
