@@ -11,7 +11,9 @@ backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A bac
 - writes each replica's output to its log file in the data directory (size-capped, rotated), which the
   submit API serves: logs never travel on the bus;
 - after an executor restart, `adopt`s an attempt it can still watch, or says it cannot (the executor then
-  records the attempt lost and the scheduler requeues it), after making sure nothing of it still runs.
+  records the attempt lost and the scheduler requeues it), after making sure nothing of it still runs;
+- says which `nodes` the executor announces to the scheduler: its own (local processes) or the cluster's
+  GPU nodes (Kubernetes).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.events import FailureReason, ReplicaPlacement
+from shared.events import FailureReason, NodeHeartbeat, ReplicaPlacement
 from shared.jobspec import JobSpec
 
 Key = tuple[str, int]  # (job id, attempt)
@@ -116,6 +118,13 @@ class Backend(ABC):
 
     async def release(self, key: Key) -> None:  # noqa: B027 (optional: nothing to release by default)
         """The attempt is over: free what it still holds (Kubernetes: its pods and Service)."""
+
+    async def nodes(self, own: NodeHeartbeat) -> list[NodeHeartbeat]:
+        """The nodes the executor announces this round, one heartbeat each. `own` is the executor's own
+        node (its GPUs, CPUs, memory, address): what a backend running replicas on this machine announces.
+        A backend that runs every node's replicas (Kubernetes) lists its nodes instead; an exception means
+        they could not be listed (the executor announces nothing that round)."""
+        return [own]
 
     def sessions(self, key: Key) -> dict[int, int]:
         """Replica → session id of its processes on this host, for the GPU memory watch ({} when unknown)."""

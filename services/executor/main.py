@@ -1,5 +1,5 @@
-"""Wiring of the executor: announce this node, start the replicas placed on it, report how they end,
-and stop them on cancel, preemption, timeout or a GPU memory slice overrun.
+"""Wiring of the executor: announce this node (Kubernetes: the cluster's GPU nodes), start the replicas
+placed on it, report how they end, and stop them on cancel, preemption, timeout or a GPU memory slice overrun.
 
 The lifecycle here is the same for every backend (`backend.py`): local process groups (`local.py`) or
 Kubernetes pods (`kubernetes/backend.py`, `--executor-backend kubernetes`).
@@ -146,6 +146,9 @@ class Executor:
         self.stop_messages: dict[Key, str] = {}
         self.timers: dict[Key, asyncio.Task] = {}
         self.tasks: set[asyncio.Task] = set()
+        self.nodes_unavailable = False
+        """The backend failed to list its nodes last round (logged once per outage)."""
+        self.announced: list[str] = []
         self.gpu_reader = self._gpu_reader(gpu_reader)
         self.slice_watch = SliceWatch(
             "warn" if settings.gpu_memory_policy == "off" else settings.gpu_memory_policy,
@@ -193,12 +196,42 @@ class Executor:
             interval_seconds=self.settings.heartbeat_interval,
         )
 
-    async def announce(self) -> None:
-        kind = "simulated" if self.simulated else "NVIDIA"
-        log.info("node %s: %d %s GPU(s), backend %s", self.node, len(self.gpus), kind, self.backend.name)
-        while True:
+    async def announce_once(self) -> list[NodeHeartbeat]:
+        """Publish one heartbeat (fresh id) per node the backend reports: this node (local backend) or the
+        cluster's GPU nodes (Kubernetes). When the backend cannot list them, nothing is announced this
+        round (the scheduler's node timeout decides what that means) and the outage is logged once."""
+        try:
+            heartbeats = await self.backend.nodes(self.heartbeat())
+        except Exception as exc:
+            if not self.nodes_unavailable:
+                log.warning(
+                    "cannot list the nodes to announce (%s: %s); announcing none until it works again",
+                    type(exc).__name__,
+                    exc,
+                )
+            self.nodes_unavailable = True
+            return []
+        if self.nodes_unavailable:
+            log.info("listing the nodes to announce works again")
+            self.nodes_unavailable = False
+        names = sorted(hb.node for hb in heartbeats)
+        if self.backend.runs_every_node and names != self.announced:
+            gpus = sum(len(hb.gpus) for hb in heartbeats)
+            log.info("announcing %d node(s) with %d GPU(s): %s", len(names), gpus, ", ".join(names) or "none")
+        self.announced = names
+        for heartbeat in heartbeats:
             with contextlib.suppress(Exception):
-                await self.service.bus.publish(make_event(self.heartbeat(), source=self.service.source))
+                await self.service.bus.publish(make_event(heartbeat, source=self.service.source))
+        return heartbeats
+
+    async def announce(self) -> None:
+        if self.backend.runs_every_node:
+            log.info("backend %s: announcing the nodes it runs replicas on", self.backend.name)
+        else:
+            kind = "simulated" if self.simulated else "NVIDIA"
+            log.info("node %s: %d %s GPU(s), backend %s", self.node, len(self.gpus), kind, self.backend.name)
+        while True:
+            await self.announce_once()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     async def on_heartbeat(self, msg) -> None:

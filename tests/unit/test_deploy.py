@@ -159,6 +159,9 @@ def test_overlay_sets_namespace_images_and_replicas():
     assert named(dev, "Deployment")["gpuyard-scheduler"]["spec"]["replicas"] == 1
     binding = named(dev, "RoleBinding")["gpuyard-executor"]
     assert binding["subjects"][0]["namespace"] == "gpuyard-dev"
+    cluster_binding = named(dev, "ClusterRoleBinding")["gpuyard-executor-nodes"]
+    assert cluster_binding["subjects"][0]["namespace"] == "gpuyard-dev"
+    assert "namespace" not in cluster_binding["metadata"]
 
 
 # ---------------------------------------------------------------- cross references
@@ -211,25 +214,52 @@ def test_referenced_configmaps_secrets_and_service_accounts_exist(objects):
 
 
 def test_rbac_binds_an_existing_role_to_an_existing_account(objects):
-    roles, accounts = named(objects, "Role"), named(objects, "ServiceAccount")
-    for binding in named(objects, "RoleBinding").values():
-        assert binding["roleRef"]["name"] in roles
-        for subject in binding["subjects"]:
-            assert subject["name"] in accounts
+    accounts = named(objects, "ServiceAccount")
+    for binding_kind, role_kind in (("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")):
+        roles = named(objects, role_kind)
+        for binding in named(objects, binding_kind).values():
+            assert binding["roleRef"]["kind"] == role_kind and binding["roleRef"]["name"] in roles
+            for subject in binding["subjects"]:
+                assert subject["name"] in accounts
 
 
-def test_executor_role_covers_the_kubernetes_backend(objects):
-    rules = named(objects, "Role")["gpuyard-executor"]["rules"]
-    granted = {
+def grants(rules: list[Obj]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
         for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+
+
+def cluster_grants_of(objects: list[Obj], account: str) -> set[tuple[str, str, str]]:
+    """What the ClusterRoleBindings give a service account of the tree's namespace, cluster-wide."""
+    account_namespace = named(objects, "ServiceAccount")[account]["metadata"].get("namespace", "default")
+    roles = named(objects, "ClusterRole")
+    granted: set[tuple[str, str, str]] = set()
+    for binding in named(objects, "ClusterRoleBinding").values():
+        bound = any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == account_namespace
+            for s in binding["subjects"]
+        )
+        if bound and binding["roleRef"]["kind"] == "ClusterRole":
+            granted |= grants(roles[binding["roleRef"]["name"]]["rules"])
+    return granted
+
+
+def test_executor_role_covers_the_kubernetes_backend(objects):
+    granted = grants(named(objects, "Role")["gpuyard-executor"]["rules"])
     needed = {("", r, v) for r in ("pods", "services") for v in ("create", "get", "list", "watch", "delete")}
     needed |= {("", "pods/log", "get")} | {("batch", "jobs", v) for v in ("create", "get", "list", "delete")}
     assert needed <= granted
+
+
+def test_the_executor_can_list_the_clusters_nodes_and_nothing_more_cluster_wide(objects):
+    # nodes are cluster-scoped: a namespaced Role cannot grant them, only a ClusterRole bound to the account
+    assert cluster_grants_of(objects, "gpuyard-executor") == {
+        ("", "nodes", v) for v in ("get", "list", "watch")
+    }
 
 
 def probe_ports(container: Obj) -> Iterator[int | str]:

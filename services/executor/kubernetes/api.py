@@ -50,3 +50,8 @@ class KubeApi(Protocol):
     async def read_pod_log(self, namespace: str, name: str, container: str, tail_lines: int | None) -> str:
         """The whole log when tail_lines is None. Raises KubeNotFound for a missing pod, KubeApiError(400) for a container that never started."""
         ...
+
+    async def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The cluster's nodes (cluster-scoped: needs a ClusterRole allowing `list` on `nodes`), only those
+        matching `label_selector` when given."""
+        ...

@@ -14,6 +14,9 @@ through the same `Backend` interface as local processes.
 - adopt (after an executor restart): an attempt whose pods still exist is watched again; the controller then
   reports their state once more, which the executor records idempotently.
 - release: once the attempt is over its pods and Service are deleted (their logs are already copied).
+- nodes: the cluster's GPU nodes, listed every heartbeat round (`nodes.py` says which and what each
+  heartbeat holds), instead of the executor's own machine; a node that stops being announced (cordoned,
+  NotReady, gone) is declared lost by the scheduler after its node timeout.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from services.executor.backend import AttemptLaunch, Backend, BackendEvents, Key
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.controller import KubernetesController
+from services.executor.kubernetes.nodes import cluster_inventory
 from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from services.executor.logfile import RotatingLog
-from shared.events import FailureReason
+from shared.events import FailureReason, NodeHeartbeat
 from shared.paths import log_path
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,8 @@ class KubernetesBackend(Backend):
         self.events: BackendEvents | None = None
         self.poller: asyncio.Task | None = None
         self.lock = asyncio.Lock()
+        self.skipped_nodes: dict[str, str] = {}
+        """Nodes not announced in the last round, and why (logged when it changes)."""
 
     @property
     def limits(self) -> str:
@@ -126,6 +132,20 @@ class KubernetesBackend(Backend):
                 log_tail=list(outcome.log_tail),
             )
         )
+
+    # ------------------------------------------------------------------ nodes
+
+    async def nodes(self, own: NodeHeartbeat) -> list[NodeHeartbeat]:
+        config = self.controller.config
+        listed = await self.controller.api.list_nodes(config.node_selector or None)
+        inventory = cluster_inventory(
+            listed, config, interval_seconds=own.interval_seconds, labels={"limits": self.limits}
+        )
+        for name, why in sorted(inventory.skipped.items()):
+            if self.skipped_nodes.get(name) != why:
+                log.info("not announcing Kubernetes node %s: %s", name, why)
+        self.skipped_nodes = inventory.skipped
+        return inventory.heartbeats
 
     # ------------------------------------------------------------------ logs
 

@@ -13,6 +13,8 @@ from kubernetes.client.exceptions import ApiException
 from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
 
 T = TypeVar("T")
+NODE_LIST_TIMEOUT_SECONDS = 10
+"""A heartbeat round waits at most this long for the API server (the client has no timeout by default)."""
 
 
 def translate(exc: ApiException) -> KubeApiError:
@@ -95,3 +97,10 @@ class ClientKubeApi:
         return await self._call(
             self.core.read_namespaced_pod_log, name, namespace, container=container, tail_lines=tail_lines
         )
+
+    async def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"_request_timeout": NODE_LIST_TIMEOUT_SECONDS}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        nodes = await self._call(self.core.list_node, **kwargs)
+        return [self._plain(node) for node in nodes.items]

@@ -9,8 +9,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.units import parse_size
 
 
 class FractionalGpuMode(StrEnum):
@@ -77,3 +79,22 @@ class KubernetesConfig(BaseSettings):
     log_tail_lines: int = Field(50, ge=0, description="Log lines kept with a failed replica's outcome.")
     name_prefix: str = Field("gy", pattern=r"^[a-z][a-z0-9]{0,7}$")
     create_concurrency: int = Field(16, ge=1, description="Pods created at once by one launch.")
+    node_selector: str = Field(
+        "",
+        description="Label selector of the nodes announced to the scheduler (e.g. "
+        "`nvidia.com/gpu.present=true`); empty: every node with allocatable GPUs.",
+    )
+    default_gpu_model: str = Field(
+        "unknown", description="GPU model of a node without the `nvidia.com/gpu.product` label."
+    )
+    default_gpu_memory: int = Field(
+        0,
+        ge=0,
+        description="GPU memory (bytes, or a size such as `80GiB`) of a node without the "
+        "`nvidia.com/gpu.memory` label; 0: unknown.",
+    )
+
+    @field_validator("default_gpu_memory", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return parse_size(value) if isinstance(value, str) else value

@@ -2,10 +2,13 @@
 
 What it does: stores pods and Services by name, gives them a uid, a creationTimestamp and phase Pending,
 refuses a second object of the same name (KubeAlreadyExists), selects by `key=value,…` label selectors,
-serves logs the test set, and records every call.
+serves logs the test set, lists the nodes the test added (`add_node`, or `nodes` directly; `nodes_error`
+makes every listing fail until it is cleared), and records every call.
 What it does not do: no scheduling, kubelet or phase changes (the test sets status with `set_status`),
 no admission, defaulting or schema validation, no namespaces beyond a name check, no garbage collection
-through owner references, no watch, no resourceVersion conflicts.
+through owner references, no watch, no resourceVersion conflicts. Nodes are whatever dicts the test gives:
+no node controller (conditions and taints change only when the test changes them), and selectors are only
+`key=value` equalities (no `key`, `!=`, `in (…)`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class FakeKubeApi:
         self.calls: list[tuple[str, str]] = []
         self.fail_once: dict[str, KubeApiError] = {}
         """name → an error the next create of that name raises (then forgets)."""
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.nodes_error: Exception | None = None
+        """Raised by every `list_nodes` while set (the API server unreachable, RBAC refusing)."""
 
     # -------------------------------------------------------------- KubeApi
 
@@ -79,7 +85,56 @@ class FakeKubeApi:
         lines = self.logs[name].splitlines()
         return "\n".join(lines[-tail_lines:] if tail_lines else lines)
 
+    async def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        self.calls.append(("list_nodes", label_selector or ""))
+        if self.nodes_error is not None:
+            raise self.nodes_error
+        return [
+            copy.deepcopy(n)
+            for n in self.nodes.values()
+            if matches(n["metadata"].get("labels") or {}, label_selector or "")
+        ]
+
     # -------------------------------------------------------------- test controls
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        allocatable: dict[str, str],
+        labels: dict[str, str] | None = None,
+        ready: str = "True",
+        unschedulable: bool = False,
+        taints: list[dict[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        """A node as `kubectl get node -o json` shows it (the fields the executor reads). `labels` add to
+        `kubernetes.io/hostname: <name>`; `ready` is the Ready condition's status ("True", "False",
+        "Unknown", or "" for no Ready condition at all)."""
+        spec: dict[str, Any] = {}
+        if unschedulable:
+            spec["unschedulable"] = True
+        if taints:
+            spec["taints"] = copy.deepcopy(taints)
+        conditions = [{"type": "MemoryPressure", "status": "False"}]
+        if ready:
+            conditions.append({"type": "Ready", "status": ready})
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "uid": str(uuid.uuid4()),
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            },
+            "spec": spec,
+            "status": {
+                "allocatable": dict(allocatable),
+                "capacity": dict(allocatable),
+                "conditions": conditions,
+            },
+        }
+        self.nodes[name] = node
+        return node
 
     def set_status(self, name: str, **status: Any) -> None:
         """Replace a pod's status, e.g. set_status(name, phase="Running"); `node` sets spec.nodeName."""

@@ -50,6 +50,24 @@ class StubCore:
         self.calls.append(("log", name, container, tail_lines))
         return "l1\nl2"
 
+    def list_node(self, **kwargs):
+        self.calls.append(("list_node", kwargs))
+        if kwargs.get("label_selector") == "forbidden=yes":
+            raise ApiException(status=403, reason="Forbidden")
+        return SimpleNamespace(items=[k8s.V1Node.from_dict(NODE)])
+
+
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+    "spec": {"unschedulable": True},
+    "status": {
+        "allocatable": {"cpu": "7500m", "memory": "32920184Ki", "nvidia.com/gpu": "4"},
+        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2025-05-01T12:00:00Z"}],
+    },
+}
+
 
 @pytest.fixture
 def core():
@@ -87,3 +105,19 @@ async def test_delete_by_selector_tolerates_pods_already_gone(core):
 async def test_read_log(core):
     assert await ClientKubeApi(core).read_pod_log("jobs", "p0", "worker", 10) == "l1\nl2"
     assert core.calls[-1] == ("log", "p0", "worker", 10)
+
+
+async def test_list_nodes_returns_camel_case_dicts_with_a_timeout_and_the_selector_when_given(core):
+    api = ClientKubeApi(core)
+    (node,) = await api.list_nodes()
+    assert node["spec"] == {"unschedulable": True}
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["conditions"][0]["lastHeartbeatTime"] == "2025-05-01T12:00:00+00:00"
+    await api.list_nodes("nvidia.com/gpu.present=true")
+    assert [c[1] for c in core.calls] == [
+        {"_request_timeout": 10},
+        {"_request_timeout": 10, "label_selector": "nvidia.com/gpu.present=true"},
+    ]
+    with pytest.raises(KubeApiError) as error:
+        await api.list_nodes("forbidden=yes")
+    assert error.value.status == 403
