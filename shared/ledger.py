@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from shared.bus import Bus
 from shared.events import CloudEvent, EventData, make_event
 from shared.jobstate import IllegalTransition, JobView, apply
-from shared.store import ConcurrencyError, EventStore, Projection
+from shared.store import Append, ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,15 @@ class _Known:
     def after(known: _Known | None, view: JobView, event_id: str) -> _Known:
         """What is known once `event_id` (which made `view`) is folded into `known`."""
         return _Known(view, {*known.event_ids, event_id} if known else {event_id})
+
+
+@dataclass(slots=True)
+class Decision:
+    """What `record_many` asks about one job: `decide(view)` -> the event to record, or None."""
+
+    job_id: str
+    decide: Decide
+    event_id: Callable[[JobView | None], str] | None = None
 
 
 def projection_of(view: JobView) -> Projection:
@@ -125,43 +134,79 @@ class JobLedger:
         *,
         event_id: Callable[[JobView | None], str] | None = None,
         cached: bool = False,
-    ):
+    ) -> Outcome:
         """Apply what `decide(current view)` returns (None: nothing to do). Idempotent when `event_id` is
         deterministic: the same fact recorded twice is stored once.
 
         `cached=True` decides on the cached view without reading the store first, for a caller that keeps
         its cache current from the bus (`observe`) and whose `decide` may safely do nothing on a view that
         is a little behind: a write on a stale view is refused by the store and decided again."""
-        for attempt in range(MAX_CONFLICT_RETRIES):
-            known = self._known.get(job_id) if cached and attempt == 0 else None
-            if known is None:
-                known = await self._catch_up(job_id)
-            view = known.view if known else None
-            data = decide(view)
-            if data is None:
-                return Outcome(view)
-            event = make_event(data, source=self.source, id=event_id(view) if event_id else None)
-            if known and event.id in known.event_ids:
-                return Outcome(view, event, duplicate=True)  # this fact is already recorded
-            try:
-                new = apply(view, event)
-            except IllegalTransition as exc:
-                log.warning(
-                    "refused %s for job %s: %s; event: %s", event.type, job_id, exc, event.to_json().decode()
+        [outcome] = await self.record_many([Decision(job_id, decide, event_id)], cached=cached)
+        return outcome
+
+    async def record_many(self, decisions: list[Decision], *, cached: bool = False) -> list[Outcome]:
+        """`record` for several jobs at once: their events go to the store in one transaction (where the
+        store can) and are published together. A decision refused for a concurrent write is decided again
+        on its own."""
+        outcomes: list[Outcome | None] = [None] * len(decisions)
+        pending = list(range(len(decisions)))
+        for round_ in range(MAX_CONFLICT_RETRIES):
+            if not pending:
+                break
+            staged: list[tuple[int, _Known | None, JobView | None, CloudEvent, JobView]] = []
+            for i in pending:
+                d = decisions[i]
+                known = self._known.get(d.job_id) if cached and round_ == 0 else None
+                if known is None:
+                    known = await self._catch_up(d.job_id)
+                decided = self._stage(d, known)
+                if isinstance(decided, Outcome):
+                    outcomes[i] = decided
+                else:
+                    staged.append((i, known, *decided))
+            pending, published = [], []
+            results = (
+                await self.store.append_many(
+                    [
+                        Append(decisions[i].job_id, view.version if view else 0, [event], projection_of(new))
+                        for i, _, view, event, new in staged
+                    ]
                 )
-                return Outcome(view, event, refused=exc)
-            try:
-                result = await self.store.append(
-                    job_id, view.version if view else 0, [event], projection_of(new)
-                )
-            except ConcurrencyError:
-                continue  # someone wrote first: decide again on the newer view
-            if result.duplicate:
-                return Outcome(view, event, duplicate=True)
-            self._remember(job_id, _Known.after(known, new, event.id))
-            await self._publish(event, new.version)
-            return Outcome(new, event, applied=True)
-        raise ConcurrencyError(job_id, -1, -1)
+                if staged
+                else []
+            )
+            for (i, known, view, event, new), result in zip(staged, results, strict=True):
+                if isinstance(result, ConcurrencyError):
+                    pending.append(i)  # someone wrote first: decide again on the newer view
+                elif result.duplicate:
+                    outcomes[i] = Outcome(view, event, duplicate=True)
+                else:
+                    self._remember(decisions[i].job_id, _Known.after(known, new, event.id))
+                    outcomes[i] = Outcome(new, event, applied=True)
+                    published.append((event, new.version))
+            await asyncio.gather(*(self._publish(event, version) for event, version in published))
+        if pending:
+            raise ConcurrencyError(decisions[pending[0]].job_id, -1, -1)
+        return [o for o in outcomes if o is not None]
+
+    def _stage(
+        self, d: Decision, known: _Known | None
+    ) -> Outcome | tuple[JobView | None, CloudEvent, JobView]:
+        """Decide on what is known: a final outcome, or (view, event, view after it) to store."""
+        view = known.view if known else None
+        data = d.decide(view)
+        if data is None:
+            return Outcome(view)
+        event = make_event(data, source=self.source, id=d.event_id(view) if d.event_id else None)
+        if known and event.id in known.event_ids:
+            return Outcome(view, event, duplicate=True)  # this fact is already recorded
+        try:
+            return view, event, apply(view, event)
+        except IllegalTransition as exc:
+            log.warning(
+                "refused %s for job %s: %s; event: %s", event.type, d.job_id, exc, event.to_json().decode()
+            )
+            return Outcome(view, event, refused=exc)
 
     async def append(self, job_id: str, data: EventData, *, event_id: str | None = None) -> Outcome:
         """Record one given event (no decision to make)."""

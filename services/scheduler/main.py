@@ -38,7 +38,7 @@ from shared.events import (
 )
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
 from shared.lease import Lease
-from shared.ledger import JobLedger
+from shared.ledger import Decision, JobLedger
 from shared.service import Service
 from shared.settings import SchedulerSettings
 
@@ -181,7 +181,13 @@ class Scheduler:
             del self.pending_sent[job_id]
 
     async def apply(self, result: CycleResult, now: float) -> None:
-        await asyncio.gather(*(self.place(p) for p in result.placements))
+        """Record the cycle's decisions: placements first, then preemptions, then why jobs wait. Placements
+        and reasons each go to the store in one transaction."""
+        placed = [d for d in map(self.placed, result.placements) if d is not None]
+        for outcome in await self.ledger.record_many(placed, cached=True):
+            if outcome.view is not None:
+                self.view.put_job(outcome.view)
+                self.pending_sent.pop(outcome.view.job_id, None)
         for preemption in result.preemptions:
             job = self.view.jobs.get(preemption.job_id)
             if job is None or job.preempt_requested is not None:
@@ -196,16 +202,25 @@ class Scheduler:
             await self.ledger.append(
                 job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")
             )
-        budget = PENDING_WRITES_PER_CYCLE
         by_position = sorted(result.pending.items(), key=lambda item: item[1].position or 0)
-        for job_id, reason in by_position:
-            if budget and await self.note_pending(job_id, reason, now):
-                budget -= 1
+        waiting = [d for d in (self.waiting(j, r, now) for j, r in by_position) if d is not None]
+        waiting = waiting[:PENDING_WRITES_PER_CYCLE]
+        for outcome in await self.ledger.record_many(waiting, cached=True):
+            if outcome.view is not None:
+                self.view.put_job(outcome.view)
+                pending = outcome.view.pending
+                if pending is not None:
+                    self.pending_sent[outcome.view.job_id] = (
+                        pending.code,
+                        pending.message,
+                        pending.position,
+                        now,
+                    )
 
-    async def place(self, placement: Placement) -> None:
+    def placed(self, placement: Placement) -> Decision | None:
         job = self.view.jobs.get(placement.job_id)
         if job is None:
-            return
+            return None
         data = JobPlaced(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -213,30 +228,24 @@ class Scheduler:
             policy=self.config.policy,
             borrowed=placement.borrowed,
         )
-        outcome = await self.ledger.record(
+        return Decision(
             job.job_id,
-            lambda v, data=data: (
-                data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
-            ),
-            event_id=lambda v, data=data: derived_id(data.job_id, data.attempt, "placed"),
-            cached=True,
+            lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None,
+            lambda v: derived_id(data.job_id, data.attempt, "placed"),
         )
-        if outcome.view is not None:
-            self.view.put_job(outcome.view)
-        self.pending_sent.pop(job.job_id, None)
 
-    async def note_pending(self, job_id: str, reason, now: float) -> bool:
-        """Store why a job waits: at once when the reason is new, its changing numbers at most every
+    def waiting(self, job_id: str, reason, now: float) -> Decision | None:
+        """Why a job waits, to store: at once when the reason is new, its changing numbers at most every
         PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle)."""
         job = self.view.jobs.get(job_id)
         if job is None:
-            return False
+            return None
         sent = self.pending_sent.get(job_id)
         if sent is not None:
             if sent[:3] == (reason.code, reason.message, reason.position):
-                return False
+                return None
             if sent[0] == reason.code and now - sent[3] < PENDING_REFRESH_SECONDS:
-                return False
+                return None
         data = JobPending(
             job_id=job_id,
             attempt=job.attempt,
@@ -250,15 +259,9 @@ class Scheduler:
                 else None,
             ),
         )
-        outcome = await self.ledger.record(
-            job_id,
-            lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None,
-            cached=True,
+        return Decision(
+            job_id, lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
         )
-        if outcome.view is not None:
-            self.view.put_job(outcome.view)
-        self.pending_sent[job_id] = (reason.code, reason.message, reason.position, now)
-        return outcome.applied
 
     def _hb(self, node: str):
         rec = self.view.nodes.get(node)

@@ -1,6 +1,7 @@
 """Event store adapters behind one interface; `open_store(url)` picks one from the URL."""
 
 from shared.store.base import (
+    Append,
     AppendResult,
     ConcurrencyError,
     EventStore,
@@ -27,6 +28,7 @@ async def open_store(url: str) -> EventStore:
 
 
 __all__ = [
+    "Append",
     "AppendResult",
     "ConcurrencyError",
     "EventStore",

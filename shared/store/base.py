@@ -51,6 +51,16 @@ class Projection:
 
 
 @dataclass(frozen=True, slots=True)
+class Append:
+    """One stream's part of `append_many`."""
+
+    stream_id: str
+    expected_version: int
+    events: list[CloudEvent]
+    projection: Projection | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     version: int  # the stream's version after the append
     duplicate: bool = False  # the events were already stored: nothing changed
@@ -88,6 +98,17 @@ class EventStore(ABC):
         """Append `events` if the stream is at `expected_version` (0 for a new stream), atomically with the
         projection. If every event id is already stored, nothing changes and `duplicate` is True.
         Raises ConcurrencyError when another writer got there first."""
+
+    async def append_many(self, appends: list[Append]) -> list[AppendResult | ConcurrencyError]:
+        """Several streams' appends, each checked on its own: a conflict on one is returned in its place and
+        the others still go in. Adapters that can make it one transaction do; this default appends in turn."""
+        results: list[AppendResult | ConcurrencyError] = []
+        for a in appends:
+            try:
+                results.append(await self.append(a.stream_id, a.expected_version, a.events, a.projection))
+            except ConcurrencyError as exc:
+                results.append(exc)
+        return results
 
     @abstractmethod
     async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:

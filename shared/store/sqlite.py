@@ -20,6 +20,7 @@ from typing import Any
 
 from shared.events import CloudEvent
 from shared.store.base import (
+    Append,
     AppendResult,
     ConcurrencyError,
     EventStore,
@@ -133,54 +134,59 @@ class SqliteEventStore(EventStore):
         events: list[CloudEvent],
         projection: Projection | None = None,
     ) -> AppendResult:
-        rows = [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in events]
-        return await self._run(self._append, stream_id, expected_version, rows, projection)
+        [result] = await self.append_many([Append(stream_id, expected_version, events, projection)])
+        if isinstance(result, ConcurrencyError):
+            raise result
+        return result
 
-    def _append(self, stream_id, expected_version, rows, projection) -> AppendResult:
+    async def append_many(self, appends: list[Append]) -> list[AppendResult | ConcurrencyError]:
+        """One transaction for all of them: what a scheduling cycle decides costs one commit."""
+        rows = [
+            (a, [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in a.events]) for a in appends
+        ]
+        return await self._run(self._append_many, rows)
+
+    def _append_many(self, rows) -> list[AppendResult | ConcurrencyError]:
         conn = self.conn
         self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
-            ids = [r[0] for r in rows]
-            marks = ",".join("?" * len(ids))
-            known = conn.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN ({marks})", ids).fetchone()[
-                0
-            ]
-            current = conn.execute(
-                "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream_id = ?", (stream_id,)
-            ).fetchone()[0]
-            if known == len(ids):
-                conn.execute("ROLLBACK")
-                return AppendResult(version=current, duplicate=True)
-            if current != expected_version or known:
-                raise ConcurrencyError(stream_id, expected_version, current)
-            now = time.time()
-            conn.executemany(
-                "INSERT INTO events (stream_id, version, event_id, type, data, recorded_at) VALUES (?,?,?,?,?,?)",
-                [
-                    (stream_id, expected_version + i, eid, typ, data, now)
-                    for i, (eid, typ, data) in enumerate(rows, 1)
-                ],
-            )
-            if projection is not None:
-                conn.execute(
-                    "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc)"
-                    " VALUES (?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET"
-                    " tenant=excluded.tenant, state=excluded.state, version=excluded.version, doc=excluded.doc",
-                    (
-                        projection.stream_id,
-                        projection.tenant,
-                        projection.state,
-                        projection.created_at,
-                        projection.version,
-                        json.dumps(projection.doc),
-                    ),
-                )
+            results = [self._append_one(conn, a, events) for a, events in rows]
             conn.execute("COMMIT")
-            return AppendResult(version=expected_version + len(rows))
+            return results
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def _append_one(conn, a: Append, rows) -> AppendResult | ConcurrencyError:
+        ids = [r[0] for r in rows]
+        marks = ",".join("?" * len(ids))
+        known = conn.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN ({marks})", ids).fetchone()[0]
+        current = conn.execute(
+            "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream_id = ?", (a.stream_id,)
+        ).fetchone()[0]
+        if known == len(ids):
+            return AppendResult(version=current, duplicate=True)
+        if current != a.expected_version or known:
+            return ConcurrencyError(a.stream_id, a.expected_version, current)
+        now = time.time()
+        conn.executemany(
+            "INSERT INTO events (stream_id, version, event_id, type, data, recorded_at) VALUES (?,?,?,?,?,?)",
+            [
+                (a.stream_id, a.expected_version + i, eid, typ, data, now)
+                for i, (eid, typ, data) in enumerate(rows, 1)
+            ],
+        )
+        if a.projection is not None:
+            p = a.projection
+            conn.execute(
+                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc)"
+                " VALUES (?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET"
+                " tenant=excluded.tenant, state=excluded.state, version=excluded.version, doc=excluded.doc",
+                (p.stream_id, p.tenant, p.state, p.created_at, p.version, json.dumps(p.doc)),
+            )
+        return AppendResult(version=a.expected_version + len(rows))
 
     async def mark_published(self, event_ids: list[str]) -> None:
         if event_ids:

@@ -18,7 +18,7 @@ from shared.events import JobCancelled, JobPlaced, JobSubmitted, ReplicaPlacemen
 from shared.jobspec import JobSpec
 from shared.jobstate import apply
 from shared.ledger import projection_of
-from shared.store import ConcurrencyError, EventStore, open_store
+from shared.store import Append, ConcurrencyError, EventStore, open_store
 
 MONGO_URL = os.environ.get("GPUYARD_TEST_MONGODB_URL")
 MONGO_SKIP = (
@@ -149,3 +149,27 @@ async def test_two_handles_on_one_embedded_file_see_each_other(tmp_path):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_append_many_checks_each_stream_on_its_own(store):
+    await store.append("a", 0, [submitted("a")])
+    await store.append("b", 0, [submitted("b")])
+    dup = submitted("d")
+    await store.append("d", 0, [dup])
+    results = await store.append_many(
+        [
+            Append("a", 1, [placed("a")]),  # right version: goes in
+            Append("b", 0, [placed("b")]),  # stale: refused in its place, the others still go in
+            Append("c", 0, [submitted("c")]),  # a new stream
+            Append("d", 0, [dup]),  # already stored: a duplicate, nothing changes
+        ]
+    )
+    assert [type(r).__name__ for r in results] == [
+        "AppendResult",
+        "ConcurrencyError",
+        "AppendResult",
+        "AppendResult",
+    ]
+    assert results[0].version == 2 and results[2].version == 1 and results[3].duplicate
+    assert (results[1].expected, results[1].actual) == (0, 1)
+    assert [len(await store.read_stream(s)) for s in "abcd"] == [2, 1, 1, 1]

@@ -7,7 +7,7 @@ import pytest
 from shared.events import JobPlaced, JobStarted, JobSubmitted, ReplicaPlacement, make_event
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, fold
-from shared.ledger import JobLedger
+from shared.ledger import Decision, JobLedger
 from shared.store import open_store
 
 J = "job1"
@@ -113,3 +113,29 @@ async def test_a_cached_decision_on_a_stale_view_is_refused_by_the_store_and_dec
     outcome = await b.record(J, place_if_queued, cached=True)
     assert seen == [JobState.QUEUED, JobState.PLACED]  # decided on the cache, refused, decided on the store
     assert not outcome.applied and len(await store.read_stream(J)) == 2
+
+
+async def test_record_many_stores_several_jobs_and_decides_a_conflicting_one_again(store):
+    a, b = JobLedger(store, None, "/a"), JobLedger(store, None, "/b")
+    for job in ("j1", "j2", "j3"):
+        await a.append(job, submitted().model_copy(update={"job_id": job}))
+    await b.load("j2")
+    await a.append("j2", placed().model_copy(update={"job_id": "j2"}))  # b's view of j2 is now stale
+    calls: dict[str, int] = {}
+
+    def place(job):
+        def decide(view):
+            calls[job] = calls.get(job, 0) + 1
+            return placed().model_copy(update={"job_id": job}) if view.state == JobState.QUEUED else None
+
+        return decide
+
+    outcomes = await b.record_many([Decision(j, place(j)) for j in ("j1", "j2", "j3")], cached=True)
+    assert [o.applied for o in outcomes] == [True, False, True]
+    assert outcomes[1].view.state == JobState.PLACED  # refused by the store, decided again on the truth
+    assert calls == {"j1": 1, "j2": 2, "j3": 1}
+    for job in ("j1", "j2", "j3"):
+        assert [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(job)] == [
+            "submitted",
+            "placed",
+        ]
