@@ -135,14 +135,22 @@ def platform_processes(up_pid: int) -> dict[int, str]:
     return found
 
 
-def run(client: Client, tap: Tap, jobs: int, concurrency: int, up_pid: int | None) -> dict:
+def run(
+    client: Client, tap: Tap, jobs: int, concurrency: int, up_pid: int | None, rate: float | None = None
+) -> dict:
     ids: list[str] = []
     processes = platform_processes(up_pid) if up_pid else {}
     cpu_before = {pid: cpu_seconds(pid) for pid in processes}
     t0 = time.time()
     with Progress() as progress, ThreadPoolExecutor(concurrency) as pool:
         task = progress.add_task("submitting", total=jobs)
-        for accepted in pool.map(lambda _: client.submit(NOOP), range(jobs)):
+
+        def submit(i: int) -> dict:
+            if rate:  # paced: job i leaves at t0 + i/rate, so latency is measured below saturation
+                time.sleep(max(0.0, t0 + i / rate - time.time()))
+            return client.submit(NOOP)
+
+        for accepted in pool.map(submit, range(jobs)):
             ids.append(accepted["job_id"])
             progress.advance(task)
         submitted_s = time.time() - t0
@@ -169,6 +177,7 @@ def run(client: Client, tap: Tap, jobs: int, concurrency: int, up_pid: int | Non
     result = {
         "jobs": jobs,
         "concurrency": concurrency,
+        "rate": rate,
         "failed": failed,
         "submit_rate_per_s": round(jobs / submitted_s, 1),
         "end_to_end_jobs_per_s": round(jobs / span, 1),
@@ -194,6 +203,9 @@ def main() -> int:
     )
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8, help="parallel HTTP submitters")
+    parser.add_argument(
+        "--rate", type=float, help="submit at this many jobs/s (default: as fast as the submitters can)"
+    )
     parser.add_argument("--start", action="store_true", help="start a platform with 8 simulated GPUs")
     parser.add_argument("--server")
     parser.add_argument("--token")
@@ -210,7 +222,7 @@ def main() -> int:
         client = Client(args.server, args.token)
     tap = Tap(args.nats)
     try:
-        result = run(client, tap, args.jobs, args.concurrency, args.cpu)
+        result = run(client, tap, args.jobs, args.concurrency, args.cpu, args.rate)
     finally:
         tap.stop.set()
         if proc:

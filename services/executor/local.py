@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +120,21 @@ def classify_exit(
             f"exited with code {returncode} (a child got {name})",
         )
     return FailureReason.EXIT_CODE, returncode, None, f"exited with code {returncode}"
+
+
+def watch_children_with_pidfd() -> bool:
+    """On Python 3.11, asyncio waits for each child process on a thread of its own; a pidfd watcher waits in
+    the event loop instead (Python 3.12 does this by itself). Returns whether it is in use."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # refused in some sandboxes
+    except OSError:
+        return False
+    watcher = asyncio.PidfdChildWatcher()
+    asyncio.set_child_watcher(watcher)
+    watcher.attach_loop(asyncio.get_running_loop())
+    return True
 
 
 # ---------------------------------------------------------------------- pid files
@@ -404,7 +420,9 @@ class LocalBackend(Backend):
     async def _watch(self, rep: LocalReplica) -> None:
         returncode = await rep.proc.wait()
         await self._finish_io(rep)
-        tail = await asyncio.to_thread(tail_lines, rep.log_path)
+        tail = (
+            await asyncio.to_thread(tail_lines, rep.log_path) if returncode else []
+        )  # for a failure's cause
         reason, exit_code, sig, message = classify_exit(
             returncode,
             tail,

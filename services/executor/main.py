@@ -27,7 +27,7 @@ from services.executor.gpuwatch import (
     WatchedReplica,
 )
 from services.executor.jobenv import mps_running, share_bytes
-from services.executor.local import LocalBackend
+from services.executor.local import LocalBackend, watch_children_with_pidfd
 from shared.events import (
     EVENTS_STREAM,
     AlertRaised,
@@ -499,7 +499,7 @@ class Executor:
             job_id, decide, event_id=lambda v: derived_id(job_id, attempt, "ended")
         )
         if outcome.applied:
-            log.info("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
+            log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
 
     async def finish(self, key: Key, data) -> None:
         await self.ledger.append(key[0], data, event_id=derived_id(key[0], key[1], "ended"))
@@ -628,6 +628,7 @@ class Executor:
 
 
 async def main(service: Service, settings: ExecutorSettings) -> None:
+    watch_children_with_pidfd()
     executor = Executor(service, settings)
     await executor.start()
     service.spawn(executor.announce(), "heartbeat")

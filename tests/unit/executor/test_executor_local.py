@@ -237,3 +237,24 @@ async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
     assert address.startswith("10.0.0.7:") and 29500 <= int(address.split(":")[1]) < 31500
     assert (rank, local) == ("1", "0")
     assert not log_path(h.data_dir, job, 1, 0).exists()  # replica 0 is node-b's
+
+
+async def test_children_are_waited_for_without_a_thread_each():
+    import asyncio
+    import sys
+    import threading
+
+    from services.executor.local import watch_children_with_pidfd
+
+    previous = asyncio.get_child_watcher()  # the watcher is process-wide: give it back for the next tests
+    try:
+        used = watch_children_with_pidfd()
+        assert used == (sys.version_info < (3, 12))  # Linux on 3.11: pidfd; later Pythons do it themselves
+        before = threading.active_count()
+        procs = [await asyncio.create_subprocess_exec("sleep", "0.2") for _ in range(5)]
+        during = threading.active_count()
+        assert [await p.wait() for p in procs] == [0] * 5
+        if used:
+            assert during == before  # the default 3.11 watcher would have started a thread per child
+    finally:
+        asyncio.set_child_watcher(previous)
