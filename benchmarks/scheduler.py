@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -93,29 +94,35 @@ def mixed_jobs(n: int, seed: int = 1, prefix: str = "job") -> list[JobRequest]:
     return out
 
 
-def time_cycle(state_factory, queue, config, repeat: int = 3) -> tuple[float, object]:
-    best, result = float("inf"), None
+def time_cycle(state_factory, queue, config, repeat: int = 3) -> tuple[list[float], object]:
+    """Wall seconds of `schedule` on a fresh state, `repeat` times (the machine is shared: report best and
+    median)."""
+    times, result = [], None
     for _ in range(repeat):
         state = state_factory()
         t0 = time.perf_counter()
         result = schedule(state, queue, config)
-        best = min(best, time.perf_counter() - t0)
-    return best, result
+        times.append(time.perf_counter() - t0)
+    return times, result
 
 
-def bench_placement_rate(nodes: int, jobs: int, config: SchedulerConfig) -> dict:
+def bench_placement_rate(nodes: int, jobs: int, config: SchedulerConfig, repeat: int = 3) -> dict:
     queue = mixed_jobs(jobs)
-    seconds, result = time_cycle(lambda: ClusterState(make_cluster(nodes)), queue, config, repeat=1)
+    times, result = time_cycle(lambda: ClusterState(make_cluster(nodes)), queue, config, repeat=repeat)
     placed = len(result.placements)
     replicas = sum(len(p.replicas) for p in result.placements)
+    best, median = min(times), statistics.median(times)
     return {
         "nodes": nodes,
         "gpus": nodes * 8,
         "jobs": jobs,
         "placed": placed,
         "replicas": replicas,
-        "seconds": seconds,
-        "placements_per_s": placed / seconds,
+        "seconds": best,
+        "seconds_median": median,
+        "placements_per_s": placed / best,
+        "placements_per_s_median": placed / median,
+        "runs": len(times),
         "policy": config.policy,
     }
 
@@ -145,14 +152,16 @@ def full_cluster(nodes: int) -> ClusterState:
     return state
 
 
-def bench_full_cycle(nodes: int, waiting: int, config: SchedulerConfig) -> dict:
+def bench_full_cycle(nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5) -> dict:
     queue = mixed_jobs(waiting, seed=2, prefix="wait")
     queue = [JobRequest(**{**_fields(j), "submitted_at": 90_000.0 + k}) for k, j in enumerate(queue)]
-    seconds, result = time_cycle(lambda: full_cluster(nodes), queue, config)
+    times, result = time_cycle(lambda: full_cluster(nodes), queue, config, repeat=repeat)
     return {
         "nodes": nodes,
         "waiting": waiting,
-        "seconds": seconds,
+        "seconds": min(times),
+        "seconds_median": statistics.median(times),
+        "runs": len(times),
         "placed": len(result.placements),
         "pending": len(result.pending),
         "policy": config.policy,
@@ -163,25 +172,27 @@ def _fields(job: JobRequest) -> dict:
     return {name: getattr(job, name) for name in JobRequest.__slots__}
 
 
-def speed(quick: bool) -> dict:
+def speed(quick: bool, repeat: int = 3) -> dict:
     config = SchedulerConfig()  # GPUYard's default scheduler
     out = {"config": "SchedulerConfig() (policy gpuyard, fair share, EASY backfill, preemption)"}
     nodes, jobs = (1000, 10_000) if quick else (5000, 50_000)
-    out["placement"] = bench_placement_rate(nodes, jobs, config)
-    out["placement_firstfit"] = bench_placement_rate(nodes, jobs, SchedulerConfig(policy="firstfit"))
+    out["placement"] = bench_placement_rate(nodes, jobs, config, repeat)
     print(f"placement: {out['placement']}", file=sys.stderr)
-    out["full_cycle"] = bench_full_cycle(1000, 10_000, config)
+    out["placement_firstfit"] = bench_placement_rate(nodes, jobs, SchedulerConfig(policy="firstfit"), repeat)
+    print(f"placement firstfit: {out['placement_firstfit']}", file=sys.stderr)
+    out["full_cycle"] = bench_full_cycle(1000, 10_000, config, max(5, repeat))
     print(f"full cycle: {out['full_cycle']}", file=sys.stderr)
     out["scaling"] = [
-        bench_full_cycle(1000, n, config) for n in ([1000, 10_000] if quick else [1000, 10_000, 50_000])
+        bench_full_cycle(1000, n, config, max(5, repeat))
+        for n in ([1000, 10_000] if quick else [1000, 10_000, 50_000])
     ]
     print(f"scaling: {out['scaling']}", file=sys.stderr)
     return out
 
 
 # ------------------------------------------------------------------------------------------------ quality
-def quality(quick: bool, files: list[str] = POD_FILES) -> dict:
-    seeds = list(range(42, 42 + (2 if quick else 10)))
+def quality(quick: bool, files: list[str] = POD_FILES, n_seeds: int | None = None) -> dict:
+    seeds = list(range(42, 42 + (n_seeds or (2 if quick else 10))))
     nodes = read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv")
     out = {}
     for name in files:
@@ -222,16 +233,20 @@ def main() -> int:
     parser.add_argument("--only", choices=["speed", "quality", "time"])
     parser.add_argument("--json", type=Path, help="write results here")
     parser.add_argument("--files", default=",".join(POD_FILES), help="quality: pod files (default: all five)")
+    parser.add_argument("--seeds", type=int, help="quality: seeds 42, 43, ... (default 10; 2 with --quick)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="speed: runs per case (best and median reported)"
+    )
     args = parser.parse_args()
     results = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     }
     if args.only in (None, "speed"):
-        results["speed"] = speed(args.quick)
+        results["speed"] = speed(args.quick, args.repeat)
     if args.only in (None, "time"):
         results["time"] = time_replay()
     if args.only in (None, "quality"):
-        results["quality"] = quality(args.quick, args.files.split(","))
+        results["quality"] = quality(args.quick, args.files.split(","), args.seeds)
     text = json.dumps(results, indent=2)
     if args.json:
         args.json.write_text(text)

@@ -395,11 +395,6 @@ def test_sim_with_a_trace_that_lacks_the_columns_is_one_line(capsys, trace):
     one_line_error(code, err)
 
 
-@pytest.mark.xfail(
-    reason="services/scheduler/sim/trace.py does not check the columns: 'cannot convert float NaN to integer' "
-    "for a pod file without num_gpu, \"'sn'\" for a node file without sn",
-    strict=False,
-)
 def test_sim_names_the_missing_columns(capsys, trace):
     code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
     assert "num_gpu" in one_line_error(code, err)

@@ -17,12 +17,16 @@ no reservation to protect and later jobs start greedily; the blocked job's estim
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
 
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.gang import place_gang
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import JobRequest, ReplicaAssignment
+from services.scheduler.core.model import Allocation, JobRequest, ReplicaAssignment
 from services.scheduler.core.placement.base import Choice, PlacementPolicy
 
 
@@ -60,12 +64,15 @@ def reserve(
     policy: PlacementPolicy,
     job: JobRequest,
     demand: Demand,
-    ending: list[tuple[float, tuple[ReplicaAssignment, ...]]],
+    ending: Iterable[tuple[float, tuple[ReplicaAssignment, ...]]],
     now: float,
 ) -> Reservation:
-    """Project the capacity forward through the running jobs' ends until the job fits."""
+    """Project the capacity forward through the running jobs' ends until the job fits.
+
+    `ending`: (end time, replicas) of the jobs with a time limit, in order of their end (ties: in the order of
+    the running list, then this cycle's placements); `ending_order` makes it lazily."""
     future = index.copy()
-    for end, replicas in sorted(ending, key=lambda e: e[0]):
+    for end, replicas in ending:
         opened = False
         for i in future.release(replicas):
             opened = opened or future.fits_one(i, demand)
@@ -73,3 +80,23 @@ def reserve(
         if choices is not None:
             return Reservation(job.job_id, max(end, now), future, frozenset(i for i, _ in choices))
     return Reservation(job.job_id, None, None)
+
+
+_STARTED = attrgetter("started_at")
+_TIMEOUT = attrgetter("job.timeout")
+
+
+def ending_order(
+    running: list[Allocation], placed: list[tuple[float, tuple[ReplicaAssignment, ...]]]
+) -> Iterator[tuple[float, tuple[ReplicaAssignment, ...]]]:
+    """(end, replicas) of the running jobs with a time limit (`started_at + timeout`) and of this cycle's
+    placements, in order of their end (a stable sort: equal ends keep the running list's order, then the
+    placements'). The ends are computed with numpy; only the jobs the projection reaches are visited."""
+    n = len(running)
+    ends = np.empty(n + len(placed), dtype=np.float64)
+    ends[:n] = np.fromiter(map(_STARTED, running), dtype=np.float64, count=n)
+    ends[:n] += np.array(list(map(_TIMEOUT, running)), dtype=np.float64)  # no time limit: None -> NaN
+    ends[n:] = [end for end, _ in placed]
+    keep = np.flatnonzero(~np.isnan(ends))
+    for k in keep[np.argsort(ends[keep], kind="stable")].tolist():
+        yield float(ends[k]), (running[k].replicas if k < n else placed[k - n][1])

@@ -18,8 +18,16 @@ Per job, in the order of `ordering.in_order`:
 
 from __future__ import annotations
 
+import gc
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from operator import attrgetter
+
+import numpy as np
+
 from services.scheduler.core import reasons as R
-from services.scheduler.core.backfill import Reservation, reserve
+from services.scheduler.core.backfill import Reservation, ending_order, reserve
 from services.scheduler.core.demand import Demand, demand_of, shape_key
 from services.scheduler.core.explain import never_fits, no_room_now
 from services.scheduler.core.fragmentation import shape_of, typical_shapes
@@ -40,11 +48,12 @@ from services.scheduler.core.ordering import in_order
 from services.scheduler.core.placement import POLICIES, make_policy
 from services.scheduler.core.placement.base import Choice
 from services.scheduler.core.preemption import choose_victims, eligible_victims
-from services.scheduler.core.quota import QuotaLedger, borrowed_jobs
+from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 
 BACKFILL_MODES = ("easy", "greedy", "off")
 NEVER = frozenset({R.TOO_LARGE, R.NO_MATCHING_GPU_MODEL})
 MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
+SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
 
 
 def schedule(
@@ -56,12 +65,30 @@ def schedule(
     allocations it decided.
     """
     config = config or SchedulerConfig()
-    index = CapacityIndex.from_state(state)
-    result = decide(index, state.running, queue, config, state.quotas, state.now)
-    for placement in result.placements:
-        for r in placement.replicas:
-            _apply(state, r)
+    with gc_paused():
+        index = CapacityIndex.from_state(state)
+        result = decide(index, state.running, queue, config, state.quotas, state.now)
+        for placement in result.placements:
+            for r in placement.replicas:
+                _apply(state, r)
     return result
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector for the length of one cycle.
+
+    A cycle allocates one reason per waiting job and lots of short-lived tuples, which trigger collections
+    that walk every live object (the caller's queue and running jobs included): tens of milliseconds, at
+    random. Nothing the core allocates is cyclic garbage (reference counting frees it), so collection waits
+    for the end of the cycle; a caller that had switched the collector off keeps it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _apply(state: ClusterState, r: ReplicaAssignment) -> None:
@@ -75,21 +102,39 @@ def _apply(state: ClusterState, r: ReplicaAssignment) -> None:
         gpu.allocated_memory += a.memory or 0
 
 
-def popularity_for(config: SchedulerConfig, queue: list[JobRequest], running: list[Allocation]) -> tuple:
+def popularity_for(
+    config: SchedulerConfig,
+    queue: list[JobRequest],
+    running: list[Allocation],
+    kinds: RunningKinds | None = None,
+) -> tuple:
     if config.shape_popularity is not None:
         return tuple(config.shape_popularity)
     if not POLICIES[config.policy].needs_popularity:
         return ()
-    memo: dict[tuple, object] = {}
+    # jobs per (GPUs, CPUs, GPU models), counted at C level, then per task shape (a handful of kinds)
+    try:
+        counts = Counter(map(_TASK, queue))
+    except TypeError:  # GPU models given as a list
+        counts = Counter(_task(j) for j in queue)
+    kinds = kinds if kinds is not None else RunningKinds(running)
+    for (_tenant, _user, gpus, _replicas, cpus, _memory, models), n in kinds.counts.items():
+        counts[(gpus, cpus, models)] += n
+    shapes: Counter = Counter()
+    for (gpus, cpus, models), n in counts.items():
+        shapes[shape_of(demand_of(JobRequest("", "", gpus=gpus, cpus=cpus, gpu_models=models)))] += n
+    return typical_shapes(shapes)
 
-    def shape(job: JobRequest):
-        key = shape_key(job)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = shape_of(demand_of(job))
-        return found
 
-    return typical_shapes([shape(j) for j in queue] + [shape(a.job) for a in running])
+_TASK = attrgetter("gpus", "cpus", "gpu_models")
+_JOB_PRIORITY = attrgetter("job.priority")
+
+
+def _task(job: JobRequest) -> tuple:
+    return (job.gpus, job.cpus, tuple(job.gpu_models))
+
+
+_SETTLED = attrgetter("gpus", "replicas", "cpus", "memory", "gpu_memory", "gpu_models", "priority")
 
 
 class _Cycle:
@@ -113,13 +158,14 @@ class _Cycle:
         self.now = now
         if config.policy not in POLICIES:
             make_policy(config.policy)  # raises with the list of known policies
-        self.policy = make_policy(config.policy, popularity_for(config, queue, running))
+        kinds = RunningKinds(running)
+        self.policy = make_policy(config.policy, popularity_for(config, queue, running, kinds))
         capacity = (
             index.total_gpus(),
             float(index.cpus[index.schedulable].sum()),
             float(index.memory[index.schedulable].sum()),
         )
-        self.ledger = QuotaLedger(quotas, running, config, capacity)
+        self.ledger = QuotaLedger(quotas, running, config, capacity, kinds)
         self.result = CycleResult()
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
@@ -133,10 +179,30 @@ class _Cycle:
         self.victims: set[str] = set()
         self.preemption_searches = 0
         self.no_victims: set[tuple] = set()
+        # Without quotas and user caps, a job whose shape failed this cycle, with no victims to preempt for its
+        # priority and the head already chosen, gets exactly its shape's cached reason: (*shape, priority) ->
+        # that reason, answered before anything else is looked at (most of a long queue of blocked jobs).
+        self.strict = config.backfill == "off"
+        self.pending = self.result.pending
+        self.simple = SETTLE_BY_SHAPE and not self.ledger.quotas_on and not self.ledger.caps_on
+        self.settled: dict[tuple, R.Blocker] = {}
 
     # ------------------------------------------------------------------------------------------- the loop
     def run(self, queue: list[JobRequest]) -> CycleResult:
+        # the settled answer (see `settle`) is given right here, before `consider`: most jobs of a long queue
+        # on a full cluster get it (not in strict order, where waiting behind the head comes first)
+        fast = self.simple and not self.strict
+        settled, pending, now = self.settled, self.pending, self.now
         for job in in_order(queue, self.ledger, self.config.fair_share):
+            if fast and settled and (job.not_before is None or job.not_before <= now):
+                try:
+                    found = settled.get(_SETTLED(job))
+                except TypeError:  # GPU models given as a list: the long way
+                    found = None
+                if found is not None:
+                    self.waiting += 1
+                    pending[job.job_id] = found.at(self.waiting)
+                    continue
             self.consider(job)
         return self.result
 
@@ -155,7 +221,7 @@ class _Cycle:
                 ),
             )
             return
-        if self.config.backfill == "off" and self.head is not None:
+        if self.strict and self.head is not None:
             self.wait(
                 job,
                 R.Blocker(
@@ -165,11 +231,20 @@ class _Cycle:
                 ),
             )
             return
+        if self.simple:
+            try:
+                settled = self.settled.get(_SETTLED(job))
+            except TypeError:  # GPU models given as a list: the long way
+                settled = None
+            if settled is not None:
+                self.waiting += 1
+                self.pending[job.job_id] = settled.at(self.waiting)
+                return
+        key = shape_key(job)
         blocker = self.ledger.admission_blocker(job)
         if blocker is not None:
             self.wait(job, blocker)
             return
-        key = shape_key(job)
         delayed = self.delayed.get(key)
         if delayed is not None and self.reservation.outlasts(job, self.now):
             self.wait(job, delayed)
@@ -207,14 +282,13 @@ class _Cycle:
         if not reserved:
             return None
         index = self.index
-        everywhere = index.schedulable
-        elsewhere = everywhere.copy()
+        elsewhere = np.ones(len(index), dtype=bool)
         elsewhere[list(reserved)] = False
-        index.schedulable = elsewhere
+        index.restrict = elsewhere
         try:
             return place_gang(index, self.policy, demand, replicas)
         finally:
-            index.schedulable = everywhere
+            index.restrict = None
 
     # ------------------------------------------------------------------------------------------- outcomes
     def placed(self, job: JobRequest, demand: Demand, choices: list[Choice]) -> None:
@@ -240,25 +314,50 @@ class _Cycle:
             never = never_fits(self.index, job, demand)
             if never is not None:
                 self.failed[key] = never
+                self.settle(key, job, never)
                 self.wait(job, never)
                 return
         elif cached.code in NEVER:
+            self.settle(key, job, cached)
             self.wait(job, cached)
             return
         if self.config.preemption and self.try_preempt(job, demand, key):
             return
         if cached is None:
             cached = self.failed[key] = no_room_now(self.index, job, demand)
-        blocker = self.ledger.quota_blocker(job) if self.ledger.would_borrow(job) else cached
+        # A borrowing job is told about its quota only when GPUs are what it lacks (not CPUs or memory).
+        short_of_gpus = cached.code in R.GPU_SHORTAGES
+        blocker = (
+            self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
+        )
         estimated = None
+        if self.head is not None and self.preemption_settled(job, key):
+            self.settle(key, job, blocker)
         if self.head is None:
             self.head = job
             if self.config.backfill == "easy":
-                ending = [(a.expected_end, a.replicas) for a in self.running if a.expected_end is not None]
-                ending += self.placed_ending
+                ending = ending_order(self.running, self.placed_ending)
                 self.reservation = reserve(self.index, self.policy, job, demand, ending, self.now)
                 estimated = self.reservation.start
         self.wait(job, blocker, estimated)
+
+    def settle(self, key: tuple, job: JobRequest, blocker: R.Blocker) -> None:
+        """Every later job of this shape and priority gets `blocker` (see `simple`; never while a job of the
+        shape may still be answered by the backfill reservation instead)."""
+        if self.simple and key not in self.delayed:
+            self.settled[(*key, job.priority)] = blocker
+
+    def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
+        """Would a later job of this shape and priority certainly not preempt either?"""
+        return (
+            not self.config.preemption
+            or self.preemption_searches >= MAX_PREEMPTION_SEARCHES
+            or self.search_key(job, key) in self.no_victims
+        )
+
+    def search_key(self, job: JobRequest, key: tuple) -> tuple:
+        reclaim = self.ledger.quotas_on and not self.ledger.would_borrow(job)
+        return (key, job.priority, job.tenant if self.ledger.quotas_on else "", reclaim)
 
     def try_preempt(self, job: JobRequest, demand: Demand, key: tuple) -> bool:
         reclaim = self.ledger.quotas_on and not self.ledger.would_borrow(job)
@@ -267,7 +366,7 @@ class _Cycle:
             return False
         if self._borrowed is None:
             self._borrowed = borrowed_jobs(self.running, self.quotas)
-            self._lowest_priority = min((a.job.priority for a in self.running), default=None)
+            self._lowest_priority = min(map(_JOB_PRIORITY, self.running), default=None)
         if not self._borrowed and (self._lowest_priority is None or self._lowest_priority >= job.priority):
             self.no_victims.add(search_key)
             return False
@@ -317,4 +416,5 @@ def decide(
     now: float = 0.0,
 ) -> CycleResult:
     """The cycle on a capacity index (updated in place with the placements)."""
-    return _Cycle(index, running, queue, config, quotas or {}, now).run(queue)
+    with gc_paused():
+        return _Cycle(index, running, queue, config, quotas or {}, now).run(queue)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from services.scheduler.core.model import JobRequest
 
@@ -37,10 +38,10 @@ class Demand:
     gpu_memory: float  # share: the memory slice; whole GPUs: the least memory each GPU must have; 0 = none
     models: tuple[str, ...]
     fraction: float  # the requested share as given (for GpuAssignment.fraction); 1.0 for whole GPUs
+    whole: bool = field(init=False, compare=False, repr=False)  # milli == MILLI (read on every placement)
 
-    @property
-    def whole(self) -> bool:
-        return self.milli == MILLI
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "whole", self.milli == MILLI)
 
     @property
     def total_milli(self) -> int:
@@ -62,6 +63,13 @@ def demand_of(job: JobRequest) -> Demand:
     )
 
 
+_SHAPE = attrgetter("gpus", "replicas", "cpus", "memory", "gpu_memory", "gpu_models")
+
+
 def shape_key(job: JobRequest) -> tuple:
-    """Jobs with the same key fit exactly the same places: one failed fit answers for all of them."""
-    return (job.gpus, job.replicas, job.cpus, job.memory, job.gpu_memory, tuple(sorted(set(job.gpu_models))))
+    """Jobs with the same key fit exactly the same places: one failed fit answers for all of them.
+
+    The request's fields as given (one C-level attribute fetch); jobs that differ only in how they list their
+    GPU models get different keys, which costs a second search, never a wrong answer."""
+    key = _SHAPE(job)
+    return key if key[5].__class__ is tuple else (*key[:5], tuple(key[5]))

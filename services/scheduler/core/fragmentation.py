@@ -37,9 +37,11 @@ def shape_of(demand: Demand) -> TaskShape:
     return TaskShape(demand.cpus, demand.milli, demand.count, demand.models)
 
 
-def typical_shapes(shapes: Iterable[TaskShape], coverage: float = POPULARITY_COVERAGE) -> tuple:
-    """((shape, weight), ...) for the most frequent shapes covering `coverage` of the tasks, weights sum to 1."""
-    counts = Counter(shapes)
+def typical_shapes(shapes: Iterable[TaskShape] | Counter, coverage: float = POPULARITY_COVERAGE) -> tuple:
+    """((shape, weight), ...) for the most frequent shapes covering `coverage` of the tasks, weights sum to 1.
+
+    `shapes`: one shape per task, or a Counter of them."""
+    counts = shapes if isinstance(shapes, Counter) else Counter(shapes)
     total = sum(counts.values())
     if not total:
         return ()
@@ -68,6 +70,10 @@ class Fragmenter:
         self.cpu_sorted = np.array([s.cpus for s in self.shapes], dtype=np.float64)
         self.milli = np.array([s.milli for s in self.shapes], dtype=np.int64)
         self.count = np.array([s.count for s in self.shapes], dtype=np.int64)
+        gpu = self.count > 0
+        gpus = float((self.weights[gpu] * self.count[gpu] * self.milli[gpu]).sum()) / MILLI
+        # CPUs the typical task asks for per GPU it uses (popularity-weighted); 0 = no GPU shapes
+        self.cpus_per_gpu = float((self.weights[gpu] * self.cpu_sorted[gpu]).sum()) / gpus if gpus else 0.0
         self._access: list[np.ndarray] = []  # per model id: which shapes may run on that model
         self.rows = np.zeros((256, len(self.shapes) + 1), dtype=np.float64)
         self.ready = np.zeros(256, dtype=bool)

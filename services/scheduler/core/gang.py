@@ -16,7 +16,7 @@ def place_gang(
     """
     taken: list[Choice] = []
     for _ in range(replicas):
-        candidates = index.candidates(demand)
+        candidates = index.placement_candidates(demand)
         choice = policy.choose(index, demand, candidates) if candidates.size else None
         if choice is None or len(choice[1]) != demand.count:
             undo_gang(index, demand, taken)

@@ -8,7 +8,9 @@ events by the trace simulator: the same code places jobs in both.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -17,6 +19,10 @@ from services.scheduler.core.gpustate import STATES, GpuStateTable
 from services.scheduler.core.model import EPS, ClusterState, ReplicaAssignment
 
 MIXED = -2  # model id of a node whose GPUs are not all the same model
+GROUP_FROM = 64  # node groups are built once a replica fits on more nodes than this
+
+
+_GPU = attrgetter("model", "memory", "index", "allocated", "allocated_memory")
 
 
 class CapacityIndex:
@@ -41,6 +47,10 @@ class CapacityIndex:
         "states",
         "_model_masks",
         "memo",
+        "restrict",
+        "grouped",
+        "group",
+        "_groups",
     )
 
     def __init__(
@@ -53,35 +63,51 @@ class CapacityIndex:
         *,
         gpu_ids: Sequence[Sequence[int]] | None = None,
         used: Sequence[Sequence[int]] | None = None,
+        free: Sequence[Sequence[int]] | None = None,
         used_memory: Sequence[Sequence[float]] | None = None,
         used_cpus: Sequence[float] | None = None,
         used_mem: Sequence[float] | None = None,
         schedulable: Sequence[bool] | None = None,
         states: GpuStateTable = STATES,
+        grouped: bool = True,
     ) -> None:
         n = len(names)
         self.states = states
         self.names = list(names)
         self.position = {name: i for i, name in enumerate(self.names)}
-        self.gpu_ids = (
-            [list(ids) for ids in gpu_ids]
-            if gpu_ids is not None
-            else [list(range(len(m))) for m in gpu_models]
-        )
-        self.gpu_models = [[states.model_id(m) for m in models] for models in gpu_models]
-        self.gpu_memory_total = [[float(x) for x in mems] for mems in gpu_memory]
-        self.free = (
-            [[MILLI - u for u in row] for row in used]
-            if used is not None
-            else [[MILLI] * len(m) for m in gpu_models]
-        )
-        if used_memory is not None:
-            self.gpu_memory_free = [
-                [t - u for t, u in zip(tot, row, strict=True)]
-                for tot, row in zip(self.gpu_memory_total, used_memory, strict=True)
-            ]
-        else:
-            self.gpu_memory_free = [list(row) for row in self.gpu_memory_total]
+        # rows that never change are shared between nodes with the same GPUs (thousands of alike nodes)
+        model_rows: dict[tuple, list[int]] = {}
+        memory_rows: dict[tuple, list[float]] = {}
+        id_rows: dict[tuple, list[int]] = {}
+        self.gpu_models, self.gpu_memory_total, self.gpu_ids = [], [], []
+        self.free, self.gpu_memory_free = [], []
+        for k in range(n):
+            models = tuple(gpu_models[k])
+            row = model_rows.get(models)
+            if row is None:
+                row = model_rows[models] = [states.model_id(m) for m in models]
+            self.gpu_models.append(row)
+            mems = tuple(gpu_memory[k])
+            total = memory_rows.get(mems)
+            if total is None:
+                total = memory_rows[mems] = [float(x) for x in mems]
+            self.gpu_memory_total.append(total)
+            ids = tuple(gpu_ids[k]) if gpu_ids is not None else tuple(range(len(models)))
+            id_row = id_rows.get(ids)
+            if id_row is None:
+                id_row = id_rows[ids] = list(ids)
+            self.gpu_ids.append(id_row)
+            if free is not None:
+                self.free.append(list(free[k]))
+            elif used is not None:
+                self.free.append([MILLI - u for u in used[k]])
+            else:
+                self.free.append([MILLI] * len(models))
+            taken = used_memory[k] if used_memory is not None else ()
+            if any(taken):
+                self.gpu_memory_free.append([t - u for t, u in zip(total, taken, strict=True)])
+            else:
+                self.gpu_memory_free.append(list(total))
         self.cpus = np.asarray(cpus, dtype=np.float64)
         self.memory = np.asarray(memory, dtype=np.float64)
         self.cpu_free = self.cpus - (
@@ -93,32 +119,61 @@ class CapacityIndex:
         self.schedulable = (
             np.asarray(schedulable, dtype=bool) if schedulable is not None else np.ones(n, dtype=bool)
         )
-        self.node_model = np.array(
-            [(m[0] if m and all(x == m[0] for x in m) else (MIXED if m else -1)) for m in self.gpu_models],
-            dtype=np.int32,
-        )
-        self.idle = np.zeros(n, dtype=np.int32)
-        self.max_free = np.zeros(n, dtype=np.int32)
-        self.max_memory_free = np.zeros(n, dtype=np.float64)
-        self.state = np.zeros(n, dtype=np.int64)
+        kinds = {
+            id(m): (m[0] if m and all(x == m[0] for x in m) else (MIXED if m else -1))
+            for m in model_rows.values()
+        }
+        node_model = [kinds[id(m)] for m in self.gpu_models]
+        self.node_model = np.array(node_model, dtype=np.int32)
+        idle, max_free, max_memory_free, state = [], [], [], []
+        intern = states.intern
+        for row, mems, model in zip(self.free, self.gpu_memory_free, node_model, strict=True):
+            idle.append(row.count(MILLI))
+            max_free.append(max(row) if row else 0)
+            max_memory_free.append(max(mems) if mems else 0.0)
+            state.append(intern(model, tuple(sorted(row, reverse=True))))
+        self.idle = np.array(idle, dtype=np.int32)
+        self.max_free = np.array(max_free, dtype=np.int32)
+        self.max_memory_free = np.array(max_memory_free, dtype=np.float64)
+        self.state = np.array(state, dtype=np.int64)
         self._model_masks: dict[tuple[str, ...], np.ndarray] = {}
         self.memo: dict = {}  # per-index facts policies derive once (capacity per GPU model, ...)
-        for i in range(n):
-            self.refresh(i)
+        self.restrict: np.ndarray | None = None  # extra node mask for placement (None = every node)
+        self.grouped = grouped  # place through node groups (built on first use, see `NodeGroups`)
+        self.group = np.full(n, -1, dtype=np.int64)
+        self._groups: NodeGroups | None = None
 
     # ----------------------------------------------------------------------------------------------- building
     @classmethod
     def from_state(cls, state: ClusterState) -> CapacityIndex:
         nodes = list(state.nodes.values())
+        models, memory, ids, free, used_memory = [], [], [], [], []
+        for node in nodes:
+            # columns: model, memory, index, allocated, slices (every per-GPU tuple has these 5 fields)
+            columns = list(zip(*map(_GPU, node.gpus), strict=False)) or [()] * 5
+            models.append(columns[0])
+            memory.append(columns[1])
+            ids.append(columns[2])
+            allocated = columns[3]
+            n = len(allocated)
+            if allocated.count(1.0) == n:  # full and idle nodes, the common cases, without a loop
+                free.append([0] * n)
+            elif allocated.count(0.0) == n:
+                free.append([MILLI] * n)
+            else:
+                free.append(
+                    [MILLI if a <= 0 else (0 if a >= 1 else MILLI - used_to_milli(a)) for a in allocated]
+                )
+            used_memory.append(columns[4])
         return cls(
             [n.name for n in nodes],
-            [[g.model for g in n.gpus] for n in nodes],
-            [[g.memory for g in n.gpus] for n in nodes],
+            models,
+            memory,
             [n.cpus for n in nodes],
             [n.memory for n in nodes],
-            gpu_ids=[[g.index for g in n.gpus] for n in nodes],
-            used=[[used_to_milli(g.allocated) for g in n.gpus] for n in nodes],
-            used_memory=[[g.allocated_memory for g in n.gpus] for n in nodes],
+            gpu_ids=ids,
+            free=free,
+            used_memory=used_memory,
             used_cpus=[n.allocated_cpus for n in nodes],
             used_mem=[n.allocated_memory for n in nodes],
             schedulable=[n.schedulable for n in nodes],
@@ -133,6 +188,10 @@ class CapacityIndex:
         clone.schedulable = self.schedulable
         clone._model_masks = self._model_masks
         clone.memo = self.memo
+        clone.restrict = self.restrict
+        clone.grouped = False  # short-lived what-if copies (reservations, preemption trials) score every node
+        clone.group = self.group
+        clone._groups = None
         clone.free = [list(row) for row in self.free]
         clone.gpu_memory_free = [list(row) for row in self.gpu_memory_free]
         for name in ("cpu_free", "mem_free", "idle", "max_free", "max_memory_free", "state"):
@@ -152,6 +211,11 @@ class CapacityIndex:
         self.max_memory_free[i] = max(mems) if mems else 0.0
         self.state[i] = self.states.intern(int(self.node_model[i]), tuple(sorted(row, reverse=True)))
 
+    def touched(self, i: int) -> None:
+        """Node i's free capacity changed (after `refresh` when its GPUs did): move it to its new group."""
+        if self._groups is not None:
+            self._groups.update(i)
+
     def model_mask(self, models: tuple[str, ...]) -> np.ndarray:
         mask = self._model_masks.get(models)
         if mask is None:
@@ -163,6 +227,8 @@ class CapacityIndex:
     def candidates(self, demand: Demand) -> np.ndarray:
         """Positions of the nodes where one replica fits now (in node order)."""
         mask = (self.cpu_free >= demand.cpus - EPS) & (self.mem_free >= demand.memory) & self.schedulable
+        if self.restrict is not None:
+            mask &= self.restrict
         if demand.count:
             if demand.whole:
                 mask &= self.idle >= demand.count
@@ -178,6 +244,24 @@ class CapacityIndex:
             exact = [i for i in found.tolist() if len(self.eligible(i, demand)) >= demand.count]
             found = np.asarray(exact, dtype=np.int64)
         return found
+
+    def placement_candidates(self, demand: Demand) -> np.ndarray:
+        """What a placement policy chooses from: one representative node per group of interchangeable nodes
+        (the group's lowest position), in node order, for the groups where one replica fits now.
+
+        Nodes of one group have the same free GPUs (up to the order of their slots), GPU models and memory,
+        free CPUs and memory, so every policy scores them alike; as every policy breaks ties by the lowest
+        position, choosing among representatives gives exactly the node it would choose among all nodes.
+        With `restrict` set, or on a copy, every node that fits is a candidate (`candidates`)."""
+        if not self.grouped or self.restrict is not None:
+            return self.candidates(demand)
+        groups = self._groups
+        if groups is None:
+            found = self.candidates(demand)
+            if found.size <= GROUP_FROM:  # few fitting nodes (a full cluster): no need for groups yet
+                return found
+            groups = self._groups = NodeGroups(self)
+        return groups.candidates(demand)
 
     def eligible(self, i: int, demand: Demand) -> list[int]:
         """GPU slots of node i that can hold one GPU of the demand."""
@@ -207,6 +291,7 @@ class CapacityIndex:
                 if not demand.whole:
                     mem[s] -= demand.gpu_memory
             self.refresh(i)
+        self.touched(i)
 
     def give(self, i: int, slots: Iterable[int], demand: Demand) -> None:
         self.cpu_free[i] += demand.cpus
@@ -219,6 +304,7 @@ class CapacityIndex:
                 if not demand.whole:
                     mem[s] = min(self.gpu_memory_total[i][s], mem[s] + demand.gpu_memory)
             self.refresh(i)
+        self.touched(i)
 
     def slot_of(self, i: int, gpu_index: int) -> int:
         ids = self.gpu_ids[i]
@@ -243,6 +329,7 @@ class CapacityIndex:
                 if g.memory:
                     mem[s] = min(self.gpu_memory_total[i][s], mem[s] + g.memory)
             self.refresh(i)
+            self.touched(i)
             touched.append(i)
         return touched
 
@@ -293,6 +380,7 @@ class CapacityIndex:
                 if g.memory:
                     mem[s] -= g.memory
             self.refresh(i)
+            self.touched(i)
 
     def room_for(self, i: int, slots: Iterable[int], demand: Demand) -> bool:
         """Is there room for one replica on exactly these GPU slots of node i?"""
@@ -325,3 +413,174 @@ class CapacityIndex:
         if demand.gpu_memory or demand.models:
             return len(self.eligible(i, demand)) >= demand.count
         return True
+
+
+class NodeGroups:
+    """Nodes grouped by everything a placement decision reads, so a policy scores one node per group.
+
+    Key: (GPU state id, free CPUs, free memory, and either the GPUs' memory size when every GPU of the node is
+    the same model with the same memory and no memory slice is handed out, or else the sorted per-GPU tuples
+    (free milli-GPU, model, memory, free memory)). Per group, numpy arrays hold the filter values and the
+    representative (lowest node position, kept with a lazily cleaned heap); a node moves between groups on
+    every change of its free capacity. Unschedulable nodes belong to no group. Group ids of emptied groups are
+    reused, so the arrays stay about as long as the number of distinct node states.
+    """
+
+    __slots__ = (
+        "index",
+        "keys",
+        "key_of",
+        "count",
+        "heaps",
+        "spare",
+        "top",
+        "cpu_free",
+        "mem_free",
+        "idle",
+        "max_free",
+        "max_memory_free",
+        "rep",
+        "active",
+        "plain",
+    )
+
+    def __init__(self, index: CapacityIndex) -> None:
+        self.index = index
+        self.keys: dict[tuple, int] = {}
+        self.key_of: list[tuple | None] = []
+        self.count: list[int] = []
+        self.heaps: list[list[int]] = []
+        self.spare: list[int] = []
+        self.top = 0  # group ids in use are < top
+        size = 64
+        self.cpu_free = np.zeros(size, dtype=np.float64)
+        self.mem_free = np.zeros(size, dtype=np.float64)
+        self.idle = np.zeros(size, dtype=np.int32)
+        self.max_free = np.zeros(size, dtype=np.int32)
+        self.max_memory_free = np.zeros(size, dtype=np.float64)
+        self.rep = np.zeros(size, dtype=np.int64)
+        self.active = np.zeros(size, dtype=bool)
+        # per node: its GPUs' memory when all its GPUs are alike (same model and memory), else None
+        self.plain: list[float | None] = [
+            (
+                mems[0]
+                if mems and all(m == models[0] for m in models) and all(x == mems[0] for x in mems)
+                else None
+            )
+            for models, mems in zip(index.gpu_models, index.gpu_memory_total, strict=True)
+        ]
+        index.group[:] = -1
+        for i in range(len(index)):
+            if index.schedulable[i]:
+                self._join(i, self.key(i))
+
+    def key(self, i: int) -> tuple:
+        ix = self.index
+        mems = ix.gpu_memory_free[i]
+        plain = self.plain[i]
+        if plain is not None and mems == ix.gpu_memory_total[i]:
+            extra: object = plain
+        else:
+            extra = tuple(
+                sorted(zip(ix.free[i], ix.gpu_models[i], ix.gpu_memory_total[i], mems, strict=True))
+            )
+        return (int(ix.state[i]), float(ix.cpu_free[i]), float(ix.mem_free[i]), extra)
+
+    def update(self, i: int) -> None:
+        ix = self.index
+        g = int(ix.group[i])
+        if not ix.schedulable[i]:
+            if g >= 0:
+                self._leave(i, g)
+            return
+        key = self.key(i)
+        if g >= 0:
+            if self.key_of[g] == key:
+                return
+            self._leave(i, g)
+        self._join(i, key)
+
+    def _join(self, i: int, key: tuple) -> None:
+        g = self.keys.get(key)
+        if g is None:
+            g = self._new(key, i)
+        self.count[g] += 1
+        heapq.heappush(self.heaps[g], i)
+        if i < self.rep[g]:
+            self.rep[g] = i
+        self.index.group[i] = g
+
+    def _new(self, key: tuple, i: int) -> int:
+        if self.spare:
+            g = self.spare.pop()
+        else:
+            g = self.top
+            self.top += 1
+            if g >= self.rep.shape[0]:
+                self._grow()
+            self.key_of.append(None)
+            self.count.append(0)
+            self.heaps.append([])
+        ix = self.index
+        self.keys[key] = g
+        self.key_of[g] = key
+        self.count[g] = 0
+        self.heaps[g] = []
+        self.cpu_free[g] = ix.cpu_free[i]
+        self.mem_free[g] = ix.mem_free[i]
+        self.idle[g] = ix.idle[i]
+        self.max_free[g] = ix.max_free[i]
+        self.max_memory_free[g] = ix.max_memory_free[i]
+        self.rep[g] = i
+        self.active[g] = True
+        return g
+
+    def _leave(self, i: int, g: int) -> None:
+        group = self.index.group
+        group[i] = -1
+        self.count[g] -= 1
+        if not self.count[g]:
+            del self.keys[self.key_of[g]]
+            self.key_of[g] = None
+            self.heaps[g] = []
+            self.active[g] = False
+            self.spare.append(g)
+            return
+        heap = self.heaps[g]
+        if len(heap) > 2 * self.count[g] + 16:  # drop stale entries now and then
+            heap[:] = sorted({x for x in heap if group[x] == g})
+        while group[heap[0]] != g:
+            heapq.heappop(heap)
+        self.rep[g] = heap[0]
+
+    def _grow(self) -> None:
+        size = 2 * self.rep.shape[0]
+        for name in ("cpu_free", "mem_free", "idle", "max_free", "max_memory_free", "rep", "active"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    def candidates(self, demand: Demand) -> np.ndarray:
+        """Representatives (in node order) of the groups where one replica fits now."""
+        top = self.top
+        mask = (
+            self.active[:top]
+            & (self.cpu_free[:top] >= demand.cpus - EPS)
+            & (self.mem_free[:top] >= demand.memory)
+        )
+        if demand.count:
+            if demand.whole:
+                mask &= self.idle[:top] >= demand.count
+            else:
+                mask &= self.max_free[:top] >= demand.milli
+                if demand.gpu_memory:
+                    mask &= self.max_memory_free[:top] >= demand.gpu_memory
+            if demand.models:
+                mask &= self.index.model_mask(demand.models)[self.rep[:top]]
+        found = np.sort(self.rep[:top][mask])
+        if demand.count and found.size and (demand.gpu_memory or demand.models):
+            index = self.index
+            exact = [i for i in found.tolist() if len(index.eligible(i, demand)) >= demand.count]
+            found = np.asarray(exact, dtype=np.int64)
+        return found

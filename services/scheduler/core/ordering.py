@@ -11,31 +11,41 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
+from itertools import groupby
+from operator import attrgetter
 
 from services.scheduler.core.model import JobRequest
 from services.scheduler.core.quota import QuotaLedger
+
+_ARRIVAL = attrgetter("submitted_at", "job_id")
+_PRIORITY = attrgetter("priority")
 
 
 def arrival_key(job: JobRequest) -> tuple:
     return (-job.priority, job.submitted_at, job.job_id)
 
 
+def by_arrival(queue: list[JobRequest]) -> list[JobRequest]:
+    """`sorted(queue, key=arrival_key)`, as two stable sorts with C-level keys (the order is the same)."""
+    ordered = sorted(queue, key=_ARRIVAL)
+    ordered.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep their arrival order
+    return ordered
+
+
 def in_order(queue: list[JobRequest], ledger: QuotaLedger, fair_share: bool) -> Iterator[JobRequest]:
     """Yields jobs one at a time; the ledger must be updated before asking for the next one."""
-    ordered = sorted(queue, key=arrival_key)
+    ordered = by_arrival(queue)
     if not fair_share:
         yield from ordered
         return
-    start = 0
-    while start < len(ordered):
-        priority = ordered[start].priority
-        end = start
+    quotas_on = ledger.quotas_on
+    for _priority, block in groupby(ordered, key=_PRIORITY):
         tenants: dict[str, deque[JobRequest]] = {}
-        while end < len(ordered) and ordered[end].priority == priority:
-            job = ordered[end]
-            tenants.setdefault(job.tenant, deque()).append(job)
-            end += 1
-        start = end
+        for job in block:
+            jobs = tenants.get(job.tenant)
+            if jobs is None:
+                jobs = tenants[job.tenant] = deque()
+            jobs.append(job)
         if len(tenants) == 1:
             yield from next(iter(tenants.values()))
             continue
@@ -44,9 +54,18 @@ def in_order(queue: list[JobRequest], ledger: QuotaLedger, fair_share: bool) -> 
         while heap:
             tenant = heapq.heappop(heap)[-1]
             jobs = tenants[tenant]
-            yield jobs.popleft()
-            if jobs:
-                heapq.heappush(heap, _key(ledger, tenant, jobs[0]))
+            popleft = jobs.popleft
+            while True:
+                version = ledger.version
+                yield popleft()
+                if not jobs:
+                    break
+                if ledger.version == version and not quotas_on:
+                    continue  # nothing was placed: the tenant's key is unchanged, it is still the least
+                key = _key(ledger, tenant, jobs[0])
+                if heap and heap[0] < key:
+                    heapq.heappush(heap, key)
+                    break
 
 
 def _key(ledger: QuotaLedger, tenant: str, job: JobRequest) -> tuple:

@@ -9,10 +9,34 @@ borrowed. An empty quota dict switches all of this off.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from operator import attrgetter
 
 from services.scheduler.core import reasons as R
 from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
+
+_JOB = attrgetter("job")
+_KIND = attrgetter("tenant", "user", "gpus", "replicas", "cpus", "memory", "gpu_models")
+
+
+class RunningKinds:
+    """The running jobs counted by kind (tenant, user, gpus, replicas, cpus, memory, gpu_models), at C level and
+    once per cycle: tenant usage (`QuotaLedger`) and shape popularity (`cycle.popularity_for`) both read it."""
+
+    __slots__ = ("running", "_counts")
+
+    def __init__(self, running: list[Allocation]) -> None:
+        self.running = running
+        self._counts: Counter | None = None
+
+    @property
+    def counts(self) -> Counter:
+        if self._counts is None:
+            try:
+                self._counts = Counter(map(_KIND, map(_JOB, self.running)))
+            except TypeError:  # GPU models given as a list
+                self._counts = Counter((*_KIND(a.job)[:6], tuple(a.job.gpu_models)) for a in self.running)
+        return self._counts
 
 
 class QuotaLedger:
@@ -22,6 +46,7 @@ class QuotaLedger:
         running: list[Allocation],
         config: SchedulerConfig,
         capacity: tuple[float, float, float],
+        kinds: RunningKinds | None = None,
     ) -> None:
         self.quotas = quotas
         self.config = config
@@ -32,21 +57,26 @@ class QuotaLedger:
         self.user_gpus: dict[tuple[str, str], float] = defaultdict(float)
         self.caps_on = bool(config.user_gpu_cap)
         self._running = running  # counted on first use: a cycle with one tenant and no quotas never needs it
+        self._kinds = kinds if kinds is not None else RunningKinds(running)
         self._pending: list[tuple[JobRequest, float]] = []
+        self.version = 0  # bumped by every `add` (what fair-share ordering compares)
+        self.quotas_on = bool(quotas)
 
     def _count(self) -> None:
-        running, self._running = self._running, None
-        for alloc in running:
-            self._add(alloc.job, 1.0)
+        self._running = None
+        # alike running jobs are counted together (C-level), then added once per kind
+        for (tenant, user, gpus, replicas, cpus, memory, _models), n in self._kinds.counts.items():
+            self.gpus[tenant] += gpus * replicas * n
+            self.cpus[tenant] += cpus * replicas * n
+            self.memory[tenant] += memory * replicas * n
+            if self.caps_on:
+                self.user_gpus[(tenant, user)] += gpus * replicas * n
         for job, sign in self._pending:
             self._add(job, sign)
         self._pending = []
 
-    @property
-    def quotas_on(self) -> bool:
-        return bool(self.quotas)
-
     def add(self, job: JobRequest, sign: float = 1.0) -> None:
+        self.version += 1
         if self._running is not None:
             self._pending.append((job, sign))
         else:

@@ -28,6 +28,7 @@ GANG_DOES_NOT_FIT = "gang_does_not_fit"
 PREEMPTING = "preempting"
 BLOCKED_BY_HEAD = "blocked_by_head"
 BACKFILL_WOULD_DELAY = "backfill_would_delay"
+GPU_SHORTAGES = frozenset({INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, GANG_DOES_NOT_FIT})
 
 RANK: dict[str, int] = {
     RETRY_BACKOFF: NO_FIT,
@@ -59,18 +60,42 @@ class Blocker:
     details: dict[str, Any]
 
     def at(self, position: int, estimated_start: float | None = None, now: float = 0.0) -> Reason:
-        message = f"{self.text}; {ordinal(position)} in line"
+        suffix = "th" if 10 <= position % 100 <= 20 else _SUFFIX.get(position % 10, "th")
+        message = (
+            f"{self.text}; {position}{suffix} in line"  # ordinal(position), inlined (once per waiting job)
+        )
         if estimated_start is not None:
             message += f"; estimated start in about {duration(estimated_start - now)}"
-        return Reason(self.code, message, self.details, position, estimated_start)
+        return _reason(self.code, message, self.details, position, estimated_start)
+
+
+_new = object.__new__
+_SET_CODE, _SET_MESSAGE, _SET_DETAILS, _SET_POSITION, _SET_START = (
+    Reason.__dict__[name].__set__ for name in ("code", "message", "details", "position", "estimated_start")
+)
+
+
+def _reason(code: str, message: str, details: dict, position: int, estimated_start: float | None) -> Reason:
+    """`Reason(code, message, details, position, estimated_start)`, built through its slots: the frozen
+    dataclass's `__init__` costs twice as much, and a cycle makes one per waiting job (an equal object)."""
+    reason = _new(Reason)
+    _SET_CODE(reason, code)
+    _SET_MESSAGE(reason, message)
+    _SET_DETAILS(reason, details)
+    _SET_POSITION(reason, position)
+    _SET_START(reason, estimated_start)
+    return reason
 
 
 def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:
     return sorted(blockers, key=lambda b: (RANK[b.code], b.code, b.text))
 
 
+_SUFFIX = {1: "st", 2: "nd", 3: "rd"}
+
+
 def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    suffix = "th" if 10 <= n % 100 <= 20 else _SUFFIX.get(n % 10, "th")
     return f"{n}{suffix}"
 
 

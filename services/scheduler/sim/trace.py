@@ -71,9 +71,25 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu")
+
+
+def _rows(path: Path, required: tuple[str, ...], what: str) -> list[dict]:
+    """The CSV's rows; a ValueError naming the missing columns when the header lacks any of `required`."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(
+                f"{path} is not an openb {what} file: missing column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)}"
+            )
+        return list(reader)
+
+
 def read_nodes(path: str | Path = "") -> NodeTable:
-    with open(resolve(path, DEFAULT_NODES), newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = _rows(resolve(path, DEFAULT_NODES), NODE_COLUMNS, "node")
     return NodeTable(
         names=[r["sn"] for r in rows],
         cpus=np.array([_number(r["cpu_milli"]) / 1000 for r in rows]),
@@ -84,8 +100,7 @@ def read_nodes(path: str | Path = "") -> NodeTable:
 
 
 def read_pods(path: str | Path = "") -> PodTable:
-    with open(resolve(path, DEFAULT_PODS), newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = _rows(resolve(path, DEFAULT_PODS), POD_COLUMNS, "pod")
     num_gpu = np.array([int(_number(r.get("num_gpu")) or 0) for r in rows], dtype=np.int64)
     milli = np.array([_number(r.get("gpu_milli")) for r in rows])
     milli = np.where(np.isnan(milli), 1000, milli).astype(np.int64)

@@ -215,6 +215,23 @@ CASES = [
         },
     ),
     Case(
+        "a borrowing job short of CPUs, not GPUs, is told so (not that no GPU can be borrowed)",
+        lambda: cluster(
+            node("n0", 4, cpus=2),
+            running=[running(job("a0", 1, tenant="a", cpus=2), "n0", [0], 0)],
+            quotas={"a": 1, "b": 1},
+        ),
+        [job("a1", 1, tenant="a", cpus=1)],
+        ff(),
+        pending={
+            "a1": (
+                "insufficient_cpu_memory",
+                "needs 1 GPUs with 1 CPUs and 0 GiB on one node; the nodes with 1 free GPUs lack CPUs or memory; "
+                "1st in line",
+            )
+        },
+    ),
+    Case(
         "borrowing switched off",
         lambda: cluster(node("n0", 4), quotas={"a": 1}),
         [job("a1", 2, tenant="a")],

@@ -51,6 +51,15 @@ def test_reading_handles_missing_and_negative_times(files) -> None:
     assert (run >= 1).all()
 
 
+def test_reading_names_the_missing_columns(tmp_path) -> None:
+    path = tmp_path / "x.csv"
+    path.write_text("name,cpu_milli\np0,1000\n")
+    with pytest.raises(ValueError, match="missing columns memory_mib, num_gpu"):
+        read_pods(path)
+    with pytest.raises(ValueError, match="not an openb node file: missing columns sn, memory_mib, gpu"):
+        read_nodes(path)
+
+
 def test_inflation_reaches_the_target_and_is_deterministic(files) -> None:
     nodes, pods = read_nodes(files[0]), read_pods(files[1])
     capacity = nodes.total_gpus * 1000

@@ -11,7 +11,7 @@ import numpy as np
 
 from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import Choice, PlacementPolicy, tightest_slots
+from services.scheduler.core.placement.base import PlacementPolicy
 
 
 def largest_node(index: CapacityIndex) -> tuple[float, float]:
@@ -34,6 +34,5 @@ def leftover_score(index: CapacityIndex, demand: Demand, candidates: np.ndarray)
 class BestFit(PlacementPolicy):
     name = "bestfit"
 
-    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
-        i = int(candidates[int(np.argmin(leftover_score(index, demand, candidates)))])
-        return i, tightest_slots(index, i, demand)
+    def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
+        return -leftover_score(index, demand, candidates)[:, None]

@@ -12,7 +12,7 @@ import numpy as np
 
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import Choice, PlacementPolicy, tightest_slots
+from services.scheduler.core.placement.base import PlacementPolicy, tightest_slots
 
 NO_SCORE = -(1 << 40)
 
@@ -43,9 +43,9 @@ class Fgd(PlacementPolicy):
     name = "fgd"
     needs_popularity = True
 
-    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
+    def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
         delta = self.fragmenter.deltas(index.state[candidates], index.cpu_free[candidates], demand)
-        score = fgd_scores(delta)
-        row = int(np.argmax(score.max(axis=1)))
-        i = int(candidates[row])
-        return i, option_slots(index, i, score[row] == score[row].max(), demand)
+        return fgd_scores(delta)
+
+    def slots(self, index: CapacityIndex, i: int, demand: Demand, options: np.ndarray) -> list[int]:
+        return option_slots(index, i, options, demand)

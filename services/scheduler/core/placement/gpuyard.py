@@ -1,26 +1,43 @@
-"""GPUYard's own placement policy: FGD's fragmentation score, plus GPU-model scarcity, plus packing.
+"""GPUYard's own placement policy: FGD's fragmentation plus CPU stranding, GPU-model scarcity and packing.
 
-score(node, GPU) =  FGD's integer score (int(100 * sigmoid(-fragmentation growth / 1000)), see `fgd`)
-                 -  MODEL_PRESSURE_WEIGHT * pressure(node's GPU model) * GPUs requested
-                 -  (0.35 * CPUs left / largest node's CPUs + 0.65 * milli-GPUs left / largest node's milli-GPUs)
+growth(node, option) = FGD's fragmentation growth (milli-GPU, see `core.fragmentation`)
+                     + growth of the node's CPU-stranded GPU capacity (milli-GPU, see below)
+score(node, option)  = int(100 * sigmoid(-growth / 1000))              (FGD's integer score, see `fgd`)
+                     - MODEL_PRESSURE_WEIGHT * pressure(node's GPU model) * GPUs requested
+                     - (0.35 * CPUs left / largest node's CPUs + 0.65 * milli-GPUs left / largest node's milli-GPUs)
 highest wins; ties go to the first node in inventory order.
 
+- CPU stranding: FGD asks, shape by shape, whether ONE more task of the shape would still fit the node's free
+  CPUs; it does not see that the node's free CPUs may be too few for ALL of its free GPUs. The typical task
+  asks for c CPUs per GPU (popularity-weighted over the GPU shapes, `Fragmenter.cpus_per_gpu`; about 11 on the
+  openb traces), so free CPUs C feed at most 1000 * C / c milli-GPU and the rest of the free GPU capacity F is
+  stranded: max(0, F - 1000 * C / c). Its growth is added to FGD's growth (same unit): CPU-heavy tasks avoid
+  nodes whose CPUs are already short for their GPUs, and tasks with few CPUs per GPU are drawn to CPU-poor
+  nodes (P100 and V100 nodes have 8 CPUs per GPU), whose GPUs the typical task could not use. On a GPU model
+  that constrained jobs need (model pressure > 0) only growth counts, not a decrease: otherwise flexible
+  low-CPU tasks would be pulled onto the models the constrained jobs need. On the openb traces this removes
+  0.4-0.8 points of unallocated GPUs (see docs/benchmarks.md).
 - Model pressure: how much of the expected demand (the popularity-weighted task shapes, as for FGD) can ONLY
   run on that GPU model, relative to the model's share of the cluster. A job that may run anywhere is steered
   away from models that constrained jobs need (on the openb gpuspec33 trace this halves FGD's unallocated
   GPUs). Zero when no shape is constrained.
 - Packing (a best-fit term below one score point, so it mostly orders FGD's many ties): fill the node that
-  is left with the least, GPUs weighted above CPUs. Tuned on the openb traces (see docs/benchmarks.md).
+  is left with the least, GPUs weighted above CPUs.
+
+Every term depends on a node only through its GPU state and free CPUs, so scores are cached per (state, free
+CPUs) by `PlacementPolicy.best`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
-from services.scheduler.core.demand import Demand
+from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.fragmentation import Fragmenter
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import Choice, PlacementPolicy
+from services.scheduler.core.placement.base import PlacementPolicy
 from services.scheduler.core.placement.bestfit import largest_node
 from services.scheduler.core.placement.fgd import fgd_scores, option_slots
 
@@ -38,10 +55,15 @@ def model_pressure(index: CapacityIndex, fragmenter: Fragmenter) -> np.ndarray:
         return found
     n_models = len(index.states.model_names)
     capacity = np.zeros(n_models + 2)
-    for models, ok in zip(index.gpu_models, index.schedulable, strict=True):
+    rows: dict[int, list[int]] = {}  # alike nodes share one row of model ids: count rows, then their GPUs
+    per_row: Counter = Counter()
+    for models, ok in zip(index.gpu_models, index.schedulable.tolist(), strict=True):
         if ok:
-            for m in models:
-                capacity[m] += 1
+            rows[id(models)] = models
+            per_row[id(models)] += 1
+    for row, n in per_row.items():
+        for m in rows[row]:
+            capacity[m] += n
     demand = np.zeros(n_models + 2)
     for shape, weight in zip(fragmenter.shapes, fragmenter.weights, strict=True):
         if not shape.count or not shape.models:
@@ -55,22 +77,37 @@ def model_pressure(index: CapacityIndex, fragmenter: Fragmenter) -> np.ndarray:
     return pressure
 
 
+def stranded(free_milli: np.ndarray, cpu_free: np.ndarray, cpus_per_gpu: float) -> np.ndarray:
+    """Free GPU capacity (milli-GPU) that the node's free CPUs cannot feed at the typical CPUs per GPU."""
+    return np.maximum(0.0, free_milli - MILLI * np.maximum(cpu_free, 0.0) / cpus_per_gpu)
+
+
 class GpuYard(PlacementPolicy):
     name = "gpuyard"
     needs_popularity = True
 
-    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
-        delta = self.fragmenter.deltas(index.state[candidates], index.cpu_free[candidates], demand)
+    def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
+        sids, cpu_free = index.state[candidates], index.cpu_free[candidates]
+        delta = self.fragmenter.deltas(sids, cpu_free, demand)
+        pressure = model_pressure(index, self.fragmenter)[index.node_model[candidates]]
+        per_gpu = self.fragmenter.cpus_per_gpu
+        if per_gpu > 0:
+            free = index.states.total_free[sids].astype(np.float64)
+            before = stranded(free, cpu_free, per_gpu)
+            after = stranded(free - demand.total_milli, cpu_free - demand.cpus, per_gpu)
+            growth = after - before
+            # un-stranding GPUs is a gain only where no constrained job needs the model (see the docstring)
+            growth = np.where(pressure > 0, np.maximum(growth, 0.0), growth)
+            delta = delta + growth[:, None]
         score = fgd_scores(delta).astype(np.float64)
         if demand.count:
-            pressure = model_pressure(index, self.fragmenter)[index.node_model[candidates]]
             score -= (MODEL_PRESSURE_WEIGHT * demand.total_milli / 1000) * pressure[:, None]
         max_cpu, max_gpu = largest_node(index)
         gpu_left = index.states.total_free[index.state[candidates]] - demand.total_milli
         cpu_left = index.cpu_free[candidates] - demand.cpus
         packing = CPU_SHARE_OF_PACKING * cpu_left / max_cpu + (1 - CPU_SHARE_OF_PACKING) * gpu_left / max_gpu
         score -= packing[:, None]
-        best = score.max(axis=1)
-        row = int(np.argmax(best))
-        i = int(candidates[row])
-        return i, option_slots(index, i, score[row] == best[row], demand)
+        return score
+
+    def slots(self, index: CapacityIndex, i: int, demand: Demand, options: np.ndarray) -> list[int]:
+        return option_slots(index, i, options, demand)
