@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.units import format_duration, format_size
+from shared.units import format_duration, format_rough_duration, format_size
 
 WAITING, ACTIVE, TERMINAL = "queued", {"placed", "running"}, {"succeeded", "failed", "cancelled"}
 
@@ -18,18 +18,6 @@ def parse_time(value: str | datetime | None) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def about(seconds: float) -> str:
-    """A rough, human duration: '40 s', '12 min', '3.5 h', '2.0 days'."""
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 36 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def exact(seconds: float) -> str:
@@ -49,10 +37,10 @@ def relative_start(estimated: str | datetime | None, now: datetime) -> str:
         return "unknown"
     ahead = (when - now).total_seconds()
     if ahead >= 1:
-        return f"in about {about(ahead)}"
+        return f"in about {format_rough_duration(ahead)}"
     if ahead > -1:
         return "now"
-    return f"now (the estimate passed {about(-ahead)} ago)"
+    return f"now (the estimate passed {format_rough_duration(-ahead)} ago)"
 
 
 def ordinal(n: int) -> str:
@@ -153,7 +141,7 @@ def summary(job: dict[str, Any], now: datetime) -> str:
             by = f" by job {pre['by_job']}" if pre.get("by_job") else ""
             return (
                 f"{state}{on}, being preempted ({pre['reason']}){by}; it is stopped within "
-                f"{about(pre.get('grace_seconds') or 0)} and queued again as attempt {job['attempt'] + 1}"
+                f"{format_rough_duration(pre.get('grace_seconds') or 0)} and queued again as attempt {job['attempt'] + 1}"
             )
         if state == "placed":
             return f"placed{on}; the executor is starting it"
@@ -204,7 +192,12 @@ def explain(job: dict[str, Any], now: datetime | None = None) -> tuple[str, list
     pre = job.get("preempt_requested")
     if pre and job["state"] in ACTIVE:
         by = f" by job {pre['by_job']}" if pre.get("by_job") else ""
-        rows.append(("Preempted", f"{pre['reason']}{by} · grace {about(pre.get('grace_seconds') or 0)}"))
+        rows.append(
+            (
+                "Preempted",
+                f"{pre['reason']}{by} · grace {format_rough_duration(pre.get('grace_seconds') or 0)}",
+            )
+        )
     if job["state"] in TERMINAL:
         if job.get("exit_code") is not None:
             rows.append(("Exit code", str(job["exit_code"])))

@@ -87,3 +87,15 @@ def format_duration(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
     return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+
+
+def format_rough_duration(seconds: float) -> str:
+    """A rough, human duration, as in "starts in about 40 min": '40 s', '12 min', '3.5 h', '2.0 days'."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.scheduler.core.model import Reason
+from shared.units import format_rough_duration as duration
 
 NO_FIT, PREEMPT, FIT = 0, 1, 2
 
@@ -97,17 +98,6 @@ _SUFFIX = {1: "st", 2: "nd", 3: "rd"}
 def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else _SUFFIX.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 36 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def gpus_text(gpus: float) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from services.scheduler.core.demand import Demand
@@ -14,18 +16,11 @@ SMALL = 64  # up to this many candidates, scores come from the per-(state, CPUs)
 CACHE_LIMIT = 200_000  # entries per demand before the cache starts over
 
 
-class PlacementPolicy:
+class PlacementPolicy(ABC):
     """Chooses the node (and the GPUs on it) for ONE replica among nodes where it fits.
 
     `choose` gets the candidate node positions in node order (never empty) and must be deterministic: ties go
     to the lowest node position. A policy that needs the shape distribution gets a `Fragmenter`.
-
-    A scoring policy implements `scores` (higher is better, one column per option of placing the replica on
-    the node, see `Fragmenter.deltas`) and `slots`. A node's scores may depend on the node only through its
-    GPU state id and free CPUs (and on facts of the index that never change, such as the largest node): then
-    each (state, free CPUs) is scored once per demand and cached, which makes a choice among a few node
-    groups (`CapacityIndex.placement_candidates`) cost a few dictionary look-ups. Cached or not, the same
-    numbers are compared in the same order, so the choice is the same.
     """
 
     name = ""
@@ -33,12 +28,31 @@ class PlacementPolicy:
 
     def __init__(self, fragmenter: Fragmenter | None = None) -> None:
         self.fragmenter = fragmenter
+
+    @abstractmethod
+    def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
+        """(node position, GPU slots on it) for one replica; `candidates` are where it fits, in node order."""
+
+
+class ScoringPolicy(PlacementPolicy):
+    """A policy that scores the candidates: it implements `scores` (higher is better, one column per option of
+    placing the replica on the node, see `Fragmenter.deltas`) and may override `slots`.
+
+    A node's scores may depend on the node only through its GPU state id and free CPUs (and on facts of the
+    index that never change, such as the largest node): then each (state, free CPUs) is scored once per demand
+    and cached, which makes a choice among a few node groups (`CapacityIndex.placement_candidates`) cost a few
+    dictionary look-ups. Cached or not, the same numbers are compared in the same order, so the choice is the
+    same.
+    """
+
+    def __init__(self, fragmenter: Fragmenter | None = None) -> None:
+        super().__init__(fragmenter)
         self._cache: dict[Demand, dict[tuple[int, float], tuple[float, np.ndarray]]] = {}
         self._family: object = None  # the index family (shared `memo`) the cache belongs to
 
+    @abstractmethod
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
         """Score of each option (columns) of each candidate node (rows); higher is better."""
-        raise NotImplementedError
 
     def slots(self, index: CapacityIndex, i: int, demand: Demand, options: np.ndarray) -> list[int]:
         """GPU slots on the chosen node i; `options` marks its best-scored options."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import PlacementPolicy
+from services.scheduler.core.placement.base import ScoringPolicy
 
 
 def largest_node(index: CapacityIndex) -> tuple[float, float]:
@@ -31,7 +31,7 @@ def leftover_score(index: CapacityIndex, demand: Demand, candidates: np.ndarray)
     return 0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu
 
 
-class BestFit(PlacementPolicy):
+class BestFit(ScoringPolicy):
     name = "bestfit"
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:

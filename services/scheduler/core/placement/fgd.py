@@ -12,7 +12,7 @@ import numpy as np
 
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import PlacementPolicy, tightest_slots
+from services.scheduler.core.placement.base import ScoringPolicy, tightest_slots
 
 NO_SCORE = -(1 << 40)
 
@@ -39,7 +39,7 @@ def option_slots(index: CapacityIndex, i: int, options: np.ndarray, demand: Dema
     return tightest_slots(index, i, demand)
 
 
-class Fgd(PlacementPolicy):
+class Fgd(ScoringPolicy):
     name = "fgd"
     needs_popularity = True
 

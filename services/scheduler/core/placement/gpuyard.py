@@ -25,7 +25,7 @@ highest wins; ties go to the first node in inventory order.
   is left with the least, GPUs weighted above CPUs.
 
 Every term depends on a node only through its GPU state and free CPUs, so scores are cached per (state, free
-CPUs) by `PlacementPolicy.best`.
+CPUs) by `ScoringPolicy.best`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.fragmentation import Fragmenter
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import PlacementPolicy
+from services.scheduler.core.placement.base import ScoringPolicy
 from services.scheduler.core.placement.bestfit import largest_node
 from services.scheduler.core.placement.fgd import fgd_scores, option_slots
 
@@ -82,7 +82,7 @@ def stranded(free_milli: np.ndarray, cpu_free: np.ndarray, cpus_per_gpu: float) 
     return np.maximum(0.0, free_milli - MILLI * np.maximum(cpu_free, 0.0) / cpus_per_gpu)
 
 
-class GpuYard(PlacementPolicy):
+class GpuYard(ScoringPolicy):
     name = "gpuyard"
     needs_popularity = True
 
