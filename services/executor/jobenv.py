@@ -49,6 +49,34 @@ def mps_env(fraction: float, memory_bytes: int | None) -> dict[str, str]:
     return env
 
 
+def identity_env(
+    *, job_id: str, job_name: str, tenant: str, attempt: int, replica: int, node: str
+) -> dict[str, str]:
+    """Which job, attempt and replica this process is: the same names on every backend."""
+    return {
+        "GPUYARD_JOB_ID": job_id,
+        "GPUYARD_JOB_NAME": job_name,
+        "GPUYARD_TENANT": tenant,
+        "GPUYARD_ATTEMPT": str(attempt),
+        "GPUYARD_REPLICA": str(replica),
+        "GPUYARD_NODE": node,
+    }
+
+
+def torchrun_env(
+    *, rank: int, world_size: int, local_rank: int, local_world_size: int, master_addr: str, master_port: int
+) -> dict[str, str]:
+    """What `torchrun` sets, so that torch.distributed code written for it runs unchanged."""
+    return {
+        "WORLD_SIZE": str(world_size),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
 def replica_env(
     *,
     job_id: str,
@@ -71,22 +99,26 @@ def replica_env(
     gpus = replica.gpus
     visible = ",".join(str(g.index) if simulated or not g.uuid else g.uuid for g in gpus)
     env.update(
-        {
-            "GPUYARD_JOB_ID": job_id,
-            "GPUYARD_JOB_NAME": job_name,
-            "GPUYARD_TENANT": tenant,
-            "GPUYARD_ATTEMPT": str(placed.attempt),
-            "GPUYARD_REPLICA": str(replica.replica),
-            "GPUYARD_NODE": replica.node,
-            "GPUYARD_GPUS": ",".join(str(g.index) for g in gpus),
-            "CUDA_VISIBLE_DEVICES": visible,
-            "WORLD_SIZE": str(len(placed.placements)),
-            "RANK": str(replica.replica),
-            "LOCAL_RANK": str(on_node.index(replica.replica)),
-            "LOCAL_WORLD_SIZE": str(len(on_node)),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
-        }
+        identity_env(
+            job_id=job_id,
+            job_name=job_name,
+            tenant=tenant,
+            attempt=placed.attempt,
+            replica=replica.replica,
+            node=replica.node,
+        )
+    )
+    env["GPUYARD_GPUS"] = ",".join(str(g.index) for g in gpus)
+    env["CUDA_VISIBLE_DEVICES"] = visible
+    env.update(
+        torchrun_env(
+            rank=replica.replica,
+            world_size=len(placed.placements),
+            local_rank=on_node.index(replica.replica),
+            local_world_size=len(on_node),
+            master_addr=master_addr,
+            master_port=master_port,
+        )
     )
     if simulated:
         env["GPUYARD_SIMULATED_GPUS"] = "1"

@@ -9,6 +9,7 @@ WORLD_SIZE count replicas. MASTER_ADDR is replica 0's DNS name through the attem
 
 from __future__ import annotations
 
+from services.executor.jobenv import identity_env, torchrun_env
 from services.executor.kubernetes.names import AttemptNames
 from services.executor.kubernetes.resources import gpu_memory_slice
 from shared.events import ReplicaPlacement
@@ -37,18 +38,24 @@ def replica_env(
 ) -> list[dict[str, str]]:
     values: dict[str, str] = dict(spec.env)
     values.update(
-        GPUYARD_JOB_ID=job_id,
-        GPUYARD_JOB_NAME=job_name,
-        GPUYARD_TENANT=tenant,
-        GPUYARD_ATTEMPT=str(attempt),
-        GPUYARD_REPLICA=str(placement.replica),
-        GPUYARD_NODE=placement.node,
-        MASTER_ADDR=master_address(names, namespace, spec.replicas),
-        MASTER_PORT=str(master_port),
-        WORLD_SIZE=str(spec.replicas),
-        RANK=str(placement.replica),
-        LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE="1",
+        identity_env(
+            job_id=job_id,
+            job_name=job_name,
+            tenant=tenant,
+            attempt=attempt,
+            replica=placement.replica,
+            node=placement.node,
+        )
+    )
+    values.update(
+        torchrun_env(
+            rank=placement.replica,
+            world_size=spec.replicas,
+            local_rank=0,  # one replica per pod (see above)
+            local_world_size=1,
+            master_addr=master_address(names, namespace, spec.replicas),
+            master_port=master_port,
+        )
     )
     if spec.resources.is_fractional:
         values["GPUYARD_GPU_MEMORY_FRACTION"] = f"{spec.resources.gpus:g}"
