@@ -34,7 +34,7 @@ CACHED_JOBS = 20_000
 @dataclass(slots=True)
 class Outcome:
     view: JobView | None  # the job after the call (unchanged if nothing was applied)
-    event: CloudEvent | None = None
+    event: CloudEvent | None = None  # the last event recorded (a `then` event when there was one)
     applied: bool = False
     duplicate: bool = False
     refused: IllegalTransition | None = None
@@ -55,11 +55,16 @@ class _Known:
 
 @dataclass(slots=True)
 class Decision:
-    """What `record_many` asks about one job: `decide(view)` -> the event to record, or None."""
+    """What `record_many` asks about one job: `decide(view)` -> the event to record, or None.
+
+    `then(view after that event)` may add its consequence (a replica's exit, then how the attempt ended):
+    both are stored in one append, so the job never shows the one without the other."""
 
     job_id: str
     decide: Decide
     event_id: Callable[[JobView | None], str] | None = None
+    then: Decide | None = None
+    then_id: Callable[[JobView | None], str] | None = None
 
 
 def projection_of(view: JobView) -> Projection:
@@ -69,7 +74,7 @@ def projection_of(view: JobView) -> Projection:
         state=view.state.value,
         created_at=view.created_at.isoformat(),
         version=view.version,
-        doc=view.model_dump(mode="json"),
+        doc=view,
     )
 
 
@@ -133,6 +138,8 @@ class JobLedger:
         decide: Decide,
         *,
         event_id: Callable[[JobView | None], str] | None = None,
+        then: Decide | None = None,
+        then_id: Callable[[JobView | None], str] | None = None,
         cached: bool = False,
     ) -> Outcome:
         """Apply what `decide(current view)` returns (None: nothing to do). Idempotent when `event_id` is
@@ -141,7 +148,7 @@ class JobLedger:
         `cached=True` decides on the cached view without reading the store first, for a caller that keeps
         its cache current from the bus (`observe`) and whose `decide` may safely do nothing on a view that
         is a little behind: a write on a stale view is refused by the store and decided again."""
-        [outcome] = await self.record_many([Decision(job_id, decide, event_id)], cached=cached)
+        [outcome] = await self.record_many([Decision(job_id, decide, event_id, then, then_id)], cached=cached)
         return outcome
 
     async def record_many(self, decisions: list[Decision], *, cached: bool = False) -> list[Outcome]:
@@ -153,7 +160,7 @@ class JobLedger:
         for round_ in range(MAX_CONFLICT_RETRIES):
             if not pending:
                 break
-            staged: list[tuple[int, _Known | None, JobView | None, CloudEvent, JobView]] = []
+            staged: list[tuple[int, _Known | None, JobView | None, list[CloudEvent], JobView]] = []
             for i in pending:
                 d = decisions[i]
                 known = self._known.get(d.job_id) if cached and round_ == 0 else None
@@ -168,31 +175,33 @@ class JobLedger:
             results = (
                 await self.store.append_many(
                     [
-                        Append(decisions[i].job_id, view.version if view else 0, [event], projection_of(new))
-                        for i, _, view, event, new in staged
+                        Append(decisions[i].job_id, view.version if view else 0, events, projection_of(new))
+                        for i, _, view, events, new in staged
                     ]
                 )
                 if staged
                 else []
             )
-            for (i, known, view, event, new), result in zip(staged, results, strict=True):
+            for (i, known, view, events, new), result in zip(staged, results, strict=True):
                 if isinstance(result, ConcurrencyError):
                     pending.append(i)  # someone wrote first: decide again on the newer view
                 elif result.duplicate:
-                    outcomes[i] = Outcome(view, event, duplicate=True)
+                    outcomes[i] = Outcome(view, events[-1], duplicate=True)
                 else:
-                    self._remember(decisions[i].job_id, _Known.after(known, new, event.id))
-                    outcomes[i] = Outcome(new, event, applied=True)
-                    published.append((event, new.version))
-            await asyncio.gather(*(self._publish(event, version) for event, version in published))
+                    for event in events:
+                        known = _Known.after(known, new, event.id)
+                    self._remember(decisions[i].job_id, known)
+                    outcomes[i] = Outcome(new, events[-1], applied=True)
+                    published.append((events, new.version - len(events) + 1))
+            await asyncio.gather(*(self._publish_in_order(events, first) for events, first in published))
         if pending:
             raise ConcurrencyError(decisions[pending[0]].job_id, -1, -1)
         return [o for o in outcomes if o is not None]
 
     def _stage(
         self, d: Decision, known: _Known | None
-    ) -> Outcome | tuple[JobView | None, CloudEvent, JobView]:
-        """Decide on what is known: a final outcome, or (view, event, view after it) to store."""
+    ) -> Outcome | tuple[JobView | None, list[CloudEvent], JobView]:
+        """Decide on what is known: a final outcome, or (view, events, view after them) to store."""
         view = known.view if known else None
         data = d.decide(view)
         if data is None:
@@ -201,18 +210,34 @@ class JobLedger:
         if known and event.id in known.event_ids:
             return Outcome(view, event, duplicate=True)  # this fact is already recorded
         try:
-            return view, event, apply(view, event)
+            new = apply(view, event)
         except IllegalTransition as exc:
-            log.warning(
-                "refused %s for job %s: %s; event: %s", event.type, d.job_id, exc, event.to_json().decode()
-            )
-            return Outcome(view, event, refused=exc)
+            return self._refused(d.job_id, view, event, exc)
+        events = [event]
+        consequence = d.then(new) if d.then else None
+        if consequence is not None:
+            then = make_event(consequence, source=self.source, id=d.then_id(new) if d.then_id else None)
+            try:
+                new = apply(new, then)
+                events.append(then)
+            except IllegalTransition as exc:
+                self._refused(d.job_id, new, then, exc)  # the fact itself is still recorded
+        return view, events, new
+
+    @staticmethod
+    def _refused(job_id: str, view: JobView | None, event: CloudEvent, exc: IllegalTransition) -> Outcome:
+        log.warning("refused %s for job %s: %s; event: %s", event.type, job_id, exc, event.to_json().decode())
+        return Outcome(view, event, refused=exc)
 
     async def append(self, job_id: str, data: EventData, *, event_id: str | None = None) -> Outcome:
         """Record one given event (no decision to make)."""
         return await self.record(
             job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None
         )
+
+    async def _publish_in_order(self, events: list[CloudEvent], first_version: int) -> None:
+        for n, event in enumerate(events):
+            await self._publish(event, first_version + n)
 
     async def _publish(self, event: CloudEvent, version: int) -> None:
         if self.bus is None:

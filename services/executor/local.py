@@ -17,12 +17,12 @@ import logging
 import os
 import shutil
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.executor.backend import AttemptLaunch, Backend, BackendEvents, Key, ReplicaEnded, StartFailure
 from services.executor.cgroups import ENTER_FAILED, Cgroups
+from services.executor.child import Process, start_child
 from services.executor.classify import classify_log_tail
 from services.executor.jobenv import replica_env
 from services.executor.logfile import RotatingLog, tail_lines
@@ -48,7 +48,7 @@ def signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-async def terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
+async def terminate(proc: Process, grace: float) -> None:
     """SIGTERM to the whole process group, SIGKILL after `grace` seconds."""
     if proc.returncode is not None:
         signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group
@@ -120,21 +120,6 @@ def classify_exit(
             f"exited with code {returncode} (a child got {name})",
         )
     return FailureReason.EXIT_CODE, returncode, None, f"exited with code {returncode}"
-
-
-def watch_children_with_pidfd() -> bool:
-    """On Python 3.11, asyncio waits for each child process on a thread of its own; a pidfd watcher waits in
-    the event loop instead (Python 3.12 does this by itself). Returns whether it is in use."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))  # refused in some sandboxes
-    except OSError:
-        return False
-    watcher = asyncio.PidfdChildWatcher()
-    asyncio.set_child_watcher(watcher)
-    watcher.attach_loop(asyncio.get_running_loop())
-    return True
 
 
 # ---------------------------------------------------------------------- pid files
@@ -245,7 +230,7 @@ class LocalReplica:
     job_id: str
     attempt: int
     replica: int
-    proc: asyncio.subprocess.Process
+    proc: Process
     log_path: Path
     sink: RotatingLog
     pump: _LogPump
@@ -350,15 +335,7 @@ class LocalBackend(Backend):
         sink = RotatingLog(path, self.log_max_bytes, self.log_backups)
         read_fd, write_fd = os.pipe()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *Cgroups.wrap(argv, cgroup),
-                cwd=cwd,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=write_fd,
-                stderr=write_fd,
-                start_new_session=True,
-            )
+            proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)
         except OSError as exc:
             os.close(read_fd)
             sink.close()

@@ -27,7 +27,7 @@ from services.executor.gpuwatch import (
     WatchedReplica,
 )
 from services.executor.jobenv import mps_running, share_bytes
-from services.executor.local import LocalBackend, watch_children_with_pidfd
+from services.executor.local import LocalBackend
 from shared.events import (
     EVENTS_STREAM,
     AlertRaised,
@@ -52,7 +52,7 @@ from shared.events import (
 )
 from shared.gpus import host_cpus, host_memory, node_gpus
 from shared.jobstate import JobState, JobView
-from shared.ledger import JobLedger
+from shared.ledger import Decide, JobLedger
 from shared.service import Service
 from shared.settings import ExecutorSettings
 from shared.units import format_size, parse_size
@@ -374,8 +374,8 @@ class Executor:
     async def failed_to_start(self, key: Key, failure: StartFailure) -> None:
         job_id, attempt = key
         self.running.pop(key, None)
-        await self.ledger.append(
-            job_id,
+        await self.record_exit(
+            key,
             JobReplicaExited(
                 job_id=job_id,
                 attempt=attempt,
@@ -384,9 +384,7 @@ class Executor:
                 reason=failure.reason,
                 message=failure.message,
             ),
-            event_id=derived_id(job_id, attempt, "exited", failure.replica),
         )
-        await self.settle(key)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -417,8 +415,11 @@ class Executor:
         elif stop == "gpu_memory":
             reason = FailureReason.GPU_MEMORY_EXCEEDED
             message = self.stop_messages.get(key, "used more GPU memory than its slice")
-        await self.ledger.append(
-            ended.job_id,
+        self.running.get(key, set()).discard(ended.replica)
+        if reason is not None and stop is None:
+            self._spawn(self.stop_attempt(key, "peer_failed", self.settings.grace_seconds))
+        await self.record_exit(
+            key,
             JobReplicaExited(
                 job_id=ended.job_id,
                 attempt=ended.attempt,
@@ -430,22 +431,31 @@ class Executor:
                 message=message,
                 log_tail=ended.log_tail if reason else [],
             ),
-            event_id=derived_id(ended.job_id, ended.attempt, "exited", ended.replica),
         )
-        self.running.get(key, set()).discard(ended.replica)
-        if reason is not None and stop is None:
-            self._spawn(self.stop_attempt(key, "peer_failed", self.settings.grace_seconds))
-        await self.settle(key)
+
+    async def record_exit(self, key: Key, exited: JobReplicaExited) -> None:
+        """The replica's exit, and how the attempt ended when that exit settles it, in one append."""
+        job_id, attempt = key
+        outcome = await self.ledger.record(
+            job_id,
+            lambda _view: exited,
+            event_id=lambda _view: derived_id(job_id, attempt, "exited", exited.replica),
+            then=self.settling(key),
+            then_id=lambda _view: derived_id(job_id, attempt, "ended"),
+            cached=True,
+        )
+        if outcome.applied:
+            log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
 
     # ------------------------------------------------------------------ settling
 
-    async def settle(self, key: Key) -> None:
-        """Decide how the attempt ended, once the replicas' exits say so."""
+    def settling(self, key: Key) -> Decide | None:
+        """How the attempt ended, to decide once the replicas' exits say so (None: not yet)."""
         job_id, attempt = key
         stop = self.stop_reasons.get(key)
         if self.running.get(key):
             if stop in ("cancelled", "preempted"):
-                return  # wait until every local replica is gone
+                return None  # wait until every local replica is gone
         else:
             self.running.pop(key, None)
             timer = self.timers.pop(key, None)
@@ -495,11 +505,7 @@ class Executor:
                 return JobSucceeded(job_id=job_id, attempt=attempt)
             return None
 
-        outcome = await self.ledger.record(
-            job_id, decide, event_id=lambda v: derived_id(job_id, attempt, "ended")
-        )
-        if outcome.applied:
-            log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
+        return decide
 
     async def finish(self, key: Key, data) -> None:
         await self.ledger.append(key[0], data, event_id=derived_id(key[0], key[1], "ended"))
@@ -628,7 +634,6 @@ class Executor:
 
 
 async def main(service: Service, settings: ExecutorSettings) -> None:
-    watch_children_with_pidfd()
     executor = Executor(service, settings)
     await executor.start()
     service.spawn(executor.announce(), "heartbeat")

@@ -13,14 +13,14 @@ from shared.tokens import Principal
 _bearer = HTTPBearer(auto_error=False, description="A GPUYARD token (gpuyard up prints one and saves it).")
 
 
-def get_context(request: Request) -> SubmitContext:
+async def get_context(request: Request) -> SubmitContext:
     return request.app.state.ctx
 
 
 Context = Annotated[SubmitContext, Depends(get_context)]
 
 
-def current_principal(
+async def current_principal(
     ctx: Context, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -40,7 +40,7 @@ def current_principal(
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
-def require_admin(principal: CurrentPrincipal) -> Principal:
+async def require_admin(principal: CurrentPrincipal) -> Principal:
     if not principal.admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this needs an admin token")
     return principal

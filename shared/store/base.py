@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from shared.events import CloudEvent
 
 
@@ -47,7 +49,13 @@ class Projection:
     state: str
     created_at: str  # ISO 8601, sorts chronologically
     version: int
-    doc: dict[str, Any]
+    doc: BaseModel  # stored as its JSON form; read back as a dict
+
+    def doc_json(self) -> str:
+        return self.doc.model_dump_json()
+
+    def doc_dict(self) -> dict[str, Any]:
+        return self.doc.model_dump(mode="json")
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,7 @@ class MongoEventStore(EventStore):
         return int(last["version"]) if last else 0
 
     async def _put_projection(self, p: Projection, session) -> None:
-        fields = {"tenant": p.tenant, "state": p.state, "version": p.version, "doc": p.doc}
+        fields = {"tenant": p.tenant, "state": p.state, "version": p.version, "doc": p.doc_dict()}
         with contextlib.suppress(DuplicateKeyError):  # a newer projection is already there
             await self.projections.update_one(
                 {

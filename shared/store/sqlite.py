@@ -1,8 +1,9 @@
 """The embedded event store: one SQLite file in the data directory, safe for several processes on one host.
 
 WAL journal and BEGIN IMMEDIATE transactions: writers of different processes queue up instead of failing.
-Writes run on a dedicated thread (a writer may wait for the lock); reads run at once on their own connection
-(a WAL reader sees the last commit without taking the lock, in a fraction of a millisecond).
+Writes run at once when the lock is free, else on a dedicated thread that waits for it; reads run at once on
+their own connection (a WAL reader sees the last commit without taking the lock, in a fraction of a
+millisecond).
 A writer that finds the lock taken retries within a millisecond or so: SQLite's own busy handler would sleep
 in steps of up to 100 ms, which is most of a job's start latency when three services write at once.
 """
@@ -70,6 +71,7 @@ class SqliteEventStore(EventStore):
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
+        self._queued_writes = 0
 
     @classmethod
     async def open(cls, path: str | Path) -> SqliteEventStore:
@@ -92,8 +94,11 @@ class SqliteEventStore(EventStore):
         return conn
 
     @staticmethod
-    def _with_lock(fn: Callable[[], Any]) -> Any:
-        """Run `fn`, retrying while another process holds the write lock (short, growing sleeps)."""
+    def _with_lock(fn: Callable[[], Any], wait: bool = True) -> Any:
+        """Run `fn`, retrying while another process holds the write lock (short, growing sleeps); with
+        `wait=False`, the lock error is raised at once."""
+        if not wait:
+            return fn()
         deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
         pause = 0.0002
         while True:
@@ -107,6 +112,22 @@ class SqliteEventStore(EventStore):
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def _write(self, fn, *args):
+        """A write runs at once on the caller's thread when the lock is free and no earlier write waits on
+        the writer thread (a commit without fsync takes a fraction of a millisecond, less than handing it to a
+        thread and back); when another process holds the lock, it waits on the writer thread."""
+        if not self._queued_writes:
+            try:
+                return fn(*args, wait=False)
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+        self._queued_writes += 1
+        try:
+            return await self._run(fn, *args)
+        finally:
+            self._queued_writes -= 1
 
     async def _read(self, fn, *args):
         """Reads run on the caller's thread: a WAL read never waits for a writer and takes a fraction of a
@@ -144,11 +165,11 @@ class SqliteEventStore(EventStore):
         rows = [
             (a, [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in a.events]) for a in appends
         ]
-        return await self._run(self._append_many, rows)
+        return await self._write(self._append_many, rows)
 
-    def _append_many(self, rows) -> list[AppendResult | ConcurrencyError]:
+    def _append_many(self, rows, wait: bool = True) -> list[AppendResult | ConcurrencyError]:
         conn = self.conn
-        self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"))
+        self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"), wait)
         try:
             results = [self._append_one(conn, a, events) for a, events in rows]
             conn.execute("COMMIT")
@@ -184,18 +205,18 @@ class SqliteEventStore(EventStore):
                 "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc)"
                 " VALUES (?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET"
                 " tenant=excluded.tenant, state=excluded.state, version=excluded.version, doc=excluded.doc",
-                (p.stream_id, p.tenant, p.state, p.created_at, p.version, json.dumps(p.doc)),
+                (p.stream_id, p.tenant, p.state, p.created_at, p.version, p.doc_json()),
             )
         return AppendResult(version=a.expected_version + len(rows))
 
     async def mark_published(self, event_ids: list[str]) -> None:
         if event_ids:
-            await self._run(self._mark_published, event_ids)
+            await self._write(self._mark_published, event_ids)
 
-    def _mark_published(self, event_ids: list[str]) -> None:
+    def _mark_published(self, event_ids: list[str], wait: bool = True) -> None:
         marks = ",".join("?" * len(event_ids))
         sql = f"UPDATE events SET published = 1 WHERE event_id IN ({marks})"
-        self._with_lock(lambda: self.conn.execute(sql, event_ids))
+        self._with_lock(lambda: self.conn.execute(sql, event_ids), wait)
 
     # ------------------------------------------------------------------ reads
 

@@ -139,3 +139,50 @@ async def test_record_many_stores_several_jobs_and_decides_a_conflicting_one_aga
             "submitted",
             "placed",
         ]
+
+
+class RecordingBus:
+    def __init__(self):
+        self.sent = []
+
+    async def publish(self, event, *, version=None):
+        self.sent.append((event.type.rsplit(".", 1)[-1], version))
+
+
+async def test_a_fact_and_its_consequence_are_stored_in_one_append_and_published_in_order(store):
+    from shared.events import JobReplicaExited, JobSucceeded
+
+    bus = RecordingBus()
+    ledger = JobLedger(store, bus, "/x")
+    await ledger.append(J, submitted())
+    await ledger.append(J, placed())
+    await ledger.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
+    exited = JobReplicaExited(job_id=J, attempt=1, node="n1", replica=0, exit_code=0)
+    seen = []
+
+    def then(view):
+        seen.append(view.version)  # decided on the view after the exit
+        return JobSucceeded(job_id=J, attempt=1) if view.exits else None
+
+    outcome = await ledger.record(J, lambda _v: exited, then=then, then_id=lambda _v: "ended-1")
+    assert outcome.applied and outcome.view.state == JobState.SUCCEEDED and outcome.view.version == 5
+    assert seen == [4]
+    stored = await store.read_stream(J)
+    assert [(s.version, s.event.type.rsplit(".", 1)[-1]) for s in stored[3:]] == [
+        (4, "replica_exited"),
+        (5, "succeeded"),
+    ]
+    assert stored[4].event.id == "ended-1"
+    assert bus.sent[3:] == [("replica_exited", 4), ("succeeded", 5)]
+
+
+async def test_a_refused_consequence_leaves_the_fact_recorded(store):
+    from shared.events import JobReplicaExited, JobSucceeded
+
+    ledger = JobLedger(store, None, "/x")
+    await ledger.append(J, submitted())
+    await ledger.append(J, placed())  # placed, never started: succeeded is not a legal next state
+    exited = JobReplicaExited(job_id=J, attempt=1, node="n1", replica=0, exit_code=0)
+    outcome = await ledger.record(J, lambda _v: exited, then=lambda _v: JobSucceeded(job_id=J, attempt=1))
+    assert outcome.applied and outcome.view.state == JobState.PLACED and outcome.view.version == 3
+    assert [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(J)][-1] == "replica_exited"

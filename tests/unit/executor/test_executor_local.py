@@ -239,22 +239,26 @@ async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
     assert not log_path(h.data_dir, job, 1, 0).exists()  # replica 0 is node-b's
 
 
-async def test_children_are_waited_for_without_a_thread_each():
+def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_path):
     import asyncio
-    import sys
     import threading
 
-    from services.executor.local import watch_children_with_pidfd
+    import uvloop
 
-    previous = asyncio.get_child_watcher()  # the watcher is process-wide: give it back for the next tests
-    try:
-        used = watch_children_with_pidfd()
-        assert used == (sys.version_info < (3, 12))  # Linux on 3.11: pidfd; later Pythons do it themselves
+    from services.executor.child import PIDFD, start_child
+
+    async def run() -> tuple[list[int], int, int]:
         before = threading.active_count()
-        procs = [await asyncio.create_subprocess_exec("sleep", "0.2") for _ in range(5)]
+        codes = ["exit 0", "exit 3", "kill -TERM $$"]
+        procs = [
+            await start_child(["sh", "-c", c], cwd=tmp_path, env={}, output_fd=1) for c in codes * 2
+        ]
         during = threading.active_count()
-        assert [await p.wait() for p in procs] == [0] * 5
-        if used:
-            assert during == before  # the default 3.11 watcher would have started a thread per child
-    finally:
-        asyncio.set_child_watcher(previous)
+        return [await p.wait() for p in procs], before, during
+
+    for factory in (None, uvloop.new_event_loop):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            codes, before, during = runner.run(run())
+        assert codes == [0, 3, -15] * 2  # a signal is a negative code, as subprocess says
+        if PIDFD:
+            assert during == before  # asyncio on 3.11 would have started a thread per child

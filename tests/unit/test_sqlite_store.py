@@ -1,0 +1,41 @@
+"""The embedded store's write path: at once when the lock is free, on the writer thread when another process
+holds it, without blocking the event loop and without reordering this process's writes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from shared.events import JobSubmitted, make_event
+from shared.jobspec import JobSpec
+from shared.store import Append
+from shared.store.sqlite import SqliteEventStore
+
+
+def submitted(job_id: str):
+    data = JobSubmitted(job_id=job_id, name="n", tenant="t", user="u", spec=JobSpec(command="true"))
+    return make_event(data, source="test")
+
+
+async def test_a_write_waits_for_another_process_holding_the_lock_without_blocking_the_loop(tmp_path):
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    other = sqlite3.connect(tmp_path / "events.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # what a writer in another service holds during its transaction
+        first = asyncio.create_task(store.append("job-a", 0, [submitted("job-a")]))
+        second = asyncio.create_task(store.append("job-b", 0, [submitted("job-b")]))
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while both writes wait for the lock
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert ticks == 20 and not first.done() and not second.done()
+        other.execute("COMMIT")
+        assert (await first).version == 1 and (await second).version == 1
+        positions = other.execute("SELECT stream_id FROM events ORDER BY position").fetchall()
+        assert positions == [("job-a",), ("job-b",)]  # in the order this process asked for them
+
+        third = await store.append_many([Append("job-a", 1, [submitted("job-a")])])  # lock free: at once
+        assert third[0].version == 2
+    finally:
+        other.close()
+        await store.close()
