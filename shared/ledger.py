@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.bus import Bus
-from shared.events import CloudEvent, EventData, make_event
-from shared.jobstate import IllegalTransition, JobView, apply
+from shared.events import CloudEvent, EventData, JobRequeued, RequeueReason, derived_id, make_event
+from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
 from shared.store import Append, ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,18 @@ class JobLedger:
         """Record one given event (no decision to make)."""
         return await self.record(
             job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None
+        )
+
+    async def requeue_lost(self, job: JobView, message: str) -> Outcome:
+        """Requeue a placed or running attempt whose node or processes are gone, as a new attempt (once,
+        whoever notices first: the scheduler for a silent node, an executor for processes it lost)."""
+        data = JobRequeued(
+            job_id=job.job_id, attempt=job.attempt + 1, reason=RequeueReason.NODE_LOST, message=message
+        )
+        return await self.record(
+            job.job_id,
+            lambda v: data if v and v.state in ACTIVE_STATES and v.attempt + 1 == data.attempt else None,
+            event_id=lambda _v: derived_id(job.job_id, job.attempt, "requeued"),
         )
 
     async def _publish_in_order(self, events: list[CloudEvent], first_version: int) -> None:

@@ -309,14 +309,8 @@ class Executor:
             self.timers[key] = self._spawn(self.enforce_timeout(key, max(left, 0)))
 
     async def record_lost(self, view: JobView) -> None:
-        data = JobRequeued(
-            job_id=view.job_id,
-            attempt=view.attempt + 1,
-            reason=RequeueReason.NODE_LOST,
-            message=f"the executor of node {self.node} restarted and lost the job's processes",
-        )
-        await self.ledger.append(
-            view.job_id, data, event_id=derived_id(view.job_id, view.attempt, "requeued")
+        await self.ledger.requeue_lost(
+            view, f"the executor of node {self.node} restarted and lost the job's processes"
         )
 
     # ------------------------------------------------------------------ launching

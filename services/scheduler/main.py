@@ -27,16 +27,14 @@ from shared.events import (
     JobPending,
     JobPlaced,
     JobPreempted,
-    JobRequeued,
     NodeHeartbeat,
     NodeLost,
     PendingReason,
-    RequeueReason,
     Subject,
     derived_id,
     make_event,
 )
-from shared.jobstate import ACTIVE_STATES, JobState, JobView
+from shared.jobstate import JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
 from shared.service import Service
@@ -285,17 +283,7 @@ class Scheduler:
                 await self.requeue_lost(job, name)
 
     async def requeue_lost(self, job: JobView, node: str) -> None:
-        data = JobRequeued(
-            job_id=job.job_id,
-            attempt=job.attempt + 1,
-            reason=RequeueReason.NODE_LOST,
-            message=f"node {node} stopped sending heartbeats",
-        )
-        outcome = await self.ledger.record(
-            job.job_id,
-            lambda v: data if v and v.state in ACTIVE_STATES and v.attempt + 1 == data.attempt else None,
-            event_id=lambda v: derived_id(job.job_id, job.attempt, "requeued"),
-        )
+        outcome = await self.ledger.requeue_lost(job, f"node {node} stopped sending heartbeats")
         if outcome.view is not None:
             self.view.put_job(outcome.view)
 
