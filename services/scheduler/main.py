@@ -17,7 +17,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from services.scheduler.core import CycleResult, Placement, SchedulerConfig, schedule
+from services.scheduler.core import CycleResult, Placement, SchedulerConfig
 from services.scheduler.core.placement import POLICIES
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
@@ -83,8 +83,8 @@ class Scheduler:
         self.service = service
         self.settings = settings
         self.ledger: JobLedger = service.ledger
-        self.view = ClusterView()
         self.config = config_of(settings)
+        self.view = ClusterView(self.config)
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
@@ -169,11 +169,10 @@ class Scheduler:
 
     async def cycle(self) -> None:
         now = time.time()
-        state, queue = self.view.snapshot(now)
-        if not queue and not state.running:
+        queue = self.view.queue()
+        if not queue and not self.view.held.running:
             return
-        state.quotas = dict(self.settings.quotas)
-        result = schedule(state, queue, self.config)
+        result = self.view.held.schedule(queue, now, dict(self.settings.quotas))
         await self.apply(result, now)
         for job_id in set(self.pending_sent) - set(self.view.jobs):
             del self.pending_sent[job_id]
@@ -240,8 +239,8 @@ class Scheduler:
             return None
         sent = self.pending_sent.get(job_id)
         if sent is not None:
-            if sent[:3] == (reason.code, reason.message, reason.position):
-                return None
+            if sent[0] == reason.code and sent[2] == reason.position and sent[1] == reason.message:
+                return None  # (the message is rendered when read: compared last)
             if sent[0] == reason.code and now - sent[3] < PENDING_REFRESH_SECONDS:
                 return None
         data = JobPending(

@@ -1,6 +1,7 @@
 """The scheduler's view of the cluster: nodes from heartbeats, jobs from the event store.
 
-It turns that view into the pure core's input (ClusterState + queue) and nothing else; no decisions here.
+It keeps the core's `Scheduler` (the capacity index and the running jobs, held between cycles) told of every
+change, and turns the queued jobs into the core's queue; no decisions here.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from dataclasses import dataclass
 
 from services.scheduler.core import (
     Allocation,
-    ClusterState,
     Gpu,
     GpuAssignment,
     JobRequest,
     Node,
     ReplicaAssignment,
+    SchedulerConfig,
 )
+from services.scheduler.core import Scheduler as HeldCluster
 from shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
 
@@ -46,6 +48,15 @@ def job_request(view: JobView) -> JobRequest:
     )
 
 
+def node_of(hb: NodeHeartbeat) -> Node:
+    return Node(
+        name=hb.node,
+        gpus=[Gpu(g.index, g.model, g.memory_bytes, g.uuid) for g in hb.gpus],
+        cpus=hb.cpus,
+        memory=hb.memory_bytes,
+    )
+
+
 def to_assignment(p: ReplicaPlacement) -> ReplicaAssignment:
     return ReplicaAssignment(
         replica=p.replica,
@@ -71,15 +82,17 @@ def to_placement(a: ReplicaAssignment, node: NodeHeartbeat | None) -> ReplicaPla
 
 
 class ClusterView:
-    def __init__(self) -> None:
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
+        self.held = HeldCluster(config)
 
     def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
         """Returns True when the node is new (or its inventory changed)."""
         old = self.nodes.get(hb.node)
         self.nodes[hb.node] = NodeRecord(hb, now or time.time())
+        self.held.put_node(node_of(hb))  # nothing happens when it is unchanged
         return old is None or old.heartbeat.gpus != hb.gpus
 
     def lost_nodes(self, timeout: float, now: float | None = None) -> list[NodeRecord]:
@@ -88,6 +101,7 @@ class ClusterView:
 
     def forget_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.held.drop_node(name)
 
     def put_job(self, view: JobView) -> None:
         """Keep the newer of what is known and `view` (reads and own writes may arrive out of order)."""
@@ -97,8 +111,13 @@ class ClusterView:
         if view.state.terminal:
             self.jobs.pop(view.job_id, None)
             self._requests.pop(view.job_id, None)
+            self.held.drop(view.job_id)
+            return
+        self.jobs[view.job_id] = view
+        if view.state == JobState.QUEUED:
+            self.held.drop(view.job_id)
         else:
-            self.jobs[view.job_id] = view
+            self.held.put(self.allocation(view))
 
     def request(self, view: JobView) -> JobRequest:
         """The core's request for a job, converted once per version of the job."""
@@ -108,6 +127,11 @@ class ClusterView:
             self._requests[view.job_id] = cached
         return cached[1]
 
+    def allocation(self, view: JobView) -> Allocation:
+        replicas = tuple(to_assignment(p) for p in view.placements)
+        started = view.started_at or view.updated_at
+        return Allocation(self.request(view), replicas, started.timestamp(), view.borrowed)
+
     def jobs_on(self, node: str) -> list[JobView]:
         return [
             j
@@ -115,36 +139,9 @@ class ClusterView:
             if j.state in ACTIVE_STATES and any(p.node == node for p in j.placements)
         ]
 
-    def snapshot(self, now: float) -> tuple[ClusterState, list[JobRequest]]:
-        nodes = {
-            name: Node(
-                name=name,
-                gpus=[Gpu(g.index, g.model, g.memory_bytes, g.uuid) for g in rec.heartbeat.gpus],
-                cpus=rec.heartbeat.cpus,
-                memory=rec.heartbeat.memory_bytes,
-            )
-            for name, rec in self.nodes.items()
-        }
-        running: list[Allocation] = []
-        queue: list[JobRequest] = []
-        for view in self.jobs.values():
-            if view.state == JobState.QUEUED:
-                if not view.cancel_requested:
-                    queue.append(self.request(view))
-                continue
-            replicas = tuple(to_assignment(p) for p in view.placements)
-            started = view.started_at or view.updated_at
-            running.append(Allocation(self.request(view), replicas, started.timestamp(), view.borrowed))
-            for a in replicas:
-                node = nodes.get(a.node)
-                if node is None:
-                    continue
-                node.allocated_cpus += a.cpus
-                node.allocated_memory += a.memory
-                by_index = {g.index: g for g in node.gpus}
-                for g in a.gpus:
-                    gpu = by_index.get(g.index)
-                    if gpu is not None:
-                        gpu.allocated += g.fraction
-                        gpu.allocated_memory += g.memory or 0
-        return ClusterState(nodes=nodes, running=running, now=now), queue
+    def queue(self) -> list[JobRequest]:
+        return [
+            self.request(v)
+            for v in self.jobs.values()
+            if v.state == JobState.QUEUED and not v.cancel_requested
+        ]

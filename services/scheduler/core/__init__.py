@@ -1,7 +1,8 @@
 """The pure scheduling core: (cluster state, queue, config) -> placements, preemptions, reasons.
 
-No I/O here: no NATS, no store, no clock. The live scheduler service and the trace simulator call the
-same `schedule` function.
+No I/O here: no NATS, no store, no clock. `schedule` decides one cycle over a snapshot; `Scheduler` holds the
+cluster between cycles and is told what changed (the live service); the trace simulator calls `decide` on a
+capacity index it keeps. All three run the same decisions.
 """
 
 from services.scheduler.core.cycle import schedule
@@ -19,6 +20,7 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
+from services.scheduler.core.scheduler import Scheduler
 
 __all__ = [
     "Allocation",
@@ -32,6 +34,7 @@ __all__ = [
     "Preemption",
     "Reason",
     "ReplicaAssignment",
+    "Scheduler",
     "SchedulerConfig",
     "schedule",
 ]

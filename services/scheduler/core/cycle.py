@@ -1,8 +1,8 @@
 """One scheduling cycle: order the queue, admit what quotas allow, place gangs, preempt, backfill, explain.
 
-`schedule(state, queue, config)` is the public entry point (the live service). `decide(...)` does the work on
-a `CapacityIndex` and is what the trace simulator calls with an index it keeps alive between events; both run
-exactly the same decisions.
+`schedule(state, queue, config)` decides one cycle over a snapshot. `decide(...)` does the work on a
+`CapacityIndex`: `schedule` builds one per call, `scheduler.Scheduler` (the live service's cluster held between
+cycles) and the trace simulator keep theirs alive; all run exactly the same decisions.
 
 Per job, in the order of `ordering.in_order`:
 1. retry backoff (`not_before` in the future) -> waits;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 
@@ -39,6 +39,7 @@ from services.scheduler.core.model import (
     CycleResult,
     GpuAssignment,
     JobRequest,
+    Node,
     Placement,
     Preemption,
     ReplicaAssignment,
@@ -70,7 +71,7 @@ def schedule(
         result = decide(index, state.running, queue, config, state.quotas, state.now)
         for placement in result.placements:
             for r in placement.replicas:
-                _apply(state, r)
+                allocate(state.nodes[r.node], (r,))
     return result
 
 
@@ -91,15 +92,17 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _apply(state: ClusterState, r: ReplicaAssignment) -> None:
-    node = state.nodes[r.node]
-    node.allocated_cpus += r.cpus
-    node.allocated_memory += r.memory
+def allocate(node: Node, replicas: Iterable[ReplicaAssignment]) -> None:
+    """Add what these replicas (on this node) hold to its allocations (a GPU the node does not list is skipped)."""
     by_index = {g.index: g for g in node.gpus}
-    for a in r.gpus:
-        gpu = by_index[a.index]
-        gpu.allocated = min(1.0, gpu.allocated + a.fraction)
-        gpu.allocated_memory += a.memory or 0
+    for r in replicas:
+        node.allocated_cpus += r.cpus
+        node.allocated_memory += r.memory
+        for a in r.gpus:
+            gpu = by_index.get(a.index)
+            if gpu is not None:
+                gpu.allocated = min(1.0, gpu.allocated + a.fraction)
+                gpu.allocated_memory += a.memory or 0
 
 
 def popularity_for(
@@ -112,29 +115,21 @@ def popularity_for(
         return tuple(config.shape_popularity)
     if not POLICIES[config.policy].needs_popularity:
         return ()
-    # jobs per (GPUs, CPUs, GPU models), counted at C level, then per task shape (a handful of kinds)
-    try:
-        counts = Counter(map(_TASK, queue))
-    except TypeError:  # GPU models given as a list
-        counts = Counter(_task(j) for j in queue)
+    # jobs per key (counted at C level), then per (GPUs, CPUs, GPU models), then per task shape (a handful)
+    keys = Counter(map(_KEY, queue))
     kinds = kinds if kinds is not None else RunningKinds(running)
-    for (_tenant, _user, gpus, _replicas, cpus, _memory, models), n in kinds.counts.items():
-        counts[(gpus, cpus, models)] += n
+    for (_tenant, _user, key), n in kinds.counts.items():
+        keys[key] += n
+    counts: Counter = Counter()
+    for (gpus, _replicas, cpus, _memory, _gpu_memory, models, _priority), n in keys.items():
+        counts[gpus, cpus, models] += n
     shapes: Counter = Counter()
     for (gpus, cpus, models), n in counts.items():
         shapes[shape_of(demand_of(JobRequest("", "", gpus=gpus, cpus=cpus, gpu_models=models)))] += n
     return typical_shapes(shapes)
 
 
-_TASK = attrgetter("gpus", "cpus", "gpu_models")
-_JOB_PRIORITY = attrgetter("job.priority")
-
-
-def _task(job: JobRequest) -> tuple:
-    return (job.gpus, job.cpus, tuple(job.gpu_models))
-
-
-_SETTLED = attrgetter("gpus", "replicas", "cpus", "memory", "gpu_memory", "gpu_models", "priority")
+_KEY = attrgetter("key")
 
 
 class _Cycle:
@@ -148,6 +143,7 @@ class _Cycle:
         config: SchedulerConfig,
         quotas: dict[str, float],
         now: float,
+        kinds: RunningKinds | None = None,
     ) -> None:
         if config.backfill not in BACKFILL_MODES:
             raise ValueError(f"backfill must be one of {BACKFILL_MODES}, not {config.backfill!r}")
@@ -158,7 +154,7 @@ class _Cycle:
         self.now = now
         if config.policy not in POLICIES:
             make_policy(config.policy)  # raises with the list of known policies
-        kinds = RunningKinds(running)
+        self.kinds = kinds = kinds if kinds is not None else RunningKinds(running)
         self.policy = make_policy(config.policy, popularity_for(config, queue, running, kinds))
         capacity = (
             index.total_gpus(),
@@ -195,10 +191,7 @@ class _Cycle:
         settled, pending, now = self.settled, self.pending, self.now
         for job in in_order(queue, self.ledger, self.config.fair_share):
             if fast and settled and (job.not_before is None or job.not_before <= now):
-                try:
-                    found = settled.get(_SETTLED(job))
-                except TypeError:  # GPU models given as a list: the long way
-                    found = None
+                found = settled.get(job.key)
                 if found is not None:
                     self.waiting += 1
                     pending[job.job_id] = found.at(self.waiting)
@@ -232,10 +225,7 @@ class _Cycle:
             )
             return
         if self.simple:
-            try:
-                settled = self.settled.get(_SETTLED(job))
-            except TypeError:  # GPU models given as a list: the long way
-                settled = None
+            settled = self.settled.get(job.key)
             if settled is not None:
                 self.waiting += 1
                 self.pending[job.job_id] = settled.at(self.waiting)
@@ -345,7 +335,7 @@ class _Cycle:
         """Every later job of this shape and priority gets `blocker` (see `simple`; never while a job of the
         shape may still be answered by the backfill reservation instead)."""
         if self.simple and key not in self.delayed:
-            self.settled[(*key, job.priority)] = blocker
+            self.settled[job.key] = blocker
 
     def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
         """Would a later job of this shape and priority certainly not preempt either?"""
@@ -366,7 +356,7 @@ class _Cycle:
             return False
         if self._borrowed is None:
             self._borrowed = borrowed_jobs(self.running, self.quotas)
-            self._lowest_priority = min(map(_JOB_PRIORITY, self.running), default=None)
+            self._lowest_priority = self.kinds.lowest_priority()
         if not self._borrowed and (self._lowest_priority is None or self._lowest_priority >= job.priority):
             self.no_victims.add(search_key)
             return False
@@ -414,7 +404,9 @@ def decide(
     config: SchedulerConfig,
     quotas: dict[str, float] | None = None,
     now: float = 0.0,
+    kinds: RunningKinds | None = None,
 ) -> CycleResult:
-    """The cycle on a capacity index (updated in place with the placements)."""
+    """The cycle on a capacity index (updated in place with the placements); `kinds`: the running jobs
+    already counted (see `RunningKinds`), else they are counted here."""
     with gc_paused():
-        return _Cycle(index, running, queue, config, quotas or {}, now).run(queue)
+        return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)

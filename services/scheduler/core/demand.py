@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from services.scheduler.core.model import JobRequest
 
@@ -63,13 +62,6 @@ def demand_of(job: JobRequest) -> Demand:
     )
 
 
-_SHAPE = attrgetter("gpus", "replicas", "cpus", "memory", "gpu_memory", "gpu_models")
-
-
 def shape_key(job: JobRequest) -> tuple:
-    """Jobs with the same key fit exactly the same places: one failed fit answers for all of them.
-
-    The request's fields as given (one C-level attribute fetch); jobs that differ only in how they list their
-    GPU models get different keys, which costs a second search, never a wrong answer."""
-    key = _SHAPE(job)
-    return key if key[5].__class__ is tuple else (*key[:5], tuple(key[5]))
+    """Jobs with the same key fit exactly the same places: one failed fit answers for all of them."""
+    return job.key[:6]

@@ -16,7 +16,7 @@ import numpy as np
 
 from services.scheduler.core.demand import MILLI, Demand, share_to_milli, used_to_milli
 from services.scheduler.core.gpustate import STATES, GpuStateTable
-from services.scheduler.core.model import EPS, ClusterState, ReplicaAssignment
+from services.scheduler.core.model import EPS, ClusterState, Node, ReplicaAssignment
 
 MIXED = -2  # model id of a node whose GPUs are not all the same model
 GROUP_FROM = 64  # node groups are built once a replica fits on more nodes than this
@@ -103,11 +103,9 @@ class CapacityIndex:
                 self.free.append([MILLI - u for u in used[k]])
             else:
                 self.free.append([MILLI] * len(models))
-            taken = used_memory[k] if used_memory is not None else ()
-            if any(taken):
-                self.gpu_memory_free.append([t - u for t, u in zip(total, taken, strict=True)])
-            else:
-                self.gpu_memory_free.append(list(total))
+            self.gpu_memory_free.append(
+                _memory_free(total, used_memory[k] if used_memory is not None else ())
+            )
         self.cpus = np.asarray(cpus, dtype=np.float64)
         self.memory = np.asarray(memory, dtype=np.float64)
         self.cpu_free = self.cpus - (
@@ -147,24 +145,7 @@ class CapacityIndex:
     @classmethod
     def from_state(cls, state: ClusterState) -> CapacityIndex:
         nodes = list(state.nodes.values())
-        models, memory, ids, free, used_memory = [], [], [], [], []
-        for node in nodes:
-            # columns: model, memory, index, allocated, slices (every per-GPU tuple has these 5 fields)
-            columns = list(zip(*map(_GPU, node.gpus), strict=False)) or [()] * 5
-            models.append(columns[0])
-            memory.append(columns[1])
-            ids.append(columns[2])
-            allocated = columns[3]
-            n = len(allocated)
-            if allocated.count(1.0) == n:  # full and idle nodes, the common cases, without a loop
-                free.append([0] * n)
-            elif allocated.count(0.0) == n:
-                free.append([MILLI] * n)
-            else:
-                free.append(
-                    [MILLI if a <= 0 else (0 if a >= 1 else MILLI - used_to_milli(a)) for a in allocated]
-                )
-            used_memory.append(columns[4])
+        models, memory, ids, free, used_memory = list(zip(*map(_columns, nodes), strict=True)) or [()] * 5
         return cls(
             [n.name for n in nodes],
             models,
@@ -200,6 +181,16 @@ class CapacityIndex:
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def set_node(self, i: int, node: Node) -> None:
+        """Node i's free capacity as `from_state` reads it from `node` (the same node, its allocations applied)."""
+        _models, _memory, _ids, free, used_memory = _columns(node)
+        self.free[i] = free
+        self.gpu_memory_free[i] = _memory_free(self.gpu_memory_total[i], used_memory)
+        self.cpu_free[i] = self.cpus[i] - float(node.allocated_cpus)
+        self.mem_free[i] = self.memory[i] - float(node.allocated_memory)
+        self.refresh(i)
+        self.touched(i)
 
     # ----------------------------------------------------------------------------------------------- queries
     def refresh(self, i: int) -> None:
@@ -413,6 +404,24 @@ class CapacityIndex:
         if demand.gpu_memory or demand.models:
             return len(self.eligible(i, demand)) >= demand.count
         return True
+
+
+def _columns(node: Node) -> tuple[tuple, tuple, tuple, list[int], tuple]:
+    """A node's GPUs by column: models, memory, indices, free milli-GPU, memory slices handed out."""
+    columns = list(zip(*map(_GPU, node.gpus), strict=False)) or [()] * 5
+    allocated = columns[3]
+    n = len(allocated)
+    if allocated.count(1.0) == n:  # full and idle nodes, the common cases, without a loop
+        free = [0] * n
+    elif allocated.count(0.0) == n:
+        free = [MILLI] * n
+    else:
+        free = [MILLI if a <= 0 else (0 if a >= 1 else MILLI - used_to_milli(a)) for a in allocated]
+    return columns[0], columns[1], columns[2], free, columns[4]
+
+
+def _memory_free(total: list[float], taken: Sequence[float]) -> list[float]:
+    return [t - u for t, u in zip(total, taken, strict=True)] if any(taken) else list(total)
 
 
 class NodeGroups:

@@ -20,7 +20,8 @@ three jobs of 1/3 GPU fit on one GPU and nothing is ever over-allocated.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from services.scheduler.core.reasons import Reason
 
 EPS = 1e-9
 
@@ -70,6 +71,12 @@ class Node:
         return sum(1 for g in self.gpus if g.idle)
 
 
+# Equal job keys are one tuple (a dictionary look-up then matches a job's key by identity, without comparing
+# the fields); a memo, cleared when full (later jobs then make new tuples, equal to the earlier ones).
+_KEYS: dict[tuple, tuple] = {}
+_MAX_KEYS = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class JobRequest:
     """A waiting (or running) job as the core sees it. Resources are per replica."""
@@ -87,6 +94,23 @@ class JobRequest:
     submitted_at: float = 0.0  # seconds, on the caller's clock
     timeout: float | None = None  # seconds an attempt may run (start estimates, backfill, reservations)
     not_before: float | None = None  # retry backoff: not placeable before this time
+    # what a cycle tells jobs apart by: (gpus, replicas, cpus, memory, gpu_memory or 0, gpu_models as a tuple,
+    # priority); jobs with the same key get the same answer. Made once here: a cycle reads it for every job.
+    key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (
+            self.gpus,
+            self.replicas,
+            self.cpus,
+            self.memory,
+            self.gpu_memory or 0,
+            tuple(self.gpu_models),
+            self.priority,
+        )
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()
+        object.__setattr__(self, "key", _KEYS.setdefault(key, key))
 
     @property
     def total_gpus(self) -> float:
@@ -128,21 +152,6 @@ class Allocation:
     @property
     def expected_end(self) -> float | None:
         return None if self.job.timeout is None else self.started_at + self.job.timeout
-
-
-@dataclass(frozen=True, slots=True)
-class Reason:
-    """Why a job waits. `code` is for machines, `message` (with numbers) for people, `details` the numbers.
-
-    `code` is one of `services.scheduler.core.reasons.CODES`; `position` is the job's place in line among the
-    waiting jobs (1 = next); `estimated_start` is on the caller's clock, None when it cannot be known.
-    """
-
-    code: str
-    message: str
-    details: dict[str, Any] = field(default_factory=dict)
-    position: int | None = None
-    estimated_start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from operator import attrgetter
 from services.scheduler.core.model import JobRequest
 from services.scheduler.core.quota import QuotaLedger
 
-_ARRIVAL = attrgetter("submitted_at", "job_id")
+_JOB_ID = attrgetter("job_id")
+_SUBMITTED = attrgetter("submitted_at")
 _PRIORITY = attrgetter("priority")
 
 
@@ -26,9 +27,11 @@ def arrival_key(job: JobRequest) -> tuple:
 
 
 def by_arrival(queue: list[JobRequest]) -> list[JobRequest]:
-    """`sorted(queue, key=arrival_key)`, as two stable sorts with C-level keys (the order is the same)."""
-    ordered = sorted(queue, key=_ARRIVAL)
-    ordered.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep their arrival order
+    """`sorted(queue, key=arrival_key)`, as stable sorts on one field each, least significant first (the order
+    is the same; keys of one type compare at C level, no key tuples are made)."""
+    ordered = sorted(queue, key=_JOB_ID)
+    ordered.sort(key=_SUBMITTED)
+    ordered.sort(key=_PRIORITY, reverse=True)  # stable, reverse included: equal priorities keep their order
     return ordered
 
 

@@ -10,33 +10,42 @@ borrowed. An empty quota dict switches all of this off.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from operator import attrgetter
 
 from services.scheduler.core import reasons as R
 from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
 
 _JOB = attrgetter("job")
-_KIND = attrgetter("tenant", "user", "gpus", "replicas", "cpus", "memory", "gpu_models")
+_KIND = attrgetter("tenant", "user", "key")
 
 
 class RunningKinds:
-    """The running jobs counted by kind (tenant, user, gpus, replicas, cpus, memory, gpu_models), at C level and
-    once per cycle: tenant usage (`QuotaLedger`) and shape popularity (`cycle.popularity_for`) both read it."""
+    """The running jobs counted by kind ((tenant, user, `JobRequest.key`)): tenant usage (`QuotaLedger`), shape
+    popularity (`cycle.popularity_for`) and the lowest running priority all read it. Counted at C level on
+    first use, or kept up to date job by job (`add`) by a caller that holds the running jobs between cycles."""
 
     __slots__ = ("running", "_counts")
 
-    def __init__(self, running: list[Allocation]) -> None:
+    def __init__(self, running: Sequence[Allocation] = ()) -> None:
         self.running = running
         self._counts: Counter | None = None
 
     @property
     def counts(self) -> Counter:
         if self._counts is None:
-            try:
-                self._counts = Counter(map(_KIND, map(_JOB, self.running)))
-            except TypeError:  # GPU models given as a list
-                self._counts = Counter((*_KIND(a.job)[:6], tuple(a.job.gpu_models)) for a in self.running)
+            self._counts = Counter(map(_KIND, map(_JOB, self.running)))
         return self._counts
+
+    def add(self, job: JobRequest, n: int = 1) -> None:
+        counts = self.counts
+        kind = _KIND(job)
+        counts[kind] += n
+        if not counts[kind]:
+            del counts[kind]
+
+    def lowest_priority(self) -> int | None:
+        return min((key[6] for _tenant, _user, key in self.counts), default=None)
 
 
 class QuotaLedger:
@@ -64,8 +73,10 @@ class QuotaLedger:
 
     def _count(self) -> None:
         self._running = None
-        # alike running jobs are counted together (C-level), then added once per kind
-        for (tenant, user, gpus, replicas, cpus, memory, _models), n in self._kinds.counts.items():
+        # alike running jobs are counted together (C-level), then added once per kind, in a fixed order (the
+        # sums do not depend on the order the jobs are listed in)
+        for (tenant, user, key), n in sorted(self._kinds.counts.items()):
+            gpus, replicas, cpus, memory = key[:4]
             self.gpus[tenant] += gpus * replicas * n
             self.cpus[tenant] += cpus * replicas * n
             self.memory[tenant] += memory * replicas * n

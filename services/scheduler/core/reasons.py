@@ -9,9 +9,9 @@ When several reasons apply, `sort_reasons` orders them by (rank, code) so the fi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
-from services.scheduler.core.model import Reason
 from shared.units import format_rough_duration as duration
 
 NO_FIT, PREEMPT, FIT = 0, 1, 2
@@ -52,6 +52,56 @@ RESOURCE_CODES = frozenset(
 )
 
 
+class Reason:
+    """Why a job waits. `code` is for machines, `message` (with numbers) for people, `details` the numbers.
+
+    `code` is one of `CODES`; `position` is the job's place in line among the waiting jobs (1 = next);
+    `estimated_start` is on the caller's clock, None when it cannot be known. `message` is rendered when read
+    (`text`, the place in line, the estimated start as a duration from `now`): a cycle gives every waiting job
+    a reason, and most are only looked at by code and position.
+    """
+
+    __slots__ = ("code", "text", "details", "position", "estimated_start", "now")
+
+    def __init__(
+        self,
+        code: str,
+        text: str,
+        details: dict[str, Any],
+        position: int | None = None,
+        estimated_start: float | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.code = code
+        self.text = text
+        self.details = details
+        self.position = position
+        self.estimated_start = estimated_start
+        self.now = now
+
+    @property
+    def message(self) -> str:
+        message = self.text if self.position is None else f"{self.text}; {ordinal(self.position)} in line"
+        if self.estimated_start is not None:
+            message += f"; estimated start in about {duration(self.estimated_start - self.now)}"
+        return message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Reason:
+            return NotImplemented
+        return _SEEN(self) == _SEEN(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = zip(_SEEN_NAMES, _SEEN(self), strict=True)
+        return f"Reason({', '.join(f'{name}={value!r}' for name, value in fields)})"
+
+
+_SEEN_NAMES = ("code", "message", "details", "position", "estimated_start")
+_SEEN = attrgetter(*_SEEN_NAMES)  # what a reader sees: equal reasons read the same
+
+
 @dataclass(frozen=True, slots=True)
 class Blocker:
     """A reason before it knows its place in line: code, the sentence's core and its numbers."""
@@ -61,31 +111,7 @@ class Blocker:
     details: dict[str, Any]
 
     def at(self, position: int, estimated_start: float | None = None, now: float = 0.0) -> Reason:
-        suffix = "th" if 10 <= position % 100 <= 20 else _SUFFIX.get(position % 10, "th")
-        message = (
-            f"{self.text}; {position}{suffix} in line"  # ordinal(position), inlined (once per waiting job)
-        )
-        if estimated_start is not None:
-            message += f"; estimated start in about {duration(estimated_start - now)}"
-        return _reason(self.code, message, self.details, position, estimated_start)
-
-
-_new = object.__new__
-_SET_CODE, _SET_MESSAGE, _SET_DETAILS, _SET_POSITION, _SET_START = (
-    Reason.__dict__[name].__set__ for name in ("code", "message", "details", "position", "estimated_start")
-)
-
-
-def _reason(code: str, message: str, details: dict, position: int, estimated_start: float | None) -> Reason:
-    """`Reason(code, message, details, position, estimated_start)`, built through its slots: the frozen
-    dataclass's `__init__` costs twice as much, and a cycle makes one per waiting job (an equal object)."""
-    reason = _new(Reason)
-    _SET_CODE(reason, code)
-    _SET_MESSAGE(reason, message)
-    _SET_DETAILS(reason, details)
-    _SET_POSITION(reason, position)
-    _SET_START(reason, estimated_start)
-    return reason
+        return Reason(self.code, self.text, self.details, position, estimated_start, now)
 
 
 def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:

@@ -250,9 +250,7 @@ def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_p
     async def run() -> tuple[list[int], int, int]:
         before = threading.active_count()
         codes = ["exit 0", "exit 3", "kill -TERM $$"]
-        procs = [
-            await start_child(["sh", "-c", c], cwd=tmp_path, env={}, output_fd=1) for c in codes * 2
-        ]
+        procs = [await start_child(["sh", "-c", c], cwd=tmp_path, env={}, output_fd=1) for c in codes * 2]
         during = threading.active_count()
         return [await p.wait() for p in procs], before, during
 

@@ -49,10 +49,9 @@ def model_pressure(index: CapacityIndex, fragmenter: Fragmenter) -> np.ndarray:
     """Per GPU-model id: constrained demand that only that model can serve / the model's share of capacity.
 
     Index -1 (no GPUs) and -2 (mixed node) read the last two entries, which are 0."""
-    key = ("pressure", id(fragmenter))
-    found = index.memo.get(key)
-    if found is not None:
-        return found
+    found = index.memo.get("pressure")
+    if found is not None and found[0] is fragmenter:
+        return found[1]
     n_models = len(index.states.model_names)
     capacity = np.zeros(n_models + 2)
     rows: dict[int, list[int]] = {}  # alike nodes share one row of model ids: count rows, then their GPUs
@@ -73,7 +72,7 @@ def model_pressure(index: CapacityIndex, fragmenter: Fragmenter) -> np.ndarray:
         for m in ids if room > 0 else ():
             demand[m] += weight * shape.count * shape.milli / 1000 * capacity[m] / room
     pressure = np.where(capacity > 0, demand / np.maximum(capacity, 1) * capacity.sum(), 0.0)
-    index.memo[key] = pressure
+    index.memo["pressure"] = (fragmenter, pressure)  # the last shape distribution's (a held index sees many)
     return pressure
 
 
