@@ -52,7 +52,7 @@ from services.scheduler.core.preemption import choose_victims, eligible_victims
 from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 
 BACKFILL_MODES = ("easy", "greedy", "off")
-NEVER = frozenset({R.TOO_LARGE, R.NO_MATCHING_GPU_MODEL})
+NEVER = frozenset({R.NO_NODES, R.TOO_LARGE, R.NO_MATCHING_GPU_MODEL})  # not in this cycle
 MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
 SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
 

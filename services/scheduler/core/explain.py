@@ -39,6 +39,8 @@ def _gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
 
 def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker | None:
     """A blocker when the job cannot fit even on the empty cluster (as listed now), else None."""
+    if not len(index):
+        return R.Blocker(R.NO_NODES, "no node has joined yet (no executor has announced one)", {})
     mask = _matching(index, demand)
     if demand.count and demand.models and not mask.any():
         models = " or ".join(demand.models)

@@ -17,6 +17,7 @@ from shared.units import format_rough_duration as duration
 NO_FIT, PREEMPT, FIT = 0, 1, 2
 
 RETRY_BACKOFF = "retry_backoff"
+NO_NODES = "no_nodes"
 TOO_LARGE = "too_large"
 NO_MATCHING_GPU_MODEL = "no_matching_gpu_model"
 QUOTA_EXHAUSTED = "quota_exhausted"
@@ -33,6 +34,7 @@ GPU_SHORTAGES = frozenset({INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, GANG_DOES_
 
 RANK: dict[str, int] = {
     RETRY_BACKOFF: NO_FIT,
+    NO_NODES: NO_FIT,
     TOO_LARGE: NO_FIT,
     NO_MATCHING_GPU_MODEL: NO_FIT,
     QUOTA_EXHAUSTED: NO_FIT,

@@ -61,6 +61,15 @@ CASES = [
         pending={"a": ("too_large", "needs 16 GPUs on one node; the largest node has 8 (n0); 1st in line")},
     ),
     Case(
+        "no node has joined yet",
+        lambda: cluster(),
+        [job("a", 1), job("b", 0.25)],
+        pending={
+            "a": ("no_nodes", "no node has joined yet (no executor has announced one); 1st in line"),
+            "b": ("no_nodes", "no node has joined yet (no executor has announced one); 2nd in line"),
+        },
+    ),
+    Case(
         "GPU model nobody has",
         lambda: cluster(node("n0")),
         [job("a", 1, gpu_models=("H100",))],
