@@ -359,11 +359,11 @@ class Executor:
         attempt = await self._attempt(view, placed)
         self.attempts[key] = attempt
         self.running[key] = set(attempt.replicas)
-        if view.spec.timeout:
-            self.timers[key] = self._spawn(self.enforce_timeout(key, view.spec.timeout))
         failure = await self.backend.launch(attempt)
         if failure is not None:
             await self.failed_to_start(key, failure)
+        elif view.spec.timeout and self.running.get(key):  # the time limit counts from the start
+            self.timers[key] = self._spawn(self.enforce_timeout(key, view.spec.timeout))
 
     async def failed_to_start(self, key: Key, failure: StartFailure) -> None:
         job_id, attempt = key
