@@ -100,6 +100,7 @@ class Attempt(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     nodes: list[str] = Field(default_factory=list)
+    started: list[int] = Field(default_factory=list)  # the replicas whose processes started
     outcome: str | None = None
     exit_code: int | None = None
     message: str = ""
@@ -228,6 +229,7 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
         case JobStarted():
             if attempt.started_at is None:
                 attempt.started_at = at
+            attempt.started = sorted({*attempt.started, *data.replicas})
             attempt.notes = [*attempt.notes, *(n for n in data.notes if n not in attempt.notes)]
         case JobReplicaExited():
             new.exits.append(

@@ -350,8 +350,8 @@ class Executor:
         if key in self.launched:
             return
         view = await self.ledger.load(placed.job_id)
-        if view is None or view.state != JobState.PLACED or view.attempt != placed.attempt:
-            return  # stale placement: cancelled, requeued or already running
+        if view is None or view.attempt != placed.attempt or not self.not_started_here(view):
+            return  # stale placement: cancelled, requeued, or this node's replicas already started
         self.launched.add(key)
         if view.cancel_requested:
             await self.finish(key, JobCancelled(job_id=view.job_id, attempt=view.attempt, by="executor"))
@@ -364,6 +364,16 @@ class Executor:
             await self.failed_to_start(key, failure)
         elif view.spec.timeout and self.running.get(key):  # the time limit counts from the start
             self.timers[key] = self._spawn(self.enforce_timeout(key, view.spec.timeout))
+
+    def not_started_here(self, view: JobView) -> bool:
+        """The attempt is placed, or running on other nodes only (a gang's first replicas may start before
+        this node's), and none of this node's replicas has started or ended."""
+        if view.state == JobState.PLACED:
+            return True
+        if view.state != JobState.RUNNING:
+            return False
+        done = {*view.current.started, *(e.replica for e in view.exits)}
+        return not any(p.replica in done for p in self.mine(view.placements))
 
     async def failed_to_start(self, key: Key, failure: StartFailure) -> None:
         job_id, attempt = key

@@ -10,7 +10,14 @@ import time
 import pytest
 
 from services.executor.local import pid_file, process_start_time
-from shared.events import JobCancelRequested, JobPlaced, JobPreempted, ReplicaPlacement
+from shared.events import (
+    JobCancelRequested,
+    JobPlaced,
+    JobPreempted,
+    JobReplicaExited,
+    JobStarted,
+    ReplicaPlacement,
+)
 from shared.paths import log_files, log_path
 
 from .harness import Harness
@@ -224,6 +231,28 @@ async def test_distributed_env_is_torchrun_style(h):
         "127.0.0.1",
     ]
     assert lines[0][5] == lines[1][5] and int(lines[0][5]) > 0
+
+
+async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_first(h):
+    ex = await h.executor()  # node-a
+    ex.addresses["node-b"] = "10.0.0.7"  # the master's address, from node-b's heartbeats
+    job = await h.submit(command="echo here", replicas=2)
+    view = await h.view(job)
+    placed = JobPlaced(
+        job_id=job,
+        attempt=1,
+        placements=[ReplicaPlacement(replica=r, node=n) for r, n in ((0, "node-b"), (1, "node-a"))],
+    )
+    await h.ledger.append(job, placed)
+    # node-b's executor was quicker: its replica started and even ended before node-a hears of the placement
+    await h.ledger.append(job, JobStarted(job_id=job, attempt=1, node="node-b", replicas=[0]))
+    await h.ledger.append(job, JobReplicaExited(job_id=job, attempt=1, node="node-b", replica=0, exit_code=0))
+    assert (await h.view(job)).state.value == "running" and view.version == 1
+    await h.deliver(ex, placed)
+    done = await h.wait(job, "succeeded")
+    assert done.current.started == [0, 1] and sorted(e.replica for e in done.exits) == [0, 1]
+    await h.deliver(ex, placed)  # redelivered: this node's replica is not started again
+    assert (await h.types(job)).count("started") == 2
 
 
 async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
