@@ -169,13 +169,13 @@ class Scheduler:
 
     async def cycle(self) -> None:
         now = time.time()
-        queue = self.view.queue()
-        if not queue and not self.view.held.running:
-            return
-        result = self.view.held.schedule(queue, now, dict(self.settings.quotas))
-        await self.apply(result, now)
         for job_id in set(self.pending_sent) - set(self.view.jobs):
             del self.pending_sent[job_id]
+        queue = self.view.queue()
+        if not queue:
+            return  # nothing waits: nothing to place, and preemption is only ever for a waiting job
+        result = self.view.held.schedule(queue, now, dict(self.settings.quotas))
+        await self.apply(result, now)
 
     async def apply(self, result: CycleResult, now: float) -> None:
         """Record the cycle's decisions: placements first, then preemptions, then why jobs wait. Placements
