@@ -16,15 +16,6 @@ from services.executor.kubernetes.names import attempt_names
 from services.submit.logs import read_log
 from shared.events import GpuShare, JobCancelRequested, JobSucceeded
 
-from .harness import Harness
-
-
-@pytest.fixture
-async def h(tmp_path):
-    harness = await Harness(tmp_path).open()
-    yield harness
-    await harness.close()
-
 
 @pytest.fixture
 def api():

@@ -16,16 +16,7 @@ from services.executor.jobenv import mps_running, replica_env
 from shared.events import GpuShare, JobPlaced, ReplicaPlacement
 from shared.jobspec import JobSpec
 
-from .harness import Harness
-
 GiB = 2**30
-
-
-@pytest.fixture
-async def h(tmp_path):
-    harness = await Harness(tmp_path).open()
-    yield harness
-    await harness.close()
 
 
 def fake_cgroup_tree(root, parent="gy", procs=""):

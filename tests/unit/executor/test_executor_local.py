@@ -20,15 +20,6 @@ from shared.events import (
 )
 from shared.paths import log_files, log_path
 
-from .harness import Harness
-
-
-@pytest.fixture
-async def h(tmp_path):
-    harness = await Harness(tmp_path).open()
-    yield harness
-    await harness.close()
-
 
 async def test_a_replica_runs_in_its_own_dir_with_its_env_and_its_output_is_logged(h):
     ex = await h.executor()

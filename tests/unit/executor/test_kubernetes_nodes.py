@@ -24,8 +24,6 @@ from services.executor.kubernetes.nodes import byte_count, cluster_inventory, cp
 from services.scheduler.view import ClusterView, to_placement
 from shared.events import GpuInfo, JobPlaced, NodeHeartbeat
 
-from .harness import Harness
-
 GIB, MIB = 2**30, 2**20
 LIMITS = "enforced by Kubernetes (each pod's CPU and memory requests equal its limits)"
 GFD = {
@@ -36,13 +34,6 @@ GFD = {
     "topology.kubernetes.io/zone": "eu-west-1a",
     "node.kubernetes.io/instance-type": "p5.4xlarge",
 }
-
-
-@pytest.fixture
-async def h(tmp_path):
-    harness = await Harness(tmp_path).open()
-    yield harness
-    await harness.close()
 
 
 @pytest.fixture
