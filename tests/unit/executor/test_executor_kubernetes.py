@@ -149,15 +149,21 @@ async def test_a_refused_pod_fails_the_job_to_start_with_the_api_servers_words(h
     assert "started" not in await h.types(job)
 
 
-async def test_a_restarted_executor_adopts_running_pods_and_reports_their_end(h, api):
+async def running_pod_left_by_a_stopped_executor(h, api) -> str:
+    """A job whose pod runs, placed by an executor that has stopped since: the job's id."""
     first = await k8s_executor(h, api)
     job = await h.submit(command="python train.py")
     await h.place(first, job)
     api.set_status(pod(api), phase="Running")
     await first.backend.poll_once()
     await h.wait(job, "running")
-    await first.shutdown()  # pods outlive the executor
-    assert len(api.pods) == 1
+    await first.shutdown()
+    return job
+
+
+async def test_a_restarted_executor_adopts_running_pods_and_reports_their_end(h, api):
+    job = await running_pod_left_by_a_stopped_executor(h, api)
+    assert len(api.pods) == 1  # pods outlive the executor
 
     again = await k8s_executor(h, api)
     await again.reconcile()
@@ -169,13 +175,7 @@ async def test_a_restarted_executor_adopts_running_pods_and_reports_their_end(h,
 
 
 async def test_a_restarted_executor_whose_pods_are_gone_records_the_attempt_lost(h, api):
-    first = await k8s_executor(h, api)
-    job = await h.submit(command="python train.py")
-    await h.place(first, job)
-    api.set_status(pod(api), phase="Running")
-    await first.backend.poll_once()
-    await h.wait(job, "running")
-    await first.shutdown()
+    job = await running_pod_left_by_a_stopped_executor(h, api)
     api.pods.clear()
     again = await k8s_executor(h, api)
     await again.reconcile()
