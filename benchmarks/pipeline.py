@@ -7,8 +7,9 @@
 
 Reports submit→placed and submit→running latency (p50, p99), taken from the events' own timestamps (all
 recorded on this host's clock), and the sustained rate: jobs finished per second from the first submit to
-the last job's end. The benchmark follows the jobs on NATS (`--nats`, a plain subscription to `job.>`), so
-that watching them costs the platform nothing; it only submits over HTTP. With `--cpu`, it also reports the
+the last job's end. The benchmark follows the jobs on NATS (`--nats`, plain subscriptions to the job
+subjects it times), so that watching them costs the platform nothing; it only submits over HTTP, on
+`--concurrency` keep-alive connections from one event loop. With `--cpu`, it also reports the
 CPU time each of the platform's processes spent per job (Linux /proc), which says how many jobs a second the
 machine's cores could carry, whatever else runs on it.
 """
@@ -19,22 +20,24 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nats
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuyard.client import Client  # noqa: E402
+from shared.service import event_loop_factory  # noqa: E402
 
+CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 
 
@@ -80,37 +83,72 @@ def start_platform(gpus: int, nats_port: int) -> tuple[subprocess.Popen, Client,
     raise SystemExit(f"platform did not start; see {tmp / 'up.log'}")
 
 
-class Tap:
-    """Every job event's time, per job and type, from a NATS subscription in a thread of its own."""
+class Submitter:
+    """One keep-alive HTTP/1.1 connection to the submit API, written out by hand: the load generator shares
+    the machine's two cores with the platform, and a general HTTP client costs a millisecond or more of CPU
+    per request, a third of what the whole platform spends on a job."""
 
+    def __init__(self, server: str, token: str):
+        url = urlsplit(server)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.head = (
+            f"POST /v1/jobs HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: "
+        ).encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def submit(self, body: bytes) -> dict:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            self.writer = None  # the server closed the connection: open another and send again
+            return await self.submit(body)
+        status = int(head.split(b" ", 2)[1])
+        length = CONTENT_LENGTH.search(head)
+        answer = await self.reader.readexactly(int(length.group(1)) if length else 0)
+        if status != 202:
+            raise SystemExit(f"submit answered HTTP {status}: {answer[:300].decode(errors='replace')}")
+        return json.loads(answer)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class Tap:
+    """Each job's event times by type, from a plain NATS subscription (the platform does no work for it)."""
+
+    SUBJECTS = ("submitted", "placed", "started", "succeeded", "failed", "cancelled")
     ENDS = ("succeeded", "failed", "cancelled")
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self) -> None:
         self.times: dict[str, dict[str, float]] = {}
         self.ended: set[str] = set()
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self.thread.start()
-        if not self.ready.wait(10):
-            raise SystemExit(f"cannot reach NATS at {url} (pass --nats)")
+        self.nc = None
 
-    async def _run(self) -> None:
-        nc = await nats.connect(self.url)
+    async def open(self, url: str) -> Tap:
+        try:
+            self.nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+        except Exception as exc:
+            raise SystemExit(f"cannot reach NATS at {url} (pass --nats): {exc}") from None
+        for kind in self.SUBJECTS:
+            await self.nc.subscribe(f"job.{kind}", cb=self.on_msg)
+        await self.nc.flush()
+        return self
 
-        async def on_msg(msg) -> None:
-            event = json.loads(msg.data)
-            kind = event["type"].rsplit(".", 1)[-1]
-            self.times.setdefault(event["subject"], {})[kind] = when(event)
-            if kind in self.ENDS:
-                self.ended.add(event["subject"])
+    async def on_msg(self, msg) -> None:
+        event = json.loads(msg.data)
+        kind = event["type"].rsplit(".", 1)[-1]
+        self.times.setdefault(event["subject"], {})[kind] = when(event)
+        if kind in self.ENDS:
+            self.ended.add(event["subject"])
 
-        await nc.subscribe("job.>", cb=on_msg)
-        await nc.flush()
-        self.ready.set()
-        await asyncio.to_thread(self.stop.wait)
-        await nc.close()
+    async def close(self) -> None:
+        await self.nc.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -135,30 +173,47 @@ def platform_processes(up_pid: int) -> dict[int, str]:
     return found
 
 
-def run(
-    client: Client, tap: Tap, jobs: int, concurrency: int, up_pid: int | None, rate: float | None = None
+async def run(
+    server: str,
+    token: str,
+    nats_url: str,
+    jobs: int,
+    concurrency: int,
+    up_pid: int | None,
+    rate: float | None,
 ) -> dict:
+    tap = await Tap().open(nats_url)
+    submitters = [Submitter(server, token) for _ in range(concurrency)]
+    body = json.dumps(NOOP).encode()
     ids: list[str] = []
+    order = iter(range(jobs))
     processes = platform_processes(up_pid) if up_pid else {}
     cpu_before = {pid: cpu_seconds(pid) for pid in processes}
     t0 = time.time()
-    with Progress() as progress, ThreadPoolExecutor(concurrency) as pool:
-        task = progress.add_task("submitting", total=jobs)
 
-        def submit(i: int) -> dict:
+    async def submit_all(submitter: Submitter) -> None:
+        for i in order:  # shared: each job is taken by the first free submitter
             if rate:  # paced: job i leaves at t0 + i/rate, so latency is measured below saturation
-                time.sleep(max(0.0, t0 + i / rate - time.time()))
-            return client.submit(NOOP)
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.time()))
+            ids.append((await submitter.submit(body))["job_id"])
 
-        for accepted in pool.map(submit, range(jobs)):
-            ids.append(accepted["job_id"])
-            progress.advance(task)
+    with Progress() as progress:
+        task = progress.add_task("submitting", total=jobs)
+        senders = asyncio.gather(*(submit_all(s) for s in submitters))
+        while not senders.done():
+            progress.update(task, completed=len(ids))
+            await asyncio.wait([senders], timeout=0.1)
+        await senders
+        progress.update(task, completed=jobs)
         submitted_s = time.time() - t0
         done = progress.add_task("finishing", total=jobs)
         deadline = time.monotonic() + 60 + jobs
         while (finished := len(tap.ended.intersection(ids))) < jobs and time.monotonic() < deadline:
             progress.update(done, completed=finished)
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
+    for submitter in submitters:
+        submitter.close()
+    await tap.close()
     cpu_ms = {
         processes[pid]: round((cpu_seconds(pid) - before) * 1e3 / jobs, 2)
         for pid, before in cpu_before.items()
@@ -220,11 +275,12 @@ def main() -> int:
         args.nats, args.cpu = "nats://127.0.0.1:14622", proc.pid
     else:
         client = Client(args.server, args.token)
-    tap = Tap(args.nats)
     try:
-        result = run(client, tap, args.jobs, args.concurrency, args.cpu, args.rate)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            result = runner.run(
+                run(client.server, client.token, args.nats, args.jobs, args.concurrency, args.cpu, args.rate)
+            )
     finally:
-        tap.stop.set()
         if proc:
             proc.send_signal(2)
             proc.wait(60)

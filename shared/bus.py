@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
@@ -41,6 +40,8 @@ Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
 
 DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
+ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
+ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 
 
 def version_of(msg: Msg) -> int | None:
@@ -111,11 +112,36 @@ class Bus:
     async def publish(self, event: CloudEvent, *, version: int | None = None) -> Published:
         """`version`: the event's position in its entity's stream in the event store, sent as the
         `Gpuyard-Version` header so that a reader holding the previous version can apply it without a read."""
+        ack = await self.js.publish(
+            event.nats_subject.value, event.to_json(), headers=self._headers(event, version)
+        )
+        return Published(ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def send(
+        self, event: CloudEvent, *, version: int | None = None, ack_within: float = ACK_TIMEOUT
+    ) -> asyncio.Future:
+        """`publish` without waiting for the server: returns once the event is on its way, with a future of the
+        server's ack (`.seq`, `.duplicate`), failed with TimeoutError after `ack_within` seconds without one.
+        Many sends are in flight at once and their writes to the socket coalesce; the stream stores them in
+        the order they were sent."""
+        ack = await self.js.publish_async(
+            event.nats_subject.value, event.to_json(), headers=self._headers(event, version)
+        )
+
+        def expire() -> None:
+            if not ack.done():
+                ack.set_exception(TimeoutError(f"no ack for {event.type} {event.id} within {ack_within:g}s"))
+
+        expiry = asyncio.get_running_loop().call_later(ack_within, expire)
+        ack.add_done_callback(lambda _: expiry.cancel())
+        return ack
+
+    @staticmethod
+    def _headers(event: CloudEvent, version: int | None) -> dict[str, str]:
         headers = {"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE}
         if version is not None:
             headers[VERSION_HEADER] = str(version)
-        ack = await self.js.publish(event.nats_subject.value, event.to_json(), headers=headers)
-        return Published(ack.stream, ack.seq, bool(ack.duplicate))
+        return headers
 
     # ------------------------------------------------------------------ consuming
 
@@ -219,11 +245,17 @@ class PullConsumer:
         self.slots = asyncio.Semaphore(max(1, concurrency))
         self.concurrent = concurrency > 1
         self.chains: dict[str | None, asyncio.Task] = {}  # entity -> its latest handling task
+        self.remaining = batch
+        self.request_over = asyncio.Event()
+        self.pause = 0.0
+        self.acks: list[Msg] = []
+        self.ack_flush: asyncio.TimerHandle | None = None
+        self.ack_tasks: set[asyncio.Task] = set()
 
     async def run(self) -> None:
         nc = self.bus.nc
         inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
+        sub = await nc.subscribe(inbox, cb=self._delivered)
         api = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}"
         request = json.dumps(
             {
@@ -234,28 +266,56 @@ class PullConsumer:
         ).encode()
         try:
             while True:
+                self.remaining = self.batch
+                self.request_over.clear()
                 await nc.publish(api, request, reply=inbox)
-                remaining = self.batch
-                while remaining > 0:
-                    try:
-                        msg = await sub.next_msg(timeout=self.expires + 2 * self.heartbeat)
-                    except NatsTimeoutError:
-                        break  # request lost (reconnect, say): ask again
-                    status = (msg.headers or {}).get("Status")
-                    if status == "100":
-                        continue  # idle heartbeat
-                    if status is not None:
-                        if status not in ("404", "408"):
-                            log.info("consumer %s: status %s %s", self.durable, status, msg.headers)
-                            await asyncio.sleep(0.5)
-                        break  # the request ended; issue the next one
-                    remaining -= 1
-                    await self.dispatch(msg)
+                with contextlib.suppress(TimeoutError):  # no end in sight: the request was lost (reconnect)
+                    await asyncio.wait_for(self.request_over.wait(), self.expires + 2 * self.heartbeat)
+                if self.pause:
+                    await asyncio.sleep(self.pause)
+                    self.pause = 0.0
         finally:
             for task in list(self.chains.values()):
                 task.cancel()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _delivered(self, msg: Msg) -> None:
+        """Each message of the pull request's answer, in order: events, idle heartbeats, and the status that
+        ends the request (then `run` asks again)."""
+        status = (msg.headers or {}).get("Status")
+        if status == "100":
+            return  # idle heartbeat
+        if status is not None:
+            if status not in ("404", "408"):
+                log.info("consumer %s: status %s %s", self.durable, status, msg.headers)
+                self.pause = 0.5
+            self.request_over.set()
+            return
+        self.remaining -= 1
+        if self.remaining <= 0:
+            self.request_over.set()
+        await self.dispatch(msg)
+
+    def _ack(self, msg: Msg) -> None:
+        """Acks leave together a moment later: one write to the socket for the events handled meanwhile
+        (an ack only stops redelivery, so a millisecond's delay changes nothing else)."""
+        self.acks.append(msg)
+        if self.ack_flush is None:
+            self.ack_flush = asyncio.get_running_loop().call_later(ACK_DELAY, self._send_acks)
+
+    def _send_acks(self) -> None:
+        acks, self.acks, self.ack_flush = self.acks, [], None
+        task = asyncio.create_task(self._publish_acks(acks))
+        self.ack_tasks.add(task)
+        task.add_done_callback(self.ack_tasks.discard)
+
+    async def _publish_acks(self, acks: list[Msg]) -> None:
+        for msg in acks:
+            try:
+                await msg.ack()
+            except Exception as exc:  # not acked: redelivered after ack_wait, and handled idempotently
+                log.warning("consumer %s: ack failed: %s", self.durable, exc)
 
     async def dispatch(self, msg: Msg) -> None:
         event = await self.parse(msg)
@@ -320,4 +380,4 @@ class PullConsumer:
                 )
                 await msg.nak(delay=min(0.2 * 2**delivered, 10))
             return
-        await msg.ack()
+        self._ack(msg)

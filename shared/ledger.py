@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -193,7 +194,8 @@ class JobLedger:
                     self._remember(decisions[i].job_id, known)
                     outcomes[i] = Outcome(new, events[-1], applied=True)
                     published.append((events, new.version - len(events) + 1))
-            await asyncio.gather(*(self._publish_in_order(events, first) for events, first in published))
+            for events, first in published:
+                await self._send(events, first)
         if pending:
             raise ConcurrencyError(decisions[pending[0]].job_id, -1, -1)
         return [o for o in outcomes if o is not None]
@@ -247,19 +249,27 @@ class JobLedger:
             event_id=lambda _v: derived_id(job.job_id, job.attempt, "requeued"),
         )
 
-    async def _publish_in_order(self, events: list[CloudEvent], first_version: int) -> None:
-        for n, event in enumerate(events):
-            await self._publish(event, first_version + n)
-
-    async def _publish(self, event: CloudEvent, version: int) -> None:
+    async def _send(self, events: list[CloudEvent], first_version: int) -> None:
+        """Publish a job's new events in version order without waiting for the server's acks: one that is
+        never acknowledged stays unpublished in the store, and the outbox relay publishes it again."""
         if self.bus is None:
             return
-        try:
-            await self.bus.publish(event, version=version)
-        except Exception as exc:  # the relay will publish it
-            log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
-            return
-        self._published.append(event.id)
+        for n, event in enumerate(events):
+            try:
+                ack = await self.bus.send(event, version=first_version + n)
+            except Exception as exc:
+                log.warning(
+                    "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
+                )
+                return  # the rest would overtake it: the relay publishes them in order
+            ack.add_done_callback(functools.partial(self._acknowledged, event))
+
+    def _acknowledged(self, event: CloudEvent, ack: asyncio.Future) -> None:
+        error = TimeoutError("cancelled") if ack.cancelled() else ack.exception()
+        if error is None:
+            self._published.append(event.id)
+        else:
+            log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, error)
 
     # ------------------------------------------------------------------ outbox relay
 

@@ -63,15 +63,20 @@ async def terminate(proc: Process, grace: float) -> None:
 
 
 def check_command(argv0: str, cwd: Path, path_env: str | None) -> None:
-    """Refuse, with the reason, a command that cannot be executed (before anything is started)."""
+    """Refuse, with the reason, a command that cannot be executed (before anything is started). Needed only
+    where the process starts through a wrapper: a plain start says the same through its OSError."""
     if "/" in argv0:
         target = Path(argv0) if os.path.isabs(argv0) else cwd / argv0
         if not target.exists():
-            raise StartError(FailureReason.COMMAND_NOT_FOUND, f"command not found: {argv0}")
+            raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
         if target.is_dir() or not os.access(target, os.X_OK):
             raise StartError(FailureReason.START_FAILED, f"permission denied: {argv0} is not executable")
     elif shutil.which(argv0, path=path_env or os.defpath) is None:
-        raise StartError(FailureReason.COMMAND_NOT_FOUND, f"command not found: {argv0} (not in the PATH)")
+        raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
+
+
+def not_found(argv0: str) -> str:
+    return f"command not found: {argv0}" + ("" if "/" in argv0 else " (not in the PATH)")
 
 
 def classify_exit(
@@ -320,9 +325,8 @@ class LocalBackend(Backend):
                 raise StartError(FailureReason.START_FAILED, f"working directory {cwd} does not exist")
         else:
             cwd = workdir(self.data_dir, launch.job_id, launch.attempt, replica)
-            cwd.mkdir(parents=True, exist_ok=True)
+            os.makedirs(cwd, exist_ok=True)  # (a stat per existing parent; pathlib tries a mkdir on each)
         argv = spec.argv
-        check_command(argv[0], cwd, env.get("PATH"))
         cpus = placement.cpus or spec.resources.cpus
         memory = placement.memory_bytes or spec.resources.memory
         try:
@@ -331,6 +335,12 @@ class LocalBackend(Backend):
             raise StartError(
                 FailureReason.START_FAILED, f"cannot create its cgroup: {exc.strerror or exc}"
             ) from None
+        if cgroup is not None:  # started through the cgroup's shell, a missing command is only an exit code
+            try:
+                check_command(argv[0], cwd, env.get("PATH"))
+            except StartError:
+                Cgroups.remove(cgroup)
+                raise
         path = log_path(self.data_dir, launch.job_id, launch.attempt, replica)
         sink = RotatingLog(path, self.log_max_bytes, self.log_backups)
         read_fd, write_fd = os.pipe()
@@ -341,7 +351,7 @@ class LocalBackend(Backend):
             sink.close()
             Cgroups.remove(cgroup)
             if isinstance(exc, FileNotFoundError):
-                raise StartError(FailureReason.COMMAND_NOT_FOUND, f"command not found: {argv[0]}") from None
+                raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv[0])) from None
             if isinstance(exc, PermissionError):
                 raise StartError(
                     FailureReason.START_FAILED, f"permission denied: {argv[0]} is not executable"

@@ -35,7 +35,7 @@ class RotatingLog:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(path.parent, exist_ok=True)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.written = 0

@@ -59,6 +59,7 @@ from shared.units import format_size, parse_size
 
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
+LAUNCHES_AT_ONCE = 16
 
 
 def free_port() -> int:
@@ -145,6 +146,9 @@ class Executor:
         self.stop_reasons: dict[Key, str] = {}
         self.stop_messages: dict[Key, str] = {}
         self.timers: dict[Key, asyncio.Task] = {}
+        self.launching = asyncio.Semaphore(LAUNCHES_AT_ONCE)
+        """Launches in progress at once: a burst of placements starts (and records) job after job, instead of
+        starting every process of the burst before the first start is recorded."""
         self.tasks: set[asyncio.Task] = set()
         self.nodes_unavailable = False
         """The backend failed to list its nodes last round (logged once per outage)."""
@@ -359,7 +363,8 @@ class Executor:
         attempt = await self._attempt(view, placed)
         self.attempts[key] = attempt
         self.running[key] = set(attempt.replicas)
-        failure = await self.backend.launch(attempt)
+        async with self.launching:
+            failure = await self.backend.launch(attempt)
         if failure is not None:
             await self.failed_to_start(key, failure)
         elif view.spec.timeout and self.running.get(key):  # the time limit counts from the start

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
 PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
 LIVE_STATES = ["queued", "placed", "running"]
+MIN_GATHER_SECONDS = 0.002
+MAX_GATHER_SECONDS = 0.05
+CYCLE_SHARE = 3
 BACKFILL_MODES = ("easy", "greedy", "off")
 CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_SUBMITTED,
@@ -53,6 +56,13 @@ CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_CANCELLED,
     Subject.JOB_CANCEL_REQUESTED,
 }
+
+
+def gather_window(cycle_seconds: float) -> float:
+    """How long the next cycle waits for events to gather after the first one wakes it: a few milliseconds,
+    or longer after a long cycle (a long queue behind a full cluster), so that the scheduler spends at most
+    about 1/(CYCLE_SHARE + 1) of its time in cycles and each cycle places what several ended jobs freed."""
+    return min(MAX_GATHER_SECONDS, max(MIN_GATHER_SECONDS, CYCLE_SHARE * cycle_seconds))
 
 
 def config_of(settings: SchedulerSettings) -> SchedulerConfig:
@@ -89,6 +99,7 @@ class Scheduler:
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
+        self.gather_seconds = MIN_GATHER_SECONDS
         self.lease = Lease(
             service.bus.js,
             "scheduler",
@@ -159,13 +170,15 @@ class Scheduler:
         while not self.service.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.cycle_interval)
+            await asyncio.sleep(self.gather_seconds)  # a burst of events gathers: one cycle for all of them
             self.wake.clear()
-            await asyncio.sleep(0.002)  # let a burst of events arrive: one cycle for all of them
             await self.refresh_dirty()
             if not self.leading.is_set():
                 continue  # a follower keeps its view warm and decides nothing
+            began = time.perf_counter()
             await self.check_nodes()
             await self.cycle()
+            self.gather_seconds = gather_window(time.perf_counter() - began)
 
     async def cycle(self) -> None:
         now = time.time()

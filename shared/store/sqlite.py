@@ -35,7 +35,7 @@ from shared.store.base import (
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY AUTOINCREMENT,
+    position    INTEGER PRIMARY KEY,  -- rowid: one more than the largest, and no row is ever deleted
     stream_id   TEXT    NOT NULL,
     version     INTEGER NOT NULL,
     event_id    TEXT    NOT NULL UNIQUE,
@@ -72,6 +72,8 @@ class SqliteEventStore(EventStore):
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._queued_writes = 0
+        self._group: list[tuple[list, asyncio.Future]] = []
+        self._committer: asyncio.Task | None = None
 
     @classmethod
     async def open(cls, path: str | Path) -> SqliteEventStore:
@@ -161,11 +163,38 @@ class SqliteEventStore(EventStore):
         return result
 
     async def append_many(self, appends: list[Append]) -> list[AppendResult | ConcurrencyError]:
-        """One transaction for all of them: what a scheduling cycle decides costs one commit."""
+        """One transaction for all of them: what a scheduling cycle decides costs one commit.
+
+        Group commit: appends asked for by other tasks in the same turn of the event loop (several requests
+        or events handled at once) share that transaction. A commit is most of an append's cost (each page it
+        changes is written to the WAL); the appends of one commit are applied in the order they were asked."""
         rows = [
             (a, [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in a.events]) for a in appends
         ]
-        return await self._write(self._append_many, rows)
+        done: asyncio.Future[list[AppendResult | ConcurrencyError]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._group.append((rows, done))
+        if len(self._group) == 1:
+            self._committer = asyncio.create_task(self._commit_group())
+        return await done
+
+    async def _commit_group(self) -> None:
+        await asyncio.sleep(0)  # the other appends of this turn of the loop join the group
+        group, self._group = self._group, []
+        try:
+            results = await self._write(self._append_many, [row for rows, _ in group for row in rows])
+        except BaseException as exc:
+            for _, done in group:
+                if not done.done():
+                    done.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for rows, done in group:
+            mine, results = results[: len(rows)], results[len(rows) :]
+            if not done.done():
+                done.set_result(mine)
 
     def _append_many(self, rows, wait: bool = True) -> list[AppendResult | ConcurrencyError]:
         conn = self.conn

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from shared.events import JobPlaced, JobStarted, JobSubmitted, ReplicaPlacement, make_event
@@ -142,11 +144,42 @@ async def test_record_many_stores_several_jobs_and_decides_a_conflicting_one_aga
 
 
 class RecordingBus:
-    def __init__(self):
+    """Acknowledges what is sent (or fails the acks, with `fail`); `publish` is what the outbox relay uses."""
+
+    def __init__(self, fail: bool = False):
         self.sent = []
+        self.relayed = []
+        self.fail = fail
+
+    async def send(self, event, *, version=None):
+        self.sent.append((event.type.rsplit(".", 1)[-1], version))
+        ack = asyncio.get_running_loop().create_future()
+        if self.fail:
+            ack.set_exception(TimeoutError("no ack"))
+        else:
+            ack.set_result(None)
+        return ack
 
     async def publish(self, event, *, version=None):
-        self.sent.append((event.type.rsplit(".", 1)[-1], version))
+        self.relayed.append(event.id)
+
+
+async def test_events_whose_publish_is_not_acknowledged_are_published_again_by_the_relay(store):
+    bus = RecordingBus(fail=True)
+    ledger = JobLedger(store, bus, "/x")
+    first = await ledger.append(J, submitted())
+    await asyncio.sleep(0)  # the ack's callbacks run
+    assert bus.sent == [("submitted", 1)]
+    assert await ledger.flush(grace=0) == 1
+    assert bus.relayed == [first.event.id]
+    assert await store.unpublished(older_than=0) == []
+
+    bus.fail = False
+    second = await ledger.append(J, placed())
+    await asyncio.sleep(0)
+    assert await ledger.flush(grace=0) == 0  # acknowledged: marked published, nothing to relay
+    assert bus.relayed == [first.event.id]
+    assert second.event.id not in [e.id for e in await store.unpublished(older_than=0)]
 
 
 async def test_a_fact_and_its_consequence_are_stored_in_one_append_and_published_in_order(store):

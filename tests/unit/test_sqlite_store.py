@@ -8,7 +8,7 @@ import sqlite3
 
 from shared.events import JobSubmitted, make_event
 from shared.jobspec import JobSpec
-from shared.store import Append
+from shared.store import Append, ConcurrencyError
 from shared.store.sqlite import SqliteEventStore
 
 
@@ -38,4 +38,38 @@ async def test_a_write_waits_for_another_process_holding_the_lock_without_blocki
         assert third[0].version == 2
     finally:
         other.close()
+        await store.close()
+
+
+async def test_appends_asked_for_at_once_share_one_commit_and_keep_their_own_results(tmp_path):
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    commits = []
+    real = store._append_many
+
+    def counted(rows, wait=True):
+        commits.append(len(rows))
+        return real(rows, wait)
+
+    store._append_many = counted
+    try:
+        results = await asyncio.gather(
+            store.append("job-a", 0, [submitted("job-a")]),
+            store.append_many(
+                [Append("job-b", 0, [submitted("job-b")]), Append("job-c", 0, [submitted("job-c")])]
+            ),
+            store.append_many(
+                [Append("job-a", 0, [submitted("job-a")])]
+            ),  # a concurrent writer lost the race
+            return_exceptions=True,
+        )
+        assert commits == [4]  # one transaction for all four appends
+        assert results[0].version == 1
+        assert [r.version for r in results[1]] == [1, 1]
+        assert isinstance(results[2][0], ConcurrencyError) and results[2][0].actual == 1
+        rows = store.read_conn.execute("SELECT stream_id FROM events ORDER BY position").fetchall()
+        assert rows == [("job-a",), ("job-b",), ("job-c",)]
+
+        await store.append("job-d", 0, [submitted("job-d")])  # alone: a commit of its own
+        assert commits == [4, 1]
+    finally:
         await store.close()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from services.executor.local import pid_file, process_start_time
+from services.executor.local import StartError, check_command, pid_file, process_start_time
 from shared.events import (
     JobCancelRequested,
     JobPlaced,
@@ -42,17 +42,17 @@ async def test_a_failure_keeps_exit_code_and_last_lines(h):
     assert view.message == "replica 0: exited with code 3" and "about to fail" in view.log_tail
 
 
-@pytest.mark.parametrize(
-    ("command", "reason", "words"),
-    [
-        (["/no/such/program"], "command_not_found", "command not found: /no/such/program"),
-        (["no-such-program-xyz"], "command_not_found", "no-such-program-xyz (not in the PATH)"),
-        (["/tmp"], "start_failed", "permission denied: /tmp is not executable"),
-    ],
-)
-async def test_a_command_that_cannot_start_fails_with_the_reason(h, command, reason, words):
+UNSTARTABLE = [  # (program, failure reason, words of the message)
+    ("/no/such/program", "command_not_found", "command not found: /no/such/program"),
+    ("no-such-program-xyz", "command_not_found", "no-such-program-xyz (not in the PATH)"),
+    ("/tmp", "start_failed", "permission denied: /tmp is not executable"),
+]
+
+
+@pytest.mark.parametrize(("program", "reason", "words"), UNSTARTABLE)
+async def test_a_command_that_cannot_start_fails_with_the_reason(h, program, reason, words):
     ex = await h.executor()
-    job = await h.submit(command=command)
+    job = await h.submit(command=[program])
     await h.place(ex, job)
     view = await h.wait(job, "failed")
     assert view.failure_reason == reason and words in view.message
@@ -280,3 +280,12 @@ def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_p
         assert codes == [0, 3, -15] * 2  # a signal is a negative code, as subprocess says
         if PIDFD:
             assert during == before  # asyncio on 3.11 would have started a thread per child
+
+
+@pytest.mark.parametrize(("program", "reason", "words"), UNSTARTABLE)
+def test_a_command_behind_a_cgroup_wrapper_is_checked_before_the_start(tmp_path, program, reason, words):
+    """With cgroup limits the process starts through a shell, which would only exit 127: checked first."""
+    with pytest.raises(StartError) as refused:
+        check_command(program, tmp_path, "/usr/bin:/bin")
+    assert refused.value.reason == reason and words in refused.value.message
+    check_command("true", tmp_path, "/usr/bin:/bin")  # found: no error
