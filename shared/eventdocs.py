@@ -180,11 +180,15 @@ document. Attributes:
 - **Publish de-duplication.** A publisher that retries sends the same `Nats-Msg-Id`; JetStream drops the
   duplicate within the stream's duplicate window (10 minutes for events).
 - **Order.** Events of one job are recorded with consecutive versions in the event store (optimistic
-  concurrency: a writer must name the version it read); they are published in that order. Across jobs there is
-  no order. The authoritative history of a job is `GET /v1/jobs/{id}/events`, which returns each event with its
-  version.
-- **Outbox.** An event is stored first, then published; if the publisher dies in between, an outbox relay
-  publishes it later (same id, so no duplicate reaches consumers).
+  concurrency: a writer must name the version it read); they are published in that order, and the message's
+  `Gpuyard-Version` header carries the version. Across jobs there is no order. An event whose first publish
+  failed arrives later, from the outbox relay (without the header): a consumer that needs strict order per job
+  compares versions, and reads `GET /v1/jobs/{id}/events` (each event with its version, the authoritative
+  history) when it sees a gap.
+- **Outbox.** An event is stored first, then published. Publishers do not wait for each acknowledgement
+  before going on; an event that JetStream has not acknowledged a few seconds after it was stored, or whose
+  publisher died before publishing it, is published again by an outbox relay (same id, so no duplicate
+  reaches consumers).
 - **Poison events.** After 5 failed deliveries (or at once, if it cannot be parsed) an event goes to
   `deadletter.<consumer>` with the error in headers (`Gpuyard-Error`, `Gpuyard-Original-Subject`, …) and the
   consumer moves on. Admins list them with `GET /v1/deadletters`.

@@ -1,0 +1,102 @@
+"""What one message and one append cost a service, in CPU microseconds of the calling process (uvloop).
+
+    python benchmarks/costs.py            # starts its own nats-server (JetStream) on port 14990
+
+- publish, waiting for each ack (`Bus.publish`) against sending without waiting (`Bus.send`, acks checked
+  when they come): what the job ledger does since session 4;
+- an append to the embedded SQLite store alone against appends that share a commit (group commit).
+
+Prints one JSON object; docs/benchmarks.md (Pipeline) quotes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpuyard.up import nats_server_binary  # noqa: E402
+from shared.bus import Bus  # noqa: E402
+from shared.events import JobSubmitted, derived_id, make_event  # noqa: E402
+from shared.jobspec import JobSpec  # noqa: E402
+from shared.jobstate import apply  # noqa: E402
+from shared.ledger import projection_of  # noqa: E402
+from shared.service import event_loop_factory  # noqa: E402
+from shared.store import Append  # noqa: E402
+from shared.store.sqlite import SqliteEventStore  # noqa: E402
+
+N = 2000
+SPEC = JobSpec.model_validate(
+    {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
+)
+
+
+def events(prefix: str, n: int = N):
+    return [
+        make_event(
+            JobSubmitted(job_id=f"{prefix}{i}", name="x", tenant="t", user="u", spec=SPEC),
+            source="/bench",
+            id=derived_id(prefix, i),
+        )
+        for i in range(n)
+    ]
+
+
+def per_op(started: float, n: int = N) -> float:
+    return round((time.process_time() - started) / n * 1e6, 1)
+
+
+async def store_costs(tmp: Path) -> dict:
+    store = await SqliteEventStore.open(tmp / "events.db")
+    result = {}
+    for label, group in (("append_alone_us", 1), ("append_in_groups_of_10_us", 10)):
+        appends = [Append(e.subject, 0, [e], projection_of(apply(None, e, version=1))) for e in events(label)]
+        started = time.process_time()
+        for k in range(0, N, group):
+            await asyncio.gather(*(store.append_many([a]) for a in appends[k : k + group]))
+        result[label] = per_op(started)
+    await store.close()
+    return result
+
+
+async def bus_costs(url: str) -> dict:
+    bus = await Bus.connect([url], name="bench", source="/bench")
+    await bus.ensure_streams()
+    result = {}
+    started = time.process_time()
+    for event in events("waited"):
+        await bus.publish(event)
+    result["publish_waiting_for_each_ack_us"] = per_op(started)
+    started = time.process_time()
+    acks = [await bus.send(event) for event in events("sent")]
+    await asyncio.gather(*acks)
+    result["send_acks_checked_later_us"] = per_op(started)
+
+    await bus.close()
+    return result
+
+
+async def main() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        port = 14990
+        server = subprocess.Popen(  # noqa: ASYNC220 (started once, before anything is measured)
+            [nats_server_binary(), "-js", "-p", str(port), "-sd", str(Path(tmp) / "nats")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await asyncio.sleep(0.5)
+            return {**await store_costs(Path(tmp)), **await bus_costs(f"nats://127.0.0.1:{port}")}
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+if __name__ == "__main__":
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        print(json.dumps(runner.run(main()), indent=2))
