@@ -3,7 +3,8 @@ after the handler's effect is stored.
 
 - Streams (`shared.events.STREAMS`) are declared idempotently by every service at start-up.
 - `publish` sets `Nats-Msg-Id` to the event id: a retried publish inside the stream's duplicate window is
-  dropped by the server.
+  dropped by the server. `send` does the same without waiting for the server's ack (a future of it): many
+  events in flight, their writes to the socket coalesced.
 - `consume` runs a durable pull consumer. Several processes that consume with the same durable name share
   its work. The loop keeps one pull request in flight and hands each message to the handler as soon as it
   arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after

@@ -2,8 +2,9 @@
 
 It brings the job's view up to date, lets the caller decide on it, checks the decision against the state
 machine, appends it with the expected version (retrying on a concurrent write), and publishes it.
-Publishing is guarded by an outbox: an event stored but not yet published (a crash in between) is published
-by the relay later; JetStream drops a duplicate by its Nats-Msg-Id.
+Publishing is guarded by an outbox: an event stored but not yet published (a crash in between, or no ack from
+JetStream: the ledger does not wait for acks) is published by the relay later; JetStream drops a duplicate by
+its Nats-Msg-Id.
 
 Views are cached per job with the ids of the events folded into them; bringing one up to date reads only
 the events stored after its version (usually none), so a write costs one small read, not a replay of the
