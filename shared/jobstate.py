@@ -162,13 +162,13 @@ def fold(events: list[CloudEvent]) -> JobView | None:
     return view
 
 
-def check(view: JobView | None, ev: CloudEvent) -> None:
-    """Refuse an event the state machine does not allow, without applying it."""
+def check(view: JobView | None, ev: CloudEvent) -> Subject:
+    """Refuse an event the state machine does not allow, without applying it; returns its subject."""
     subject = ev.nats_subject
     if subject == Subject.JOB_SUBMITTED:
         if view is not None:
             raise IllegalTransition(f"job {view.job_id} was already submitted", ev)
-        return
+        return subject
     if view is None:
         raise IllegalTransition(f"{subject} for a job that was never submitted ({ev.subject})", ev)
     rule = TRANSITIONS.get(subject)
@@ -185,11 +185,12 @@ def check(view: JobView | None, ev: CloudEvent) -> None:
             )
     if view.state not in allowed:
         raise IllegalTransition(f"{subject} is not allowed for job {view.job_id} in state {view.state}", ev)
+    return subject
 
 
 def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -> JobView:
     """Return the job's view after `ev` (a new object); raise IllegalTransition if `ev` is not allowed."""
-    check(view, ev)
+    subject = check(view, ev)
     data = ev.data
     at = ev.time
     if isinstance(data, JobSubmitted):
@@ -206,73 +207,74 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
             attempts=[Attempt(number=1, queued_at=at)],
         )
     assert view is not None
-    # A copy of what this function may change (the lists and the current attempt); the rest is shared,
-    # never mutated, and a deep copy of the spec on every event would be most of the cost of a write.
-    new = view.model_copy(
-        update={"exits": list(view.exits), "attempts": [*view.attempts[:-1], view.current.model_copy()]}
-    )
-    new.version = version if version is not None else view.version + 1
-    new.updated_at = at
-    _, target = TRANSITIONS[ev.nats_subject]
+    # The changes go into one shallow copy of the view (and of the current attempt): the rest is shared and
+    # never mutated; a deep copy of the spec on every event would be most of the cost of a write.
+    changes: dict = {"version": version if version is not None else view.version + 1, "updated_at": at}
+    _, target = TRANSITIONS[subject]
     if target is not None:
-        new.state = target
-    attempt = new.current
+        changes["state"] = target
+    current = view.current
+    attempt: dict = {}  # changes to the current attempt
     match data:
         case JobPending():
-            new.pending = data.reason
+            changes["pending"] = data.reason
         case JobPlaced():
-            new.placements = list(data.placements)
-            new.borrowed = data.borrowed
-            new.pending = None
-            attempt.placed_at = at
-            attempt.nodes = data.nodes
+            changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None)
+            attempt.update(placed_at=at, nodes=data.nodes)
         case JobStarted():
-            if attempt.started_at is None:
-                attempt.started_at = at
-            attempt.started = sorted({*attempt.started, *data.replicas})
-            attempt.notes = [*attempt.notes, *(n for n in data.notes if n not in attempt.notes)]
+            if current.started_at is None:
+                attempt["started_at"] = at
+            attempt["started"] = sorted({*current.started, *data.replicas})
+            attempt["notes"] = [*current.notes, *(n for n in data.notes if n not in current.notes)]
         case JobReplicaExited():
-            new.exits.append(
-                ReplicaExit(
-                    replica=data.replica,
-                    node=data.node,
-                    exit_code=data.exit_code,
-                    signal=data.signal,
-                    reason=data.reason,
-                    message=data.message,
-                )
+            exited = ReplicaExit(
+                replica=data.replica,
+                node=data.node,
+                exit_code=data.exit_code,
+                signal=data.signal,
+                reason=data.reason,
+                message=data.message,
+            )
+            changes["exits"] = [*view.exits, exited]
+            if data.log_tail:
+                changes["log_tail"] = list(data.log_tail)
+        case JobSucceeded():
+            changes["exit_code"] = 0
+            attempt.update(_ended(at, "succeeded", 0))
+        case JobFailed():
+            changes.update(
+                exit_code=data.exit_code, signal=data.signal, failure_reason=data.reason, message=data.message
             )
             if data.log_tail:
-                new.log_tail = list(data.log_tail)
-        case JobSucceeded():
-            new.exit_code = 0
-            _end(attempt, at, "succeeded", 0)
-        case JobFailed():
-            new.exit_code, new.signal = data.exit_code, data.signal
-            new.failure_reason, new.message = data.reason, data.message
-            if data.log_tail:
-                new.log_tail = list(data.log_tail)
-            _end(attempt, at, f"failed: {data.reason}", data.exit_code, data.message)
+                changes["log_tail"] = list(data.log_tail)
+            attempt.update(_ended(at, f"failed: {data.reason}", data.exit_code, data.message))
         case JobCancelRequested():
-            new.cancel_requested = True
+            changes["cancel_requested"] = True
         case JobCancelled():
-            new.message = data.message or f"cancelled by {data.by}"
-            _end(attempt, at, "cancelled", None, new.message)
+            changes["message"] = message = data.message or f"cancelled by {data.by}"
+            attempt.update(_ended(at, "cancelled", None, message))
         case JobPreempted():
-            new.preempt_requested = data
+            changes["preempt_requested"] = data
         case JobRequeued():
-            _end(attempt, at, f"requeued: {data.reason}", data.exit_code, data.message)
-            new.attempt = data.attempt
-            new.attempts.append(Attempt(number=data.attempt, queued_at=at))
-            new.placements, new.exits, new.pending, new.borrowed = [], [], None, False
-            new.preempt_requested = None
-            new.not_before = data.not_before
-            new.message = data.message
-    return new
+            ended = current.model_copy(
+                update=_ended(at, f"requeued: {data.reason}", data.exit_code, data.message)
+            )
+            changes.update(
+                attempt=data.attempt,
+                attempts=[*view.attempts[:-1], ended, Attempt(number=data.attempt, queued_at=at)],
+                placements=[],
+                exits=[],
+                pending=None,
+                borrowed=False,
+                preempt_requested=None,
+                not_before=data.not_before,
+                message=data.message,
+            )
+    if attempt:
+        changes["attempts"] = [*view.attempts[:-1], current.model_copy(update=attempt)]
+    return view.model_copy(update=changes)
 
 
-def _end(attempt: Attempt, at: datetime, outcome: str, exit_code: int | None, message: str = "") -> None:
-    attempt.ended_at = at
-    attempt.outcome = outcome
-    attempt.exit_code = exit_code
-    attempt.message = message
+def _ended(at: datetime, outcome: str, exit_code: int | None, message: str = "") -> dict:
+    """The changes to an attempt that ends."""
+    return {"ended_at": at, "outcome": outcome, "exit_code": exit_code, "message": message}

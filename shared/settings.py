@@ -107,6 +107,11 @@ class SchedulerSettings(CommonSettings):
         30.0, description="Seconds a preempted job gets between SIGTERM and SIGKILL."
     )
     backfill: str = Field("easy", description="easy, greedy or off.")
+    pending_after: float = Field(
+        1.0,
+        description="Seconds a job that only waits its turn for busy resources waits before the scheduler "
+        "stores why (a burst of jobs placed within it writes no reasons); 0: at once.",
+    )
     lease_ttl: float = Field(
         10.0, description="Seconds a leader's lease lasts; another replica takes over after it lapses."
     )

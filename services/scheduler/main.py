@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from services.scheduler.core import CycleResult, Placement, SchedulerConfig
 from services.scheduler.core.placement import POLICIES
+from services.scheduler.core.reasons import WAITING_ITS_TURN
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
 from shared.events import (
@@ -246,11 +247,20 @@ class Scheduler:
 
     def waiting(self, job_id: str, reason, now: float) -> Decision | None:
         """Why a job waits, to store: at once when the reason is new, its changing numbers at most every
-        PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle)."""
+        PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle). A job that
+        only waits its turn for busy resources gets its first reason once it has waited `pending_after`
+        seconds: a burst of jobs placed within that time writes no reasons at all."""
         job = self.view.jobs.get(job_id)
         if job is None:
             return None
         sent = self.pending_sent.get(job_id)
+        if (
+            sent is None
+            and job.pending is None
+            and reason.code in WAITING_ITS_TURN
+            and now - job.current.queued_at.timestamp() < self.settings.pending_after
+        ):
+            return None  # it only waits its turn, not for long yet: a later cycle says why if it still waits
         if sent is not None:
             if sent[0] == reason.code and sent[2] == reason.position and sent[1] == reason.message:
                 return None  # (the message is rendered when read: compared last)

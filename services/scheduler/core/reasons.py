@@ -49,6 +49,16 @@ RANK: dict[str, int] = {
     BACKFILL_WOULD_DELAY: FIT,
 }
 CODES = frozenset(RANK)
+WAITING_ITS_TURN = frozenset(  # busy resources, soon free: the reason is worth storing only if it lasts
+    {
+        INSUFFICIENT_GPUS,
+        INSUFFICIENT_GPU_SHARE,
+        INSUFFICIENT_CPU_MEMORY,
+        GANG_DOES_NOT_FIT,
+        BLOCKED_BY_HEAD,
+        BACKFILL_WOULD_DELAY,
+    }
+)
 RESOURCE_CODES = frozenset(
     {INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, INSUFFICIENT_CPU_MEMORY, GANG_DOES_NOT_FIT, PREEMPTING}
 )

@@ -1,0 +1,49 @@
+"""When the scheduler stores why a job waits: a job that only waits its turn gets a reason once it has waited
+`pending_after` seconds; a reason that says the job cannot run soon, or that it makes room by preemption,
+is stored at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+
+from services.scheduler.core.reasons import CODES, INSUFFICIENT_GPUS, WAITING_ITS_TURN, Reason
+from services.scheduler.main import Scheduler
+from shared.events import JobSubmitted, make_event
+from shared.jobspec import JobSpec
+from shared.jobstate import apply
+from shared.settings import SchedulerSettings
+
+SUBMITTED_AT = 1_800_000_000.0
+
+
+def scheduler(pending_after: float) -> Scheduler:
+    service = SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1))
+    held = Scheduler(service, SchedulerSettings(pending_after=pending_after))
+    job = JobSubmitted(job_id="j1", name="j1", tenant="t", user="u", spec=JobSpec(command="true"))
+    event = make_event(job, source="/test", time=datetime.fromtimestamp(SUBMITTED_AT, UTC))
+    held.view.put_job(apply(None, event))
+    return held
+
+
+def stores(held: Scheduler, code: str, waited: float) -> bool:
+    reason = Reason(code, "why", {}, position=1, now=SUBMITTED_AT + waited)
+    return held.waiting("j1", reason, SUBMITTED_AT + waited) is not None
+
+
+@pytest.mark.parametrize("code", sorted(WAITING_ITS_TURN))
+def test_a_job_waiting_its_turn_gets_its_reason_once_it_has_waited_pending_after(code) -> None:
+    held = scheduler(pending_after=1.0)
+    assert not stores(held, code, waited=0.3)
+    assert stores(held, code, waited=1.2)
+
+
+@pytest.mark.parametrize("code", sorted(CODES - WAITING_ITS_TURN))
+def test_a_job_that_cannot_run_soon_or_preempts_gets_its_reason_at_once(code) -> None:
+    assert stores(scheduler(pending_after=1.0), code, waited=0.0)
+
+
+def test_pending_after_zero_stores_every_reason_at_once() -> None:
+    assert stores(scheduler(pending_after=0.0), INSUFFICIENT_GPUS, waited=0.0)
