@@ -130,7 +130,10 @@ def summary(job: dict[str, Any], now: datetime) -> str:
             return "cancel requested; it will not be placed"
         if pending:
             return f"waiting ({pending['code']}): {pending['message']}"
-        return "queued; the scheduler has not given a reason yet (it decides within a cycle, about a second)"
+        return (
+            "queued, waiting its turn for busy resources (the scheduler stores the details once it has waited "
+            "a few seconds; a job that cannot run soon gets its reason within a cycle, about a second)"
+        )
     nodes = sorted({p["node"] for p in job.get("placements", [])})
     on = f" on {', '.join(nodes)}" if nodes else ""
     if state in ACTIVE:

@@ -108,7 +108,7 @@ class SchedulerSettings(CommonSettings):
     )
     backfill: str = Field("easy", description="easy, greedy or off.")
     pending_after: float = Field(
-        1.0,
+        5.0,
         description="Seconds a job that only waits its turn for busy resources waits before the scheduler "
         "stores why (a burst of jobs placed within it writes no reasons); 0: at once.",
     )

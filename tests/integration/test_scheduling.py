@@ -2,7 +2,8 @@
 
 Waiting jobs' reasons, positions and estimates; priority preemption and requeue as a new attempt; quota
 reclaim. The platform runs with scheduler settings from the environment (GPUYARD_*): preemption after 0 s of
-runtime (the default, 300 s, would make these tests wait five minutes) and two tenants' guarantees.
+runtime (the default, 300 s, would make these tests wait five minutes), every reason stored at once, and two
+tenants' guarantees.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.integration
 GPUS = 4
 SCHEDULER_ENV = {
     "GPUYARD_MIN_RUNTIME_BEFORE_PREEMPTION": "0",
+    "GPUYARD_PENDING_AFTER": "0",  # these tests read the reasons of jobs that wait their turn briefly
     "GPUYARD_QUOTAS": "team-a=2,team-b=2",
 }
 # Exits cleanly on SIGTERM (a preempted or cancelled job), after saying so in its log.

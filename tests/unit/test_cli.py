@@ -240,7 +240,7 @@ def test_why_tells_of_a_preemption_under_way_and_of_the_attempt_it_cost(api, cap
 
 def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, capsys):
     api["new1"] = view("new1", {"command": "true"})
-    assert "has not given a reason yet" in run(capsys, "why", "new1")[1].splitlines()[0]
+    assert "waiting its turn for busy resources" in run(capsys, "why", "new1")[1].splitlines()[0]
 
     retry = JobRequeued(
         job_id="new1",
