@@ -4,7 +4,11 @@
 
 - publish, waiting for each ack (`Bus.publish`) against sending without waiting (`Bus.send`, acks checked
   when they come): what the job ledger does since session 4;
-- an append to the embedded SQLite store alone against appends that share a commit (group commit).
+- an append to the embedded SQLite store alone against appends that share a commit (group commit);
+- starting a no-op job's process (`true`) and waiting for it: the CPU time of the child itself, which no
+  platform process is charged with but which shares the same cores;
+- folding one event into a job's view (`shared.jobstate.apply`, done by every service for every job event),
+  averaged over a no-op job's life: submitted, placed, started, replica exited, succeeded.
 
 Prints one JSON object; docs/benchmarks.md (Pipeline) quotes it.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,7 +27,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuyard.up import nats_server_binary  # noqa: E402
 from shared.bus import Bus  # noqa: E402
-from shared.events import JobSubmitted, derived_id, make_event  # noqa: E402
+from shared.events import (  # noqa: E402
+    GpuShare,
+    JobPlaced,
+    JobReplicaExited,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    ReplicaPlacement,
+    derived_id,
+    make_event,
+)
 from shared.jobspec import JobSpec  # noqa: E402
 from shared.jobstate import apply  # noqa: E402
 from shared.ledger import projection_of  # noqa: E402
@@ -64,6 +79,45 @@ async def store_costs(tmp: Path) -> dict:
     return result
 
 
+def child_costs(n: int = 300) -> dict:
+    before = os.times()
+    for _ in range(n):
+        subprocess.run(["true"], stdin=subprocess.DEVNULL, check=True)
+    after = os.times()
+    spent = after.children_user - before.children_user + after.children_system - before.children_system
+    return {"noop_job_process_cpu_us": round(spent / n * 1e6, 1)}
+
+
+def life(job_id: str) -> list:
+    share = GpuShare(index=0, fraction=0.125)
+    return [
+        make_event(data, source="/bench")
+        for data in (
+            JobSubmitted(job_id=job_id, name="x", tenant="t", user="u", spec=SPEC),
+            JobPlaced(
+                job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n", gpus=[share])]
+            ),
+            JobStarted(job_id=job_id, attempt=1, node="n", replicas=[0]),
+            JobReplicaExited(job_id=job_id, attempt=1, node="n", replica=0, exit_code=0),
+            JobSucceeded(job_id=job_id, attempt=1),
+        )
+    ]
+
+
+def fold_costs(rounds: int = 5) -> dict:
+    """The least of a few rounds: pure CPU work, which a busy machine can only make look slower."""
+    lives = [life(f"life{i}") for i in range(N)]
+    costs = []
+    for _ in range(rounds):
+        started = time.process_time()
+        for events_of_job in lives:
+            view = None
+            for version, event in enumerate(events_of_job, 1):
+                view = apply(view, event, version=version)
+        costs.append(per_op(started, N * len(lives[0])))
+    return {"state_machine_apply_us": min(costs)}
+
+
 async def bus_costs(url: str) -> dict:
     bus = await Bus.connect([url], name="bench", source="/bench")
     await bus.ensure_streams()
@@ -91,7 +145,12 @@ async def main() -> dict:
         )
         try:
             await asyncio.sleep(0.5)
-            return {**await store_costs(Path(tmp)), **await bus_costs(f"nats://127.0.0.1:{port}")}
+            return {
+                **child_costs(),
+                **fold_costs(),
+                **await store_costs(Path(tmp)),
+                **await bus_costs(f"nats://127.0.0.1:{port}"),
+            }
         finally:
             server.terminate()
             server.wait(10)
