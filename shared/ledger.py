@@ -143,17 +143,25 @@ class JobLedger:
         then: Decide | None = None,
         then_id: Callable[[JobView | None], str] | None = None,
         cached: bool = False,
+        new: bool = False,
     ) -> Outcome:
         """Apply what `decide(current view)` returns (None: nothing to do). Idempotent when `event_id` is
         deterministic: the same fact recorded twice is stored once.
 
         `cached=True` decides on the cached view without reading the store first, for a caller that keeps
         its cache current from the bus (`observe`) and whose `decide` may safely do nothing on a view that
-        is a little behind: a write on a stale view is refused by the store and decided again."""
-        [outcome] = await self.record_many([Decision(job_id, decide, event_id, then, then_id)], cached=cached)
+        is a little behind: a write on a stale view is refused by the store and decided again.
+
+        `new=True` is for a job whose id the caller has just made up: its first write reads nothing (there is
+        nothing to read); should the job exist after all, the write is refused and decided again on it."""
+        [outcome] = await self.record_many(
+            [Decision(job_id, decide, event_id, then, then_id)], cached=cached, new=new
+        )
         return outcome
 
-    async def record_many(self, decisions: list[Decision], *, cached: bool = False) -> list[Outcome]:
+    async def record_many(
+        self, decisions: list[Decision], *, cached: bool = False, new: bool = False
+    ) -> list[Outcome]:
         """`record` for several jobs at once: their events go to the store in one transaction (where the
         store can) and are published together. A decision refused for a concurrent write is decided again
         on its own."""
@@ -166,7 +174,7 @@ class JobLedger:
             for i in pending:
                 d = decisions[i]
                 known = self._known.get(d.job_id) if cached and round_ == 0 else None
-                if known is None:
+                if known is None and not (new and round_ == 0):
                     known = await self._catch_up(d.job_id)
                 decided = self._stage(d, known)
                 if isinstance(decided, Outcome):
@@ -232,10 +240,12 @@ class JobLedger:
         log.warning("refused %s for job %s: %s; event: %s", event.type, job_id, exc, event.to_json().decode())
         return Outcome(view, event, refused=exc)
 
-    async def append(self, job_id: str, data: EventData, *, event_id: str | None = None) -> Outcome:
+    async def append(
+        self, job_id: str, data: EventData, *, event_id: str | None = None, new: bool = False
+    ) -> Outcome:
         """Record one given event (no decision to make)."""
         return await self.record(
-            job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None
+            job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None, new=new
         )
 
     async def requeue_lost(self, job: JobView, message: str) -> Outcome:

@@ -250,17 +250,18 @@ class Scheduler:
         PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle). A job that
         only waits its turn for busy resources gets its first reason once it has waited `pending_after`
         seconds: a burst of jobs placed within that time writes no reasons at all."""
-        job = self.view.jobs.get(job_id)
-        if job is None:
-            return None
         sent = self.pending_sent.get(job_id)
         if (
             sent is None
-            and job.pending is None
             and reason.code in WAITING_ITS_TURN
-            and now - job.current.queued_at.timestamp() < self.settings.pending_after
-        ):
+            and now - self.view.queued_since.get(job_id, now) < self.settings.pending_after
+            and (job := self.view.jobs.get(job_id)) is not None
+            and job.pending is None
+        ):  # (this runs for every waiting job on every cycle: cheapest tests first)
             return None  # it only waits its turn, not for long yet: a later cycle says why if it still waits
+        job = self.view.jobs.get(job_id)
+        if job is None:
+            return None
         if sent is not None:
             if sent[0] == reason.code and sent[2] == reason.position and sent[1] == reason.message:
                 return None  # (the message is rendered when read: compared last)

@@ -86,6 +86,8 @@ class ClusterView:
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
+        self.queued_since: dict[str, float] = {}
+        """When each queued job's current attempt was queued (a timestamp, read on every cycle)."""
         self.held = HeldCluster(config)
 
     def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
@@ -111,12 +113,15 @@ class ClusterView:
         if view.state.terminal:
             self.jobs.pop(view.job_id, None)
             self._requests.pop(view.job_id, None)
+            self.queued_since.pop(view.job_id, None)
             self.held.drop(view.job_id)
             return
         self.jobs[view.job_id] = view
         if view.state == JobState.QUEUED:
+            self.queued_since[view.job_id] = view.current.queued_at.timestamp()
             self.held.drop(view.job_id)
         else:
+            self.queued_since.pop(view.job_id, None)
             self.held.put(self.allocation(view))
 
     def request(self, view: JobView) -> JobRequest:

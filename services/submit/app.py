@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from services.submit import routes_jobs, routes_platform
 from services.submit.context import SubmitContext
+from services.submit.fastpath import FastSubmit, replaying
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
 
@@ -44,16 +45,7 @@ class BodyLimit:
             more = message.get("more_body", False)
             if len(body) > self.limit:
                 return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return await self.app(scope, replay, send)
+        return await self.app(scope, replaying(body, receive), send)
 
     @staticmethod
     async def refuse(scope, receive, send, code: int, detail: str) -> None:
@@ -67,7 +59,8 @@ def create_app(ctx: SubmitContext) -> FastAPI:
         description="Submit, follow and cancel GPU training jobs. Every request carries `Authorization: Bearer`.",
     )
     app.state.ctx = ctx
-    app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    app.add_middleware(FastSubmit, ctx=ctx)
+    app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)  # added last: the outer one, before FastSubmit
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
 

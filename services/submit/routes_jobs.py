@@ -9,11 +9,13 @@ from fastapi import APIRouter, Header, HTTPException, Query, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
+from services.submit.context import SubmitContext
 from services.submit.logs import follow_log, read_log
 from services.submit.schemas import CancelAnswer, JobAccepted, JobList, StoredEventOut
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
+from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -33,6 +35,13 @@ async def submit_job(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JobAccepted:
     """Queue a job. Answers at once with its id; the job then moves through its states (see /events)."""
+    return await queue_job(ctx, principal, spec, idempotency_key)
+
+
+async def queue_job(
+    ctx: SubmitContext, principal: Principal, spec: JobSpec, idempotency_key: str | None
+) -> JobAccepted:
+    """What `POST /v1/jobs` does, for the route and for its fast path (`fastpath.py`)."""
     tenant = spec.tenant or principal.tenant
     if tenant != principal.tenant and not principal.admin:
         raise HTTPException(
@@ -41,7 +50,9 @@ async def submit_job(
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
     name = spec.name or f"job-{job_id[:6]}"
     event = JobSubmitted(job_id=job_id, name=name, tenant=tenant, user=principal.name, spec=spec)
-    outcome = await ctx.ledger.append(job_id, event, event_id=derived_id(job_id, "submitted"))
+    outcome = await ctx.ledger.append(
+        job_id, event, event_id=derived_id(job_id, "submitted"), new=idempotency_key is None
+    )
     view = outcome.view
     if outcome.refused or view is None:  # the idempotency key names a job with other content
         raise HTTPException(status.HTTP_409_CONFLICT, f"Idempotency-Key already used for job {job_id}")

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS events (
     published   INTEGER NOT NULL DEFAULT 0,
     UNIQUE (stream_id, version)
 );
-CREATE INDEX IF NOT EXISTS events_outbox ON events (recorded_at) WHERE published = 0;
+DROP INDEX IF EXISTS events_outbox;  -- (recorded_at): the outbox query, ordered by position, scanned the table
+CREATE INDEX IF NOT EXISTS events_unpublished ON events (position) WHERE published = 0;
 CREATE TABLE IF NOT EXISTS projections (
     stream_id  TEXT PRIMARY KEY,
     tenant     TEXT NOT NULL,

@@ -34,7 +34,7 @@ class CountingStore:
     """The store, counting the events read back (what the cache is there to avoid)."""
 
     def __init__(self, inner):
-        self.inner, self.read = inner, 0
+        self.inner, self.read, self.reads = inner, 0, 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -42,6 +42,7 @@ class CountingStore:
     async def read_stream(self, stream_id, *, after_version=0):
         events = await self.inner.read_stream(stream_id, after_version=after_version)
         self.read += len(events)
+        self.reads += 1
         return events
 
 
@@ -67,6 +68,21 @@ async def test_a_cached_writer_reads_only_what_is_new(store):
     await ledger.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
     assert counting.read == 0  # it wrote every event itself: nothing to read back
     assert (await ledger.load(J)).state == JobState.RUNNING
+
+
+async def test_a_new_job_is_written_without_a_read_and_one_that_exists_after_all_is_decided_again(store):
+    counting = CountingStore(store)
+    ledger = JobLedger(counting, None, "/a")
+    first = await ledger.append(J, submitted(), new=True)
+    assert first.applied and counting.reads == 0
+
+    other = "job2"
+    await JobLedger(store, None, "/b").append(other, submitted().model_copy(update={"job_id": other}))
+    again = await ledger.record(
+        other, lambda v: submitted().model_copy(update={"job_id": other}) if v is None else None, new=True
+    )
+    assert not again.applied and again.view.state == JobState.QUEUED  # refused, read, decided again
+    assert counting.reads == 1 and len(await store.read_stream(other)) == 1
 
 
 async def test_the_same_fact_recorded_twice_is_stored_once(store):

@@ -73,3 +73,23 @@ async def test_appends_asked_for_at_once_share_one_commit_and_keep_their_own_res
         assert commits == [4, 1]
     finally:
         await store.close()
+
+
+async def test_the_outbox_query_reads_only_unpublished_events_through_an_index(tmp_path):
+    """The relays of every service ask for unpublished events twice a second: on a table of millions of
+    published events, a scan would cost each of them seconds."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    queries: list[str] = []
+    try:
+        for n in range(3):
+            await store.append(f"job-{n}", 0, [submitted(f"job-{n}")])
+        store.read_conn.set_trace_callback(queries.append)
+        assert len(await store.unpublished(older_than=0)) == 3
+        store.read_conn.set_trace_callback(None)
+        [query] = queries
+        plan = store.read_conn.execute("EXPLAIN QUERY PLAN " + query).fetchall()
+        steps = [row[-1] for row in plan]
+        assert any("USING INDEX" in step for step in steps), steps
+        assert not any(step.startswith("SCAN events") and "INDEX" not in step for step in steps), steps
+    finally:
+        await store.close()

@@ -1,0 +1,107 @@
+"""`POST /v1/jobs` without FastAPI's routing and dependency solving, which cost as much CPU as the rest of a
+submit, for the requests that need nothing of them: a JSON job spec from a known bearer token.
+
+Whatever the fast path cannot take as it is (another route, no or an unknown token, a body that is not
+JSON or not a valid spec, another tenant's job, an Idempotency-Key over its limit, the store or bus
+unavailable) goes on to the FastAPI app with its body, and the app answers it as documented at /docs.
+What the fast path answers is what the route would (the route and it share `queue_job`; tests compare
+them)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import HTTPException
+
+from services.submit.context import SubmitContext
+from services.submit.routes_jobs import queue_job
+from shared.bus import BusUnavailable
+from shared.jobspec import JobSpec
+from shared.store import ConcurrencyError, StoreUnavailable
+
+SUBMIT_PATH = "/v1/jobs"
+IDEMPOTENCY_KEY_MAX = 200  # as the route's Header(max_length=...)
+LEFT_TO_THE_APP = (HTTPException, StoreUnavailable, BusUnavailable, ConcurrencyError)
+
+
+async def read_body(receive) -> bytes | None:
+    """The whole request body; None when the client went away first."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
+def replaying(body: bytes, receive):
+    """A `receive` that gives the app a body already read, then what the connection says next."""
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def is_json(content_type: bytes | None) -> bool:
+    if content_type is None:
+        return False
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+class FastSubmit:
+    def __init__(self, app, ctx: SubmitContext):
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SUBMIT_PATH:
+            return await self.app(scope, receive, send)
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)  # the first of a repeated header, as Starlette reads it
+        body = await read_body(receive)
+        if body is None:
+            return None
+        answer = await self.accept(headers, body)
+        if answer is None:
+            return await self.app(scope, replaying(body, receive), send)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 202,
+                "headers": [
+                    (b"content-length", str(len(answer)).encode()),
+                    (b"content-type", b"application/json"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
+        return None
+
+    async def accept(self, headers: dict[bytes, bytes], body: bytes) -> bytes | None:
+        """The answer's body for a job queued here; None: left to the app."""
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        principal = self.ctx.tokens.get(token) if scheme.lower() == "bearer" else None
+        key = headers.get(b"idempotency-key")
+        if principal is None or not is_json(headers.get(b"content-type")):
+            return None
+        if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+            return None
+        try:
+            spec = JobSpec.model_validate(json.loads(body))
+        except Exception:  # (invalid JSON, too deeply nested, not a valid spec): the app says why
+            return None
+        try:
+            accepted = await queue_job(self.ctx, principal, spec, key.decode("latin-1") if key else None)
+        except LEFT_TO_THE_APP:
+            return None
+        return accepted.model_dump_json().encode()

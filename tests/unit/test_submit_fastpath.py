@@ -1,0 +1,121 @@
+"""The fast path of `POST /v1/jobs` answers exactly as the FastAPI route does, and leaves every request it
+cannot take as it is to the route (which explains what is wrong)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.submit.app import create_app
+from services.submit.context import SubmitContext
+from services.submit.fastpath import FastSubmit
+from shared.ledger import JobLedger
+from shared.store import open_store
+from shared.tokens import Principal
+
+TOKENS = {
+    "tok-vision": Principal(tenant="vision", user="ana"),
+    "tok-admin": Principal(tenant="ops", user="root", admin=True),
+}
+SPEC = {"name": "train", "command": ["python", "train.py"], "resources": {"gpus": 0.5}}
+JSON = "application/json"
+
+# (what the request is, its headers, its body, whether the fast path takes it)
+REQUESTS = [
+    ("a valid spec", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, SPEC, True),
+    ("json with a charset", {"Authorization": "bearer tok-vision", "Content-Type": JSON + "; charset=utf-8"}, SPEC, True),
+    ("an admin for another tenant", {"Authorization": "Bearer tok-admin", "Content-Type": JSON}, {**SPEC, "tenant": "nlp"}, True),
+    ("an idempotency key", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
+    ("the same key again", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
+    ("no token", {"Content-Type": JSON}, SPEC, False),
+    ("an unknown token", {"Authorization": "Bearer nope", "Content-Type": JSON}, SPEC, False),
+    ("basic auth", {"Authorization": "Basic tok-vision", "Content-Type": JSON}, SPEC, False),
+    ("another tenant", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "tenant": "nlp"}, False),
+    ("an invalid spec", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "resources": {"gpus": 1.5}}, False),
+    ("an unknown field", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "gpu": 1}, False),
+    ("not json", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b"{not json", False),
+    ("a list", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, [SPEC], False),
+    ("too deeply nested", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b"[" * 2000 + b"]" * 2000, False),
+    ("text", {"Authorization": "Bearer tok-vision", "Content-Type": "text/plain"}, SPEC, False),
+    ("a key over its limit", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k" * 201}, SPEC, False),
+]  # fmt: skip
+
+
+def build(tmp_path, name: str, fast: bool):
+    store = asyncio.run(open_store(f"sqlite:///{tmp_path / name}"))
+    ctx = SubmitContext(
+        store=store,
+        ledger=JobLedger(store, None, "/test"),
+        tokens=TOKENS,
+        data_dir=tmp_path,
+        max_body_bytes=65536,
+    )
+    app = create_app(ctx)
+    if not fast:
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not FastSubmit]
+    return store, app
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """What the fast path answered for each request it saw (None: left to the app)."""
+    answers: list[bytes | None] = []
+    real = FastSubmit.accept
+
+    async def accept(self, headers, body):
+        answer = await real(self, headers, body)
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(FastSubmit, "accept", accept)
+    return answers
+
+
+def send(client: TestClient, headers: dict, body):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = client.post("/v1/jobs", content=content, headers=headers)
+    answer = response.json()
+    if isinstance(answer, dict):
+        answer.pop("job_id", None)  # made up per job (the same with an Idempotency-Key, but per store)
+    return response.status_code, response.headers.get("content-type"), answer
+
+
+def test_the_fast_path_answers_as_the_route_and_leaves_the_rest_to_it(tmp_path, taken):
+    fast_store, fast_app = build(tmp_path, "fast.db", fast=True)
+    route_store, route_app = build(tmp_path, "route.db", fast=False)
+    try:
+        with TestClient(fast_app) as fast, TestClient(route_app) as route:
+            for what, headers, body, takes in REQUESTS:
+                seen = len(taken)
+                assert send(fast, headers, body) == send(route, headers, body), what
+                assert len(taken) == seen + 1 and (taken[-1] is not None) == takes, (
+                    what
+                )  # (route: no fast path)
+            jobs = [fast.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"]]
+            jobs.append(route.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"])
+            # the same jobs were queued (one per accepted request, the repeated key once), with the same content
+            assert [(j["tenant"], j["user"], j["spec"]) for j in jobs[0]] == [
+                (j["tenant"], j["user"], j["spec"]) for j in jobs[1]
+            ]
+            assert len(jobs[0]) == 4
+    finally:
+        asyncio.run(fast_store.close())
+        asyncio.run(route_store.close())
+
+
+def test_other_routes_and_methods_pass_through(tmp_path, taken):
+    store, app = build(tmp_path, "events.db", fast=True)
+    try:
+        with TestClient(app) as client:
+            assert client.get("/v1/jobs", headers={"Authorization": "Bearer tok-vision"}).status_code == 200
+            assert (
+                client.post("/v1/jobs/x/cancel", headers={"Authorization": "Bearer tok-vision"}).status_code
+                == 404
+            )
+            assert client.get("/healthz").json()["status"] == "ok"
+        assert taken == []
+    finally:
+        asyncio.run(store.close())
