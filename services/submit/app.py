@@ -8,8 +8,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services.submit import routes_jobs, routes_platform
+from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
-from services.submit.fastpath import FastSubmit, replaying
+from services.submit.fastpath import FastSubmit
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
 
@@ -36,15 +37,12 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        body, more = b"", True  # chunked: read it all first, counting
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+        try:  # chunked: read it all first, counting
+            body = await read_body(receive, self.limit)
+        except BodyTooLarge:
+            return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+        if body is None:
+            return None
         return await self.app(scope, replaying(body, receive), send)
 
     @staticmethod

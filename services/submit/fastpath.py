@@ -13,6 +13,7 @@ import json
 
 from fastapi import HTTPException
 
+from services.submit.body import read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.routes_jobs import queue_job
 from shared.bus import BusUnavailable
@@ -22,32 +23,6 @@ from shared.store import ConcurrencyError, StoreUnavailable
 SUBMIT_PATH = "/v1/jobs"
 IDEMPOTENCY_KEY_MAX = 200  # as the route's Header(max_length=...)
 LEFT_TO_THE_APP = (HTTPException, StoreUnavailable, BusUnavailable, ConcurrencyError)
-
-
-async def read_body(receive) -> bytes | None:
-    """The whole request body; None when the client went away first."""
-    body, more = b"", True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    return body
-
-
-def replaying(body: bytes, receive):
-    """A `receive` that gives the app a body already read, then what the connection says next."""
-    replayed = False
-
-    async def replay():
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
 
 
 def is_json(content_type: bytes | None) -> bool:
