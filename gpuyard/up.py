@@ -203,6 +203,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"another `gpuyard up` is already running on {data_dir}") from None
+    if opts.port == opts.nats_port:
+        raise SystemExit(f"--port and --nats-port are both {opts.port}: the API and NATS need a port each")
     for what, port in (("the API", opts.port), ("NATS", opts.nats_port)):
         if not port_free(opts.host, port):
             flag = "--port" if what == "the API" else "--nats-port"

@@ -24,6 +24,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import nats
 from nats.aio.client import Client as NATS
@@ -182,8 +183,11 @@ class Bus:
         self._tasks.append(task)
         return task
 
-    async def watch(self, subject: str, handler: Handler, *, stream: str) -> None:
-        """Every event on `subject` from now on, in order, to this process alone (no acks, no durable)."""
+    async def watch(
+        self, subject: str, handler: Handler, *, stream: str, since: datetime | None = None
+    ) -> None:
+        """Every event on `subject` from now on (or stored `since` then), in order, to this process alone (no
+        acks, no durable)."""
 
         async def deliver(msg: Msg) -> None:
             try:
@@ -195,8 +199,13 @@ class Bus:
             except Exception:
                 log.exception("watch %s: handler failed on %s %s", subject, event.type, event.id)
 
+        if since is None:
+            policy, config = DeliverPolicy.NEW, None
+        else:
+            policy = DeliverPolicy.BY_START_TIME
+            config = ConsumerConfig(opt_start_time=since.astimezone(UTC).isoformat().replace("+00:00", "Z"))
         await self.js.subscribe(
-            subject, stream=stream, cb=deliver, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW
+            subject, stream=stream, cb=deliver, ordered_consumer=True, deliver_policy=policy, config=config
         )
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:

@@ -1,10 +1,10 @@
 """Start a replica's process and learn when it ends, without a thread per child or a fork of the executor.
 
-`subprocess.Popen` starts the process with vfork (the executor's memory is not copied, so a start costs a
-fraction of a millisecond whatever the executor's size; uvloop's own spawn forks and copies it, several ms
-for a 100 MB executor), and a pidfd in the event loop says when it exits (asyncio on Python 3.11 would
-otherwise wait for each child on a thread of its own). Where pidfds are not available (not Linux, or refused
-by a sandbox), asyncio's own subprocess support is used.
+posix_spawn (`spawn.py`), or `subprocess.Popen` where it is not available, starts the process with vfork
+(the executor's memory is not copied, so a start costs a fraction of a millisecond whatever the executor's
+size; uvloop's own spawn forks and copies it, several ms for a 100 MB executor), and a pidfd in the event loop
+says when it exits (asyncio on Python 3.11 would otherwise wait for each child on a thread of its own).
+Where pidfds are not available (not Linux, or refused by a sandbox), asyncio's own subprocess support is used.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from services.executor.spawn import spawn
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,13 @@ PIDFD = _pidfd_usable()
 class PidfdChild:
     """A started process whose exit the running event loop watches through a pidfd."""
 
-    def __init__(self, popen: subprocess.Popen):
-        self.pid = popen.pid
+    def __init__(self, pid: int, popen: subprocess.Popen | None = None):
+        self.pid = pid
         self.returncode: int | None = None
-        self._popen = popen
+        self._popen = popen  # (told the exit status, so that it never waits for the process itself)
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
-        self._pidfd = os.pidfd_open(popen.pid)
+        self._pidfd = os.pidfd_open(pid)
         self._loop.add_reader(self._pidfd, self._reap)
 
     def _reap(self) -> None:
@@ -61,7 +63,9 @@ class PidfdChild:
         except ChildProcessError:  # reaped by someone else: its status is lost
             log.warning("the exit status of process %d was taken by another waiter", self.pid)
             code = 255
-        self.returncode = self._popen.returncode = code
+        self.returncode = code
+        if self._popen is not None:
+            self._popen.returncode = code
         self._exited.set_result(code)
 
     async def wait(self) -> int:
@@ -81,5 +85,9 @@ async def start_child(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     )
     if not PIDFD:
         return await asyncio.create_subprocess_exec(*argv, **options)
-    # Popen returns once the exec is done, as asyncio's own spawn does inside the loop
-    return PidfdChild(subprocess.Popen(list(argv), **options))  # noqa: ASYNC220
+    # both return once the exec is done, as asyncio's own spawn does inside the loop
+    pid = spawn(argv, cwd=cwd, env=env, output_fd=output_fd)
+    if pid is not None:
+        return PidfdChild(pid)
+    popen = subprocess.Popen(list(argv), **options)  # noqa: ASYNC220
+    return PidfdChild(popen.pid, popen)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from services.scheduler.core import CycleResult, Placement, SchedulerConfig
 from services.scheduler.core.placement import POLICIES
@@ -24,6 +24,7 @@ from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
 from shared.events import (
     EVENTS_STREAM,
+    TELEMETRY_STREAM,
     CloudEvent,
     JobPending,
     JobPlaced,
@@ -150,14 +151,14 @@ class Scheduler:
         if event.nats_subject in CHANGES_DECISIONS or view is None:
             self.wake.set()  # the rest (started, exits, our own writes) waits for the timer's cycle
 
-    async def on_heartbeat(self, msg) -> None:
-        try:
-            event = CloudEvent.from_json(msg.data)
-        except ValueError:
-            return
-        if isinstance(event.data, NodeHeartbeat) and self.view.observe_node(event.data):
-            log.info("node %s: %d GPU(s)", event.data.node, len(event.data.gpus))
-            self.wake.set()
+    async def on_heartbeat(self, event: CloudEvent, _msg=None) -> None:
+        """A node's heartbeat; those of the last node_timeout are read again at start (`main`), each seen
+        when it was sent, so that a scheduler that just started knows the nodes at once."""
+        if isinstance(event.data, NodeHeartbeat):
+            sent = min(event.time.timestamp(), time.time())
+            if self.view.observe_node(event.data, now=sent):
+                log.info("node %s: %d GPU(s)", event.data.node, len(event.data.gpus))
+                self.wake.set()
 
     async def refresh_dirty(self) -> None:
         """Bring the jobs that events were seen for up to date (the ledger reads only their new events)."""
@@ -313,7 +314,12 @@ class Scheduler:
 
 async def main(service: Service, settings: SchedulerSettings) -> None:
     scheduler = Scheduler(service, settings)
-    await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=scheduler.on_heartbeat)
+    await service.bus.watch(
+        Subject.NODE_HEARTBEAT.value,
+        scheduler.on_heartbeat,
+        stream=TELEMETRY_STREAM.name,
+        since=datetime.now(UTC) - timedelta(seconds=settings.node_timeout),
+    )
     await service.bus.watch("job.>", scheduler.on_job_event, stream=EVENTS_STREAM.name)
     await scheduler.load()
     log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -19,10 +20,18 @@ from gpuyard.client import Client
 BIN = Path(sys.executable).parent
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` different free ports: every socket stays bound until all are picked (closed one by one, the kernel
+    may hand out the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def wait_for(check, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
@@ -66,8 +75,7 @@ class Platform:
         self.data_dir = data_dir
         self.config_dir = config_dir
         self.simulate_gpus = simulate_gpus
-        self.port = free_port()
-        self.nats_port = free_port()
+        self.port, self.nats_port = free_ports(2)
         self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
         self.env.pop("GPUYARD_SERVER", None)
         self.env.pop("GPUYARD_TOKEN", None)

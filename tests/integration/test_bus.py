@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -148,5 +149,28 @@ async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
         assert most > 1  # different jobs were handled at the same time
         info = await bus.js.consumer_info(EVENTS_STREAM.name, "parallel")
         assert info.num_ack_pending == 0
+    finally:
+        await bus.close()
+
+
+async def test_watch_since_reads_what_was_stored_since_then_and_goes_on_with_what_comes(nats_url):
+    """What a service that just started reads to know the nodes at once (the scheduler's heartbeats)."""
+    bus = await connect(nats_url)
+    old, new, seen_since, seen_now = done("old"), done("new"), [], []
+
+    async def since_handler(event, msg):
+        seen_since.append(event.data.job_id)
+
+    async def now_handler(event, msg):
+        seen_now.append(event.data.job_id)
+
+    try:
+        before = datetime.now(UTC) - timedelta(seconds=5)
+        await bus.publish(old)
+        await bus.watch("job.succeeded", since_handler, stream=EVENTS_STREAM.name, since=before)
+        await bus.watch("job.succeeded", now_handler, stream=EVENTS_STREAM.name)
+        await eventually(lambda: seen_since == ["old"])
+        await bus.publish(new)
+        await eventually(lambda: seen_since == ["old", "new"] and seen_now == ["new"])
     finally:
         await bus.close()

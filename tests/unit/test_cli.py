@@ -4,6 +4,7 @@ served by a fake API; `gpuyard sim`'s argument errors and a tiny run."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -412,3 +413,19 @@ def test_other_commands_do_not_load_the_simulator():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_up_refuses_one_port_for_both_the_api_and_nats(capsys, tmp_path):
+    code, _, err = run(capsys, "up", "--data-dir", str(tmp_path), "--port", "18999", "--nats-port", "18999")
+    assert "--port and --nats-port are both 18999" in one_line_error(code, err)
+
+
+def test_up_refuses_a_port_in_use_and_names_the_flag(capsys, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run(
+            capsys, "up", "--data-dir", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)
+        )
+    assert f"port {port} for the API is in use" in one_line_error(code, err) and "--port" in err

@@ -45,7 +45,8 @@ async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path):
     assert (cgroup / "cpu.max").read_text() == "50000 100000"
     assert (cgroup / "memory.max").read_text() == str(256 * 2**20)
     pid = ex.backend.sessions((job, 1))[0]
-    await h.wait_for(lambda: (cgroup / "cgroup.procs").read_text().strip() == str(pid), 5, "the pid")
+    procs = cgroup / "cgroup.procs"  # written by the wrapper once the process runs
+    await h.wait_for(lambda: procs.exists() and procs.read_text().strip() == str(pid), 5, "the pid")
     assert ex.heartbeat().labels["limits"] == ex.backend.limits
     assert (await h.wait(job, "running")).current.notes == []
 
