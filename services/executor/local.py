@@ -31,6 +31,7 @@ from shared.paths import attempt_dir, log_path, workdir
 from shared.units import format_size
 
 log = logging.getLogger(__name__)
+READ_CHUNK = 256 * 1024
 
 
 class StartError(Exception):
@@ -212,20 +213,42 @@ async def stop_leftovers(records: list[PidRecord], grace: float) -> int:
 # ---------------------------------------------------------------------- the backend
 
 
-class _LogPump(asyncio.Protocol):
-    """Copies a replica's output pipe into its rotating log file."""
+class _LogPump:
+    """Copies a replica's output pipe into its rotating log file.
 
-    def __init__(self, sink: RotatingLog):
+    The pipe's read end is a plain reader of the event loop, closed right after it is unregistered (a pipe
+    transport of uvloop closes its descriptor first and leaves it registered until a later turn of the loop:
+    a new pipe given that number meanwhile could not be watched)."""
+
+    def __init__(self, fd: int, sink: RotatingLog):
+        self.fd = fd
         self.sink = sink
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future = self.loop.create_future()
+        os.set_blocking(fd, False)
+        self.loop.add_reader(fd, self._readable)
 
-    def data_received(self, data: bytes) -> None:
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.warning("cannot read the output of %s: %s", self.sink.path, exc)
+            data = b""
+        if not data:  # every writer has closed it: the replica and whatever it started are gone
+            self.close()
+            return
         try:
             self.sink.write(data)
         except OSError as exc:  # a full disk must not take the executor down; the job goes on
             log.warning("cannot write log %s: %s", self.sink.path, exc)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
         if not self.done.done():
             self.done.set_result(None)
 
@@ -361,9 +384,7 @@ class LocalBackend(Backend):
             ) from None
         finally:
             os.close(write_fd)
-        pump = _LogPump(sink)
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: pump, os.fdopen(read_fd, "rb", buffering=0))
+        pump = _LogPump(read_fd, sink)
         pids = pid_file(self.data_dir, launch.job_id, launch.attempt, replica)
         pids.write_text(
             json.dumps(
@@ -393,8 +414,9 @@ class LocalBackend(Backend):
         """After the replica's first process ended: kill what is left of it, drain and close its log."""
         signal_group(rep.proc.pid, signal.SIGKILL)
         Cgroups.kill(rep.cgroup)
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError):  # (a process that left the group may hold the pipe open)
             await asyncio.wait_for(asyncio.shield(rep.pump.done), 5)
+        rep.pump.close()
         rep.sink.close()
 
     async def _discard(self, rep: LocalReplica) -> None:
@@ -469,5 +491,6 @@ class LocalBackend(Backend):
         reps = [rep for reps in self.replicas.values() for rep in reps.values()]
         await asyncio.gather(*(terminate(rep.proc, grace) for rep in reps), return_exceptions=True)
         for rep in reps:
+            rep.pump.close()
             rep.sink.close()
             Cgroups.remove(rep.cgroup)

@@ -265,7 +265,7 @@ def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_p
 
     import uvloop
 
-    from services.executor.child import PIDFD, start_child
+    from services.executor.child import PIDFD, SPAWN_THREADS, start_child
 
     async def run() -> tuple[list[int], int, int]:
         before = threading.active_count()
@@ -278,8 +278,8 @@ def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_p
         with asyncio.Runner(loop_factory=factory) as runner:
             codes, before, during = runner.run(run())
         assert codes == [0, 3, -15] * 2  # a signal is a negative code, as subprocess says
-        if PIDFD:
-            assert during == before  # asyncio on 3.11 would have started a thread per child
+        if PIDFD:  # asyncio on 3.11 would have started a thread per child; here at most the spawning ones
+            assert during - before <= SPAWN_THREADS
 
 
 @pytest.mark.parametrize(("program", "reason", "words"), UNSTARTABLE)
