@@ -219,10 +219,10 @@ async def run(
     for submitter in submitters:
         submitter.close()
     await tap.close()
-    cpu_ms = {
-        processes[pid]: round((cpu_seconds(pid) - before) * 1e3 / jobs, 2)
-        for pid, before in cpu_before.items()
-    }
+    cpu_ms: dict[str, float] = {}
+    for pid, before in cpu_before.items():  # processes of one service (the executors) together
+        spent = (cpu_seconds(pid) - before) * 1e3 / jobs
+        cpu_ms[processes[pid]] = round(cpu_ms.get(processes[pid], 0) + spent, 2)
     missing = [i for i in ids if i not in tap.ended]
     if missing:
         raise SystemExit(f"{len(missing)} jobs did not finish, e.g. {missing[0]}")

@@ -71,6 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         demo=args.demo,
         policy=args.policy,
         **({"node_name": args.node_name} if args.node_name else {}),
+        **({"executors": args.executors} if args.executors is not None else {}),
     )
     return asyncio.run(run_up(opts, out))
 
@@ -327,6 +328,12 @@ def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
     )
     up.add_argument("--node-name", help="this node's name (default: the hostname)")
     up.add_argument("--policy", default="firstfit", help="placement policy of the scheduler")
+    up.add_argument(
+        "--executors",
+        type=int,
+        metavar="N",
+        help="executor processes sharing this node's jobs (default: 2, or 1 on a single core)",
+    )
     up.add_argument("--demo", action="store_true", help="submit a demo job once the platform is up")
     up.set_defaults(func=cmd_up)
 

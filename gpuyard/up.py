@@ -70,6 +70,8 @@ class Child:
     name: str
     argv: list[str]
     env: dict[str, str]
+    service: str = ""
+    """The service it runs (several executor processes share one); default: its name."""
     proc: asyncio.subprocess.Process | None = None
     started: float = 0.0
     restarts: int = 0
@@ -85,7 +87,7 @@ class Supervisor:
         self.stopping = False
 
     def say(self, name: str, text: str) -> None:
-        color = COLORS.get(name, "white")
+        color = COLORS.get(name.split("-")[0], "white")
         self.console.print(f"[{color}]{name:>9}[/] │ {text}", markup=True, highlight=False, soft_wrap=True)
 
     async def start(self, child: Child) -> None:
@@ -111,7 +113,7 @@ class Supervisor:
                 if child.name == "nats" and not any(m in text for m in NATS_SHOWN):
                     continue  # the banner and routine lines stay in the log file
                 if text:
-                    self.say(child.name, _shorten(text, child.name))
+                    self.say(child.name, _shorten(text, child.service or child.name))
 
     async def watch(self) -> None:
         """Restart any child that exits while the platform is up."""
@@ -174,6 +176,25 @@ class UpOptions:
     node_name: str = field(default_factory=socket.gethostname)
     demo: bool = False
     policy: str = "firstfit"
+    executors: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    """Executor processes sharing the node's placements."""
+
+    def children(self, env: dict[str, str]) -> list[Child]:
+        """The services' processes, in start order: one of each, `executors` executors."""
+        children = []
+        for name in SERVICES:
+            argv = [sys.executable, "-m", f"services.{name}"]
+            if name != "executor":
+                children.append(Child(name, argv, env))
+                continue
+            for worker in range(self.executors):
+                workers = {
+                    "GPUYARD_EXECUTOR_WORKERS": str(self.executors),
+                    "GPUYARD_EXECUTOR_WORKER": str(worker),
+                }
+                label = name if worker == 0 else f"{name}-{worker}"
+                children.append(Child(label, argv, {**env, **workers}, service=name))
+        return children
 
 
 def ensure_admin_token(data_dir: Path) -> tuple[Path, str]:
@@ -203,6 +224,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"another `gpuyard up` is already running on {data_dir}") from None
+    if not 1 <= opts.executors <= 64:
+        raise SystemExit(f"--executors must be between 1 and 64, not {opts.executors}")
     if opts.port == opts.nats_port:
         raise SystemExit(f"--port and --nats-port are both {opts.port}: the API and NATS need a port each")
     for what, port in (("the API", opts.port), ("NATS", opts.nats_port)):
@@ -250,8 +273,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     try:
         await sup.start(Child("nats", nats_argv, env))
         await wait_until(lambda: not port_free(opts.host, opts.nats_port), 20, "NATS")
-        for name in SERVICES:
-            await sup.start(Child(name, [sys.executable, "-m", f"services.{name}"], env))
+        for child in opts.children(env):
+            await sup.start(child)
         watcher = asyncio.create_task(sup.watch())
         client = Client(server_url, admin_token)
         await wait_until(client.healthy, 60, "the submit API")
@@ -272,7 +295,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         console.print("\n[bold]Stopping GPUYARD…[/]")
         watcher.cancel()
     finally:
-        await sup.stop([*reversed(SERVICES), "nats"])
+        await sup.stop([*(c.name for c in reversed(opts.children(env))), "nats"])
         lock.close()
     console.print("[bold]Stopped; no process left behind.[/]")
     return 0

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.units import parse_size
@@ -140,6 +140,12 @@ class ExecutorSettings(CommonSettings):
     event_concurrency: int = Field(
         64, description="Job events handled at once (events of one job always in order)."
     )
+    executor_workers: int = Field(
+        1, ge=1, le=64, description="Executor processes sharing this node's placements (local backend)."
+    )
+    executor_worker: int = Field(
+        0, ge=0, description="Which of them this one is, from 0 (0 announces the node)."
+    )
     log_max_bytes: Size = Field(
         "64MiB", description="Size of a replica's log file before it is rotated (0: never rotated)."
     )
@@ -167,6 +173,16 @@ class ExecutorSettings(CommonSettings):
     kubernetes_log_interval: float = Field(
         5.0, gt=0, description="Kubernetes backend: seconds between copies of a running pod's log."
     )
+
+    @model_validator(mode="after")
+    def _one_worker_index_per_process(self) -> ExecutorSettings:
+        if self.executor_worker >= self.executor_workers:
+            raise ValueError(
+                f"executor_worker {self.executor_worker} is not below executor_workers {self.executor_workers}"
+            )
+        if self.executor_workers > 1 and self.executor_backend != "local":
+            raise ValueError("several executor workers per node need the local backend")
+        return self
 
 
 class MonitorSettings(CommonSettings):

@@ -7,6 +7,11 @@ Kubernetes pods (`kubernetes/backend.py`, `--executor-backend kubernetes`).
 Idempotent on every event: an attempt is started at most once per executor (and only while the job is
 `placed` for that attempt, and never when an earlier executor already started it), and every event it
 records has a deterministic id.
+
+Several executor processes may share a node (`executor_workers`, local backend): `job.placed` goes to one of
+them (a durable consumer they share), every one of them sees the control events (cancel, preemption, the
+attempt's end: a durable consumer each), an attempt's claim file says which one runs it (`claims.py`), and
+worker 0 announces the node.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.executor.backend import AttemptLaunch, Backend, Key, ReplicaEnded, StartFailure
 from services.executor.cgroups import Cgroups
+from services.executor.claims import Claims
 from services.executor.gpuwatch import (
     GpuProcessReader,
     NvmlProcessReader,
@@ -60,6 +66,14 @@ from shared.units import format_size, parse_size
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
 LAUNCHES_AT_ONCE = 16
+CONTROL_SUBJECTS = [
+    "job.cancel_requested",
+    "job.preempted",
+    "job.cancelled",
+    "job.failed",
+    "job.succeeded",
+    "job.requeued",
+]
 
 
 def free_port() -> int:
@@ -128,6 +142,8 @@ class Executor:
         self.service = service
         self.settings = settings
         self.node = settings.node_name
+        self.worker = settings.executor_worker
+        self.claims = Claims(settings.data_dir, self.node, self.worker, shared=settings.executor_workers > 1)
         self.ledger: JobLedger = service.ledger
         self.gpus, self.simulated = node_gpus(
             self.node,
@@ -145,6 +161,7 @@ class Executor:
         self.launched: set[Key] = set()
         self.stop_reasons: dict[Key, str] = {}
         self.stop_messages: dict[Key, str] = {}
+        self.stop_graces: dict[Key, float] = {}
         self.timers: dict[Key, asyncio.Task] = {}
         self.launching = asyncio.Semaphore(LAUNCHES_AT_ONCE)
         """Launches in progress at once: a burst of placements starts (and records) job after job, instead of
@@ -287,8 +304,10 @@ class Executor:
                 never_started = view.state == JobState.PLACED and view.current.started_at is None
                 if never_started and not self.backend.started_before(key):
                     placed = JobPlaced(job_id=view.job_id, attempt=view.attempt, placements=view.placements)
-                    await self.launch(placed)
+                    await self.launch(placed)  # (unless another worker of this node claims it first)
                     continue
+                if not self.claims.owns(key):
+                    continue  # another executor process of this node runs it
                 ended = {e.replica for e in view.exits}
                 replicas = {p.replica: p.node for p in mine if p.replica not in ended}
                 if replicas and await self.backend.adopt(key, replicas):
@@ -356,6 +375,8 @@ class Executor:
         view = await self.ledger.load(placed.job_id)
         if view is None or view.attempt != placed.attempt or not self.not_started_here(view):
             return  # stale placement: cancelled, requeued, or this node's replicas already started
+        if not self.claims.take(key):
+            return  # another executor process of this node runs it
         self.launched.add(key)
         if view.cancel_requested:
             await self.finish(key, JobCancelled(job_id=view.job_id, attempt=view.attempt, by="executor"))
@@ -367,6 +388,9 @@ class Executor:
             failure = await self.backend.launch(attempt)
         if failure is not None:
             await self.failed_to_start(key, failure)
+        elif key in self.stop_reasons or key not in self.attempts:
+            # stopped (cancel, preemption) or over (requeued) while its replicas were starting
+            await self.backend.stop(key, self.stop_graces.get(key, self.settings.grace_seconds))
         elif view.spec.timeout and self.running.get(key):  # the time limit counts from the start
             self.timers[key] = self._spawn(self.enforce_timeout(key, view.spec.timeout))
 
@@ -528,7 +552,8 @@ class Executor:
         key = (job_id, view.attempt)
         if self.running.get(key):
             await self.stop_attempt(key, "cancelled", self.settings.grace_seconds)
-        elif view.state in (JobState.PLACED, JobState.RUNNING):
+        elif view.state in (JobState.PLACED, JobState.RUNNING) and self.claims.take(key):
+            # not started here: the claim keeps this node's other executor processes from starting it
             await self.finish(key, JobCancelled(job_id=job_id, attempt=view.attempt, by="executor"))
 
     async def enforce_timeout(self, key: Key, seconds: float) -> None:
@@ -539,6 +564,7 @@ class Executor:
         if not self.running.get(key):
             return
         self.stop_reasons.setdefault(key, reason)
+        self.stop_graces.setdefault(key, grace)
         log.info("stopping job %s attempt %d (%s), grace %.0fs", key[0], key[1], reason, grace)
         await self.backend.stop(key, grace)
 
@@ -550,6 +576,7 @@ class Executor:
         self.slice_watch.forget(*key)
         self.stop_reasons.pop(key, None)
         self.stop_messages.pop(key, None)
+        self.stop_graces.pop(key, None)
 
     # ------------------------------------------------------------------ GPU memory slices
 
@@ -645,28 +672,26 @@ class Executor:
 async def main(service: Service, settings: ExecutorSettings) -> None:
     executor = Executor(service, settings)
     await executor.start()
-    service.spawn(executor.announce(), "heartbeat")
+    if executor.worker == 0:  # one heartbeat per node, whatever the number of its executor processes
+        service.spawn(executor.announce(), "heartbeat")
     await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=executor.on_heartbeat)
     if executor.gpu_reader is not None:
         service.spawn(executor.watch_gpu_memory(), "gpu-memory-watch")
     try:
         await executor.reconcile()
-        await service.bus.consume(
-            f"executor-{settings.node_name}".replace(".", "-"),
-            [
-                "job.placed",
-                "job.cancel_requested",
-                "job.preempted",
-                "job.cancelled",
-                "job.failed",
-                "job.succeeded",
-                "job.requeued",
-            ],
-            executor.on_event,
-            stream=EVENTS_STREAM.name,
-            max_deliver=settings.max_deliver,
-            concurrency=settings.event_concurrency,
-        )
+        durable = f"executor-{settings.node_name}".replace(".", "-")
+        for name, subjects in (  # placements shared by the node's executor processes; the rest to each
+            (durable, ["job.placed"]),
+            (f"{durable}-{executor.worker}", CONTROL_SUBJECTS),
+        ):
+            await service.bus.consume(
+                name,
+                subjects,
+                executor.on_event,
+                stream=EVENTS_STREAM.name,
+                max_deliver=settings.max_deliver,
+                concurrency=settings.event_concurrency,
+            )
         await service.stopping.wait()
     finally:
         await executor.shutdown()

@@ -69,12 +69,19 @@ class Platform:
     """`gpuyard up` in a subprocess, on free ports, with its own data and config directories."""
 
     def __init__(
-        self, data_dir: Path, config_dir: Path, simulate_gpus: int = 2, env: dict[str, str] | None = None
+        self,
+        data_dir: Path,
+        config_dir: Path,
+        simulate_gpus: int = 2,
+        env: dict[str, str] | None = None,
+        executors: int = 2,
     ):
-        """`env`: extra environment for `gpuyard up` and so for every service (e.g. scheduler settings)."""
+        """`env`: extra environment for `gpuyard up` and so for every service (e.g. scheduler settings).
+        `executors`: executor processes sharing the node (given, so that every machine runs the same)."""
         self.data_dir = data_dir
         self.config_dir = config_dir
         self.simulate_gpus = simulate_gpus
+        self.executors = executors
         self.port, self.nats_port = free_ports(2)
         self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
         self.env.pop("GPUYARD_SERVER", None)
@@ -106,6 +113,8 @@ class Platform:
                 str(self.simulate_gpus),
                 "--node-name",
                 "node-a",
+                "--executors",
+                str(self.executors),
             ],
             env=self.env,
             stdout=self.log.open("ab"),

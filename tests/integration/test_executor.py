@@ -159,9 +159,18 @@ def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run
     job_id = client.submit({"command": command, "resources": {"gpus": 1}})["job_id"]
     platform.wait_state(job_id, {"running"})
     first = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="the job's pid"))
-    [executor] = wait_for(lambda: executor_pids(client), 15, what="the executor's heartbeat")
+    before = set(
+        wait_for(
+            lambda: len(executor_pids(client)) == platform.executors and executor_pids(client),
+            15,
+            what="every executor process's heartbeat",
+        )
+    )
+    started = next(e for e in events(client, job_id) if e["type"].endswith(".started"))
+    executor = int(started["source"].rsplit("-", 1)[1])  # the executor process that runs the job
+    assert executor in before
 
-    os.kill(executor, signal.SIGKILL)  # the executor only; `gpuyard up` restarts it
+    os.kill(executor, signal.SIGKILL)  # that executor only; `gpuyard up` restarts it
     wait_for(lambda: "requeued" in kinds(client, job_id), 60, what="the lost attempt to be requeued")
     requeued = next(e["data"] for e in events(client, job_id) if e["type"].endswith("requeued"))
     assert requeued["reason"] == "node_lost" and requeued["attempt"] == 2
@@ -172,7 +181,7 @@ def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run
     time.sleep(1)
     assert starts.read_text().splitlines() == ["1", "2"]  # each attempt started exactly once
     assert kinds(client, job_id).count("started") == 2
-    assert set(executor_pids(client)) - {executor}  # a new executor process took over
+    wait_for(lambda: set(executor_pids(client)) - before, 15, what="a new executor process in its place")
     client.cancel(job_id)
     platform.wait_state(job_id, {"cancelled"}, timeout=30)
 

@@ -131,6 +131,20 @@ def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
     assert client.logs(job_id).count("ran-once") == 1
 
 
+def test_the_nodes_executor_processes_share_its_jobs_and_start_each_once(platform):
+    client = platform.client()
+    small = {"gpus": 0.25, "cpus": 0.1, "memory": "10MB"}
+    jobs = [client.submit({"command": "echo once", "resources": small})["job_id"] for _ in range(16)]
+    for job_id in jobs:
+        platform.wait_state(job_id, {"succeeded"})
+    starters = []
+    for job_id in jobs:
+        started = [e["event"] for e in client.events(job_id) if e["event"]["type"].endswith(".started")]
+        assert len(started) == 1 and client.logs(job_id).count("once") == 1
+        starters.append(started[0]["source"])
+    assert len(set(starters)) == platform.executors == 2  # both executor processes ran some of them
+
+
 def test_bad_input_gets_one_clear_line_not_a_traceback(platform, tmp_path):
     bad = write_spec(tmp_path, "bad-spec", {"command": "true", "resources": {"gpus": 1.5}})
     result = platform.cli("submit", bad)

@@ -1,0 +1,61 @@
+"""Which executor process of a node runs an attempt, when several share the node's placements.
+
+`job.placed` goes to one of them (a durable consumer they share), but a redelivery, a cancel that every one of
+them sees, or a restart's reconciliation could make two act on the same attempt. The first to act creates
+the attempt's claim file with O_EXCL, naming its worker index; the others leave the attempt alone. A claim
+outlives its process: a restarted worker (same index) finds its own claims and settles them.
+
+With one executor process on the node nothing is written and every claim is its own. An attempt with no
+claim file that was started before (by a single executor) counts as worker 0's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from services.executor.backend import Key
+from shared.paths import attempt_dir
+
+
+class Claims:
+    def __init__(self, data_dir: Path, node: str, worker: int, *, shared: bool):
+        self.data_dir = data_dir
+        self.node = node
+        self.worker = worker
+        self.shared = shared
+
+    def path(self, key: Key) -> Path:
+        return attempt_dir(self.data_dir, *key) / f"executor-{self.node}.claim"
+
+    def take(self, key: Key) -> bool:
+        """Claim the attempt for this worker; False when another worker of the node holds it."""
+        if not self.shared:
+            return True
+        path = self.path(key)
+        os.makedirs(path.parent, exist_ok=True)
+        draft = path.with_name(f"{path.name}.{self.worker}.{os.getpid()}")
+        draft.write_text(str(self.worker))
+        try:
+            os.link(draft, path)  # the claim appears whole or not at all; it fails if one exists
+        except FileExistsError:
+            return self.holder(key) == self.worker
+        finally:
+            draft.unlink()
+        return True
+
+    def holder(self, key: Key) -> int | None:
+        """The worker that claimed the attempt; None when none did (or only one executor runs here)."""
+        if not self.shared:
+            return None
+        try:
+            text = self.path(key).read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def owns(self, key: Key) -> bool:
+        """Whether this worker settles an attempt that was started before it started: its own claim, or no
+        claim (started by a single executor) and this is worker 0."""
+        holder = self.holder(key)
+        return (0 if holder is None else holder) == self.worker
