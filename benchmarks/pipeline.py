@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import nats
+from rich.console import Console
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,7 +55,7 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
 
 
-def start_platform(gpus: int, nats_port: int) -> tuple[subprocess.Popen, Client, Path]:
+def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
     env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
     proc = subprocess.Popen(
@@ -69,6 +70,7 @@ def start_platform(gpus: int, nats_port: int) -> tuple[subprocess.Popen, Client,
             "18480",
             "--nats-port",
             str(nats_port),
+            *(["--executors", str(executors)] if executors else []),
         ],
         env=env,
         stdout=(tmp / "up.log").open("wb"),
@@ -202,7 +204,7 @@ async def run(
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.time()))
             ids.append((await submitter.submit(body))["job_id"])
 
-    with Progress() as progress:
+    with Progress(console=Console(stderr=True)) as progress:  # stdout: the result alone
         task = progress.add_task("submitting", total=jobs)
         senders = asyncio.gather(*(submit_all(s) for s in submitters))
         while not senders.done():
@@ -248,6 +250,7 @@ async def run(
         "mean_submit_to_running_ms": round(statistics.mean(running) * 1e3, 1),
     }
     if cpu_ms:
+        result["executor_processes"] = sum(name == "services.executor" for name in processes.values())
         result["cpu_ms_per_job"] = cpu_ms
         result["cpu_ms_per_job_total"] = round(sum(cpu_ms.values()), 2)
     # the benchmark's own share of the same cores (submitting and following), not counted above
@@ -265,6 +268,9 @@ def main() -> int:
         "--rate", type=float, help="submit at this many jobs/s (default: as fast as the submitters can)"
     )
     parser.add_argument("--start", action="store_true", help="start a platform with 8 simulated GPUs")
+    parser.add_argument(
+        "--executors", type=int, metavar="N", help="with --start: executor processes (default: gpuyard up's)"
+    )
     parser.add_argument("--server")
     parser.add_argument("--token")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS URL of the platform")
@@ -274,7 +280,7 @@ def main() -> int:
     args = parser.parse_args()
     proc = None
     if args.start:
-        proc, client, _ = start_platform(8, 14622)
+        proc, client, _ = start_platform(8, 14622, args.executors)
         args.nats, args.cpu = "nats://127.0.0.1:14622", proc.pid
     else:
         client = Client(args.server, args.token)

@@ -1,25 +1,61 @@
-"""Where things live in the data directory; one definition for the services that write and read them."""
+"""Where things live in the data directory; one definition for the services that write and read them.
+
+The executor starts hundreds of replicas a second and builds each one's paths as strings (`ReplicaFiles`):
+a pathlib path costs it some 20 µs to make. Everyone else uses the Path forms below, made from the same.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaFiles:
+    """One replica's files in one attempt's directory, as strings."""
+
+    job: str
+    """The job's directory, `<data dir>/jobs/<id>`."""
+    attempt: str
+    """The attempt's directory, `<job>/attempt-<n>`."""
+    replica: int
+
+    @property
+    def log(self) -> str:
+        """Combined stdout and stderr (rotated files beside it: `backup_path`)."""
+        return f"{self.attempt}/replica-{self.replica}.log"
+
+    @property
+    def pid(self) -> str:
+        """The replica's process id and start time, for a restarted executor to find and stop it."""
+        return f"{self.attempt}/replica-{self.replica}.pid"
+
+    @property
+    def work(self) -> str:
+        """Its working directory (unless the job names one), kept after the job."""
+        return f"{self.attempt}/work-{self.replica}"
+
+
+def replica_files(data_dir: Path | str, job_id: str, attempt: int, replica: int) -> ReplicaFiles:
+    job = f"{data_dir}/jobs/{job_id}"
+    return ReplicaFiles(job, f"{job}/attempt-{attempt}", replica)
+
+
 def job_dir(data_dir: Path, job_id: str) -> Path:
-    return data_dir / "jobs" / job_id
+    return Path(replica_files(data_dir, job_id, 0, 0).job)
 
 
 def attempt_dir(data_dir: Path, job_id: str, attempt: int) -> Path:
-    return job_dir(data_dir, job_id) / f"attempt-{attempt}"
+    return Path(replica_files(data_dir, job_id, attempt, 0).attempt)
 
 
 def log_path(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
     """Combined stdout and stderr of one replica of one attempt."""
-    return attempt_dir(data_dir, job_id, attempt) / f"replica-{replica}.log"
+    return Path(replica_files(data_dir, job_id, attempt, replica).log)
 
 
 def workdir(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
-    return attempt_dir(data_dir, job_id, attempt) / f"work-{replica}"
+    return Path(replica_files(data_dir, job_id, attempt, replica).work)
 
 
 def backup_path(path: Path, n: int) -> Path:

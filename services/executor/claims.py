@@ -2,11 +2,12 @@
 
 `job.placed` goes to one of them (a durable consumer they share), but a redelivery, a cancel that every one of
 them sees, or a restart's reconciliation could make two act on the same attempt. The first to act creates
-the attempt's claim file with O_EXCL, naming its worker index; the others leave the attempt alone. A claim
-outlives its process: a restarted worker (same index) finds its own claims and settles them.
+the attempt's claim, a symbolic link whose target is its worker index (created whole in one call, or refused
+when it exists); the others leave the attempt alone. A claim outlives its process: a restarted worker (same
+index) finds its own claims and settles them.
 
 With one executor process on the node nothing is written and every claim is its own. An attempt with no
-claim file that was started before (by a single executor) counts as worker 0's.
+claim that was started before (by a single executor) counts as worker 0's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from pathlib import Path
 
 from services.executor.backend import Key
-from shared.paths import attempt_dir
+from shared.paths import replica_files
 
 
 class Claims:
@@ -25,23 +26,21 @@ class Claims:
         self.worker = worker
         self.shared = shared
 
-    def path(self, key: Key) -> Path:
-        return attempt_dir(self.data_dir, *key) / f"executor-{self.node}.claim"
+    def path(self, key: Key) -> str:
+        return f"{replica_files(self.data_dir, *key, 0).attempt}/executor-{self.node}.claim"
 
     def take(self, key: Key) -> bool:
         """Claim the attempt for this worker; False when another worker of the node holds it."""
         if not self.shared:
             return True
         path = self.path(key)
-        os.makedirs(path.parent, exist_ok=True)
-        draft = path.with_name(f"{path.name}.{self.worker}.{os.getpid()}")
-        draft.write_text(str(self.worker))
         try:
-            os.link(draft, path)  # the claim appears whole or not at all; it fails if one exists
+            os.symlink(str(self.worker), path)  # one call: it appears whole, or fails when a claim exists
         except FileExistsError:
             return self.holder(key) == self.worker
-        finally:
-            draft.unlink()
+        except FileNotFoundError:  # the attempt's directory comes with its first claim
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            return self.take(key)
         return True
 
     def holder(self, key: Key) -> int | None:
@@ -49,7 +48,7 @@ class Claims:
         if not self.shared:
             return None
         try:
-            text = self.path(key).read_text().strip()
+            text = os.readlink(self.path(key))
         except OSError:
             return None
         return int(text) if text.isdigit() else None

@@ -27,7 +27,7 @@ from services.executor.classify import classify_log_tail
 from services.executor.jobenv import replica_env
 from services.executor.logfile import RotatingLog, tail_lines
 from shared.events import FailureReason, JobPlaced
-from shared.paths import attempt_dir, log_path, workdir
+from shared.paths import ReplicaFiles, attempt_dir, replica_files
 from shared.units import format_size
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,11 @@ async def terminate(proc: Process, grace: float) -> None:
     signal_group(proc.pid, signal.SIGKILL)
 
 
-def check_command(argv0: str, cwd: Path, path_env: str | None) -> None:
+def check_command(argv0: str, cwd: Path | str, path_env: str | None) -> None:
     """Refuse, with the reason, a command that cannot be executed (before anything is started). Needed only
     where the process starts through a wrapper: a plain start says the same through its OSError."""
     if "/" in argv0:
-        target = Path(argv0) if os.path.isabs(argv0) else cwd / argv0
+        target = Path(argv0) if os.path.isabs(argv0) else Path(cwd, argv0)
         if not target.exists():
             raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
         if target.is_dir() or not os.access(target, os.X_OK):
@@ -132,13 +132,36 @@ def classify_exit(
 
 
 def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
-    return attempt_dir(data_dir, job_id, attempt) / f"replica-{replica}.pid"
+    return Path(replica_files(data_dir, job_id, attempt, replica).pid)
+
+
+def write_pid_file(path: str, record: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, json.dumps(record).encode())
+    finally:
+        os.close(fd)
+
+
+def make_replica_dirs(files: ReplicaFiles) -> None:
+    """The job's, the attempt's and the replica's working directory: three mkdir calls where os.makedirs
+    would also stat each parent (and pathlib would make a path of each)."""
+    try:
+        for folder in (files.job, files.attempt, files.work):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+    except FileNotFoundError:  # no jobs/ folder yet
+        os.makedirs(files.work, exist_ok=True)
 
 
 def process_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            stat = os.read(fd, 4096).decode()
+        finally:
+            os.close(fd)
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
@@ -259,11 +282,11 @@ class LocalReplica:
     attempt: int
     replica: int
     proc: Process
-    log_path: Path
+    log_path: str
     sink: RotatingLog
     pump: _LogPump
     cgroup: Path | None
-    pid_file: Path
+    pid_file: str
     shell: bool
     memory_bytes: int
 
@@ -342,13 +365,14 @@ class LocalBackend(Backend):
             gpu_memory=self.gpu_memory,
             mps=self.mps,
         )
+        files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
         if spec.working_dir:
-            cwd = Path(spec.working_dir)
-            if not cwd.is_dir():
+            cwd = spec.working_dir
+            if not os.path.isdir(cwd):
                 raise StartError(FailureReason.START_FAILED, f"working directory {cwd} does not exist")
         else:
-            cwd = workdir(self.data_dir, launch.job_id, launch.attempt, replica)
-            os.makedirs(cwd, exist_ok=True)  # (a stat per existing parent; pathlib tries a mkdir on each)
+            cwd = files.work
+            make_replica_dirs(files)
         argv = spec.argv
         cpus = placement.cpus or spec.resources.cpus
         memory = placement.memory_bytes or spec.resources.memory
@@ -364,8 +388,7 @@ class LocalBackend(Backend):
             except StartError:
                 Cgroups.remove(cgroup)
                 raise
-        path = log_path(self.data_dir, launch.job_id, launch.attempt, replica)
-        sink = RotatingLog(path, self.log_max_bytes, self.log_backups)
+        sink = RotatingLog(files.log, self.log_max_bytes, self.log_backups)
         read_fd, write_fd = os.pipe()
         try:
             proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)
@@ -385,27 +408,25 @@ class LocalBackend(Backend):
         finally:
             os.close(write_fd)
         pump = _LogPump(read_fd, sink)
-        pids = pid_file(self.data_dir, launch.job_id, launch.attempt, replica)
-        pids.write_text(
-            json.dumps(
-                {
-                    "pid": proc.pid,
-                    "start": process_start_time(proc.pid),
-                    "node": self.node,
-                    "cgroup": str(cgroup) if cgroup else None,
-                }
-            )
+        write_pid_file(
+            files.pid,
+            {
+                "pid": proc.pid,
+                "start": process_start_time(proc.pid),
+                "node": self.node,
+                "cgroup": str(cgroup) if cgroup else None,
+            },
         )
         return LocalReplica(
             job_id=launch.job_id,
             attempt=launch.attempt,
             replica=replica,
             proc=proc,
-            log_path=path,
+            log_path=files.log,
             sink=sink,
             pump=pump,
             cgroup=cgroup,
-            pid_file=pids,
+            pid_file=files.pid,
             shell=isinstance(spec.command, str),
             memory_bytes=memory if cgroup else 0,
         )
@@ -424,13 +445,13 @@ class LocalBackend(Backend):
         await self._finish_io(rep)
         Cgroups.remove(rep.cgroup)
         with contextlib.suppress(OSError):
-            rep.pid_file.unlink()
+            os.unlink(rep.pid_file)
 
     async def _watch(self, rep: LocalReplica) -> None:
         returncode = await rep.proc.wait()
         await self._finish_io(rep)
         tail = (
-            await asyncio.to_thread(tail_lines, rep.log_path) if returncode else []
+            await asyncio.to_thread(tail_lines, Path(rep.log_path)) if returncode else []
         )  # for a failure's cause
         reason, exit_code, sig, message = classify_exit(
             returncode,
@@ -441,7 +462,7 @@ class LocalBackend(Backend):
         )
         Cgroups.remove(rep.cgroup)
         with contextlib.suppress(OSError):
-            rep.pid_file.unlink()
+            os.unlink(rep.pid_file)
         live = self.replicas.get(rep.key, {})
         live.pop(rep.replica, None)
         if not live:

@@ -29,14 +29,17 @@ def tail_lines(path: Path, lines: int = 20) -> list[str]:
 class RotatingLog:
     """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers see every write."""
 
-    def __init__(self, path: Path, max_bytes: int, backups: int):
+    def __init__(self, path: Path | str, max_bytes: int, backups: int):
         if max_bytes < 0 or backups < 0:
             raise ValueError("log size and number of backups cannot be negative")
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        os.makedirs(path.parent, exist_ok=True)
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self.fd = self._open()
+        except FileNotFoundError:  # its folder is made only when missing (a stat and a mkdir saved per log)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.fd = self._open()
         self.size = os.fstat(self.fd).st_size
         self.written = 0
         """Bytes written through this object (rotations included)."""
@@ -67,19 +70,23 @@ class RotatingLog:
             self.written += n
             chunk = chunk[n:]
 
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
     def rotate(self) -> None:
         os.close(self.fd)
+        path = Path(self.path)
         if self.backups == 0:
             with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+                path.unlink()
         else:
             with contextlib.suppress(FileNotFoundError):
-                backup_path(self.path, self.backups).unlink()
+                backup_path(path, self.backups).unlink()
             for n in range(self.backups - 1, 0, -1):
                 with contextlib.suppress(FileNotFoundError):
-                    backup_path(self.path, n).rename(backup_path(self.path, n + 1))
-            self.path.rename(backup_path(self.path, 1))
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    backup_path(path, n).rename(backup_path(path, n + 1))
+            path.rename(backup_path(path, 1))
+        self.fd = self._open()
         self.size = 0
 
     def close(self) -> None:

@@ -1,3 +1,7 @@
+import uuid
+
+import pytest
+
 from shared.eventdocs import EXAMPLES
 from shared.events import REGISTRY, CloudEvent, Subject, derived_id, make_event, subject_of_type, type_of
 
@@ -20,6 +24,12 @@ def test_every_event_round_trips_through_cloudevents_json():
 def test_type_and_subject_are_one_definition():
     for subject in Subject:
         assert subject_of_type(type_of(subject)) == subject
+
+
+@pytest.mark.parametrize("parts", [("j", 1, "placed"), ("ü-job", 2, "exited", 0), (), ("a/b", None, 3.5)])
+def test_derived_ids_are_uuid5_of_the_parts_as_ids_stored_earlier_were(parts):
+    namespace = uuid.UUID("6c1f7d3e-41a5-4f0e-9a57-6f1d0c1b9a11")
+    assert derived_id(*parts) == uuid.uuid5(namespace, "/".join(str(p) for p in parts)).hex
 
 
 def test_derived_ids_are_deterministic_and_distinct():
