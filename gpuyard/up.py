@@ -88,7 +88,7 @@ class Supervisor:
 
     def say(self, name: str, text: str) -> None:
         color = COLORS.get(name.split("-")[0], "white")
-        self.console.print(f"[{color}]{name:>9}[/] │ {text}", markup=True, highlight=False, soft_wrap=True)
+        self.console.print(f"[{color}]{name:>10}[/] │ {text}", markup=True, highlight=False, soft_wrap=True)
 
     async def start(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
