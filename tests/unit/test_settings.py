@@ -6,7 +6,7 @@ import pytest
 
 from services.scheduler.main import config_of, preflight
 from shared.service import settings_from_argv
-from shared.settings import SchedulerSettings
+from shared.settings import ExecutorSettings, SchedulerSettings
 
 
 def test_tenant_numbers_from_the_environment_and_flags(monkeypatch):
@@ -49,6 +49,27 @@ def test_a_bad_setting_is_one_line_and_exit_status_2(flags, expected, capsys):
     err = capsys.readouterr().err
     assert "invalid settings" in err and expected in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--executor-worker", "1"], "executor_worker 1 is not below executor_workers 1"),
+        (["--executor-workers", "2", "--executor-backend", "kubernetes"], "need the local backend"),
+        (["--executor-workers", "0"], "executor_workers"),
+    ],
+)
+def test_executor_workers_are_checked_at_start(flags, expected, capsys):
+    with pytest.raises(SystemExit) as exc:
+        settings_from_argv(ExecutorSettings, flags, "test")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and expected in err and err.count("\n") == 1
+    assert (
+        settings_from_argv(
+            ExecutorSettings, ["--executor-workers", "2", "--executor-worker", "1"], "t"
+        ).executor_worker
+        == 1
+    )
 
 
 @pytest.mark.parametrize(
