@@ -29,12 +29,13 @@ from datetime import UTC, datetime
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from pydantic import ValidationError
 
-from shared.events import CONTENT_TYPE, STREAMS, CloudEvent, StreamDef
+from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,18 @@ def version_of(msg: Msg) -> int | None:
 
 class BusUnavailable(Exception):
     """NATS cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event a consumer gave up on: where it was going, who gave up, why, and the event itself."""
+
+    seq: int
+    consumer: str
+    original_subject: str
+    error: str
+    deliveries: int | None
+    event: dict | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +232,43 @@ class Bus:
             headers["Gpuyard-Stream-Seq"] = str(msg.metadata.sequence.stream)
             headers["Gpuyard-Deliveries"] = str(msg.metadata.num_delivered)
         await self.js.publish(DEADLETTER_PREFIX + durable, msg.data, headers=headers)
+
+    # ------------------------------------------------------------------ plain subscriptions, dead letters
+
+    async def subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Subscription:
+        """Core NATS: every message on `subject` from now on, to this process alone, not stored, not acked
+        (heartbeats, live views). Unsubscribe with `await sub.unsubscribe()`."""
+        return await self.nc.subscribe(subject, cb=cb)
+
+    async def dead_letters(self, limit: int) -> list[DeadLetter]:
+        """The newest dead letters first, at most `limit`, each with the consumer, subject and error."""
+        info = await self.js.stream_info(DEADLETTER_STREAM.name)
+        out: list[DeadLetter] = []
+        seq = info.state.last_seq
+        while seq >= max(info.state.first_seq, 1) and len(out) < limit:
+            try:
+                msg = await self.js.get_msg(DEADLETTER_STREAM.name, seq)
+            except NotFoundError:  # deleted or expired in between
+                seq -= 1
+                continue
+            headers = msg.headers or {}
+            try:
+                body: dict | str = json.loads(msg.data)
+            except (ValueError, TypeError):
+                body = (msg.data or b"").decode(errors="replace")
+            deliveries = headers.get("Gpuyard-Deliveries", "")
+            out.append(
+                DeadLetter(
+                    seq=seq,
+                    consumer=headers.get("Gpuyard-Consumer", ""),
+                    original_subject=headers.get("Gpuyard-Original-Subject", ""),
+                    error=headers.get("Gpuyard-Error", ""),
+                    deliveries=int(deliveries) if deliveries.isdigit() else None,
+                    event=body,
+                )
+            )
+            seq -= 1
+        return out
 
     async def close(self) -> None:
         for task in self._tasks:

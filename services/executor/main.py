@@ -674,7 +674,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     await executor.start()
     if executor.worker == 0:  # one heartbeat per node, whatever the number of its executor processes
         service.spawn(executor.announce(), "heartbeat")
-    await service.bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=executor.on_heartbeat)
+    await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.on_heartbeat)
     if executor.gpu_reader is not None:
         service.spawn(executor.watch_gpu_memory(), "gpu-memory-watch")
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import time
 from typing import Annotated
@@ -14,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
 from services.submit.schemas import DeadLetter, NodeOut, ServiceOut
-from shared.events import DEADLETTER_STREAM, CloudEvent
+from shared.events import CloudEvent
 
 router = APIRouter(prefix="/v1", tags=["platform"])
 
@@ -56,7 +55,7 @@ async def event_stream(
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(msg.data)
 
-    subs = [await ctx.bus.nc.subscribe(s, cb=on_msg) for s in subjects]
+    subs = [await ctx.bus.subscribe(s, on_msg) for s in subjects]
 
     async def visible(event: CloudEvent) -> bool:
         job_id = getattr(event.data, "job_id", None)
@@ -99,32 +98,7 @@ async def dead_letters(
     """Events that a consumer gave up on, newest first, with the error (admin only)."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
-    info = await ctx.bus.js.stream_info(DEADLETTER_STREAM.name)
-    out: list[DeadLetter] = []
-    seq = info.state.last_seq
-    while seq >= max(info.state.first_seq, 1) and len(out) < limit:
-        try:
-            msg = await ctx.bus.js.get_msg(DEADLETTER_STREAM.name, seq)
-        except Exception:  # deleted or expired in between
-            seq -= 1
-            continue
-        headers = msg.headers or {}
-        try:
-            body: dict | str = json.loads(msg.data)
-        except (ValueError, TypeError):
-            body = (msg.data or b"").decode(errors="replace")
-        out.append(
-            DeadLetter(
-                seq=seq,
-                consumer=headers.get("Gpuyard-Consumer", ""),
-                original_subject=headers.get("Gpuyard-Original-Subject", ""),
-                error=headers.get("Gpuyard-Error", ""),
-                deliveries=int(headers["Gpuyard-Deliveries"]) if "Gpuyard-Deliveries" in headers else None,
-                event=body,
-            )
-        )
-        seq -= 1
-    return out
+    return [DeadLetter.model_validate(d, from_attributes=True) for d in await ctx.bus.dead_letters(limit)]
 
 
 @router.get("/nodes", response_model=list[NodeOut])

@@ -29,6 +29,6 @@ class Telemetry:
             with contextlib.suppress(ValueError):
                 self.observe(CloudEvent.from_json(msg.data))
 
-        await bus.nc.subscribe(Subject.NODE_HEARTBEAT.value, cb=on_msg)
-        await bus.nc.subscribe(Subject.SERVICE_HEARTBEAT.value, cb=on_msg)
-        await bus.nc.subscribe(Subject.NODE_LOST.value, cb=on_msg)
+        await bus.subscribe(Subject.NODE_HEARTBEAT.value, on_msg)
+        await bus.subscribe(Subject.SERVICE_HEARTBEAT.value, on_msg)
+        await bus.subscribe(Subject.NODE_LOST.value, on_msg)
