@@ -148,7 +148,7 @@ async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
         assert order == {job: [1, 2, 3] for job in ("x", "y", "z", "w")}
         assert most > 1  # different jobs were handled at the same time
         async with asyncio.timeout(5):  # acks leave coalesced, a moment after the handlers return
-            while (await bus.js.consumer_info(EVENTS_STREAM.name, "parallel")).num_ack_pending:
+            while (await bus.js.consumer_info(EVENTS_STREAM.name, "parallel")).num_ack_pending:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
     finally:
         await bus.close()
