@@ -10,6 +10,8 @@ after the handler's effect is stored.
   arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
   `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
   poison event never blocks the consumer. An event that does not even parse goes there at once.
+- `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
+  `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
 - A durable whose settings changed is updated in place where JetStream allows it (ack_wait, max_deliver,
   max_ack_pending, subjects, description); where it does not (ack policy, max_waiting, ...), it is recreated
   to start right after the last event the old one had acknowledged. Where a consumer starts (`deliver_new`)
@@ -20,8 +22,6 @@ after the handler's effect is stored.
 - `key_value` opens a KV bucket (the scheduler's leader lease, `shared.lease`).
 
 NATS objects stay in this module and `shared.lease`: services use the methods below, never `nc`/`js`.
-- `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
-  `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
 """
 
 from __future__ import annotations
@@ -62,9 +62,7 @@ DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
-CONSUMER_CREATE_ERROR = (
-    10012  # JetStream's err_code when it refuses a consumer, e.g. a change it cannot update
-)
+CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
 
 
 def version_of(msg: Msg) -> int | None:
@@ -254,7 +252,11 @@ class Bus:
         """Every event on `subject` from now on (or stored `since` then), in order, to this process alone (no
         acks, no durable). Goes on after a NATS restart from the event after the last one it saw."""
         watch = Watch(self, stream, subject, handler, since=since)
-        await watch.open()
+        try:
+            await watch.open()
+        except BaseException:
+            await watch.drop()
+            raise
         task = asyncio.create_task(watch.run(), name=f"watch:{subject}")
         self._tasks.append(task)
 
@@ -519,7 +521,7 @@ class Watch:
 
     async def open(self) -> None:
         """A new consumer, from where the last one stopped."""
-        await self._drop()
+        await self.drop()
         self.generation += 1
         self.expected, self.active = 1, True
         self.lost.clear()
@@ -545,7 +547,7 @@ class Watch:
         if self.next_seq is None:  # where it starts: after the stream's last event for "new"
             self.next_seq = info.delivered.stream_seq + 1
 
-    async def _drop(self) -> None:
+    async def drop(self) -> None:
         sub, self.sub = self.sub, None
         if sub is not None:
             with contextlib.suppress(Exception):
@@ -571,7 +573,7 @@ class Watch:
                         log.info("watch %s: cannot resume yet: %s", self.subject, exc)
                         await asyncio.sleep(self.retry)
         finally:
-            await self._drop()
+            await self.drop()
 
     async def _delivered(self, msg: Msg) -> None:
         self.active = True
