@@ -10,10 +10,18 @@ after the handler's effect is stored.
   arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
   `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
   poison event never blocks the consumer. An event that does not even parse goes there at once.
-- `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
-  replica its own), for a process that keeps a view and re-reads the store for the truth.
 - `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
   `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
+- A durable whose settings changed is updated in place where JetStream allows it (ack_wait, max_deliver,
+  max_ack_pending, subjects, description); where it does not (ack policy, max_waiting, ...), it is recreated
+  to start right after the last event the old one had acknowledged. Where a consumer starts (`deliver_new`)
+  only matters when it is first created: an existing one always goes on from where it is.
+- `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
+  replica its own), for a process that keeps a view and re-reads the store for the truth. It resumes after
+  the last event it saw when its consumer is lost (a NATS restart, a gap in the sequence).
+- `key_value` opens a KV bucket (the scheduler's leader lease, `shared.lease`).
+
+NATS objects stay in this module and `shared.lease`: services use the methods below, never `nc`/`js`.
 """
 
 from __future__ import annotations
@@ -31,8 +39,17 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    KeyValueConfig,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef
@@ -45,6 +62,7 @@ DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
+CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
 
 
 def version_of(msg: Msg) -> int | None:
@@ -78,6 +96,8 @@ class Published:
 
 class Bus:
     def __init__(self, nc: NATS, source: str, *, replicas: int = 1):
+        # Internal: the connection and its JetStream context, for this module, shared.lease and tests that
+        # look at the server's state. Services use the Bus's methods.
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.source = source
@@ -183,12 +203,7 @@ class Bus:
             max_ack_pending=batch * 4,
             deliver_policy=DeliverPolicy.NEW if deliver_new else DeliverPolicy.ALL,
         )
-        try:
-            await self.js.add_consumer(stream, config)
-        except BadRequestError:
-            with contextlib.suppress(NotFoundError):
-                await self.js.delete_consumer(stream, durable)
-            await self.js.add_consumer(stream, config)
+        await self.declare_consumer(stream, config)
         consumer = PullConsumer(
             self, stream, durable, handler, max_deliver=max_deliver, batch=batch, concurrency=concurrency
         )
@@ -196,30 +211,54 @@ class Bus:
         self._tasks.append(task)
         return task
 
+    async def declare_consumer(self, stream: str, config: ConsumerConfig) -> ConsumerInfo:
+        """Create the durable `config` names, or bring the existing one to `config` without skipping an event.
+
+        JetStream updates an existing consumer in place when it is created again with another configuration,
+        for the fields it can change (ack_wait, max_deliver, max_ack_pending, filter_subjects, description,
+        ...); it refuses the others (deliver policy, start sequence or time, ack policy, max_waiting, ...)
+        with err_code 10012. The start position is taken from the existing consumer, since it only matters at
+        creation. For any other refused change the consumer is recreated from its acknowledged position:
+        nothing published while it was down or not yet acknowledged is skipped (redelivered at worst)."""
+        durable = config.durable_name
+        try:
+            old = await self.js.consumer_info(stream, durable)
+        except NotFoundError:
+            return await self.js.add_consumer(stream, config)
+        try:
+            return await self.js.add_consumer(
+                stream,
+                config.evolve(
+                    deliver_policy=old.config.deliver_policy,
+                    opt_start_seq=old.config.opt_start_seq,
+                    opt_start_time=old.config.opt_start_time,
+                ),
+            )
+        except APIError as exc:
+            if exc.err_code != CONSUMER_CREATE_ERROR:
+                raise
+            refused = exc.description
+        start = old.ack_floor.stream_seq + 1
+        log.warning("consumer %s: %s; recreating it from stream sequence %d", durable, refused, start)
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(stream, durable)
+        return await self.js.add_consumer(
+            stream, config.evolve(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+        )
+
     async def watch(
         self, subject: str, handler: Handler, *, stream: str, since: datetime | None = None
     ) -> None:
         """Every event on `subject` from now on (or stored `since` then), in order, to this process alone (no
-        acks, no durable)."""
-
-        async def deliver(msg: Msg) -> None:
-            try:
-                event = CloudEvent.from_json(msg.data)
-            except (ValidationError, ValueError):
-                return  # a durable consumer of the same subject dead-letters it
-            try:
-                await handler(event, msg)
-            except Exception:
-                log.exception("watch %s: handler failed on %s %s", subject, event.type, event.id)
-
-        if since is None:
-            policy, config = DeliverPolicy.NEW, None
-        else:
-            policy = DeliverPolicy.BY_START_TIME
-            config = ConsumerConfig(opt_start_time=since.astimezone(UTC).isoformat().replace("+00:00", "Z"))
-        await self.js.subscribe(
-            subject, stream=stream, cb=deliver, ordered_consumer=True, deliver_policy=policy, config=config
-        )
+        acks, no durable). Goes on after a NATS restart from the event after the last one it saw."""
+        watch = Watch(self, stream, subject, handler, since=since)
+        try:
+            await watch.open()
+        except BaseException:
+            await watch.drop()
+            raise
+        task = asyncio.create_task(watch.run(), name=f"watch:{subject}")
+        self._tasks.append(task)
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
         headers = {
@@ -232,6 +271,16 @@ class Bus:
             headers["Gpuyard-Stream-Seq"] = str(msg.metadata.sequence.stream)
             headers["Gpuyard-Deliveries"] = str(msg.metadata.num_delivered)
         await self.js.publish(DEADLETTER_PREFIX + durable, msg.data, headers=headers)
+
+    # ------------------------------------------------------------------ key-value buckets
+
+    async def key_value(self, config: KeyValueConfig) -> KeyValue:
+        """The KV bucket `config` names: created with `config`, or as it is when it exists with other settings
+        (the first replica's settings win)."""
+        try:
+            return await self.js.create_key_value(config)
+        except BadRequestError:
+            return await self.js.key_value(config.bucket)
 
     # ------------------------------------------------------------------ plain subscriptions, dead letters
 
@@ -441,3 +490,119 @@ class PullConsumer:
                 await msg.nak(delay=min(0.2 * 2**delivered, 10))
             return
         self._ack(msg)
+
+
+class Watch:
+    """An ordered view of one subject for one process: an ephemeral push consumer (no acks, flow control,
+    idle heartbeats) that delivers in stream order. When it is lost (a NATS restart, a gap in its sequence, a
+    silence of three heartbeats) a new one starts from the stream sequence after the last event
+    delivered: a start time or "new" only picks the first event of all."""
+
+    heartbeat = 1.0  # seconds between the server's idle heartbeats
+    retry = 0.5  # seconds between tries to start a new consumer while JetStream is not back
+
+    def __init__(self, bus: Bus, stream: str, subject: str, handler: Handler, *, since: datetime | None):
+        self.bus, self.stream, self.subject, self.handler = bus, stream, subject, handler
+        self.since = since
+        self.next_seq: int | None = None  # the stream sequence to go on from, once known
+        self.expected = 1  # the consumer sequence of the next event
+        self.generation = 0  # which consumer is current: messages of an older one are ignored
+        self.sub: Subscription | None = None
+        self.active = False
+        self.lost = asyncio.Event()
+
+    def _start(self) -> dict:
+        if self.next_seq is not None:
+            return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": self.next_seq}
+        if self.since is not None:
+            when = self.since.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            return {"deliver_policy": DeliverPolicy.BY_START_TIME, "opt_start_time": when}
+        return {"deliver_policy": DeliverPolicy.NEW}
+
+    async def open(self) -> None:
+        """A new consumer, from where the last one stopped."""
+        await self.drop()
+        self.generation += 1
+        self.expected, self.active = 1, True
+        self.lost.clear()
+        generation, inbox = self.generation, self.bus.nc.new_inbox()
+
+        async def delivered(msg: Msg) -> None:
+            if generation == self.generation:
+                await self._delivered(msg)
+
+        self.sub = await self.bus.nc.subscribe(inbox, cb=delivered)
+        config = ConsumerConfig(
+            deliver_subject=inbox,
+            filter_subject=self.subject,
+            ack_policy=AckPolicy.NONE,
+            flow_control=True,
+            idle_heartbeat=self.heartbeat,
+            inactive_threshold=5 * self.heartbeat,  # the server drops one left behind
+            mem_storage=True,
+            num_replicas=1,
+            **self._start(),
+        )
+        info = await self.bus.js.add_consumer(self.stream, config)
+        if self.next_seq is None:  # where it starts: after the stream's last event for "new"
+            self.next_seq = info.delivered.stream_seq + 1
+
+    async def drop(self) -> None:
+        sub, self.sub = self.sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def run(self) -> None:
+        """Start a new consumer whenever the current one is lost or silent."""
+        try:
+            while True:
+                self.active = False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.lost.wait(), 3 * self.heartbeat)
+                if not self.lost.is_set() and (self.active or (self.sub and self.sub.pending_msgs)):
+                    continue
+                log.info(
+                    "watch %s: consumer lost, resuming from stream sequence %s", self.subject, self.next_seq
+                )
+                while True:
+                    try:
+                        await self.open()
+                        break
+                    except Exception as exc:  # NATS or JetStream not back yet
+                        log.info("watch %s: cannot resume yet: %s", self.subject, exc)
+                        await asyncio.sleep(self.retry)
+        finally:
+            await self.drop()
+
+    async def _delivered(self, msg: Msg) -> None:
+        self.active = True
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "100":  # flow control request (answered: everything before it is handled) or heartbeat
+            if msg.reply:
+                await self.bus.nc.publish(msg.reply)
+                return
+            if stalled := headers.get("Nats-Consumer-Stalled"):
+                await self.bus.nc.publish(stalled)
+            last = headers.get("Nats-Last-Consumer")
+            if last is not None and int(last) != self.expected - 1:
+                self.lost.set()  # events were sent that never arrived
+            return
+        if status is not None:  # e.g. 409 consumer deleted
+            self.lost.set()
+            return
+        sequence = msg.metadata.sequence
+        if sequence.consumer != self.expected:
+            self.lost.set()
+            return
+        self.expected = sequence.consumer + 1
+        self.next_seq = sequence.stream + 1
+        try:
+            event = CloudEvent.from_json(msg.data)
+        except (ValidationError, ValueError):
+            return  # a durable consumer of the same subject dead-letters it
+        try:
+            await self.handler(event, msg)
+        except Exception:
+            log.exception("watch %s: handler failed on %s %s", self.subject, event.type, event.id)

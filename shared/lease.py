@@ -18,10 +18,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyValueError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from shared.bus import Bus
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,8 @@ LEASES_BUCKET = "gpuyard-leases"
 
 
 class Lease:
-    def __init__(self, js: JetStreamContext, name: str, holder: str, *, ttl: float = 10.0, replicas: int = 1):
-        self.js, self.name, self.holder = js, name, holder
+    def __init__(self, bus: Bus, name: str, holder: str, *, ttl: float = 10.0, replicas: int = 1):
+        self.bus, self.name, self.holder = bus, name, holder
         self.ttl = ttl
         self.replicas = replicas
         self.kv: KeyValue | None = None
@@ -42,18 +43,16 @@ class Lease:
         return self.revision is not None and time.monotonic() - self.renewed_at < self.ttl
 
     async def open(self) -> None:
-        config = KeyValueConfig(
-            bucket=LEASES_BUCKET,
-            ttl=self.ttl,
-            history=1,
-            storage=StorageType.FILE,
-            replicas=self.replicas,
-            description="leader leases of GPUYARD services",
+        self.kv = await self.bus.key_value(
+            KeyValueConfig(
+                bucket=LEASES_BUCKET,
+                ttl=self.ttl,
+                history=1,
+                storage=StorageType.FILE,
+                replicas=self.replicas,
+                description="leader leases of GPUYARD services",
+            )
         )
-        try:
-            self.kv = await self.js.create_key_value(config)
-        except BadRequestError:  # exists with another TTL: the first replica's settings win
-            self.kv = await self.js.key_value(LEASES_BUCKET)
 
     def _value(self) -> bytes:
         return json.dumps({"holder": self.holder, "renewed": time.time()}).encode()

@@ -103,7 +103,7 @@ class Scheduler:
         self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
         self.gather_seconds = MIN_GATHER_SECONDS
         self.lease = Lease(
-            service.bus.js,
+            service.bus,
             "scheduler",
             settings.instance,
             ttl=settings.lease_ttl,

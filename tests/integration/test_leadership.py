@@ -25,7 +25,7 @@ TTL = 2.0
 
 async def lease(url: str, holder: str, ttl: float = 1.5) -> tuple[Bus, Lease]:
     bus = await Bus.connect([url], name=holder, source=f"/test/{holder}")
-    held = Lease(bus.js, "scheduler", holder, ttl=ttl)
+    held = Lease(bus, "scheduler", holder, ttl=ttl)
     await held.open()
     return bus, held
 
