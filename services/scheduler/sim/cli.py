@@ -233,7 +233,7 @@ def _time_table(runs, trace: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from services.scheduler.core.reasons import duration
+    from shared.units import format_rough_duration as duration
 
     def d(v):
         return "-" if v is None else duration(v)

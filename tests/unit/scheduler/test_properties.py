@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from services.scheduler.core import Allocation, ClusterState, JobRequest, SchedulerConfig, schedule
 from services.scheduler.core.placement import POLICIES
-from services.scheduler.core.reasons import CODES
+from shared.reasons import PendingCode
 from tests.unit.scheduler.builders import GIB, cluster, node
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -104,7 +104,7 @@ def test_one_cycle_invariants(
     # every job is either placed or has a reason, never both
     assert placed.isdisjoint(result.pending)
     assert placed | set(result.pending) == {j.job_id for j in queue}
-    assert all(r.code in CODES and r.message for r in result.pending.values())
+    assert all(isinstance(r.code, PendingCode) and r.message for r in result.pending.values())
     assert sorted(r.position for r in result.pending.values()) == list(range(1, len(result.pending) + 1))
 
     by_id = {j.job_id: j for j in queue}
