@@ -17,7 +17,7 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
-from services.scheduler.core import CycleResult, Placement, SchedulerConfig
+from services.scheduler.core import CycleResult, Placement, SchedulerConfig, decide
 from services.scheduler.core.placement import POLICIES
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
@@ -91,13 +91,16 @@ def preflight(settings: SchedulerSettings) -> str | None:
     return None
 
 
-class Scheduler:
+class SchedulerService:
+    """The live scheduler: follows the events, leads or follows, runs `decide` on the held cluster and records
+    what it decides."""
+
     def __init__(self, service: Service, settings: SchedulerSettings):
         self.service = service
         self.settings = settings
         self.ledger: JobLedger = service.ledger
         self.config = config_of(settings)
-        self.view = ClusterView(self.config)
+        self.view = ClusterView()
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
@@ -180,17 +183,23 @@ class Scheduler:
                 continue  # a follower keeps its view warm and decides nothing
             began = time.perf_counter()
             await self.check_nodes()
-            await self.cycle()
+            await self.decide_and_record()
             self.gather_seconds = gather_window(time.perf_counter() - began)
 
-    async def cycle(self) -> None:
+    async def decide_and_record(self) -> None:
+        """One cycle of the core on the held cluster, and its decisions recorded."""
         now = time.time()
         for job_id in set(self.pending_sent) - set(self.view.jobs):
             del self.pending_sent[job_id]
         queue = self.view.queue()
         if not queue:
             return  # nothing waits: nothing to place, and preemption is only ever for a waiting job
-        result = self.view.held.schedule(queue, now, dict(self.settings.quotas))
+        held = self.view.held
+        index = held.index()
+        result = decide(
+            index, held.allocations(), queue, self.config, dict(self.settings.quotas), now, held.kinds
+        )
+        held.decided(result)
         await self.apply(result, now)
 
     async def apply(self, result: CycleResult, now: float) -> None:
@@ -314,7 +323,7 @@ class Scheduler:
 
 
 async def main(service: Service, settings: SchedulerSettings) -> None:
-    scheduler = Scheduler(service, settings)
+    scheduler = SchedulerService(service, settings)
     await service.bus.watch(
         Subject.NODE_HEARTBEAT.value,
         scheduler.on_heartbeat,

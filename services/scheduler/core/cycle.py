@@ -1,8 +1,8 @@
 """One scheduling cycle: order the queue, admit what quotas allow, place gangs, preempt, backfill, explain.
 
-`schedule(state, queue, config)` decides one cycle over a snapshot. `decide(...)` does the work on a
-`CapacityIndex`: `schedule` builds one per call, `scheduler.Scheduler` (the live service's cluster held between
-cycles) and the trace simulator keep theirs alive; all run exactly the same decisions.
+`decide(index, running, queue, config, quotas, now)` is the one entry point to a cycle, on a `CapacityIndex`
+(updated in place with the placements): the live service gets its index from a `cluster.HeldCluster`, the
+trace simulator keeps its own, and a caller with a snapshot builds one (`CapacityIndex.from_state`).
 
 Per job, in the order of `ordering.in_order`:
 1. retry backoff (`not_before` in the future) -> waits;
@@ -35,7 +35,6 @@ from services.scheduler.core.gang import place_gang, undo_gang
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import (
     Allocation,
-    ClusterState,
     CycleResult,
     GpuAssignment,
     JobRequest,
@@ -59,24 +58,6 @@ NEVER = frozenset(
 )  # not in this cycle
 MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
 SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
-
-
-def schedule(
-    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig | None = None
-) -> CycleResult:
-    """Decide placements, preemptions and reasons for one cycle over a snapshot.
-
-    The nodes in `state` are updated in place with each placement, so a caller that keeps the state gets the
-    allocations it decided.
-    """
-    config = config or SchedulerConfig()
-    with gc_paused():
-        index = CapacityIndex.from_state(state)
-        result = decide(index, state.running, queue, config, state.quotas, state.now)
-        for placement in result.placements:
-            for r in placement.replicas:
-                allocate(state.nodes[r.node], (r,))
-    return result
 
 
 @contextmanager
@@ -411,7 +392,11 @@ def decide(
     now: float = 0.0,
     kinds: RunningKinds | None = None,
 ) -> CycleResult:
-    """The cycle on a capacity index (updated in place with the placements); `kinds`: the running jobs
-    already counted (see `RunningKinds`), else they are counted here."""
+    """Decide placements, preemptions and reasons for one cycle.
+
+    `index`: the free capacity, updated in place with each placement; `running`: what running jobs hold (the
+    preemption candidates and the backfill reservation's end times); `quotas`: tenant -> guaranteed GPUs
+    (empty: no quotas); `now`: the caller's clock in seconds; `kinds`: the running jobs already counted (see
+    `RunningKinds`), else they are counted here."""
     with gc_paused():
         return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)

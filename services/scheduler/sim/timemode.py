@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.core.cycle import decide
+from services.scheduler.core import decide
 from services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
 from services.scheduler.sim.cluster import node_index
 from services.scheduler.sim.trace import NodeTable, PodTable

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from services.scheduler.core.reasons import Reason
-from services.scheduler.main import Scheduler
+from services.scheduler.main import SchedulerService
 from shared.events import JobSubmitted, make_event
 from shared.jobspec import JobSpec
 from shared.jobstate import apply
@@ -20,16 +20,16 @@ from shared.settings import SchedulerSettings
 SUBMITTED_AT = 1_800_000_000.0
 
 
-def scheduler(pending_after: float) -> Scheduler:
+def scheduler(pending_after: float) -> SchedulerService:
     service = SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1))
-    held = Scheduler(service, SchedulerSettings(pending_after=pending_after))
+    held = SchedulerService(service, SchedulerSettings(pending_after=pending_after))
     job = JobSubmitted(job_id="j1", name="j1", tenant="t", user="u", spec=JobSpec(command="true"))
     event = make_event(job, source="/test", time=datetime.fromtimestamp(SUBMITTED_AT, UTC))
     held.view.put_job(apply(None, event))
     return held
 
 
-def stores(held: Scheduler, code: str, waited: float) -> bool:
+def stores(held: SchedulerService, code: str, waited: float) -> bool:
     reason = Reason(code, "why", {}, position=1, now=SUBMITTED_AT + waited)
     return held.waiting("j1", reason, SUBMITTED_AT + waited) is not None
 
