@@ -7,8 +7,9 @@
 Quality: inflation replay (FGD paper protocol) of every pod file for firstfit, bestfit, fgd and gpuyard, next
 to the published BestFit and FGD columns; time replay of the default file against the FIFO baseline.
 Speed: 50,000 mixed jobs placed from empty onto 5,000 nodes x 8 GPUs; one cycle with 10,000 waiting jobs on a
-full 1,000-node cluster, as the live service runs it (a `Scheduler` holding the cluster, after one change) and as
-one `schedule` call on a snapshot; the held cycle's time for 1k / 10k / 50k waiting jobs. Wall and CPU seconds.
+full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`, after one change) and as
+`decide` on a snapshot (its index built in the call); the held cycle's time for 1k / 10k / 50k waiting jobs. Wall
+and CPU seconds.
 """
 
 from __future__ import annotations
@@ -29,16 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.scheduler.core import (  # noqa: E402
     Allocation,
+    CapacityIndex,
     ClusterState,
+    CycleResult,
     Gpu,
     GpuAssignment,
+    HeldCluster,
     JobRequest,
     Node,
     ReplicaAssignment,
-    Scheduler,
     SchedulerConfig,
-    schedule,
+    decide,
 )
+from services.scheduler.core.cycle import allocate, gc_paused  # noqa: E402
 from services.scheduler.sim import presets  # noqa: E402
 from services.scheduler.sim.cli import PUBLISHED_AT_100, _subsample  # noqa: E402
 from services.scheduler.sim.cluster import popularity  # noqa: E402
@@ -119,11 +123,33 @@ def seconds(wall: list[float], cpu: list[float]) -> dict:
     }
 
 
+def decide_snapshot(state: ClusterState, queue: list[JobRequest], config: SchedulerConfig) -> CycleResult:
+    """`decide` on a snapshot: the index built from it, the placements applied to its nodes afterwards."""
+    with gc_paused():
+        result = decide(
+            CapacityIndex.from_state(state), state.running, queue, config, state.quotas, state.now
+        )
+        for placement in result.placements:
+            for r in placement.replicas:
+                allocate(state.nodes[r.node], (r,))
+    return result
+
+
+def decide_held(
+    held: HeldCluster, queue: list[JobRequest], config: SchedulerConfig, now: float
+) -> CycleResult:
+    """`decide` on the held cluster, as the live service runs a cycle."""
+    index = held.index()
+    result = decide(index, held.allocations(), queue, config, None, now, held.kinds)
+    held.decided(result)
+    return result
+
+
 def bench_placement_rate(nodes: int, jobs: int, config: SchedulerConfig, repeat: int = 3) -> dict:
-    """One `schedule` call from empty (a fresh state each run, not timed)."""
+    """One `decide` on a snapshot from empty (a fresh state each run, not timed)."""
     queue = mixed_jobs(jobs)
     states = [ClusterState(make_cluster(nodes)) for _ in range(repeat)]
-    wall, cpu, result = timed(lambda k: schedule(states[k], queue, config), repeat)
+    wall, cpu, result = timed(lambda k: decide_snapshot(states[k], queue, config), repeat)
     placed = len(result.placements)
     out = seconds(wall, cpu)
     return {
@@ -171,33 +197,35 @@ def waiting_jobs(n: int) -> list[JobRequest]:
 
 
 def bench_full_cycle(nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5) -> dict:
-    """The live service's cycle: a `Scheduler` that already holds the full cluster (indexed by a first cycle,
+    """The live service's cycle: a `HeldCluster` that already holds the full cluster (indexed by a first cycle,
     not timed); each timed run is one change (a running job ends, another starts on its GPU) and the cycle."""
     queue = waiting_jobs(waiting)
     state = full_cluster(nodes)
-    scheduler = Scheduler(config)
+    held = HeldCluster()
     for node in make_cluster(nodes).values():
-        scheduler.put_node(node)
+        held.put_node(node)
     for alloc in state.running:
-        scheduler.put(alloc)
-    first = scheduler.schedule(queue, state.now)
-    assert first == schedule(scheduler.snapshot(state.now), queue, config)  # the same decisions
+        held.put(alloc)
+    first = decide_held(held, queue, config, state.now)
+    assert first == decide_snapshot(held.snapshot(state.now), queue, config)  # the same decisions
 
     def cycle(k: int):
         ended = state.running[k]
-        scheduler.drop(ended.job.job_id)
-        scheduler.put(Allocation(replace(ended.job, job_id=f"next-{k}"), ended.replicas, state.now))
-        return scheduler.schedule(queue, state.now)
+        held.drop(ended.job.job_id)
+        held.put(Allocation(replace(ended.job, job_id=f"next-{k}"), ended.replicas, state.now))
+        return decide_held(held, queue, config, state.now)
 
     return cycle_summary(nodes, waiting, config, *timed(cycle, repeat))
 
 
 def bench_snapshot_cycle(nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5) -> dict:
-    """The same cycle as one `schedule` call on a snapshot (the index built and the running jobs counted in the
+    """The same cycle as one `decide` on a snapshot (the index built and the running jobs counted in the
     call; the snapshot itself is made before, not timed)."""
     queue = waiting_jobs(waiting)
     states = [full_cluster(nodes) for _ in range(repeat)]
-    return cycle_summary(nodes, waiting, config, *timed(lambda k: schedule(states[k], queue, config), repeat))
+    return cycle_summary(
+        nodes, waiting, config, *timed(lambda k: decide_snapshot(states[k], queue, config), repeat)
+    )
 
 
 def cycle_summary(nodes: int, waiting: int, config: SchedulerConfig, wall, cpu, result) -> dict:

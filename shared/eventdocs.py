@@ -37,9 +37,11 @@ from shared.events import (
     RequeueReason,
     ServiceHeartbeat,
     Subject,
+    type_of,
 )
 from shared.jobspec import JobSpec, Resources
 from shared.jobstate import TRANSITIONS
+from shared.reasons import PendingCode
 
 T = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 J = "5f0c2a9e1b7d4c11"
@@ -50,7 +52,7 @@ EXAMPLES = {
         job_id=J,
         attempt=1,
         reason=PendingReason(
-            code="insufficient_gpus",
+            code=PendingCode.INSUFFICIENT_GPUS,
             message="needs 4 GPUs on one node; the largest free block is 2 (node-3)",
             details={"needed_per_replica": 4, "largest_free": 2, "node": "node-3"},
             position=3,
@@ -168,7 +170,21 @@ document. Attributes:
 | `subject` | the entity: the job id for job events, the node for node events, the model name… |
 | `time` | when the event was recorded (RFC 3339, UTC) |
 | `datacontenttype` | `application/json` |
+| `dataversion` | the version of `data`'s schema (an extension attribute; absent means 1), see below |
 | `data` | the payload; its schema per type is below |
+
+## Versions of the data
+
+Each event type's `data` has a version, starting at 1 and shown with each event below. A change of a model
+bumps its version by one and comes with an *upcaster* for the step: a function that turns the `data` of the
+old version into the new one (a renamed field renamed, an added one given its value for old events),
+registered next to the model in `shared/events.py` (`@event(Subject.X, version=2)` and
+`@upcaster(Subject.X, from_version=1)`). Every event GPUYARD reads (from the event store, the bus, the API) is
+upgraded step by step to the version its code knows, so a store written by an older release reads as if
+written today, and an event without `dataversion` (as every release before versions wrote them) is version 1.
+An event of a version newer than the reader's model is refused with an error naming both versions, never
+misread: a consumer dead-letters it (see below), a read from the store fails. Outside consumers should do the
+same: check `dataversion` against the version they were written for.
 
 ## Delivery and ordering guarantees
 
@@ -214,14 +230,16 @@ def render() -> str:
         )
     parts.append(
         "\nEvents carrying an `attempt` must name the job's current attempt (`job.requeued` names the next one);"
-        " others are refused as stale.\n\n## Events\n"
+        " others are refused as stale.\n"
     )
+    parts.append(pending_codes())
+    parts.append("## Events\n")
     for subject, model in REGISTRY.items():
         doc = (model.__doc__ or "").strip()
         example = CloudEvent(
             id="0d9f8e7a6b5c4d3e2f1a0b9c8d7e6f5a",
             source="/gpuyard/scheduler/host-1234",
-            type="io.gpuyard." + subject.value,
+            type=type_of(subject),
             subject=EXAMPLES[subject].entity(),
             time=T,
             data=EXAMPLES[subject],
@@ -230,6 +248,7 @@ def render() -> str:
         parts.append(f"### `{subject.value}`\n")
         if doc and not doc.startswith("Base of every"):
             parts.append(doc + "\n")
+        parts.append(f"Data version {model.schema_version}.\n")
         parts.append("Example:\n\n```json\n" + json.dumps(example.to_dict(), indent=2) + "\n```\n")
         parts.append(
             "<details><summary>JSON Schema of <code>data</code></summary>\n\n```json\n"
@@ -237,6 +256,21 @@ def render() -> str:
             + "\n```\n</details>\n"
         )
     return "\n".join(parts)
+
+
+def pending_codes() -> str:
+    """The closed set of `job.pending` reason codes, worst first (`shared.reasons.PendingCode`)."""
+    rows = [
+        f"| `{code.value}` | {code.rank.name} | {code.meaning} |"
+        for code in sorted(PendingCode, key=lambda c: (c.rank, c.value))
+    ]
+    return (
+        "## Pending reason codes\n\n"
+        "`job.pending` says why a job waits with one of these codes (`data.reason.code`). The rank says how close"
+        " the job is to running: NO_FIT (nothing the scheduler does now places it) < PREEMPT (room is being made)"
+        " < FIT (it would fit but waits its turn); of several reasons, the one of lowest (rank, code) is shown.\n\n"
+        "| code | rank | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,20 @@ header carries the event id so that JetStream de-duplicates a retried publish.
 
 The NATS subject and the CloudEvents `type` come from one definition: type = "io.gpuyard." + subject.
 The CloudEvents `subject` attribute names the entity: the job id for job events, the node for node events.
+
+Versions: every event model has a version (`@event(subject, version=N)`, 1 by default), carried in the
+envelope's `dataversion` extension attribute (an event without it is version 1). When a model changes, its
+version goes up by one and an upcaster for the step (`@upcaster(subject, from_version=N-1)`, a function on
+the raw `data` dict, written next to the model) upgrades what was stored or sent before; every event parsed
+into a `CloudEvent` (from the store, the bus, an API) is upgraded on the way in, and one newer than the
+reader's model is refused (`EventVersionError`) rather than misread.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
@@ -19,6 +27,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.jobspec import JobSpec
+from shared.reasons import PendingCode
 
 TYPE_PREFIX = "io.gpuyard."
 CONTENT_TYPE = "application/cloudevents+json"
@@ -69,6 +78,17 @@ class Subject(StrEnum):
     ALERT_RESOLVED = "alert.resolved"
 
 
+class Wildcard(StrEnum):
+    """NATS subject wildcards: every event of one family (a stream's subjects, a watcher's filter)."""
+
+    JOB = "job.>"
+    MODEL = "model.>"
+    ALERT = "alert.>"
+    GPU = "gpu.>"
+    SERVICE = "service.>"
+    DEADLETTER = "deadletter.>"
+
+
 class StreamDef(BaseModel):
     """A JetStream stream: its shape sits beside the subjects it carries; services declare it at start-up."""
 
@@ -81,20 +101,20 @@ class StreamDef(BaseModel):
 
 EVENTS_STREAM = StreamDef(
     name="GPUYARD_EVENTS",
-    subjects=["job.>", "model.>", "alert.>", "node.lost"],
+    subjects=[Wildcard.JOB, Wildcard.MODEL, Wildcard.ALERT, Subject.NODE_LOST],
     max_age_seconds=30 * 86400,
     description="State changes: jobs, models, alerts, lost nodes. Kept 30 days.",
 )
 TELEMETRY_STREAM = StreamDef(
     name="GPUYARD_TELEMETRY",
-    subjects=["gpu.>", "node.heartbeat", "service.>"],
+    subjects=[Wildcard.GPU, Subject.NODE_HEARTBEAT, Wildcard.SERVICE],
     max_age_seconds=3600,
     duplicate_window_seconds=60,
     description="High-rate samples and heartbeats. Kept 1 hour.",
 )
 DEADLETTER_STREAM = StreamDef(
     name="GPUYARD_DEADLETTER",
-    subjects=["deadletter.>"],
+    subjects=[Wildcard.DEADLETTER],
     max_age_seconds=14 * 86400,
     description="Events a consumer gave up on after its maximum deliveries, with the error. Kept 14 days.",
 )
@@ -106,24 +126,82 @@ class EventData(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     subject: ClassVar[Subject]
+    schema_version: ClassVar[int] = 1  # see `event` and `upcaster`
 
     def entity(self) -> str | None:
         """The CloudEvents `subject` attribute: which job/node/model this event is about."""
         return getattr(self, "job_id", None) or getattr(self, "node", None) or getattr(self, "name", None)
 
 
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 REGISTRY: dict[Subject, type[EventData]] = {}
+UPCASTERS: dict[tuple[Subject, int], Upcaster] = {}  # (subject, version) -> its data as version + 1 has it
 
 
-def event(subject: Subject):
+def event(subject: Subject, *, version: int = 1):
+    """Register the model of `subject`'s data, at `version` (bumped by one with every change of the model,
+    with an `upcaster` for the step)."""
+
     def register(cls: type[EventData]) -> type[EventData]:
         if subject in REGISTRY:
             raise RuntimeError(f"two event models for {subject}")
+        if version < 1:
+            raise RuntimeError(f"{subject}: versions start at 1, not {version}")
         cls.subject = subject
+        cls.schema_version = version
         REGISTRY[subject] = cls
         return cls
 
     return register
+
+
+def upcaster(subject: Subject, *, from_version: int):
+    """Register `fn(data) -> data`: the `data` dict of a `subject` event of `from_version`, upgraded to
+    `from_version + 1` (a new dict; renamed fields renamed, added ones given their value for old events)."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        if (subject, from_version) in UPCASTERS:
+            raise RuntimeError(f"two upcasters for {subject} from version {from_version}")
+        UPCASTERS[subject, from_version] = fn
+        return fn
+
+    return register
+
+
+class EventVersionError(ValueError):
+    """An event whose data version this reader cannot read: newer than its model, or with no upcaster."""
+
+
+def upcast(subject: Subject, data: dict[str, Any], version: int) -> dict[str, Any]:
+    """`data` of a `subject` event of `version`, as the registered model (its current version) reads it."""
+    current = REGISTRY[subject].schema_version
+    if version == current:
+        return data
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise EventVersionError(
+            f"{subject} event: dataversion must be a whole number from 1, not {version!r}"
+        )
+    if version > current:
+        raise EventVersionError(
+            f"{subject} event of data version {version} is newer than this reader's model (version {current}):"
+            " upgrade GPUYard to read it"
+        )
+    for step in range(version, current):
+        up = UPCASTERS.get((subject, step))
+        if up is None:
+            raise EventVersionError(f"{subject} event: no upcaster from data version {step} to {step + 1}")
+        data = up(dict(data))
+    return data
+
+
+def missing_upcasters() -> list[tuple[Subject, int]]:
+    """(subject, from_version) of every step no upcaster covers: empty when every model reads all its versions."""
+    return [
+        (subject, v)
+        for subject, model in REGISTRY.items()
+        for v in range(1, model.schema_version)
+        if (subject, v) not in UPCASTERS
+    ]
 
 
 # ---------------------------------------------------------------- jobs
@@ -150,9 +228,7 @@ class PendingReason(BaseModel):
     """Why a job waits: a short code for machines, a sentence with numbers for people, the numbers themselves."""
 
     model_config = ConfigDict(frozen=True)
-    code: str = Field(
-        ..., description="E.g. insufficient_gpus, quota_exceeded, no_matching_gpu_model, gang_not_fit."
-    )
+    code: PendingCode = Field(..., description="Why, for machines: one of the pending reason codes.")
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
     position: int | None = Field(None, description="1-based place in the queue among waiting jobs.")
@@ -387,16 +463,28 @@ class CloudEvent(BaseModel):
     subject: str | None = None
     time: datetime = Field(default_factory=utcnow)
     datacontenttype: Literal["application/json"] = "application/json"
+    dataversion: int = Field(1, description="Version of the data's model (an extension attribute).")
     data: EventData
 
     @model_validator(mode="before")
     @classmethod
     def _typed_data(cls, values: Any) -> Any:
-        if isinstance(values, dict) and isinstance(values.get("data"), dict):
-            model = REGISTRY.get(subject_of_type(values.get("type", "")))
+        """Raw data becomes its model (upgraded from an older version first); the envelope always names the
+        version of the data it holds."""
+        if not isinstance(values, dict):
+            return values
+        data = values.get("data")
+        if isinstance(data, dict):
+            subject = subject_of_type(values.get("type", ""))
+            model = REGISTRY.get(subject)
             if model is None:
-                raise ValueError(f"unknown event type {values.get('type')!r}")
-            values = {**values, "data": model.model_validate(values["data"])}
+                raise ValueError(f"no event model for {subject}")
+            version = values.get("dataversion", 1)
+            if version != model.schema_version:
+                data = upcast(subject, data, version)
+            return {**values, "data": model.model_validate(data), "dataversion": model.schema_version}
+        if isinstance(data, EventData) and values.get("dataversion") != data.schema_version:
+            return {**values, "dataversion": data.schema_version}
         return values
 
     @property

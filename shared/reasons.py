@@ -21,6 +21,8 @@ class Fit(IntEnum):
 
 
 class PendingCode(StrEnum):
+    """Why a job waits, for machines: a closed set of codes, each with a rank (`Fit`) and a meaning."""
+
     RETRY_BACKOFF = "retry_backoff"
     NO_NODES = "no_nodes"
     TOO_LARGE = "too_large"

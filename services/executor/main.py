@@ -67,12 +67,12 @@ log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
 LAUNCHES_AT_ONCE = 16
 CONTROL_SUBJECTS = [
-    "job.cancel_requested",
-    "job.preempted",
-    "job.cancelled",
-    "job.failed",
-    "job.succeeded",
-    "job.requeued",
+    Subject.JOB_CANCEL_REQUESTED.value,
+    Subject.JOB_PREEMPTED.value,
+    Subject.JOB_CANCELLED.value,
+    Subject.JOB_FAILED.value,
+    Subject.JOB_SUCCEEDED.value,
+    Subject.JOB_REQUEUED.value,
 ]
 
 
@@ -681,7 +681,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
         for name, subjects in (  # placements shared by the node's executor processes; the rest to each
-            (durable, ["job.placed"]),
+            (durable, [Subject.JOB_PLACED.value]),
             (f"{durable}-{executor.worker}", CONTROL_SUBJECTS),
         ):
             await service.bus.consume(

@@ -17,9 +17,8 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
-from services.scheduler.core import CycleResult, Placement, SchedulerConfig
+from services.scheduler.core import CycleResult, Placement, SchedulerConfig, decide
 from services.scheduler.core.placement import POLICIES
-from services.scheduler.core.reasons import WAITING_ITS_TURN
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
 from shared.events import (
@@ -33,23 +32,25 @@ from shared.events import (
     NodeLost,
     PendingReason,
     Subject,
+    Wildcard,
     derived_id,
     make_event,
 )
 from shared.jobstate import JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
+from shared.policies import BackfillMode
+from shared.reasons import WAITING_ITS_TURN
 from shared.service import Service
 from shared.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
 PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
-LIVE_STATES = ["queued", "placed", "running"]
+LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queued, placed, running
 MIN_GATHER_SECONDS = 0.002
 MAX_GATHER_SECONDS = 0.05
 CYCLE_SHARE = 3
-BACKFILL_MODES = ("easy", "greedy", "off")
 CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_SUBMITTED,
     Subject.JOB_REQUEUED,
@@ -83,20 +84,23 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
 def preflight(settings: SchedulerSettings) -> str | None:
     if settings.policy not in POLICIES:
         return f"unknown policy {settings.policy!r}; choose from {', '.join(sorted(POLICIES))}"
-    if settings.backfill not in BACKFILL_MODES:
-        return f"unknown backfill {settings.backfill!r}; choose from {', '.join(BACKFILL_MODES)}"
+    if settings.backfill not in set(BackfillMode):
+        return f"unknown backfill {settings.backfill!r}; choose from {', '.join(BackfillMode)}"
     if settings.lease_ttl < 1:
         return "lease_ttl must be at least 1 second"
     return None
 
 
-class Scheduler:
+class SchedulerService:
+    """The live scheduler: follows the events, leads or follows, runs `decide` on the held cluster and records
+    what it decides."""
+
     def __init__(self, service: Service, settings: SchedulerSettings):
         self.service = service
         self.settings = settings
         self.ledger: JobLedger = service.ledger
         self.config = config_of(settings)
-        self.view = ClusterView(self.config)
+        self.view = ClusterView()
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
@@ -179,17 +183,23 @@ class Scheduler:
                 continue  # a follower keeps its view warm and decides nothing
             began = time.perf_counter()
             await self.check_nodes()
-            await self.cycle()
+            await self.decide_and_record()
             self.gather_seconds = gather_window(time.perf_counter() - began)
 
-    async def cycle(self) -> None:
+    async def decide_and_record(self) -> None:
+        """One cycle of the core on the held cluster, and its decisions recorded."""
         now = time.time()
         for job_id in set(self.pending_sent) - set(self.view.jobs):
             del self.pending_sent[job_id]
         queue = self.view.queue()
         if not queue:
             return  # nothing waits: nothing to place, and preemption is only ever for a waiting job
-        result = self.view.held.schedule(queue, now, dict(self.settings.quotas))
+        held = self.view.held
+        index = held.index()
+        result = decide(
+            index, held.allocations(), queue, self.config, dict(self.settings.quotas), now, held.kinds
+        )
+        held.decided(result)
         await self.apply(result, now)
 
     async def apply(self, result: CycleResult, now: float) -> None:
@@ -313,14 +323,14 @@ class Scheduler:
 
 
 async def main(service: Service, settings: SchedulerSettings) -> None:
-    scheduler = Scheduler(service, settings)
+    scheduler = SchedulerService(service, settings)
     await service.bus.watch(
         Subject.NODE_HEARTBEAT.value,
         scheduler.on_heartbeat,
         stream=TELEMETRY_STREAM.name,
         since=datetime.now(UTC) - timedelta(seconds=settings.node_timeout),
     )
-    await service.bus.watch("job.>", scheduler.on_job_event, stream=EVENTS_STREAM.name)
+    await service.bus.watch(Wildcard.JOB.value, scheduler.on_job_event, stream=EVENTS_STREAM.name)
     await scheduler.load()
     log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))
     await scheduler.lease.open()

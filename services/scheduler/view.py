@@ -1,6 +1,6 @@
 """The scheduler's view of the cluster: nodes from heartbeats, jobs from the event store.
 
-It keeps the core's `Scheduler` (the capacity index and the running jobs, held between cycles) told of every
+It keeps the core's `HeldCluster` (the capacity index and the running jobs, held between cycles) told of every
 change, and turns the queued jobs into the core's queue; no decisions here.
 """
 
@@ -13,12 +13,11 @@ from services.scheduler.core import (
     Allocation,
     Gpu,
     GpuAssignment,
+    HeldCluster,
     JobRequest,
     Node,
     ReplicaAssignment,
-    SchedulerConfig,
 )
-from services.scheduler.core import Scheduler as HeldCluster
 from shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
 
@@ -82,13 +81,13 @@ def to_placement(a: ReplicaAssignment, node: NodeHeartbeat | None) -> ReplicaPla
 
 
 class ClusterView:
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
+    def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
         self.queued_since: dict[str, float] = {}
         """When each queued job's current attempt was queued (a timestamp, read on every cycle)."""
-        self.held = HeldCluster(config)
+        self.held = HeldCluster()
 
     def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
         """Returns True when the node is new (or its inventory changed)."""

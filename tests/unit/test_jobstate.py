@@ -23,6 +23,7 @@ from shared.events import (
 )
 from shared.jobspec import JobSpec
 from shared.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
+from shared.reasons import PendingCode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 J = "job1"
@@ -126,7 +127,12 @@ def test_no_event_changes_an_earlier_view():
     )
     history = [
         submitted(),
-        ev(JobPending(job_id=J, attempt=1, reason=PendingReason(code="capacity", message="full")), 1),
+        ev(
+            JobPending(
+                job_id=J, attempt=1, reason=PendingReason(code=PendingCode.INSUFFICIENT_GPUS, message="full")
+            ),
+            1,
+        ),
         placed(),
         started(),
         ev(exited, 3),

@@ -1,11 +1,13 @@
 """The pure scheduling core: (cluster state, queue, config) -> placements, preemptions, reasons.
 
-No I/O here: no NATS, no store, no clock. `schedule` decides one cycle over a snapshot; `Scheduler` holds the
-cluster between cycles and is told what changed (the live service); the trace simulator calls `decide` on a
-capacity index it keeps. All three run the same decisions.
+No I/O here: no NATS, no store, no clock. `decide` is the one entry point to a cycle, on a capacity index:
+the live service keeps its cluster in a `HeldCluster` (told what changed) and the trace simulator keeps its own
+index; a snapshot (`ClusterState`) becomes an index with `CapacityIndex.from_state`.
 """
 
-from services.scheduler.core.cycle import schedule
+from services.scheduler.core.cluster import HeldCluster
+from services.scheduler.core.cycle import decide
+from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import (
     Allocation,
     ClusterState,
@@ -20,21 +22,21 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
-from services.scheduler.core.scheduler import Scheduler
 
 __all__ = [
     "Allocation",
+    "CapacityIndex",
     "ClusterState",
     "CycleResult",
     "Gpu",
     "GpuAssignment",
+    "HeldCluster",
     "JobRequest",
     "Node",
     "Placement",
     "Preemption",
     "Reason",
     "ReplicaAssignment",
-    "Scheduler",
     "SchedulerConfig",
-    "schedule",
+    "decide",
 ]

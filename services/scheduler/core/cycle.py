@@ -1,12 +1,12 @@
 """One scheduling cycle: order the queue, admit what quotas allow, place gangs, preempt, backfill, explain.
 
-`schedule(state, queue, config)` decides one cycle over a snapshot. `decide(...)` does the work on a
-`CapacityIndex`: `schedule` builds one per call, `scheduler.Scheduler` (the live service's cluster held between
-cycles) and the trace simulator keep theirs alive; all run exactly the same decisions.
+`decide(index, running, queue, config, quotas, now)` is the one entry point to a cycle, on a `CapacityIndex`
+(updated in place with the placements): the live service gets its index from a `cluster.HeldCluster`, the
+trace simulator keeps its own, and a caller with a snapshot builds one (`CapacityIndex.from_state`).
 
 Per job, in the order of `ordering.in_order`:
 1. retry backoff (`not_before` in the future) -> waits;
-2. strict order (`backfill="off"`) and an earlier job is blocked -> waits behind it;
+2. strict order (`backfill=BackfillMode.OFF`) and an earlier job is blocked -> waits behind it;
 3. user cap / borrowing off -> waits (quota codes);
 4. a job of the same shape already failed to fit this cycle -> same answer without searching again
    (capacity only shrinks inside a cycle);
@@ -35,7 +35,6 @@ from services.scheduler.core.gang import place_gang, undo_gang
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import (
     Allocation,
-    ClusterState,
     CycleResult,
     GpuAssignment,
     JobRequest,
@@ -50,29 +49,15 @@ from services.scheduler.core.placement import POLICIES, make_policy
 from services.scheduler.core.placement.base import Choice
 from services.scheduler.core.preemption import choose_victims, eligible_victims
 from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
+from shared.policies import BackfillMode
+from shared.reasons import GPU_SHORTAGES, PendingCode
 
 BACKFILL_MODES = ("easy", "greedy", "off")
-NEVER = frozenset({R.NO_NODES, R.TOO_LARGE, R.NO_MATCHING_GPU_MODEL})  # not in this cycle
+NEVER = frozenset(
+    {PendingCode.NO_NODES, PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL}
+)  # not in this cycle
 MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
 SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
-
-
-def schedule(
-    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig | None = None
-) -> CycleResult:
-    """Decide placements, preemptions and reasons for one cycle over a snapshot.
-
-    The nodes in `state` are updated in place with each placement, so a caller that keeps the state gets the
-    allocations it decided.
-    """
-    config = config or SchedulerConfig()
-    with gc_paused():
-        index = CapacityIndex.from_state(state)
-        result = decide(index, state.running, queue, config, state.quotas, state.now)
-        for placement in result.placements:
-            for r in placement.replicas:
-                allocate(state.nodes[r.node], (r,))
-    return result
 
 
 @contextmanager
@@ -130,6 +115,7 @@ def popularity_for(
 
 
 _KEY = attrgetter("key")
+_BACKFILL_MODES = frozenset(BackfillMode)  # (a set: a plain string from the caller is found by value)
 
 
 class _Cycle:
@@ -145,8 +131,8 @@ class _Cycle:
         now: float,
         kinds: RunningKinds | None = None,
     ) -> None:
-        if config.backfill not in BACKFILL_MODES:
-            raise ValueError(f"backfill must be one of {BACKFILL_MODES}, not {config.backfill!r}")
+        if config.backfill not in _BACKFILL_MODES:
+            raise ValueError(f"backfill must be one of {', '.join(BackfillMode)}, not {config.backfill!r}")
         self.index = index
         self.running = running
         self.config = config
@@ -178,7 +164,7 @@ class _Cycle:
         # Without quotas and user caps, a job whose shape failed this cycle, with no victims to preempt for its
         # priority and the head already chosen, gets exactly its shape's cached reason: (*shape, priority) ->
         # that reason, answered before anything else is looked at (most of a long queue of blocked jobs).
-        self.strict = config.backfill == "off"
+        self.strict = config.backfill == BackfillMode.OFF
         self.pending = self.result.pending
         self.simple = SETTLE_BY_SHAPE and not self.ledger.quotas_on and not self.ledger.caps_on
         self.settled: dict[tuple, R.Blocker] = {}
@@ -208,7 +194,7 @@ class _Cycle:
             self.wait(
                 job,
                 R.Blocker(
-                    R.RETRY_BACKOFF,
+                    PendingCode.RETRY_BACKOFF,
                     f"waiting {R.duration(job.not_before - self.now)} before the next attempt (retry backoff)",
                     {"not_before": job.not_before},
                 ),
@@ -218,7 +204,7 @@ class _Cycle:
             self.wait(
                 job,
                 R.Blocker(
-                    R.BLOCKED_BY_HEAD,
+                    PendingCode.BLOCKED_BY_HEAD,
                     f"strict order: waits behind job {self.head.job_id}",
                     {"head": self.head.job_id},
                 ),
@@ -258,7 +244,7 @@ class _Cycle:
             undo_gang(self.index, demand, choices)
             head = self.reservation.job_id
             self.delayed[key] = R.Blocker(
-                R.BACKFILL_WOULD_DELAY,
+                PendingCode.BACKFILL_WOULD_DELAY,
                 f"fits now but would delay the reserved start of job {head}",
                 {"reserved_for": head, "reserved_start": self.reservation.start},
             )
@@ -316,7 +302,7 @@ class _Cycle:
         if cached is None:
             cached = self.failed[key] = no_room_now(self.index, job, demand)
         # A borrowing job is told about its quota only when GPUs are what it lacks (not CPUs or memory).
-        short_of_gpus = cached.code in R.GPU_SHORTAGES
+        short_of_gpus = cached.code in GPU_SHORTAGES
         blocker = (
             self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
         )
@@ -325,7 +311,7 @@ class _Cycle:
             self.settle(key, job, blocker)
         if self.head is None:
             self.head = job
-            if self.config.backfill == "easy":
+            if self.config.backfill == BackfillMode.EASY:
                 ending = ending_order(self.running, self.placed_ending)
                 self.reservation = reserve(self.index, self.policy, job, demand, ending, self.now)
                 estimated = self.reservation.start
@@ -389,7 +375,7 @@ class _Cycle:
         self.wait(
             job,
             R.Blocker(
-                R.PREEMPTING,
+                PendingCode.PREEMPTING,
                 f"preempting {len(names)} job{'s' if len(names) != 1 else ''} ({shown}) to free {gpus:g} GPUs",
                 {"victims": names, "gpus": gpus},
             ),
@@ -406,7 +392,11 @@ def decide(
     now: float = 0.0,
     kinds: RunningKinds | None = None,
 ) -> CycleResult:
-    """The cycle on a capacity index (updated in place with the placements); `kinds`: the running jobs
-    already counted (see `RunningKinds`), else they are counted here."""
+    """Decide placements, preemptions and reasons for one cycle.
+
+    `index`: the free capacity, updated in place with each placement; `running`: what running jobs hold (the
+    preemption candidates and the backfill reservation's end times); `quotas`: tenant -> guaranteed GPUs
+    (empty: no quotas); `now`: the caller's clock in seconds; `kinds`: the running jobs already counted (see
+    `RunningKinds`), else they are counted here."""
     with gc_paused():
         return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)

@@ -8,6 +8,7 @@ from services.scheduler.core import reasons as R
 from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import EPS, JobRequest
+from shared.reasons import PendingCode
 
 
 def _matching(index: CapacityIndex, demand: Demand) -> np.ndarray:
@@ -40,12 +41,12 @@ def _gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
 def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker | None:
     """A blocker when the job cannot fit even on the empty cluster (as listed now), else None."""
     if not len(index):
-        return R.Blocker(R.NO_NODES, "no node has joined yet (no executor has announced one)", {})
+        return R.Blocker(PendingCode.NO_NODES, "no node has joined yet (no executor has announced one)", {})
     mask = _matching(index, demand)
     if demand.count and demand.models and not mask.any():
         models = " or ".join(demand.models)
         return R.Blocker(
-            R.NO_MATCHING_GPU_MODEL,
+            PendingCode.NO_MATCHING_GPU_MODEL,
             f"needs GPU model {models}; no node has one",
             {"gpu_models": list(demand.models)},
         )
@@ -62,14 +63,14 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
         if demand.whole and largest < demand.count:
             where = index.names[int(np.argmax(np.where(mask, gpus, -1)))] if mask.any() else "none"
             return R.Blocker(
-                R.TOO_LARGE,
+                PendingCode.TOO_LARGE,
                 f"needs {demand.count} GPUs on one node; the largest node has {largest} ({where})",
                 {"needed_per_replica": demand.count, "largest_node_gpus": largest, "node": where},
             )
     per_node = np.where(mask, per_node, 0)
     if not per_node.any():
         return R.Blocker(
-            R.TOO_LARGE,
+            PendingCode.TOO_LARGE,
             f"needs {demand.cpus:g} CPUs and {R.gib(demand.memory)} per replica; the largest node has "
             f"{float(index.cpus.max(initial=0)):g} CPUs and {R.gib(float(index.memory.max(initial=0)))}",
             {"cpus": demand.cpus, "memory": demand.memory},
@@ -77,7 +78,7 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
     total = int(per_node.sum())
     if total < job.replicas:
         return R.Blocker(
-            R.TOO_LARGE,
+            PendingCode.TOO_LARGE,
             f"needs {job.replicas} workers at once; the whole cluster holds only {total} of them",
             {"replicas": job.replicas, "cluster_slots": total},
         )
@@ -96,14 +97,14 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
             now = int(fits_one.size)
         what = f"{R.gpus_text(job.gpus)}" if demand.count else f"{demand.cpus:g} CPUs"
         return R.Blocker(
-            R.GANG_DOES_NOT_FIT,
+            PendingCode.GANG_DOES_NOT_FIT,
             f"needs {job.replicas} workers × {what} placed together; only about {min(now, job.replicas - 1)} fit now",
             {"replicas": job.replicas, "fit_now": min(now, job.replicas - 1)},
         )
     if not demand.count:
         best = int(np.argmax(np.where(index.schedulable, index.cpu_free, -1)))
         return R.Blocker(
-            R.INSUFFICIENT_CPU_MEMORY,
+            PendingCode.INSUFFICIENT_CPU_MEMORY,
             f"needs {demand.cpus:g} CPUs and {R.gib(demand.memory)}; the most free on one node is "
             f"{float(index.cpu_free[best]):g} CPUs ({index.names[best]})",
             {
@@ -119,13 +120,13 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
         largest = int(max(largest_any[best], 0))
         if largest >= demand.count:
             return R.Blocker(
-                R.INSUFFICIENT_CPU_MEMORY,
+                PendingCode.INSUFFICIENT_CPU_MEMORY,
                 f"needs {demand.count} GPUs with {demand.cpus:g} CPUs and {R.gib(demand.memory)} on one node; "
                 f"the nodes with {demand.count} free GPUs lack CPUs or memory",
                 {"needed_per_replica": demand.count, "cpus": demand.cpus, "memory": demand.memory},
             )
         return R.Blocker(
-            R.INSUFFICIENT_GPUS,
+            PendingCode.INSUFFICIENT_GPUS,
             f"needs {demand.count} GPUs on one node; the largest free block is {largest} ({index.names[best]})",
             {"needed_per_replica": demand.count, "largest_free": largest, "node": index.names[best]},
         )
@@ -133,21 +134,21 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
     best = int(np.argmax(shares))
     if (shares[resources_ok] >= demand.milli).any():
         return R.Blocker(
-            R.INSUFFICIENT_GPU_SHARE,
+            PendingCode.INSUFFICIENT_GPU_SHARE,
             f"needs {demand.fraction:g} of a GPU with {R.gib(demand.gpu_memory)} of its memory; no GPU with that "
             f"share free has that memory free",
             {"needed": demand.fraction, "gpu_memory": demand.gpu_memory},
         )
     if (shares >= demand.milli).any():
         return R.Blocker(
-            R.INSUFFICIENT_CPU_MEMORY,
+            PendingCode.INSUFFICIENT_CPU_MEMORY,
             f"needs {demand.fraction:g} of a GPU with {demand.cpus:g} CPUs and {R.gib(demand.memory)}; the nodes "
             f"with that share free lack CPUs or memory",
             {"needed": demand.fraction, "cpus": demand.cpus, "memory": demand.memory},
         )
     largest = max(int(shares[best]), 0) / MILLI
     return R.Blocker(
-        R.INSUFFICIENT_GPU_SHARE,
+        PendingCode.INSUFFICIENT_GPU_SHARE,
         f"needs {demand.fraction:g} of a GPU; the largest free share is {largest:.3g} ({index.names[best]})",
         {"needed": demand.fraction, "largest_free_share": largest, "node": index.names[best]},
     )

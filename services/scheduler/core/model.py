@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.scheduler.core.reasons import Reason
+from shared.policies import BackfillMode, Policy
 
 EPS = 1e-9
 
@@ -177,7 +178,7 @@ class ClusterState:
 class SchedulerConfig:
     """Every policy knob of the core. The defaults are GPUYard's own scheduler.
 
-    policy: where a replica goes: "gpuyard" (default), "fgd", "bestfit" or "firstfit".
+    policy: where a replica goes (`Policy`): gpuyard (default), fgd, bestfit or firstfit.
     fair_share: inside one priority class, serve the tenant with the smallest weighted dominant share
         (DRF over GPUs, CPUs, memory) first; off = arrival order inside a class.
     tenant_weights: tenant -> weight for fair share (default 1; a weight of 2 earns twice the share).
@@ -185,21 +186,21 @@ class SchedulerConfig:
     borrowing: a tenant may run above its guarantee on idle GPUs (that work is reclaimable).
     preemption: higher-priority jobs and quota reclaims may preempt running jobs.
     min_runtime_before_preemption: seconds a job runs before it may be preempted (no thrashing).
-    backfill: "easy" (default) = the first job blocked on resources gets a reservation from the running jobs'
-        time limits and later jobs start only if they do not delay it; "greedy" = anything that fits starts
-        (big jobs can starve); "off" = strict order, nothing passes a blocked job (FIFO).
+    backfill (`BackfillMode`): easy (default) = the first job blocked on resources gets a reservation from the
+        running jobs' time limits and later jobs start only if they do not delay it; greedy = anything that
+        fits starts (big jobs can starve); off = strict order, nothing passes a blocked job (FIFO).
     shape_popularity: ((TaskShape, weight), ...) that fragmentation-aware policies optimise for; None = learn it
         each cycle from the queue and the running jobs.
     """
 
-    policy: str = "gpuyard"
+    policy: Policy = Policy.GPUYARD
     fair_share: bool = True
     tenant_weights: dict[str, float] = field(default_factory=dict)
     user_gpu_cap: dict[str, float] = field(default_factory=dict)
     borrowing: bool = True
     preemption: bool = True
     min_runtime_before_preemption: float = 300.0
-    backfill: str = "easy"
+    backfill: BackfillMode = BackfillMode.EASY
     shape_popularity: tuple | None = None
 
 

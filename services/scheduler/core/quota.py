@@ -15,6 +15,7 @@ from operator import attrgetter
 
 from services.scheduler.core import reasons as R
 from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
+from shared.reasons import PendingCode
 
 _JOB = attrgetter("job")
 _KIND = attrgetter("tenant", "user", "key")
@@ -132,7 +133,7 @@ class QuotaLedger:
             held = self.user_gpus[(job.tenant, job.user)]
             if cap is not None and held + job.total_gpus > cap + EPS:
                 return R.Blocker(
-                    R.USER_CAP,
+                    PendingCode.USER_CAP,
                     f"user {job.user or '(none)'} of tenant {job.tenant} holds {held:g} of at most {cap:g} GPUs; "
                     f"this job needs {job.total_gpus:g} more",
                     {
@@ -145,7 +146,7 @@ class QuotaLedger:
                 )
         if self.would_borrow(job) and not self.config.borrowing:
             return R.Blocker(
-                R.BORROWING_DISABLED,
+                PendingCode.BORROWING_DISABLED,
                 f"tenant {job.tenant} is at its quota {self.used(job.tenant):g}/{self.guarantee(job.tenant):g} GPUs "
                 f"and borrowing is off",
                 {"tenant": job.tenant, "used": self.used(job.tenant), "quota": self.guarantee(job.tenant)},
@@ -156,7 +157,7 @@ class QuotaLedger:
         """A borrowing job that found no idle room."""
         used, quota = self.used(job.tenant), self.guarantee(job.tenant)
         return R.Blocker(
-            R.QUOTA_EXHAUSTED,
+            PendingCode.QUOTA_EXHAUSTED,
             f"tenant {job.tenant} is at its quota {used:g}/{quota:g} GPUs and no idle GPUs can be borrowed "
             f"(needs {job.total_gpus:g})",
             {"tenant": job.tenant, "used": used, "quota": quota, "needed": job.total_gpus},

@@ -1,9 +1,8 @@
-"""Why a job waits: a closed set of codes, each with numbers, rendered into one sentence.
+"""Why a job waits, as the scheduler renders it: a code with its numbers, made into one sentence.
 
-Codes rank like Kueue's fit modes: NO_FIT (nothing the scheduler does now will place the job: the cluster is
-too small, no GPU of that model, retry backoff, quota, user cap, ...) < PREEMPT (room is being made by
-preempting other jobs) < FIT (it would fit but waits its turn: strict order or a backfill reservation).
-When several reasons apply, `sort_reasons` orders them by (rank, code) so the first is always the same.
+The codes, their ranks (NO_FIT < PREEMPT < FIT) and meanings are `shared.reasons.PendingCode`, the one
+definition the API, the CLI and the docs share. When several reasons apply, `sort_reasons` orders them by
+(rank, code) so the first is always the same.
 """
 
 from __future__ import annotations
@@ -12,62 +11,14 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from shared.reasons import PendingCode
 from shared.units import format_rough_duration as duration
-
-NO_FIT, PREEMPT, FIT = 0, 1, 2
-
-RETRY_BACKOFF = "retry_backoff"
-NO_NODES = "no_nodes"
-TOO_LARGE = "too_large"
-NO_MATCHING_GPU_MODEL = "no_matching_gpu_model"
-QUOTA_EXHAUSTED = "quota_exhausted"
-BORROWING_DISABLED = "borrowing_disabled"
-USER_CAP = "user_cap"
-INSUFFICIENT_GPUS = "insufficient_gpus"
-INSUFFICIENT_GPU_SHARE = "insufficient_gpu_share"
-INSUFFICIENT_CPU_MEMORY = "insufficient_cpu_memory"
-GANG_DOES_NOT_FIT = "gang_does_not_fit"
-PREEMPTING = "preempting"
-BLOCKED_BY_HEAD = "blocked_by_head"
-BACKFILL_WOULD_DELAY = "backfill_would_delay"
-GPU_SHORTAGES = frozenset({INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, GANG_DOES_NOT_FIT})
-
-RANK: dict[str, int] = {
-    RETRY_BACKOFF: NO_FIT,
-    NO_NODES: NO_FIT,
-    TOO_LARGE: NO_FIT,
-    NO_MATCHING_GPU_MODEL: NO_FIT,
-    QUOTA_EXHAUSTED: NO_FIT,
-    BORROWING_DISABLED: NO_FIT,
-    USER_CAP: NO_FIT,
-    INSUFFICIENT_GPUS: NO_FIT,
-    INSUFFICIENT_GPU_SHARE: NO_FIT,
-    INSUFFICIENT_CPU_MEMORY: NO_FIT,
-    GANG_DOES_NOT_FIT: NO_FIT,
-    PREEMPTING: PREEMPT,
-    BLOCKED_BY_HEAD: FIT,
-    BACKFILL_WOULD_DELAY: FIT,
-}
-CODES = frozenset(RANK)
-WAITING_ITS_TURN = frozenset(  # busy resources, soon free: the reason is worth storing only if it lasts
-    {
-        INSUFFICIENT_GPUS,
-        INSUFFICIENT_GPU_SHARE,
-        INSUFFICIENT_CPU_MEMORY,
-        GANG_DOES_NOT_FIT,
-        BLOCKED_BY_HEAD,
-        BACKFILL_WOULD_DELAY,
-    }
-)
-RESOURCE_CODES = frozenset(
-    {INSUFFICIENT_GPUS, INSUFFICIENT_GPU_SHARE, INSUFFICIENT_CPU_MEMORY, GANG_DOES_NOT_FIT, PREEMPTING}
-)
 
 
 class Reason:
     """Why a job waits. `code` is for machines, `message` (with numbers) for people, `details` the numbers.
 
-    `code` is one of `CODES`; `position` is the job's place in line among the waiting jobs (1 = next);
+    `code` is a `PendingCode`; `position` is the job's place in line among the waiting jobs (1 = next);
     `estimated_start` is on the caller's clock, None when it cannot be known. `message` is rendered when read
     (`text`, the place in line, the estimated start as a duration from `now`): a cycle gives every waiting job
     a reason, and most are only looked at by code and position.
@@ -77,7 +28,7 @@ class Reason:
 
     def __init__(
         self,
-        code: str,
+        code: PendingCode,
         text: str,
         details: dict[str, Any],
         position: int | None = None,
@@ -118,7 +69,7 @@ _SEEN = attrgetter(*_SEEN_NAMES)  # what a reader sees: equal reasons read the s
 class Blocker:
     """A reason before it knows its place in line: code, the sentence's core and its numbers."""
 
-    code: str
+    code: PendingCode
     text: str
     details: dict[str, Any]
 
@@ -127,7 +78,7 @@ class Blocker:
 
 
 def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:
-    return sorted(blockers, key=lambda b: (RANK[b.code], b.code, b.text))
+    return sorted(blockers, key=lambda b: (b.code.rank, b.code, b.text))
 
 
 _SUFFIX = {1: "st", 2: "nd", 3: "rd"}

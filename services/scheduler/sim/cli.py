@@ -1,9 +1,12 @@
 """`gpuyard sim`: replay a trace through the scheduling core, one result row per policy.
 
-    gpuyard sim --trace FILE --policy NAME[,NAME...] [--mode inflation|time] [--seeds N] [--nodes FILE]
-                [--json] [--plot FILE.png]
+    python -m services.scheduler.sim --trace FILE --policy NAME[,NAME...] [--mode inflation|time] [--seeds N]
+                                     [--nodes FILE] [--json] [--plot FILE.png]
 
-Also `python -m services.scheduler.sim ...`. The FIFO/first-fit baseline ("fifo") is always included.
+This module is the whole simulator command line: `gpuyard sim ARGS` runs `python -m services.scheduler.sim
+ARGS` (the client package imports no service). The FIFO/first-fit baseline ("fifo") is always included. An
+argument that cannot work is one line on stderr and exit status 2; `--plot` needs matplotlib, the optional
+extra `gpuyard[sim]`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import numpy as np
 from services.scheduler.sim import presets
 from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, DEFAULT_TRACE_DIR, read_nodes, read_pods
 
+PROG = "gpuyard sim"
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+PLOT_NEEDS = "--plot needs matplotlib: pip install 'gpuyard[sim]'"
+POSITIVE = {"seeds": "--seeds", "ratio": "--ratio", "speedup": "--speedup", "limit_factor": "--limit-factor"}
 PUBLISHED_AT_100 = {  # FGD paper / artifact, mean unallocated GPUs (%) at arrived = 100%: BestFit, FGD
     "openb_pod_list_default": (7.14, 4.77),
     "openb_pod_list_gpushare40": (8.56, 6.04),
@@ -58,14 +65,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def argument_error(args: argparse.Namespace) -> str | None:
+    """Why these arguments cannot work, found before any trace is read; None when they can."""
+    for field, flag in POSITIVE.items():
+        value = getattr(args, field)
+        if value <= 0:
+            return f"{flag} must be positive, not {value:g}"
+    if not 0 < args.cluster_fraction <= 1:
+        return f"--cluster-fraction must be in (0, 1], not {args.cluster_fraction:g}"
+    if args.plot is not None:
+        folder = args.plot.resolve().parent
+        if not folder.is_dir():
+            return f"--plot {args.plot}: folder {folder} does not exist"
+        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
+            return f"--plot {args.plot}: the file name must end in {', '.join(PLOT_SUFFIXES)}"
+        try:
+            import matplotlib  # noqa: F401  (the optional extra gpuyard[sim])
+        except ImportError:
+            return PLOT_NEEDS
+    return None
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
+    error = argument_error(args)
+    if error is not None:
+        return fail(error)
     try:
         nodes = read_nodes(args.nodes)
         pods = read_pods(args.trace)
         names = _policies(args.policy)
     except (FileNotFoundError, ValueError, KeyError) as e:
-        print(f"gpuyard sim: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
+    except OSError as e:  # a folder or an unreadable file given as a trace
+        return fail(f"cannot read {e.filename}: {e.strerror or e}" if e.filename else str(e))
     if args.mode == "time" and args.cluster_fraction < 1:
         nodes = _subsample(nodes, args.cluster_fraction)
     try:
@@ -74,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             results = _time(nodes, pods, names, args)
     except ValueError as e:
-        print(f"gpuyard sim: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     if args.json:
         print(json.dumps(results, indent=2))
     if args.plot:
@@ -85,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m services.scheduler.sim", description=__doc__.splitlines()[0]
+        prog=PROG,
+        description="Replay a cluster trace (openb CSV columns) through the scheduling core and compare "
+        "placement policies; the table goes to stderr, --json to stdout.",
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))
@@ -233,7 +271,7 @@ def _time_table(runs, trace: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from services.scheduler.core.reasons import duration
+    from shared.units import format_rough_duration as duration
 
     def d(v):
         return "-" if v is None else duration(v)

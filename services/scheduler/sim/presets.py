@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from services.scheduler.core.model import SchedulerConfig
 from services.scheduler.core.placement import POLICIES
+from shared.policies import BackfillMode, Policy
 
 BASELINE = "fifo"
 
@@ -23,13 +24,15 @@ def names() -> list[str]:
 
 def config_for(name: str, popularity: tuple = ()) -> SchedulerConfig:
     if name == BASELINE:
-        base = SchedulerConfig(policy="firstfit", fair_share=False, backfill="off", preemption=False)
+        base = SchedulerConfig(
+            policy=Policy.FIRSTFIT, fair_share=False, backfill=BackfillMode.OFF, preemption=False
+        )
     elif name in POLICIES:
-        base = SchedulerConfig(policy=name)
+        base = SchedulerConfig(policy=Policy(name))
     else:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(names())}")
     return replace(base, shape_popularity=popularity or None)
 
 
-def placement_for(name: str) -> str:
-    return "firstfit" if name == BASELINE else config_for(name).policy
+def placement_for(name: str) -> Policy:
+    return Policy.FIRSTFIT if name == BASELINE else config_for(name).policy

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.core.cycle import decide
+from services.scheduler.core import decide
 from services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
 from services.scheduler.sim.cluster import node_index
 from services.scheduler.sim.trace import NodeTable, PodTable
+from shared.reasons import RESOURCE_CODES, PendingCode
 
 
 @dataclass(slots=True)
@@ -217,9 +218,7 @@ def _end_of(ends: list[tuple[float, str]], job_id: str) -> float:
     return next(t for t, j in ends if j == job_id)
 
 
-def _resource_blocked(code: str) -> bool:
-    from services.scheduler.core.reasons import RESOURCE_CODES
-
+def _resource_blocked(code: PendingCode) -> bool:
     return code in RESOURCE_CODES
 
 

@@ -21,6 +21,7 @@ from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.controller import KubernetesController
 from services.executor.kubernetes.fake_api import FakeKubeApi
 from services.executor.kubernetes.nodes import byte_count, cluster_inventory, cpu_cores, gpu_model
+from services.scheduler.core import SchedulerConfig, decide
 from services.scheduler.view import ClusterView, to_placement
 from shared.events import GpuInfo, JobPlaced, NodeHeartbeat
 
@@ -328,7 +329,9 @@ async def test_the_scheduler_places_on_an_announced_node_and_the_pod_is_pinned_t
         view.observe_node(hb)
     job = await h.submit(command="python train.py", resources={"gpus": 2, "gpu_model": "H100"})
     view.put_job(await h.view(job))
-    (placement,) = view.held.schedule(view.queue(), 0.0).placements
+    (placement,) = decide(
+        view.held.index(), view.held.allocations(), view.queue(), SchedulerConfig()
+    ).placements
     placements = [to_placement(r, view.nodes[r.node].heartbeat) for r in placement.replicas]
     assert [p.node for p in placements] == ["gpu-a"]  # the only H100 node the scheduler knows of
     placed = JobPlaced(job_id=job, attempt=1, placements=placements)

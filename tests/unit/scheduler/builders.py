@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from services.scheduler.core import (
     Allocation,
+    CapacityIndex,
     ClusterState,
+    CycleResult,
     Gpu,
     GpuAssignment,
+    HeldCluster,
     JobRequest,
     Node,
     ReplicaAssignment,
+    SchedulerConfig,
+    decide,
 )
+from services.scheduler.core.cycle import allocate
 
 GIB = 1 << 30
 
@@ -68,3 +74,30 @@ def running(
 def where(result, job_id: str) -> list[tuple[str, tuple[int, ...]]]:
     p = next(p for p in result.placements if p.job_id == job_id)
     return [(r.node, tuple(g.index for g in r.gpus)) for r in p.replicas]
+
+
+def decide_snapshot(
+    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig | None = None
+) -> CycleResult:
+    """`decide` on a snapshot (its index built from `state`); the state's nodes then hold the placements, so a
+    test that keeps the state sees what was decided."""
+    index = CapacityIndex.from_state(state)
+    result = decide(index, state.running, queue, config or SchedulerConfig(), state.quotas, state.now)
+    for placement in result.placements:
+        for r in placement.replicas:
+            allocate(state.nodes[r.node], (r,))
+    return result
+
+
+def decide_held(
+    held: HeldCluster,
+    queue: list[JobRequest],
+    now: float,
+    quotas: dict[str, float] | None = None,
+    config: SchedulerConfig | None = None,
+) -> CycleResult:
+    """`decide` on a held cluster, as the live service runs it."""
+    index = held.index()
+    result = decide(index, held.allocations(), queue, config or SchedulerConfig(), quotas, now, held.kinds)
+    held.decided(result)
+    return result

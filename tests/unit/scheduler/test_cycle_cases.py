@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.scheduler.core import SchedulerConfig, schedule
-from tests.unit.scheduler.builders import GIB, cluster, job, node, running, where
+from services.scheduler.core import SchedulerConfig
+from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, job, node, running, where
 
 HOUR = 3600.0
 NOW = 10_000.0
@@ -348,7 +348,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_cycle(case: Case) -> None:
     state = case.state()
-    result = schedule(state, case.queue, case.config)
+    result = decide_snapshot(state, case.queue, case.config)
 
     placed = {p.job_id for p in result.placements}
     assert placed == set(case.placed), result.pending
@@ -366,7 +366,7 @@ def test_cycle(case: Case) -> None:
 
 def test_borrowed_flag() -> None:
     state = cluster(node("n0", 4), quotas={"a": 1})
-    result = schedule(
+    result = decide_snapshot(
         state, [job("a1", 1, tenant="a", submitted_at=1), job("a2", 1, tenant="a", submitted_at=2)], ff()
     )
     assert [(p.job_id, p.borrowed) for p in result.placements] == [("a1", False), ("a2", True)]
@@ -374,11 +374,11 @@ def test_borrowed_flag() -> None:
 
 def test_schedule_applies_placements_to_the_state() -> None:
     state = cluster(node("n0", 2))
-    schedule(state, [job("a", 0.5, cpus=4, memory=GIB)], ff())
+    decide_snapshot(state, [job("a", 0.5, cpus=4, memory=GIB)], ff())
     n0 = state.nodes["n0"]
     assert (n0.gpus[0].allocated, n0.allocated_cpus, n0.allocated_memory) == (0.5, 4, GIB)
 
 
 def test_unknown_policy_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown placement policy"):
-        schedule(cluster(node("n0")), [job("a")], SchedulerConfig(policy="nope"))
+        decide_snapshot(cluster(node("n0")), [job("a")], SchedulerConfig(policy="nope"))

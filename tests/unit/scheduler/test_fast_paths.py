@@ -25,7 +25,6 @@ from services.scheduler.core import (
     ClusterState,
     JobRequest,
     SchedulerConfig,
-    schedule,
 )
 from services.scheduler.core import cycle as cycle_module
 from services.scheduler.core import index as index_module
@@ -38,7 +37,7 @@ from services.scheduler.core.ordering import arrival_key, in_order
 from services.scheduler.core.placement import POLICIES
 from services.scheduler.core.placement import base as placement_base
 from services.scheduler.core.quota import QuotaLedger
-from tests.unit.scheduler.builders import GIB
+from tests.unit.scheduler.builders import GIB, decide_snapshot
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TEMPLATES = [  # (model, GPUs, CPUs, memory GiB, GPU memory GiB): few kinds, so alike nodes form groups
@@ -97,7 +96,7 @@ quota_sets = st.sampled_from([{}, {}, {"a": 8.0, "b": 4.0}])
 
 def second_cycle(state: ClusterState, first: list[JobRequest], config: SchedulerConfig) -> ClusterState:
     """Run `first` through one cycle so that the second cycle starts from a partly used cluster."""
-    result = schedule(state, first, config)
+    result = decide_snapshot(state, first, config)
     by_id = {j.job_id: j for j in first}
     state.running = [
         Allocation(by_id[p.job_id], p.replicas, state.now - 1000.0, p.borrowed) for p in result.placements
@@ -134,7 +133,7 @@ def test_fast_cycle_decides_like_the_plain_one(state, first, queue, config, quot
     state.quotas = quotas
     with groups_from_the_start():
         state = second_cycle(state, first, config)
-        fast = schedule(copy.deepcopy(state), queue, config)
+        fast = decide_snapshot(copy.deepcopy(state), queue, config)
     assert fast == plain(state, queue, config, quotas)
 
 
@@ -164,7 +163,7 @@ def test_groups_give_the_same_placements_on_a_large_random_cluster(policy: str) 
     ]
     config = SchedulerConfig(policy=policy)
     state = ClusterState(nodes, now=0.0)
-    fast = schedule(copy.deepcopy(state), queue, config)
+    fast = decide_snapshot(copy.deepcopy(state), queue, config)
     assert len(fast.placements) > 200
     assert fast == plain(state, queue, config, {})
 
@@ -343,6 +342,6 @@ def test_gpu_models_given_as_lists_take_the_long_way() -> None:
 
     listed = [JobRequest(f"j{k}", "b", gpus=1, gpu_models=["T4"], submitted_at=k) for k in range(3)]
     tupled = [JobRequest(f"j{k}", "b", gpus=1, gpu_models=("T4",), submitted_at=k) for k in range(3)]
-    a, b = schedule(state(), listed), schedule(state(), tupled)
+    a, b = decide_snapshot(state(), listed), decide_snapshot(state(), tupled)
     assert a == b
     assert [p.job_id for p in a.placements] == ["j0"] and set(a.pending) == {"j1", "j2"}

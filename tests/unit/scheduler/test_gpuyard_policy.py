@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core import SchedulerConfig, schedule
+from services.scheduler.core import SchedulerConfig
 from services.scheduler.core.fragmentation import Fragmenter, TaskShape
 from services.scheduler.core.placement.gpuyard import stranded
-from tests.unit.scheduler.builders import cluster, job, node, where
+from tests.unit.scheduler.builders import cluster, decide_snapshot, job, node, where
 
 # a workload of 1-GPU tasks asking for 11 CPUs each, and some CPU-only tasks
 POPULARITY = ((TaskShape(11.0, 1000, 1), 0.8), (TaskShape(30.0, 0, 0), 0.2))
@@ -38,8 +38,8 @@ def test_cpu_only_task_keeps_off_the_cpus_a_gpu_node_needs() -> None:
         return cluster(node("dense", 8, cpus=96), node("rich", 2, cpus=104))
 
     queue = [job("cpu", 0, cpus=30)]
-    assert where(schedule(state(), queue, config("fgd")), "cpu") == [("dense", ())]
-    assert where(schedule(state(), queue, config("gpuyard")), "cpu") == [("rich", ())]
+    assert where(decide_snapshot(state(), queue, config("fgd")), "cpu") == [("dense", ())]
+    assert where(decide_snapshot(state(), queue, config("gpuyard")), "cpu") == [("rich", ())]
 
 
 def test_gpu_task_with_few_cpus_goes_where_cpus_are_short() -> None:
@@ -49,8 +49,8 @@ def test_gpu_task_with_few_cpus_goes_where_cpus_are_short() -> None:
         return cluster(node("rich", 2, cpus=104), node("poor", 2, cpus=12))
 
     queue = [job("light", 1, cpus=2)]
-    assert where(schedule(state(), queue, config("fgd")), "light")[0][0] == "rich"
-    assert where(schedule(state(), queue, config("gpuyard")), "light")[0][0] == "poor"
+    assert where(decide_snapshot(state(), queue, config("fgd")), "light")[0][0] == "rich"
+    assert where(decide_snapshot(state(), queue, config("gpuyard")), "light")[0][0] == "poor"
 
 
 def test_model_pressure_per_model_and_computed_once() -> None:

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from services.scheduler.main import Scheduler
+from services.scheduler.main import SchedulerService
 from shared.events import GpuInfo, NodeHeartbeat, make_event
 from shared.settings import SchedulerSettings
 
@@ -24,7 +24,7 @@ def heartbeat(sent: float):
 
 async def test_a_heartbeat_counts_from_when_it_was_sent() -> None:
     service = SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1))
-    scheduler = Scheduler(service, SchedulerSettings(node_timeout=30))
+    scheduler = SchedulerService(service, SchedulerSettings(node_timeout=30))
     now = time.time()
     await scheduler.on_heartbeat(heartbeat(now - 20))  # read again at start: sent 20 s ago
     assert "n1" in scheduler.view.nodes and scheduler.wake.is_set()

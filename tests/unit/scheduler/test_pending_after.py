@@ -9,26 +9,27 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler.core.reasons import CODES, INSUFFICIENT_GPUS, WAITING_ITS_TURN, Reason
-from services.scheduler.main import Scheduler
+from services.scheduler.core.reasons import Reason
+from services.scheduler.main import SchedulerService
 from shared.events import JobSubmitted, make_event
 from shared.jobspec import JobSpec
 from shared.jobstate import apply
+from shared.reasons import WAITING_ITS_TURN, PendingCode
 from shared.settings import SchedulerSettings
 
 SUBMITTED_AT = 1_800_000_000.0
 
 
-def scheduler(pending_after: float) -> Scheduler:
+def scheduler(pending_after: float) -> SchedulerService:
     service = SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1))
-    held = Scheduler(service, SchedulerSettings(pending_after=pending_after))
+    held = SchedulerService(service, SchedulerSettings(pending_after=pending_after))
     job = JobSubmitted(job_id="j1", name="j1", tenant="t", user="u", spec=JobSpec(command="true"))
     event = make_event(job, source="/test", time=datetime.fromtimestamp(SUBMITTED_AT, UTC))
     held.view.put_job(apply(None, event))
     return held
 
 
-def stores(held: Scheduler, code: str, waited: float) -> bool:
+def stores(held: SchedulerService, code: str, waited: float) -> bool:
     reason = Reason(code, "why", {}, position=1, now=SUBMITTED_AT + waited)
     return held.waiting("j1", reason, SUBMITTED_AT + waited) is not None
 
@@ -40,10 +41,10 @@ def test_a_job_waiting_its_turn_gets_its_reason_once_it_has_waited_pending_after
     assert stores(held, code, waited=1.2)
 
 
-@pytest.mark.parametrize("code", sorted(CODES - WAITING_ITS_TURN))
+@pytest.mark.parametrize("code", sorted(set(PendingCode) - WAITING_ITS_TURN))
 def test_a_job_that_cannot_run_soon_or_preempts_gets_its_reason_at_once(code) -> None:
     assert stores(scheduler(pending_after=1.0), code, waited=0.0)
 
 
 def test_pending_after_zero_stores_every_reason_at_once() -> None:
-    assert stores(scheduler(pending_after=0.0), INSUFFICIENT_GPUS, waited=0.0)
+    assert stores(scheduler(pending_after=0.0), PendingCode.INSUFFICIENT_GPUS, waited=0.0)

@@ -8,10 +8,10 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.core import Allocation, ClusterState, JobRequest, SchedulerConfig, schedule
+from services.scheduler.core import Allocation, ClusterState, JobRequest, SchedulerConfig
 from services.scheduler.core.placement import POLICIES
-from services.scheduler.core.reasons import CODES
-from tests.unit.scheduler.builders import GIB, cluster, node
+from shared.reasons import PendingCode
+from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, node
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TENANTS = ["a", "b", "c"]
@@ -75,9 +75,9 @@ quotas = st.sampled_from([{}, {"a": 4.0}, {"a": 2.0, "b": 6.0}])
 
 
 def place_all(state: ClusterState, queue: list[JobRequest], config: SchedulerConfig) -> list[Allocation]:
-    """Run one cycle on `state`; return the new allocations (the state's nodes are updated by `schedule`)."""
+    """Run one cycle on `state`; return the new allocations (the state's nodes are updated by `decide_snapshot`)."""
     by_id = {j.job_id: j for j in queue}
-    result = schedule(state, queue, config)
+    result = decide_snapshot(state, queue, config)
     return [Allocation(by_id[p.job_id], p.replicas, state.now, p.borrowed) for p in result.placements]
 
 
@@ -97,14 +97,14 @@ def test_one_cycle_invariants(
 ) -> None:
     state.quotas = q
     before = copy.deepcopy(state)
-    result = schedule(state, queue, config)
+    result = decide_snapshot(state, queue, config)
     check_capacity(state)
 
     placed = {p.job_id for p in result.placements}
     # every job is either placed or has a reason, never both
     assert placed.isdisjoint(result.pending)
     assert placed | set(result.pending) == {j.job_id for j in queue}
-    assert all(r.code in CODES and r.message for r in result.pending.values())
+    assert all(isinstance(r.code, PendingCode) and r.message for r in result.pending.values())
     assert sorted(r.position for r in result.pending.values()) == list(range(1, len(result.pending) + 1))
 
     by_id = {j.job_id: j for j in queue}
@@ -143,7 +143,7 @@ def test_one_cycle_invariants(
 def test_deterministic(state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q) -> None:
     state.quotas = q
     other = copy.deepcopy(state)
-    assert schedule(state, queue, config) == schedule(other, list(reversed(queue)), config)
+    assert decide_snapshot(state, queue, config) == decide_snapshot(other, list(reversed(queue)), config)
 
 
 @SETTINGS
@@ -175,7 +175,7 @@ def test_guarantee_is_reclaimed_from_borrowers(
     waiting = list(want)
     for cycle in range(1, 4):
         state.now = 1000.0 * cycle
-        result = schedule(state, waiting, config)
+        result = decide_snapshot(state, waiting, config)
         check_capacity(state)
         by_id = {j.job_id: j for j in waiting}
         state.running += [

@@ -8,11 +8,12 @@ from services.scheduler.core.placement.bestfit import BestFit
 from services.scheduler.core.placement.fgd import Fgd
 from services.scheduler.core.placement.firstfit import FirstFit
 from services.scheduler.core.placement.gpuyard import GpuYard
+from shared.policies import Policy
 
-POLICIES: dict[str, type[PlacementPolicy]] = {p.name: p for p in (FirstFit, BestFit, Fgd, GpuYard)}
+POLICIES: dict[Policy, type[PlacementPolicy]] = {p.name: p for p in (FirstFit, BestFit, Fgd, GpuYard)}
 
 
-def make_policy(name: str, popularity: tuple = ()) -> PlacementPolicy:
+def make_policy(name: Policy | str, popularity: tuple = ()) -> PlacementPolicy:
     try:
         cls = POLICIES[name]
     except KeyError:

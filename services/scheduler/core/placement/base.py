@@ -9,6 +9,7 @@ import numpy as np
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.fragmentation import Fragmenter
 from services.scheduler.core.index import CapacityIndex
+from shared.policies import Policy
 
 Choice = tuple[int, list[int]]  # (node position, GPU slots on that node)
 
@@ -23,7 +24,7 @@ class PlacementPolicy(ABC):
     to the lowest node position. A policy that needs the shape distribution gets a `Fragmenter`.
     """
 
-    name = ""
+    name: Policy
     needs_popularity = False
 
     def __init__(self, fragmenter: Fragmenter | None = None) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.placement.base import ScoringPolicy
+from shared.policies import Policy
 
 
 def largest_node(index: CapacityIndex) -> tuple[float, float]:
@@ -32,7 +33,7 @@ def leftover_score(index: CapacityIndex, demand: Demand, candidates: np.ndarray)
 
 
 class BestFit(ScoringPolicy):
-    name = "bestfit"
+    name = Policy.BESTFIT
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
         return -leftover_score(index, demand, candidates)[:, None]

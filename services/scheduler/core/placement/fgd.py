@@ -13,6 +13,7 @@ import numpy as np
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.placement.base import ScoringPolicy, tightest_slots
+from shared.policies import Policy
 
 NO_SCORE = -(1 << 40)
 
@@ -40,7 +41,7 @@ def option_slots(index: CapacityIndex, i: int, options: np.ndarray, demand: Dema
 
 
 class Fgd(ScoringPolicy):
-    name = "fgd"
+    name = Policy.FGD
     needs_popularity = True
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:

@@ -7,10 +7,11 @@ import numpy as np
 from services.scheduler.core.demand import Demand
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.placement.base import Choice, PlacementPolicy, first_slots
+from shared.policies import Policy
 
 
 class FirstFit(PlacementPolicy):
-    name = "firstfit"
+    name = Policy.FIRSTFIT
 
     def choose(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> Choice:
         i = int(candidates[0])

@@ -40,6 +40,7 @@ from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.placement.base import ScoringPolicy
 from services.scheduler.core.placement.bestfit import largest_node
 from services.scheduler.core.placement.fgd import fgd_scores, option_slots
+from shared.policies import Policy
 
 MODEL_PRESSURE_WEIGHT = 30.0
 CPU_SHARE_OF_PACKING = 0.35
@@ -82,7 +83,7 @@ def stranded(free_milli: np.ndarray, cpu_free: np.ndarray, cpus_per_gpu: float) 
 
 
 class GpuYard(ScoringPolicy):
-    name = "gpuyard"
+    name = Policy.GPUYARD
     needs_popularity = True
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:

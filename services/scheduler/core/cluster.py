@@ -1,43 +1,36 @@
-"""The scheduler of a caller that keeps its cluster between cycles (the live service).
+"""The cluster as a caller keeps it between cycles (the live service): nodes, what each job holds, and the
+capacity index that `decide` reads, kept up to date instead of rebuilt from a snapshot every cycle.
 
-`schedule(state, queue, config)` builds the capacity index and counts the running jobs from a snapshot in
-every cycle. A `Scheduler` holds them instead and is told what changed: the nodes (`put_node`, `drop_node`)
-and what each job holds (`put`, `drop`). Its cycle, `schedule(queue, now, quotas)`, decides exactly what
-`schedule` decides on `snapshot()`: the same nodes and running jobs, in the order they were put (a job whose
-allocation changed counts as put anew).
+A `HeldCluster` is told what changed: the nodes (`put_node`, `drop_node`) and what each job holds (`put`,
+`drop`). A cycle is `decide(held.index(), held.allocations(), queue, config, quotas, now, held.kinds)`, then
+`held.decided(result)`: it decides exactly what `decide` decides on an index built from `snapshot()`, the same
+nodes and running jobs in the order they were put (a job whose allocation changed counts as put anew).
 
-At the start of a cycle, the free capacity of each node whose allocations changed since the last cycle is
-recomputed from what is put on it, read exactly as `CapacityIndex.from_state` reads a snapshot's node, so
-nothing drifts; a change of the nodes themselves rebuilds the index. A cycle's placements are decisions, not
-allocations: the caller `put`s each job it records as placed, and any placement not put by the next cycle is
-given back then.
+`index()` recomputes the free capacity of each node whose allocations changed since the last cycle from what
+is put on it, read exactly as `CapacityIndex.from_state` reads a snapshot's node, so nothing drifts; a change
+of the nodes themselves rebuilds the index. A cycle's placements are decisions, not allocations: the caller
+`put`s each job it records as placed, and any placement not put by the next cycle is given back then. A cycle
+that did not reach `decided` (it raised) leaves an index that may hold part of a decision: the next one
+rebuilds it.
 """
 
 from __future__ import annotations
 
-from services.scheduler.core.cycle import allocate, decide
+from services.scheduler.core.cycle import allocate
 from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import (
-    Allocation,
-    ClusterState,
-    CycleResult,
-    Gpu,
-    JobRequest,
-    Node,
-    SchedulerConfig,
-)
+from services.scheduler.core.model import Allocation, ClusterState, CycleResult, Gpu, Node
 from services.scheduler.core.quota import RunningKinds
 
 
-class Scheduler:
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
-        self.config = config or SchedulerConfig()
+class HeldCluster:
+    def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}  # inventory, allocations not applied
         self.running: dict[str, Allocation] = {}  # job id -> what it holds, in the order put
         self.kinds = RunningKinds()
         self._on: dict[str, list[str]] = {}  # node -> the jobs holding something on it, in the order put
         self._index: CapacityIndex | None = None
         self._changed: set[str] = set()  # nodes to recompute: changed since the last cycle, or placed on
+        self._deciding = False  # between `index()` and `decided()`
 
     # ------------------------------------------------------------------------------------------- changes
     def put_node(self, node: Node) -> None:
@@ -81,29 +74,32 @@ class Scheduler:
             self._changed.add(name)
 
     # ------------------------------------------------------------------------------------------- cycle
-    def schedule(
-        self, queue: list[JobRequest], now: float, quotas: dict[str, float] | None = None
-    ) -> CycleResult:
-        """One cycle: placements, preemptions and reasons, as `schedule(self.snapshot(now, quotas), queue,
-        self.config)` decides them."""
+    def index(self) -> CapacityIndex:
+        """The capacity index for the next `decide`, up to date with every change told since the last cycle."""
         index = self._index
-        if index is None:
+        if index is None or self._deciding:
             index = self._index = CapacityIndex.from_state(self.snapshot())
         else:
             for name in self._changed:
                 i = index.position.get(name)
                 if i is not None:
                     index.set_node(i, self._applied(name))
-        try:
-            result = decide(index, list(self.running.values()), queue, self.config, quotas, now, self.kinds)
-        except BaseException:
-            self._index = None  # it may hold part of a decision
-            raise
+        self._changed = set()
+        self._deciding = True
+        return index
+
+    def allocations(self) -> list[Allocation]:
+        """The running jobs, in the order they were put (`decide`'s `running`)."""
+        return list(self.running.values())
+
+    def decided(self, result: CycleResult) -> None:
+        """`decide` ran on `index()`: the nodes it placed on are recomputed at the next cycle (what the caller
+        did not `put` by then is given back)."""
         self._changed = {r.node for p in result.placements for r in p.replicas}
-        return result
+        self._deciding = False
 
     def snapshot(self, now: float = 0.0, quotas: dict[str, float] | None = None) -> ClusterState:
-        """The cluster as `schedule` takes it: the nodes with what was put applied, and the running jobs."""
+        """The cluster as a snapshot: the nodes with what was put applied, and the running jobs."""
         nodes = {name: self._applied(name) for name in self.nodes}
         return ClusterState(nodes, list(self.running.values()), dict(quotas or {}), now)
 

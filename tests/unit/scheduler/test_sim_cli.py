@@ -1,0 +1,99 @@
+"""`python -m services.scheduler.sim` is the whole simulator command line (`gpuyard sim` runs it): a tiny run,
+and every argument that cannot work is one line on stderr with exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.scheduler.sim import cli
+
+ROOT = Path(__file__).resolve().parents[3]
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
+PODS_CSV = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    "scheduled_time\np0,4000,8192,1,1000,,LS,Running,0,1000,0\np1,2000,4096,1,500,,LS,Running,10,400,20\n"
+    "p2,8000,16384,2,1000,,BE,Running,20,3000,25\n"
+)
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    return tmp_path
+
+
+def sim(capsys, trace: Path, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--nodes", str(trace / "nodes.csv"), "--seeds", "1", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code == 2
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_a_tiny_run_prints_json(capsys, trace):
+    code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit", "--json")
+    assert code == 0, err
+    results = json.loads(out)
+    assert results["mode"] == "inflation" and results["gpus"] == 10
+    assert list(results["policies"]) == ["fifo", "bestfit"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--trace", "{t}/missing.csv"], "trace file not found: {t}/missing.csv"),
+        (["--trace", "{t}/pods.csv", "--policy", "nope"], "unknown policy 'nope'"),
+        (["--trace", "{t}"], "cannot read {t}: Is a directory"),
+        (["--trace", "{t}/pods.csv", "--plot", "{t}/no/such/dir/out.png"], "folder {t}/no/such/dir does not"),
+        (["--trace", "{t}/pods.csv", "--plot", "{t}/out.txt"], "must end in .png"),
+        (["--trace", "{t}/pods.csv", "--ratio", "-1"], "--ratio must be positive"),
+        (["--trace", "{t}/pods.csv", "--mode", "time", "--speedup", "0"], "--speedup must be positive"),
+        (["--trace", "{t}/pods.csv", "--cluster-fraction", "2"], "--cluster-fraction must be in (0, 1]"),
+    ],
+)
+def test_arguments_that_cannot_work_are_one_line(capsys, trace, args, expected):
+    code, _, err = sim(capsys, trace, *[a.format(t=trace) for a in args])
+    assert expected.format(t=trace) in one_line_error(code, err)
+    assert err.startswith("gpuyard sim: ")
+
+
+def test_plot_without_matplotlib_names_the_extra(capsys, trace, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails as when not installed
+    code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--plot", str(trace / "out.png"))
+    assert one_line_error(code, err) == "gpuyard sim: --plot needs matplotlib: pip install 'gpuyard[sim]'"
+    assert out == "" and not (trace / "out.png").exists()  # refused before the replay
+
+
+def test_the_module_runs_as_the_command(trace):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.scheduler.sim",
+            "--trace",
+            str(trace),
+            "--nodes",
+            str(trace / "nodes.csv"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stderr.strip() == f"gpuyard sim: cannot read {trace}: Is a directory"
+    helped = subprocess.run(
+        [sys.executable, "-m", "services.scheduler.sim", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: gpuyard sim")
+    assert "--plot" in helped.stdout and "--cluster-fraction" in helped.stdout
