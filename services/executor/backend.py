@@ -1,11 +1,11 @@
 """What the executor asks of a backend that runs replicas: local process groups or Kubernetes pods.
 
-The executor (main.py) owns the job's lifecycle, identically for every backend: which placements to launch,
+The executor (executor.py) owns the job's lifecycle, identically for every backend: which placements to launch,
 the events it records (started, replica exits, succeeded / failed / cancelled / requeued), retries with
 backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A backend only:
 
 - `launch`es the replicas of an attempt it is given and reports, through `BackendEvents`, when they have
-  started and how each one ended (`ReplicaEnded`: exit code, signal, reason, message, last log lines);
+  started and how each one ended (`exits.ReplicaExit`: exit code, signal, reason, message, last log lines);
 - `stop`s an attempt: every replica still running ends (SIGTERM, then SIGKILL after the grace) and is
   reported ended like any other;
 - writes each replica's output to its log file in the data directory (size-capped, rotated), which the
@@ -19,13 +19,12 @@ backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from shared.events import FailureReason, NodeHeartbeat, ReplicaPlacement
+from services.executor.exits import AttemptKey, ReplicaExit
+from shared.events import NodeHeartbeat, ReplicaPlacement
 from shared.jobspec import JobSpec
-
-Key = tuple[str, int]  # (job id, attempt)
 
 
 @dataclass(frozen=True)
@@ -44,46 +43,19 @@ class AttemptLaunch:
     master_port: int
 
     @property
-    def key(self) -> Key:
-        return (self.job_id, self.attempt)
+    def key(self) -> AttemptKey:
+        return AttemptKey(self.job_id, self.attempt)
 
     def placement(self, replica: int) -> ReplicaPlacement:
         return next(p for p in self.placements if p.replica == replica)
 
 
-@dataclass(frozen=True)
-class StartFailure:
-    """A replica that could not start; the launch stopped there."""
-
-    replica: int
-    reason: FailureReason
-    message: str
-
-
-@dataclass(frozen=True)
-class ReplicaEnded:
-    job_id: str
-    attempt: int
-    replica: int
-    node: str
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: FailureReason | None = None
-    """None: it exited with code 0."""
-    message: str = ""
-    log_tail: list[str] = field(default_factory=list)
-
-    @property
-    def key(self) -> Key:
-        return (self.job_id, self.attempt)
-
-
 class BackendEvents(Protocol):
     """The executor's side: what a backend reports. Both calls may repeat (they are recorded idempotently)."""
 
-    async def replicas_started(self, key: Key, node: str, replicas: list[int]) -> None: ...
+    async def replicas_started(self, key: AttemptKey, node: str, replicas: list[int]) -> None: ...
 
-    async def replica_ended(self, ended: ReplicaEnded) -> None: ...
+    async def replica_ended(self, ended: ReplicaExit) -> None: ...
 
 
 class Backend(ABC):
@@ -96,27 +68,27 @@ class Backend(ABC):
         """Start watching (called once, before any launch)."""
 
     @abstractmethod
-    async def launch(self, launch: AttemptLaunch) -> StartFailure | None:
+    async def launch(self, launch: AttemptLaunch) -> ReplicaExit | None:
         """Start `launch.replicas`. On a failure to start one, what already started is stopped (and not
-        reported) and the failure is returned."""
+        reported) and the replica that could not start is returned, as its exit (with the reason)."""
 
     @abstractmethod
-    async def stop(self, key: Key, grace: float) -> None:
+    async def stop(self, key: AttemptKey, grace: float) -> None:
         """End every replica of the attempt still running: SIGTERM (or pod deletion), SIGKILL after `grace`.
         Each one is reported through `replica_ended`."""
 
     @abstractmethod
-    async def adopt(self, key: Key, replicas: dict[int, str]) -> bool:
+    async def adopt(self, key: AttemptKey, replicas: dict[int, str]) -> bool:
         """After a restart, for an attempt that was running (`replicas`: replica → node): True when its
         replicas are watched again (their ends will be reported); False when they cannot be, after making
         sure none of them still runs."""
 
-    def started_before(self, key: Key) -> bool:
+    def started_before(self, key: AttemptKey) -> bool:
         """Whether an earlier executor may have started this attempt, so that launching it again could run
         it twice. (Kubernetes: never a risk, a repeated launch creates nothing twice.)"""
         return False
 
-    async def release(self, key: Key) -> None:  # noqa: B027 (optional: nothing to release by default)
+    async def release(self, key: AttemptKey) -> None:  # noqa: B027 (optional: nothing to release by default)
         """The attempt is over: free what it still holds (Kubernetes: its pods and Service)."""
 
     async def nodes(self, own: NodeHeartbeat) -> list[NodeHeartbeat]:
@@ -126,7 +98,7 @@ class Backend(ABC):
         they could not be listed (the executor announces nothing that round)."""
         return [own]
 
-    def sessions(self, key: Key) -> dict[int, int]:
+    def sessions(self, key: AttemptKey) -> dict[int, int]:
         """Replica → session id of its processes on this host, for the GPU memory watch ({} when unknown)."""
         return {}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from services.executor.backend import Key
+from services.executor.exits import AttemptKey
 from shared.paths import replica_files
 
 
@@ -26,10 +26,10 @@ class Claims:
         self.worker = worker
         self.shared = shared
 
-    def path(self, key: Key) -> str:
+    def path(self, key: AttemptKey) -> str:
         return f"{replica_files(self.data_dir, *key, 0).attempt}/executor-{self.node}.claim"
 
-    def take(self, key: Key) -> bool:
+    def take(self, key: AttemptKey) -> bool:
         """Claim the attempt for this worker; False when another worker of the node holds it."""
         if not self.shared:
             return True
@@ -43,7 +43,7 @@ class Claims:
             return self.take(key)
         return True
 
-    def holder(self, key: Key) -> int | None:
+    def holder(self, key: AttemptKey) -> int | None:
         """The worker that claimed the attempt; None when none did (or only one executor runs here)."""
         if not self.shared:
             return None
@@ -53,7 +53,7 @@ class Claims:
             return None
         return int(text) if text.isdigit() else None
 
-    def owns(self, key: Key) -> bool:
+    def owns(self, key: AttemptKey) -> bool:
         """Whether this worker settles an attempt that was started before it started: its own claim, or no
         claim (started by a single executor) and this is worker 0."""
         holder = self.holder(key)

@@ -9,12 +9,17 @@ rotated files are kept; older output is deleted, so a replica never holds more t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 from collections import deque
 from pathlib import Path
 
 from shared.paths import backup_path, log_files
+
+log = logging.getLogger(__name__)
+READ_CHUNK = 256 * 1024
 
 
 def tail_lines(path: Path, lines: int = 20) -> list[str]:
@@ -93,3 +98,43 @@ class RotatingLog:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class LogPump:
+    """Copies a replica's output pipe into its rotating log file.
+
+    The pipe's read end is a plain reader of the event loop, closed right after it is unregistered (a pipe
+    transport of uvloop closes its descriptor first and leaves it registered until a later turn of the loop:
+    a new pipe given that number meanwhile could not be watched)."""
+
+    def __init__(self, fd: int, sink: RotatingLog):
+        self.fd = fd
+        self.sink = sink
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future = self.loop.create_future()
+        os.set_blocking(fd, False)
+        self.loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.warning("cannot read the output of %s: %s", self.sink.path, exc)
+            data = b""
+        if not data:  # every writer has closed it: the replica and whatever it started are gone
+            self.close()
+            return
+        try:
+            self.sink.write(data)
+        except OSError as exc:  # a full disk must not take the executor down; the job goes on
+            log.warning("cannot write log %s: %s", self.sink.path, exc)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.done.done():
+            self.done.set_result(None)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.executor.main import default_address
+from services.executor.announce import default_address
 from shared.bus import Bus
 from shared.events import JobPreempted
 from shared.ledger import JobLedger

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.executor.backend import AttemptLaunch, Backend, BackendEvents, Key, ReplicaEnded, StartFailure
+from services.executor.backend import AttemptLaunch, Backend, BackendEvents
+from services.executor.exits import AttemptKey, ReplicaExit, ReplicaKey
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.controller import KubernetesController
@@ -70,9 +71,9 @@ class KubernetesBackend(Backend):
         self.log_interval = log_interval
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
-        self.live: dict[Key, dict[int, str]] = {}
+        self.live: dict[AttemptKey, dict[int, str]] = {}
         """Attempts launched or adopted: replica → GPUYARD node, for the replicas not yet ended."""
-        self.mirrors: dict[tuple[str, int, int], _Mirror] = {}
+        self.mirrors: dict[ReplicaKey, _Mirror] = {}
         self.events: BackendEvents | None = None
         self.poller: asyncio.Task | None = None
         self.lock = asyncio.Lock()
@@ -105,7 +106,7 @@ class KubernetesBackend(Backend):
         await self._copy_running_logs()
 
     async def _report(self, outcome: ReplicaOutcome) -> None:
-        key = (outcome.job_id, outcome.attempt)
+        key = AttemptKey(outcome.job_id, outcome.attempt)
         nodes = self.live.get(key)
         if nodes is None or outcome.replica not in nodes:
             return  # not an attempt this executor runs (or a replica already reported ended)
@@ -119,19 +120,7 @@ class KubernetesBackend(Backend):
         nodes.pop(outcome.replica, None)
         if not nodes:
             self.live.pop(key, None)
-        await self.events.replica_ended(
-            ReplicaEnded(
-                job_id=outcome.job_id,
-                attempt=outcome.attempt,
-                replica=outcome.replica,
-                node=node,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                reason=outcome.reason,
-                message=outcome.message,
-                log_tail=list(outcome.log_tail),
-            )
-        )
+        await self.events.replica_ended(outcome.exit(node))
 
     # ------------------------------------------------------------------ nodes
 
@@ -149,7 +138,7 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ logs
 
-    def _mirror(self, key: Key, replica: int) -> _Mirror:
+    def _mirror(self, key: AttemptKey, replica: int) -> _Mirror:
         ident = (*key, replica)
         mirror = self.mirrors.get(ident)
         if mirror is None:
@@ -158,7 +147,7 @@ class KubernetesBackend(Backend):
             self.mirrors[ident] = mirror
         return mirror
 
-    async def _copy_log(self, key: Key, replica: int, *, final: bool = False) -> None:
+    async def _copy_log(self, key: AttemptKey, replica: int, *, final: bool = False) -> None:
         """Append the pod's log lines not copied yet to the replica's log file."""
         mirror = self._mirror(key, replica)
         now = time.monotonic()
@@ -188,7 +177,7 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ launch, stop, adopt, release
 
-    async def launch(self, launch: AttemptLaunch) -> StartFailure | None:
+    async def launch(self, launch: AttemptLaunch) -> ReplicaExit | None:
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
         try:
             async with self.lock:
@@ -204,16 +193,20 @@ class KubernetesBackend(Backend):
             self.live.pop(launch.key, None)
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
-            return StartFailure(
-                launch.replicas[0],
-                FailureReason.START_FAILED,
-                f"Kubernetes refused the job's pods: {exc.message}",
+            first = launch.replicas[0]
+            return ReplicaExit(
+                launch.job_id,
+                launch.attempt,
+                first,
+                launch.placement(first).node,
+                reason=FailureReason.START_FAILED,
+                message=f"Kubernetes refused the job's pods: {exc.message}",
             )
         if result.skipped:
             self.live.pop(launch.key, None)
         return None
 
-    async def stop(self, key: Key, grace: float) -> None:
+    async def stop(self, key: AttemptKey, grace: float) -> None:
         nodes = self.live.pop(key, None)
         if not nodes:
             return
@@ -223,7 +216,7 @@ class KubernetesBackend(Backend):
             await self.controller.cancel(key[0], key[1], grace_seconds=math.ceil(grace))
         for replica, node in sorted(nodes.items()):
             await self.events.replica_ended(
-                ReplicaEnded(
+                ReplicaExit(
                     job_id=key[0],
                     attempt=key[1],
                     replica=replica,
@@ -234,7 +227,7 @@ class KubernetesBackend(Backend):
                 )
             )
 
-    async def adopt(self, key: Key, replicas: dict[int, str]) -> bool:
+    async def adopt(self, key: AttemptKey, replicas: dict[int, str]) -> bool:
         selector = job_labels.selector_string(job_labels.attempt_selector(*key))
         pods = await self.controller.api.list_pods(self.controller.namespace, selector)
         if not pods:
@@ -242,7 +235,7 @@ class KubernetesBackend(Backend):
         self.live[key] = dict(replicas)
         return True
 
-    async def release(self, key: Key) -> None:
+    async def release(self, key: AttemptKey) -> None:
         self.live.pop(key, None)
         for ident in [i for i in self.mirrors if i[:2] == key]:
             self.mirrors.pop(ident).sink.close()

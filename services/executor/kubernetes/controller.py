@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.executor.classify import classify_log_tail
+from services.executor.exits import AttemptKey, ReplicaKey
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
 from services.executor.kubernetes.config import KubernetesConfig
@@ -39,8 +40,6 @@ from shared.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 
-ReplicaKey = tuple[str, int, int]
-AttemptKey = tuple[str, int]
 RECLASSIFIED_BY_LOG = (FailureReason.EXIT_CODE, FailureReason.SIGNAL)
 REMEMBERED_CANCELLATIONS = 10_000
 
@@ -85,7 +84,7 @@ class KubernetesController:
         spec: JobSpec,
         placements: Sequence[ReplicaPlacement],
     ) -> LaunchResult:
-        if (job_id, attempt) in self._cancelled:
+        if AttemptKey(job_id, attempt) in self._cancelled:
             log.info("not launching %s attempt %s: it was cancelled", job_id, attempt)
             return LaunchResult(skipped=True)
         manifests = build_job_manifests(
@@ -130,7 +129,7 @@ class KubernetesController:
 
     async def cancel(self, job_id: str, attempt: int, *, grace_seconds: int | None = None) -> int:
         """Deletes the attempt's pods and Service; the number of pods deleted. Later outcomes are not reported."""
-        self._remember_cancelled((job_id, attempt))
+        self._remember_cancelled(AttemptKey(job_id, attempt))
         for key in [k for k in self._reported if k[:2] == (job_id, attempt)]:
             del self._reported[key]
         selector = job_labels.selector_string(job_labels.attempt_selector(job_id, attempt))

@@ -18,6 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from services.executor.exits import ReplicaExit
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.manifests import CONTAINER
 from shared.events import FailureReason
@@ -53,6 +54,20 @@ class ReplicaOutcome:
 
     def with_(self, **changes: Any) -> ReplicaOutcome:
         return replace(self, **changes)
+
+    def exit(self, node: str) -> ReplicaExit:
+        """A finished replica's end, as the executor records it (`node`: the GPUYARD node it was placed on)."""
+        return ReplicaExit(
+            self.job_id,
+            self.attempt,
+            self.replica,
+            node,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            reason=self.reason,
+            message=self.message,
+            log_tail=self.log_tail,
+        )
 
 
 IMMEDIATE_START_FAILURES = frozenset(

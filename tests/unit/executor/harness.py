@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from services.executor.main import Executor
+from services.executor.executor import Executor
 from shared.events import (
     CloudEvent,
     EventData,

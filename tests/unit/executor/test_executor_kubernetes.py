@@ -167,7 +167,7 @@ async def test_a_restarted_executor_adopts_running_pods_and_reports_their_end(h,
 
     again = await k8s_executor(h, api)
     await again.reconcile()
-    assert again.running == {(job, 1): {0}}
+    assert {r.key: r.running for r in again.attempts} == {(job, 1): {0}}
     api.set_status(pod(api), **terminated(0, "Completed"))
     await again.backend.poll_once()
     await h.wait(job, "succeeded")

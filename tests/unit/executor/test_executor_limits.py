@@ -47,7 +47,7 @@ async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path):
     pid = ex.backend.sessions((job, 1))[0]
     procs = cgroup / "cgroup.procs"  # written by the wrapper once the process runs
     await h.wait_for(lambda: procs.exists() and procs.read_text().strip() == str(pid), 5, "the pid")
-    assert ex.heartbeat().labels["limits"] == ex.backend.limits
+    assert ex.nodes.heartbeat().labels["limits"] == ex.backend.limits
     assert (await h.wait(job, "running")).current.notes == []
 
     # the kernel's OOM killer at work: memory.events counts it, the replica dies by SIGKILL
@@ -104,7 +104,7 @@ def test_limits_can_be_turned_off(tmp_path):
 
 async def test_a_node_without_cgroup_v2_says_so_on_the_node_and_on_each_job(h):
     ex = await h.executor()
-    assert ex.heartbeat().labels["limits"].startswith("not enforced on this node")
+    assert ex.nodes.heartbeat().labels["limits"].startswith("not enforced on this node")
     job = await h.submit(command="true")
     await h.place(ex, job)
     view = await h.wait(job, "succeeded")
@@ -137,10 +137,10 @@ async def test_a_job_over_its_gpu_slice_is_stopped_after_the_grace_under_policy_
     ex = await h.executor(gpu_reader=nvml, gpu_memory_policy="stop", gpu_memory_grace=0.3)
     job, pid = await start_shared_job(h, ex)
     nvml.used = {pid: 3 * GiB, os.getpid(): 40 * GiB}  # the test process is no job's: ignored
-    await ex.check_gpu_memory()
+    await ex.gpu_guard.check()
     assert not h.bus.of_kind("gpu_memory_over_slice")
     nvml.used[pid] = 6 * GiB
-    await ex.check_gpu_memory()
+    await ex.gpu_guard.check()
     [alert] = h.bus.of_kind("gpu_memory_over_slice")
     assert alert.job_id == job and alert.gpu_index == 0 and alert.node == "node-a"
     assert (
@@ -148,7 +148,7 @@ async def test_a_job_over_its_gpu_slice_is_stopped_after_the_grace_under_policy_
     )
     assert (await h.view(job)).state == "running"  # not yet: the grace runs
     await asyncio.sleep(0.35)
-    await ex.check_gpu_memory()
+    await ex.gpu_guard.check()
     view = await h.wait(job, "failed")
     assert view.failure_reason == "gpu_memory_exceeded"
     assert "used 6GiB of GPU 0's memory, over its slice of 4GiB, for more than 0.3s" in view.message
@@ -159,12 +159,12 @@ async def test_under_policy_warn_a_job_over_its_slice_only_gets_an_alert_then_a_
     ex = await h.executor(gpu_reader=nvml, gpu_memory_policy="warn", gpu_memory_grace=0)
     job, pid = await start_shared_job(h, ex, memory=2 * GiB)
     nvml.used = {pid: 3 * GiB}
-    await ex.check_gpu_memory()
-    await ex.check_gpu_memory()
+    await ex.gpu_guard.check()
+    await ex.gpu_guard.check()
     assert len(h.bus.of_kind("gpu_memory_over_slice")) == 1  # one alert while it stays over
     assert "node policy: warn only" in h.bus.of_kind("gpu_memory_over_slice")[0].message
     nvml.used = {pid: GiB}
-    await ex.check_gpu_memory()
+    await ex.gpu_guard.check()
     resolved = [e.data for e in h.bus.published if e.type.endswith("alert.resolved")]
     assert [r.alert_id for r in resolved] == [f"gpu_memory/{job}/1/0/0"]
     assert (await h.view(job)).state == "running"
@@ -195,9 +195,9 @@ def test_a_bad_policy_is_refused():
 
 
 async def test_without_nvml_the_watch_is_off_and_says_so_once(h, caplog):
-    with caplog.at_level(logging.INFO, logger="services.executor.main"):
+    with caplog.at_level(logging.INFO, logger="services.executor.gpuguard"):
         ex = await h.executor()
-    assert ex.gpu_reader is None
+    assert ex.gpu_guard.reader is None
     said = [r.getMessage() for r in caplog.records if "not watched" in r.getMessage()]
     assert said == [
         "GPU memory slices are not watched on this node: this node has no NVIDIA GPU (its GPUs are simulated)"

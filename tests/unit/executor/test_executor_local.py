@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from services.executor.local import StartError, check_command, pid_file, process_start_time
+from services.executor.pidfiles import pid_file
+from services.executor.processes import StartError, check_command, process_start_time
 from shared.events import (
     JobCancelRequested,
     JobPlaced,
@@ -140,7 +141,9 @@ async def test_a_gang_fails_as_one_when_a_replica_fails(h):
     await h.place(ex, job)
     view = await h.wait(job, "failed")
     assert view.message == "replica 1: exited with code 2"
-    await h.wait_for(lambda: not ex.running.get((job, 1)), 5, "the other replica to be stopped")
+    await h.wait_for(
+        lambda: not getattr(ex.attempts.get((job, 1)), "running", None), 5, "the other replica to be stopped"
+    )
 
 
 async def test_logs_are_capped_and_rotated(h):
@@ -226,7 +229,7 @@ async def test_distributed_env_is_torchrun_style(h):
 
 async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_first(h):
     ex = await h.executor()  # node-a
-    ex.addresses["node-b"] = "10.0.0.7"  # the master's address, from node-b's heartbeats
+    ex.nodes.addresses["node-b"] = "10.0.0.7"  # the master's address, from node-b's heartbeats
     job = await h.submit(command="echo here", replicas=2)
     view = await h.view(job)
     placed = JobPlaced(
@@ -248,7 +251,7 @@ async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_fir
 
 async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
     ex = await h.executor()
-    ex.addresses["node-b"] = "10.0.0.7"
+    ex.nodes.addresses["node-b"] = "10.0.0.7"
     job = await h.submit(command="echo $MASTER_ADDR:$MASTER_PORT $RANK $LOCAL_RANK", replicas=2)
     await h.place(ex, job, nodes=["node-b", "node-a"])
     await h.wait_for(lambda: log_path(h.data_dir, job, 1, 1).exists(), 5, "replica 1's log")

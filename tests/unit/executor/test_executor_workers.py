@@ -8,7 +8,8 @@ import json
 import os
 
 from services.executor.claims import Claims
-from services.executor.local import pid_file, process_start_time
+from services.executor.pidfiles import pid_file
+from services.executor.processes import process_start_time
 from shared.events import JobCancelRequested, JobPlaced, ReplicaPlacement
 
 TWO = {"executor_workers": 2}
@@ -36,7 +37,7 @@ async def test_a_placement_redelivered_to_another_worker_starts_nothing(h, tmp_p
     pid = await started_pid(h, job)
     await h.deliver(other, placed)  # JetStream gives it to the other worker after an ack was lost
     assert Claims(h.data_dir, "node-a", 0, shared=True).holder((job, 1)) == 1
-    assert (job, 1) not in other.launched and (job, 1) in first.launched
+    assert (job, 1) not in other.attempts and (job, 1) in first.attempts
     await h.wait_for(lambda: runs.exists(), 5, "the start")
     await asyncio.sleep(0.2)
     assert runs.read_text() == "run\n" and (await h.types(job)).count("started") == 1
@@ -70,7 +71,7 @@ async def test_a_cancel_before_any_start_is_recorded_once_and_nothing_starts(h):
     await asyncio.gather(*(h.deliver(ex, placed) for ex in workers))
     view = await h.wait(job, "cancelled")
     assert view.exits == [] and "started" not in await h.types(job)
-    assert not any(ex.launched for ex in workers)
+    assert not any(ex.attempts for ex in workers)
 
 
 async def test_workers_reconciling_at_once_start_a_placed_job_once(h, tmp_path):
@@ -83,7 +84,7 @@ async def test_workers_reconciling_at_once_start_a_placed_job_once(h, tmp_path):
     await h.wait_for(lambda: runs.exists(), 5, "the start")
     await asyncio.sleep(0.2)
     assert runs.read_text() == "run\n"
-    assert sum((job, 1) in ex.launched for ex in workers) == 1
+    assert sum((job, 1) in ex.attempts for ex in workers) == 1
 
 
 async def test_a_restarted_worker_leaves_the_other_workers_jobs_alone(h):
@@ -121,7 +122,7 @@ async def test_a_cancel_that_arrives_while_the_replicas_start_stops_them(h):
     ex.backend.launch = slow_launch
     job = await h.submit(command="sleep 60")
     launching = asyncio.create_task(h.place(ex, job))
-    await h.wait_for(lambda: ex.running.get((job, 1)), 5, "the launch to begin")
+    await h.wait_for(lambda: getattr(ex.attempts.get((job, 1)), "running", None), 5, "the launch to begin")
     await h.record(ex, JobCancelRequested(job_id=job, by="ana"))
     release.set()
     await launching

@@ -104,7 +104,7 @@ async def test_the_kubernetes_executor_announces_each_ready_schedulable_gpu_node
     cluster(api)
     ex = await k8s_executor(h, api, heartbeat_interval=7.0)
     with caplog.at_level(logging.INFO, logger="services.executor"):
-        announced = await ex.announce_once()
+        announced = await ex.nodes.announce_once()
     gpu_b = NodeHeartbeat(
         node="gpu-b",
         gpus=[GpuInfo(index=i, uuid=f"K8S-gpu-b-{i}", model="unknown", memory_bytes=0) for i in range(2)],
@@ -128,9 +128,9 @@ async def test_the_kubernetes_executor_announces_each_ready_schedulable_gpu_node
 async def test_every_round_lists_again_with_fresh_event_ids_and_drops_a_node_cordoned_meanwhile(h, api):
     cluster(api)
     ex = await k8s_executor(h, api)
-    await ex.announce_once()
+    await ex.nodes.announce_once()
     api.nodes["gpu-a"]["spec"]["unschedulable"] = True  # kubectl cordon gpu-a
-    assert [hb.node for hb in await ex.announce_once()] == ["gpu-b"]
+    assert [hb.node for hb in await ex.nodes.announce_once()] == ["gpu-b"]
     ids = [e.id for e in h.bus.published]
     assert len(ids) == 3 and len(set(ids)) == 3
     assert [c for c in api.calls if c[0] == "list_nodes"] == [("list_nodes", "")] * 2
@@ -139,21 +139,21 @@ async def test_every_round_lists_again_with_fresh_event_ids_and_drops_a_node_cor
 async def test_the_node_selector_setting_filters_the_listing(h, api):
     cluster(api)
     ex = await k8s_executor(h, api, config={"node_selector": "nvidia.com/gpu.present=true"})
-    assert await ex.announce_once() == [expected_gpu_a()]
+    assert await ex.nodes.announce_once() == [expected_gpu_a()]
     assert ("list_nodes", "nvidia.com/gpu.present=true") in api.calls
 
 
 async def test_defaults_for_nodes_without_gpu_feature_discovery(h, api):
     api.add_node("plain", allocatable={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"})
     ex = await k8s_executor(h, api, config={"default_gpu_model": "A10G", "default_gpu_memory": "24GiB"})
-    (hb,) = await ex.announce_once()
+    (hb,) = await ex.nodes.announce_once()
     assert hb.gpus == [GpuInfo(index=0, uuid="K8S-plain-0", model="A10G", memory_bytes=24 * GIB)]
 
 
 async def test_the_local_backend_still_announces_only_its_own_node(h):
     ex = await h.executor()  # local backend, 2 simulated GPUs on node-a
-    announced = await ex.announce_once()
-    assert announced == [ex.heartbeat()]
+    announced = await ex.nodes.announce_once()
+    assert announced == [ex.nodes.heartbeat()]
     assert [(hb.node, len(hb.gpus), hb.simulated) for hb in heartbeats_published(h)] == [("node-a", 2, True)]
 
 
@@ -165,17 +165,17 @@ async def test_a_failing_listing_announces_nothing_logs_once_and_recovers(h, api
     ex = await k8s_executor(h, api)
     api.nodes_error = KubeApiError(403, 'nodes is forbidden: cannot list resource "nodes"')
     with caplog.at_level(logging.INFO, logger="services.executor"):
-        assert await ex.announce_once() == []
-        assert await ex.announce_once() == []
+        assert await ex.nodes.announce_once() == []
+        assert await ex.nodes.announce_once() == []
         assert heartbeats_published(h) == []
         failures = [r for r in caplog.records if "cannot list the nodes" in r.getMessage()]
         assert len(failures) == 1 and failures[0].levelno == logging.WARNING
         assert "nodes is forbidden" in failures[0].getMessage()
         api.nodes_error = None
-        assert [hb.node for hb in await ex.announce_once()] == ["gpu-a", "gpu-b"]
+        assert [hb.node for hb in await ex.nodes.announce_once()] == ["gpu-a", "gpu-b"]
         assert "listing the nodes to announce works again" in caplog.text
         api.nodes_error = ConnectionRefusedError("connection refused")  # a second outage is logged again
-        assert await ex.announce_once() == []
+        assert await ex.nodes.announce_once() == []
     assert len([r for r in caplog.records if "cannot list the nodes" in r.getMessage()]) == 2
 
 
@@ -183,7 +183,7 @@ async def test_the_heartbeat_loop_survives_an_unreachable_api_server(h, api):
     cluster(api)
     api.nodes_error = ConnectionRefusedError("connection refused")
     ex = await k8s_executor(h, api, heartbeat_interval=0.01)
-    loop = asyncio.create_task(ex.announce())
+    loop = asyncio.create_task(ex.nodes.run())
     try:
         await h.wait_for(lambda: len([c for c in api.calls if c[0] == "list_nodes"]) >= 3, what="3 rounds")
         assert not loop.done() and heartbeats_published(h) == []
@@ -325,7 +325,7 @@ async def test_the_scheduler_places_on_an_announced_node_and_the_pod_is_pinned_t
     cluster(api)
     ex = await k8s_executor(h, api)
     view = ClusterView()
-    for hb in await ex.announce_once():
+    for hb in await ex.nodes.announce_once():
         view.observe_node(hb)
     job = await h.submit(command="python train.py", resources={"gpus": 2, "gpu_model": "H100"})
     view.put_job(await h.view(job))

@@ -1,0 +1,89 @@
+"""What the executor costs per job, in CPU microseconds of its own process: the real `Executor` with the local
+backend over a real embedded store, no NATS (the unit tests' harness), no-op jobs (`true`) placed in bursts.
+
+    python benchmarks/executor_costs.py [--jobs 600] [--burst 50] [--profile]
+
+Per job: submitted and placed (as the scheduler would), started, its replica's exit recorded with
+`job.succeeded`, and that end delivered back to the executor (as the bus would). `total_us` is the process's
+CPU time per job over the whole run (the store's appends included, the children's own CPU not), split into
+`user_us` (the Python code: what the executor's own code changes) and `system_us` (the kernel's: process
+starts, pipes and files, which varies from run to run on a VM);
+`executor_us` is, with --profile, the CPU spent in the functions of services/executor itself (cProfile
+`tottime`, inflated by the profiler). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from services.executor.local import LocalBackend  # noqa: E402
+from shared.events import JobSucceeded  # noqa: E402
+from shared.service import event_loop_factory  # noqa: E402
+from tests.unit.executor.harness import Harness  # noqa: E402
+
+
+async def run(jobs: int, burst: int, profiler: cProfile.Profile | None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        h = await Harness(Path(tmp)).open()
+        ex = await h.executor()
+        assert isinstance(ex.backend, LocalBackend)
+        ids = [await h.submit(command=["true"]) for _ in range(jobs)]  # (not measured)
+        started, times = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+        if profiler:
+            profiler.enable()
+        for k in range(0, jobs, burst):
+            batch = ids[k : k + burst]
+            await asyncio.gather(*(h.place(ex, job) for job in batch))
+            await asyncio.wait(list(ex.backend.watchers))  # each ends once its replica's exit is recorded
+            for job in batch:
+                await h.deliver(ex, JobSucceeded(job_id=job, attempt=1))
+        if profiler:
+            profiler.disable()
+        cpu = time.process_time() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        user, system = after.ru_utime - times.ru_utime, after.ru_stime - times.ru_stime
+        states = {(await h.view(job)).state.value for job in ids}
+        assert states == {"succeeded"}, states
+        await h.close()
+    return {
+        "jobs": jobs,
+        "burst": burst,
+        "total_us": round(cpu / jobs * 1e6, 1),
+        "user_us": round(user / jobs * 1e6, 1),
+        "system_us": round(system / jobs * 1e6, 1),
+    }
+
+
+def executor_tottime(profiler: cProfile.Profile) -> float:
+    stats = pstats.Stats(profiler)
+    folder = str(ROOT / "services" / "executor")
+    return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.stats.items() if path.startswith(folder))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--burst", type=int, default=50)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    profiler = cProfile.Profile() if args.profile else None
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        result = runner.run(run(args.jobs, args.burst, profiler))
+    if profiler:
+        result["executor_us"] = round(executor_tottime(profiler) / args.jobs * 1e6, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The backend the settings choose, built: local process groups, or Kubernetes pods."""
+
+from __future__ import annotations
+
+from services.executor.backend import Backend
+from services.executor.cgroups import Cgroups
+from services.executor.jobenv import mps_running
+from services.executor.local import LocalBackend
+from shared.settings import ExecutorSettings
+
+
+def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dict[int, int]) -> Backend:
+    if settings.executor_backend == "kubernetes":
+        from services.executor.kubernetes.backend import KubernetesBackend
+        from services.executor.kubernetes.config import KubernetesConfig
+        from services.executor.kubernetes.controller import KubernetesController
+
+        try:
+            from services.executor.kubernetes.client_api import ClientKubeApi
+
+            api = ClientKubeApi.from_environment(settings.kubeconfig or None)
+        except Exception as exc:
+            raise RuntimeError(
+                "the kubernetes backend needs in-cluster credentials (a service account) or a kubeconfig "
+                f"(GPUYARD_KUBECONFIG): {exc}"
+            ) from exc
+        return KubernetesBackend(
+            KubernetesController(api, KubernetesConfig()),
+            data_dir=settings.data_dir,
+            poll_interval=settings.kubernetes_poll_interval,
+            log_interval=settings.kubernetes_log_interval,
+            log_max_bytes=settings.log_max_bytes,
+            log_backups=settings.log_backups,
+        )
+    mps = settings.mps == "on" or (settings.mps == "auto" and not simulated and mps_running())
+    return LocalBackend(
+        node=settings.node_name,
+        data_dir=settings.data_dir,
+        cgroups=Cgroups(settings.cgroup_root, settings.cgroup_parent or None, enabled=settings.cgroup_limits),
+        log_max_bytes=settings.log_max_bytes,
+        log_backups=settings.log_backups,
+        simulated=simulated,
+        gpu_memory=gpu_memory,
+        mps=mps,
+    )

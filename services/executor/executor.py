@@ -1,0 +1,341 @@
+"""The executor's lifecycle, the same for every backend (`backend.py`): start the replicas placed on this node
+(Kubernetes: on any node), record how they end, and stop them on cancel, preemption, timeout or a GPU memory
+slice overrun. Each attempt it holds is one record in its registry (`attempts.py`), from its claim to its end.
+
+Idempotent on every event: an attempt is started at most once per executor (and only while the job is
+`placed` for that attempt, and never when an earlier executor already started it), and every event it
+records has a deterministic id.
+
+Several executor processes may share a node (`executor_workers`, local backend): `job.placed` goes to one of
+them, every one of them sees the control events, and an attempt's claim file says which one runs it
+(`claims.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from services.executor.announce import NodeAnnouncer
+from services.executor.attempts import Attempts
+from services.executor.backend import AttemptLaunch, Backend
+from services.executor.backends import make_backend
+from services.executor.claims import Claims
+from services.executor.classify import attempt_end, exit_after_stop
+from services.executor.exits import AttemptKey, ReplicaExit
+from services.executor.gpuguard import SliceGuard, choose_reader
+from services.executor.gpuwatch import GpuProcessReader, Overuse
+from services.executor.rendezvous import master_endpoint
+from shared.events import (
+    CloudEvent,
+    EventData,
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPlaced,
+    JobPreempted,
+    JobRequeued,
+    JobStarted,
+    JobSucceeded,
+    ReplicaPlacement,
+    derived_id,
+)
+from shared.gpus import node_gpus
+from shared.jobstate import JobState, JobView
+from shared.ledger import Decide, JobLedger
+from shared.service import Service
+from shared.settings import ExecutorSettings
+from shared.units import parse_size
+
+log = logging.getLogger(__name__)
+LIMITS_NOT_ENFORCED = "not enforced on this node"
+LAUNCHES_AT_ONCE = 16
+
+
+class Executor:
+    def __init__(
+        self,
+        service: Service,
+        settings: ExecutorSettings,
+        *,
+        backend: Backend | None = None,
+        gpu_reader: GpuProcessReader | None = None,
+    ):
+        self.service = service
+        self.settings = settings
+        self.node = settings.node_name
+        self.worker = settings.executor_worker
+        self.claims = Claims(settings.data_dir, self.node, self.worker, shared=settings.executor_workers > 1)
+        self.ledger: JobLedger = service.ledger
+        gpus, simulated = node_gpus(
+            self.node,
+            settings.simulate_gpus,
+            settings.simulated_gpu_model,
+            parse_size(settings.simulated_gpu_memory),
+        )
+        gpu_memory = {g.index: g.memory_bytes for g in gpus}
+        self.backend = backend or make_backend(settings, simulated=simulated, gpu_memory=gpu_memory)
+        self.attempts = Attempts()
+        self.nodes = NodeAnnouncer(service, settings, self.backend, gpus=gpus, simulated=simulated)
+        self.gpu_guard = SliceGuard(
+            service,
+            settings,
+            reader=choose_reader(settings, simulated=simulated, has_gpus=bool(gpus), given=gpu_reader),
+            backend=self.backend,
+            attempts=self.attempts,
+            gpu_memory=gpu_memory,
+            stop=self.stop_for_gpu_memory,
+        )
+        self.launching = asyncio.Semaphore(LAUNCHES_AT_ONCE)
+        """Launches in progress at once: a burst of placements starts (and records) job after job, instead of
+        starting every process of the burst before the first start is recorded."""
+        self.tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        await self.backend.open(self)
+        limits = self.backend.limits
+        if limits:
+            log.info("cpu and memory limits of jobs: %s", limits)
+
+    def mine(self, placements: list[ReplicaPlacement]) -> list[ReplicaPlacement]:
+        return [p for p in placements if self.backend.runs_every_node or p.node == self.node]
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ events
+
+    async def on_event(self, event: CloudEvent, _msg) -> None:
+        data = event.data
+        if isinstance(data, JobPlaced):
+            if self.mine(data.placements):
+                await self.launch(data)
+        elif isinstance(data, JobCancelRequested):
+            await self.cancel(data.job_id)
+        elif isinstance(data, JobPreempted):
+            await self.stop_attempt(AttemptKey(data.job_id, data.attempt), "preempted", data.grace_seconds)
+        elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
+            ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
+            await self.end_attempt(AttemptKey(data.job_id, ended))
+
+    # ------------------------------------------------------------------ launching
+
+    async def launch(self, placed: JobPlaced) -> None:
+        key = AttemptKey(placed.job_id, placed.attempt)
+        record = self.attempts.open(key)
+        if record is None:
+            return  # already taken on here (a redelivered placement)
+        view = await self.ledger.load(placed.job_id)
+        if view is None or view.attempt != placed.attempt or not self.not_started_here(view):
+            self.attempts.close(
+                record
+            )  # stale placement: cancelled, requeued, or this node's replicas started
+            return
+        if not self.claims.take(key):
+            self.attempts.close(record)  # another executor process of this node runs it
+            return
+        if view.cancel_requested:
+            self.attempts.close(record)
+            await self.finish(key, JobCancelled(job_id=view.job_id, attempt=view.attempt, by="executor"))
+            return
+        launch = record.launch = await self.attempt_launch(view)
+        record.running = set(launch.replicas)
+        async with self.launching:
+            failure = await self.backend.launch(launch)
+        if failure is not None:
+            record.running.clear()
+            await self.record_exit(failure)
+        elif record.stop_reason is not None or record.over:
+            # stopped (cancel, preemption) or over (requeued) while its replicas were starting
+            grace = self.settings.grace_seconds if record.stop_grace is None else record.stop_grace
+            await self.backend.stop(key, grace)
+        elif view.spec.timeout and record.running:  # the time limit counts from the start
+            record.timer = self._spawn(self.enforce_timeout(key, view.spec.timeout))
+
+    def not_started_here(self, view: JobView) -> bool:
+        """The attempt is placed, or running on other nodes only (a gang's first replicas may start before
+        this node's), and none of this node's replicas has started or ended."""
+        if view.state == JobState.PLACED:
+            return True
+        if view.state != JobState.RUNNING:
+            return False
+        done = {*view.current.started, *(e.replica for e in view.exits)}
+        return not any(p.replica in done for p in self.mine(view.placements))
+
+    async def attempt_launch(self, view: JobView) -> AttemptLaunch:
+        placements = list(view.placements)
+        local = self.backend.runs_every_node or all(p.node == self.node for p in placements)
+        master_addr, master_port = await master_endpoint(
+            view.job_id, view.attempt, placements, local=local, address_of=self.nodes.address_of
+        )
+        return AttemptLaunch(
+            job_id=view.job_id,
+            job_name=view.name,
+            tenant=view.tenant,
+            attempt=view.attempt,
+            spec=view.spec,
+            placements=placements,
+            replicas=[p.replica for p in self.mine(placements)],
+            master_addr=master_addr,
+            master_port=master_port,
+        )
+
+    # ------------------------------------------------------------------ after a restart
+
+    async def reconcile(self) -> None:
+        """After a (re)start: start what was placed here and never started; adopt what still runs where the
+        backend can watch it again, else record it lost (the scheduler requeues it)."""
+        cursor = None
+        while True:
+            page = await self.service.store.list_projections(
+                states=["placed", "running"], limit=500, cursor=cursor
+            )
+            for doc in page.items:
+                view = JobView.model_validate(doc)
+                key = AttemptKey(view.job_id, view.attempt)
+                mine = self.mine(view.placements)
+                if not mine or key in self.attempts:
+                    continue
+                never_started = view.state == JobState.PLACED and view.current.started_at is None
+                if never_started and not self.backend.started_before(key):
+                    placed = JobPlaced(job_id=view.job_id, attempt=view.attempt, placements=view.placements)
+                    await self.launch(placed)  # (unless another worker of this node claims it first)
+                    continue
+                if not self.claims.owns(key):
+                    continue  # another executor process of this node runs it
+                ended = {e.replica for e in view.exits}
+                replicas = {p.replica: p.node for p in mine if p.replica not in ended}
+                if replicas and await self.backend.adopt(key, replicas):
+                    await self.adopted(view, key, replicas)
+                else:
+                    await self.ledger.requeue_lost(
+                        view, f"the executor of node {self.node} restarted and lost the job's processes"
+                    )
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def adopted(self, view: JobView, key: AttemptKey, replicas: dict[int, str]) -> None:
+        record = self.attempts.open(key)
+        if record is None:
+            return
+        record.running = set(replicas)
+        record.launch = await self.attempt_launch(view)
+        log.info("job %s attempt %d: watching its %d replica(s) again", *key, len(replicas))
+        if view.spec.timeout:
+            started = view.current.started_at or view.updated_at
+            left = view.spec.timeout - (datetime.now(UTC) - started).total_seconds()
+            record.timer = self._spawn(self.enforce_timeout(key, max(left, 0)))
+
+    # ------------------------------------------------------------------ what the backend reports
+
+    async def replicas_started(self, key: AttemptKey, node: str, replicas: list[int]) -> None:
+        job_id, attempt = key
+        limits = self.backend.limits
+        notes = [f"cpu and memory limits {limits}"] if LIMITS_NOT_ENFORCED in limits else []
+        await self.ledger.append(
+            job_id,
+            JobStarted(job_id=job_id, attempt=attempt, node=node, replicas=replicas, notes=notes),
+            event_id=derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas)))),
+        )
+
+    async def replica_ended(self, ended: ReplicaExit) -> None:
+        record = self.attempts.get(ended.key)
+        stop = None
+        if record is not None:
+            record.running.discard(ended.replica)
+            stop = record.stop_reason
+            if stop is not None:
+                timeout = record.launch.spec.timeout if record.launch else None
+                ended = exit_after_stop(ended, stop, record.stop_message, timeout)
+        if ended.reason is not None and stop is None:  # a failed replica stops its gang
+            self._spawn(self.stop_attempt(ended.key, "peer_failed", self.settings.grace_seconds))
+        await self.record_exit(ended)
+
+    async def record_exit(self, exited: ReplicaExit) -> None:
+        """The replica's exit, and how the attempt ended when that exit settles it, in one append."""
+        job_id, attempt = key = exited.key
+        event = exited.event()
+        outcome = await self.ledger.record(
+            job_id,
+            lambda _view: event,
+            event_id=lambda _view: derived_id(job_id, attempt, "exited", exited.replica),
+            then=self.settling(key),
+            then_id=lambda _view: derived_id(job_id, attempt, "ended"),
+            cached=True,
+        )
+        if outcome.applied:
+            log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
+
+    def settling(self, key: AttemptKey) -> Decide | None:
+        """How the attempt ended, to decide once the replicas' exits say so (None: not yet)."""
+        record = self.attempts.get(key)
+        stop = None
+        if record is not None:
+            stop = record.stop_reason
+            if record.running:
+                if stop in ("cancelled", "preempted"):
+                    return None  # wait until every local replica is gone
+            else:
+                record.cancel_timer()
+        attempt, backoff = key.attempt, self.settings.retry_backoff
+        return lambda view: attempt_end(view, attempt, stop, backoff)
+
+    async def finish(self, key: AttemptKey, data: EventData) -> None:
+        await self.ledger.append(key.job_id, data, event_id=derived_id(key.job_id, key.attempt, "ended"))
+
+    # ------------------------------------------------------------------ stopping
+
+    async def cancel(self, job_id: str) -> None:
+        view = await self.ledger.load(job_id)
+        if view is None or not self.mine(view.placements):
+            return
+        key = AttemptKey(job_id, view.attempt)
+        record = self.attempts.get(key)
+        if record is not None and record.running:
+            await self.stop_attempt(key, "cancelled", self.settings.grace_seconds)
+        elif view.state in (JobState.PLACED, JobState.RUNNING) and self.claims.take(key):
+            # not started here: the claim keeps this node's other executor processes from starting it
+            await self.finish(key, JobCancelled(job_id=job_id, attempt=view.attempt, by="executor"))
+
+    async def enforce_timeout(self, key: AttemptKey, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        await self.stop_attempt(key, "timeout", self.settings.grace_seconds)
+
+    def stop_for_gpu_memory(self, over: Overuse, message: str) -> None:
+        record = self.attempts.get(AttemptKey(over.job_id, over.attempt))
+        if record is not None:
+            record.stop_message = message
+            self._spawn(self.stop_attempt(record.key, "gpu_memory", self.settings.grace_seconds))
+
+    async def stop_attempt(self, key: AttemptKey, reason: str, grace: float) -> None:
+        record = self.attempts.get(key)
+        if record is None or not record.running:
+            return
+        record.stopping(reason, grace)
+        log.info("stopping job %s attempt %d (%s), grace %.0fs", key[0], key[1], reason, grace)
+        await self.backend.stop(key, grace)
+
+    async def end_attempt(self, key: AttemptKey) -> None:
+        """The attempt is over (succeeded, failed, cancelled, requeued): stop what is left, free the rest."""
+        await self.stop_attempt(key, "ended", self.settings.grace_seconds)
+        record = self.attempts.get(key)
+        if record is None:
+            return
+        self.attempts.close(record)
+        self.gpu_guard.forget(key)
+        if record.launch is not None:
+            await self.backend.release(key)
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        """Executor stopping: local processes are stopped (a restart requeues them as lost); pods stay."""
+        for task in list(self.tasks):
+            task.cancel()
+        await self.backend.close(min(self.settings.grace_seconds, 3))
+        self.gpu_guard.close()

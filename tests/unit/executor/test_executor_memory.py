@@ -1,0 +1,60 @@
+"""The executor's memory stays flat: what it keeps per attempt is dropped once the attempt is over, however
+many jobs the node has run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from shared.events import JobSucceeded
+
+JOBS = 5000
+BURST = 100
+SMALL = 16
+"""Containers that do not grow with the jobs stay below this (the node's GPUs, the known nodes' addresses)."""
+
+
+def containers(root: object, depth: int = 3) -> dict[str, int]:
+    """Size of every container held by the executor and by its parts (objects of services.executor, `depth`
+    levels down), by attribute path."""
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def visit(obj: object, path: str, depth: int) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        names = list(getattr(obj, "__dict__", {})) + [
+            slot for cls in type(obj).__mro__ for slot in getattr(cls, "__slots__", ())
+        ]
+        for name in names:
+            value = getattr(obj, name, None)
+            ours = type(value).__module__.startswith("services.executor")
+            if isinstance(value, dict | set | frozenset | list | deque) or (
+                ours and hasattr(value, "__len__")
+            ):
+                sizes[f"{path}.{name}"] = len(value)
+            if ours and depth:
+                visit(value, f"{path}.{name}", depth - 1)
+
+    visit(root, "executor", depth)
+    return sizes
+
+
+async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
+    ex = await h.executor()
+    tasks_before = len(asyncio.all_tasks())
+    ids = [await h.submit(command=["true"]) for _ in range(JOBS)]
+    for k in range(0, JOBS, BURST):
+        batch = ids[k : k + BURST]
+        await asyncio.gather(*(h.place(ex, job) for job in batch))
+        await asyncio.wait(list(ex.backend.watchers))  # each ends once its replica's exit is recorded
+        for job in batch:  # the attempt's end, as the bus delivers it to every executor
+            await h.deliver(ex, JobSucceeded(job_id=job, attempt=1))
+    assert (await h.view(ids[0])).state.value == "succeeded"
+    assert (await h.view(ids[-1])).state.value == "succeeded"
+
+    sizes = containers(ex)
+    assert "executor.backend.replicas" in sizes  # the walk reaches the backend's state too
+    assert {path: n for path, n in sizes.items() if n > SMALL} == {}
+    assert len(asyncio.all_tasks()) <= tasks_before
