@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from services.executor.kubernetes.config import KubernetesConfig
+from shared.settings import ExecutorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -493,6 +493,6 @@ def test_kubernetes_backend_settings_in_the_configmap_parse(monkeypatch):
     assert backend
     for key, value in backend.items():
         monkeypatch.setenv(key, value)
-    config = KubernetesConfig()
+    config = ExecutorSettings().kubernetes  # read from GPUYARD_KUBERNETES_*, as the executor does
     assert config.image == data["GPUYARD_KUBERNETES_IMAGE"]
     assert config.tolerations[0]["key"] == "nvidia.com/gpu"
