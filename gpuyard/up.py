@@ -196,6 +196,7 @@ SETTING_FLAGS: dict[str, tuple[type[CommonSettings], str]] = {
     "--serving-port": (ServingSettings, "serving_port"),
     "--monitor-port": (MonitorSettings, "metrics_port"),
 }
+UP_NOTES = {"--host": "The embedded NATS server listens there too."}
 DEFAULT_NATS_PORT = 4222
 
 
@@ -208,13 +209,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, (model, name) in SETTING_FLAGS.items():
         field = model.model_fields[name]
         default = default_text(field).replace("`", "")
+        fallback = "the default above" if default == "see description" else default
+        parts = (field.description, UP_NOTES.get(flag), f"Not given: ${env_name(name)}, else {fallback}.")
         parser.add_argument(
             flag,
             dest=name,
             default=None,
             metavar=flag.removeprefix("--").replace("-", "_").upper(),
-            help=f"{field.description} Not given: ${env_name(name)}, else "
-            + ("the default above." if default == "see description" else f"{default}."),
+            help=" ".join(part for part in parts if part),
         )
     parser.add_argument(
         "--nats-port",
@@ -280,7 +282,8 @@ class Plan:
 
 def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     """The services' processes, in start order (one of each, `executors` executors), with their settings.
-    A bad setting ends `gpuyard up` with one line before anything starts."""
+    `env` is what each process gets: this process's environment (plus what changes no setting), so the settings
+    read here from it are theirs. A bad setting ends `gpuyard up` with one line before anything starts."""
     api = settings_from_argv(SubmitSettings, settings_flags(SubmitSettings, opts.given), "gpuyard up")
     data_dir = api.data_dir.expanduser().resolve()
     decided = {

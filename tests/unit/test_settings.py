@@ -4,6 +4,7 @@ and the settings tables of docs/operations.md."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
 from gpuyard.up import SETTING_FLAGS, UpOptions, plan
+from gpuyard.up import add_arguments as add_up_arguments
 from services.scheduler.main import config_of, preflight
 from shared import settingsdocs
 from shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
@@ -303,12 +305,13 @@ def test_up_refuses_a_bad_setting_in_one_line_before_starting_anything(flags, ex
 
 
 def test_up_flags_describe_the_settings_they_set():
-    help_text = " ".join(
-        build_parser(sim_options=False)._subparsers._group_actions[0].choices["up"].format_help().split()
-    )
+    parser = argparse.ArgumentParser(prog="gpuyard up")
+    add_up_arguments(parser)
+    help_text = " ".join(parser.format_help().split())
     for flag, (model, name) in SETTING_FLAGS.items():
         assert flag in help_text and f"${settingsdocs.env_name(name)}" in help_text
-        assert model.model_fields[name].description.split()[0] in help_text
+        assert " ".join(model.model_fields[name].description.split()) in help_text
+    assert "Not given: $GPUYARD_POLICY, else gpuyard." in help_text
 
 
 # ---------------------------------------------------------------- declarations and docs
