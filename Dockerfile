@@ -14,10 +14,13 @@ RUN groupadd --system --gid 10001 gpuyard \
         --shell /usr/sbin/nologin gpuyard
 
 WORKDIR /opt/gpuyard
+# The extras installed: `serving` (ONNX Runtime on the CPU); GPU nodes build with --build-arg EXTRAS=gpu
+# (the CUDA build instead, never both).
+ARG EXTRAS=serving
 # Dependencies first (cached while only the code changes), then the code.
 COPY pyproject.toml README.md ./
 RUN mkdir -p gpuyard shared services && touch gpuyard/__init__.py shared/__init__.py services/__init__.py \
- && pip install . && pip uninstall --yes gpuyard && rm -rf gpuyard shared services build
+ && pip install ".[${EXTRAS}]" && pip uninstall --yes gpuyard && rm -rf gpuyard shared services build
 COPY gpuyard ./gpuyard
 COPY shared ./shared
 COPY services ./services
@@ -30,5 +33,5 @@ ENV GPUYARD_DATA_DIR=/var/lib/gpuyard \
     GPUYARD_HEALTH_PORT=8090
 WORKDIR /var/lib/gpuyard
 # submit API, serving API, health of every service, monitor's Prometheus metrics
-EXPOSE 8080 8081 8090 9400
+EXPOSE 8080 8000 8090 9400
 ENTRYPOINT ["gpuyard-entrypoint"]

@@ -8,9 +8,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# The tests also need the test tools and the `train` extra (PyTorch, for the distributed example).
+# The tests also need the test tools, and the extras they exercise: `train` (PyTorch, for the distributed
+# example), `sim` (matplotlib, for `gpuyard sim --plot`) and `serving` (ONNX Runtime).
 $(BIN)/.installed-test: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[test,train]'
+	$(BIN)/pip install -q -e '.[test,train,sim,serving]'
 	touch $@
 
 install: $(BIN)/.installed

@@ -7,7 +7,6 @@ import asyncio
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,8 +17,9 @@ from rich.text import Text
 from gpuyard import why
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import TERMINAL, describe_event, follow_job
+from gpuyard.up import UpOptions, run_up
+from gpuyard.up import add_arguments as add_up_arguments
 from shared.jobspec import JobSpec, SpecError, load_spec_file
-from shared.settings import default_data_dir
 from shared.units import format_duration
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
@@ -60,20 +60,7 @@ def _spec_errors(exc: ValidationError) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from gpuyard.up import UpOptions, run_up
-
-    opts = UpOptions(
-        data_dir=Path(args.data_dir),
-        host=args.host,
-        port=args.port,
-        nats_port=args.nats_port,
-        simulate_gpus=args.simulate_gpus,
-        demo=args.demo,
-        policy=args.policy,
-        **({"node_name": args.node_name} if args.node_name else {}),
-        **({"executors": args.executors} if args.executors is not None else {}),
-    )
-    return asyncio.run(run_up(opts, out))
+    return asyncio.run(run_up(UpOptions.from_args(args), out))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -317,24 +304,7 @@ def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="run the whole platform on this machine", parents=[common])
-    up.add_argument(
-        "--data-dir", default=str(default_data_dir()), help="where jobs, logs and events are kept"
-    )
-    up.add_argument("--host", default="127.0.0.1", help="address of the API and NATS (default: loopback)")
-    up.add_argument("--port", type=int, default=8080, help="API port")
-    up.add_argument("--nats-port", type=int, default=4222)
-    up.add_argument(
-        "--simulate-gpus", type=int, default=0, metavar="N", help="N virtual GPUs if NVML finds none"
-    )
-    up.add_argument("--node-name", help="this node's name (default: the hostname)")
-    up.add_argument("--policy", default="firstfit", help="placement policy of the scheduler")
-    up.add_argument(
-        "--executors",
-        type=int,
-        metavar="N",
-        help="executor processes sharing this node's jobs (default: 2, or 1 on a single core)",
-    )
-    up.add_argument("--demo", action="store_true", help="submit a demo job once the platform is up")
+    add_up_arguments(up)
     up.set_defaults(func=cmd_up)
 
     submit = sub.add_parser("submit", help="submit a job spec (YAML or JSON)", parents=[common])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from shared.settings import ClientSettings
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
@@ -18,7 +19,7 @@ class ClientError(Exception):
 
 
 def config_dir() -> Path:
-    return Path(os.environ.get("GPUYARD_CONFIG_DIR", Path.home() / ".config" / "gpuyard"))
+    return ClientSettings().config_dir
 
 
 def saved_config() -> dict[str, str]:
@@ -54,11 +55,9 @@ def _detail(response: httpx.Response) -> str:
 
 class Client:
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30):
-        saved = saved_config()
-        self.server = (
-            server or os.environ.get("GPUYARD_SERVER") or saved.get("server") or DEFAULT_SERVER
-        ).rstrip("/")
-        self.token = token or os.environ.get("GPUYARD_TOKEN") or saved.get("token")
+        saved, env = saved_config(), ClientSettings()
+        self.server = (server or env.server or saved.get("server") or DEFAULT_SERVER).rstrip("/")
+        self.token = token or env.token or saved.get("token")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
 

@@ -8,6 +8,7 @@ child also gets SIGTERM if the supervisor itself dies.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -24,9 +25,26 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuyard.client import Client, save_config
+from shared.settings import (
+    CommonSettings,
+    ExecutorSettings,
+    MonitorSettings,
+    SchedulerSettings,
+    ServingSettings,
+    SubmitSettings,
+    settings_from_argv,
+)
+from shared.settingsdocs import default_text, env_name, flag_name
 from shared.tokens import Principal, load_tokens, new_token, write_tokens
 
-SERVICES = ("submit", "scheduler", "executor", "monitor", "serving")
+SERVICES: dict[str, type[CommonSettings]] = {  # in start order
+    "submit": SubmitSettings,
+    "scheduler": SchedulerSettings,
+    "executor": ExecutorSettings,
+    "monitor": MonitorSettings,
+    "serving": ServingSettings,
+}
+TOKENS_FILE = "tokens.json"
 COLORS = {
     "nats": "magenta",
     "submit": "cyan",
@@ -166,39 +184,133 @@ def _shorten(text: str, name: str) -> str:
     return text
 
 
+# `gpuyard up`'s flags that set a service setting: flag -> the settings model and field. A flag not given
+# passes nothing, so the service's own default, or the GPUYARD_* variable the user exported, applies.
+SETTING_FLAGS: dict[str, tuple[type[CommonSettings], str]] = {
+    "--data-dir": (CommonSettings, "data_dir"),
+    "--host": (SubmitSettings, "submit_host"),
+    "--port": (SubmitSettings, "submit_port"),
+    "--policy": (SchedulerSettings, "policy"),
+    "--simulate-gpus": (ExecutorSettings, "simulate_gpus"),
+    "--node-name": (ExecutorSettings, "node_name"),
+    "--serving-port": (ServingSettings, "serving_port"),
+    "--monitor-port": (MonitorSettings, "metrics_port"),
+}
+UP_NOTES = {"--host": "The embedded NATS server listens there too."}
+DEFAULT_NATS_PORT = 4222
+
+
+def default_executors() -> int:
+    return min(2, os.cpu_count() or 1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`gpuyard up`'s flags; the help of those that set a service setting is that setting's description."""
+    for flag, (model, name) in SETTING_FLAGS.items():
+        field = model.model_fields[name]
+        default = default_text(field).replace("`", "")
+        fallback = "the default above" if default == "see description" else default
+        parts = (field.description, UP_NOTES.get(flag), f"Not given: ${env_name(name)}, else {fallback}.")
+        parser.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            metavar=flag.removeprefix("--").replace("-", "_").upper(),
+            help=" ".join(part for part in parts if part),
+        )
+    parser.add_argument(
+        "--nats-port",
+        type=int,
+        default=DEFAULT_NATS_PORT,
+        help=f"port of the embedded NATS server ({DEFAULT_NATS_PORT})",
+    )
+    parser.add_argument(
+        "--executors",
+        type=int,
+        default=default_executors(),
+        metavar="N",
+        help="executor processes sharing this node's jobs (default: 2, or 1 on a single core)",
+    )
+    parser.add_argument("--demo", action="store_true", help="submit a demo job once the platform is up")
+
+
 @dataclass
 class UpOptions:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 8080
-    nats_port: int = 4222
-    simulate_gpus: int = 0
-    node_name: str = field(default_factory=socket.gethostname)
-    demo: bool = False
-    policy: str = "firstfit"
-    executors: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    given: dict[str, str] = field(default_factory=dict)
+    """Service settings set through `gpuyard up`'s flags, by field name (see SETTING_FLAGS)."""
+    nats_port: int = DEFAULT_NATS_PORT
+    executors: int = field(default_factory=default_executors)
     """Executor processes sharing the node's placements."""
+    demo: bool = False
 
-    def children(self, env: dict[str, str]) -> list[Child]:
-        """The services' processes, in start order: one of each, `executors` executors."""
-        children = []
-        for name in SERVICES:
-            argv = [sys.executable, "-m", f"services.{name}"]
-            if name != "executor":
-                children.append(Child(name, argv, env))
-                continue
-            for worker in range(self.executors):
-                workers = {
-                    "GPUYARD_EXECUTOR_WORKERS": str(self.executors),
-                    "GPUYARD_EXECUTOR_WORKER": str(worker),
-                }
-                label = name if worker == 0 else f"{name}-{worker}"
-                children.append(Child(label, argv, {**env, **workers}, service=name))
-        return children
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> UpOptions:
+        names = (name for _, name in SETTING_FLAGS.values())
+        given = {name: str(getattr(args, name)) for name in names if getattr(args, name) is not None}
+        return cls(given=given, nats_port=args.nats_port, executors=args.executors, demo=args.demo)
+
+
+def settings_flags(model: type[CommonSettings], values: dict[str, object]) -> list[str]:
+    """`values` that are settings of `model`, as its flags: {'policy': 'fgd'} -> ['--policy', 'fgd']."""
+    flags = []
+    for name, value in values.items():
+        if name in model.model_fields:
+            flags += [flag_name(name), str(value)]
+    return flags
+
+
+@dataclass
+class Plan:
+    """What `gpuyard up` starts, and the settings each service process will run with: every process gets the
+    environment unchanged, and as flags the settings `up` decides (flags win over variables)."""
+
+    data_dir: Path
+    nats_host: str
+    nats_port: int
+    children: list[Child]
+    settings: dict[str, CommonSettings]
+    """By child name, read exactly as the child will: its flags over this environment."""
+
+    @property
+    def submit(self) -> SubmitSettings:
+        return self.settings["submit"]
+
+    @property
+    def executor(self) -> ExecutorSettings:
+        return self.settings["executor"]
+
+
+def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
+    """The services' processes, in start order (one of each, `executors` executors), with their settings.
+    `env` is what each process gets: this process's environment (plus what changes no setting), so the settings
+    read here from it are theirs. A bad setting ends `gpuyard up` with one line before anything starts."""
+    api = settings_from_argv(SubmitSettings, settings_flags(SubmitSettings, opts.given), "gpuyard up")
+    data_dir = api.data_dir.expanduser().resolve()
+    decided = {
+        **opts.given,
+        "nats_url": f"nats://{api.submit_host}:{opts.nats_port}",
+        "data_dir": data_dir,
+        "tokens_file": data_dir / TOKENS_FILE,
+    }
+    children = []
+    for name, model in SERVICES.items():
+        argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, decided)]
+        if name != "executor":
+            children.append(Child(name, argv, env))
+            continue
+        for worker in range(max(opts.executors, 1)):  # --executors 0 is refused by the first one's settings
+            workers = {"executor_workers": opts.executors, "executor_worker": worker}
+            label = name if worker == 0 else f"{name}-{worker}"
+            children.append(Child(label, [*argv, *settings_flags(model, workers)], env, service=name))
+    settings = {
+        c.name: settings_from_argv(SERVICES[c.service or c.name], c.argv[3:], f"gpuyard up: {c.name}")
+        for c in children
+    }
+    return Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
 
 
 def ensure_admin_token(data_dir: Path) -> tuple[Path, str]:
-    path = data_dir / "tokens.json"
+    path = data_dir / TOKENS_FILE
     tokens = load_tokens(path) if path.exists() else {}
     admin = next((t for t, p in tokens.items() if p.admin), None)
     if admin is None:
@@ -217,27 +329,25 @@ async def wait_until(check, within: float, what: str) -> None:
 
 
 async def run_up(opts: UpOptions, console: Console) -> int:
-    data_dir = opts.data_dir.expanduser().resolve()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    platform = plan(opts, env)
+    data_dir, host = platform.data_dir, platform.nats_host
+    api_port, nats_port = platform.submit.submit_port, platform.nats_port
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = (data_dir / "up.lock").open("w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"another `gpuyard up` is already running on {data_dir}") from None
-    if not 1 <= opts.executors <= 64:
-        raise SystemExit(f"--executors must be between 1 and 64, not {opts.executors}")
-    if opts.port == opts.nats_port:
-        raise SystemExit(f"--port and --nats-port are both {opts.port}: the API and NATS need a port each")
-    for what, port in (("the API", opts.port), ("NATS", opts.nats_port)):
-        if not port_free(opts.host, port):
-            flag = "--port" if what == "the API" else "--nats-port"
-            raise SystemExit(
-                f"port {port} for {what} is in use on {opts.host}: stop what uses it or pass {flag}"
-            )
+    if api_port == nats_port:
+        raise SystemExit(f"--port and --nats-port are both {api_port}: the API and NATS need a port each")
+    for what, port, flag in (("the API", api_port, "--port"), ("NATS", nats_port, "--nats-port")):
+        if not port_free(host, port):
+            raise SystemExit(f"port {port} for {what} is in use on {host}: stop what uses it or pass {flag}")
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
-    tokens_file, admin_token = ensure_admin_token(data_dir)
-    server_url = f"http://{opts.host}:{opts.port}"
+    _, admin_token = ensure_admin_token(data_dir)
+    server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
 
     sup = Supervisor(console, log_dir)
@@ -252,28 +362,16 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         "--store_dir",
         str(data_dir / "nats"),
         "--addr",
-        opts.host,
+        host,
         "--port",
-        str(opts.nats_port),
+        str(nats_port),
         "--server_name",
         "gpuyard",
     ]
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "GPUYARD_NATS_URL": f"nats://{opts.host}:{opts.nats_port}",
-        "GPUYARD_DATA_DIR": str(data_dir),
-        "GPUYARD_TOKENS_FILE": str(tokens_file),
-        "GPUYARD_SUBMIT_HOST": opts.host,
-        "GPUYARD_SUBMIT_PORT": str(opts.port),
-        "GPUYARD_NODE_NAME": opts.node_name,
-        "GPUYARD_SIMULATE_GPUS": str(opts.simulate_gpus),
-        "GPUYARD_POLICY": opts.policy,
-    }
     try:
         await sup.start(Child("nats", nats_argv, env))
-        await wait_until(lambda: not port_free(opts.host, opts.nats_port), 20, "NATS")
-        for child in opts.children(env):
+        await wait_until(lambda: not port_free(host, nats_port), 20, "NATS")
+        for child in platform.children:
             await sup.start(child)
         watcher = asyncio.create_task(sup.watch())
         client = Client(server_url, admin_token)
@@ -282,9 +380,11 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             f"\n[bold green]GPUYARD is up.[/] API {server_url} (OpenAPI at {server_url}/docs)",
             f"  data dir    {data_dir}",
             f"  admin token {admin_token}  (saved for the CLI in {config_path})",
+            f"  scheduler   policy {platform.settings['scheduler'].policy}",
         ]
-        if opts.simulate_gpus:
-            lines.append(f"  GPUs        {opts.simulate_gpus} simulated on node {opts.node_name}")
+        executor = platform.executor
+        if executor.simulate_gpus:
+            lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
         lines.append(
             "  Try: gpuyard submit examples/hello.yaml --follow  ·  gpuyard ps  ·  Ctrl-C stops everything\n"
         )
@@ -295,7 +395,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         console.print("\n[bold]Stopping GPUYARD…[/]")
         watcher.cancel()
     finally:
-        await sup.stop([*(c.name for c in reversed(opts.children(env))), "nats"])
+        await sup.stop([*(c.name for c in reversed(platform.children)), "nats"])
         lock.close()
     console.print("[bold]Stopped; no process left behind.[/]")
     return 0

@@ -3,7 +3,6 @@ and the store (waiting for them at start-up), health probes, a heartbeat, and a 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -14,34 +13,16 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
-
-from pydantic import ValidationError
 
 from shared.bus import Bus, BusUnavailable
 from shared.events import ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
-from shared.settings import CommonSettings
+from shared.settings import CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
 
 VERSION = "0.1.0"
-S = TypeVar("S", bound=CommonSettings)
 log = logging.getLogger("gpuyard.service")
-
-
-def settings_from_argv(settings_cls: type[S], argv: list[str] | None, description: str) -> S:
-    """Every settings field is also a --flag; flags win over GPUYARD_* variables."""
-    parser = argparse.ArgumentParser(description=description)
-    for name, field in settings_cls.model_fields.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
-    args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if v is not None}
-    try:
-        return settings_cls(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        parser.exit(2, f"{parser.prog}: invalid settings: {problems}\n")
 
 
 def setup_logging(name: str, level: str) -> None:
@@ -158,7 +139,7 @@ def run_service(
 ) -> None:
     """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
     `preflight(settings)` may refuse to start (it returns the reason) before anything is connected."""
-    settings = settings_from_argv(settings_cls, argv, f"GPUYARD {name} service")
+    settings = settings_from_argv(settings_cls, argv, f"python -m services.{name}")
     setup_logging(name, settings.log_level)
     refusal = preflight(settings) if preflight else None
     if refusal:
@@ -183,14 +164,15 @@ def run_service(
         finally:
             await service.stop()
 
-    with asyncio.Runner(loop_factory=event_loop_factory()) as loop_runner:
+    with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as loop_runner:
         sys.exit(loop_runner.run(runner()))
 
 
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def event_loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop where it is installed (Linux and macOS): the same asyncio API at a fraction of the cost per
-    message, which is most of what a service does. `GPUYARD_EVENT_LOOP=asyncio` keeps the standard loop."""
-    if os.environ.get("GPUYARD_EVENT_LOOP", "uvloop") == "asyncio":
+    message, which is most of what a service does. `asyncio` keeps the standard loop; None: the setting
+    `event_loop` (GPUYARD_EVENT_LOOP)."""
+    if (choice or CommonSettings().event_loop) == "asyncio":
         return None
     try:
         import uvloop

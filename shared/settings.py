@@ -1,6 +1,9 @@
-"""Settings of every service, read from GPUYARD_* environment variables (and CLI flags mapped onto them).
+"""Settings of every service and of the CLI client: one pydantic-settings model each, read from GPUYARD_*
+environment variables and, for the services, the same names as flags (`--cycle-interval 0.5`), flags first.
 
-Nothing else in the project reads os.environ for configuration.
+Each default and each description is written once, here: `gpuyard up`'s flags, the services and the settings
+tables of docs/operations.md (`python -m shared.settingsdocs`) all take them from these models. Nothing else in
+the project reads os.environ for configuration.
 """
 
 from __future__ import annotations
@@ -8,13 +11,18 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NoReturn, TypeVar
 
-from pydantic import BeforeValidator, Field, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from shared.kubernetes_settings import KubernetesConfig
+from shared.policies import BackfillMode, Policy
 from shared.units import parse_size
+
+ENV_PREFIX = "GPUYARD_"
 
 
 def default_data_dir() -> Path:
@@ -43,15 +51,35 @@ TenantNumbers = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_nu
 class CommonSettings(BaseSettings):
     """Settings every service shares."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUYARD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        cli_kebab_case=True,  # --cycle-interval for cycle_interval
+        cli_exit_on_error=False,  # settings_from_argv turns every error into one line
+        cli_implicit_flags=False,  # booleans take a value: --preemption false
+    )
 
     nats_url: str = Field("nats://127.0.0.1:4222", description="One or more NATS URLs, comma-separated.")
-    store: str = Field("", description="sqlite:///path/events.db (default: in the data dir) or mongodb://…")
-    data_dir: Path = Field(default_factory=default_data_dir)
-    instance: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    health_host: str = "127.0.0.1"
+    store: str = Field(
+        "",
+        description="Event store: sqlite:///path/events.db (default: events.db in the data dir) or "
+        "mongodb://h1,h2,h3/gpuyard?replicaSet=rs0.",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Where the event store, job logs and working directories are kept "
+        "(default: $XDG_DATA_HOME/gpuyard, else ~/.local/share/gpuyard).",
+    )
+    instance: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="This process's name in events and heartbeats (default: hostname-pid).",
+    )
+    health_host: str = Field("127.0.0.1", description="Address of /healthz and /readyz.")
     health_port: int = Field(0, description="Port of /healthz and /readyz; 0 picks a free one.")
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", description="uvloop where installed; asyncio runs the service on the standard event loop."
+    )
     max_deliver: int = Field(
         5, description="Deliveries of one event before it goes to the dead-letter stream."
     )
@@ -69,48 +97,66 @@ class CommonSettings(BaseSettings):
 
 
 class SubmitSettings(CommonSettings):
-    submit_host: str = "127.0.0.1"
-    submit_port: int = 8080
-    tokens_file: Path | None = Field(
-        None, description="JSON/YAML file of tokens: {token: {tenant, user, admin}}."
+    """The submit API."""
+
+    submit_host: str = Field(
+        "127.0.0.1", description="Address the API listens on; another than loopback needs tokens."
     )
-    tokens: str = Field("", description="Inline tokens: 'token=tenant[:user][:admin],…'.")
-    max_body_bytes: int = 1 << 20
+    submit_port: int = Field(8080, description="Port of the API.")
+    tokens_file: Path | None = Field(
+        None, description="JSON/YAML file of tokens: `{token: {tenant, user, admin}}`."
+    )
+    tokens: str = Field("", description="Inline tokens: `token=tenant[:user][:admin],…`.")
+    max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")
 
 
 class SchedulerSettings(CommonSettings):
-    policy: str = Field("gpuyard", description="Placement policy: gpuyard, fgd, bestfit or firstfit.")
+    """The scheduler."""
+
+    policy: Policy = Field(
+        Policy.GPUYARD, description=f"Placement policy: {', '.join(Policy)} (see docs/scheduler.md)."
+    )
     cycle_interval: float = Field(
         1.0, description="Seconds between timer-driven cycles (events also trigger one)."
     )
     node_timeout: float = Field(
-        30.0, description="Seconds without a heartbeat before a node is declared lost."
+        30.0, description="Seconds without a heartbeat before a node is lost and its jobs requeued."
     )
     quotas: TenantNumbers = Field(
         default_factory=dict,
-        description="Guaranteed GPUs per tenant, 'vision=8,nlp=4'; empty: no quotas (one shared pool).",
+        description="Guaranteed GPUs per tenant, `vision=8,nlp=4` or a JSON object; empty: no quotas (one "
+        "shared pool).",
     )
     tenant_weights: TenantNumbers = Field(
-        default_factory=dict, description="Fair-share weight per tenant, 'vision=2'; default 1."
+        default_factory=dict,
+        description="Fair-share weight per tenant inside a priority class, `vision=2`; 1 for a tenant not named.",
     )
     user_gpu_cap: TenantNumbers = Field(
         default_factory=dict,
-        description="Most GPUs one user of a tenant may hold, 'vision=4'; '*=4' for every tenant.",
+        description="Most GPUs one user of a tenant may hold, `vision=4`; `*=4` for every tenant.",
     )
-    fair_share: bool = Field(True, description="Fair share across tenants inside a priority class.")
-    borrowing: bool = Field(True, description="Tenants may borrow idle GPUs above their quota.")
-    preemption: bool = Field(True, description="Higher priority and quota reclaims may preempt.")
+    fair_share: bool = Field(
+        True, description="Fair share across tenants inside a priority class; false: arrival order."
+    )
+    borrowing: bool = Field(
+        True, description="A tenant may run above its quota on idle GPUs; that work is reclaimed first."
+    )
+    preemption: bool = Field(True, description="Higher priority and quota reclaims may preempt running jobs.")
     min_runtime_before_preemption: float = Field(
         300.0, description="Seconds a job runs before it may be preempted (no thrashing)."
     )
     preemption_grace: float = Field(
         30.0, description="Seconds a preempted job gets between SIGTERM and SIGKILL."
     )
-    backfill: str = Field("easy", description="easy, greedy or off.")
+    backfill: BackfillMode = Field(
+        BackfillMode.EASY,
+        description="easy (never delays the first blocked job's reservation), greedy or off (strict order).",
+    )
     pending_after: float = Field(
         5.0,
         description="Seconds a job that only waits its turn for busy resources waits before the scheduler "
-        "stores why (a burst of jobs placed within it writes no reasons); 0: at once.",
+        "stores why (a burst of jobs placed within it writes no reasons); a reason that says it cannot run soon "
+        "(too_large, quota_exhausted…) or that it preempts is stored at once; 0: every reason at once.",
     )
     lease_ttl: float = Field(
         10.0, description="Seconds a leader's lease lasts; another replica takes over after it lapses."
@@ -124,17 +170,25 @@ Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number
 
 
 class ExecutorSettings(CommonSettings):
-    node_name: str = Field(default_factory=socket.gethostname)
+    """The executor. Its Kubernetes backend's settings are `kubernetes`: GPUYARD_KUBERNETES_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_nested_delimiter="_", env_nested_max_split=1)
+    """GPUYARD_KUBERNETES_IMAGE_PULL_POLICY is kubernetes.image_pull_policy: split once, after KUBERNETES."""
+
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        description="The node this executor announces (default: hostname).",
+    )
     simulate_gpus: int = Field(0, description="Announce N virtual GPUs when NVML finds none.")
-    simulated_gpu_model: str = "SIM-GPU"
-    simulated_gpu_memory: str = "16GiB"
+    simulated_gpu_model: str = Field("SIM-GPU", description="Model name of the simulated GPUs.")
+    simulated_gpu_memory: str = Field("16GiB", description="Memory of each simulated GPU.")
     executor_backend: Literal["local", "kubernetes"] = Field(
         "local", description="local (process groups on this node) or kubernetes (one pod per replica)."
     )
     advertise_address: str = Field(
         "", description="This node's address for MASTER_ADDR of multi-node jobs; default: the hostname's."
     )
-    heartbeat_interval: float = 5.0
+    heartbeat_interval: float = Field(5.0, description="Seconds between node heartbeats.")
     grace_seconds: float = Field(10.0, description="SIGTERM-to-SIGKILL grace when stopping a job.")
     retry_backoff: float = Field(5.0, description="Seconds before the first retry; doubles each attempt.")
     event_concurrency: int = Field(
@@ -166,12 +220,12 @@ class ExecutorSettings(CommonSettings):
     mps: Literal["auto", "on", "off"] = Field(
         "auto", description="Give fractional jobs CUDA MPS limits: auto = when an MPS daemon runs here."
     )
-    kubeconfig: str = Field("", description="Kubernetes backend: kubeconfig file outside a cluster.")
-    kubernetes_poll_interval: float = Field(
-        2.0, gt=0, description="Kubernetes backend: seconds between polls."
+    kubeconfig: str = Field(
+        "",
+        description="Kubernetes backend: kubeconfig file outside a cluster (default: in-cluster credentials).",
     )
-    kubernetes_log_interval: float = Field(
-        5.0, gt=0, description="Kubernetes backend: seconds between copies of a running pod's log."
+    kubernetes: KubernetesConfig = Field(
+        default_factory=KubernetesConfig, description="The Kubernetes backend's settings."
     )
 
     @model_validator(mode="after")
@@ -186,12 +240,59 @@ class ExecutorSettings(CommonSettings):
 
 
 class MonitorSettings(CommonSettings):
-    node_name: str = Field(default_factory=socket.gethostname)
-    simulate_gpus: int = 0
-    sample_interval: float = 5.0
-    metrics_port: int = 9400
+    """The monitor."""
+
+    node_name: str = Field(
+        default_factory=socket.gethostname, description="The node whose GPUs it samples (default: hostname)."
+    )
+    simulate_gpus: int = Field(0, description="Virtual GPUs of the node when NVML finds none.")
+    sample_interval: float = Field(5.0, description="Seconds between GPU samples.")
+    metrics_port: int = Field(9400, description="Port of the Prometheus /metrics endpoint.")
 
 
 class ServingSettings(CommonSettings):
-    serving_host: str = "127.0.0.1"
-    serving_port: int = 8081
+    """Model serving."""
+
+    serving_host: str = Field("127.0.0.1", description="Address the serving API listens on.")
+    serving_port: int = Field(8000, description="Port of the serving API (Triton's HTTP port).")
+
+
+class ClientSettings(BaseSettings):
+    """The `gpuyard` CLI and `gpuyard.client.Client`; their --server and --token flags come first."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    server: str = Field(
+        "",
+        description="URL of the submit API (default: what `gpuyard up` saved, else http://127.0.0.1:8080).",
+    )
+    token: str = Field("", description="Bearer token (default: what `gpuyard up` saved).")
+    config_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".config" / "gpuyard",
+        description="Where `gpuyard up` saves the server URL and admin token for the CLI (config.json).",
+    )
+
+
+S = TypeVar("S", bound=CommonSettings)
+
+
+def settings_from_argv(settings_cls: type[S], argv: list[str] | None, prog: str) -> S:
+    """The settings of a service from its flags (argv; None: sys.argv[1:]) and GPUYARD_* variables, flags
+    first. A bad value ends the process with one line naming the setting, and exit status 2."""
+    try:
+        return settings_cls(
+            _cli_parse_args=sys.argv[1:] if argv is None else argv,
+            _cli_prog_name=prog,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        _refuse(prog, f"invalid settings: {problems}")
+    except SettingsError as exc:
+        _refuse(prog, str(exc))
+
+
+def _refuse(prog: str, problem: str) -> NoReturn:
+    sys.stderr.write(f"{prog}: {' '.join(problem.split())}\n")
+    raise SystemExit(2)

@@ -12,7 +12,6 @@ from shared.settings import ExecutorSettings
 def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dict[int, int]) -> Backend:
     if settings.executor_backend == "kubernetes":
         from services.executor.kubernetes.backend import KubernetesBackend
-        from services.executor.kubernetes.config import KubernetesConfig
         from services.executor.kubernetes.controller import KubernetesController
 
         try:
@@ -25,10 +24,10 @@ def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dic
                 f"(GPUYARD_KUBECONFIG): {exc}"
             ) from exc
         return KubernetesBackend(
-            KubernetesController(api, KubernetesConfig()),
+            KubernetesController(api, settings.kubernetes),
             data_dir=settings.data_dir,
-            poll_interval=settings.kubernetes_poll_interval,
-            log_interval=settings.kubernetes_log_interval,
+            poll_interval=settings.kubernetes.poll_interval,
+            log_interval=settings.kubernetes.log_interval,
             log_max_bytes=settings.log_max_bytes,
             log_backups=settings.log_backups,
         )

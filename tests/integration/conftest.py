@@ -82,7 +82,7 @@ class Platform:
         self.config_dir = config_dir
         self.simulate_gpus = simulate_gpus
         self.executors = executors
-        self.port, self.nats_port = free_ports(2)
+        self.port, self.nats_port, self.serving_port, self.monitor_port = free_ports(4)
         self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
         self.env.pop("GPUYARD_SERVER", None)
         self.env.pop("GPUYARD_TOKEN", None)
@@ -109,6 +109,10 @@ class Platform:
                 str(self.port),
                 "--nats-port",
                 str(self.nats_port),
+                "--serving-port",
+                str(self.serving_port),
+                "--monitor-port",
+                str(self.monitor_port),
                 "--simulate-gpus",
                 str(self.simulate_gpus),
                 "--node-name",

@@ -21,7 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from services.executor.kubernetes.config import KubernetesConfig
+from shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
+from shared.settingsdocs import TABLES, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -493,6 +494,64 @@ def test_kubernetes_backend_settings_in_the_configmap_parse(monkeypatch):
     assert backend
     for key, value in backend.items():
         monkeypatch.setenv(key, value)
-    config = KubernetesConfig()
+    config = ExecutorSettings().kubernetes  # read from GPUYARD_KUBERNETES_*, as the executor does
     assert config.image == data["GPUYARD_KUBERNETES_IMAGE"]
     assert config.tolerations[0]["key"] == "nvidia.com/gpu"
+
+
+# ---------------------------------------------------------------- settings the files set
+
+
+def gpuyard_variables_set() -> dict[str, set[str]]:
+    """Every GPUYARD_* variable the deployment files set, with where."""
+    found: dict[str, set[str]] = {}
+
+    def add(name: str, where: str) -> None:
+        if name.startswith("GPUYARD_"):
+            found.setdefault(name, set()).add(where)
+
+    kubernetes = [(name, objs) for name, objs in TREES]
+    kubernetes += [(p.name, load_yaml_documents(p)) for p in ALTERNATIVES]
+    for where, objs in kubernetes:
+        for obj in objs:
+            for key in obj.get("data", {}) if obj["kind"] == "ConfigMap" else ():
+                add(key, where)
+            for container in containers_of(obj):
+                for variable in container.get("env", []):
+                    add(variable["name"], where)
+    for name, service in COMPOSE["services"].items():
+        for key in service.get("environment") or {}:
+            add(key, f"docker-compose.yml {name}")
+    for key in re.findall(r"\b(GPUYARD_\w+)=", (ROOT / "Dockerfile").read_text()):
+        add(key, "Dockerfile")
+    return found
+
+
+def test_every_gpuyard_variable_the_files_set_is_a_setting():
+    known = {
+        env_name(name, table.nested_in)
+        for table in TABLES
+        for name in table.model.model_fields
+        if name not in table.skip
+    }
+    found = gpuyard_variables_set()
+    assert {"GPUYARD_NATS_URL", "GPUYARD_KUBERNETES_IMAGE"} <= set(found)
+    unknown = {name: sorted(where) for name, where in found.items() if name not in known}
+    assert not unknown, f"not a setting of any model in shared/settings.py: {unknown}"
+
+
+def test_serving_and_metrics_ports_are_the_settings():
+    serving_port = ServingSettings.model_fields["serving_port"].default
+    metrics_port = MonitorSettings.model_fields["metrics_port"].default
+    assert (serving_port, metrics_port) == (8000, 9400)
+    objects = render(BASE)
+    serving = named(objects, "Deployment")["gpuyard-serving"]
+    assert {"name": "http", "containerPort": serving_port} in containers_of(serving)[0]["ports"]
+    assert named(objects, "Service")["gpuyard-serving"]["spec"]["ports"][0]["port"] == serving_port
+    monitor = named(objects, "DaemonSet")["gpuyard-monitor"]
+    assert metrics_port in {p["containerPort"] for p in containers_of(monitor)[0]["ports"]}
+    services = COMPOSE["services"]
+    assert f"{serving_port}:{serving_port}" in services["serving"]["ports"]
+    assert f"{metrics_port}:{metrics_port}" in services["monitor"]["ports"]
+    exposed = re.search(r"^EXPOSE (.+)$", (ROOT / "Dockerfile").read_text(), re.M).group(1).split()
+    assert {str(serving_port), str(metrics_port)} <= set(exposed)

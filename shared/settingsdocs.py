@@ -1,0 +1,151 @@
+"""The settings tables of docs/operations.md, made from the settings models: each setting's variable, flag,
+default and description, as the models declare them.
+
+`python -m shared.settingsdocs` rewrites the part of docs/operations.md between the two markers;
+`python -m shared.settingsdocs --check` only says whether it is up to date (exit status 1 when not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from shared.kubernetes_settings import KubernetesConfig
+from shared.settings import (
+    ENV_PREFIX,
+    ClientSettings,
+    CommonSettings,
+    ExecutorSettings,
+    MonitorSettings,
+    SchedulerSettings,
+    ServingSettings,
+    SubmitSettings,
+)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+BEGIN = (
+    "<!-- settings tables: made by `python -m shared.settingsdocs` from shared/settings.py; edit there -->"
+)
+END = "<!-- end of the settings tables -->"
+
+
+def env_name(name: str, nested_in: str = "") -> str:
+    return f"{ENV_PREFIX}{nested_in}{'_' if nested_in else ''}{name}".upper()
+
+
+def flag_name(name: str, nested_in: str = "") -> str:
+    return f"--{nested_in}{'.' if nested_in else ''}{name}".replace("_", "-")
+
+
+def default_text(field: FieldInfo) -> str:
+    """The default as one writes it in a variable; what a factory computes is in the description."""
+    if field.default is PydanticUndefined:
+        return "empty" if field.default_factory in (dict, list) else "see description"
+    value = field.default
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, Enum):
+        return f"`{value.value}`"
+    if value is None or value == "":
+        return "empty"
+    return f"`{value}`"
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    intro: str
+    model: type[BaseModel]
+    skip: tuple[str, ...] = ()
+    nested_in: str = ""
+    """The field of ExecutorSettings the model is, for GPUYARD_KUBERNETES_* and --kubernetes.*."""
+    flags: bool = True
+
+    def rows(self) -> list[str]:
+        rows = []
+        for name, field in self.model.model_fields.items():
+            if name in self.skip:
+                continue
+            flag = f"`{flag_name(name, self.nested_in)}`" if self.flags else "—"
+            description = " ".join((field.description or "").split()).replace("|", "\\|")
+            rows.append(
+                f"| `{env_name(name, self.nested_in)}` | {flag} | {default_text(field)} | {description} |"
+            )
+        return rows
+
+    def markdown(self) -> str:
+        head = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
+        return "\n".join([f"### {self.title}", "", self.intro, "", *head, *self.rows()])
+
+
+COMMON = tuple(CommonSettings.model_fields)
+TABLES = (
+    Table("Every service", "Read by each of the five services.", CommonSettings),
+    Table("The submit API", "`python -m services.submit`", SubmitSettings, skip=COMMON),
+    Table("The scheduler", "`python -m services.scheduler`", SchedulerSettings, skip=COMMON),
+    Table(
+        "The executor",
+        "`python -m services.executor`; its Kubernetes backend's settings are in the next table.",
+        ExecutorSettings,
+        skip=(*COMMON, "kubernetes"),
+    ),
+    Table(
+        "The executor's Kubernetes backend",
+        "Read with `GPUYARD_EXECUTOR_BACKEND=kubernetes`; lists and mappings are JSON.",
+        KubernetesConfig,
+        nested_in="kubernetes",
+    ),
+    Table("The monitor", "`python -m services.monitor`", MonitorSettings, skip=COMMON),
+    Table("Model serving", "`python -m services.serving`", ServingSettings, skip=COMMON),
+    Table(
+        "The `gpuyard` CLI",
+        "Variables only; `--server` and `--token` of each command come before them.",
+        ClientSettings,
+        flags=False,
+    ),
+)
+
+
+def generated() -> str:
+    return "\n\n".join(table.markdown() for table in TABLES)
+
+
+def with_tables(text: str) -> str:
+    """`text` (docs/operations.md) with the part between the markers made anew."""
+    before, begin, rest = text.partition(BEGIN)
+    _, end, after = rest.partition(END)
+    if not begin or not end:
+        raise ValueError(f"{DOC.name} lacks the markers {BEGIN!r} and {END!r}")
+    return f"{before}{BEGIN}\n\n{generated()}\n\n{END}{after}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shared.settingsdocs", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="only say whether the docs are up to date")
+    args = parser.parse_args(argv)
+    text = DOC.read_text()
+    try:
+        wanted = with_tables(text)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        if wanted != text:
+            print(f"{DOC} is out of date: run python -m shared.settingsdocs", file=sys.stderr)
+            return 1
+        return 0
+    if wanted != text:
+        DOC.write_text(wanted)
+        print(f"{DOC} rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
