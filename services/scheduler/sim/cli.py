@@ -58,13 +58,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+POSITIVE = {"seeds": "--seeds", "ratio": "--ratio", "speedup": "--speedup", "limit_factor": "--limit-factor"}
+
+
+def argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, in one line; None when nothing is."""
+    for field, flag in POSITIVE.items():
+        if getattr(args, field) <= 0:
+            return f"{flag} must be positive, not {getattr(args, field):g}"
+    if not 0 < args.cluster_fraction <= 1:
+        return f"--cluster-fraction must be in (0, 1], not {args.cluster_fraction:g}"
+    if args.plot is not None:
+        folder = args.plot.resolve().parent
+        if not folder.is_dir():
+            return f"--plot {args.plot}: folder {folder} does not exist"
+        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
+            return f"--plot {args.plot}: the file name must end in {', '.join(PLOT_SUFFIXES)}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    if (error := argument_error(args)) is not None:
+        print(f"gpuyard sim: {error}", file=sys.stderr)
+        return 2
     try:
         nodes = read_nodes(args.nodes)
         pods = read_pods(args.trace)
         names = _policies(args.policy)
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"gpuyard sim: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a folder or an unreadable file given as a trace: one line, not a traceback
+        what = f"cannot read {e.filename}: " if e.filename else ""
+        print(f"gpuyard sim: {what}{e.strerror or e}", file=sys.stderr)
         return 2
     if args.mode == "time" and args.cluster_fraction < 1:
         nodes = _subsample(nodes, args.cluster_fraction)
@@ -85,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m services.scheduler.sim", description=__doc__.splitlines()[0]
+        prog="gpuyard sim",
+        description="Replay a cluster trace (openb CSV columns) through the scheduling core and compare "
+        "placement policies; the table goes to stderr, --json to stdout. Also python -m services.scheduler.sim.",
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))
