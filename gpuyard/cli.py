@@ -1,51 +1,67 @@
-"""The `gpuyard` command line. Errors are one line on stderr and a non-zero exit status, never a traceback."""
+"""The `gpuyard` command line. Errors are one line on stderr and a non-zero exit status, never a traceback.
+
+It talks to the submit API through `gpuyard.client` and renders the public models of `shared.api`; it never
+imports a service (`gpuyard sim` runs the simulator as its own program)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
 import json
+import os
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpuyard import why
 from gpuyard.client import Client, ClientError
-from gpuyard.follow import TERMINAL, describe_event, follow_job
+from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
+from shared.api import JobOut, pending_text
 from shared.jobspec import JobSpec, SpecError, load_spec_file
+from shared.jobstate import JobState
 from shared.units import format_duration
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+SIM_MODULE = "services.scheduler.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
+LIVE_STATES = [s for s in JobState if not s.terminal]
+LOG_LINES_OF_A_FAILURE = 10
+
 
 class CliError(Exception):
     pass
 
 
-def _age(iso: str | None) -> str:
-    if not iso:
+def _age(then: datetime | None) -> str:
+    if then is None:
         return "-"
-    then = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     return format_duration((datetime.now(UTC) - then).total_seconds())
 
 
-def _gpus(job: dict[str, Any]) -> str:
-    per, replicas = job["spec"]["resources"]["gpus"], job["spec"]["replicas"]
+def _gpus(job: JobOut) -> str:
+    per, replicas = job.spec.resources.gpus, job.spec.replicas
     if not per:
         return "-"
     return f"{replicas}×{per:g}" if replicas > 1 else f"{per:g}"
 
 
-def _print_json(data: Any) -> None:
+def _print_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, Sequence):
+        data = [item.model_dump(mode="json") for item in data]
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -78,23 +94,22 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json and not args.follow:
         _print_json(accepted)
         return 0
-    out.print(f"submitted job [bold]{accepted['job_id']}[/] ({accepted['name']}), {accepted['state']}")
+    out.print(f"submitted job [bold]{accepted.job_id}[/] ({accepted.name}), {accepted.state}")
     if not args.follow:
         return 0
-    state = follow_job(client, accepted["job_id"], out)
-    job = client.job(accepted["job_id"])
+    state = follow_job(client, accepted.job_id, out)
+    job = client.job(accepted.job_id)
     if args.json:
         _print_json(job)
     else:
-        out.print(f"job {job['job_id']} {state}" + (f": {job['message']}" if job.get("message") else ""))
-    return 0 if state == "succeeded" else 1
+        out.print(f"job {job.job_id} {state}" + (f": {job.message}" if job.message else ""))
+    return 0 if state == JobState.SUCCEEDED else 1
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
     client = Client(args.server, args.token)
-    states = args.state or (None if args.all else ["queued", "placed", "running"])
-    page = client.jobs(state=states, tenant=args.tenant, limit=args.limit)
-    jobs = page["items"]
+    states = args.state or (None if args.all else LIVE_STATES)
+    jobs = client.jobs(state=states, tenant=args.tenant, limit=args.limit).items
     if args.json:
         _print_json(jobs)
         return 0
@@ -103,13 +118,13 @@ def cmd_ps(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold" if col == "REASON" else "ellipsis", no_wrap=col != "REASON")
     for j in jobs:
         table.add_row(
-            j["job_id"],
-            j["name"],
-            j["tenant"],
-            j["state"],
-            why.position_text(j.get("pending")) if j["state"] == "queued" else "",
+            j.job_id,
+            j.name,
+            j.tenant,
+            j.state,
+            why.position_text(j.pending),
             _gpus(j),
-            _age(j["created_at"]),
+            _age(j.created_at),
             Text(_ps_reason(j)),
         )
     if not jobs:
@@ -119,92 +134,83 @@ def cmd_ps(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ps_reason(job: dict[str, Any]) -> str:
+def _ps_reason(job: JobOut) -> str:
     """Why a queued job waits; for others, what `ps` readers need (preemption, cancel, how it ended)."""
-    if job["state"] == "queued":
-        pending = job.get("pending")
-        return f"{pending['code']}: {pending['message']}" if pending else ""
-    if job["state"] in TERMINAL:
-        return job.get("message", "")
-    if job.get("cancel_requested"):
+    if job.pending:
+        return pending_text(job.pending)
+    if job.state.terminal:
+        return job.message
+    if job.cancel_requested:
         return "cancel requested"
-    if job.get("preempt_requested"):
-        return f"being preempted ({job['preempt_requested']['reason']})"
-    return f"attempt {job['attempt']}" if job["attempt"] > 1 else ""
+    if job.preemption:
+        return f"being preempted ({job.preemption.reason})"
+    return f"attempt {job.attempt}" if job.attempt > 1 else ""
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    job = Client(args.server, args.token).job(args.job)
+    client = Client(args.server, args.token)
+    job = client.job(args.job)
     if args.json:
         _print_json(job)
         return 0
-    spec = job["spec"]
-    command = spec["command"] if isinstance(spec["command"], str) else " ".join(spec["command"])
+    spec = job.spec
+    command = spec.command if isinstance(spec.command, str) else " ".join(spec.command)
+    cancelling = job.cancel_requested and not job.state.terminal
     rows = [
-        ("Job", f"{job['job_id']} ({job['name']})"),
-        ("Tenant / user", f"{job['tenant']} / {job['user']}"),
-        (
-            "State",
-            job["state"]
-            + (" (cancel requested)" if job["cancel_requested"] and job["state"] not in TERMINAL else ""),
-        ),
-        ("Attempt", str(job["attempt"])),
+        ("Job", f"{job.job_id} ({job.name})"),
+        ("Tenant / user", f"{job.tenant} / {job.user}"),
+        ("State", job.state + (" (cancel requested)" if cancelling else "")),
+        ("Attempt", str(job.attempt)),
         ("Command", command),
         (
             "Resources",
-            f"{_gpus(job)} GPU · {spec['resources']['cpus']:g} CPU · {spec['resources']['memory']} B memory",
+            f"{_gpus(job)} GPU · {spec.resources.cpus:g} CPU · {spec.resources.memory} B memory",
         ),
-        ("Priority", spec["priority"]),
-        ("Created", f"{job['created_at']} ({_age(job['created_at'])} ago)"),
+        ("Priority", spec.priority),
+        ("Created", f"{job.created_at.isoformat()} ({_age(job.created_at)} ago)"),
     ]
-    if job.get("pending") and job["state"] == "queued":
-        p = job["pending"]
+    if job.pending:
+        rows.append(("Waiting", pending_text(job.pending)))
+        if job.pending.details:
+            rows.append(("Numbers", why.details_text(job.pending.details)))
+        rows.append(("Estimated start", why.relative_start(job.pending.estimated_start, datetime.now(UTC))))
+    if job.preemption:
+        pre = job.preemption
         rows.append(
-            (
-                "Waiting",
-                f"{p['code']}: {p['message']}"
-                + (f" (#{p['position']} in queue)" if p.get("position") else ""),
-            )
+            ("Preempted", pre.reason + (f" by job {pre.by_job}" if pre.by_job else "") + ", stopping")
         )
-        if p.get("details"):
-            rows.append(("Numbers", why.details_text(p["details"])))
-        rows.append(("Estimated start", why.relative_start(p.get("estimated_start"), datetime.now(UTC))))
-    if job.get("preempt_requested") and job["state"] in ("placed", "running"):
-        pre = job["preempt_requested"]
+    for p in job.placements:
+        gpus = ",".join(f"{g.index}" + (f"×{g.fraction:g}" if g.fraction < 1 else "") for g in p.gpus)
+        rows.append((f"Replica {p.replica}", p.node + (f" GPU {gpus}" if gpus else "")))
+    if job.failure:
+        rows.append(("Failure", why.failure_text(job)))
+    elif job.message:
+        rows.append(("Message", job.message))
+    for a in job.attempts:
         rows.append(
-            (
-                "Preempted",
-                pre["reason"] + (f" by job {pre['by_job']}" if pre.get("by_job") else "") + ", stopping",
-            )
+            (f"Attempt {a.number}", f"{a.outcome or 'in progress'} · nodes {', '.join(a.nodes) or '-'}")
         )
-    for p in job["placements"]:
-        gpus = ",".join(
-            f"{g['index']}" + (f"×{g['fraction']:g}" if g["fraction"] < 1 else "") for g in p["gpus"]
-        )
-        rows.append((f"Replica {p['replica']}", f"{p['node']}" + (f" GPU {gpus}" if gpus else "")))
-    if job.get("exit_code") is not None:
-        rows.append(("Exit code", str(job["exit_code"])))
-    if job.get("message"):
-        rows.append(("Message", job["message"]))
-    for a in job["attempts"]:
-        rows.append(
-            (
-                f"Attempt {a['number']}",
-                f"{a.get('outcome') or 'in progress'} · nodes {', '.join(a['nodes']) or '-'}",
-            )
-        )
-        rows.extend(("", f"note: {note}") for note in a.get("notes", []))
+        rows.extend(("", f"note: {note}") for note in a.notes)
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for k, v in rows:
         table.add_row(k, Text(v))
     out.print(table)
-    if job.get("log_tail") and job["state"] == "failed":
-        out.print("[bold]Last log lines:[/]")
-        for line in job["log_tail"]:
-            out.print(f"  {line}", markup=False)
+    if job.failure:
+        _print_last_lines(client, job)
     return 0
+
+
+def _print_last_lines(client: Client, job: JobOut) -> None:
+    """The last lines of the log of the replica that failed the job (of replica 0 when none did)."""
+    replica = job.failure.replica if job.failure and job.failure.replica is not None else 0
+    with contextlib.suppress(ClientError):  # no log kept: the rows above say what is known
+        lines = client.logs(job.job_id, replica=replica, attempt=job.attempt, tail=LOG_LINES_OF_A_FAILURE)
+        if lines.strip():
+            out.print(f"[bold]Last log lines of replica {replica}:[/]")
+            for line in lines.splitlines():
+                out.print(f"  {line}", markup=False)
 
 
 def cmd_why(args: argparse.Namespace) -> int:
@@ -224,36 +230,20 @@ def cmd_why(args: argparse.Namespace) -> int:
     return 0
 
 
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-SIM_POSITIVE = {
-    "seeds": "--seeds",
-    "ratio": "--ratio",
-    "speedup": "--speedup",
-    "limit_factor": "--limit-factor",
-}
-
-
-def cmd_sim(args: argparse.Namespace) -> int:
-    from services.scheduler.sim import cli as sim
-
-    for field, flag in SIM_POSITIVE.items():
-        value = getattr(args, field, None)
-        if value is not None and value <= 0:
-            raise CliError(f"{flag} must be positive, not {value:g}")
-    fraction = getattr(args, "cluster_fraction", None)
-    if fraction is not None and not 0 < fraction <= 1:
-        raise CliError(f"--cluster-fraction must be in (0, 1], not {fraction:g}")
-    if args.plot is not None:
-        folder = args.plot.resolve().parent
-        if not folder.is_dir():
-            raise CliError(f"--plot {args.plot}: folder {folder} does not exist")
-        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
-            raise CliError(f"--plot {args.plot}: the file name must end in {', '.join(PLOT_SUFFIXES)}")
-    try:
-        return sim.run(args)
-    except OSError as exc:  # a folder or an unreadable file given as a trace: one line, not a traceback
-        what = f"cannot read {exc.filename}: " if exc.filename else ""
-        raise CliError(f"{what}{exc.strerror or exc}") from None
+def run_sim(argv: list[str]) -> int:
+    """`gpuyard sim ARGS`: the simulator as its own program, given ARGS unchanged (its output, its help and
+    its exit status are the simulator's). Returns only when the services package is not installed."""
+    if importlib.util.find_spec("services") is None:
+        err.print(
+            "[bold red]error:[/] gpuyard sim needs the GPUYARD services package, which this installation "
+            "lacks: install gpuyard from its repository (pip install .)",
+            markup=True,
+        )
+        return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", SIM_MODULE, *argv])
+    return 0  # (not reached: execv replaced this process)
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -262,9 +252,12 @@ def cmd_events(args: argparse.Namespace) -> int:
         _print_json(events)
         return 0
     for item in events:
-        e = item["event"]
+        event = parse_event(item.event)
+        if event is None:  # a newer server's event
+            out.print(f"{item.version:>3}  {item.event.get('time', '')}  {item.event.get('type', '?')}")
+            continue
         out.print(
-            f"{item['version']:>3}  {e['time']}  {e['type'].removeprefix('io.gpuyard.'):<22} {describe_event(e)}"
+            f"{item.version:>3}  {event.time.isoformat()}  {event.nats_subject:<22} {describe_event(event)}"
         )
     return 0
 
@@ -286,15 +279,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(answer)
     else:
-        out.print(f"job {answer['job_id']}: {answer['message']}")
+        out.print(f"job {answer.job_id}: {answer.message}")
     return 0
 
 
 # ---------------------------------------------------------------- parser
 
 
-def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
-    """sim_options=False leaves out the simulator's options (and its numpy import) for the other commands."""
+def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", help="API URL (default: GPUYARD_SERVER, or what `gpuyard up` saved)")
     common.add_argument("--token", help="bearer token (default: GPUYARD_TOKEN, or what `gpuyard up` saved)")
@@ -315,7 +307,14 @@ def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
 
     ps = sub.add_parser("ps", help="list jobs", parents=[common])
     ps.add_argument("-a", "--all", action="store_true", help="include finished jobs")
-    ps.add_argument("--state", action="append", help="only jobs in this state (repeatable)")
+    ps.add_argument(
+        "--state",
+        action="append",
+        type=JobState,
+        choices=list(JobState),
+        metavar="STATE",
+        help=f"only jobs in this state (repeatable): {', '.join(JobState)}",
+    )
     ps.add_argument("--tenant")
     ps.add_argument("--limit", type=int, default=50)
     ps.set_defaults(func=cmd_ps)
@@ -343,28 +342,19 @@ def build_parser(sim_options: bool = True) -> argparse.ArgumentParser:
     why_cmd.add_argument("job")
     why_cmd.set_defaults(func=cmd_why)
 
-    sim = sub.add_parser(
+    sub.add_parser(  # listed here for `gpuyard --help`; main() hands `gpuyard sim ARGS` to the simulator
         "sim",
-        help="replay a trace through the scheduler, one result row per policy",
-        description="Replay a cluster trace (openb CSV columns) through the scheduling core and compare "
-        "placement policies; the table goes to stderr, --json to stdout.",
+        help="replay a trace through the scheduler, one result row per policy (gpuyard sim --help)",
+        add_help=False,
     )
-    if sim_options:
-        from services.scheduler.sim.cli import add_arguments
-
-        add_arguments(sim)
-    sim.set_defaults(func=cmd_sim)
     return parser
-
-
-def _command(argv: list[str]) -> str | None:
-    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(sim_options=_command(argv) == "sim")
-    args = parser.parse_args(argv)
+    if argv[:1] == ["sim"]:
+        return run_sim(argv[1:])
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (CliError, ClientError) as exc:

@@ -8,7 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 
+from shared.api import (
+    CancelOut,
+    DeadLetterOut,
+    JobAccepted,
+    JobEventOut,
+    JobListOut,
+    JobOut,
+    NodeOut,
+    ServiceOut,
+)
+from shared.jobstate import JobState
 from shared.settings import ClientSettings
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -76,21 +88,53 @@ class Client:
             return response.json()
         return response.text
 
-    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+    def answer(self, model: Any, method: str, path: str, **kwargs: Any) -> Any:
+        """The answer parsed into its public model (`model`: a model, or a type such as list[NodeOut])."""
+        data = self.request(method, path, **kwargs)
+        try:
+            return TypeAdapter(model).validate_python(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "answer"
+            raise ClientError(
+                f"unexpected answer from {self.server}{path} ({where}: {first['msg']}); "
+                "is the server the same GPUYARD version as this CLI?"
+            ) from None
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> JobAccepted:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self.request("POST", "/v1/jobs", json=spec, headers=headers)
+        return self.answer(JobAccepted, "POST", "/v1/jobs", json=spec, headers=headers)
 
-    def jobs(self, **params: Any) -> dict[str, Any]:
-        return self.request("GET", "/v1/jobs", params={k: v for k, v in params.items() if v is not None})
+    def jobs(
+        self,
+        state: list[JobState] | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> JobListOut:
+        states = [s.value for s in state] if state else None
+        params = {"state": states, "tenant": tenant, "limit": limit, "cursor": cursor}
+        return self.answer(
+            JobListOut, "GET", "/v1/jobs", params={k: v for k, v in params.items() if v is not None}
+        )
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/jobs/{job_id}")
+    def job(self, job_id: str) -> JobOut:
+        return self.answer(JobOut, "GET", f"/v1/jobs/{job_id}")
 
-    def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
-        return self.request("GET", f"/v1/jobs/{job_id}/events", params={"after": after})
+    def events(self, job_id: str, after: int = 0) -> list[JobEventOut]:
+        return self.answer(list[JobEventOut], "GET", f"/v1/jobs/{job_id}/events", params={"after": after})
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/v1/jobs/{job_id}/cancel")
+    def cancel(self, job_id: str) -> CancelOut:
+        return self.answer(CancelOut, "POST", f"/v1/jobs/{job_id}/cancel")
+
+    def nodes(self) -> list[NodeOut]:
+        return self.answer(list[NodeOut], "GET", "/v1/nodes")
+
+    def services(self) -> list[ServiceOut]:
+        return self.answer(list[ServiceOut], "GET", "/v1/services")
+
+    def dead_letters(self, limit: int = 50) -> list[DeadLetterOut]:
+        return self.answer(list[DeadLetterOut], "GET", "/v1/deadletters", params={"limit": limit})
 
     def logs(self, job_id: str, **params: Any) -> str:
         return self.request(

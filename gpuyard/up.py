@@ -415,9 +415,9 @@ async def run_demo(client: Client, console: Console) -> None:
 
     try:
         accepted = await asyncio.to_thread(client.submit, DEMO_SPEC)
-        console.print(f"[bold]demo[/] submitted job {accepted['job_id']} ({accepted['name']})")
-        final = await asyncio.to_thread(follow_job, client, accepted["job_id"], console)
-        logs = await asyncio.to_thread(client.logs, accepted["job_id"], replica=0)
+        console.print(f"[bold]demo[/] submitted job {accepted.job_id} ({accepted.name})")
+        final = await asyncio.to_thread(follow_job, client, accepted.job_id, console)
+        logs = await asyncio.to_thread(client.logs, accepted.job_id, replica=0)
         console.print(f"[bold]demo[/] job {final}; replica 0 said:\n{logs}", highlight=False)
     except Exception as exc:  # the demo must never take the platform down
         console.print(f"[bold red]demo failed:[/] {exc}")

@@ -1,7 +1,7 @@
-"""`gpuyard why JOB`: the whole explanation of why a job waits (or where it runs), from its job view.
+"""`gpuyard why JOB`: the whole explanation of why a job waits (or where it runs), from its public view.
 
-Pure functions of the view that GET /v1/jobs/{id} returns and of the current time, so that `why`, `describe`
-and `ps` say the same thing and the formatting is testable without a server.
+Pure functions of the `JobOut` that GET /v1/jobs/{id} answers and of the current time, so that `why`,
+`describe` and `ps` say the same thing and the formatting is testable without a server.
 """
 
 from __future__ import annotations
@@ -9,15 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
+from shared.jobspec import JobSpec
+from shared.jobstate import JobState
 from shared.units import format_duration, format_rough_duration, format_size
-
-WAITING, ACTIVE, TERMINAL = "queued", {"placed", "running"}, {"succeeded", "failed", "cancelled"}
-
-
-def parse_time(value: str | datetime | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def exact(seconds: float) -> str:
@@ -30,9 +25,8 @@ def exact(seconds: float) -> str:
     return "".join(parts) or "0s"
 
 
-def relative_start(estimated: str | datetime | None, now: datetime) -> str:
+def relative_start(when: datetime | None, now: datetime) -> str:
     """'in about 40 min', 'now (the estimate passed 2 min ago)', or 'unknown'."""
-    when = parse_time(estimated)
     if when is None:
         return "unknown"
     ahead = (when - now).total_seconds()
@@ -48,10 +42,9 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def position_text(pending: dict[str, Any] | None) -> str:
+def position_text(pending: PendingOut | None) -> str:
     """'#3' for the third waiting job, '' when the scheduler gave no position."""
-    position = (pending or {}).get("position")
-    return f"#{position}" if position else ""
+    return f"#{pending.position}" if pending is not None and pending.position else ""
 
 
 def _value(v: Any) -> str:
@@ -64,8 +57,8 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def details_text(details: dict[str, Any] | None) -> str:
-    return " · ".join(f"{k}={_value(v)}" for k, v in (details or {}).items())
+def details_text(details: dict[str, Any]) -> str:
+    return " · ".join(f"{k}={_value(v)}" for k, v in details.items())
 
 
 def size_text(num_bytes: int) -> str:
@@ -77,171 +70,181 @@ def size_text(num_bytes: int) -> str:
     return format_size(num_bytes)
 
 
-def gpus_text(spec: dict[str, Any]) -> str:
-    per, replicas = spec["resources"]["gpus"], spec["replicas"]
+def gpus_text(spec: JobSpec) -> str:
+    per, replicas = spec.resources.gpus, spec.replicas
     if not per:
         return "no GPU"
     each = f"{per:g} of a GPU" if per < 1 else f"{per:g} GPU" + ("s" if per != 1 else "")
     return f"{replicas} × {each}" if replicas > 1 else each
 
 
-def resources_text(spec: dict[str, Any]) -> str:
-    r = spec["resources"]
+def resources_text(spec: JobSpec) -> str:
+    r = spec.resources
     parts = [gpus_text(spec)]
-    if r.get("gpu_memory"):
-        parts.append(f"{size_text(r['gpu_memory'])} GPU memory")
-    if r.get("gpu_model"):
-        parts.append(f"model {' or '.join(r['gpu_model'])}")
-    per_replica = " per replica" if spec["replicas"] > 1 else ""
-    parts.append(f"{r['cpus']:g} CPU{'s' if r['cpus'] != 1 else ''}{per_replica}")
-    parts.append(f"{size_text(r['memory'])} memory{per_replica}")
-    if spec.get("timeout"):
-        parts.append(f"time limit {exact(spec['timeout'])}")
+    if r.gpu_memory:
+        parts.append(f"{size_text(r.gpu_memory)} GPU memory")
+    if r.gpu_model:
+        parts.append(f"model {' or '.join(r.gpu_model)}")
+    per_replica = " per replica" if spec.replicas > 1 else ""
+    parts.append(f"{r.cpus:g} CPU{'s' if r.cpus != 1 else ''}{per_replica}")
+    parts.append(f"{size_text(r.memory)} memory{per_replica}")
+    if spec.timeout:
+        parts.append(f"time limit {exact(spec.timeout)}")
     return " · ".join(parts)
 
 
-def placement_text(p: dict[str, Any]) -> str:
+def placement_text(p: PlacementOut) -> str:
     gpus = []
-    for g in p.get("gpus", []):
-        text = str(g["index"])
-        if g.get("fraction", 1) < 1:
-            text += f" (×{g['fraction']:g}" + (
-                f", {size_text(g['memory_bytes'])})" if g.get("memory_bytes") else ")"
-            )
+    for g in p.gpus:
+        text = str(g.index)
+        if g.fraction < 1:
+            text += f" (×{g.fraction:g}" + (f", {size_text(g.memory_bytes)})" if g.memory_bytes else ")")
         gpus.append(text)
-    where = p["node"] + (f" GPU {', '.join(gpus)}" if gpus else " (no GPU)")
-    parts = [where]
-    if p.get("cpus"):
-        parts.append(f"{p['cpus']:g} CPU{'s' if p['cpus'] != 1 else ''}")
-    if p.get("memory_bytes"):
-        parts.append(size_text(p["memory_bytes"]))
+    parts = [p.node + (f" GPU {', '.join(gpus)}" if gpus else " (no GPU)")]
+    if p.cpus:
+        parts.append(f"{p.cpus:g} CPU{'s' if p.cpus != 1 else ''}")
+    if p.memory_bytes:
+        parts.append(size_text(p.memory_bytes))
     return " · ".join(parts)
 
 
-def _previous_attempts(job: dict[str, Any]) -> list[dict[str, Any]]:
-    return [a for a in job.get("attempts", []) if a["number"] != job["attempt"]]
+def _previous_attempts(job: JobOut) -> list[AttemptOut]:
+    return [a for a in job.attempts if a.number != job.attempt]
 
 
-def summary(job: dict[str, Any], now: datetime) -> str:
+def _current_attempt(job: JobOut) -> AttemptOut | None:
+    return next((a for a in job.attempts if a.number == job.attempt), None)
+
+
+def summary(job: JobOut, now: datetime) -> str:
     """One sentence: why the job waits, or where it runs, or how it ended."""
-    state, pending = job["state"], job.get("pending")
-    if state == WAITING:
-        if job.get("cancel_requested"):
+    state = job.state
+    if state == JobState.QUEUED:
+        if job.cancel_requested:
             return "cancel requested; it will not be placed"
-        if pending:
-            return f"waiting ({pending['code']}): {pending['message']}"
+        if job.pending:
+            return f"waiting: {pending_text(job.pending)}"
         return (
             "queued, waiting its turn for busy resources (the scheduler stores the details once it has waited "
             "a few seconds; a job that cannot run soon gets its reason within a cycle, about a second)"
         )
-    nodes = sorted({p["node"] for p in job.get("placements", [])})
+    nodes = sorted({p.node for p in job.placements})
     on = f" on {', '.join(nodes)}" if nodes else ""
-    if state in ACTIVE:
-        if job.get("cancel_requested"):
+    if not state.terminal:
+        if job.cancel_requested:
             return f"{state}{on}; cancel requested, the executor is stopping it"
-        pre = job.get("preempt_requested")
+        pre = job.preemption
         if pre:
-            by = f" by job {pre['by_job']}" if pre.get("by_job") else ""
+            by = f" by job {pre.by_job}" if pre.by_job else ""
             return (
-                f"{state}{on}, being preempted ({pre['reason']}){by}; it is stopped within "
-                f"{format_rough_duration(pre.get('grace_seconds') or 0)} and queued again as attempt {job['attempt'] + 1}"
+                f"{state}{on}, being preempted ({pre.reason}){by}; it is stopped within "
+                f"{format_rough_duration(pre.grace_seconds)} and queued again as attempt {job.attempt + 1}"
             )
-        if state == "placed":
+        if state == JobState.PLACED:
             return f"placed{on}; the executor is starting it"
-        started = parse_time(job.get("started_at"))
-        since = f" for {format_duration((now - started).total_seconds())}" if started else ""
+        since = f" for {format_duration((now - job.started_at).total_seconds())}" if job.started_at else ""
         return f"running{on}{since}"
-    text = f"not waiting: it has {state}" if state != "cancelled" else "not waiting: it was cancelled"
-    if state == "failed" and job.get("exit_code") is not None:
-        text += f" with exit code {job['exit_code']}"
-    return text + (f" ({job['message']})" if job.get("message") else "")
+    text = f"not waiting: it has {state}" if state != JobState.CANCELLED else "not waiting: it was cancelled"
+    if job.failure and job.failure.exit_code is not None:
+        text += f" with exit code {job.failure.exit_code}"
+    return text + (f" ({job.message})" if job.message else "")
 
 
-def explain(job: dict[str, Any], now: datetime | None = None) -> tuple[str, list[tuple[str, str]]]:
+def explain(job: JobOut, now: datetime | None = None) -> tuple[str, list[tuple[str, str]]]:
     """The summary sentence and (label, value) rows for `gpuyard why`."""
     now = now or datetime.now(UTC)
-    spec = job["spec"]
+    spec = job.spec
     rows: list[tuple[str, str]] = [
-        ("Job", f"{job['job_id']} ({job['name']})"),
-        ("State", f"{job['state']} · attempt {job['attempt']}"),
-        ("Tenant / user", f"{job['tenant']} / {job['user']}"),
-        ("Priority", spec["priority"]),
+        ("Job", f"{job.job_id} ({job.name})"),
+        ("State", f"{job.state} · attempt {job.attempt}"),
+        ("Tenant / user", f"{job.tenant} / {job.user}"),
+        ("Priority", spec.priority),
         ("Asks", resources_text(spec)),
     ]
-    pending = job.get("pending")
-    if job["state"] == WAITING:
-        current = next((a for a in job.get("attempts", []) if a["number"] == job["attempt"]), None)
-        queued_at = parse_time(current["queued_at"]) if current else None
-        if queued_at:
-            rows.append(("Waiting for", format_duration((now - queued_at).total_seconds())))
+    pending = job.pending
+    if job.state == JobState.QUEUED:
+        current = _current_attempt(job)
+        if current:
+            rows.append(("Waiting for", format_duration((now - current.queued_at).total_seconds())))
         if pending:
-            rows.append(("Reason", pending["code"]))
-            rows.append(("Message", pending["message"]))
-            if pending.get("details"):
-                rows.append(("Numbers", details_text(pending["details"])))
-            position = pending.get("position")
+            rows.append(("Reason", pending_text(pending)))
+            rows.append(("Meaning", pending.code.meaning))
+            if pending.details:
+                rows.append(("Numbers", details_text(pending.details)))
+            position = pending.position
             rows.append(("Queue position", f"#{position} ({ordinal(position)} in line)" if position else "-"))
-            start = relative_start(pending.get("estimated_start"), now)
-            if pending.get("estimated_start"):
-                start += f" ({pending['estimated_start']})"
+            start = relative_start(pending.estimated_start, now)
+            if pending.estimated_start:
+                start += f" ({pending.estimated_start.isoformat()})"
             rows.append(("Estimated start", start))
-        not_before = parse_time(job.get("not_before"))
-        if not_before and not_before > now:
+        if job.not_before and job.not_before > now:
             rows.append(
-                ("Retry backoff", f"not before {relative_start(not_before, now).removeprefix('in ')}")
+                ("Retry backoff", f"not before {relative_start(job.not_before, now).removeprefix('in ')}")
             )
-    for p in job.get("placements", []):
-        rows.append((f"Replica {p['replica']}", placement_text(p)))
-    pre = job.get("preempt_requested")
-    if pre and job["state"] in ACTIVE:
-        by = f" by job {pre['by_job']}" if pre.get("by_job") else ""
-        rows.append(
-            (
-                "Preempted",
-                f"{pre['reason']}{by} · grace {format_rough_duration(pre.get('grace_seconds') or 0)}",
-            )
-        )
-    if job["state"] in TERMINAL:
-        if job.get("exit_code") is not None:
-            rows.append(("Exit code", str(job["exit_code"])))
-        if job.get("message"):
-            rows.append(("Message", job["message"]))
+    for p in job.placements:
+        rows.append((f"Replica {p.replica}", placement_text(p)))
+    pre = job.preemption
+    if pre:
+        by = f" by job {pre.by_job}" if pre.by_job else ""
+        rows.append(("Preempted", f"{pre.reason}{by} · grace {format_rough_duration(pre.grace_seconds)}"))
+    if job.failure:
+        rows.append(("Failure", failure_text(job)))
+    elif job.state.terminal and job.message:
+        rows.append(("Message", job.message))
     for a in _previous_attempts(job):
-        outcome = a.get("outcome") or "in progress"
-        rows.append((f"Attempt {a['number']}", outcome + (f" ({a['message']})" if a.get("message") else "")))
+        outcome = a.outcome or "in progress"
+        rows.append((f"Attempt {a.number}", outcome + (f" ({a.message})" if a.message else "")))
     return summary(job, now), rows
 
 
-def as_dict(job: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
+def failure_text(job: JobOut) -> str:
+    """'exit_code: exited with 3 · exit code 3 · replica 1', '' for a job that did not fail."""
+    f = job.failure
+    if f is None:
+        return ""
+    parts = [f"{f.reason}: {f.message}" if f.message else str(f.reason)]
+    if f.exit_code is not None:
+        parts.append(f"exit code {f.exit_code}")
+    if f.signal is not None:
+        parts.append(f"signal {f.signal}")
+    if f.replica is not None:
+        parts.append(f"replica {f.replica}")
+    return " · ".join(parts)
+
+
+def as_dict(job: JobOut, now: datetime | None = None) -> dict[str, Any]:
     """`gpuyard why --json`: the same explanation, machine-readable."""
     now = now or datetime.now(UTC)
-    spec, pending = job["spec"], job.get("pending")
+    spec, pending = job.spec, job.pending
     out_pending = None
-    if pending and job["state"] == WAITING:
-        est = parse_time(pending.get("estimated_start"))
+    if pending:
+        est = pending.estimated_start
         out_pending = {
-            **pending,
+            **pending.model_dump(mode="json"),
+            "text": pending_text(pending),
+            "meaning": pending.code.meaning,
             "estimated_start_in_seconds": round((est - now).total_seconds(), 1) if est else None,
             "estimated_start_text": relative_start(est, now),
         }
     return {
-        "job_id": job["job_id"],
-        "name": job["name"],
-        "state": job["state"],
-        "attempt": job["attempt"],
+        "job_id": job.job_id,
+        "name": job.name,
+        "state": job.state.value,
+        "attempt": job.attempt,
         "summary": summary(job, now),
-        "tenant": job["tenant"],
-        "user": job["user"],
-        "priority": spec["priority"],
+        "tenant": job.tenant,
+        "user": job.user,
+        "priority": spec.priority,
         "resources": {
-            **spec["resources"],
-            "replicas": spec["replicas"],
-            "total_gpus": spec["resources"]["gpus"] * spec["replicas"],
-            "timeout": spec.get("timeout"),
+            **spec.resources.model_dump(mode="json"),
+            "replicas": spec.replicas,
+            "total_gpus": job.gpus,
+            "timeout": spec.timeout,
         },
         "pending": out_pending,
-        "placements": job.get("placements", []) if job["state"] in ACTIVE else [],
-        "preemption": job.get("preempt_requested") if job["state"] in ACTIVE else None,
-        "cancel_requested": job.get("cancel_requested", False),
-        "previous_attempts": _previous_attempts(job),
+        "placements": [p.model_dump(mode="json") for p in job.placements],
+        "preemption": job.preemption.model_dump(mode="json") if job.preemption else None,
+        "failure": job.failure.model_dump(mode="json") if job.failure else None,
+        "cancel_requested": job.cancel_requested,
+        "previous_attempts": [a.model_dump(mode="json") for a in _previous_attempts(job)],
     }

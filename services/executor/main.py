@@ -24,6 +24,7 @@ CONTROL_SUBJECTS = [
     Subject.JOB_REQUEUED.value,
 ]
 
+
 async def main(service: Service, settings: ExecutorSettings) -> None:
     executor = Executor(service, settings)
     await executor.start()

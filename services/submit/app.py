@@ -11,6 +11,7 @@ from services.submit import routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.fastpath import FastSubmit
+from shared.api import HealthOut
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
 
@@ -62,9 +63,9 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict:
-        return {"status": "ok", "service": "submit"}
+    @app.get("/healthz", tags=["health"], response_model=HealthOut)
+    async def healthz() -> HealthOut:
+        return HealthOut(status="ok", service="submit")
 
     @app.exception_handler(StoreUnavailable)
     @app.exception_handler(BusUnavailable)

@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 
+from services.submit.bearer import bearer_token
 from services.submit.context import SubmitContext
 from shared.tokens import Principal
 
-_bearer = HTTPBearer(auto_error=False, description="A GPUYARD token (gpuyard up prints one and saves it).")
+
+class Bearer(HTTPBearer):
+    """The bearer security scheme as /docs shows it, reading the header with `bearer_token` (the fast path's
+    reading too)."""
+
+    async def __call__(self, request: Request) -> str | None:  # type: ignore[override]
+        return bearer_token(request.headers.get("authorization"))
+
+
+_bearer = Bearer(auto_error=False, description="A GPUYARD token (gpuyard up prints one and saves it).")
 
 
 async def get_context(request: Request) -> SubmitContext:
@@ -20,16 +30,14 @@ async def get_context(request: Request) -> SubmitContext:
 Context = Annotated[SubmitContext, Depends(get_context)]
 
 
-async def current_principal(
-    ctx: Context, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer":
+async def current_principal(ctx: Context, token: Annotated[str | None, Depends(_bearer)]) -> Principal:
+    if token is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing bearer token: send 'Authorization: Bearer <token>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = ctx.tokens.get(credentials.credentials)
+    principal = ctx.tokens.get(token)
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"}

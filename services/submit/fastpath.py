@@ -13,6 +13,7 @@ import json
 
 from fastapi import HTTPException
 
+from services.submit.bearer import bearer_token
 from services.submit.body import read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.routes_jobs import queue_job
@@ -64,8 +65,9 @@ class FastSubmit:
 
     async def accept(self, headers: dict[bytes, bytes], body: bytes) -> bytes | None:
         """The answer's body for a job queued here; None: left to the app."""
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        principal = self.ctx.tokens.get(token) if scheme.lower() == "bearer" else None
+        authorization = headers.get(b"authorization")
+        token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
+        principal = self.ctx.tokens.get(token) if token is not None else None
         key = headers.get(b"idempotency-key")
         if principal is None or not is_json(headers.get(b"content-type")):
             return None

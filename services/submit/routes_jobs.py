@@ -11,7 +11,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
 from services.submit.logs import follow_log, read_log
-from services.submit.schemas import CancelAnswer, JobAccepted, JobList, StoredEventOut
+from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
@@ -61,7 +61,7 @@ async def queue_job(
     )
 
 
-@router.get("", response_model=JobList)
+@router.get("", response_model=JobListOut)
 async def list_jobs(
     ctx: Context,
     principal: CurrentPrincipal,
@@ -69,7 +69,7 @@ async def list_jobs(
     tenant: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
-) -> JobList:
+) -> JobListOut:
     """Jobs newest first. A tenant sees its own jobs; an admin sees all, or one tenant's with ?tenant=."""
     if not principal.admin:
         if tenant not in (None, principal.tenant):
@@ -81,29 +81,31 @@ async def list_jobs(
         )
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
-    return JobList(items=[JobView.model_validate(d) for d in page.items], next_cursor=page.next_cursor)
+    return JobListOut(
+        items=[job_out(JobView.model_validate(d)) for d in page.items], next_cursor=page.next_cursor
+    )
 
 
-@router.get("/{job_id}", response_model=JobView)
-async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobView:
-    return await _visible_job(ctx, principal, job_id)
+@router.get("/{job_id}", response_model=JobOut)
+async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobOut:
+    return job_out(await _visible_job(ctx, principal, job_id))
 
 
-@router.get("/{job_id}/events", response_model=list[StoredEventOut])
+@router.get("/{job_id}/events", response_model=list[JobEventOut])
 async def job_events(
     job_id: str, ctx: Context, principal: CurrentPrincipal, after: Annotated[int, Query(ge=0)] = 0
-) -> list[StoredEventOut]:
+) -> list[JobEventOut]:
     """The job's events in order, each with its version; ?after=N returns only those after version N."""
     await _visible_job(ctx, principal, job_id)
     return [
-        StoredEventOut(version=s.version, event=s.event.to_dict())
+        JobEventOut(version=s.version, event=s.event.to_dict())
         for s in await ctx.store.read_stream(job_id)
         if s.version > after
     ]
 
 
-@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelAnswer)
-async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelAnswer:
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelOut)
+async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelOut:
     """A queued job is cancelled at once; a placed or running one is stopped by its executor."""
     await _visible_job(ctx, principal, job_id)
 
@@ -127,9 +129,7 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
         message = "cancelled"
     else:
         message = "cancel requested; the executor is stopping the job"
-    return CancelAnswer(
-        job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message
-    )
+    return CancelOut(job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)

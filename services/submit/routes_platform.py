@@ -12,12 +12,12 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
-from services.submit.schemas import DeadLetter, NodeOut, ServiceOut
-from shared.events import CloudEvent
+from shared.api import DeadLetterOut, GpuOut, NodeOut, NodeState, ServiceOut
+from shared.events import CloudEvent, Subject
 
 router = APIRouter(prefix="/v1", tags=["platform"])
 
-PUBLIC_PREFIXES = ("job", "gpu", "node", "service", "model", "alert")
+PUBLIC_PREFIXES = tuple(dict.fromkeys(s.value.split(".")[0] for s in Subject))  # job, node, gpu, service…
 SUBJECT_RE = re.compile(r"^[a-z_]+(\.([a-z_]+|\*))*(\.>)?$|^>$")
 KEEPALIVE_SECONDS = 15
 
@@ -40,7 +40,9 @@ async def event_stream(
     request: Request,
     ctx: Context,
     principal: CurrentPrincipal,
-    subject: Annotated[str, Query(description="NATS subject filter, e.g. job.> or job.failed")] = ">",
+    subject: Annotated[
+        str, Query(description=f"NATS subject filter, e.g. job.> or {Subject.JOB_FAILED.value}")
+    ] = ">",
     job: Annotated[str | None, Query(description="Only events about this job.")] = None,
 ):
     """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
@@ -91,14 +93,14 @@ async def event_stream(
     return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/deadletters", response_model=list[DeadLetter])
+@router.get("/deadletters", response_model=list[DeadLetterOut])
 async def dead_letters(
     ctx: Context, _: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 50
-) -> list[DeadLetter]:
+) -> list[DeadLetterOut]:
     """Events that a consumer gave up on, newest first, with the error (admin only)."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
-    return [DeadLetter.model_validate(d, from_attributes=True) for d in await ctx.bus.dead_letters(limit)]
+    return [DeadLetterOut.model_validate(d, from_attributes=True) for d in await ctx.bus.dead_letters(limit)]
 
 
 @router.get("/nodes", response_model=list[NodeOut])
@@ -107,9 +109,12 @@ async def nodes(ctx: Context, _: CurrentPrincipal) -> list[NodeOut]:
     return [
         NodeOut(
             node=hb.node,
-            state="lost" if hb.node in ctx.telemetry.lost else "ready",
+            state=NodeState.LOST if hb.node in ctx.telemetry.lost else NodeState.READY,
             last_seen_seconds_ago=round(now - seen, 1),
-            gpus=[g.model_dump() for g in hb.gpus],
+            gpus=[
+                GpuOut(index=g.index, uuid=g.uuid, model=g.model, memory_bytes=g.memory_bytes)
+                for g in hb.gpus
+            ],
             cpus=hb.cpus,
             memory_bytes=hb.memory_bytes,
             simulated=hb.simulated,

@@ -165,7 +165,7 @@ class Platform:
     def wait_state(self, job_id: str, states: set[str], timeout: float = 30) -> dict:
         client = self.client()
         return wait_for(
-            lambda: (job := client.job(job_id))["state"] in states and job,
+            lambda: (job := client.job(job_id)).state in states and job,
             timeout,
             0.1,
             f"job {job_id} in {states}",

@@ -11,7 +11,9 @@ import time
 import pytest
 
 from shared.bus import Bus
-from shared.events import CloudEvent
+from shared.events import CloudEvent, FailureReason, Subject
+from shared.jobstate import JobState
+from shared.reasons import PendingCode
 
 from .conftest import sse_events, wait_for
 
@@ -25,7 +27,9 @@ def write_spec(tmp_path, name: str, spec: dict) -> str:
 
 
 def event_types(client, job_id: str) -> list[str]:
-    return [e["event"]["type"].removeprefix("io.gpuyard.job.") for e in client.events(job_id)]
+    return [
+        CloudEvent.model_validate(e.event).nats_subject.value.split(".", 1)[1] for e in client.events(job_id)
+    ]
 
 
 def test_a_job_goes_submitted_placed_running_succeeded(platform, tmp_path):
@@ -37,10 +41,10 @@ def test_a_job_goes_submitted_placed_running_succeeded(platform, tmp_path):
     job_id = result.stdout.split("submitted job ")[1].split()[0]
     client = platform.client()
     job = client.job(job_id)
-    assert job["state"] == "succeeded" and job["exit_code"] == 0
+    assert job.state == JobState.SUCCEEDED and job.failure is None
     assert event_types(client, job_id) == ["submitted", "placed", "started", "replica_exited", "succeeded"]
     assert f"hello {job_id}" in client.logs(job_id)
-    assert job["placements"][0]["node"] == "node-a" and len(job["placements"][0]["gpus"]) == 1
+    assert job.placements[0].node == "node-a" and len(job.placements[0].gpus) == 1
 
 
 def test_a_failing_job_fails_and_keeps_its_exit_code(platform, tmp_path):
@@ -49,31 +53,32 @@ def test_a_failing_job_fails_and_keeps_its_exit_code(platform, tmp_path):
     assert result.returncode == 1
     job_id = result.stdout.split("submitted job ")[1].split()[0]
     job = platform.client().job(job_id)
-    assert job["state"] == "failed" and job["exit_code"] == 3 and job["failure_reason"] == "exit_code"
-    assert "about to fail" in job["log_tail"]
+    assert job.state == JobState.FAILED
+    assert (job.failure.reason, job.failure.exit_code, job.failure.replica) == (FailureReason.EXIT_CODE, 3, 0)
     described = platform.cli("describe", job_id)
-    assert "Exit code" in described.stdout and "about to fail" in described.stdout
+    assert "exit_code: " in described.stdout and "exit code 3 · replica 0" in described.stdout
+    assert "Last log lines of replica 0:" in described.stdout and "  about to fail" in described.stdout
 
 
 def test_a_command_that_does_not_exist_fails_with_that_reason(platform):
     client = platform.client()
-    job_id = client.submit({"command": ["/no/such/program"]})["job_id"]
+    job_id = client.submit({"command": ["/no/such/program"]}).job_id
     job = platform.wait_state(job_id, {"failed"})
-    assert job["failure_reason"] == "command_not_found" and "/no/such/program" in job["message"]
+    assert job.failure.reason == FailureReason.COMMAND_NOT_FOUND and "/no/such/program" in job.failure.message
 
 
 def test_cancel_stops_a_running_job(platform, tmp_path):
     client = platform.client()
     pidfile = tmp_path / "pid"
-    job_id = client.submit({"command": f"echo $$ > {pidfile}; exec sleep 300", "resources": {"gpus": 1}})[
-        "job_id"
-    ]
+    job_id = client.submit(
+        {"command": f"echo $$ > {pidfile}; exec sleep 300", "resources": {"gpus": 1}}
+    ).job_id
     platform.wait_state(job_id, {"running"})
     pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="pid file"))
     result = platform.cli("cancel", job_id)
     assert result.returncode == 0 and "cancel requested" in result.stdout
     job = platform.wait_state(job_id, {"cancelled"})
-    assert job["state"] == "cancelled"
+    assert job.state == JobState.CANCELLED
     assert event_types(client, job_id)[-2:] == ["replica_exited", "cancelled"]
     wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, what="the job's process to be gone")
     again = platform.cli("cancel", job_id)
@@ -83,7 +88,7 @@ def test_cancel_stops_a_running_job(platform, tmp_path):
 def test_two_replicas_get_torchrun_style_environment(platform):
     client = platform.client()
     command = "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT"
-    job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 1}})["job_id"]
+    job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 1}}).job_id
     platform.wait_state(job_id, {"succeeded"})
     logs = [client.logs(job_id, replica=r) for r in (0, 1)]
     assert logs[0].startswith("rank=0 world=2 local=0/2 master=127.0.0.1:")
@@ -93,10 +98,10 @@ def test_two_replicas_get_torchrun_style_environment(platform):
 
 def test_a_job_too_big_for_the_cluster_waits_with_a_reason(platform):
     client = platform.client()
-    job_id = client.submit({"name": "too-big", "command": "true", "resources": {"gpus": 4}})["job_id"]
-    job = wait_for(lambda: (j := client.job(job_id))["pending"] and j, 15, what="a pending reason")
-    assert job["state"] == "queued"
-    assert job["pending"]["code"] == "too_large" and "needs 4 GPUs on one node" in job["pending"]["message"]
+    job_id = client.submit({"name": "too-big", "command": "true", "resources": {"gpus": 4}}).job_id
+    job = wait_for(lambda: (j := client.job(job_id)).pending and j, 15, what="a pending reason")
+    assert job.state == JobState.QUEUED
+    assert job.pending.code == PendingCode.TOO_LARGE and "needs 4 GPUs on one node" in job.pending.message
     listed = platform.cli("ps", "--json")
     assert any(j["job_id"] == job_id for j in json.loads(listed.stdout))
     table = platform.cli("ps")
@@ -106,12 +111,10 @@ def test_a_job_too_big_for_the_cluster_waits_with_a_reason(platform):
 
 def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
     client = platform.client()
-    job_id = client.submit({"command": "echo ran-once", "resources": {"gpus": 1}})["job_id"]
+    job_id = client.submit({"command": "echo ran-once", "resources": {"gpus": 1}}).job_id
     platform.wait_state(job_id, {"succeeded"})
     before = client.events(job_id)
-    placed = CloudEvent.model_validate(
-        next(e["event"] for e in before if e["event"]["type"].endswith("placed"))
-    )
+    placed = CloudEvent.model_validate(next(e.event for e in before if e.event["type"].endswith("placed")))
 
     async def republish():
         bus = await Bus.connect([platform.nats_url], name="test", source="/test")
@@ -134,12 +137,12 @@ def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
 def test_the_nodes_executor_processes_share_its_jobs_and_start_each_once(platform):
     client = platform.client()
     small = {"gpus": 0.25, "cpus": 0.1, "memory": "10MB"}
-    jobs = [client.submit({"command": "echo once", "resources": small})["job_id"] for _ in range(16)]
+    jobs = [client.submit({"command": "echo once", "resources": small}).job_id for _ in range(16)]
     for job_id in jobs:
         platform.wait_state(job_id, {"succeeded"})
     starters = []
     for job_id in jobs:
-        started = [e["event"] for e in client.events(job_id) if e["event"]["type"].endswith(".started")]
+        started = [e.event for e in client.events(job_id) if e.event["type"].endswith(".started")]
         assert len(started) == 1 and client.logs(job_id).count("once") == 1
         starters.append(started[0]["source"])
     assert len(set(starters)) == platform.executors == 2  # both executor processes ran some of them
@@ -171,7 +174,7 @@ def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
     time.sleep(1)
-    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id
     listener.join(20)
     mine = [e for e in got if e["subject"] == job_id]
     assert [e["type"] for e in mine][:3] == [
@@ -184,29 +187,29 @@ def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
 def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform):
     client = platform.client()
     scheduler = wait_for(
-        lambda: next((s for s in client.request("GET", "/v1/services") if s["service"] == "scheduler"), None),
+        lambda: next((s for s in client.services() if s.service == "scheduler"), None),
         15,
         what="the scheduler's heartbeat",
     )
-    os.kill(scheduler["pid"], signal.SIGKILL)
+    os.kill(scheduler.pid, signal.SIGKILL)
     wait_for(lambda: "scheduler" in platform.log.read_text() and "restarting" in platform.log.read_text(), 10)
-    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
-    assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id
+    assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == JobState.SUCCEEDED
 
 
 def test_a_poison_event_shows_up_in_the_dead_letters(platform):
     async def poison():
         bus = await Bus.connect([platform.nats_url], name="test", source="/test")
         try:
-            await bus.nc.publish("job.placed", b'{"not": "a cloudevent"}')
+            await bus.nc.publish(Subject.JOB_PLACED.value, b'{"not": "a cloudevent"}')
             await bus.nc.flush()
         finally:
             await bus.close()
 
     asyncio.run(poison())
     client = platform.client()
-    letters = wait_for(lambda: client.request("GET", "/v1/deadletters"), 15, what="a dead letter")
-    assert letters[0]["original_subject"] == "job.placed" and "unreadable event" in letters[0]["error"]
-    assert letters[0]["event"] == {"not": "a cloudevent"}
-    job_id = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]  # nothing blocked
-    assert platform.wait_state(job_id, {"succeeded"})["state"] == "succeeded"
+    letters = wait_for(lambda: client.dead_letters(), 15, what="a dead letter")
+    assert letters[0].original_subject == Subject.JOB_PLACED and "unreadable event" in letters[0].error
+    assert letters[0].event == {"not": "a cloudevent"}
+    job_id = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id  # nothing blocked
+    assert platform.wait_state(job_id, {"succeeded"}).state == JobState.SUCCEEDED

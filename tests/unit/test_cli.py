@@ -1,5 +1,5 @@
-"""The CLI's scheduling views (`why`, `ps`, `describe`) against job views made by the real state machine and
-served by a fake API; `gpuyard sim`'s argument errors and a tiny run."""
+"""The CLI's scheduling views (`why`, `ps`, `describe`) against job views made by the real state machine,
+mapped to the public model and served by a fake API; `gpuyard sim` handing its arguments to the simulator."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 from gpuyard import cli, why
 from gpuyard.client import Client
+from services.scheduler.sim import cli as sim_cli
+from shared.api import JobOut, job_out
 from shared.events import (
     GpuShare,
     JobPending,
@@ -29,10 +31,12 @@ from shared.events import (
 )
 from shared.jobspec import JobSpec
 from shared.jobstate import fold
+from shared.reasons import PendingCode
 
 
 def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
-    """A job view as GET /v1/jobs/{id} serves it: the state machine's fold of real events, as JSON."""
+    """A job as GET /v1/jobs/{id} serves it: the public form of the state machine's fold of real events, as
+    JSON."""
     at = at or datetime.now(UTC) - timedelta(minutes=5)
     submitted = JobSubmitted(
         job_id=job_id, name=spec.get("name", job_id), tenant=tenant, user=user, spec=JobSpec(**spec)
@@ -40,7 +44,7 @@ def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "a
     events = [make_event(submitted, source="/test", time=at)]
     for i, data in enumerate(steps, start=1):
         events.append(make_event(data, source="/test", time=at + timedelta(seconds=i)))
-    return fold(events).model_dump(mode="json")
+    return job_out(fold(events)).model_dump(mode="json")
 
 
 def pending(job_id: str, code: str, message: str, position: int | None, details=None, start=None, attempt=1):
@@ -95,14 +99,19 @@ def running_view() -> dict:
 
 @pytest.fixture
 def api(monkeypatch):
-    """The CLI talks to a fake API that serves these views (through the real Client and its errors)."""
-    jobs: dict[str, dict] = {}
+    """The CLI talks to a fake API that serves these views (through the real Client and its errors); a job's
+    logs are served from `api["logs"][job_id]`, and every request is kept in `api["requests"]`."""
+    jobs: dict = {"logs": {}, "requests": []}
 
     def handler(request: httpx.Request) -> httpx.Response:
+        jobs["requests"].append(request)
         path = request.url.path
         if path == "/v1/jobs":
-            return httpx.Response(200, json={"items": list(jobs.values()), "next_cursor": None})
+            items = [j for k, j in jobs.items() if k not in ("logs", "requests")]
+            return httpx.Response(200, json={"items": items, "next_cursor": None})
         job_id = path.removeprefix("/v1/jobs/")
+        if job_id.endswith("/logs") and job_id.removesuffix("/logs") in jobs["logs"]:
+            return httpx.Response(200, text=jobs["logs"][job_id.removesuffix("/logs")])
         if job_id in jobs:
             return httpx.Response(200, json=jobs[job_id])
         return httpx.Response(404, json={"detail": f"no job {job_id!r}"})
@@ -133,7 +142,9 @@ def rows(text: str) -> dict[str, str]:
             "Asks",
             "Waiting for",
             "Reason",
+            "Meaning",
             "Message",
+            "Failure",
             "Numbers",
             "Queue position",
             "Estimated start",
@@ -162,7 +173,8 @@ def test_why_explains_a_waiting_job_with_its_numbers_position_and_estimate(api, 
     code, out, err = run(capsys, "why", "head1")
     assert code == 0 and err == ""
     headline = out.splitlines()[0]
-    assert headline == f"waiting (insufficient_gpus): {head['pending']['message']}"
+    reason = f"insufficient_gpus: {head['pending']['message']} (#1 in queue)"
+    assert headline == f"waiting: {reason}"
     got = rows(out)
     assert got["Job"] == "head1 (big)"
     assert got["State"] == "queued · attempt 1"
@@ -170,11 +182,12 @@ def test_why_explains_a_waiting_job_with_its_numbers_position_and_estimate(api, 
     assert got["Priority"] == "high"
     assert got["Asks"] == "4 GPUs · 8 CPUs · 16 GB memory · time limit 2h"
     assert got["Waiting for"].startswith("5m")
-    assert got["Reason"] == "insufficient_gpus"
-    assert got["Message"] == head["pending"]["message"]  # '[sic]' is text, not console markup
+    assert got["Reason"] == reason  # '[sic]' is text, not console markup
+    assert got["Meaning"] == PendingCode.INSUFFICIENT_GPUS.meaning
     assert got["Numbers"] == "needed_per_replica=4 · largest_free=1 · node=n1"
     assert got["Queue position"] == "#1 (1st in line)"
-    assert got["Estimated start"] == f"in about 40 min ({head['pending']['estimated_start']})"
+    estimate = datetime.fromisoformat(head["pending"]["estimated_start"]).isoformat()
+    assert got["Estimated start"] == f"in about 40 min ({estimate})"
 
 
 def test_why_says_unknown_when_no_estimate_and_gives_the_place_in_line(api, capsys):
@@ -191,7 +204,8 @@ def test_why_json_is_the_same_explanation_for_machines(api, capsys):
     code, out, _ = run(capsys, "why", "head1", "--json")
     data = json.loads(out)
     assert code == 0
-    assert data["summary"].startswith("waiting (insufficient_gpus)")
+    assert data["summary"].startswith("waiting: insufficient_gpus: needs 4 GPUs")
+    assert data["pending"]["meaning"] == PendingCode.INSUFFICIENT_GPUS.meaning
     assert data["pending"]["code"] == "insufficient_gpus" and data["pending"]["position"] == 1
     assert data["pending"]["details"] == {"needed_per_replica": 4, "largest_free": 1.0, "node": "n1"}
     assert 40 * 60 - 5 < data["pending"]["estimated_start_in_seconds"] <= 40 * 60 + 20
@@ -207,7 +221,9 @@ def test_why_shows_where_a_running_job_runs_with_its_gpu_share(api, capsys):
     assert code == 0
     assert out.splitlines()[0].startswith("running on n1 for ")
     started = datetime.fromisoformat(running["started_at"])
-    assert why.summary(running, started + timedelta(minutes=3)) == "running on n1 for 3m"
+    assert (
+        why.summary(JobOut.model_validate(running), started + timedelta(minutes=3)) == "running on n1 for 3m"
+    )
     got = rows(out)
     assert got["Replica 0"] == "n1 GPU 2 (×0.5, 8 GiB) · 8 CPUs · 32 GiB"
     assert "Reason" not in got and "Queue position" not in got
@@ -236,7 +252,7 @@ def test_why_tells_of_a_preemption_under_way_and_of_the_attempt_it_cost(api, cap
     got = rows(run(capsys, "why", "low1")[1])
     assert got["State"] == "queued · attempt 2"
     assert got["Attempt 1"] == "requeued: preempted (priority)"
-    assert got["Reason"] == "insufficient_gpus"
+    assert got["Reason"] == "insufficient_gpus: needs 2 GPUs on one node; 1st in line (#1 in queue)"
 
 
 def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, capsys):
@@ -262,7 +278,7 @@ def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, caps
     api["new1"] = view("new1", {"command": "false"}, placed("new1", []), failed)
     out = run(capsys, "why", "new1")[1]
     assert out.splitlines()[0] == "not waiting: it has failed with exit code 3 (exited with 3)"
-    assert rows(out)["Exit code"] == "3"
+    assert rows(out)["Failure"] == "exit_code: exited with 3 · exit code 3"
 
 
 def test_why_of_an_unknown_job_is_one_line_and_exit_1(api, capsys):
@@ -284,7 +300,7 @@ def test_why_of_an_unknown_job_is_one_line_and_exit_1(api, capsys):
 )
 def test_relative_start(delta, text):
     now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-    assert why.relative_start((now + delta).isoformat().replace("+00:00", "Z"), now) == text
+    assert why.relative_start(now + delta, now) == text
 
 
 def test_relative_start_without_an_estimate_is_unknown():
@@ -317,7 +333,47 @@ def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsy
     assert estimate.split(None, 2)[2].strip() == "in about 40 min"
 
 
-# ---------------------------------------------------------------- sim
+def test_describe_of_a_failed_job_shows_the_failure_and_the_last_lines_of_the_replica_that_failed(
+    api, capsys
+):
+    from shared.events import FailureReason, JobFailed, JobReplicaExited
+
+    exited = JobReplicaExited(
+        job_id="bad1", attempt=1, node="n1", replica=1, exit_code=3, reason=FailureReason.EXIT_CODE
+    )
+    failed = JobFailed(
+        job_id="bad1", attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3"
+    )
+    api["bad1"] = view("bad1", {"command": "false", "replicas": 2}, placed("bad1", []), exited, failed)
+    api["logs"]["bad1"] = "step 9\nabout to fail [sic]\n"
+    code, out, _ = run(capsys, "describe", "bad1")
+    assert code == 0
+    failure = next(line for line in out.splitlines() if line.startswith("Failure"))
+    assert failure.split(None, 1)[1] == "exit_code: exited with 3 · exit code 3 · replica 1"
+    assert out.splitlines()[-3:] == ["Last log lines of replica 1:", "  step 9", "  about to fail [sic]"]
+    logs = api["requests"][-1].url
+    assert logs.path == "/v1/jobs/bad1/logs"
+    assert dict(logs.params) == {"replica": "1", "attempt": "1", "tail": "10"}
+
+
+def test_ps_asks_for_the_live_states_unless_all_or_a_state_is_given(api, capsys):
+    run(capsys, "ps")
+    assert api["requests"][-1].url.params.get_list("state") == ["queued", "placed", "running"]
+    run(capsys, "ps", "--all")
+    assert "state" not in api["requests"][-1].url.params
+    run(capsys, "ps", "--state", "failed", "--state", "cancelled")
+    assert api["requests"][-1].url.params.get_list("state") == ["failed", "cancelled"]
+
+
+def test_an_answer_the_cli_cannot_read_is_one_line_not_a_traceback(api, capsys):
+    api["odd1"] = {"job_id": "odd1", "state": "hibernating"}
+    code, out, err = run(capsys, "describe", "odd1")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("error: unexpected answer from http://api.test/v1/jobs/odd1")
+    assert len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- sim: the simulator, run as its own program
 
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
 PODS_CSV = (
@@ -336,7 +392,10 @@ def trace(tmp_path):
 
 
 def sim(capsys, trace, *args: str) -> tuple[int, str, str]:
-    return run(capsys, "sim", "--nodes", str(trace / "nodes.csv"), "--seeds", "1", *args)
+    """The simulator's own entry point, as `gpuyard sim` runs it (in this process: no exec)."""
+    code = sim_cli.main(["--nodes", str(trace / "nodes.csv"), "--seeds", "1", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def one_line_error(code: int, err: str) -> str:
@@ -344,6 +403,61 @@ def one_line_error(code: int, err: str) -> str:
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     return err.strip()
+
+
+def test_gpuyard_sim_hands_its_arguments_unchanged_to_the_simulator(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: calls.append((path, argv)))
+    args = [
+        "--trace",
+        "openb_pod_list_gpushare40.csv",
+        "--policy",
+        "bestfit,fgd,gpuyard",
+        "--plot",
+        "g40.png",
+    ]
+    cli.main(["sim", *args])
+    assert calls == [(sys.executable, [sys.executable, "-m", "services.scheduler.sim", *args])]
+    cli.main(["sim", "--help"])
+    assert calls[-1][1][3:] == ["--help"]
+
+
+def test_gpuyard_sim_without_the_services_package_is_one_line_and_exit_2(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "services" else real(name, *a)
+    )
+    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("exec without the services package"))
+    code, out, err = run(capsys, "sim", "--trace", "x.csv")
+    assert code == 2 and out == ""
+    assert "gpuyard sim needs the GPUYARD services package" in one_line_error(code, err)
+
+
+def test_gpuyard_sim_answers_exactly_as_the_simulator(trace):
+    """Through real processes: the same output and exit status, and the simulator's help."""
+
+    def both(*args: str) -> list[tuple[int, str, str]]:
+        answers = []
+        for program in (["-m", "gpuyard.cli", "sim"], ["-m", "services.scheduler.sim"]):
+            done = subprocess.run(
+                [sys.executable, *program, *args], capture_output=True, text=True, timeout=120
+            )
+            answers.append((done.returncode, done.stdout, done.stderr))
+        return answers
+
+    tiny = ["--nodes", str(trace / "nodes.csv"), "--trace", str(trace / "pods.csv"), "--seeds", "1"]
+    ran, direct = both(*tiny, "--policy", "bestfit", "--json")
+    results = [json.loads(answer[1]) for answer in (ran, direct)]
+    for result in results:
+        for policy in result["policies"].values():
+            policy.pop("seconds")  # how long it took: the one thing that differs from run to run
+    assert ran[0] == direct[0] == 0 and results[0] == results[1] and results[0]["mode"] == "inflation"
+    refused, direct = both(*tiny, "--ratio", "-1")
+    assert refused == direct and refused[0] == 2 and "--ratio must be positive" in refused[2]
+    helped, direct = both("--help")
+    assert helped == direct and helped[0] == 0 and helped[1].startswith("usage: gpuyard sim")
 
 
 def test_sim_runs_a_tiny_trace_and_prints_json_and_a_plot(capsys, trace):
@@ -387,29 +501,18 @@ def test_sim_errors_are_one_clear_line(capsys, trace, args, expected):
     assert expected.format(t=trace) in one_line_error(code, err)
 
 
-def test_sim_with_a_trace_that_lacks_the_columns_is_one_line(capsys, trace):
-    code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
-    one_line_error(code, err)
-    code, _, err = run(
-        capsys, "sim", "--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")
-    )
-    one_line_error(code, err)
-
-
-def test_sim_names_the_missing_columns(capsys, trace):
+def test_sim_names_the_missing_columns_in_one_line(capsys, trace):
     code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
     assert "num_gpu" in one_line_error(code, err)
-    code, _, err = run(
-        capsys, "sim", "--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")
-    )
+    code = sim_cli.main(["--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")])
+    err = capsys.readouterr().err
     assert "sn" in one_line_error(code, err) and "column" in err
 
 
-def test_other_commands_do_not_load_the_simulator():
+def test_other_commands_do_not_load_the_simulator_nor_any_service():
     code = (
-        "import sys; from gpuyard.cli import build_parser, _command; "
-        "build_parser(sim_options=_command(['ps', '--all']) == 'sim').parse_args(['ps', '--all']); "
-        "print('services.scheduler.sim.cli' in sys.modules, 'numpy' in sys.modules)"
+        "import sys; from gpuyard.cli import build_parser; build_parser().parse_args(['ps', '--all']); "
+        "print(any(m.split('.')[0] == 'services' for m in sys.modules), 'numpy' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]

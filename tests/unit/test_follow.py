@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
-from gpuyard.follow import describe_event
+from gpuyard.follow import event_line, parse_event
 from shared.events import JobPreempted, JobRequeued, JobStarted, RequeueReason, make_event
 
 
 def line(data) -> str:
-    return describe_event(json.loads(make_event(data, source="/test").to_json()))
+    """The line for an event as the API serves it (JSON), without its time."""
+    time, text = event_line(json.loads(make_event(data, source="/test").to_json())).split("  ", 1)
+    assert len(time) == 12 and time[2] == time[5] == ":"
+    return text
 
 
 def test_preemption_says_why_by_whom_and_the_grace():
@@ -23,3 +26,12 @@ def test_start_and_requeue_name_where_and_which_attempt():
     )
     requeued = JobRequeued(job_id="j", attempt=2, reason=RequeueReason.PREEMPTED, message="priority")
     assert line(requeued).startswith("requeued as attempt 2 (preempted)")
+
+
+def test_an_event_this_cli_does_not_know_is_shown_by_its_type():
+    raw = json.loads(
+        make_event(JobStarted(job_id="j", attempt=1, node="n1", replicas=[0]), source="/t").to_json()
+    )
+    raw["type"] = "io.gpuyard.job.hibernated"
+    assert parse_event(raw) is None
+    assert event_line(raw).endswith("  io.gpuyard.job.hibernated")

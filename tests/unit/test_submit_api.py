@@ -9,7 +9,18 @@ from fastapi.testclient import TestClient
 
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
-from shared.events import JobPlaced, JobStarted, ReplicaPlacement
+from shared.events import (
+    FailureReason,
+    GpuShare,
+    JobFailed,
+    JobPending,
+    JobPlaced,
+    JobPreempted,
+    JobReplicaExited,
+    JobStarted,
+    PendingReason,
+    ReplicaPlacement,
+)
 from shared.ledger import JobLedger
 from shared.paths import log_path
 from shared.store import open_store
@@ -157,6 +168,116 @@ def test_openapi_is_served(api):
     schema = api.get("/openapi.json").json()
     assert "/v1/jobs" in schema["paths"] and "/v1/events/stream" in schema["paths"]
     assert api.get("/docs").status_code == 200
+
+
+INTERNAL_FIELDS = {"version", "exits", "log_tail", "preempt_requested", "failure_reason"}
+
+
+def schema_properties(schema: dict, root: dict, seen: set[str] | None = None) -> set[str]:
+    """Every property name in a schema and in the schemas it refers to, however deep."""
+    seen = set() if seen is None else seen
+    names: set[str] = set()
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if ref and ref not in seen:
+            seen.add(ref)
+            names |= schema_properties(root["components"]["schemas"][ref.rsplit("/", 1)[1]], root, seen)
+        names |= set(schema.get("properties", {}))
+        for value in schema.values():
+            names |= schema_properties(value, root, seen)
+    elif isinstance(schema, list):
+        for value in schema:
+            names |= schema_properties(value, root, seen)
+    return names
+
+
+def test_the_job_answers_schema_shows_no_internal_field(api):
+    schema = api.get("/openapi.json").json()
+    paths = schema["paths"]
+    responses = [paths["/v1/jobs"]["get"]["responses"], paths["/v1/jobs/{job_id}"]["get"]["responses"]]
+    names = schema_properties(responses, schema)
+    assert {"job_id", "pending", "failure", "preemption", "attempts", "placements", "code"} <= names
+    assert not names & INTERNAL_FIELDS
+    assert schema["components"]["schemas"]["PendingOut"]["properties"]["code"] == {
+        "$ref": "#/components/schemas/PendingCode",
+        "description": "The reason, from a closed set of codes.",
+    }
+
+
+def record(ctx, job_id: str, *events) -> None:
+    for data in events:
+        asyncio.run(ctx.ledger.append(job_id, data))
+
+
+def test_a_waiting_job_shows_its_pending_reason_and_nothing_internal(api, ctx):
+    job_id = submit(api)["job_id"]
+    reason = PendingReason(code="insufficient_gpus", message="needs 1 GPU", position=2)
+    record(ctx, job_id, JobPending(job_id=job_id, attempt=1, reason=reason))
+    job = api.get(f"/v1/jobs/{job_id}", headers=VISION).json()
+    assert job["pending"] == {
+        "code": "insufficient_gpus",
+        "message": "needs 1 GPU",
+        "details": {},
+        "position": 2,
+        "estimated_start": None,
+    }
+    assert not set(job) & INTERNAL_FIELDS
+    listed = api.get("/v1/jobs", headers=VISION).json()["items"]
+    assert listed == [job]
+
+
+def test_a_failed_job_shows_reason_message_exit_code_and_replica_not_raw_exits(api, ctx):
+    job_id = submit(api, replicas=2)["job_id"]
+    placements = [
+        ReplicaPlacement(replica=r, node="n1", gpus=[GpuShare(index=r, uuid="GPU-x")]) for r in (0, 1)
+    ]
+    record(
+        ctx,
+        job_id,
+        JobPlaced(job_id=job_id, attempt=1, placements=placements),
+        JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0, 1]),
+        JobReplicaExited(job_id=job_id, attempt=1, node="n1", replica=0, exit_code=0),
+        JobReplicaExited(
+            job_id=job_id, attempt=1, node="n1", replica=1, exit_code=3, reason=FailureReason.EXIT_CODE,
+            message="exited with 3", log_tail=["boom"],
+        ),
+        JobFailed(
+            job_id=job_id, attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3",
+            log_tail=["boom"],
+        ),
+    )  # fmt: skip
+    job = api.get(f"/v1/jobs/{job_id}", headers=VISION).json()
+    assert job["state"] == "failed"
+    assert job["failure"] == {
+        "reason": "exit_code",
+        "message": "exited with 3",
+        "exit_code": 3,
+        "signal": None,
+        "replica": 1,
+    }
+    assert job["placements"][1]["gpus"] == [{"index": 1, "fraction": 1.0, "memory_bytes": None}]
+    assert job["attempts"][0]["outcome"] == "failed: exit_code" and "started" not in job["attempts"][0]
+    assert not set(job) & INTERNAL_FIELDS
+
+
+def test_a_job_being_preempted_says_why_by_whom_and_the_grace(api, ctx):
+    job_id = submit(api)["job_id"]
+    record(
+        ctx,
+        job_id,
+        JobPlaced(job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n1")]),
+        JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0]),
+        JobPreempted(job_id=job_id, attempt=1, reason="priority", by_job="urgent", grace_seconds=15),
+    )
+    job = api.get(f"/v1/jobs/{job_id}", headers=VISION).json()
+    assert job["preemption"] == {"reason": "priority", "by_job": "urgent", "grace_seconds": 15}
+    assert job["failure"] is None and job["pending"] is None
+
+
+def test_nodes_and_health_answer_their_public_models(api, ctx):
+    assert api.get("/healthz").json() == {"status": "ok", "service": "submit"}
+    assert api.get("/v1/nodes", headers=VISION).json() == []
+    assert api.get("/v1/nodes").status_code == 401
 
 
 def test_the_service_refuses_a_public_address_without_tokens(tmp_path):

@@ -30,7 +30,10 @@ REQUESTS = [
     ("an admin for another tenant", {"Authorization": "Bearer tok-admin", "Content-Type": JSON}, {**SPEC, "tenant": "nlp"}, True),
     ("an idempotency key", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
     ("the same key again", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
+    ("the scheme in capitals, spaces between", {"Authorization": "BEARER   tok-vision", "Content-Type": JSON}, SPEC, True),
     ("no token", {"Content-Type": JSON}, SPEC, False),
+    ("an empty token", {"Authorization": "Bearer ", "Content-Type": JSON}, SPEC, False),
+    ("two words after the scheme", {"Authorization": "Bearer tok-vision x", "Content-Type": JSON}, SPEC, False),
     ("an unknown token", {"Authorization": "Bearer nope", "Content-Type": JSON}, SPEC, False),
     ("basic auth", {"Authorization": "Basic tok-vision", "Content-Type": JSON}, SPEC, False),
     ("another tenant", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "tenant": "nlp"}, False),
@@ -100,7 +103,7 @@ def test_the_fast_path_answers_as_the_route_and_leaves_the_rest_to_it(tmp_path, 
             assert [(j["tenant"], j["user"], j["spec"]) for j in jobs[0]] == [
                 (j["tenant"], j["user"], j["spec"]) for j in jobs[1]
             ]
-            assert len(jobs[0]) == 4
+            assert len(jobs[0]) == 5
     finally:
         asyncio.run(fast_store.close())
         asyncio.run(route_store.close())

@@ -1,0 +1,287 @@
+"""The public API model: what the submit API answers, one model per answer, for the service, the CLI and the
+dashboard alike.
+
+The internal views (`shared.jobstate.JobView`) carry what the platform needs to run jobs (the store's version
+counter, each replica's raw exit, a pending preemption as the event that asked for it, the log tail); users
+rely only on what is here. `job_out` maps a view to its public form; `pending_text` is the one rendering of
+a pending reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.events import FailureReason, PendingReason, ReplicaPlacement
+from shared.jobspec import JobSpec
+from shared.jobstate import Attempt, JobState, JobView
+from shared.reasons import PendingCode
+
+
+class Out(BaseModel):
+    """Base of every answer. Readers ignore fields they do not know, so a newer server does not break an
+    older CLI."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+class PendingOut(Out):
+    """Why a queued job waits."""
+
+    code: PendingCode = Field(description="The reason, from a closed set of codes.")
+    message: str = Field(description="The reason for people, with its numbers.")
+    details: dict[str, Any] = Field(default_factory=dict, description="The numbers behind the message.")
+    position: int | None = Field(None, description="1-based place in the queue among waiting jobs.")
+    estimated_start: datetime | None = None
+
+
+class GpuShareOut(Out):
+    index: int = Field(description="GPU index on the node.")
+    fraction: float = Field(1.0, description="1.0 for a whole GPU, less for a shared one.")
+    memory_bytes: int | None = Field(None, description="Memory slice of a shared GPU.")
+
+
+class PlacementOut(Out):
+    """Where one replica of the current attempt runs."""
+
+    replica: int
+    node: str
+    gpus: list[GpuShareOut] = Field(default_factory=list)
+    cpus: float = 0
+    memory_bytes: int = 0
+
+
+class PreemptionOut(Out):
+    """A running job being stopped to make room; it is queued again as a new attempt."""
+
+    reason: str
+    by_job: str | None = Field(None, description="The job it makes room for, if one.")
+    grace_seconds: float
+
+
+class FailureOut(Out):
+    """How a failed job ended."""
+
+    reason: FailureReason
+    message: str
+    exit_code: int | None = None
+    signal: int | None = None
+    replica: int | None = Field(None, description="The replica whose end failed the job, when one did.")
+
+
+class AttemptOut(Out):
+    """One try at running the job: when, where and how it ended."""
+
+    number: int
+    queued_at: datetime
+    placed_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    nodes: list[str] = Field(default_factory=list)
+    outcome: str | None = Field(None, description="None while in progress; e.g. 'succeeded', 'failed: …'.")
+    exit_code: int | None = None
+    message: str = ""
+    notes: list[str] = Field(default_factory=list, description="What the nodes could not do for it.")
+
+
+class JobOut(Out):
+    job_id: str
+    name: str
+    tenant: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    attempt: int = Field(description="The current attempt, from 1.")
+    gpus: float = Field(description="GPUs over all replicas.")
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    pending: PendingOut | None = Field(None, description="Why it waits, while queued.")
+    not_before: datetime | None = Field(None, description="Retry backoff: not placed before this time.")
+    placements: list[PlacementOut] = Field(default_factory=list)
+    borrowed: bool = Field(False, description="Runs on another tenant's idle quota: the first to go.")
+    cancel_requested: bool = False
+    preemption: PreemptionOut | None = Field(None, description="Being preempted, while placed or running.")
+    failure: FailureOut | None = Field(None, description="How it failed, once failed.")
+    message: str = Field("", description="The latest word on it: why it failed, was cancelled or requeued.")
+    attempts: list[AttemptOut] = Field(default_factory=list)
+
+
+class JobListOut(Out):
+    items: list[JobOut]
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next (older) page.")
+
+
+class JobAccepted(Out):
+    job_id: str
+    name: str
+    tenant: str
+    state: JobState
+    duplicate: bool = Field(
+        False, description="True when this Idempotency-Key was seen before: nothing new queued."
+    )
+
+
+class CancelOut(Out):
+    job_id: str
+    state: JobState
+    cancel_requested: bool
+    message: str
+
+
+class JobEventOut(Out):
+    version: int = Field(description="1 for the first event of the job, then one more per event.")
+    event: dict[str, Any] = Field(description="The CloudEvent as stored.")
+
+
+# ---------------------------------------------------------------- platform
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    LOST = "lost"
+
+
+class GpuOut(Out):
+    index: int
+    uuid: str
+    model: str
+    memory_bytes: int
+
+
+class NodeOut(Out):
+    node: str
+    state: NodeState = Field(description="ready, or lost (the scheduler gave up on its heartbeat)")
+    last_seen_seconds_ago: float
+    gpus: list[GpuOut]
+    cpus: float
+    memory_bytes: int
+    simulated: bool
+
+
+class ServiceOut(Out):
+    service: str
+    instance: str
+    host: str
+    pid: int
+    version: str
+    last_seen_seconds_ago: float
+
+
+class DeadLetterOut(Out):
+    seq: int
+    consumer: str
+    original_subject: str
+    error: str
+    deliveries: int | None = None
+    event: dict[str, Any] | str
+
+
+class HealthOut(Out):
+    status: str
+    service: str
+
+
+# ---------------------------------------------------------------- from the internal views
+
+
+def job_out(view: JobView) -> JobOut:
+    """The public form of a job's view."""
+    queued = view.state == JobState.QUEUED
+    active = not queued and not view.state.terminal
+    return JobOut(
+        job_id=view.job_id,
+        name=view.name,
+        tenant=view.tenant,
+        user=view.user,
+        spec=view.spec,
+        state=view.state,
+        attempt=view.attempt,
+        gpus=view.gpus,
+        created_at=view.created_at,
+        updated_at=view.updated_at,
+        started_at=view.started_at,
+        finished_at=view.finished_at,
+        pending=pending_out(view.pending) if queued and view.pending else None,
+        not_before=view.not_before if queued else None,
+        placements=[placement_out(p) for p in view.placements],
+        borrowed=view.borrowed,
+        cancel_requested=view.cancel_requested,
+        preemption=_preemption(view) if active else None,
+        failure=_failure(view) if view.state == JobState.FAILED else None,
+        message=view.message,
+        attempts=[attempt_out(a) for a in view.attempts],
+    )
+
+
+def pending_out(reason: PendingReason) -> PendingOut:
+    return PendingOut(
+        code=PendingCode(reason.code),
+        message=reason.message,
+        details=dict(reason.details),
+        position=reason.position,
+        estimated_start=reason.estimated_start,
+    )
+
+
+def placement_out(p: ReplicaPlacement) -> PlacementOut:
+    return PlacementOut(
+        replica=p.replica,
+        node=p.node,
+        gpus=[GpuShareOut(index=g.index, fraction=g.fraction, memory_bytes=g.memory_bytes) for g in p.gpus],
+        cpus=p.cpus,
+        memory_bytes=p.memory_bytes,
+    )
+
+
+def attempt_out(a: Attempt) -> AttemptOut:
+    return AttemptOut(
+        number=a.number,
+        queued_at=a.queued_at,
+        placed_at=a.placed_at,
+        started_at=a.started_at,
+        ended_at=a.ended_at,
+        nodes=list(a.nodes),
+        outcome=a.outcome,
+        exit_code=a.exit_code,
+        message=a.message,
+        notes=list(a.notes),
+    )
+
+
+def _preemption(view: JobView) -> PreemptionOut | None:
+    asked = view.preempt_requested
+    if asked is None:
+        return None
+    return PreemptionOut(reason=asked.reason, by_job=asked.by_job, grace_seconds=asked.grace_seconds)
+
+
+def _failure(view: JobView) -> FailureOut | None:
+    if view.failure_reason is None:
+        return None
+    failed = [e for e in view.exits if e.reason is not None]
+    culprit = next((e for e in failed if e.reason == view.failure_reason), failed[0] if failed else None)
+    return FailureOut(
+        reason=view.failure_reason,
+        message=view.message,
+        exit_code=view.exit_code,
+        signal=view.signal,
+        replica=culprit.replica if culprit else None,
+    )
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def pending_text(pending: PendingOut) -> str:
+    """A pending reason in one line, as `describe`, `why`, `ps` and the dashboard show it:
+    'insufficient_gpus: needs 4 GPUs on one node; … (#2 in queue)'."""
+    position = f" (#{pending.position} in queue)" if pending.position else ""
+    return f"{pending.code.value}: {pending.message}{position}"
