@@ -18,6 +18,7 @@ from shared.bus import Bus, BusUnavailable
 from shared.events import ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
+from shared.logstore import LogStore, open_log_store
 from shared.settings import CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
 
@@ -35,13 +36,18 @@ def setup_logging(name: str, level: str) -> None:
 
 
 class Service:
-    def __init__(self, name: str, settings: CommonSettings, *, needs_store: bool = True):
+    def __init__(
+        self, name: str, settings: CommonSettings, *, needs_store: bool = True, needs_logs: bool = False
+    ):
         self.name = name
         self.settings = settings
         self.source = f"/gpuyard/{name}/{settings.instance}"
         self.needs_store = needs_store
+        self.needs_logs = needs_logs
         self.bus: Bus | None = None
         self.store: EventStore | None = None
+        self.logs: LogStore | None = None
+        """Jobs' output (`shared.logstore`), for the services that write or read it (needs_logs)."""
         self.ledger: JobLedger | None = None
         self.health: HealthServer | None = None
         self.started_at = datetime.now(UTC)
@@ -72,6 +78,8 @@ class Service:
             self.store = await open_store(self.settings.store_url)
             self.ledger = JobLedger(self.store, self.bus, self.source)
             self.ledger.start_relay()
+        if self.needs_logs:
+            self.logs = await open_log_store(self.settings.log_store_url)
         self.health = HealthServer(
             self.name, lambda: self.ready, host=self.settings.health_host, port=self.settings.health_port
         )
@@ -124,6 +132,8 @@ class Service:
             await self.bus.close()
         if self.store:
             await self.store.close()
+        if self.logs:
+            await self.logs.close()
         if self.health:
             await self.health.stop()
 
@@ -135,6 +145,7 @@ def run_service(
     *,
     argv: list[str] | None = None,
     needs_store: bool = True,
+    needs_logs: bool = False,
     preflight: Callable[[S], str | None] | None = None,
 ) -> None:
     """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
@@ -147,7 +158,7 @@ def run_service(
         sys.exit(2)
 
     async def runner() -> int:
-        service = Service(name, settings, needs_store=needs_store)
+        service = Service(name, settings, needs_store=needs_store, needs_logs=needs_logs)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stopping.set)

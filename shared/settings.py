@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from shared.kubernetes_settings import KubernetesConfig
+from shared.logstore import log_store_url as log_store_beside
 from shared.policies import BackfillMode, Policy
 from shared.units import parse_size
 
@@ -65,6 +66,11 @@ class CommonSettings(BaseSettings):
         description="Event store: sqlite:///path/events.db (default: events.db in the data dir) or "
         "mongodb://h1,h2,h3/gpuyard?replicaSet=rs0.",
     )
+    log_store: str = Field(
+        "",
+        description="Where jobs' output is kept for the API to read from any node: sqlite:///path/logs.db "
+        "(default: logs.db beside a SQLite event store) or mongodb://… (default: the event store's database).",
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="Where the event store, job logs and working directories are kept "
@@ -86,6 +92,10 @@ class CommonSettings(BaseSettings):
     stream_replicas: int = Field(
         1, ge=1, le=5, description="Replicas of each JetStream stream and KV bucket: 3 on a 3-server cluster."
     )
+
+    @property
+    def log_store_url(self) -> str:
+        return self.log_store or log_store_beside(self.store_url)
 
     @property
     def store_url(self) -> str:

@@ -3,4 +3,4 @@ from shared.service import run_service
 from shared.settings import ExecutorSettings
 
 if __name__ == "__main__":
-    run_service("executor", ExecutorSettings, main)
+    run_service("executor", ExecutorSettings, main, needs_logs=True)

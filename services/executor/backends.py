@@ -6,10 +6,17 @@ from services.executor.backend import Backend
 from services.executor.cgroups import Cgroups
 from services.executor.jobenv import mps_running
 from services.executor.local import LocalBackend
+from shared.logstore.shipper import LogShipper
 from shared.settings import ExecutorSettings
 
 
-def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dict[int, int]) -> Backend:
+def make_backend(
+    settings: ExecutorSettings,
+    *,
+    simulated: bool,
+    gpu_memory: dict[int, int],
+    shipper: LogShipper | None = None,
+) -> Backend:
     if settings.executor_backend == "kubernetes":
         from services.executor.kubernetes.backend import KubernetesBackend
         from services.executor.kubernetes.controller import KubernetesController
@@ -30,6 +37,7 @@ def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dic
             log_interval=settings.kubernetes.log_interval,
             log_max_bytes=settings.log_max_bytes,
             log_backups=settings.log_backups,
+            shipper=shipper,
         )
     mps = settings.mps == "on" or (settings.mps == "auto" and not simulated and mps_running())
     return LocalBackend(
@@ -41,4 +49,5 @@ def make_backend(settings: ExecutorSettings, *, simulated: bool, gpu_memory: dic
         simulated=simulated,
         gpu_memory=gpu_memory,
         mps=mps,
+        shipper=shipper,
     )

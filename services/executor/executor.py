@@ -44,6 +44,7 @@ from shared.events import (
 from shared.gpus import node_gpus
 from shared.jobstate import JobState, JobView
 from shared.ledger import Decide, JobLedger
+from shared.logstore.shipper import LogShipper
 from shared.service import Service
 from shared.settings import ExecutorSettings
 from shared.units import parse_size
@@ -75,7 +76,15 @@ class Executor:
             parse_size(settings.simulated_gpu_memory),
         )
         gpu_memory = {g.index: g.memory_bytes for g in gpus}
-        self.backend = backend or make_backend(settings, simulated=simulated, gpu_memory=gpu_memory)
+        self.shipper = (
+            LogShipper(service.logs, max_bytes=settings.log_max_bytes * (settings.log_backups + 1))
+            if service.logs is not None
+            else None
+        )
+        """Replicas' output to the log store, where the API reads it from any node."""
+        self.backend = backend or make_backend(
+            settings, simulated=simulated, gpu_memory=gpu_memory, shipper=self.shipper
+        )
         self.attempts = Attempts()
         self.nodes = NodeAnnouncer(service, settings, self.backend, gpus=gpus, simulated=simulated)
         self.gpu_guard = SliceGuard(
@@ -93,6 +102,8 @@ class Executor:
         self.tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        if self.shipper is not None:
+            self.shipper.start()
         await self.backend.open(self)
         limits = self.backend.limits
         if limits:
@@ -339,3 +350,5 @@ class Executor:
             task.cancel()
         await self.backend.close(min(self.settings.grace_seconds, 3))
         self.gpu_guard.close()
+        if self.shipper is not None:
+            await self.shipper.stop()  # what the replicas printed last

@@ -36,6 +36,8 @@ from services.executor.processes import (
     terminate,
 )
 from shared.events import FailureReason, JobPlaced
+from shared.logstore import LogKey
+from shared.logstore.shipper import LogShipper
 from shared.paths import replica_files
 
 log = logging.getLogger(__name__)
@@ -74,8 +76,10 @@ class LocalBackend(Backend):
         simulated: bool,
         gpu_memory: dict[int, int] | None = None,
         mps: bool = False,
+        shipper: LogShipper | None = None,
     ):
         self.node = node
+        self.shipper = shipper
         self.data_dir = data_dir
         self.cgroups = cgroups
         self.log_max_bytes = log_max_bytes
@@ -155,7 +159,13 @@ class LocalBackend(Backend):
             except StartError:
                 Cgroups.remove(cgroup)
                 raise
-        sink = RotatingLog(files.log, self.log_max_bytes, self.log_backups)
+        sink = RotatingLog(
+            files.log,
+            self.log_max_bytes,
+            self.log_backups,
+            shipper=self.shipper,
+            key=LogKey(launch.job_id, launch.attempt, replica),
+        )
         read_fd, write_fd = os.pipe()
         try:
             proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)

@@ -16,6 +16,8 @@ import os
 from collections import deque
 from pathlib import Path
 
+from shared.logstore import LogKey
+from shared.logstore.shipper import LogShipper
 from shared.paths import backup_path, log_files
 
 log = logging.getLogger(__name__)
@@ -32,9 +34,19 @@ def tail_lines(path: Path, lines: int = 20) -> list[str]:
 
 
 class RotatingLog:
-    """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers see every write."""
+    """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers on this node see
+    every write. With a `shipper`, the same bytes also go to the log store under `key`, where the API reads
+    them from any node."""
 
-    def __init__(self, path: Path | str, max_bytes: int, backups: int):
+    def __init__(
+        self,
+        path: Path | str,
+        max_bytes: int,
+        backups: int,
+        *,
+        shipper: LogShipper | None = None,
+        key: LogKey | None = None,
+    ):
         if max_bytes < 0 or backups < 0:
             raise ValueError("log size and number of backups cannot be negative")
         self.path = path
@@ -48,9 +60,17 @@ class RotatingLog:
         self.size = os.fstat(self.fd).st_size
         self.written = 0
         """Bytes written through this object (rotations included)."""
+        self.shipper = shipper if key is not None else None
+        self.key = key
+        if self.shipper is not None:
+            # a log written before (an executor restarted while its replica ran) goes on at its whole size
+            before = sum(os.path.getsize(f) for f in log_files(Path(path))) if self.size else 0
+            self.shipper.open(key, before)
 
     def write(self, data: bytes) -> None:
         """Append `data`; a file is rotated at a line's end where it can be (a longer line is split)."""
+        if self.shipper is not None:
+            self.shipper.write(self.key, data)
         view = memoryview(data)
         while view:
             if self.max_bytes and self.size >= self.max_bytes:
@@ -98,6 +118,8 @@ class RotatingLog:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.shipper is not None:
+            self.shipper.close(self.key)
 
 
 class LogPump:

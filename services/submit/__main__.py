@@ -3,4 +3,4 @@ from shared.service import run_service
 from shared.settings import SubmitSettings
 
 if __name__ == "__main__":
-    run_service("submit", SubmitSettings, main, preflight=preflight)
+    run_service("submit", SubmitSettings, main, needs_logs=True, preflight=preflight)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from services.submit.telemetry import Telemetry
 from shared.bus import Bus
 from shared.ledger import JobLedger
+from shared.logstore import LogStore
 from shared.store import EventStore
 from shared.tokens import Principal
 
@@ -17,7 +17,8 @@ class SubmitContext:
     store: EventStore
     ledger: JobLedger
     tokens: dict[str, Principal]
-    data_dir: Path
+    logs: LogStore
+    """Jobs' output, shipped there by the executors (`shared.logstore`): read from any node."""
     bus: Bus | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry())
     max_body_bytes: int = 1 << 20

@@ -50,7 +50,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         store=service.store,
         ledger=service.ledger,
         tokens=tokens,
-        data_dir=settings.data_dir,
+        logs=service.logs,
         bus=service.bus,
         max_body_bytes=settings.max_body_bytes,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, status
@@ -10,11 +9,13 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
-from services.submit.logs import follow_log, read_log
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
+from shared.logstore import LogKey
+from shared.logstore.reading import follow as follow_log
+from shared.logstore.reading import read_range, tail_start
 from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -142,23 +143,25 @@ async def job_logs(
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     follow: bool = False,
 ):
-    """A replica's combined stdout and stderr. ?follow=true streams until the job ends."""
+    """A replica's combined stdout and stderr, streamed from the log store (the executor that ran it ships it
+    there as it comes). ?tail=N: the last N lines; ?follow=true: goes on until the job ends."""
     view = await _visible_job(ctx, principal, job_id)
     if replica >= view.spec.replicas:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")
     attempt = attempt or view.attempt
     if attempt > view.attempt:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.attempt} attempt(s)")
+    key = LogKey(job_id, attempt, replica)
+    start = 0
+    if tail and (extent := await ctx.logs.extent(key)) is not None:
+        start = await tail_start(ctx.logs, key, tail, extent)
     if not follow:
-        return PlainTextResponse(
-            await asyncio.to_thread(read_log, ctx.data_dir, job_id, attempt, replica, tail)
-        )
+        return StreamingResponse(read_range(ctx.logs, key, start), media_type="text/plain; charset=utf-8")
 
     async def finished() -> bool:
         doc = await ctx.store.get_projection(job_id)
         return doc is None or doc["attempt"] != attempt or JobState(doc["state"]).terminal
 
     return StreamingResponse(
-        follow_log(ctx.data_dir, job_id, attempt, replica, tail, finished),
-        media_type="text/plain; charset=utf-8",
+        follow_log(ctx.logs, key, start, finished), media_type="text/plain; charset=utf-8"
     )

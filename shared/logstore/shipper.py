@@ -11,7 +11,6 @@ own log file still has it) and are sent once it is back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from shared.logstore.base import MAX_CHUNK, Chunk, LogKey, LogStore, split
@@ -45,6 +44,7 @@ class LogShipper:
         self._buffers: dict[LogKey, _Buffer] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def open(self, key: LogKey, offset: int = 0) -> None:
         """Start shipping a replica's output, which goes on from `offset` (0 for a new replica)."""
@@ -75,28 +75,34 @@ class LogShipper:
         return len(self._buffers)
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="log-shipper")
 
     async def stop(self) -> None:
-        """Send what is left, then stop."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        with contextlib.suppress(Exception):
-            await self.flush()
+        """Send what is left (one last try), then stop."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        await self._task
+        self._task = None
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            try:
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
             self._wake.clear()
             try:
                 await self.flush()
             except Exception as exc:  # the store is down: keep the buffers, try again later
                 log.warning("cannot ship logs to the log store (will retry): %s", exc)
-                await asyncio.sleep(self.interval)
+                if not self._stopping:
+                    await asyncio.sleep(self.interval)
+            if self._stopping:
+                return
 
     async def flush(self) -> None:
         """Send every buffered byte in one append; forget closed replicas once sent. Output written while

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
+from shared.store.base import StoreUnavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_chunks (
@@ -43,14 +44,17 @@ class SqliteLogStore(LogStore):
         return store
 
     def _connect(self, create: bool) -> sqlite3.Connection:
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        if create:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(SCHEMA)
-        conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if create:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(SCHEMA)
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot open the log store at {self.path}: {exc}") from exc
         return conn
 
     @staticmethod

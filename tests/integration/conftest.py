@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from gpuyard.client import Client
+from shared.api import JobOut
 
 BIN = Path(sys.executable).parent
 
@@ -162,7 +163,7 @@ class Platform:
             self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(60)
 
-    def wait_state(self, job_id: str, states: set[str], timeout: float = 30) -> dict:
+    def wait_state(self, job_id: str, states: set[str], timeout: float = 30) -> JobOut:
         client = self.client()
         return wait_for(
             lambda: (job := client.job(job_id)).state in states and job,

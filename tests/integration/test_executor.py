@@ -49,7 +49,7 @@ def platform(tmp_path_factory):
 
 
 def events(client, job_id: str) -> list[dict]:
-    return [e["event"] for e in client.events(job_id)]
+    return [e.event for e in client.events(job_id)]
 
 
 def kinds(client, job_id: str) -> list[str]:
@@ -64,10 +64,10 @@ def seconds(event: dict) -> float:
 
 def test_a_job_past_its_timeout_is_stopped_and_fails_with_timeout(platform):
     client = platform.client()
-    job_id = client.submit({"command": "echo working; sleep 60", "timeout": 1})["job_id"]
+    job_id = client.submit({"command": "echo working; sleep 60", "timeout": 1}).job_id
     job = platform.wait_state(job_id, {"failed"}, timeout=30)
-    assert job["failure_reason"] == "timeout"
-    assert job["message"] == "replica 0: timed out after 1s and was stopped"
+    assert job.failure.reason == "timeout"
+    assert job.message == "replica 0: timed out after 1s and was stopped"
     started, exited = (e for e in events(client, job_id) if e["type"].endswith(("started", "replica_exited")))
     assert 1 <= seconds(exited) - seconds(started) < 10
 
@@ -79,7 +79,7 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
         f"trap 'echo \"$GPUYARD_ATTEMPT\" >> {marker}' TERM; "
         "while true; do sleep 0.1; done"  # ignores SIGTERM (after noting it): only SIGKILL ends it
     )
-    job_id = client.submit({"command": command, "resources": {"gpus": 1}})["job_id"]
+    job_id = client.submit({"command": command, "resources": {"gpus": 1}}).job_id
     platform.wait_state(job_id, {"running"})
     time.sleep(0.5)  # the shell's trap is set
 
@@ -107,7 +107,7 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
     assert exited["data"]["signal"] == signal.SIGKILL
     assert requeued["data"]["reason"] == "preempted" and requeued["data"]["attempt"] == 2
     job = platform.wait_state(job_id, {"running"})  # placed again as attempt 2
-    assert job["attempt"] == 2
+    assert job.attempt == 2
     client.cancel(job_id)
     platform.wait_state(job_id, {"cancelled"}, timeout=30)
 
@@ -115,10 +115,10 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
 def test_a_failing_job_is_retried_with_backoff_and_every_attempt_is_visible(platform):
     client = platform.client()
     spec = {"command": 'echo "attempt $GPUYARD_ATTEMPT"; exit 5', "max_retries": 2}
-    job_id = client.submit(spec)["job_id"]
+    job_id = client.submit(spec).job_id
     job = platform.wait_state(job_id, {"failed"}, timeout=60)
-    assert job["attempt"] == 3 and job["exit_code"] == 5
-    assert [a["outcome"] for a in job["attempts"]] == [
+    assert job.attempt == 3 and job.failure.exit_code == 5
+    assert [a.outcome for a in job.attempts] == [
         "requeued: retry",
         "requeued: retry",
         "failed: exit_code",
@@ -137,7 +137,7 @@ def test_a_failing_job_is_retried_with_backoff_and_every_attempt_is_visible(plat
 def test_logs_follow_a_running_job_across_rotations(platform):
     client = platform.client()
     command = 'for i in $(seq 1 400); do echo "line $i of the log, padded to be long enough: ......."; sleep 0.005; done'
-    job_id = client.submit({"command": command})["job_id"]
+    job_id = client.submit({"command": command}).job_id
     follow = platform.cli("logs", job_id, "-f", timeout=60)
     assert follow.returncode == 0, follow.stderr
     numbers = [int(line.split()[1]) for line in follow.stdout.splitlines()]
@@ -149,14 +149,14 @@ def test_logs_follow_a_running_job_across_rotations(platform):
 
 
 def executor_pids(client) -> list[int]:
-    return [s["pid"] for s in client.request("GET", "/v1/services") if s["service"] == "executor"]
+    return [s.pid for s in client.services() if s.service == "executor"]
 
 
 def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run_twice(platform, tmp_path):
     client = platform.client()
     starts, pidfile = tmp_path / "starts", tmp_path / "pid"
     command = f'echo "$GPUYARD_ATTEMPT" >> {starts}; echo $$ > {pidfile}; exec sleep 300'
-    job_id = client.submit({"command": command, "resources": {"gpus": 1}})["job_id"]
+    job_id = client.submit({"command": command, "resources": {"gpus": 1}}).job_id
     platform.wait_state(job_id, {"running"})
     first = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="the job's pid"))
     before = set(
@@ -176,7 +176,7 @@ def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run
     assert requeued["reason"] == "node_lost" and requeued["attempt"] == 2
     wait_for(lambda: not Path(f"/proc/{first}").exists(), 10, what="attempt 1's process to be stopped")
     job = platform.wait_state(job_id, {"running"}, timeout=30)
-    assert job["attempt"] == 2
+    assert job.attempt == 2
     wait_for(lambda: starts.read_text().splitlines() == ["1", "2"], 10, what="attempt 2 to start")
     time.sleep(1)
     assert starts.read_text().splitlines() == ["1", "2"]  # each attempt started exactly once
@@ -201,27 +201,24 @@ def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_pa
     )
     try:
         nodes = wait_for(
-            lambda: (
-                {n["node"] for n in client.request("GET", "/v1/nodes") if n["gpus"]} >= {"node-a", "node-b"}
-                and client.request("GET", "/v1/nodes")
-            ),
+            lambda: {n.node for n in client.nodes() if n.gpus} >= {"node-a", "node-b"} and client.nodes(),
             30,
             what="node-b to join",
         )
-        assert {n["node"]: len(n["gpus"]) for n in nodes} == {"node-a": 2, "node-b": 2}
+        assert {n.node: len(n.gpus) for n in nodes} == {"node-a": 2, "node-b": 2}
         command = 'echo "rank $RANK of $WORLD_SIZE on $GPUYARD_NODE master $MASTER_ADDR:$MASTER_PORT"'
-        job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 2}})["job_id"]
+        job_id = client.submit({"command": command, "replicas": 2, "resources": {"gpus": 2}}).job_id
         job = platform.wait_state(job_id, {"succeeded"}, timeout=60)
-        assert sorted(p["node"] for p in job["placements"]) == ["node-a", "node-b"]
+        assert sorted(p.node for p in job.placements) == ["node-a", "node-b"]
         started = {e["data"]["node"] for e in events(client, job_id) if e["type"].endswith("started")}
         assert started == {"node-a", "node-b"}
         lines = {}
-        for placement in job["placements"]:
-            words = client.logs(job_id, replica=placement["replica"]).split()
-            assert words[:4] == ["rank", str(placement["replica"]), "of", "2"]
-            assert words[5] == placement["node"]
-            lines[placement["replica"]] = words[7]
-        master_node = next(p["node"] for p in job["placements"] if p["replica"] == 0)
+        for placement in job.placements:
+            words = client.logs(job_id, replica=placement.replica).split()
+            assert words[:4] == ["rank", str(placement.replica), "of", "2"]
+            assert words[5] == placement.node
+            lines[placement.replica] = words[7]
+        master_node = next(p.node for p in job.placements if p.replica == 0)
         assert lines[0] == lines[1]  # both replicas were told the same rendezvous
         assert lines[0].rsplit(":", 1)[0] == default_address() != master_node  # an address, not a node name
     finally:
@@ -240,10 +237,10 @@ def test_the_distributed_example_trains_with_two_cpu_workers_that_agree(platform
     spec["command"][0] = sys.executable  # the interpreter that has torch, whatever `python` is on the PATH
     spec["working_dir"] = str(ROOT)
     client = platform.client()
-    job_id = client.submit(spec)["job_id"]
+    job_id = client.submit(spec).job_id
     job = platform.wait_state(job_id, {"succeeded", "failed"}, timeout=240)
     logs = [client.logs(job_id, replica=r) for r in (0, 1)]
-    assert job["state"] == "succeeded", logs
+    assert job.state == "succeeded", logs
     finals = [next(line for line in text.splitlines() if line.startswith("final: ")) for text in logs]
     assert finals[0] == finals[1]  # the same all-reduced loss and the same weights on both ranks
     assert "rank 0/2 up on cpu" in logs[0] and "rank 1/2 up on cpu" in logs[1]

@@ -93,13 +93,12 @@ def platform(tmp_path_factory):
 
 
 def scheduler_pid(platform: Platform) -> int:
-    services = platform.client().request("GET", "/v1/services")
-    return next((s["pid"] for s in services if s["service"] == "scheduler"), None)
+    return next((s.pid for s in platform.client().services() if s.service == "scheduler"), None)
 
 
 def placed_by(platform: Platform, job_id: str) -> list[str]:
-    events = platform.client().request("GET", f"/v1/jobs/{job_id}/events")
-    return [e["event"]["source"] for e in events if e["event"]["type"].endswith("job.placed")]
+    events = platform.client().events(job_id)
+    return [e.event["source"] for e in events if e.event["type"].endswith("job.placed")]
 
 
 def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twice(platform, tmp_path):
@@ -118,27 +117,25 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
     )
     try:
         wait_for(lambda: "following job events" in log.read_text(), 30, what="the standby scheduler to start")
-        first = [client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)]
+        first = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
         for job_id in first:
-            assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+            assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"
         assert "took the scheduler lease" not in log.read_text()  # the leader is alive: standby waits
         assert all(len(placed_by(platform, j)) == 1 for j in first)
 
         os.kill(primary, signal.SIGSTOP)  # frozen, not dead: it must not act on its old lease later
         try:
             wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 5, what="the takeover")
-            second = [
-                client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)
-            ]
+            second = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
             for job_id in second:
-                assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+                assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"
                 assert placed_by(platform, job_id) == ["/gpuyard/scheduler/standby"]
         finally:
             os.kill(primary, signal.SIGCONT)
         time.sleep(TTL)  # the old leader wakes up, finds its lease gone and follows
-        third = [client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"] for _ in range(4)]
+        third = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
         for job_id in first + second + third:
-            assert platform.wait_state(job_id, {"succeeded"}, timeout=40)["state"] == "succeeded"
+            assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"
             assert len(placed_by(platform, job_id)) == 1
     finally:
         standby.send_signal(signal.SIGTERM)

@@ -46,8 +46,8 @@ def test_jobs_are_placed_after_nats_restarts(tmp_path):
     p = Platform(tmp_path / "data", tmp_path / "config", env=env).start()
     try:
         client = p.client()
-        before = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
-        assert p.wait_state(before, {"succeeded"})["state"] == "succeeded"
+        before = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id
+        assert p.wait_state(before, {"succeeded"}).state == "succeeded"
 
         old = wait_for(lambda: nats_pid(p), 10, what="the nats-server child")
         os.kill(old, signal.SIGKILL)
@@ -56,8 +56,8 @@ def test_jobs_are_placed_after_nats_restarts(tmp_path):
         )
         time.sleep(3 * NODE_TIMEOUT)  # long enough for a scheduler that hears no heartbeat to lose the node
 
-        after = client.submit({"command": "true", "resources": {"gpus": 1}})["job_id"]
+        after = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id
         job = p.wait_state(after, {"succeeded"}, timeout=40)
-        assert job["state"] == "succeeded"
+        assert job.state == "succeeded"
     finally:
         p.stop()

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuyard.client import ClientError
+from shared.jobstate import JobState
 
 from .conftest import Platform, wait_for
 
@@ -28,7 +29,7 @@ SCHEDULER_ENV = {
 }
 # Exits cleanly on SIGTERM (a preempted or cancelled job), after saying so in its log.
 STOPPABLE = "trap 'echo got-term; exit 0' TERM; echo ready; sleep 60 & wait"
-LIVE = ["queued", "placed", "running"]
+LIVE = [JobState.QUEUED, JobState.PLACED, JobState.RUNNING]
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +46,20 @@ def no_jobs_left(platform):
     """Every test starts on an idle cluster: cancel what a test (or its failure) left behind."""
     yield
     client = platform.client()
-    for job in client.jobs(state=LIVE, limit=500)["items"]:
-        if not job["cancel_requested"]:
+    for job in client.jobs(state=LIVE, limit=500).items:
+        if not job.cancel_requested:
             with contextlib.suppress(ClientError):  # it may have ended in the meantime
-                client.cancel(job["job_id"])
-    wait_for(lambda: not client.jobs(state=LIVE)["items"], 30, 0.2, "every job to end")
+                client.cancel(job.job_id)
+    wait_for(lambda: not client.jobs(state=LIVE).items, 30, 0.2, "every job to end")
 
 
 def submit(client, name: str, gpus: float, command: str = "sleep 60", cpus: float = 1, **spec) -> str:
     resources = {"gpus": gpus, "cpus": cpus, "memory": "100MB"}
-    return client.submit({"name": name, "command": command, "resources": resources, **spec})["job_id"]
+    return client.submit({"name": name, "command": command, "resources": resources, **spec}).job_id
 
 
 def events(client, job_id: str, kind: str | None = None) -> list[dict]:
-    out = [e["event"] for e in client.events(job_id)]
+    out = [e.event for e in client.events(job_id)]
     return [e for e in out if e["type"] == f"io.gpuyard.job.{kind}"] if kind else out
 
 
@@ -90,32 +91,32 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
 
     def both_waiting():
         jobs = [client.job(first), client.job(second)]
-        return all(j["pending"] and j["pending"]["position"] for j in jobs) and jobs
+        return all(j.pending and j.pending.position for j in jobs) and jobs
 
     head, next_in_line = wait_for(both_waiting, 15, 0.1, "both jobs to have a place in line")
-    assert head["state"] == next_in_line["state"] == "queued"
-    assert (head["pending"]["position"], next_in_line["pending"]["position"]) == (1, 2)
+    assert head.state == next_in_line.state == "queued"
+    assert (head.pending.position, next_in_line.pending.position) == (1, 2)
     # The head holds the backfill reservation: it starts when the blocker's 10 min time limit is over.
-    started = datetime.fromisoformat(client.job(blocker)["started_at"].replace("Z", "+00:00"))
-    estimate = datetime.fromisoformat(head["pending"]["estimated_start"].replace("Z", "+00:00"))
+    started = client.job(blocker).started_at
+    estimate = head.pending.estimated_start
     assert abs(estimate - (started + timedelta(minutes=10))) < timedelta(seconds=5)
-    assert next_in_line["pending"]["estimated_start"] is None
+    assert next_in_line.pending.estimated_start is None
 
     why = platform.cli("why", first)
     assert why.returncode == 0, why.stderr
     text = why.stdout
-    assert f"waiting ({head['pending']['code']})" in text.splitlines()[0]
-    assert head["pending"]["message"] in text
+    assert f"waiting: {head.pending.code}: " in text.splitlines()[0]  # as shared.api.pending_text renders it
+    assert head.pending.message in text
     assert "#1 (1st in line)" in text
     assert "in about 10 min" in text or "in about 9 min" in text
     assert "default / admin" in text and "normal" in text and "4 GPUs" in text
-    for key, value in head["pending"]["details"].items():  # the numbers, compactly (4.0 GPUs as 4)
+    for key, value in head.pending.details.items():  # the numbers, compactly (4.0 GPUs as 4)
         assert f"{key}={value:g}" in text if isinstance(value, float) else f"{key}={value}" in text
     why_second = platform.cli("why", second).stdout
     assert "#2 (2nd in line)" in why_second and "unknown" in why_second
 
     as_json = json.loads(platform.cli("why", first, "--json").stdout)
-    assert as_json["pending"]["code"] == head["pending"]["code"]
+    assert as_json["pending"]["code"] == head.pending.code
     assert as_json["pending"]["position"] == 1
     left = (estimate - datetime.now(UTC)).total_seconds()
     assert abs(as_json["pending"]["estimated_start_in_seconds"] - left) < 10
@@ -128,9 +129,9 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     assert table.splitlines()[0].split()[:5] == ["ID", "NAME", "TENANT", "STATE", "POS"]
     assert row_of(table, first).split()[3:5] == ["queued", "#1"]
     assert row_of(table, second).split()[3:5] == ["queued", "#2"]
-    assert head["pending"]["code"] in row_of(table, first)
+    assert head.pending.code in row_of(table, first)
     described = platform.cli("describe", first).stdout
-    assert f"{head['pending']['code']}: " in described and "(#1 in queue)" in described
+    assert f"{head.pending.code}: " in described and "(#1 in queue)" in described
     estimate_row = next(line for line in described.splitlines() if line.startswith("Estimated start"))
     assert estimate_row.split()[2:4] == ["in", "about"]
 
@@ -150,19 +151,19 @@ def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(plat
     assert requeued[0]["data"]["attempt"] == 2 and requeued[0]["data"]["reason"] == "preempted"
 
     # The urgent job gets the GPUs; the low one waits, as attempt 2, and says why.
-    assert platform.wait_state(urgent, {"running", "succeeded"})["placements"][0]["node"] == "node-a"
+    assert platform.wait_state(urgent, {"running", "succeeded"}).placements[0].node == "node-a"
     waiting = wait_for(
-        lambda: (j := client.job(low))["pending"] and j["state"] == "queued" and j, 10, 0.1, "low's reason"
+        lambda: (j := client.job(low)).pending and j.state == "queued" and j, 10, 0.1, "low's reason"
     )
-    assert waiting["attempt"] == 2
-    assert waiting["attempts"][0]["outcome"] == "requeued: preempted"
+    assert waiting.attempt == 2
+    assert waiting.attempts[0].outcome == "requeued: preempted"
     why = platform.cli("why", low).stdout
     assert "attempt 2" in why and "Attempt 1" in why and "requeued: preempted" in why
-    assert waiting["pending"]["message"] in why
+    assert waiting.pending.message in why
 
-    assert platform.wait_state(urgent, {"succeeded"}, timeout=30)["state"] == "succeeded"
+    assert platform.wait_state(urgent, {"succeeded"}, timeout=30).state == "succeeded"
     again = platform.wait_state(low, {"running"}, timeout=30)
-    assert again["attempt"] == 2 and len(again["placements"][0]["gpus"]) == GPUS
+    assert again.attempt == 2 and len(again.placements[0].gpus) == GPUS
     kinds = [e["type"].removeprefix("io.gpuyard.job.") for e in events(client, low)]
     after = [k for k in kinds[kinds.index("preempted") :] if k != "pending"]
     assert after == ["preempted", "replica_exited", "requeued", "placed", "started"]
@@ -189,15 +190,15 @@ def test_a_tenant_within_its_guarantee_reclaims_a_gpu_from_a_borrowing_tenant(pl
 
     # team-a, at 3 GPUs for a guarantee of 2, finds nothing idle to borrow until team-b is done.
     waiting = wait_for(
-        lambda: (j := client.job(youngest))["pending"] and j["state"] == "queued" and j, 10, 0.1, "a reason"
+        lambda: (j := client.job(youngest)).pending and j.state == "queued" and j, 10, 0.1, "a reason"
     )
-    assert waiting["attempt"] == 2 and waiting["pending"]["code"] == "quota_exhausted"
-    assert waiting["pending"]["details"]["used"] == 3 and waiting["pending"]["details"]["quota"] == 2
+    assert waiting.attempt == 2 and waiting.pending.code == "quota_exhausted"
+    assert waiting.pending.details["used"] == 3 and waiting.pending.details["quota"] == 2
     for job_id in borrowers[:-1]:
         job = client.job(job_id)
-        assert job["state"] == "running" and job["attempt"] == 1 and not events(client, job_id, "preempted")
+        assert job.state == "running" and job.attempt == 1 and not events(client, job_id, "preempted")
     why = platform.cli("why", youngest).stdout
     assert "quota_exhausted" in why and "team-a" in why
 
-    assert platform.wait_state(owner, {"succeeded"}, timeout=30)["state"] == "succeeded"
-    assert platform.wait_state(youngest, {"running"}, timeout=30)["attempt"] == 2
+    assert platform.wait_state(owner, {"succeeded"}, timeout=30).state == "succeeded"
+    assert platform.wait_state(youngest, {"running"}, timeout=30).attempt == 2

@@ -214,7 +214,7 @@ def test_the_client_reads_its_variables(monkeypatch, tmp_path):
 
 
 def up_plan(*flags: str, executors: int = 2):
-    args = build_parser(sim_options=False).parse_args(["up", *flags, "--executors", str(executors)])
+    args = build_parser().parse_args(["up", *flags, "--executors", str(executors)])
     return plan(UpOptions.from_args(args), dict(os.environ))
 
 
@@ -297,7 +297,7 @@ def test_up_without_flags_runs_every_service_on_its_own_defaults(monkeypatch, tm
     ],
 )
 def test_up_refuses_a_bad_setting_in_one_line_before_starting_anything(flags, expected, capsys, tmp_path):
-    args = build_parser(sim_options=False).parse_args(["up", "--data-dir", str(tmp_path / "d"), *flags])
+    args = build_parser().parse_args(["up", "--data-dir", str(tmp_path / "d"), *flags])
     with pytest.raises(SystemExit) as excinfo:
         plan(UpOptions.from_args(args), dict(os.environ))
     assert expected in one_line_refusal(capsys, excinfo)

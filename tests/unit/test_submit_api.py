@@ -22,7 +22,7 @@ from shared.events import (
     ReplicaPlacement,
 )
 from shared.ledger import JobLedger
-from shared.paths import log_path
+from shared.logstore import LogKey, open_log_store, split
 from shared.store import open_store
 from shared.tokens import Principal
 
@@ -44,11 +44,12 @@ def ctx(tmp_path):
         store=store,
         ledger=JobLedger(store, None, "/test"),
         tokens=TOKENS,
-        data_dir=tmp_path,
+        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
         max_body_bytes=4096,
     )
     yield context
     asyncio.run(store.close())
+    asyncio.run(context.logs.close())
 
 
 @pytest.fixture
@@ -154,14 +155,14 @@ def test_list_filters_by_state_and_paginates_newest_first(api):
     assert api.get("/v1/jobs", params={"cursor": "garbage"}, headers=VISION).status_code == 400
 
 
-def test_logs_are_read_from_the_data_dir(api, ctx):
+def test_logs_are_read_from_the_log_store(api, ctx):
     job_id = submit(api)["job_id"]
-    path = log_path(ctx.data_dir, job_id, 1, 0)
-    path.parent.mkdir(parents=True)
-    path.write_text("".join(f"line {i}\n" for i in range(10)))
-    assert api.get(f"/v1/jobs/{job_id}/logs", headers=VISION).text.count("\n") == 10
+    output = "".join(f"line {i}\n" for i in range(10)).encode()
+    asyncio.run(ctx.logs.append(split(LogKey(job_id, 1, 0), 0, output)))
+    assert api.get(f"/v1/jobs/{job_id}/logs", headers=VISION).content == output
     assert api.get(f"/v1/jobs/{job_id}/logs", params={"tail": 2}, headers=VISION).text == "line 8\nline 9\n"
     assert api.get(f"/v1/jobs/{job_id}/logs", params={"replica": 3}, headers=VISION).status_code == 404
+    assert api.get(f"/v1/jobs/{job_id}/logs", headers=NLP).status_code == 404  # another tenant's job
 
 
 def test_openapi_is_served(api):

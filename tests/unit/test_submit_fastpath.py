@@ -13,6 +13,7 @@ from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.fastpath import FastSubmit
 from shared.ledger import JobLedger
+from shared.logstore import open_log_store
 from shared.store import open_store
 from shared.tokens import Principal
 
@@ -53,7 +54,7 @@ def build(tmp_path, name: str, fast: bool):
         store=store,
         ledger=JobLedger(store, None, "/test"),
         tokens=TOKENS,
-        data_dir=tmp_path,
+        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / ('logs-' + name)}")),
         max_body_bytes=65536,
     )
     app = create_app(ctx)

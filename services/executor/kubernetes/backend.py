@@ -39,6 +39,8 @@ from services.executor.kubernetes.nodes import cluster_inventory
 from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from services.executor.logfile import RotatingLog
 from shared.events import FailureReason, NodeHeartbeat
+from shared.logstore import LogKey
+from shared.logstore.shipper import LogShipper
 from shared.paths import log_path
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,10 @@ class KubernetesBackend(Backend):
         log_interval: float = 5.0,
         log_max_bytes: int = 0,
         log_backups: int = 0,
+        shipper: LogShipper | None = None,
     ):
         self.controller = controller
+        self.shipper = shipper
         self.data_dir = data_dir
         self.poll_interval = poll_interval
         self.log_interval = log_interval
@@ -143,7 +147,10 @@ class KubernetesBackend(Backend):
         mirror = self.mirrors.get(ident)
         if mirror is None:
             path = log_path(self.data_dir, key[0], key[1], replica)
-            mirror = _Mirror(RotatingLog(path, self.log_max_bytes, self.log_backups))
+            sink = RotatingLog(
+                path, self.log_max_bytes, self.log_backups, shipper=self.shipper, key=LogKey(*key, replica)
+            )
+            mirror = _Mirror(sink)
             self.mirrors[ident] = mirror
         return mirror
 

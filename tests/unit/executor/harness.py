@@ -23,6 +23,7 @@ from shared.events import (
 from shared.jobspec import JobSpec
 from shared.jobstate import JobView
 from shared.ledger import JobLedger
+from shared.logstore import open_log_store
 from shared.settings import ExecutorSettings
 from shared.store import open_store
 
@@ -39,8 +40,8 @@ class FakeBus:
 
 
 class FakeService:
-    def __init__(self, store, ledger: JobLedger, bus: FakeBus):
-        self.store, self.ledger, self.bus = store, ledger, bus
+    def __init__(self, store, ledger: JobLedger, bus: FakeBus, logs=None):
+        self.store, self.ledger, self.bus, self.logs = store, ledger, bus, logs
         self.source = "/test/executor"
 
 
@@ -49,6 +50,7 @@ class Harness:
         self.tmp_path = tmp_path
         self.data_dir = tmp_path / "data"
         self.store = None
+        self.logs = None
         self.ledger: JobLedger | None = None
         self.bus = FakeBus()
         self.executors: list[Executor] = []
@@ -56,6 +58,7 @@ class Harness:
     async def open(self) -> Harness:
         self.store = await open_store(f"sqlite:///{self.tmp_path / 'events.db'}")
         self.ledger = JobLedger(self.store, None, "/test")
+        self.logs = await open_log_store(f"sqlite:///{self.tmp_path / 'logs.db'}")
         return self
 
     def settings(self, **overrides: Any) -> ExecutorSettings:
@@ -72,7 +75,7 @@ class Harness:
         return ExecutorSettings(**values)
 
     async def executor(self, backend=None, gpu_reader=None, **settings: Any) -> Executor:
-        service = FakeService(self.store, self.ledger, self.bus)
+        service = FakeService(self.store, self.ledger, self.bus, self.logs)
         executor = Executor(service, self.settings(**settings), backend=backend, gpu_reader=gpu_reader)
         await executor.start()
         self.executors.append(executor)
@@ -82,6 +85,7 @@ class Harness:
         for executor in self.executors:
             await executor.shutdown()
         await self.store.close()
+        await self.logs.close()
 
     # ------------------------------------------------------------------ jobs
 

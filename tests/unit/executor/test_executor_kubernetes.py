@@ -13,8 +13,11 @@ from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.controller import KubernetesController
 from services.executor.kubernetes.fake_api import FakeKubeApi
 from services.executor.kubernetes.names import attempt_names
-from services.submit.logs import read_log
 from shared.events import GpuShare, JobCancelRequested, JobSucceeded
+from shared.logstore import LogKey
+from shared.logstore.reading import read_range
+from shared.logstore.shipper import LogShipper
+from shared.paths import log_path
 
 
 @pytest.fixture
@@ -25,7 +28,18 @@ def api():
 def backend_for(api, h) -> KubernetesBackend:
     controller = KubernetesController(api, KubernetesConfig(namespace="jobs", log_tail_lines=5))
     # poll_interval: only the first poll runs by itself; the tests poll when they have changed something
-    return KubernetesBackend(controller, data_dir=h.data_dir, poll_interval=3600, log_interval=0)
+    shipper = LogShipper(h.logs, interval=3600)  # flushed by the tests
+    return KubernetesBackend(
+        controller, data_dir=h.data_dir, poll_interval=3600, log_interval=0, shipper=shipper
+    )
+
+
+def node_log(h, job: str, replica: int) -> str:
+    return log_path(h.data_dir, job, 1, replica).read_text()
+
+
+async def shipped(h, job: str, replica: int) -> bytes:
+    return b"".join([piece async for piece in read_range(h.logs, LogKey(job, 1, replica))])
 
 
 async def k8s_executor(h, api, **settings):
@@ -47,7 +61,7 @@ def terminated(exit_code, reason="Error"):
     }
 
 
-async def test_a_two_pod_job_runs_succeeds_and_its_logs_land_in_the_data_dir(h, api):
+async def test_a_two_pod_job_runs_succeeds_and_its_logs_land_in_the_data_dir_and_the_log_store(h, api):
     ex = await k8s_executor(h, api)
     job = await h.submit(command="python train.py", replicas=2, resources={"gpus": 1})
     # one executor runs every node's replicas: placements name the cluster's nodes, not the executor's
@@ -59,7 +73,7 @@ async def test_a_two_pod_job_runs_succeeds_and_its_logs_land_in_the_data_dir(h, 
     api.logs[pod(api, 0)] = "epoch 1\n"
     await ex.backend.poll_once()
     await h.wait(job, "running")
-    assert "epoch 1" in read_log(h.data_dir, job, 1, 0, None)
+    assert "epoch 1" in node_log(h, job, 0)
     api.logs[pod(api, 0)] = "epoch 1\nepoch 2\ndone\n"
     api.logs[pod(api, 1)] = "worker done\n"
     for r in (0, 1):
@@ -68,8 +82,13 @@ async def test_a_two_pod_job_runs_succeeds_and_its_logs_land_in_the_data_dir(h, 
     view = await h.wait(job, "succeeded")
     started = [e.data for e in await h.ledger.events(job) if e.type.endswith("started")]
     assert sorted((s.node, s.replicas) for s in started) == [("gpu-1", [0]), ("gpu-2", [1])]
-    assert read_log(h.data_dir, job, 1, 0, None) == "epoch 1\nepoch 2\ndone\n"  # each line copied once
-    assert read_log(h.data_dir, job, 1, 1, None) == "worker done\n"
+    assert node_log(h, job, 0) == "epoch 1\nepoch 2\ndone\n"  # each line copied once
+    assert node_log(h, job, 1) == "worker done\n"
+    await ex.backend.shipper.flush()
+    assert (
+        await shipped(h, job, 0) == b"epoch 1\nepoch 2\ndone\n"
+        and await shipped(h, job, 1) == b"worker done\n"
+    )
     assert view.exit_code == 0
     await h.deliver(ex, JobSucceeded(job_id=job, attempt=1))  # the attempt is over: its pods go
     assert not api.pods and not api.services

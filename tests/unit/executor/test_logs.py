@@ -1,4 +1,5 @@
-"""Replica logs on disk: the executor's rotating writer and the submit API's reader and follower."""
+"""Replica logs: the executor's rotating writer on the node, and what it ships to the log store, where the API
+reads and follows it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 import pytest
 
 from services.executor.logfile import RotatingLog, tail_lines
-from services.submit.logs import follow_log, read_log
+from shared.logstore import LogKey, open_log_store
+from shared.logstore.reading import follow, read_range, tail_start
+from shared.logstore.shipper import LogShipper
 from shared.paths import log_files, log_path
 
 
@@ -45,54 +48,61 @@ def test_bad_sizes_are_refused(tmp_path):
         RotatingLog(tmp_path / "r.log", max_bytes=-1, backups=1)
 
 
-def test_reading_serves_the_rotated_files_oldest_first_and_tails_across_them(tmp_path):
-    path = log_path(tmp_path, "job", 1, 0)
-    log = RotatingLog(path, max_bytes=55, backups=5)
-    log.write(lines(20))
+async def test_a_shipped_log_reaches_the_store_whole_across_rotations(tmp_path):
+    store = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
+    shipper = LogShipper(store, interval=3600)
+    key = LogKey("job", 1, 0)
+    log = RotatingLog(log_path(tmp_path, "job", 1, 0), max_bytes=55, backups=1, shipper=shipper, key=key)
+    log.write(lines(20))  # rotated three times: the node keeps the newest files only, the store all of it
     log.close()
-    assert read_log(tmp_path, "job", 1, 0, None) == lines(20).decode()
-    assert read_log(tmp_path, "job", 1, 0, 7) == lines(7, start=14).decode()
-    assert read_log(tmp_path, "job", 1, 1, None) == ""  # a replica without output yet
+    await shipper.flush()
+    assert shipper.replicas == 0  # closed and sent: forgotten
+    assert b"".join([p async for p in read_range(store, key)]) == lines(20)
+    start = await tail_start(store, key, 7, await store.extent(key))
+    assert b"".join([p async for p in read_range(store, key, start)]) == lines(7, start=14)
+    assert await store.extent(LogKey("job", 1, 1)) is None  # a replica without output yet
+    await store.close()
 
 
-@pytest.mark.parametrize("backups", [0, 2, 50])
-async def test_following_goes_on_across_rotations(tmp_path, backups):
-    path = log_path(tmp_path, "job", 1, 0)
-    log = RotatingLog(path, max_bytes=200, backups=backups)
+async def test_a_log_written_before_an_executor_restart_is_shipped_on_from_its_end(tmp_path):
+    store = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
+    shipper = LogShipper(store, interval=3600)
+    key, path = LogKey("job", 1, 0), log_path(tmp_path, "job", 1, 0)
+    first = RotatingLog(path, max_bytes=0, backups=0, shipper=shipper, key=key)
+    first.write(lines(3))
+    await shipper.flush()
+    first.close()
+    await shipper.flush()
+    again = RotatingLog(path, max_bytes=0, backups=0, shipper=shipper, key=key)  # the new executor's
+    again.write(lines(2, start=4))
+    again.close()
+    await shipper.flush()
+    assert b"".join([p async for p in read_range(store, key)]) == lines(5)
+    await store.close()
+
+
+async def test_following_the_store_while_the_replica_writes(tmp_path):
+    store = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
+    shipper = LogShipper(store, interval=0.01)
+    shipper.start()
+    key = LogKey("job", 1, 0)
+    log = RotatingLog(log_path(tmp_path, "job", 1, 0), max_bytes=200, backups=0, shipper=shipper, key=key)
     done = asyncio.Event()
 
     async def write():
         for i in range(1, 301):
             log.write(lines(1, start=i))
             if i % 10 == 0:
-                await asyncio.sleep(0.005)  # several rotations between two polls of the follower
+                await asyncio.sleep(0.005)  # the node's file rotates many times meanwhile
         log.close()
+        await shipper.stop()
         done.set()
 
     async def finished() -> bool:
         return done.is_set()
 
     writer = asyncio.create_task(write())
-    got = b"".join([chunk async for chunk in follow_log(tmp_path, "job", 1, 0, None, finished, poll=0.02)])
+    got = b"".join([chunk async for chunk in follow(store, key, 0, finished, poll=0.02)])
     await writer
-    numbers = [int(line.removeprefix("line-")) for line in got.decode().split()]
-    assert numbers == sorted(set(numbers)) and numbers[-1] == 300  # in order, none twice, to the end
-    if backups == 50:
-        assert numbers == list(range(1, 301))  # everything was kept, so everything was followed
-    else:
-        assert len(numbers) >= 200 // 11  # at least what the cap keeps
-
-
-async def test_following_from_the_start_serves_older_rotated_output_first(tmp_path):
-    path = log_path(tmp_path, "job", 1, 0)
-    log = RotatingLog(path, max_bytes=100, backups=10)
-    log.write(lines(30))
-
-    async def finished() -> bool:
-        return True
-
-    got = b"".join([chunk async for chunk in follow_log(tmp_path, "job", 1, 0, None, finished)])
-    assert got == lines(30)
-    tailed = b"".join([chunk async for chunk in follow_log(tmp_path, "job", 1, 0, 2, finished)])
-    assert tailed == lines(2, start=29)
-    log.close()
+    assert got == lines(300)  # in order, none twice, none lost, to the end
+    await store.close()
