@@ -169,7 +169,7 @@ class SchedulerSettings(CommonSettings):
         "(too_large, quota_exhausted…) or that it preempts is stored at once; 0: every reason at once.",
     )
     lease_ttl: float = Field(
-        10.0, description="Seconds a leader's lease lasts; another replica takes over after it lapses."
+        10.0, ge=1, description="Seconds a leader's lease lasts; another replica takes over after it lapses."
     )
     resync_interval: float = Field(
         30.0, description="Seconds between full re-reads of the live jobs from the event store."

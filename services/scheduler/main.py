@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from services.scheduler.core import CycleResult, Placement, SchedulerConfig, decide
-from services.scheduler.core.placement import POLICIES
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
 from shared.events import (
@@ -39,7 +38,6 @@ from shared.events import (
 from shared.jobstate import JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
-from shared.policies import BackfillMode
 from shared.reasons import WAITING_ITS_TURN
 from shared.service import Service
 from shared.settings import SchedulerSettings
@@ -79,16 +77,6 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
         min_runtime_before_preemption=settings.min_runtime_before_preemption,
         backfill=settings.backfill,
     )
-
-
-def preflight(settings: SchedulerSettings) -> str | None:
-    if settings.policy not in POLICIES:
-        return f"unknown policy {settings.policy!r}; choose from {', '.join(sorted(POLICIES))}"
-    if settings.backfill not in set(BackfillMode):
-        return f"unknown backfill {settings.backfill!r}; choose from {', '.join(BackfillMode)}"
-    if settings.lease_ttl < 1:
-        return "lease_ttl must be at least 1 second"
-    return None
 
 
 class SchedulerService:

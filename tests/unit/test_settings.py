@@ -15,7 +15,7 @@ from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
 from gpuyard.up import SETTING_FLAGS, UpOptions, plan
 from gpuyard.up import add_arguments as add_up_arguments
-from services.scheduler.main import config_of, preflight
+from services.scheduler.main import config_of
 from shared import settingsdocs
 from shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
 from shared.policies import BackfillMode, Policy
@@ -155,9 +155,11 @@ def test_executor_workers_are_checked_at_start(flags, expected, capsys):
     assert two.executor_worker == 1
 
 
-def test_the_scheduler_refuses_a_lease_shorter_than_a_second():
-    assert "lease_ttl must be at least 1 second" in preflight(SchedulerSettings(lease_ttl=0.1))
-    assert preflight(SchedulerSettings()) is None
+def test_the_scheduler_refuses_a_lease_shorter_than_a_second(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        settings_from_argv(SchedulerSettings, ["--lease-ttl", "0.1"], "test")
+    assert "lease_ttl" in one_line_refusal(capsys, excinfo)
+    assert settings_from_argv(SchedulerSettings, [], "test").lease_ttl == 10
 
 
 def test_the_event_loop_setting():
