@@ -14,7 +14,6 @@ import pytest
 
 from gpuyard import cli, why
 from gpuyard.client import Client
-from services.scheduler.sim import cli as sim_cli
 from shared.api import JobOut, job_out
 from shared.events import (
     GpuShare,
@@ -391,13 +390,6 @@ def trace(tmp_path):
     return tmp_path
 
 
-def sim(capsys, trace, *args: str) -> tuple[int, str, str]:
-    """The simulator's own entry point, as `gpuyard sim` runs it (in this process: no exec)."""
-    code = sim_cli.main(["--nodes", str(trace / "nodes.csv"), "--seeds", "1", *args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def one_line_error(code: int, err: str) -> str:
     assert code != 0
     assert "Traceback" not in err
@@ -458,55 +450,6 @@ def test_gpuyard_sim_answers_exactly_as_the_simulator(trace):
     assert refused == direct and refused[0] == 2 and "--ratio must be positive" in refused[2]
     helped, direct = both("--help")
     assert helped == direct and helped[0] == 0 and helped[1].startswith("usage: gpuyard sim")
-
-
-def test_sim_runs_a_tiny_trace_and_prints_json_and_a_plot(capsys, trace):
-    plot = trace / "curve.png"
-    code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit")
-    assert code == 0 and out == ""  # without --json: the table, on stderr
-    assert "inflation replay of pods" in err and "bestfit" in err
-    code, out, err = sim(
-        capsys,
-        trace,
-        "--trace",
-        str(trace / "pods.csv"),
-        "--policy",
-        "bestfit",
-        "--json",
-        "--plot",
-        str(plot),
-    )
-    assert code == 0, err
-    results = json.loads(out)
-    assert results["mode"] == "inflation" and results["gpus"] == 10
-    assert list(results["policies"]) == ["fifo", "bestfit"]  # the baseline is always added
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["--trace", "{t}/missing.csv"], "trace file not found: {t}/missing.csv"),
-        (["--trace", "{t}/pods.csv", "--policy", "nope"], "unknown policy 'nope'"),
-        (["--trace", "{t}"], "cannot read {t}: Is a directory"),
-        (["--trace", "{t}/pods.csv", "--plot", "{t}/no/such/dir/out.png"], "folder {t}/no/such/dir does not"),
-        (["--trace", "{t}/pods.csv", "--plot", "{t}/out.txt"], "must end in .png"),
-        (["--trace", "{t}/pods.csv", "--ratio", "-1"], "--ratio must be positive"),
-        (["--trace", "{t}/pods.csv", "--mode", "time", "--speedup", "0"], "--speedup must be positive"),
-        (["--trace", "{t}/pods.csv", "--cluster-fraction", "2"], "--cluster-fraction must be in (0, 1]"),
-    ],
-)
-def test_sim_errors_are_one_clear_line(capsys, trace, args, expected):
-    code, out, err = sim(capsys, trace, *[a.format(t=trace) for a in args])
-    assert expected.format(t=trace) in one_line_error(code, err)
-
-
-def test_sim_names_the_missing_columns_in_one_line(capsys, trace):
-    code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
-    assert "num_gpu" in one_line_error(code, err)
-    code = sim_cli.main(["--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")])
-    err = capsys.readouterr().err
-    assert "sn" in one_line_error(code, err) and "column" in err
 
 
 def test_other_commands_do_not_load_the_simulator_nor_any_service():

@@ -25,6 +25,7 @@ PODS_CSV = (
 def trace(tmp_path: Path) -> Path:
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)
+    (tmp_path / "columns.csv").write_text("foo,bar\n1,2\n")
     return tmp_path
 
 
@@ -66,6 +67,26 @@ def test_arguments_that_cannot_work_are_one_line(capsys, trace, args, expected):
     code, _, err = sim(capsys, trace, *[a.format(t=trace) for a in args])
     assert expected.format(t=trace) in one_line_error(code, err)
     assert err.startswith("gpuyard sim: ")
+
+
+def test_a_plot_is_written(capsys, trace):
+    plot = trace / "curve.png"
+    code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit")
+    assert code == 0 and out == ""  # without --json: the table, on stderr
+    assert "inflation replay of pods" in err and "bestfit" in err
+    code, out, err = sim(
+        capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit", "--plot", str(plot)
+    )
+    assert code == 0, err
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_columns_are_named_in_one_line(capsys, trace):
+    code, _, err = sim(capsys, trace, "--trace", str(trace / "columns.csv"))
+    assert "num_gpu" in one_line_error(code, err)
+    code = cli.main(["--trace", str(trace / "pods.csv"), "--nodes", str(trace / "columns.csv")])
+    err = capsys.readouterr().err
+    assert "sn" in one_line_error(code, err) and "column" in err
 
 
 def test_plot_without_matplotlib_names_the_extra(capsys, trace, monkeypatch):
