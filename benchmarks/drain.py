@@ -99,7 +99,9 @@ async def drain(queued: int, cycles: int, ends: int, profile: cProfile.Profile |
                 done.append(
                     Decision(
                         view.job_id,
-                        lambda v, a=attempt: JobStarted(job_id=v.job_id, attempt=a, node="node-a", replicas=[0]),
+                        lambda v, a=attempt: JobStarted(
+                            job_id=v.job_id, attempt=a, node="node-a", replicas=[0]
+                        ),
                         then=lambda v, a=attempt: JobSucceeded(job_id=v.job_id, attempt=a),
                     )
                 )

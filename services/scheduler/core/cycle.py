@@ -48,8 +48,8 @@ from services.scheduler.core.ordering import Order
 from services.scheduler.core.placement import POLICIES, make_policy
 from services.scheduler.core.placement.base import Choice
 from services.scheduler.core.preemption import choose_victims, eligible_victims
-from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from services.scheduler.core.queue import HeldQueue, Pending
+from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from shared.policies import BackfillMode
 from shared.reasons import GPU_SHORTAGES, PendingCode
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from operator import attrgetter
 
 from services.scheduler.core.model import JobRequest
-from services.scheduler.core.quota import QuotaLedger
 from services.scheduler.core.queue import HeldQueue
+from services.scheduler.core.quota import QuotaLedger
 
 _PRIORITY = attrgetter("priority")
 
@@ -42,7 +42,9 @@ class Order:
         self.fair_share = fair_share
         self._classes = list(queue.classes)  # priorities, high first
         self._next_class = 0
-        self._lists: dict[str, list[JobRequest]] = {}  # this class: tenant -> its jobs (or None -> the class's)
+        self._lists: dict[
+            str, list[JobRequest]
+        ] = {}  # this class: tenant -> its jobs (or None -> the class's)
         self._at: dict[str, int] = {}  # ... and how many of them were yielded
         self._heap: list[tuple] = []
         self._current: str | None = None  # the tenant being served (fair share)
@@ -98,7 +100,9 @@ class Order:
                 out.append((self._lists[None], self._at[None], (priority, None)))
             else:
                 if self._current is not None:
-                    out.append((self._lists[self._current], self._at[self._current], (priority, self._current)))
+                    out.append(
+                        (self._lists[self._current], self._at[self._current], (priority, self._current))
+                    )
                 for key in sorted(self._heap):
                     tenant = key[-1]
                     out.append((self._lists[tenant], self._at[tenant], (priority, tenant)))

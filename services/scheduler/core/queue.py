@@ -58,8 +58,8 @@ class HeldQueue:
         for job_id, job in changes.items():
             old = self.jobs.get(job_id)
             if old is not None:
-                if old is job:
-                    continue
+                if old is job or old == job:
+                    continue  # (the same request: it keeps its place, and the object a cycle answered for)
                 self._remove(old)
             if job is not None:
                 self.jobs[job_id] = job
