@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from services.scheduler.core import CycleResult, Placement, SchedulerConfig, decide
+from services.scheduler.core import CycleResult, Pending, Placement, SchedulerConfig, decide
+from services.scheduler.core.reasons import Reason
 from services.scheduler.view import ClusterView, to_placement
 from shared.bus import version_of
 from shared.events import (
@@ -94,6 +96,7 @@ class SchedulerService:
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
         self.gather_seconds = MIN_GATHER_SECONDS
+        self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
         self.lease = Lease(
             service.bus,
             "scheduler",
@@ -177,9 +180,11 @@ class SchedulerService:
     async def decide_and_record(self) -> None:
         """One cycle of the core on the held cluster, and its decisions recorded."""
         now = time.time()
-        for job_id in set(self.pending_sent) - set(self.view.jobs):
-            del self.pending_sent[job_id]
-        queue = self.view.queue()
+        for job_id in self.view.left_queue:
+            self.pending_sent.pop(job_id, None)
+        self.view.left_queue.clear()
+        queue = self.view.waiting
+        queue.prepare()
         if not queue:
             return  # nothing waits: nothing to place, and preemption is only ever for a waiting job
         held = self.view.held
@@ -212,9 +217,13 @@ class SchedulerService:
             await self.ledger.append(
                 job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")
             )
-        by_position = sorted(result.pending.items(), key=lambda item: item[1].position or 0)
-        waiting = [d for d in (self.waiting(j, r, now) for j, r in by_position) if d is not None]
-        waiting = waiting[:PENDING_WRITES_PER_CYCLE]
+        waiting = []
+        for job_id, reason in self.due(result.pending):
+            decision = self.waiting(job_id, reason, now)
+            if decision is not None:
+                waiting.append(decision)
+                if len(waiting) == PENDING_WRITES_PER_CYCLE:
+                    break
         for outcome in await self.ledger.record_many(waiting, cached=True):
             if outcome.view is not None:
                 self.view.put_job(outcome.view)
@@ -226,6 +235,23 @@ class SchedulerService:
                         pending.position,
                         now,
                     )
+
+    def due(self, pending: Mapping[str, Reason]) -> list[tuple[str, Reason]]:
+        """The reasons a cycle looks at to store, in order of position: those of the jobs the core looked at
+        one by one and the head of the line (`PENDING_WRITES_PER_CYCLE` jobs) every cycle, and as many more of
+        the rest of a long line in turn (`pending_cursor` goes round it), so that a cycle never reads the
+        reasons of the whole queue: each job's stored reason is refreshed once per turn."""
+        if not isinstance(pending, Pending):  # (a plain mapping: every reason)
+            return sorted(pending.items(), key=lambda item: item[1].position or 0)
+        head = max(PENDING_WRITES_PER_CYCLE, len(pending.known))
+        out = pending.window(1, head)
+        if len(pending) > head:
+            if not head < self.pending_cursor <= len(pending):
+                self.pending_cursor = head + 1
+            last = self.pending_cursor + PENDING_WRITES_PER_CYCLE - 1
+            out += pending.window(self.pending_cursor, last)
+            self.pending_cursor = last + 1
+        return out
 
     def placed(self, placement: Placement) -> Decision | None:
         job = self.view.jobs.get(placement.job_id)

@@ -14,6 +14,7 @@ from services.scheduler.core import (
     Gpu,
     GpuAssignment,
     HeldCluster,
+    HeldQueue,
     JobRequest,
     Node,
     ReplicaAssignment,
@@ -88,6 +89,10 @@ class ClusterView:
         self.queued_since: dict[str, float] = {}
         """When each queued job's current attempt was queued (a timestamp, read on every cycle)."""
         self.held = HeldCluster()
+        self.waiting = HeldQueue()
+        """The queued jobs not asked to cancel, told of every change (the core's queue, kept ordered)."""
+        self.left_queue: set[str] = set()
+        """Jobs that left the queue since the caller last emptied this set (placed, cancelled, ended)."""
 
     def observe_node(self, hb: NodeHeartbeat, now: float | None = None) -> bool:
         """Returns True when the node is new (or its inventory changed)."""
@@ -114,14 +119,24 @@ class ClusterView:
             self._requests.pop(view.job_id, None)
             self.queued_since.pop(view.job_id, None)
             self.held.drop(view.job_id)
+            self._unqueue(view.job_id)
             return
         self.jobs[view.job_id] = view
         if view.state == JobState.QUEUED:
             self.queued_since[view.job_id] = view.current.queued_at.timestamp()
             self.held.drop(view.job_id)
+            if view.cancel_requested:
+                self._unqueue(view.job_id)
+            else:
+                self.waiting.put(self.request(view))
         else:
             self.queued_since.pop(view.job_id, None)
             self.held.put(self.allocation(view))
+            self._unqueue(view.job_id)
+
+    def _unqueue(self, job_id: str) -> None:
+        self.waiting.drop(job_id)
+        self.left_queue.add(job_id)
 
     def request(self, view: JobView) -> JobRequest:
         """The core's request for a job, converted once per version of the job."""
@@ -144,6 +159,7 @@ class ClusterView:
         ]
 
     def queue(self) -> list[JobRequest]:
+        """The queued jobs as a list (the held `waiting` is what a cycle reads)."""
         return [
             self.request(v)
             for v in self.jobs.values()

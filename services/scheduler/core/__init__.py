@@ -22,6 +22,7 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
+from services.scheduler.core.queue import HeldQueue, Pending
 
 __all__ = [
     "Allocation",
@@ -31,8 +32,10 @@ __all__ = [
     "Gpu",
     "GpuAssignment",
     "HeldCluster",
+    "HeldQueue",
     "JobRequest",
     "Node",
+    "Pending",
     "Placement",
     "Preemption",
     "Reason",

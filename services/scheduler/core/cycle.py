@@ -44,10 +44,11 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
-from services.scheduler.core.ordering import in_order
+from services.scheduler.core.ordering import Order
 from services.scheduler.core.placement import POLICIES, make_policy
 from services.scheduler.core.placement.base import Choice
 from services.scheduler.core.preemption import choose_victims, eligible_victims
+from services.scheduler.core.queue import HeldQueue, Pending
 from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from shared.policies import BackfillMode
 from shared.reasons import GPU_SHORTAGES, PendingCode
@@ -92,7 +93,7 @@ def allocate(node: Node, replicas: Iterable[ReplicaAssignment]) -> None:
 
 def popularity_for(
     config: SchedulerConfig,
-    queue: list[JobRequest],
+    queue: list[JobRequest] | HeldQueue,
     running: list[Allocation],
     kinds: RunningKinds | None = None,
 ) -> tuple:
@@ -100,8 +101,8 @@ def popularity_for(
         return tuple(config.shape_popularity)
     if not POLICIES[config.policy].needs_popularity:
         return ()
-    # jobs per key (counted at C level), then per (GPUs, CPUs, GPU models), then per task shape (a handful)
-    keys = Counter(map(_KEY, queue))
+    # jobs per key (kept by a held queue), then per (GPUs, CPUs, GPU models), then per task shape (a handful)
+    keys = Counter(queue.keys) if isinstance(queue, HeldQueue) else Counter(map(_KEY, queue))
     kinds = kinds if kinds is not None else RunningKinds(running)
     for (_tenant, _user, key), n in kinds.counts.items():
         keys[key] += n
@@ -125,7 +126,7 @@ class _Cycle:
         self,
         index: CapacityIndex,
         running: list[Allocation],
-        queue: list[JobRequest],
+        queue: HeldQueue,
         config: SchedulerConfig,
         quotas: dict[str, float],
         now: float,
@@ -148,7 +149,7 @@ class _Cycle:
             float(index.memory[index.schedulable].sum()),
         )
         self.ledger = QuotaLedger(quotas, running, config, capacity, kinds)
-        self.result = CycleResult()
+        self.result = CycleResult(pending=Pending())
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
         self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
@@ -165,29 +166,55 @@ class _Cycle:
         # priority and the head already chosen, gets exactly its shape's cached reason: (*shape, priority) ->
         # that reason, answered before anything else is looked at (most of a long queue of blocked jobs).
         self.strict = config.backfill == BackfillMode.OFF
-        self.pending = self.result.pending
+        self.pending = self.result.pending.known
         self.simple = SETTLE_BY_SHAPE and not self.ledger.quotas_on and not self.ledger.caps_on
         self.settled: dict[tuple, R.Blocker] = {}
+        self.examined = 0  # jobs looked at one by one (the rest of a stopped cycle is answered by the order)
+        self.left: Counter = Counter()
+        self.unsettled = 0
 
     # ------------------------------------------------------------------------------------------- the loop
-    def run(self, queue: list[JobRequest]) -> CycleResult:
+    def run(self, queue: HeldQueue) -> CycleResult:
         # the settled answer (see `settle`) is given right here, before `consider`: most jobs of a long queue
-        # on a full cluster get it (not in strict order, where waiting behind the head comes first)
+        # on a full cluster get it (not in strict order, where waiting behind the head comes first). Once every
+        # job left would get it (`left` counts them by key, `unsettled` those whose key has no answer yet, and
+        # none is in its retry backoff), the cycle stops: their reasons follow from the order (`Pending`).
         fast = self.simple and not self.strict
         settled, pending, now = self.settled, self.pending, self.now
-        for job in in_order(queue, self.ledger, self.config.fair_share):
-            if fast and settled and (job.not_before is None or job.not_before <= now):
-                found = settled.get(job.key)
-                if found is not None:
-                    self.waiting += 1
-                    pending[job.job_id] = found.at(self.waiting)
-                    continue
+        order = Order(queue, self.ledger, self.config.fair_share)
+        if fast:
+            self.left = left = Counter(queue.keys)
+            self.unsettled = len(queue)
+            backing_off = sum(1 for job in queue.backoff.values() if job.not_before > now)
+        for job in order:
+            if fast:
+                key = job.key
+                left[key] -= 1
+                if key not in settled:
+                    self.unsettled -= 1
+                if job.not_before is not None and job.not_before > now:
+                    backing_off -= 1
+                elif settled:
+                    found = settled.get(key)
+                    if found is not None:
+                        self.waiting += 1
+                        self.examined += 1
+                        pending[job.job_id] = found.at(self.waiting)
+                        if not self.unsettled and not backing_off:
+                            break
+                        continue
+            self.examined += 1
             self.consider(job)
+            if fast and not self.unsettled and not backing_off:
+                break
+        else:
+            return self.result
+        self.result.pending.stopped(queue, order.rest(), settled)
         return self.result
 
     def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
         self.waiting += 1
-        self.result.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
+        self.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
 
     def consider(self, job: JobRequest) -> None:
         if job.not_before is not None and job.not_before > self.now:
@@ -321,6 +348,8 @@ class _Cycle:
         """Every later job of this shape and priority gets `blocker` (see `simple`; never while a job of the
         shape may still be answered by the backfill reservation instead)."""
         if self.simple and key not in self.delayed:
+            if job.key not in self.settled and not self.strict:
+                self.unsettled -= self.left[job.key]
             self.settled[job.key] = blocker
 
     def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
@@ -386,7 +415,7 @@ class _Cycle:
 def decide(
     index: CapacityIndex,
     running: list[Allocation],
-    queue: list[JobRequest],
+    queue: list[JobRequest] | HeldQueue,
     config: SchedulerConfig,
     quotas: dict[str, float] | None = None,
     now: float = 0.0,
@@ -399,4 +428,8 @@ def decide(
     (empty: no quotas); `now`: the caller's clock in seconds; `kinds`: the running jobs already counted (see
     `RunningKinds`), else they are counted here."""
     with gc_paused():
+        if isinstance(queue, HeldQueue):
+            queue.prepare()
+        else:
+            queue = HeldQueue(queue)
         return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)

@@ -19,6 +19,7 @@ three jobs of 1/3 GPU fit on one GPU and nothing is ever over-allocated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from services.scheduler.core.reasons import Reason
@@ -208,4 +209,4 @@ class SchedulerConfig:
 class CycleResult:
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
-    pending: dict[str, Reason] = field(default_factory=dict)
+    pending: Mapping[str, Reason] = field(default_factory=dict)  # a `queue.Pending` from `decide`

@@ -4,21 +4,23 @@ Higher priority class first. Inside a class, with fair share on: the tenant whos
 guarantee before a tenant that would borrow, then the smallest weighted dominant share (DRF over GPUs, CPUs
 and memory, updated after every placement), then the tenant name; each tenant's own jobs go oldest first
 (submitted_at, then job id). With fair share off: (priority, submitted_at, job id).
+
+The jobs come from a `queue.HeldQueue`, which keeps each class and each tenant's jobs in arrival order between
+cycles: nothing is sorted here. `Order.rest()` says, at any point, which jobs are left and in what order,
+provided nothing more is placed (the ledger no longer changes): a cycle that knows the answer for all of them
+stops there.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Iterator
-from itertools import groupby
 from operator import attrgetter
 
 from services.scheduler.core.model import JobRequest
+from services.scheduler.core.queue import HeldQueue
 from services.scheduler.core.quota import QuotaLedger
 
-_JOB_ID = attrgetter("job_id")
-_SUBMITTED = attrgetter("submitted_at")
 _PRIORITY = attrgetter("priority")
 
 
@@ -27,48 +29,100 @@ def arrival_key(job: JobRequest) -> tuple:
 
 
 def by_arrival(queue: list[JobRequest]) -> list[JobRequest]:
-    """`sorted(queue, key=arrival_key)`, as stable sorts on one field each, least significant first (the order
-    is the same; keys of one type compare at C level, no key tuples are made)."""
-    ordered = sorted(queue, key=_JOB_ID)
-    ordered.sort(key=_SUBMITTED)
-    ordered.sort(key=_PRIORITY, reverse=True)  # stable, reverse included: equal priorities keep their order
-    return ordered
+    """`sorted(queue, key=arrival_key)`."""
+    return sorted(queue, key=arrival_key)
+
+
+class Order:
+    """Yields jobs one at a time; the ledger must be updated before asking for the next one."""
+
+    def __init__(self, queue: HeldQueue, ledger: QuotaLedger, fair_share: bool) -> None:
+        self.queue = queue
+        self.ledger = ledger
+        self.fair_share = fair_share
+        self._classes = list(queue.classes)  # priorities, high first
+        self._next_class = 0
+        self._lists: dict[
+            str, list[JobRequest]
+        ] = {}  # this class: tenant -> its jobs (or None -> the class's)
+        self._at: dict[str, int] = {}  # ... and how many of them were yielded
+        self._heap: list[tuple] = []
+        self._current: str | None = None  # the tenant being served (fair share)
+        self._priority: int | None = None
+
+    def __iter__(self) -> Iterator[JobRequest]:
+        ledger = self.ledger
+        quotas_on = ledger.quotas_on
+        at = self._at
+        for priority in self._classes:
+            self._next_class += 1
+            self._priority = priority
+            if not self.fair_share or len(self.queue.tenants[priority]) == 1:
+                jobs = self.queue.classes[priority]
+                self._lists, self._heap, self._current = {None: jobs}, [], None
+                at[None] = 0
+                for job in jobs:
+                    at[None] += 1
+                    yield job
+                continue
+            tenants = self._lists = self.queue.tenants[priority]
+            at.clear()
+            for tenant in tenants:
+                at[tenant] = 0
+            heap = self._heap = [_key(ledger, tenant, jobs[0]) for tenant, jobs in tenants.items()]
+            heapq.heapify(heap)
+            while heap:
+                tenant = self._current = heapq.heappop(heap)[-1]
+                jobs = tenants[tenant]
+                n = len(jobs)
+                while True:
+                    version = ledger.version
+                    k = at[tenant]
+                    at[tenant] = k + 1
+                    yield jobs[k]
+                    if k + 1 == n:
+                        break
+                    if ledger.version == version and not quotas_on:
+                        continue  # nothing was placed: the tenant's key is unchanged, it is still the least
+                    key = _key(ledger, tenant, jobs[k + 1])
+                    if heap and heap[0] < key:
+                        heapq.heappush(heap, key)
+                        break
+            self._current = None
+
+    def rest(self) -> list[tuple[list[JobRequest], int, tuple]]:
+        """The jobs not yielded yet, in the order they would come if nothing more were placed (and no quotas:
+        see `cycle._Cycle.simple`): [(jobs, from, (priority, tenant or None))]."""
+        out = []
+        priority = self._priority
+        if priority is not None:
+            if None in self._lists:
+                out.append((self._lists[None], self._at[None], (priority, None)))
+            else:
+                if self._current is not None:
+                    out.append(
+                        (self._lists[self._current], self._at[self._current], (priority, self._current))
+                    )
+                for key in sorted(self._heap):
+                    tenant = key[-1]
+                    out.append((self._lists[tenant], self._at[tenant], (priority, tenant)))
+        for priority in self._classes[self._next_class :]:
+            tenants = self.queue.tenants[priority]
+            if not self.fair_share or len(tenants) == 1:
+                if self.fair_share:
+                    [(tenant, jobs)] = tenants.items()
+                    out.append((jobs, 0, (priority, tenant)))
+                else:
+                    out.append((self.queue.classes[priority], 0, (priority, None)))
+                continue
+            for key in sorted(_key(self.ledger, tenant, jobs[0]) for tenant, jobs in tenants.items()):
+                out.append((tenants[key[-1]], 0, (priority, key[-1])))
+        return [(jobs, start, owner) for jobs, start, owner in out if start < len(jobs)]
 
 
 def in_order(queue: list[JobRequest], ledger: QuotaLedger, fair_share: bool) -> Iterator[JobRequest]:
-    """Yields jobs one at a time; the ledger must be updated before asking for the next one."""
-    ordered = by_arrival(queue)
-    if not fair_share:
-        yield from ordered
-        return
-    quotas_on = ledger.quotas_on
-    for _priority, block in groupby(ordered, key=_PRIORITY):
-        tenants: dict[str, deque[JobRequest]] = {}
-        for job in block:
-            jobs = tenants.get(job.tenant)
-            if jobs is None:
-                jobs = tenants[job.tenant] = deque()
-            jobs.append(job)
-        if len(tenants) == 1:
-            yield from next(iter(tenants.values()))
-            continue
-        heap = [_key(ledger, tenant, jobs[0]) for tenant, jobs in tenants.items()]
-        heapq.heapify(heap)
-        while heap:
-            tenant = heapq.heappop(heap)[-1]
-            jobs = tenants[tenant]
-            popleft = jobs.popleft
-            while True:
-                version = ledger.version
-                yield popleft()
-                if not jobs:
-                    break
-                if ledger.version == version and not quotas_on:
-                    continue  # nothing was placed: the tenant's key is unchanged, it is still the least
-                key = _key(ledger, tenant, jobs[0])
-                if heap and heap[0] < key:
-                    heapq.heappush(heap, key)
-                    break
+    """The order of a plain list of jobs (see `Order`)."""
+    return iter(Order(HeldQueue(queue), ledger, fair_share))
 
 
 def _key(ledger: QuotaLedger, tenant: str, job: JobRequest) -> tuple:

@@ -1,0 +1,91 @@
+"""A cycle's work follows what changed, not the depth of the queue: on a full cluster with 20,000 alike jobs
+waiting, a cycle looks at the jobs it places and the few it needs to learn each shape's answer, and computes
+no reason for the rest until one is read; the reasons read are those a cycle over every job gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.scheduler.core import (
+    Allocation,
+    GpuAssignment,
+    HeldCluster,
+    HeldQueue,
+    ReplicaAssignment,
+    decide,
+)
+from services.scheduler.core import cycle as cycle_module
+from services.scheduler.core.model import SchedulerConfig
+from services.scheduler.core.reasons import Blocker
+from tests.unit.scheduler.builders import job, node
+
+TENANTS = 4
+WAITING = 20_000
+
+
+def small(k: int, prefix: str = "wait"):
+    return job(f"{prefix}-{k:06d}", gpus=0.125, tenant=f"t{k % TENANTS}", cpus=1, submitted_at=1000.0 + k)
+
+
+def full_node() -> HeldCluster:
+    held = HeldCluster()
+    held.put_node(node("a", gpus=8, cpus=256))
+    for k in range(64):  # 64 jobs of 1/8 GPU: the node is full
+        gpu = GpuAssignment(k // 8, 0.125)
+        held.put(Allocation(small(k, "run"), (ReplicaAssignment(0, "a", (gpu,), 1.0, 0),), 0.0))
+    return held
+
+
+@pytest.fixture
+def reasons_made(monkeypatch) -> list[int]:
+    made = [0]
+    at = Blocker.at
+
+    def counted(self, *args, **kwargs):
+        made[0] += 1
+        return at(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blocker, "at", counted)
+    return made
+
+
+def cycle(held: HeldCluster, queue, now: float = 5000.0):
+    result = decide(held.index(), held.allocations(), queue, SchedulerConfig(), None, now, held.kinds)
+    held.decided(result)
+    return result
+
+
+def test_a_full_cluster_looks_at_a_few_of_20000_waiting_jobs(reasons_made) -> None:
+    held, queue = full_node(), HeldQueue(small(k) for k in range(WAITING))
+    result = cycle(held, queue)
+    assert not result.placements and len(result.pending) == WAITING
+    assert reasons_made[0] <= 2 * TENANTS  # the head, the one that settles the shape: not 20,000
+    last = result.pending[f"wait-{WAITING - 1:06d}"]
+    assert last.position == WAITING and last.code == "insufficient_gpu_share"
+
+
+def test_a_cycle_after_some_jobs_end_looks_at_what_it_places(reasons_made) -> None:
+    held, queue = full_node(), HeldQueue(small(k) for k in range(WAITING))
+    cycle(held, queue)
+    for k in range(8):  # eight jobs end: room for eight more
+        held.drop(f"run-{k:06d}")
+    reasons_made[0] = 0
+    result = cycle(held, queue)
+    assert len(result.placements) == 8 and len(result.pending) == WAITING - 8
+    assert reasons_made[0] <= 2 * TENANTS
+
+
+def test_the_reasons_read_are_those_of_a_cycle_that_looks_at_every_job(monkeypatch) -> None:
+    waiting = [small(k) for k in range(600)]
+    held = full_node()
+    for k in range(5):
+        held.drop(f"run-{k:06d}")
+    lazy = cycle(held, HeldQueue(waiting))
+    monkeypatch.setattr(cycle_module, "SETTLE_BY_SHAPE", False)  # every job considered one by one
+    held = full_node()
+    for k in range(5):
+        held.drop(f"run-{k:06d}")
+    full = cycle(held, list(waiting))
+    assert lazy.placements == full.placements and len(lazy.placements) == 5
+    assert dict(lazy.pending.items()) == dict(full.pending.items())
+    assert lazy.pending.window(590, 600) == sorted(full.pending.items(), key=lambda kv: kv[1].position)[589:]
