@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
+import uuid
 
 import pytest
 
@@ -17,8 +19,10 @@ from shared.events import (
     JobPreempted,
     JobReplicaExited,
     JobStarted,
+    JobSubmitted,
     ReplicaPlacement,
 )
+from shared.jobspec import JobSpec
 from shared.paths import log_files, log_path
 
 
@@ -292,3 +296,38 @@ def test_a_command_behind_a_cgroup_wrapper_is_checked_before_the_start(tmp_path,
         check_command(program, tmp_path, "/usr/bin:/bin")
     assert refused.value.reason == reason and words in refused.value.message
     check_command("true", tmp_path, "/usr/bin:/bin")  # found: no error
+
+
+async def submit_unchecked(h, **spec) -> str:
+    """A job whose spec never went through validation (stored before a rule existed, or by another writer)."""
+    job_id = uuid.uuid4().hex
+    job = JobSpec(command="true", name="unit").model_copy(update=spec)
+    await h.ledger.append(
+        job_id, JobSubmitted(job_id=job_id, name="unit", tenant="team", user="ana", spec=job)
+    )
+    return job_id
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+UNSPAWNABLE = [  # a NUL byte in what reaches exec, the environment or a path; words of the message
+    ({"command": "echo a\0b"}, "null byte"),
+    ({"command": ["/bin/echo", "a\0b"]}, "null byte"),
+    ({"command": "true", "env": {"X": "a\0b"}}, "null byte"),
+    ({"command": "true", "working_dir": "/tmp\0x"}, "working directory '/tmp\\x00x' does not exist"),
+]
+
+
+@pytest.mark.parametrize(("spec", "words"), UNSPAWNABLE)
+async def test_a_replica_that_cannot_be_spawned_fails_the_job_and_leaks_nothing(h, spec, words):
+    ex = await h.executor()
+    job = await submit_unchecked(h, **spec)
+    before = open_fds()
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == "start_failed" and words in view.message
+    assert "started" not in await h.types(job)
+    assert open_fds() == before  # neither end of the output pipe nor the log file left open
+    assert ex.backend.replicas == {}
