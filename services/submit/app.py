@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.submit import routes_jobs, routes_platform
@@ -51,6 +55,21 @@ class BodyLimit:
         await JSONResponse({"detail": detail}, status_code=code)(scope, receive, send)
 
 
+def carried(value: Any) -> Any:
+    """`value` as JSON can carry it: a number that is not finite as its text ('nan', 'inf'), a lone surrogate
+    escaped ('\\ud800'). A 422 echoes the input it refuses; such an input would otherwise fail to encode and
+    turn the 422 into a 500 (and the server would drop the connection)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {carried(k): carried(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [carried(v) for v in value]
+    return value
+
+
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
@@ -66,6 +85,11 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     @app.get("/healthz", tags=["health"], response_model=HealthOut)
     async def healthz() -> HealthOut:
         return HealthOut(status="ok", service="submit")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's own answer (each refused field with its reason), in JSON whatever the input was."""
+        return JSONResponse({"detail": carried(jsonable_encoder(exc.errors()))}, status_code=422)
 
     @app.exception_handler(StoreUnavailable)
     @app.exception_handler(BusUnavailable)

@@ -82,6 +82,63 @@ def test_invalid_spec_gets_422_naming_the_field(api):
     assert api.post("/v1/jobs", content=b"{not json", headers=VISION).status_code == 422
 
 
+# what reaches exec, an environment or a path with a NUL byte in it (a C string ends at it), and the field named
+NUL_BYTES = [
+    ({"command": "echo a\0b"}, ["command", "line"]),
+    ({"command": ["echo", "a\0b"]}, ["command", "argv", 1]),
+    ({"command": ["ec\0ho"]}, ["command", "argv", 0]),
+    ({"env": {"X": "a\0b"}}, ["env", "X"]),
+    ({"env": {"X\0Y": "1"}}, ["env", "X\0Y", "[key]"]),
+    ({"working_dir": "/tmp\0/x"}, ["working_dir"]),
+    ({"name": "a\0b"}, ["name"]),
+    ({"tenant": "vision\0"}, ["tenant"]),
+]
+
+
+@pytest.mark.parametrize(("fields", "loc"), NUL_BYTES)
+def test_a_nul_byte_gets_422_naming_the_field(api, fields, loc):
+    response = api.post("/v1/jobs", json={**SPEC, **fields}, headers=VISION)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", *loc]
+    assert any(words in error["msg"] for words in ("NUL byte", "lowercase", "variable name"))
+
+
+# numbers JSON (as Python reads it) lets through that no field can hold, and text no store can hold
+UNREPRESENTABLE = [
+    (b'{"command": "x", "resources": {"gpus": NaN}}', ["resources", "gpus"], "finite"),
+    (b'{"command": "x", "resources": {"gpus": Infinity}}', ["resources", "gpus"], "finite"),
+    (b'{"command": "x", "resources": {"cpus": 1e400}}', ["resources", "cpus"], "finite"),
+    (b'{"command": "x", "resources": {"cpus": -Infinity}}', ["resources", "cpus"], "finite"),
+    (b'{"command": "x", "resources": {"memory": NaN}}', ["resources", "memory"], "finite"),
+    (b'{"command": "x", "resources": {"memory": 1e400}}', ["resources", "memory"], "finite"),
+    (b'{"command": "x", "timeout": Infinity}', ["timeout"], "finite"),
+    (b'{"command": "x", "timeout": NaN}', ["timeout"], "finite"),
+    (b'{"command": "x", "replicas": 1e400}', ["replicas"], "finite"),
+    (b'{"command": "\\ud800"}', ["command", "line"], "lone surrogate"),
+    (b'{"command": ["x", "\\udfff"]}', ["command", "argv", 1], "lone surrogate"),
+    (b'{"command": "x", "env": {"X": "\\ud800"}}', ["env", "X"], "lone surrogate"),
+]
+
+
+@pytest.mark.parametrize(("body", "loc", "words"), UNREPRESENTABLE)
+def test_non_finite_numbers_and_lone_surrogates_get_422_not_500(api, body, loc, words):
+    headers = {**VISION, "Content-Type": "application/json"}
+    response = api.post("/v1/jobs", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", *loc] and words in error["msg"]
+    assert api.get("/v1/jobs", headers=VISION).json()["items"] == []  # nothing queued
+
+
+def test_a_refused_input_is_echoed_as_json_can_carry_it(api):
+    headers = {**VISION, "Content-Type": "application/json"}
+    nan = api.post("/v1/jobs", content=b'{"command": "x", "resources": {"gpus": NaN}}', headers=headers)
+    assert nan.json()["detail"][0]["input"] == "nan"
+    bad_key = api.post("/v1/jobs", content=b'{"command": "x", "env": {"\\ud800": "1"}}', headers=headers)
+    assert bad_key.status_code == 422 and bad_key.json()["detail"][0]["loc"][:2] == ["body", "env"]
+
+
 def test_missing_or_unknown_token_gets_401(api):
     assert api.post("/v1/jobs", json=SPEC).status_code == 401
     response = api.get("/v1/jobs", headers={"Authorization": "Bearer nope"})
