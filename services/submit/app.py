@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from services.submit import routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
+from services.submit.errors import answers
 from services.submit.fastpath import FastSubmit
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
@@ -82,7 +83,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
 
-    @app.get("/healthz", tags=["health"], response_model=HealthOut)
+    @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:
         return HealthOut(status="ok", service="submit")
 
