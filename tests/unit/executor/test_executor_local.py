@@ -336,6 +336,6 @@ async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
     view = await h.wait(job, "failed")
     assert view.failure_reason == "start_failed" and words in view.message
     assert "started" not in await h.types(job) and ex.backend.replicas == {}
-    assert open_fds() == before  # neither end of the output pipe nor the log file left open
-    for proc in started:  # a process started before the failure was killed
+    for proc in started:  # a process started before the failure was killed (and its pidfd closed once reaped)
         assert await asyncio.wait_for(proc.wait(), 5) == -signal.SIGKILL
+    assert open_fds() == before  # neither end of the output pipe nor the log file left open
