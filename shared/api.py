@@ -184,6 +184,12 @@ class DeadLetterOut(Out):
     event: dict[str, Any] | str
 
 
+class ErrorOut(Out):
+    """Every refusal but a request's validation (422, one reason per field) is this."""
+
+    detail: str = Field(description="Why, for people.")
+
+
 class HealthOut(Out):
     status: str
     service: str

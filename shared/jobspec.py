@@ -6,18 +6,23 @@ Unknown fields are errors, not ignored: a typo such as `gpu: 2` must not silentl
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -28,9 +33,53 @@ from shared.units import parse_duration, parse_size
 PRIORITY_CLASSES: dict[str, int] = {"low": 10, "normal": 50, "high": 100, "critical": 1000}
 DEFAULT_PRIORITY = "normal"
 
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+TEXT_PATTERN = r"^[^\x00]*$"
+COMMAND_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
 MAX_REPLICAS = 1024
+
+
+def _matching(pattern: str, message: str) -> Any:
+    """A string that matches `pattern`, which the JSON schema carries too (one definition of the rule), refused
+    with `message`. Every string of a spec has one: a NUL byte cannot reach exec, an environment or a path
+    (C strings end at it), and the pattern also refuses a lone surrogate (text no store or answer can hold)."""
+
+    def check(value: Any, handler) -> str:
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            kind = exc.errors()[0]["type"]
+            if kind == "string_unicode":
+                raise ValueError("not valid Unicode text (it has a lone surrogate)") from None
+            if kind == "string_pattern_mismatch":
+                raise ValueError(message) from None
+            raise
+
+    return Annotated[str, StringConstraints(pattern=pattern), WrapValidator(check)]
+
+
+Name = _matching(
+    NAME_PATTERN, "use lowercase letters, digits and '-', start and end with a letter or digit, ≤ 63 chars"
+)
+EnvName = _matching(
+    ENV_NAME_PATTERN, "an environment variable name is letters, digits and '_', not first a digit"
+)
+Text = _matching(TEXT_PATTERN, "must not contain a NUL byte")
+CommandLine = _matching(COMMAND_PATTERN, "the command is empty or contains a NUL byte")
+
+
+def _program(argv: list[str]) -> list[str]:
+    if not argv[0]:
+        raise ValueError("the program to run (the list's first item) is empty")
+    return argv
+
+
+Argv = Annotated[  # (the schema's prefixItems is `_program`'s rule)
+    list[Text],
+    Field(min_length=1, json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1}]}),
+    AfterValidator(_program),
+]
 
 
 def _size(value: Any) -> int:
@@ -46,7 +95,7 @@ Seconds = Annotated[float, BeforeValidator(_duration)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Resources(Strict):
@@ -59,7 +108,7 @@ class Resources(Strict):
         None,
         description="For a fractional GPU: its memory slice. For whole GPUs: the least memory each GPU must have.",
     )
-    gpu_model: list[str] = Field(
+    gpu_model: list[Text] = Field(
         default_factory=list, description="Allowed GPU models, e.g. [A100, H100]; empty = any."
     )
     cpus: float = Field(1, gt=0, le=1024)
@@ -104,15 +153,18 @@ class Resources(Strict):
 class JobSpec(Strict):
     """A training job as submitted. Close to what dstack and SkyPilot users write."""
 
-    name: str | None = Field(
+    name: Name | None = Field(
         None, description="DNS-style name (lowercase, digits, '-'), at most 63 characters."
     )
-    tenant: str | None = Field(None, description="Team that owns the job; defaults to the token's tenant.")
-    command: str | list[str] = Field(
+    tenant: Name | None = Field(None, description="Team that owns the job; defaults to the token's tenant.")
+    command: Annotated[
+        Annotated[CommandLine, Tag("line")] | Annotated[Argv, Tag("argv")],
+        Discriminator(lambda value: "argv" if isinstance(value, list) else "line"),
+    ] = Field(
         ..., description="A string runs through /bin/sh -c; a list is executed directly without a shell."
     )
-    working_dir: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: Text | None = None
+    env: dict[EnvName, Text] = Field(default_factory=dict, json_schema_extra={"additionalProperties": False})
     resources: Resources = Field(default_factory=Resources)
     replicas: int = Field(
         1, ge=1, le=MAX_REPLICAS, description="Workers of one distributed job (gang-scheduled)."
@@ -121,51 +173,11 @@ class JobSpec(Strict):
     max_retries: int = Field(0, ge=0, le=100)
     timeout: Seconds | None = Field(None, description="Wall-clock limit of one attempt, e.g. '2h' or 3600.")
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str | None) -> str | None:
-        if value is not None and not NAME_RE.match(value):
-            raise ValueError(
-                "use lowercase letters, digits and '-', start and end with a letter or digit, ≤ 63 chars"
-            )
-        return value
-
-    @field_validator("tenant")
-    @classmethod
-    def _tenant(cls, value: str | None) -> str | None:
-        if value is not None and not NAME_RE.match(value):
-            raise ValueError("a tenant is lowercase letters, digits and '-'")
-        return value
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, str) and not value.strip():
-            raise ValueError("the command is empty")
-        if isinstance(value, list) and (not value or not value[0]):
-            raise ValueError("the command list is empty")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in value if not ENV_NAME_RE.match(k)]
-        if bad:
-            raise ValueError(f"invalid environment variable name(s): {', '.join(sorted(bad))}")
-        return value
-
     @field_validator("priority")
     @classmethod
     def _priority(cls, value: str) -> str:
         if value not in PRIORITY_CLASSES:
             raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("timeout must be finite")
         return value
 
     @property
@@ -189,6 +201,8 @@ def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
         raise SpecError(
             f"{filename}: not valid {'JSON' if filename.endswith('.json') else 'YAML'}: {exc}"
         ) from exc
+    except RecursionError:
+        raise SpecError(f"{filename}: nested too deeply to be a job spec") from None
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a job spec must be a mapping of fields, got {type(data).__name__}")
     return data
@@ -197,7 +211,9 @@ def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
 def load_spec_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     return load_spec_text(text, filename=str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_UNITS = {
@@ -35,6 +36,8 @@ def parse_size(value: int | float | str) -> int:
     if isinstance(value, bool):
         raise ValueError("a size must be a number of bytes or a string such as '16GB'")
     if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("a size must be a finite number")
         if value < 0:
             raise ValueError("a size cannot be negative")
         return int(value)
@@ -49,7 +52,7 @@ def parse_size(value: int | float | str) -> int:
         raise ValueError(
             f"unknown size unit {unit!r} in {value!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
         )
-    return int(float(number) * factor)
+    return parse_size(float(number) * factor)
 
 
 def parse_duration(value: int | float | str) -> float:
@@ -57,18 +60,18 @@ def parse_duration(value: int | float | str) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of seconds or a string such as '2h'")
     if isinstance(value, int | float):
-        if value <= 0:
+        seconds = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf
+        if not math.isfinite(seconds):
+            raise ValueError("a duration must be a finite number")
+        if seconds <= 0:
             raise ValueError("a duration must be positive")
-        return float(value)
+        return seconds
     text = value.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
         return parse_duration(float(text))
     if not text or _DURATION_PART_RE.sub("", text):
         raise ValueError(f"cannot read {value!r} as a duration; write it like '90s', '45m', '2h' or '1h30m'")
-    total = sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
-    if total <= 0:
-        raise ValueError("a duration must be positive")
-    return total
+    return parse_duration(sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text)))
 
 
 def format_size(num_bytes: int) -> str:

@@ -121,6 +121,18 @@ class LocalBackend(Backend):
         return None
 
     async def _start(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
+        """Start one replica. Whatever keeps it from starting is a StartError (a spec no rule caught, such as
+        one with a NUL byte stored before the rule existed, must fail the job, not the executor), and leaves
+        nothing behind: no descriptor, no log, no cgroup."""
+        try:
+            return await self._start_replica(launch, replica)
+        except StartError:
+            raise
+        except Exception as exc:
+            log.warning("job %s replica %d: cannot start", launch.job_id, replica, exc_info=True)
+            raise StartError(FailureReason.START_FAILED, f"cannot start: {exc}") from None
+
+    async def _start_replica(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
         placement = launch.placement(replica)
         spec = launch.spec
         env = replica_env(
@@ -140,7 +152,7 @@ class LocalBackend(Backend):
         if spec.working_dir:
             cwd = spec.working_dir
             if not os.path.isdir(cwd):
-                raise StartError(FailureReason.START_FAILED, f"working directory {cwd} does not exist")
+                raise StartError(FailureReason.START_FAILED, f"working directory {cwd!r} does not exist")
         else:
             cwd = files.work
             make_replica_dirs(files)
@@ -153,47 +165,48 @@ class LocalBackend(Backend):
             raise StartError(
                 FailureReason.START_FAILED, f"cannot create its cgroup: {exc.strerror or exc}"
             ) from None
-        if cgroup is not None:  # started through the cgroup's shell, a missing command is only an exit code
-            try:
+        with contextlib.ExitStack() as undo:  # what is made below is undone if the start fails
+            undo.callback(Cgroups.remove, cgroup)
+            if (
+                cgroup is not None
+            ):  # started through the cgroup's shell, a missing command is only an exit code
                 check_command(argv[0], cwd, env.get("PATH"))
-            except StartError:
-                Cgroups.remove(cgroup)
-                raise
-        sink = RotatingLog(
-            files.log,
-            self.log_max_bytes,
-            self.log_backups,
-            shipper=self.shipper,
-            key=LogKey(launch.job_id, launch.attempt, replica),
-        )
-        read_fd, write_fd = os.pipe()
-        try:
-            proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)
-        except OSError as exc:
-            os.close(read_fd)
-            sink.close()
-            Cgroups.remove(cgroup)
-            if isinstance(exc, FileNotFoundError):
+            sink = RotatingLog(
+                files.log,
+                self.log_max_bytes,
+                self.log_backups,
+                shipper=self.shipper,
+                key=LogKey(launch.job_id, launch.attempt, replica),
+            )
+            undo.callback(sink.close)
+            read_fd, write_fd = os.pipe()
+            undo.callback(os.close, read_fd)
+            try:
+                proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)
+            except FileNotFoundError:
                 raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv[0])) from None
-            if isinstance(exc, PermissionError):
+            except PermissionError:
                 raise StartError(
                     FailureReason.START_FAILED, f"permission denied: {argv[0]} is not executable"
                 ) from None
-            raise StartError(
-                FailureReason.START_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
-            ) from None
-        finally:
-            os.close(write_fd)
-        pump = LogPump(read_fd, sink)
-        write_pid_file(
-            files.pid,
-            {
-                "pid": proc.pid,
-                "start": process_start_time(proc.pid),
-                "node": self.node,
-                "cgroup": str(cgroup) if cgroup else None,
-            },
-        )
+            except OSError as exc:
+                raise StartError(
+                    FailureReason.START_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
+                ) from None
+            finally:
+                os.close(write_fd)
+            undo.callback(signal_group, proc.pid, signal.SIGKILL)
+            write_pid_file(
+                files.pid,
+                {
+                    "pid": proc.pid,
+                    "start": process_start_time(proc.pid),
+                    "node": self.node,
+                    "cgroup": str(cgroup) if cgroup else None,
+                },
+            )
+            pump = LogPump(read_fd, sink)
+            undo.pop_all()
         return LocalReplica(
             job_id=launch.job_id,
             attempt=launch.attempt,

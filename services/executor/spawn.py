@@ -106,8 +106,10 @@ def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], output_fd: 
         return None
     lines = [f"{k}={v}" for k, v in env.items()]
     text = "\0".join([*argv, *lines])  # one pass to check them all
-    if text.count("\0") != len(argv) + len(lines) - 1 or "" in env or "=" in "".join(env):
-        raise ValueError("illegal environment variable name or embedded null byte")
+    if text.count("\0") != len(argv) + len(lines) - 1 or "\0" in str(cwd):
+        raise ValueError("embedded null byte")  # (C strings would end at it)
+    if "" in env or "=" in "".join(env):
+        raise ValueError("illegal environment variable name")
     args = _encode(text).split(b"\0")
     argv_c = (ctypes.c_char_p * (len(argv) + 1))()
     argv_c[: len(argv)] = args[: len(argv)]

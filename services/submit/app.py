@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.submit import routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
+from services.submit.errors import answers
 from services.submit.fastpath import FastSubmit
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
@@ -51,6 +56,21 @@ class BodyLimit:
         await JSONResponse({"detail": detail}, status_code=code)(scope, receive, send)
 
 
+def carried(value: Any) -> Any:
+    """`value` as JSON can carry it: a number that is not finite as its text ('nan', 'inf'), a lone surrogate
+    escaped ('\\ud800'). A 422 echoes the input it refuses; such an input would otherwise fail to encode and
+    turn the 422 into a 500 (and the server would drop the connection)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {carried(k): carried(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [carried(v) for v in value]
+    return value
+
+
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
@@ -63,9 +83,14 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
 
-    @app.get("/healthz", tags=["health"], response_model=HealthOut)
+    @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:
         return HealthOut(status="ok", service="submit")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's own answer (each refused field with its reason), in JSON whatever the input was."""
+        return JSONResponse({"detail": carried(jsonable_encoder(exc.errors()))}, status_code=422)
 
     @app.exception_handler(StoreUnavailable)
     @app.exception_handler(BusUnavailable)

@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
+from services.submit.errors import answers
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
@@ -18,7 +19,7 @@ from shared.logstore.reading import follow as follow_log
 from shared.logstore.reading import read_range, tail_start
 from shared.tokens import Principal
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
 
 
 async def _visible_job(ctx, principal, job_id: str) -> JobView:
@@ -28,7 +29,9 @@ async def _visible_job(ctx, principal, job_id: str) -> JobView:
     return JobView.model_validate(doc)
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
+@router.post(
+    "", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=answers(403, 409)
+)
 async def submit_job(
     spec: JobSpec,
     ctx: Context,
@@ -62,7 +65,7 @@ async def queue_job(
     )
 
 
-@router.get("", response_model=JobListOut)
+@router.get("", response_model=JobListOut, responses=answers(403))
 async def list_jobs(
     ctx: Context,
     principal: CurrentPrincipal,
@@ -87,12 +90,12 @@ async def list_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=answers(404))
 async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobOut:
     return job_out(await _visible_job(ctx, principal, job_id))
 
 
-@router.get("/{job_id}/events", response_model=list[JobEventOut])
+@router.get("/{job_id}/events", response_model=list[JobEventOut], responses=answers(404))
 async def job_events(
     job_id: str, ctx: Context, principal: CurrentPrincipal, after: Annotated[int, Query(ge=0)] = 0
 ) -> list[JobEventOut]:
@@ -105,7 +108,12 @@ async def job_events(
     ]
 
 
-@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelOut)
+@router.post(
+    "/{job_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=CancelOut,
+    responses=answers(404, 409),
+)
 async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelOut:
     """A queued job is cancelled at once; a placed or running one is stopped by its executor."""
     await _visible_job(ctx, principal, job_id)
@@ -133,7 +141,7 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
     return CancelOut(job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message)
 
 
-@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+@router.get("/{job_id}/logs", response_class=PlainTextResponse, responses=answers(404))
 async def job_logs(
     job_id: str,
     ctx: Context,

@@ -12,10 +12,11 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
+from services.submit.errors import answers
 from shared.api import DeadLetterOut, GpuOut, NodeOut, NodeState, ServiceOut
 from shared.events import CloudEvent, Subject
 
-router = APIRouter(prefix="/v1", tags=["platform"])
+router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
 
 PUBLIC_PREFIXES = tuple(dict.fromkeys(s.value.split(".")[0] for s in Subject))  # job, node, gpu, service…
 SUBJECT_RE = re.compile(r"^[a-z_]+(\.([a-z_]+|\*))*(\.>)?$|^>$")
@@ -35,7 +36,7 @@ def _subjects(subject: str) -> list[str]:
     return [subject]
 
 
-@router.get("/events/stream", response_class=StreamingResponse)
+@router.get("/events/stream", response_class=StreamingResponse, responses=answers(503))
 async def event_stream(
     request: Request,
     ctx: Context,
@@ -93,7 +94,7 @@ async def event_stream(
     return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/deadletters", response_model=list[DeadLetterOut])
+@router.get("/deadletters", response_model=list[DeadLetterOut], responses=answers(403, 503))
 async def dead_letters(
     ctx: Context, _: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[DeadLetterOut]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -80,6 +81,63 @@ def test_invalid_spec_gets_422_naming_the_field(api):
     unknown = api.post("/v1/jobs", json={**SPEC, "gpu": 2}, headers=VISION)
     assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"][-1] == "gpu"
     assert api.post("/v1/jobs", content=b"{not json", headers=VISION).status_code == 422
+
+
+# what reaches exec, an environment or a path with a NUL byte in it (a C string ends at it), and the field named
+NUL_BYTES = [
+    ({"command": "echo a\0b"}, ["command", "line"]),
+    ({"command": ["echo", "a\0b"]}, ["command", "argv", 1]),
+    ({"command": ["ec\0ho"]}, ["command", "argv", 0]),
+    ({"env": {"X": "a\0b"}}, ["env", "X"]),
+    ({"env": {"X\0Y": "1"}}, ["env", "X\0Y", "[key]"]),
+    ({"working_dir": "/tmp\0/x"}, ["working_dir"]),
+    ({"name": "a\0b"}, ["name"]),
+    ({"tenant": "vision\0"}, ["tenant"]),
+]
+
+
+@pytest.mark.parametrize(("fields", "loc"), NUL_BYTES)
+def test_a_nul_byte_gets_422_naming_the_field(api, fields, loc):
+    response = api.post("/v1/jobs", json={**SPEC, **fields}, headers=VISION)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", *loc]
+    assert any(words in error["msg"] for words in ("NUL byte", "lowercase", "variable name"))
+
+
+# numbers JSON (as Python reads it) lets through that no field can hold, and text no store can hold
+UNREPRESENTABLE = [
+    (b'{"command": "x", "resources": {"gpus": NaN}}', ["resources", "gpus"], "finite"),
+    (b'{"command": "x", "resources": {"gpus": Infinity}}', ["resources", "gpus"], "finite"),
+    (b'{"command": "x", "resources": {"cpus": 1e400}}', ["resources", "cpus"], "finite"),
+    (b'{"command": "x", "resources": {"cpus": -Infinity}}', ["resources", "cpus"], "finite"),
+    (b'{"command": "x", "resources": {"memory": NaN}}', ["resources", "memory"], "finite"),
+    (b'{"command": "x", "resources": {"memory": 1e400}}', ["resources", "memory"], "finite"),
+    (b'{"command": "x", "timeout": Infinity}', ["timeout"], "finite"),
+    (b'{"command": "x", "timeout": NaN}', ["timeout"], "finite"),
+    (b'{"command": "x", "replicas": 1e400}', ["replicas"], "finite"),
+    (b'{"command": "\\ud800"}', ["command", "line"], "lone surrogate"),
+    (b'{"command": ["x", "\\udfff"]}', ["command", "argv", 1], "lone surrogate"),
+    (b'{"command": "x", "env": {"X": "\\ud800"}}', ["env", "X"], "lone surrogate"),
+]
+
+
+@pytest.mark.parametrize(("body", "loc", "words"), UNREPRESENTABLE)
+def test_non_finite_numbers_and_lone_surrogates_get_422_not_500(api, body, loc, words):
+    headers = {**VISION, "Content-Type": "application/json"}
+    response = api.post("/v1/jobs", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", *loc] and words in error["msg"]
+    assert api.get("/v1/jobs", headers=VISION).json()["items"] == []  # nothing queued
+
+
+def test_a_refused_input_is_echoed_as_json_can_carry_it(api):
+    headers = {**VISION, "Content-Type": "application/json"}
+    nan = api.post("/v1/jobs", content=b'{"command": "x", "resources": {"gpus": NaN}}', headers=headers)
+    assert nan.json()["detail"][0]["input"] == "nan"
+    bad_key = api.post("/v1/jobs", content=b'{"command": "x", "env": {"\\ud800": "1"}}', headers=headers)
+    assert bad_key.status_code == 422 and bad_key.json()["detail"][0]["loc"][:2] == ["body", "env"]
 
 
 def test_missing_or_unknown_token_gets_401(api):
@@ -169,6 +227,77 @@ def test_openapi_is_served(api):
     schema = api.get("/openapi.json").json()
     assert "/v1/jobs" in schema["paths"] and "/v1/events/stream" in schema["paths"]
     assert api.get("/docs").status_code == 200
+
+
+def operations(schema: dict):
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            yield path, method, operation
+
+
+# what each route can answer besides its success, beyond 400 and 413 (every route: the body limit)
+ERRORS = {
+    ("/v1/jobs", "post"): {401, 403, 409, 422, 503},
+    ("/v1/jobs", "get"): {401, 403, 422, 503},
+    ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
+    ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},
+    ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
+    ("/v1/jobs/{job_id}/logs", "get"): {401, 404, 422, 503},
+    ("/v1/events/stream", "get"): {401, 422, 503},
+    ("/v1/deadletters", "get"): {401, 403, 422, 503},
+    ("/v1/nodes", "get"): {401},
+    ("/v1/services", "get"): {401},
+    ("/healthz", "get"): set(),
+}
+
+
+def test_every_route_documents_each_status_it_answers(api):
+    schema = api.get("/openapi.json").json()
+    routes = {(path, method): operation for path, method, operation in operations(schema)}
+    assert set(routes) == set(ERRORS)
+    for (path, method), operation in routes.items():
+        documented = {int(code) for code in operation["responses"]}
+        assert ERRORS[path, method] | {400, 413} <= documented, (path, method)
+        for code in documented - {422} - {c for c in documented if c < 300}:
+            [content] = operation["responses"][str(code)][
+                "content"
+            ].values()  # (text/plain on logs: FastAPI's)
+            assert content["schema"] == {"$ref": "#/components/schemas/ErrorOut"}, (path, method, code)
+        # and what it answers to a request without a token, with another tenant's, with a body over the limit
+        url = path.replace("{job_id}", "no-such-job")
+        for headers, body in ((None, None), (VISION, None), (VISION, b"x" * 5000)):
+            answer = api.request(method.upper(), url, headers=headers, content=body).status_code
+            assert answer < 300 or answer in documented, (path, method, answer)
+
+
+def test_the_schema_of_a_spec_refuses_what_the_api_refuses(api):
+    """The rules are the model's, and the schema carries them: what the schema refuses, the API refuses."""
+    spec = api.get("/openapi.json").json()["components"]["schemas"]["JobSpec"]["properties"]
+    line, argv = spec["command"]["oneOf"]
+    assert argv["minItems"] == 1 and argv["prefixItems"] == [{"type": "string", "minLength": 1}]
+    [env_name] = spec["env"]["patternProperties"]
+    assert spec["env"]["additionalProperties"] is False
+    name = next(s for s in spec["name"]["anyOf"] if s.get("type") == "string")["pattern"]
+    refused = [  # (a field, a schema pattern it breaks)
+        ({"command": ""}, line["pattern"]),
+        ({"command": "   "}, line["pattern"]),
+        ({"command": "a\0b"}, line["pattern"]),
+        ({"command": ["x", "a\0b"]}, argv["items"]["pattern"]),
+        ({"name": "Bad_Name"}, name),
+        ({"name": "-x"}, name),
+        ({"name": "a" * 64}, name),
+        ({"env": {"1X": "y"}}, env_name),
+        ({"env": {"A-B": "y"}}, env_name),
+    ]
+    for fields, pattern in refused:
+        [value] = fields.values()
+        text = (
+            next(iter(value)) if isinstance(value, dict) else value[-1] if isinstance(value, list) else value
+        )
+        assert re.fullmatch(pattern.strip("^$"), text) is None, (fields, pattern)
+        assert api.post("/v1/jobs", json={**SPEC, **fields}, headers=VISION).status_code == 422, fields
+    for fields in ({"command": ["x", ""]}, {"name": "a-1"}, {"env": {"_A1": "y\n"}}):  # accepted by both
+        assert api.post("/v1/jobs", json={**SPEC, **fields}, headers=VISION).status_code == 202, fields
 
 
 INTERNAL_FIELDS = {"version", "exits", "log_tail", "preempt_requested", "failure_reason"}

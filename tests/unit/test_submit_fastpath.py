@@ -43,6 +43,13 @@ REQUESTS = [
     ("not json", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b"{not json", False),
     ("a list", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, [SPEC], False),
     ("too deeply nested", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b"[" * 2000 + b"]" * 2000, False),
+    ("a NUL byte in the env", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "env": {"X": "a\0b"}}, False),
+    ("a NUL byte in the command", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, {**SPEC, "command": ["a\0b"]}, False),
+    ("NaN gpus", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b'{"command": "x", "resources": {"gpus": NaN}}', False),
+    ("Infinity cpus", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b'{"command": "x", "resources": {"cpus": Infinity}}', False),
+    ("1e400 memory", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b'{"command": "x", "resources": {"memory": 1e400}}', False),
+    ("-Infinity timeout", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b'{"command": "x", "timeout": -Infinity}', False),
+    ("a lone surrogate", {"Authorization": "Bearer tok-vision", "Content-Type": JSON}, b'{"command": "\\ud800"}', False),
     ("text", {"Authorization": "Bearer tok-vision", "Content-Type": "text/plain"}, SPEC, False),
     ("a key over its limit", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k" * 201}, SPEC, False),
 ]  # fmt: skip

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import signal
 import time
 
 import pytest
 
+from services.executor import local
 from services.executor.pidfiles import pid_file
 from services.executor.processes import StartError, check_command, process_start_time
 from shared.events import (
@@ -292,3 +295,47 @@ def test_a_command_behind_a_cgroup_wrapper_is_checked_before_the_start(tmp_path,
         check_command(program, tmp_path, "/usr/bin:/bin")
     assert refused.value.reason == reason and words in refused.value.message
     check_command("true", tmp_path, "/usr/bin:/bin")  # found: no error
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def fails(error: Exception):
+    def raises(*_args, **_kwargs):
+        raise error
+
+    return raises
+
+
+UNSTARTABLE_BY_THE_NODE = [  # (what fails, its error, words of the message): none of them a spec's fault
+    ("start_child", ValueError("embedded null byte"), "cannot start: embedded null byte"),
+    ("start_child", OSError(errno.EMFILE, "Too many open files"), "Too many open files"),
+    ("write_pid_file", OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
+    ("replica_env", RuntimeError("surprise"), "cannot start: surprise"),
+]
+
+
+@pytest.mark.parametrize(("where", "error", "words"), UNSTARTABLE_BY_THE_NODE)
+async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
+    h, monkeypatch, where, error, words
+):
+    ex = await h.executor()
+    job = await h.submit(command="sleep 30")
+    before = open_fds()
+    real_start = local.start_child
+    started = []
+
+    async def start_child(*args, **kwargs):
+        started.append(await real_start(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(local, "start_child", start_child)
+    monkeypatch.setattr(local, where, fails(error))
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == "start_failed" and words in view.message
+    assert "started" not in await h.types(job) and ex.backend.replicas == {}
+    for proc in started:  # a process started before the failure was killed (and its pidfd closed once reaped)
+        assert await asyncio.wait_for(proc.wait(), 5) == -signal.SIGKILL
+    assert open_fds() == before  # neither end of the output pipe nor the log file left open

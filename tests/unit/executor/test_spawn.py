@@ -112,5 +112,22 @@ def test_errors_are_those_popen_raises(tmp_path):
         spawn.spawn(["true"], cwd=tmp_path, env={**env, "A=B": "c"}, output_fd=1)
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"argv": ["tr\0ue"]},
+        {"argv": ["true", "a\0b"]},
+        {"env": {"A": "b\0c"}},
+        {"env": {"A\0B": "c"}},
+        {"cwd": "/tmp\0/x"},
+    ],
+)
+def test_a_nul_byte_anywhere_is_refused_as_popen_refuses_it(tmp_path, where):
+    """A C string ends at its NUL: what follows it would silently be dropped (a cwd of '/tmp\0/x' is /tmp)."""
+    start = {"argv": ["true"], "cwd": tmp_path, "env": {"PATH": "/usr/bin:/bin"}, **where}
+    with pytest.raises(ValueError, match="null byte"):
+        spawn.spawn(start.pop("argv"), **start, output_fd=1)
+
+
 def test_a_relative_path_entry_is_left_to_popen(tmp_path):
     assert spawn.spawn(["true"], cwd=tmp_path, env={"PATH": "bin:/usr/bin"}, output_fd=1) is None
