@@ -56,8 +56,6 @@ class Service:
         self._tasks: list[asyncio.Task] = []
         self.ready = False
         self.failed = False
-        self.signalled = False
-        """A SIGTERM or SIGINT came: another one ends the process at once."""
 
     async def start(self, *, wait_seconds: float = 60) -> None:
         deadline = time.monotonic() + wait_seconds
@@ -194,7 +192,9 @@ def run_service(
         service = Service(name, settings, needs_store=needs_store, needs_logs=needs_logs)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _on_signal, service, sig)
+            loop.add_signal_handler(
+                sig, service.stopping.set
+            )  # again while stopping: no matter, its stop is bounded
         _watch_supervisor(loop, service)
         code = 1
         try:
@@ -219,16 +219,6 @@ def run_service(
 
 SUPERVISOR_PID = "GPUYARD_SUPERVISOR_PID"
 """Set by `gpuyard up` for its services: the pid of the supervisor, whose end ends them however it ends."""
-
-
-def _on_signal(service: Service, sig: signal.Signals) -> None:
-    """The first SIGTERM/SIGINT stops the service cleanly; another one, while it stops (a supervisor that
-    gave up on it, or died: its PR_SET_PDEATHSIG), ends it at once."""
-    if service.signalled:
-        log.warning("%s: %s while stopping; exiting now", service.name, signal.Signals(sig).name)
-        _exit_now(1)
-    service.signalled = True
-    service.stopping.set()
 
 
 def _watch_supervisor(loop: asyncio.AbstractEventLoop, service: Service) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -28,13 +29,13 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its (dead) parent to reap it."""
+def started(pid: int) -> str | None:
+    """When `pid` started (against pid reuse), None if it is gone or a zombie (dead, waiting to be reaped)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+        return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def describe(pids: set[int]) -> str:
@@ -51,22 +52,29 @@ def describe(pids: set[int]) -> str:
 def test_no_process_outlives_up_killed_during_its_shutdown(tmp_path):
     platform = Platform(tmp_path / "data", tmp_path / "config").start()
     up = platform.proc
-    stubborn = "trap '' TERM; echo started; while true; do sleep 0.1; done"  # makes its executor's stop slow
-    job = platform.client().submit({"command": ["sh", "-c", stubborn], "resources": {"gpus": 1}})
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    job = platform.client().submit({"command": [sys.executable, "-c", stubborn], "resources": {"gpus": 1}})
     platform.wait_state(job.job_id, {"running"})
-    pids = descendants(up.pid)
+    pids = {pid: started(pid) for pid in descendants(up.pid)}
+    named = describe(set(pids))
+
+    def alive(pid: int) -> bool:
+        return started(pid) == pids[pid] is not None
+
     try:
         assert len(pids) >= 7, describe(pids)  # nats, the services (two executors) and the job
         up.send_signal(signal.SIGTERM)
         time.sleep(0.5)  # its services are stopping, one after the other
         up.kill()
         up.wait(10)
-        wait_for(lambda: not any(alive(p) for p in pids), 15, 0.2, "the platform's processes to end")
+        try:
+            wait_for(lambda: not any(alive(p) for p in pids), 15, 0.2, "the platform's processes to end")
+        except AssertionError:
+            raise AssertionError(f"left: {describe({p for p in pids if alive(p)})}\nof:\n{named}") from None
     finally:
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        assert not {p for p in pids if alive(p)}, describe(pids)
 
 
 def test_the_platforms_files_are_readable_by_its_user_alone(tmp_path):
