@@ -19,12 +19,14 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
 from gpuyard.client import Client, save_config
+from shared.service import SUPERVISOR_PID
 from shared.settings import (
     CommonSettings,
     ExecutorSettings,
@@ -58,9 +60,14 @@ NATS_SHOWN = ("[WRN]", "[ERR]", "[FTL]", "Server is ready")
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:  # in the child between fork and exec
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+
+def _killed_with_parent() -> None:
+    """NATS has no stop of its own to finish once the supervisor is gone: it is killed with it."""
+    _die_with_parent(signal.SIGKILL)
 
 
 def nats_server_binary() -> str:
@@ -95,6 +102,8 @@ class Child:
     restarts: int = 0
     pump: asyncio.Task | None = None
     backoff: float = field(default=1.0)
+    with_parent: Callable[[], None] = _die_with_parent
+    """Run in the child before exec: the signal it gets when the supervisor dies (PR_SET_PDEATHSIG)."""
 
 
 class Supervisor:
@@ -115,7 +124,7 @@ class Supervisor:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=child.with_parent,
             start_new_session=True,  # Ctrl-C reaches `up` alone, which stops them in order, NATS last
         )
         child.started = time.monotonic()
@@ -123,7 +132,8 @@ class Supervisor:
         child.pump = asyncio.create_task(self._pump(child, child.proc))
 
     async def _pump(self, child: Child, proc: asyncio.subprocess.Process) -> None:
-        with (self.log_dir / f"{child.name}.log").open("ab") as log:
+        fd = os.open(self.log_dir / f"{child.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
             async for line in proc.stdout:
                 log.write(line)
                 log.flush()
@@ -329,12 +339,14 @@ async def wait_until(check, within: float, what: str) -> None:
 
 
 async def run_up(opts: UpOptions, console: Console) -> int:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    os.umask(0o077)  # its files and those of NATS and the services are the platform's own (see docs)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", SUPERVISOR_PID: str(os.getpid())}
     platform = plan(opts, env)
     data_dir, host = platform.data_dir, platform.nats_host
     api_port, nats_port = platform.submit.submit_port, platform.nats_port
     data_dir.mkdir(parents=True, exist_ok=True)
-    lock = (data_dir / "up.lock").open("w")
+    data_dir.chmod(0o700)
+    lock = os.fdopen(os.open(data_dir / "up.lock", os.O_WRONLY | os.O_CREAT, 0o600), "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -346,6 +358,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             raise SystemExit(f"port {port} for {what} is in use on {host}: stop what uses it or pass {flag}")
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
+    log_dir.chmod(0o700)
     _, admin_token = ensure_admin_token(data_dir)
     server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
@@ -369,7 +382,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         "gpuyard",
     ]
     try:
-        await sup.start(Child("nats", nats_argv, env))
+        await sup.start(Child("nats", nats_argv, env, with_parent=_killed_with_parent))
         await wait_until(lambda: not port_free(host, nats_port), 20, "NATS")
         for child in platform.children:
             await sup.start(child)

@@ -6,6 +6,8 @@ a pathlib path costs it some 20 µs to make. Everyone else uses the Path forms b
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +78,31 @@ def log_files(path: Path) -> list[Path]:
     if path.exists():
         files.append(path)
     return files
+
+
+PRIVATE_FILE = 0o600
+"""The platform's files (stores, logs, pid files, tokens) are readable by its own user alone; its folders
+0700. Its processes also run with umask 0o077 (`shared.service.run_service`, `gpuyard up`); its jobs do not."""
+
+
+def private_dir(path: Path | str) -> None:
+    """Make `path` and its missing parents 0700 (os.makedirs gives the parents the umask's mode); an existing
+    folder is left as it is."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        private_dir(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+
+
+def private_file(path: Path, *companions: str) -> None:
+    """Create `path` 0600 if missing, else take group and other permissions away from it and from its
+    `companions` that exist (files named `path` + suffix: an SQLite file's -wal and -shm)."""
+    private_dir(path.parent)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+    for file in (path, *(path.with_name(path.name + suffix) for suffix in companions)):
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(file).st_mode & 0o077:
+                os.chmod(file, PRIVATE_FILE)

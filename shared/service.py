@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -81,7 +82,10 @@ class Service:
         if self.needs_logs:
             self.logs = await open_log_store(self.settings.log_store_url)
         self.health = HealthServer(
-            self.name, lambda: self.ready, host=self.settings.health_host, port=self.settings.health_port
+            self.name,
+            lambda: self.ready and not self.stopping.is_set(),
+            host=self.settings.health_host,
+            port=self.settings.health_port,
         )
         port = await self.health.start()
         log.info("%s %s started (pid %d, health on port %d)", self.name, VERSION, os.getpid(), port)
@@ -116,26 +120,51 @@ class Service:
                 await self.bus.publish(make_event(data, source=self.source))
             await asyncio.sleep(interval)
 
-    async def stop(self) -> None:
+    async def stop(self) -> bool:
+        """Let main return (it does once `stopping` is set), cancel the other tasks, close the connections,
+        each step bounded (STOP_SECONDS in all). False: something did not end in time (a task that ignores
+        cancellation, a NATS drain with no server, ...), and the process must exit without waiting for it."""
+        self.ready = False
         main = next((t for t in self._tasks if t.get_name() == "main"), None)
-        if main is not None and not main.done():  # main returns once `stopping` is set: let it clean up
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(main), 20)
+        clean = True
+        if main is not None:
+            clean &= await _bounded(main, MAIN_SECONDS, "main", cancel=False)
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            clean &= await _bounded(
+                asyncio.gather(*self._tasks, return_exceptions=True), STEP_SECONDS, "tasks"
+            )
         if self.ledger:
-            await self.ledger.close()
-        if self.bus:
-            await self.bus.close()
-        if self.store:
-            await self.store.close()
-        if self.logs:
-            await self.logs.close()
-        if self.health:
-            await self.health.stop()
+            clean &= await _bounded(self.ledger.close(), STEP_SECONDS, "the outbox relay")
+        closing = [c.close() for c in (self.bus, self.store, self.logs) if c is not None]
+        closing += [self.health.stop()] if self.health else []
+        if closing:
+            clean &= await _bounded(asyncio.gather(*closing), STEP_SECONDS, "the connections")
+        return clean
+
+
+MAIN_SECONDS = 6.0
+"""How long main may take to return once the service is stopping."""
+STEP_SECONDS = 2.0
+"""How long each other step of a stop may take: the tasks' cancellation, the relay, closing connections."""
+STOP_SECONDS = MAIN_SECONDS + 3 * STEP_SECONDS
+"""The most a stop takes; its supervisor (`gpuyard up`) waits 15 s before it kills a service."""
+
+
+async def _bounded(step: Awaitable, seconds: float, what: str, *, cancel: bool = True) -> bool:
+    """Wait for `step` at most `seconds`; True if it ended in time. One that did not is cancelled (if
+    `cancel`) but not waited for: it may ignore cancellation."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        log.warning("stopping: %s did not end within %.0fs; going on without it", what, seconds)
+        if cancel:
+            task.cancel()
+        return False
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("stopping: %s failed: %r", what, task.exception())
+    return True
 
 
 def run_service(
@@ -157,26 +186,75 @@ def run_service(
         log.error("%s refuses to start: %s", name, refusal)
         sys.exit(2)
 
+    os.umask(0o077)  # the platform's files are its own: stores, logs, pid files (jobs get 0o022 back)
+
     async def runner() -> int:
         service = Service(name, settings, needs_store=needs_store, needs_logs=needs_logs)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, service.stopping.set)
+            loop.add_signal_handler(
+                sig, service.stopping.set
+            )  # again while stopping: no matter, its stop is bounded
+        _watch_supervisor(loop, service)
+        code = 1
         try:
             await service.start()
             service.spawn(main(service, settings), "main")
             service.ready = True
             await service.stopping.wait()
             log.info("%s stopping", name)
-            return 1 if service.failed else 0
+            code = 1 if service.failed else 0
         except (BusUnavailable, StoreUnavailable) as exc:
             log.error("%s cannot start: %s", name, exc)
-            return 2
+            code = 2
         finally:
-            await service.stop()
+            _exit_after(STOP_SECONDS + 3, code if code else 1)  # whatever hangs in the stop or after it
+            if not await service.stop():
+                _exit_now(code)  # something ignored its cancellation: the loop's own close would wait for it
+        return code
 
     with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as loop_runner:
         sys.exit(loop_runner.run(runner()))
+
+
+SUPERVISOR_PID = "GPUYARD_SUPERVISOR_PID"
+"""Set by `gpuyard up` for its services: the pid of the supervisor, whose end ends them however it ends."""
+
+
+def _watch_supervisor(loop: asyncio.AbstractEventLoop, service: Service) -> None:
+    """With SUPERVISOR_PID set, a thread (it sees it even with the loop stuck) stops the service once that
+    process is no longer its parent (it died: the service was handed to init), and ends it STOP_SECONDS
+    later if the stop is stuck."""
+    supervisor = int(os.environ.get(SUPERVISOR_PID) or 0)
+    if not supervisor:
+        return
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(0.2)
+        log.error("%s: its supervisor (pid %d) is gone; stopping", service.name, supervisor)
+        service.failed = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is exiting anyway
+            loop.call_soon_threadsafe(service.stopping.set)
+        _exit_after(STOP_SECONDS + 3, 1)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def _exit_after(seconds: float, code: int) -> None:
+    """End the process in `seconds` if it has not ended by then: a stop stuck in a blocking call, a thread
+    that interpreter shutdown waits for."""
+    timer = threading.Timer(seconds, _exit_now, (code,))
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now(code: int) -> None:
+    log.warning("exiting with status %d without waiting for the rest", code)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def event_loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:

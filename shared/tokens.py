@@ -6,6 +6,7 @@ Inline form (GPUYARD_TOKENS): "token=tenant[:user][:admin],token2=tenant2".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel
+
+from shared.paths import private_dir
 
 
 class Principal(BaseModel):
@@ -45,8 +48,11 @@ def new_token() -> str:
 
 
 def write_tokens(path: Path, tokens: dict[str, Principal]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"tokens": {t: p.model_dump() for t, p in tokens.items()}}, indent=2))
-    os.chmod(tmp, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # one left by an earlier try may have other permissions
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, even briefly
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"tokens": {t: p.model_dump() for t, p in tokens.items()}}, indent=2))
     tmp.replace(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
-from shared.paths import backup_path, log_files
+from shared.paths import backup_path, log_files, private_dir
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024
@@ -55,7 +55,7 @@ class RotatingLog:
         try:
             self.fd = self._open()
         except FileNotFoundError:  # its folder is made only when missing (a stat and a mkdir saved per log)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            private_dir(os.path.dirname(path))
             self.fd = self._open()
         self.size = os.fstat(self.fd).st_size
         self.written = 0
@@ -96,7 +96,7 @@ class RotatingLog:
             chunk = chunk[n:]
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def rotate(self) -> None:
         os.close(self.fd)

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.paths import ReplicaFiles, attempt_dir, replica_files
+from shared.paths import ReplicaFiles, attempt_dir, private_dir, replica_files
 
 
 def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
@@ -17,7 +17,7 @@ def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
 
 
 def write_pid_file(path: str, record: dict) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, json.dumps(record).encode())
     finally:
@@ -30,9 +30,9 @@ def make_replica_dirs(files: ReplicaFiles) -> None:
     try:
         for folder in (files.job, files.attempt, files.work):
             with contextlib.suppress(FileExistsError):
-                os.mkdir(folder)
+                os.mkdir(folder, 0o700)
     except FileNotFoundError:  # no jobs/ folder yet
-        os.makedirs(files.work, exist_ok=True)
+        private_dir(files.work)
 
 
 @dataclass(frozen=True)

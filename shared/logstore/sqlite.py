@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
+from shared.paths import private_file
 from shared.store.base import StoreUnavailable
 
 SCHEMA = """
@@ -46,7 +47,7 @@ class SqliteLogStore(LogStore):
     def _connect(self, create: bool) -> sqlite3.Connection:
         try:
             if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_file(self.path, "-wal", "-shm")  # SQLite gives these two the file's own mode
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if create:

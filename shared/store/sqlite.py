@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.events import CloudEvent
+from shared.paths import private_file
 from shared.store.base import (
     Append,
     AppendResult,
@@ -85,7 +86,8 @@ class SqliteEventStore(EventStore):
 
     def _connect(self, create: bool) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                private_file(self.path, "-wal", "-shm")  # SQLite gives these two the file's own mode
             conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={0 if create else int(LOCK_TIMEOUT_SECONDS * 1000)}")
             if create:

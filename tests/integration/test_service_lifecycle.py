@@ -1,0 +1,105 @@
+"""A real service process (`run_service`): one whose main task crashes answers not ready from the crash on
+and exits non-zero within seconds, even with a task that ignores cancellation, so its supervisor restarts it;
+one whose supervisor dies ends too, even with its event loop stuck."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.integration.conftest import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readyz(port: int) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def service_argv(nats_url: str, tmp_path: Path, port: int) -> list[str]:
+    argv = [sys.executable, "-m", "tests.integration.crashing_service", "--nats-url", nats_url]
+    return [*argv, "--data-dir", str(tmp_path / "data"), "--health-port", str(port)]
+
+
+def test_a_crashed_main_is_not_ready_and_exits_nonzero_within_seconds(nats_url, tmp_path):
+    port = free_port()
+    trigger = tmp_path / "crash-now"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUYARD_TEST_CRASH": str(trigger)}
+    log = (tmp_path / "service.log").open("wb")
+    argv = service_argv(nats_url, tmp_path, port)
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: readyz(port) == 200, 30, what="the service ready")
+        trigger.touch()
+        crashed = time.monotonic()
+        answers = []
+        while proc.poll() is None and time.monotonic() - crashed < 30:
+            answers.append(readyz(port))
+            time.sleep(0.05)
+        took = time.monotonic() - crashed
+        output = (tmp_path / "service.log").read_text()
+        assert proc.returncode is not None, f"still running {took:.0f}s after its main crashed:\n{output}"
+        assert proc.returncode != 0, output
+        assert took < 10, f"exited {took:.1f}s after the crash:\n{output}"
+        assert 503 in answers and 200 not in answers[answers.index(503) :], answers
+        assert answers.count(200) <= 2, f"ready after the crash: {answers}"  # the probe may race the crash
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+SUPERVISOR = """
+import os, subprocess, sys, time
+from gpuyard.up import _die_with_parent
+from shared.service import SUPERVISOR_PID
+env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
+child = subprocess.Popen(sys.argv[1:], env=env, preexec_fn=_die_with_parent, start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_service_ends_with_its_supervisor_even_with_its_loop_stuck(nats_url, tmp_path):
+    """As `gpuyard up` starts it (its pid in GPUYARD_SUPERVISOR_PID, SIGTERM when it dies); the service stuck
+    in a call that never returns handles no signal: it must end all the same once its supervisor is gone."""
+    port = free_port()
+    trigger = tmp_path / "block-now"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GPUYARD_TEST_CRASH": str(trigger),
+        "GPUYARD_TEST_BLOCK": "1",
+    }
+    argv = [sys.executable, "-c", SUPERVISOR, *service_argv(nats_url, tmp_path, port)]
+    supervisor = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    pid = int(supervisor.stdout.readline())
+    try:
+        wait_for(lambda: readyz(port) == 200, 30, what="the service ready")
+        trigger.touch()
+        wait_for(lambda: readyz(port) is None, 10, what="the service's loop stuck")
+        supervisor.kill()
+        supervisor.wait(10)
+        wait_for(lambda: not running(pid), 25, 0.2, "the service to end with its supervisor")
+    finally:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+        if supervisor.poll() is None:
+            supervisor.kill()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie is dead, waiting for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
