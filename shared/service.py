@@ -186,7 +186,9 @@ def run_service(
         log.error("%s refuses to start: %s", name, refusal)
         sys.exit(2)
 
-    os.umask(0o077)  # the platform's files are its own: stores, logs, pid files (jobs get 0o022 back)
+    os.umask(
+        0o077
+    )  # the platform's files are its own (the executor gives its jobs 0o022 back: executor/main.py)
 
     async def runner() -> int:
         service = Service(name, settings, needs_store=needs_store, needs_logs=needs_logs)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from services.executor.exits import AttemptKey
-from shared.paths import replica_files
+from shared.paths import private_dir, replica_files
 
 
 class Claims:
@@ -39,7 +39,7 @@ class Claims:
         except FileExistsError:
             return self.holder(key) == self.worker
         except FileNotFoundError:  # the attempt's directory comes with its first claim
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            private_dir(os.path.dirname(path))
             return self.take(key)
         return True
 

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 from services.executor.executor import Executor
 from shared.events import EVENTS_STREAM, Subject
 from shared.service import Service
@@ -25,7 +27,13 @@ CONTROL_SUBJECTS = [
 ]
 
 
+JOB_UMASK = 0o022
+"""Jobs inherit the executor's umask (posix_spawn cannot set one for the child): they get the usual one, while
+the executor creates its own files with explicit private modes (pid files, logs, stores: `shared.paths`)."""
+
+
 async def main(service: Service, settings: ExecutorSettings) -> None:
+    os.umask(JOB_UMASK)
     executor = Executor(service, settings)
     await executor.start()
     if executor.worker == 0:

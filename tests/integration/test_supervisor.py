@@ -80,8 +80,11 @@ def test_no_process_outlives_up_killed_during_its_shutdown(tmp_path):
 def test_the_platforms_files_are_readable_by_its_user_alone(tmp_path):
     platform = Platform(tmp_path / "data", tmp_path / "config").start()
     client = platform.client()
-    job = client.submit({"name": "secret", "command": "echo hello", "resources": {"gpus": 1}})
+    job = client.submit(
+        {"name": "secret", "command": "umask; touch made-by-the-job", "resources": {"gpus": 1}}
+    )
     platform.wait_state(job.job_id, {"succeeded"})
+    assert client.logs(job.job_id).strip() == "0022"  # jobs keep the usual umask, not the platform's
     assert platform.stop() == 0
     data = tmp_path / "data"
     jobs = data / "jobs"
@@ -95,3 +98,5 @@ def test_the_platforms_files_are_readable_by_its_user_alone(tmp_path):
     names = {p.name for p in data.rglob("*")}
     assert {"events.db", "logs.db", "tokens.json", "logs", "jobs", "nats"} <= names, sorted(names)
     assert not exposed, "\n".join(exposed)
+    made = jobs / job.job_id / "attempt-1" / "work-0" / "made-by-the-job"
+    assert stat.S_IMODE(made.stat().st_mode) == 0o644
