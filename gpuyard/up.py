@@ -26,7 +26,6 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuyard.client import Client, save_config
-from shared.service import SUPERVISOR_PID
 from shared.settings import (
     CommonSettings,
     ExecutorSettings,
@@ -340,7 +339,7 @@ async def wait_until(check, within: float, what: str) -> None:
 
 async def run_up(opts: UpOptions, console: Console) -> int:
     os.umask(0o077)  # its files and those of NATS and the services are the platform's own (see docs)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", SUPERVISOR_PID: str(os.getpid())}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", env_name("supervisor_pid"): str(os.getpid())}
     platform = plan(opts, env)
     data_dir, host = platform.data_dir, platform.nats_host
     api_port, nats_port = platform.submit.submit_port, platform.nats_port

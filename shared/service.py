@@ -219,15 +219,11 @@ def run_service(
         sys.exit(loop_runner.run(runner()))
 
 
-SUPERVISOR_PID = "GPUYARD_SUPERVISOR_PID"
-"""Set by `gpuyard up` for its services: the pid of the supervisor, whose end ends them however it ends."""
-
-
 def _watch_supervisor(loop: asyncio.AbstractEventLoop, service: Service) -> None:
-    """With SUPERVISOR_PID set, a thread (it sees it even with the loop stuck) stops the service once that
+    """With `supervisor_pid` set (by `gpuyard up`), a thread (it sees it even with the loop stuck) stops the service once that
     process is no longer its parent (it died: the service was handed to init), and ends it STOP_SECONDS
     later if the stop is stuck."""
-    supervisor = int(os.environ.get(SUPERVISOR_PID) or 0)
+    supervisor = service.settings.supervisor_pid
     if not supervisor:
         return
 

@@ -92,6 +92,12 @@ class CommonSettings(BaseSettings):
     stream_replicas: int = Field(
         1, ge=1, le=5, description="Replicas of each JetStream stream and KV bucket: 3 on a 3-server cluster."
     )
+    supervisor_pid: int = Field(
+        0,
+        ge=0,
+        description="Set by `gpuyard up`: the supervisor's pid; once it is no longer the service's parent, the "
+        "service stops, and is ended if its stop is stuck. 0: not supervised.",
+    )
 
     @property
     def log_store_url(self) -> str:

@@ -61,8 +61,7 @@ def test_a_crashed_main_is_not_ready_and_exits_nonzero_within_seconds(nats_url, 
 SUPERVISOR = """
 import os, subprocess, sys, time
 from gpuyard.up import _die_with_parent
-from shared.service import SUPERVISOR_PID
-env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
+env = {**os.environ, "GPUYARD_SUPERVISOR_PID": str(os.getpid())}
 child = subprocess.Popen(sys.argv[1:], env=env, preexec_fn=_die_with_parent, start_new_session=True)
 print(child.pid, flush=True)
 time.sleep(3600)
