@@ -235,3 +235,48 @@ async def test_a_refused_consequence_leaves_the_fact_recorded(store):
     outcome = await ledger.record(J, lambda _v: exited, then=lambda _v: JobSucceeded(job_id=J, attempt=1))
     assert outcome.applied and outcome.view.state == JobState.PLACED and outcome.view.version == 3
     assert [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(J)][-1] == "replica_exited"
+
+
+def gang(replicas: int) -> list:
+    """A job of `replicas` replicas on one node, placed and started."""
+    spec = JobSpec(command="true", replicas=replicas)
+    return [
+        JobSubmitted(job_id=J, name="n", tenant="t", user="u", spec=spec),
+        JobPlaced(
+            job_id=J, attempt=1, placements=[ReplicaPlacement(replica=r, node="n1") for r in range(replicas)]
+        ),
+        JobStarted(job_id=J, attempt=1, node="n1", replicas=list(range(replicas))),
+    ]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+async def test_concurrent_records_for_one_job_in_one_process_all_land(store, cached):
+    """Twenty replicas exiting at once: every exit is stored, and the last one ends the attempt (issue 24)."""
+    from shared.events import JobReplicaExited, JobSucceeded
+
+    n = 20
+    bus = RecordingBus()
+    ledger = JobLedger(store, bus, "/x")
+    for data in gang(n):
+        await ledger.append(J, data)
+
+    def then(view):
+        return JobSucceeded(job_id=J, attempt=1) if len(view.exits) == n else None
+
+    def exit_of(replica):
+        exited = JobReplicaExited(job_id=J, attempt=1, node="n1", replica=replica, exit_code=0)
+        return ledger.record(
+            J,
+            lambda _v: exited,
+            event_id=lambda _v: f"exited-{replica}",
+            then=then,
+            then_id=lambda _v: "ended-1",
+            cached=cached,
+        )
+
+    outcomes = await asyncio.gather(*(exit_of(r) for r in range(n)))
+    assert all(o.applied for o in outcomes)
+    stored = [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(J)]
+    assert stored[3:] == ["replica_exited"] * n + ["succeeded"]
+    assert [v for _, v in bus.sent] == list(range(1, n + 5))  # published in version order
+    assert len(ledger._turns) == 0  # no job is held once nothing is written
