@@ -8,7 +8,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from shared.events import GpuShare
+from shared.events import GpuShare, JobPlaced, ReplicaPlacement
+from shared.ledger import MAX_CONFLICT_RETRIES
+from shared.store import ConcurrencyError
 
 REPLICAS = 16
 
@@ -32,10 +34,10 @@ def at_once(folder: Path, code: int) -> str:
     return f"exec 3<{folder / 'barrier'}; echo $RANK >> {folder / 'ready'}; cat <&3 >/dev/null; exit {code}"
 
 
-async def release(h, folder: Path, held: int) -> None:
+async def release(h, folder: Path, held: int, replicas: int = REPLICAS) -> None:
     ready = folder / "ready"
     await h.wait_for(
-        lambda: ready.exists() and len(ready.read_text().split()) == REPLICAS, what="every replica to run"
+        lambda: ready.exists() and len(ready.read_text().split()) == replicas, what="every replica to run"
     )
     os.close(held)
 
@@ -62,3 +64,39 @@ async def test_a_gang_of_16_sharing_two_simulated_gpus_released_together_succeed
     view = await h.wait(job, "succeeded")
     assert (await h.types(job)).count("replica_exited") == REPLICAS
     assert {e.exit_code for e in view.exits} == {0}
+
+
+class ContendedStore:
+    """The store, as if other processes' writes to the job landed first `times` times in a row (more than the
+    ledger retries on its own)."""
+
+    def __init__(self, inner, times: int):
+        self.inner, self.times = inner, times
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def append_many(self, appends):
+        if self.times:
+            self.times -= 1
+            return [
+                ConcurrencyError(a.stream_id, a.expected_version, a.expected_version + 1) for a in appends
+            ]
+        return await self.inner.append_many(appends)
+
+
+async def test_a_start_and_an_exit_that_other_writers_keep_beating_are_written_again_until_they_land(
+    h, tmp_path
+):
+    ex = await h.executor()
+    job = await h.submit(command=at_once(tmp_path, 0))
+    placed = JobPlaced(job_id=job, attempt=1, placements=[ReplicaPlacement(replica=0, node="node-a")])
+    await h.ledger.append(job, placed)
+    h.ledger.store = contended = ContendedStore(h.store, times=MAX_CONFLICT_RETRIES + 2)
+    with barrier(tmp_path) as held:
+        await h.deliver(ex, placed)  # the start is written again until it lands
+        assert contended.times == 0 and await h.types(job) == ["submitted", "placed", "started"]
+        contended.times = MAX_CONFLICT_RETRIES + 2
+        await release(h, tmp_path, held, replicas=1)
+        view = await h.wait(job, "succeeded")
+    assert contended.times == 0 and [e.replica for e in view.exits] == [0]
