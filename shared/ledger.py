@@ -9,6 +9,10 @@ its Nats-Msg-Id.
 Views are cached per job with the ids of the events folded into them; bringing one up to date reads only
 the events stored after its version (usually none), so a write costs one small read, not a replay of the
 job's whole history. The store's expected-version check keeps a stale cache from ever causing a wrong write.
+
+Writes to one job from one process take turns (`_Turns`): they never conflict with each other, however many
+there are at once (a gang's replicas exiting together), so the bounded retries on a conflict are spent only on
+writes from other processes; a decision that still cannot be stored raises ConcurrencyError to its caller.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -69,6 +73,51 @@ class Decision:
     then_id: Callable[[JobView | None], str] | None = None
 
 
+class _Turns:
+    """One write at a time per job in this process, in the order they asked. A job is held only while a write
+    to it is in flight: taking a free job's turn is a dict lookup and store (no await, no allocation); only a
+    write that finds its job busy queues a future, and the holder hands the turn to the first one waiting."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[str, deque[asyncio.Future] | None] = {}
+        """The jobs being written to, with the writes waiting for their turn (None: none waiting)."""
+
+    def take(self, job_id: str) -> bool:
+        """Take the job's turn if it is free; False: `wait` for it."""
+        if job_id in self._held:
+            return False
+        self._held[job_id] = None
+        return True
+
+    async def wait(self, job_id: str) -> None:
+        waiters = self._held[job_id]
+        if waiters is None:
+            waiters = self._held[job_id] = deque()
+        turn = asyncio.get_running_loop().create_future()
+        waiters.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give(job_id)  # handed the turn as it was cancelled: pass it on
+            raise  # (a cancelled turn left in the queue is skipped by `give`)
+
+    def give(self, job_id: str) -> None:
+        """The write is done: the next one waiting goes on, or the job is forgotten."""
+        waiters = self._held[job_id]
+        while waiters:
+            turn = waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        del self._held[job_id]
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
 def projection_of(view: JobView) -> Projection:
     return Projection(
         stream_id=view.job_id,
@@ -88,6 +137,7 @@ class JobLedger:
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
         self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._turns = _Turns()
 
     async def load(self, job_id: str) -> JobView | None:
         known = await self._catch_up(job_id)
@@ -153,10 +203,19 @@ class JobLedger:
         is a little behind: a write on a stale view is refused by the store and decided again.
 
         `new=True` is for a job whose id the caller has just made up: its first write reads nothing (there is
-        nothing to read); should the job exist after all, the write is refused and decided again on it."""
-        [outcome] = await self.record_many(
-            [Decision(job_id, decide, event_id, then, then_id)], cached=cached, new=new
-        )
+        nothing to read); should the job exist after all, the write is refused and decided again on it.
+
+        Raises ConcurrencyError when writes from other processes kept getting there first
+        (MAX_CONFLICT_RETRIES times): nothing was stored, and the caller tries again."""
+        turns = self._turns
+        if not turns.take(job_id):
+            await turns.wait(job_id)
+        try:
+            [outcome] = await self._record_many(
+                [Decision(job_id, decide, event_id, then, then_id)], cached=cached, new=new
+            )
+        finally:
+            turns.give(job_id)
         return outcome
 
     async def record_many(
@@ -164,7 +223,23 @@ class JobLedger:
     ) -> list[Outcome]:
         """`record` for several jobs at once: their events go to the store in one transaction (where the
         store can) and are published together. A decision refused for a concurrent write is decided again
-        on its own."""
+        on its own. It takes the jobs' turns in the order of their ids (so that two calls never wait for
+        each other), and raises ConcurrencyError like `record` (then none of the outcomes is returned:
+        deciding again is idempotent for what was stored)."""
+        turns, taken = self._turns, []
+        try:
+            for job_id in sorted({d.job_id for d in decisions}):
+                if not turns.take(job_id):
+                    await turns.wait(job_id)
+                taken.append(job_id)
+            return await self._record_many(decisions, cached=cached, new=new)
+        finally:
+            for job_id in taken:
+                turns.give(job_id)
+
+    async def _record_many(self, decisions: list[Decision], *, cached: bool, new: bool) -> list[Outcome]:
+        """`record_many` once the jobs' turns are taken."""
+        conflict: ConcurrencyError | None = None
         outcomes: list[Outcome | None] = [None] * len(decisions)
         pending = list(range(len(decisions)))
         for round_ in range(MAX_CONFLICT_RETRIES):
@@ -194,6 +269,7 @@ class JobLedger:
             )
             for (i, known, view, events, new), result in zip(staged, results, strict=True):
                 if isinstance(result, ConcurrencyError):
+                    conflict = result
                     pending.append(i)  # someone wrote first: decide again on the newer view
                 elif result.duplicate:
                     outcomes[i] = Outcome(view, events[-1], duplicate=True)
@@ -206,7 +282,7 @@ class JobLedger:
             for events, first in published:
                 await self._send(events, first)
         if pending:
-            raise ConcurrencyError(decisions[pending[0]].job_id, -1, -1)
+            raise conflict  # another process kept writing to the job first: the caller tries again
         return [o for o in outcomes if o is not None]
 
     def _stage(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from services.executor.announce import NodeAnnouncer
@@ -43,10 +45,11 @@ from shared.events import (
 )
 from shared.gpus import node_gpus
 from shared.jobstate import JobState, JobView
-from shared.ledger import Decide, JobLedger
+from shared.ledger import Decide, JobLedger, Outcome
 from shared.logstore.shipper import LogShipper
 from shared.service import Service
 from shared.settings import ExecutorSettings
+from shared.store import ConcurrencyError
 from shared.units import parse_size
 
 log = logging.getLogger(__name__)
@@ -248,11 +251,9 @@ class Executor:
         job_id, attempt = key
         limits = self.backend.limits
         notes = [f"cpu and memory limits {limits}"] if LIMITS_NOT_ENFORCED in limits else []
-        await self.ledger.append(
-            job_id,
-            JobStarted(job_id=job_id, attempt=attempt, node=node, replicas=replicas, notes=notes),
-            event_id=derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas)))),
-        )
+        started = JobStarted(job_id=job_id, attempt=attempt, node=node, replicas=replicas, notes=notes)
+        event_id = derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas))))
+        await self.written(lambda: self.ledger.append(job_id, started, event_id=event_id))
 
     async def replica_ended(self, ended: ReplicaExit) -> None:
         record = self.attempts.get(ended.key)
@@ -271,16 +272,31 @@ class Executor:
         """The replica's exit, and how the attempt ended when that exit settles it, in one append."""
         job_id, attempt = key = exited.key
         event = exited.event()
-        outcome = await self.ledger.record(
-            job_id,
-            lambda _view: event,
-            event_id=lambda _view: derived_id(job_id, attempt, "exited", exited.replica),
-            then=self.settling(key),
-            then_id=lambda _view: derived_id(job_id, attempt, "ended"),
-            cached=True,
+        outcome = await self.written(
+            lambda: self.ledger.record(
+                job_id,
+                lambda _view: event,
+                event_id=lambda _view: derived_id(job_id, attempt, "exited", exited.replica),
+                then=self.settling(key),
+                then_id=lambda _view: derived_id(job_id, attempt, "ended"),
+                cached=True,
+            )
         )
         if outcome.applied:
             log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
+
+    @staticmethod
+    async def written(write: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """`write()` until the ledger stores it (or finds it stored, or refuses it): what a backend reports is
+        seen once, so no one would record it if it were dropped. The ledger raises ConcurrencyError only when
+        other processes' writes to the job (a gang's other nodes) kept landing first: they did land, so the
+        job moves on, and this write is tried again, after a moment that spreads the writers apart."""
+        while True:
+            try:
+                return await write()
+            except ConcurrencyError as exc:
+                log.info("%s; writing again", exc)
+                await asyncio.sleep(random.uniform(0.01, 0.1))
 
     def settling(self, key: AttemptKey) -> Decide | None:
         """How the attempt ended, to decide once the replicas' exits say so (None: not yet)."""

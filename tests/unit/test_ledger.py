@@ -6,11 +6,18 @@ import asyncio
 
 import pytest
 
-from shared.events import JobPlaced, JobStarted, JobSubmitted, ReplicaPlacement, make_event
+from shared.events import (
+    JobPlaced,
+    JobReplicaExited,
+    JobStarted,
+    JobSubmitted,
+    ReplicaPlacement,
+    make_event,
+)
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, fold
-from shared.ledger import Decision, JobLedger
-from shared.store import open_store
+from shared.ledger import MAX_CONFLICT_RETRIES, Decision, JobLedger
+from shared.store import ConcurrencyError, open_store
 
 J = "job1"
 
@@ -235,3 +242,139 @@ async def test_a_refused_consequence_leaves_the_fact_recorded(store):
     outcome = await ledger.record(J, lambda _v: exited, then=lambda _v: JobSucceeded(job_id=J, attempt=1))
     assert outcome.applied and outcome.view.state == JobState.PLACED and outcome.view.version == 3
     assert [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(J)][-1] == "replica_exited"
+
+
+def gang(replicas: int) -> list:
+    """A job of `replicas` replicas on one node, placed and started."""
+    spec = JobSpec(command="true", replicas=replicas)
+    return [
+        JobSubmitted(job_id=J, name="n", tenant="t", user="u", spec=spec),
+        JobPlaced(
+            job_id=J, attempt=1, placements=[ReplicaPlacement(replica=r, node="n1") for r in range(replicas)]
+        ),
+        JobStarted(job_id=J, attempt=1, node="n1", replicas=list(range(replicas))),
+    ]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+async def test_concurrent_records_for_one_job_in_one_process_all_land(store, cached):
+    """Twenty replicas exiting at once: every exit is stored, and the last one ends the attempt (issue 24)."""
+    from shared.events import JobReplicaExited, JobSucceeded
+
+    n = 20
+    bus = RecordingBus()
+    ledger = JobLedger(store, bus, "/x")
+    for data in gang(n):
+        await ledger.append(J, data)
+
+    def then(view):
+        return JobSucceeded(job_id=J, attempt=1) if len(view.exits) == n else None
+
+    def exit_of(replica):
+        exited = JobReplicaExited(job_id=J, attempt=1, node="n1", replica=replica, exit_code=0)
+        return ledger.record(
+            J,
+            lambda _v: exited,
+            event_id=lambda _v: f"exited-{replica}",
+            then=then,
+            then_id=lambda _v: "ended-1",
+            cached=cached,
+        )
+
+    outcomes = await asyncio.gather(*(exit_of(r) for r in range(n)))
+    assert all(o.applied for o in outcomes)
+    stored = [s.event.type.rsplit(".", 1)[-1] for s in await store.read_stream(J)]
+    assert stored[3:] == ["replica_exited"] * n + ["succeeded"]
+    assert [v for _, v in bus.sent] == list(range(1, n + 5))  # published in version order
+    assert len(ledger._turns) == 0  # no job is held once nothing is written
+
+
+class GatedStore:
+    """The store, holding every append until the test opens the gate (a write in flight, for as long as the
+    test needs); with `conflicts`, it refuses that many appends as if another process had written first."""
+
+    def __init__(self, inner, conflicts: int = 0):
+        self.inner, self.conflicts = inner, conflicts
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = 0
+        self.arrived = asyncio.Condition()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def in_flight(self, n: int) -> None:
+        """Until `n` appends wait at the gate."""
+        async with self.arrived:
+            await self.arrived.wait_for(lambda: self.waiting >= n)
+
+    async def append_many(self, appends):
+        async with self.arrived:
+            self.waiting += 1
+            self.arrived.notify_all()
+        await self.gate.wait()
+        self.waiting -= 1
+        if self.conflicts:
+            self.conflicts -= 1
+            return [
+                ConcurrencyError(a.stream_id, a.expected_version, a.expected_version + 1) for a in appends
+            ]
+        return await self.inner.append_many(appends)
+
+
+def exit_of(replica: int):
+    return JobReplicaExited(job_id=J, attempt=1, node="n1", replica=replica, exit_code=0)
+
+
+async def test_a_write_cancelled_while_waiting_for_its_turn_leaves_the_others_to_go_on(store):
+    ledger = JobLedger(store, None, "/x")
+    for data in gang(3):
+        await ledger.append(J, data)
+    ledger.store = gated = GatedStore(store)
+    gated.gate.clear()
+    first = asyncio.create_task(ledger.append(J, exit_of(0)))
+    second = asyncio.create_task(ledger.append(J, exit_of(1)))
+    third = asyncio.create_task(ledger.append(J, exit_of(2)))
+    await gated.in_flight(1)
+    assert gated.waiting == 1 and len(ledger._turns._held[J]) == 2  # the others wait for their turn
+    second.cancel()
+    gated.gate.set()
+    assert (await first).applied and (await third).applied
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert [e.replica for e in (await ledger.load(J)).exits] == [0, 2]
+    assert len(ledger._turns) == 0
+
+
+async def test_a_write_that_other_processes_keep_beating_raises_and_frees_its_turn(store):
+    ledger = JobLedger(store, None, "/x")
+    for data in gang(1):
+        await ledger.append(J, data)
+    ledger.store = GatedStore(store, conflicts=MAX_CONFLICT_RETRIES)
+    with pytest.raises(ConcurrencyError):
+        await ledger.append(J, exit_of(0))  # nothing stored: the caller tries again
+    assert len(ledger._turns) == 0 and (await ledger.load(J)).exits == []
+    assert (await ledger.append(J, exit_of(0))).applied
+
+
+async def test_record_many_and_record_take_turns_on_the_jobs_they_share(store):
+    ledger = JobLedger(store, None, "/x")
+    for data in gang(2):
+        await ledger.append(J, data)
+    for job in ("j0", "j2"):
+        await ledger.append(job, submitted().model_copy(update={"job_id": job}))
+    ledger.store = gated = GatedStore(store)
+    gated.gate.clear()
+    many = asyncio.create_task(
+        ledger.record_many(
+            [Decision(j, lambda _v, j=j: placed().model_copy(update={"job_id": j})) for j in ("j2", "j0")]
+        )
+    )
+    one = asyncio.create_task(ledger.append(J, exit_of(0)))
+    again = asyncio.create_task(ledger.append("j2", placed().model_copy(update={"job_id": "j2"})))
+    await gated.in_flight(2)  # the batch and the exit of the other job
+    assert len(ledger._turns._held["j2"]) == 1
+    gated.gate.set()
+    assert [o.applied for o in await many] == [True, True] and (await one).applied
+    assert not (await again).applied  # decided after the batch, on its view: placed already
+    assert len(ledger._turns) == 0
