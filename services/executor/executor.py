@@ -209,29 +209,34 @@ class Executor:
                 states=["placed", "running"], limit=500, cursor=cursor
             )
             for doc in page.items:
-                view = JobView.model_validate(doc)
-                key = AttemptKey(view.job_id, view.attempt)
-                mine = self.mine(view.placements)
-                if not mine or key in self.attempts:
-                    continue
-                never_started = view.state == JobState.PLACED and view.current.started_at is None
-                if never_started and not self.backend.started_before(key):
-                    placed = JobPlaced(job_id=view.job_id, attempt=view.attempt, placements=view.placements)
-                    await self.launch(placed)  # (unless another worker of this node claims it first)
-                    continue
-                if not self.claims.owns(key):
-                    continue  # another executor process of this node runs it
-                ended = {e.replica for e in view.exits}
-                replicas = {p.replica: p.node for p in mine if p.replica not in ended}
-                if replicas and await self.backend.adopt(key, replicas):
-                    await self.adopted(view, key, replicas)
-                else:
-                    await self.ledger.requeue_lost(
-                        view, f"the executor of node {self.node} restarted and lost the job's processes"
-                    )
+                try:
+                    await self.reconcile_job(JobView.model_validate(doc))
+                except Exception:  # one job the executor cannot read or resume never stops it serving others
+                    log.exception("job %s: cannot be reconciled; left as it is", doc.get("job_id", "?"))
             if not page.next_cursor:
                 return
             cursor = page.next_cursor
+
+    async def reconcile_job(self, view: JobView) -> None:
+        key = AttemptKey(view.job_id, view.attempt)
+        mine = self.mine(view.placements)
+        if not mine or key in self.attempts:
+            return
+        never_started = view.state == JobState.PLACED and view.current.started_at is None
+        if never_started and not self.backend.started_before(key):
+            placed = JobPlaced(job_id=view.job_id, attempt=view.attempt, placements=view.placements)
+            await self.launch(placed)  # (unless another worker of this node claims it first)
+            return
+        if not self.claims.owns(key):
+            return  # another executor process of this node runs it
+        ended = {e.replica for e in view.exits}
+        replicas = {p.replica: p.node for p in mine if p.replica not in ended}
+        if replicas and await self.backend.adopt(key, replicas):
+            await self.adopted(view, key, replicas)
+        else:
+            await self.ledger.requeue_lost(
+                view, f"the executor of node {self.node} restarted and lost the job's processes"
+            )
 
     async def adopted(self, view: JobView, key: AttemptKey, replicas: dict[int, str]) -> None:
         record = self.attempts.open(key)
