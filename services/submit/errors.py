@@ -13,6 +13,7 @@ WHY = {
     404: "No such job (or one of another tenant), replica or attempt.",
     409: "A conflict with the job's state or with an earlier request of the same Idempotency-Key.",
     413: "The request body is over the limit.",
+    416: "The byte range asked for is outside the output kept (Content-Range says how much there is).",
     503: "The store or the event bus is unavailable, or the job is changing right now: retry after Retry-After.",
 }
 

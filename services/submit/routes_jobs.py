@@ -141,7 +141,11 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
     return CancelOut(job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message)
 
 
-@router.get("/{job_id}/logs", response_class=PlainTextResponse, responses=answers(404))
+@router.get(
+    "/{job_id}/logs",
+    response_class=PlainTextResponse,
+    responses={**answers(404, 416), 206: {"description": "The byte range asked for (a Range header)."}},
+)
 async def job_logs(
     job_id: str,
     ctx: Context,
@@ -150,9 +154,17 @@ async def job_logs(
     attempt: Annotated[int | None, Query(ge=1)] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     follow: bool = False,
+    range_: Annotated[
+        str | None,
+        Header(
+            alias="Range",
+            description="bytes=FIRST-LAST, bytes=FIRST- or bytes=-LENGTH (offsets in the replica's output)",
+        ),
+    ] = None,
 ):
     """A replica's combined stdout and stderr, streamed from the log store (the executor that ran it ships it
-    there as it comes). ?tail=N: the last N lines; ?follow=true: goes on until the job ends."""
+    there as it comes), in pieces: memory stays bounded whatever the size. ?tail=N: the last N lines;
+    ?follow=true: goes on until the job ends; a `Range: bytes=…` header: that part of it (206)."""
     view = await _visible_job(ctx, principal, job_id)
     if replica >= view.spec.replicas:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")
@@ -160,6 +172,8 @@ async def job_logs(
     if attempt > view.attempt:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.attempt} attempt(s)")
     key = LogKey(job_id, attempt, replica)
+    if range_ is not None and not tail and not follow:
+        return await _byte_range(ctx, key, range_)
     start = 0
     if tail and (extent := await ctx.logs.extent(key)) is not None:
         start = await tail_start(ctx.logs, key, tail, extent)
@@ -172,4 +186,38 @@ async def job_logs(
 
     return StreamingResponse(
         follow_log(ctx.logs, key, start, finished), media_type="text/plain; charset=utf-8"
+    )
+
+
+async def _byte_range(ctx: SubmitContext, key: LogKey, header: str) -> StreamingResponse:
+    """RFC 9110 single byte ranges of the output kept (older output trimmed by the cap is not kept)."""
+    extent = await ctx.logs.extent(key)
+    end = extent.end if extent else 0
+    kept = extent.start if extent else 0
+    unit, _, spec = header.partition("=")
+    first_text, dash, last_text = spec.strip().partition("-")
+    if unit.strip() != "bytes" or not dash or "," in spec or not (first_text or last_text):
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, f"unsupported Range {header!r}: use bytes=FIRST-LAST"
+        )
+    try:
+        if first_text:
+            first = int(first_text)
+            last = min(int(last_text), end - 1) if last_text else end - 1
+        else:
+            first, last = max(end - int(last_text), 0), end - 1
+    except ValueError:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"unsupported Range {header!r}") from None
+    first = max(first, kept)
+    if first > last or first >= end:
+        raise HTTPException(
+            status.HTTP_416_RANGE_NOT_SATISFIABLE,
+            f"the output kept is bytes {kept}-{end - 1}" if end > kept else "no output yet",
+            headers={"Content-Range": f"bytes */{end}"},
+        )
+    return StreamingResponse(
+        read_range(ctx.logs, key, first, last + 1),
+        status_code=status.HTTP_206_PARTIAL_CONTENT,
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Range": f"bytes {first}-{last}/{end}", "Content-Length": str(last - first + 1)},
     )

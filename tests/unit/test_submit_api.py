@@ -223,6 +223,33 @@ def test_logs_are_read_from_the_log_store(api, ctx):
     assert api.get(f"/v1/jobs/{job_id}/logs", headers=NLP).status_code == 404  # another tenant's job
 
 
+@pytest.mark.parametrize(
+    ("range_", "body", "content_range"),
+    [
+        ("bytes=0-6", b"line 0\n", "bytes 0-6/70"),
+        ("bytes=63-", b"line 9\n", "bytes 63-69/70"),
+        ("bytes=-14", b"line 8\nline 9\n", "bytes 56-69/70"),
+        ("bytes=60-1000", b" 8\nline 9\n", "bytes 60-69/70"),  # the last byte is cut to the end
+    ],
+)
+def test_logs_answer_byte_ranges(api, ctx, range_, body, content_range):
+    job_id = submit(api)["job_id"]
+    output = "".join(f"line {i}\n" for i in range(10)).encode()
+    asyncio.run(ctx.logs.append(split(LogKey(job_id, 1, 0), 0, output)))
+    answer = api.get(f"/v1/jobs/{job_id}/logs", headers={**VISION, "Range": range_})
+    assert answer.status_code == 206
+    assert answer.headers["content-range"] == content_range and answer.content == body
+
+
+def test_a_range_outside_the_output_is_416_and_a_bad_one_400(api, ctx):
+    job_id = submit(api)["job_id"]
+    asyncio.run(ctx.logs.append(split(LogKey(job_id, 1, 0), 0, b"short\n")))
+    outside = api.get(f"/v1/jobs/{job_id}/logs", headers={**VISION, "Range": "bytes=100-"})
+    assert outside.status_code == 416 and outside.headers["content-range"] == "bytes */6"
+    for bad in ("lines=0-1", "bytes=a-b", "bytes=0-1,4-5", "bytes=-"):
+        assert api.get(f"/v1/jobs/{job_id}/logs", headers={**VISION, "Range": bad}).status_code == 400, bad
+
+
 def test_openapi_is_served(api):
     schema = api.get("/openapi.json").json()
     assert "/v1/jobs" in schema["paths"] and "/v1/events/stream" in schema["paths"]
@@ -242,7 +269,7 @@ ERRORS = {
     ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
-    ("/v1/jobs/{job_id}/logs", "get"): {401, 404, 422, 503},
+    ("/v1/jobs/{job_id}/logs", "get"): {206, 401, 404, 416, 422, 503},
     ("/v1/events/stream", "get"): {401, 422, 503},
     ("/v1/deadletters", "get"): {401, 403, 422, 503},
     ("/v1/nodes", "get"): {401},
