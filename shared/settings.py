@@ -263,14 +263,22 @@ class MonitorSettings(CommonSettings):
     )
     simulate_gpus: int = Field(0, description="Virtual GPUs of the node when NVML finds none.")
     sample_interval: float = Field(5.0, description="Seconds between GPU samples.")
-    metrics_port: int = Field(9400, description="Port of the Prometheus /metrics endpoint.")
+    metrics_port: int = Field(
+        9400,
+        description="Port of the Prometheus /metrics endpoint (reserved: the monitor does not serve it yet).",
+    )
 
 
 class ServingSettings(CommonSettings):
     """Model serving."""
 
-    serving_host: str = Field("127.0.0.1", description="Address the serving API listens on.")
-    serving_port: int = Field(8000, description="Port of the serving API (Triton's HTTP port).")
+    serving_host: str = Field(
+        "127.0.0.1", description="Address the serving API listens on (reserved: serving does not listen yet)."
+    )
+    serving_port: int = Field(
+        8000,
+        description="Port of the serving API, Triton's HTTP port (reserved: serving does not listen yet).",
+    )
 
 
 class ClientSettings(BaseSettings):
