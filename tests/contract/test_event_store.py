@@ -27,16 +27,22 @@ MONGO_SKIP = (
 )
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("mongodb", marks=pytest.mark.skipif(not MONGO_URL, reason=MONGO_SKIP))]
-)
+BACKENDS = ["sqlite", pytest.param("mongodb", marks=pytest.mark.skipif(not MONGO_URL, reason=MONGO_SKIP))]
+
+
+def fresh_mongo_url() -> str:
+    """GPUYARD_TEST_MONGODB_URL with a database of its own, so that cases never see each other's data."""
+    base = MONGO_URL.split("?")[0].rstrip("/")
+    query = "?" + MONGO_URL.split("?", 1)[1] if "?" in MONGO_URL else ""
+    return f"{base.rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{query}"
+
+
+@pytest.fixture(params=BACKENDS)
 async def store(request, tmp_path) -> EventStore:
     if request.param == "sqlite":
         s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
     else:
-        base = MONGO_URL.split("?")[0].rstrip("/")
-        query = "?" + MONGO_URL.split("?", 1)[1] if "?" in MONGO_URL else ""
-        s = await open_store(f"{base.rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{query}")
+        s = await open_store(fresh_mongo_url())
     yield s
     if request.param == "mongodb":
         await s.client.drop_database(s.db.name)

@@ -7,28 +7,23 @@ test_event_store.py for why it is skipped on the project's own machines).
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
 from shared.logstore import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, log_store_url, open_log_store, split
 from shared.logstore.reading import follow, read_range, tail_start
 from shared.logstore.shipper import LogShipper
-from tests.contract.test_event_store import MONGO_SKIP, MONGO_URL
+from tests.contract.test_event_store import BACKENDS, fresh_mongo_url
 
 A = LogKey("job-a", 1, 0)
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("mongodb", marks=pytest.mark.skipif(not MONGO_URL, reason=MONGO_SKIP))]
-)
+@pytest.fixture(params=BACKENDS)
 async def store(request, tmp_path) -> LogStore:
     if request.param == "sqlite":
         s = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
     else:
-        base = MONGO_URL.split("?")[0].rstrip("/")
-        query = "?" + MONGO_URL.split("?", 1)[1] if "?" in MONGO_URL else ""
-        s = await open_log_store(f"{base.rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{query}")
+        s = await open_log_store(fresh_mongo_url())
     yield s
     if request.param == "mongodb":
         await s.client.drop_database(s.chunks.database.name)
