@@ -199,7 +199,7 @@ class TokenIn(Strict):
     tenant: Name = Field(description="The tenant the token stands for.")
     user: Text = Field("", max_length=200, description="The user it stands for (shown on jobs).")
     admin: bool = Field(False, description="An admin token sees every tenant and manages tokens.")
-    expires_in: Seconds | None = Field(None, gt=0, description="Expire after this long, e.g. '30d' or 3600.")
+    expires_in: Seconds | None = Field(None, description="Expire after this long, e.g. '30d' or 3600.")
     expires_at: AwareDatetime | None = Field(None, description="Expire at this time (with its time zone).")
 
     @model_validator(mode="after")

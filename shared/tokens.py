@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,7 +115,9 @@ def read_tokens_file(path: Path) -> dict[str, TokenEntry]:
 
 
 def write_tokens_file(path: Path, table: dict[str, TokenEntry]) -> None:
-    """Atomically (a 0600 temporary file renamed over it): a reader sees the old table or the new one."""
+    """Atomically (a 0600 temporary file renamed over it): a reader sees the old table or the new one. Each
+    write's mtime is later than the last one's, to the nanosecond (the clock of file times is coarse), so a
+    reader's (inode, mtime, size) check sees every change."""
     private_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
@@ -123,6 +126,9 @@ def write_tokens_file(path: Path, table: dict[str, TokenEntry]) -> None:
     stored = {h: e.model_dump(mode="json", exclude={"inline"}) for h, e in table.items() if not e.inline}
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"tokens": stored}, indent=2))
+    with contextlib.suppress(FileNotFoundError):
+        mtime = max(time.time_ns(), os.stat(path).st_mtime_ns + 1)
+        os.utime(tmp, ns=(mtime, mtime))
     tmp.replace(path)
 
 
