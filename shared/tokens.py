@@ -61,8 +61,9 @@ class TokenRefused(Exception):
     """A token that stands for nobody now; the message says why (never the token)."""
 
 
-class NoTokensFile(Exception):
-    """Tokens cannot be created or revoked: no tokens file is configured."""
+class TokensFixed(Exception):
+    """Tokens cannot be created or revoked here: no tokens file is configured, or it cannot be written (a
+    read-only mount, such as a Kubernetes Secret)."""
 
 
 def token_hash(token: str) -> str:
@@ -178,14 +179,24 @@ class Tokens:
     def _editing(self) -> Iterator[dict[str, TokenEntry]]:
         """The file's table, locked against other writers, written back (hashed) when the block ends."""
         if self.path is None:
-            raise NoTokensFile(
+            raise TokensFixed(
                 "no tokens file is configured (GPUYARD_TOKENS_FILE): tokens are fixed by the settings"
             )
-        private_dir(self.path.parent)
-        lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+        try:
+            private_dir(self.path.parent)
+            lock_fd = os.open(
+                self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE
+            )
+        except OSError as exc:
+            raise TokensFixed(
+                f"the tokens file cannot be written here ({exc.strerror}): change it at its source"
+            ) from None
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            table = read_tokens_file(self.path) if self.path.exists() else {}
+            try:
+                table = read_tokens_file(self.path) if self.path.exists() else {}
+            except (OSError, ValueError) as exc:
+                raise TokensFixed(f"the tokens file cannot be read, fix it first: {exc}") from None
             yield table
             write_tokens_file(self.path, table)
         finally:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from services.submit.auth import Admin, Context
 from services.submit.errors import answers
 from shared.api import TokenCreated, TokenIn, TokenOut
-from shared.tokens import NoTokensFile, TokenEntry
+from shared.tokens import TokenEntry, TokensFixed
 
 router = APIRouter(prefix="/v1/admin/tokens", tags=["admin"], responses=answers(400, 401, 403, 413))
 
@@ -24,7 +24,7 @@ async def create_token(ctx: Context, _: Admin, body: TokenIn) -> TokenCreated:
     """A new token; the answer is the only time it is shown (the platform keeps its hash)."""
     try:
         token, entry = ctx.tokens.create(body.tenant, body.user, body.admin, body.expiry(datetime.now(UTC)))
-    except NoTokensFile as exc:
+    except TokensFixed as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     return TokenCreated(**entry.model_dump(), token=token)
 
@@ -45,7 +45,7 @@ async def revoke_token(ctx: Context, _: Admin, token_id: str) -> Response:
         )
     try:
         revoked = ctx.tokens.revoke(token_id)
-    except NoTokensFile as exc:
+    except TokensFixed as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     if revoked is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no token {token_id!r}")
