@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,12 +14,13 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.client import Client
+from gpuyard.up import ensure_admin_token
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
 from shared.store import open_store
-from shared.tokens import Tokens
+from shared.tokens import TokenRefused, Tokens
 
 LEGACY = {
     "tokens": {
@@ -252,3 +254,26 @@ def test_cli_a_non_admin_is_told_in_one_line(cli_api, capsys):
     with pytest.raises(SystemExit) as exit_:  # argparse: one expiry
         cli.main(["admin", "tokens", "create", "--tenant", "nlp", "--expires-in", "1h", "--expires-at", "x"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_each_write_is_seen_even_within_one_tick_of_the_file_clock(tmp_path):
+    """File times come from a coarse clock: two writes of the same size could share one. Each write is given a
+    later mtime than the last, so a reader's check sees it (here the last one is set ahead of the clock)."""
+    path = tmp_path / "tokens.json"
+    writer, reader = Tokens(path), Tokens(path)
+    first, entry = writer.create(tenant="a", user="x")
+    ahead = path.stat().st_mtime_ns + 10**12
+    os.utime(path, ns=(ahead, ahead))
+    reader.authenticate(first)
+    writer.revoke(entry.id)
+    assert path.stat().st_mtime_ns > ahead
+    with pytest.raises(TokenRefused):
+        reader.authenticate(first)
+
+
+def test_gpuyard_up_keeps_the_saved_admin_token_while_the_file_takes_it(tmp_path):
+    path, token = ensure_admin_token(tmp_path, None)
+    assert Tokens(path).authenticate(token).admin and token not in path.read_text()
+    assert ensure_admin_token(tmp_path, token) == (path, token)
+    path, other = ensure_admin_token(tmp_path, "gy_not-in-this-file")
+    assert other != token and Tokens(path).authenticate(other).admin
