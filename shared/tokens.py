@@ -110,8 +110,14 @@ def parse_inline(inline: str) -> dict[str, TokenEntry]:
 def read_tokens_file(path: Path) -> dict[str, TokenEntry]:
     """Raises OSError or ValueError (a file that is not YAML/JSON, or an entry that is not valid)."""
     try:
-        return parse_tokens(yaml.safe_load(Path(path).read_text()))
-    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:  # its position only: the message would quote the line, maybe a plain token
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{path} is not valid YAML/JSON{where}") from None
+    try:
+        return parse_tokens(data)
+    except (ValidationError, AttributeError) as exc:
         raise ValueError(f"{path} is not a valid tokens file: {exc}") from None
 
 
