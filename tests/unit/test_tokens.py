@@ -173,7 +173,7 @@ def test_only_an_admin_manages_tokens(api):
 
 
 def test_a_tokens_file_that_cannot_be_read_refuses_its_tokens_until_fixed(api, tokens_file):
-    tokens_file.write_text('{"tokens": {"tok-vision": {"tenant": "vision"}, [')
+    tokens_file.write_text('{"tokens": {"tok-vision": {"tenant": "vision"} [')
     assert api.get("/v1/jobs", headers=VISION).status_code == 401
     ctx = api.app.state.ctx
     ctx.tokens.inline = Tokens(
