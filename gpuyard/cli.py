@@ -283,6 +283,55 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _when(at: datetime | None, never: str) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if at is not None else never
+
+
+def cmd_tokens_create(args: argparse.Namespace) -> int:
+    created = Client(args.server, args.token).create_token(
+        tenant=args.tenant,
+        user=args.user,
+        admin=args.admin,
+        expires_in=args.expires_in,
+        expires_at=args.expires_at,
+    )
+    if args.json:
+        _print_json(created)
+        return 0
+    out.print(created.token)
+    err.print(
+        f"token {created.id} for {created.user or created.tenant} (tenant {created.tenant}"
+        f"{', admin' if created.admin else ''}), expires {_when(created.expires, 'never')}: "
+        "shown this once, keep it now"
+    )
+    return 0
+
+
+def cmd_tokens_ls(args: argparse.Namespace) -> int:
+    tokens = Client(args.server, args.token).tokens()
+    if args.json:
+        _print_json(tokens)
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("ID", "TENANT", "USER", "ADMIN", "CREATED", "EXPIRES"):
+        table.add_column(column)
+    now = datetime.now(UTC)
+    for t in tokens:
+        expires = _when(t.expires, "never")
+        if t.expires is not None and t.expires <= now:
+            expires += " (expired)"
+        created = "settings" if t.inline else _when(t.created, "-")
+        table.add_row(t.id, t.tenant, t.user or "-", "yes" if t.admin else "", created, expires)
+    out.print(table)
+    return 0
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    Client(args.server, args.token).revoke_token(args.id)
+    out.print(f"token {args.id} revoked")
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -341,6 +390,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     why_cmd.add_argument("job")
     why_cmd.set_defaults(func=cmd_why)
+
+    admin = sub.add_parser("admin", help="platform administration (admin token)")
+    admin_sub = admin.add_subparsers(dest="area", required=True, metavar="AREA")
+    tokens = admin_sub.add_parser("tokens", help="create, list and revoke bearer tokens")
+    tokens_sub = tokens.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = tokens_sub.add_parser("create", help="a new token, printed once", parents=[common])
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--user", default="")
+    create.add_argument("--admin", action="store_true", help="sees every tenant and manages tokens")
+    expiry = create.add_mutually_exclusive_group()
+    expiry.add_argument("--expires-in", metavar="DURATION", help="e.g. 30d, 12h, 3600")
+    expiry.add_argument("--expires-at", metavar="TIME", help="ISO 8601 with its zone, e.g. 2027-01-31T00:00Z")
+    create.set_defaults(func=cmd_tokens_create)
+    tokens_sub.add_parser("ls", help="list tokens (never the tokens)", parents=[common]).set_defaults(
+        func=cmd_tokens_ls
+    )
+    revoke = tokens_sub.add_parser("revoke", help="revoke a token by its id", parents=[common])
+    revoke.add_argument("id")
+    revoke.set_defaults(func=cmd_tokens_revoke)
 
     sub.add_parser(  # listed here for `gpuyard --help`; main() hands `gpuyard sim ARGS` to the simulator
         "sim",

@@ -19,6 +19,8 @@ from shared.api import (
     JobOut,
     NodeOut,
     ServiceOut,
+    TokenCreated,
+    TokenOut,
 )
 from shared.jobstate import JobState
 from shared.settings import ClientSettings
@@ -135,6 +137,16 @@ class Client:
 
     def dead_letters(self, limit: int = 50) -> list[DeadLetterOut]:
         return self.answer(list[DeadLetterOut], "GET", "/v1/deadletters", params={"limit": limit})
+
+    def create_token(self, **fields: Any) -> TokenCreated:
+        body = {k: v for k, v in fields.items() if v is not None}
+        return self.answer(TokenCreated, "POST", "/v1/admin/tokens", json=body)
+
+    def tokens(self) -> list[TokenOut]:
+        return self.answer(list[TokenOut], "GET", "/v1/admin/tokens")
+
+    def revoke_token(self, token_id: str) -> None:
+        self.request("DELETE", f"/v1/admin/tokens/{token_id}")
 
     def logs(self, job_id: str, **params: Any) -> str:
         return self.request(

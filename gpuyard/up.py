@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuyard.client import Client, save_config
+from gpuyard.client import Client, save_config, saved_config
 from shared.settings import (
     CommonSettings,
     ExecutorSettings,
@@ -36,7 +36,7 @@ from shared.settings import (
     settings_from_argv,
 )
 from shared.settingsdocs import default_text, env_name, flag_name
-from shared.tokens import Principal, load_tokens, new_token, write_tokens
+from shared.tokens import TokenRefused, Tokens
 
 SERVICES: dict[str, type[CommonSettings]] = {  # in start order
     "submit": SubmitSettings,
@@ -318,14 +318,16 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     return Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
 
 
-def ensure_admin_token(data_dir: Path) -> tuple[Path, str]:
+def ensure_admin_token(data_dir: Path, saved: str | None) -> tuple[Path, str]:
+    """The admin token saved for the CLI when the tokens file still takes it, else a new one (the file keeps
+    tokens hashed: one it holds cannot be shown again)."""
     path = data_dir / TOKENS_FILE
-    tokens = load_tokens(path) if path.exists() else {}
-    admin = next((t for t, p in tokens.items() if p.admin), None)
-    if admin is None:
-        admin = new_token()
-        tokens[admin] = Principal(tenant="default", user="admin", admin=True)
-        write_tokens(path, tokens)
+    tokens = Tokens(path)
+    if saved and path.exists():
+        with contextlib.suppress(TokenRefused):
+            if tokens.authenticate(saved).admin:
+                return path, saved
+    admin, _ = tokens.create(tenant="default", user="admin", admin=True)
     return path, admin
 
 
@@ -358,7 +360,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     log_dir.chmod(0o700)
-    _, admin_token = ensure_admin_token(data_dir)
+    _, admin_token = ensure_admin_token(data_dir, saved_config().get("token"))
     server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
 

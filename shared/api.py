@@ -9,14 +9,14 @@ a pending reason.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from shared.events import FailureReason, PendingReason, ReplicaPlacement
-from shared.jobspec import JobSpec
+from shared.jobspec import JobSpec, Name, Seconds, Strict, Text
 from shared.jobstate import Attempt, JobState, JobView
 from shared.reasons import PendingCode
 
@@ -188,6 +188,49 @@ class ErrorOut(Out):
     """Every refusal but a request's validation (422, one reason per field) is this."""
 
     detail: str = Field(description="Why, for people.")
+
+
+# ---------------------------------------------------------------- tokens
+
+
+class TokenIn(Strict):
+    """A token to create (admin only): whom it stands for and, optionally, when it expires."""
+
+    tenant: Name = Field(description="The tenant the token stands for.")
+    user: Text = Field("", max_length=200, description="The user it stands for (shown on jobs).")
+    admin: bool = Field(False, description="An admin token sees every tenant and manages tokens.")
+    expires_in: Seconds | None = Field(None, description="Expire after this long, e.g. '30d' or 3600.")
+    expires_at: AwareDatetime | None = Field(None, description="Expire at this time (with its time zone).")
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> TokenIn:
+        if self.expires_in is not None and self.expires_at is not None:
+            raise ValueError("give expires_in or expires_at, not both")
+        if self.expires_at is not None and self.expires_at <= datetime.now(UTC):
+            raise ValueError(f"expires_at {self.expires_at.isoformat()} is already past")
+        return self
+
+    def expiry(self, now: datetime) -> datetime | None:
+        """When the token expires, if it does, for one created at `now`."""
+        if self.expires_in is not None:
+            return now + timedelta(seconds=self.expires_in)
+        return self.expires_at
+
+
+class TokenOut(Out):
+    """A token as listed: never the token nor its hash."""
+
+    id: str = Field(description="What revokes it: DELETE /v1/admin/tokens/{id}.")
+    tenant: str
+    user: str
+    admin: bool
+    created: datetime | None = Field(None, description="None for a token written by hand or by the settings.")
+    expires: datetime | None = Field(None, description="None: it does not expire.")
+    inline: bool = Field(False, description="Set by GPUYARD_TOKENS (the settings): revoked there, not here.")
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="The bearer token, shown this once: only its hash is kept.")
 
 
 class HealthOut(Out):

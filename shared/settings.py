@@ -120,7 +120,10 @@ class SubmitSettings(CommonSettings):
     )
     submit_port: int = Field(8080, description="Port of the API.")
     tokens_file: Path | None = Field(
-        None, description="JSON/YAML file of tokens: `{token: {tenant, user, admin}}`."
+        None,
+        description="JSON/YAML file of tokens, kept hashed, re-read when it changes: "
+        "`{tokens: {sha256:<hex>: {id, tenant, user, admin, created, expires}}}` (a plain token as key is read "
+        "too); `gpuyard admin tokens` manages it.",
     )
     tokens: str = Field("", description="Inline tokens: `token=tenant[:user][:admin],…`.")
     max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")

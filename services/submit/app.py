@@ -11,7 +11,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.submit import routes_jobs, routes_platform
+from services.submit import routes_admin, routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.errors import answers
@@ -82,6 +82,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)  # added last: the outer one, before FastSubmit
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
+    app.include_router(routes_admin.router)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:

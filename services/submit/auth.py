@@ -9,7 +9,7 @@ from fastapi.security import HTTPBearer
 
 from services.submit.bearer import bearer_token
 from services.submit.context import SubmitContext
-from shared.tokens import Principal
+from shared.tokens import Principal, TokenRefused
 
 
 class Bearer(HTTPBearer):
@@ -37,12 +37,12 @@ async def current_principal(ctx: Context, token: Annotated[str | None, Depends(_
             "missing bearer token: send 'Authorization: Bearer <token>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = ctx.tokens.get(token)
-    if principal is None:
+    try:
+        return ctx.tokens.authenticate(token)
+    except TokenRefused as exc:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"}
-        )
-    return principal
+            status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
+        ) from None
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

@@ -9,14 +9,15 @@ from shared.bus import Bus
 from shared.ledger import JobLedger
 from shared.logstore import LogStore
 from shared.store import EventStore
-from shared.tokens import Principal
+from shared.tokens import Tokens
 
 
 @dataclass
 class SubmitContext:
     store: EventStore
     ledger: JobLedger
-    tokens: dict[str, Principal]
+    tokens: Tokens
+    """Looked up on every request (`Tokens.authenticate`): a revocation counts at once."""
     logs: LogStore
     """Jobs' output, shipped there by the executors (`shared.logstore`): read from any node."""
     bus: Bus | None = None

@@ -20,6 +20,7 @@ from services.submit.routes_jobs import queue_job
 from shared.bus import BusUnavailable
 from shared.jobspec import JobSpec
 from shared.store import ConcurrencyError, StoreUnavailable
+from shared.tokens import TokenRefused
 
 SUBMIT_PATH = "/v1/jobs"
 IDEMPOTENCY_KEY_MAX = 200  # as the route's Header(max_length=...)
@@ -67,7 +68,10 @@ class FastSubmit:
         """The answer's body for a job queued here; None: left to the app."""
         authorization = headers.get(b"authorization")
         token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
-        principal = self.ctx.tokens.get(token) if token is not None else None
+        try:
+            principal = self.ctx.tokens.authenticate(token) if token is not None else None
+        except TokenRefused:  # the app says why
+            return None
         key = headers.get(b"idempotency-key")
         if principal is None or not is_json(headers.get(b"content-type")):
             return None

@@ -12,7 +12,7 @@ from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from shared.service import Service
 from shared.settings import SubmitSettings
-from shared.tokens import load_tokens
+from shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class _Server(uvicorn.Server):
 def preflight(settings: SubmitSettings) -> str | None:
     """Refuse to serve a non-loopback address without tokens (anyone on the network could submit)."""
     try:
-        tokens = load_tokens(settings.tokens_file, settings.tokens)
+        tokens = Tokens(settings.tokens_file, settings.tokens).check()
     except (OSError, ValueError) as exc:
         return f"cannot read the tokens: {exc}"
     if not tokens and not is_loopback(settings.submit_host):
@@ -43,8 +43,8 @@ def preflight(settings: SubmitSettings) -> str | None:
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
-    tokens = load_tokens(settings.tokens_file, settings.tokens)
-    if not tokens:
+    tokens = Tokens(settings.tokens_file, settings.tokens)
+    if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
     ctx = SubmitContext(
         store=service.store,

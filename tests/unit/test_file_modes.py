@@ -17,7 +17,7 @@ from shared.logstore.base import Chunk, LogKey
 from shared.logstore.sqlite import SqliteLogStore
 from shared.paths import replica_files
 from shared.store.sqlite import SqliteEventStore
-from shared.tokens import Principal, write_tokens
+from shared.tokens import Tokens
 
 
 @pytest.fixture
@@ -73,5 +73,5 @@ def test_replica_logs_pid_files_and_their_folders_are_private(tmp_path, usual_um
 
 
 def test_the_tokens_file_is_private(tmp_path, usual_umask):
-    write_tokens(tmp_path / "conf" / "tokens.json", {"t": Principal(tenant="a")})
+    Tokens(tmp_path / "conf" / "tokens.json").create(tenant="a")
     assert not exposed(tmp_path)

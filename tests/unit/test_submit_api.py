@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -25,12 +26,12 @@ from shared.events import (
 from shared.ledger import JobLedger
 from shared.logstore import LogKey, open_log_store, split
 from shared.store import open_store
-from shared.tokens import Principal
+from shared.tokens import Tokens
 
-TOKENS = {
-    "tok-vision": Principal(tenant="vision", user="ana"),
-    "tok-nlp": Principal(tenant="nlp", user="bo"),
-    "tok-admin": Principal(tenant="ops", user="root", admin=True),
+TOKENS = {  # as a tokens file of the format before tokens were hashed holds them
+    "tok-vision": {"tenant": "vision", "user": "ana"},
+    "tok-nlp": {"tenant": "nlp", "user": "bo"},
+    "tok-admin": {"tenant": "ops", "user": "root", "admin": True},
 }
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}
@@ -41,10 +42,12 @@ SPEC = {"name": "train", "command": "python train.py", "resources": {"gpus": 1}}
 @pytest.fixture
 def ctx(tmp_path):
     store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
+    tokens_file = tmp_path / "tokens.json"
+    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
     context = SubmitContext(
         store=store,
         ledger=JobLedger(store, None, "/test"),
-        tokens=TOKENS,
+        tokens=Tokens(tokens_file),
         logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
         max_body_bytes=4096,
     )
@@ -274,6 +277,9 @@ ERRORS = {
     ("/v1/deadletters", "get"): {401, 403, 422, 503},
     ("/v1/nodes", "get"): {401},
     ("/v1/services", "get"): {401},
+    ("/v1/admin/tokens", "post"): {401, 403, 409, 422},
+    ("/v1/admin/tokens", "get"): {401, 403},
+    ("/v1/admin/tokens/{token_id}", "delete"): {401, 403, 404, 409, 422},
     ("/healthz", "get"): set(),
 }
 
@@ -291,7 +297,7 @@ def test_every_route_documents_each_status_it_answers(api):
             ].values()  # (text/plain on logs: FastAPI's)
             assert content["schema"] == {"$ref": "#/components/schemas/ErrorOut"}, (path, method, code)
         # and what it answers to a request without a token, with another tenant's, with a body over the limit
-        url = path.replace("{job_id}", "no-such-job")
+        url = path.replace("{job_id}", "no-such-job").replace("{token_id}", "no-such-token")
         for headers, body in ((None, None), (VISION, None), (VISION, b"x" * 5000)):
             answer = api.request(method.upper(), url, headers=headers, content=body).status_code
             assert answer < 300 or answer in documented, (path, method, answer)

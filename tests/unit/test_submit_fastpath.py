@@ -15,12 +15,9 @@ from services.submit.fastpath import FastSubmit
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
 from shared.store import open_store
-from shared.tokens import Principal
+from shared.tokens import Tokens
 
-TOKENS = {
-    "tok-vision": Principal(tenant="vision", user="ana"),
-    "tok-admin": Principal(tenant="ops", user="root", admin=True),
-}
+TOKENS = Tokens(None, "tok-vision=vision:ana,tok-admin=ops:root:admin")
 SPEC = {"name": "train", "command": ["python", "train.py"], "resources": {"gpus": 0.5}}
 JSON = "application/json"
 
