@@ -5,7 +5,7 @@ the events it records (started, replica exits, succeeded / failed / cancelled / 
 backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A backend only:
 
 - `launch`es the replicas of an attempt it is given and reports, through `BackendEvents`, when they have
-  started and how each one ended (`exits.ReplicaExit`: exit code, signal, reason, message, last log lines);
+  started and how each one ended (`exits.replica_exit`, the `job.replica_exited` event: exit code, signal, reason, message, last log lines);
 - `stop`s an attempt: every replica still running ends (SIGTERM, then SIGKILL after the grace) and is
   reported ended like any other;
 - writes each replica's output to its log file in the data directory (size-capped, rotated), which the
@@ -22,8 +22,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.executor.exits import AttemptKey, ReplicaExit
-from shared.events import NodeHeartbeat, ReplicaPlacement
+from services.executor.exits import AttemptKey
+from shared.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
 from shared.jobspec import JobSpec
 
 
@@ -55,7 +55,7 @@ class BackendEvents(Protocol):
 
     async def replicas_started(self, key: AttemptKey, node: str, replicas: list[int]) -> None: ...
 
-    async def replica_ended(self, ended: ReplicaExit) -> None: ...
+    async def replica_ended(self, ended: JobReplicaExited) -> None: ...
 
 
 class Backend(ABC):
@@ -68,7 +68,7 @@ class Backend(ABC):
         """Start watching (called once, before any launch)."""
 
     @abstractmethod
-    async def launch(self, launch: AttemptLaunch) -> ReplicaExit | None:
+    async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         """Start `launch.replicas`. On a failure to start one, what already started is stopped (and not
         reported) and the replica that could not start is returned, as its exit (with the reason)."""
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Iterable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from services.executor.cgroups import ENTER_FAILED
-from services.executor.exits import ReplicaExit
 from shared.events import (
     EventData,
     FailureReason,
     JobCancelled,
     JobFailed,
+    JobReplicaExited,
     JobRequeued,
     JobSucceeded,
     RequeueReason,
@@ -89,16 +88,19 @@ def classify_exit(
     return FailureReason.EXIT_CODE, returncode, None, f"exited with code {returncode}"
 
 
-def exit_after_stop(ended: ReplicaExit, stop: str | None, message: str, timeout: float | None) -> ReplicaExit:
+def exit_after_stop(
+    ended: JobReplicaExited, stop: str | None, message: str, timeout: float | None
+) -> JobReplicaExited:
     """The exit to record for a replica that ended while its attempt was being stopped for `stop`."""
     if stop == "timeout":
         why = f"timed out after {timeout:g}s and was stopped" if timeout else "timed out"
-        return replace(ended, reason=FailureReason.TIMEOUT, message=why)
+        return ended.model_copy(update={"reason": FailureReason.TIMEOUT, "message": why})
     if stop == "gpu_memory":
-        return replace(
-            ended,
-            reason=FailureReason.GPU_MEMORY_EXCEEDED,
-            message=message or "used more GPU memory than its slice",
+        return ended.model_copy(
+            update={
+                "reason": FailureReason.GPU_MEMORY_EXCEEDED,
+                "message": message or "used more GPU memory than its slice",
+            }
         )
     return ended
 

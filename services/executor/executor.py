@@ -25,7 +25,7 @@ from services.executor.backend import AttemptLaunch, Backend
 from services.executor.backends import make_backend
 from services.executor.claims import Claims
 from services.executor.classify import attempt_end, exit_after_stop
-from services.executor.exits import AttemptKey, ReplicaExit
+from services.executor.exits import AttemptKey, attempt_key
 from services.executor.gpuguard import SliceGuard, choose_reader
 from services.executor.gpuwatch import GpuProcessReader, Overuse
 from services.executor.rendezvous import master_endpoint
@@ -37,6 +37,7 @@ from shared.events import (
     JobFailed,
     JobPlaced,
     JobPreempted,
+    JobReplicaExited,
     JobRequeued,
     JobStarted,
     JobSucceeded,
@@ -260,8 +261,8 @@ class Executor:
         event_id = derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas))))
         await self.written(lambda: self.ledger.append(job_id, started, event_id=event_id))
 
-    async def replica_ended(self, ended: ReplicaExit) -> None:
-        record = self.attempts.get(ended.key)
+    async def replica_ended(self, ended: JobReplicaExited) -> None:
+        record = self.attempts.get(attempt_key(ended))
         stop = None
         if record is not None:
             record.running.discard(ended.replica)
@@ -270,17 +271,16 @@ class Executor:
                 timeout = record.launch.spec.timeout if record.launch else None
                 ended = exit_after_stop(ended, stop, record.stop_message, timeout)
         if ended.reason is not None and stop is None:  # a failed replica stops its gang
-            self._spawn(self.stop_attempt(ended.key, "peer_failed", self.settings.grace_seconds))
+            self._spawn(self.stop_attempt(attempt_key(ended), "peer_failed", self.settings.grace_seconds))
         await self.record_exit(ended)
 
-    async def record_exit(self, exited: ReplicaExit) -> None:
+    async def record_exit(self, exited: JobReplicaExited) -> None:
         """The replica's exit, and how the attempt ended when that exit settles it, in one append."""
-        job_id, attempt = key = exited.key
-        event = exited.event()
+        job_id, attempt = key = attempt_key(exited)
         outcome = await self.written(
             lambda: self.ledger.record(
                 job_id,
-                lambda _view: event,
+                lambda _view: exited,
                 event_id=lambda _view: derived_id(job_id, attempt, "exited", exited.replica),
                 then=self.settling(key),
                 then_id=lambda _view: derived_id(job_id, attempt, "ended"),

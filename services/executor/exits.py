@@ -1,15 +1,14 @@
 """The executor's names for an attempt and for how one of its replicas ended, shared by both backends.
 
 `AttemptKey` is the one key of an attempt everywhere in the executor (its registry, the backends, the claims,
-the Kubernetes controller); it is a tuple, so `(job_id, attempt)` finds the same entry. `ReplicaExit` is the
-one model of a replica's end, whoever saw it: a local process that exited, a pod that finished or was
-deleted, a replica that could not start. The executor records it as `job.replica_exited` (`event`).
+the Kubernetes controller); it is a tuple, so `(job_id, attempt)` finds the same entry. A replica's end,
+whoever saw it (a local process that exited, a pod that finished or was deleted, a replica that could not
+start), is the `job.replica_exited` event's own model, made by `replica_exit`: no second model of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from shared.events import FailureReason, JobReplicaExited
@@ -23,33 +22,32 @@ class AttemptKey(NamedTuple):
     attempt: int
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaExit:
-    job_id: str
-    attempt: int
-    replica: int
-    node: str
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: FailureReason | None = None
-    """None: it exited with code 0."""
-    message: str = ""
-    log_tail: Sequence[str] = ()
-    """The last lines of its output, for a failure's cause (kept only when it failed)."""
+def replica_exit(
+    job_id: str,
+    attempt: int,
+    replica: int,
+    node: str,
+    *,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    reason: FailureReason | None = None,
+    message: str = "",
+    log_tail: Sequence[str] = (),
+) -> JobReplicaExited:
+    """How a replica ended (`reason` None: it exited with code 0), as the executor records it: the last lines
+    of its output are kept only when it failed, for the cause."""
+    return JobReplicaExited(
+        job_id=job_id,
+        attempt=attempt,
+        node=node,
+        replica=replica,
+        exit_code=exit_code,
+        signal=signal,
+        reason=reason,
+        message=message,
+        log_tail=list(log_tail) if reason else [],
+    )
 
-    @property
-    def key(self) -> AttemptKey:
-        return AttemptKey(self.job_id, self.attempt)
 
-    def event(self) -> JobReplicaExited:
-        return JobReplicaExited(
-            job_id=self.job_id,
-            attempt=self.attempt,
-            node=self.node,
-            replica=self.replica,
-            exit_code=self.exit_code,
-            signal=self.signal,
-            reason=self.reason,
-            message=self.message,
-            log_tail=list(self.log_tail) if self.reason else [],
-        )
+def attempt_key(exited: JobReplicaExited) -> AttemptKey:
+    return AttemptKey(exited.job_id, exited.attempt)

@@ -22,7 +22,7 @@ from services.executor.backend import AttemptLaunch, Backend, BackendEvents
 from services.executor.cgroups import Cgroups
 from services.executor.child import Process, start_child
 from services.executor.classify import classify_exit
-from services.executor.exits import AttemptKey, ReplicaExit
+from services.executor.exits import AttemptKey, replica_exit
 from services.executor.jobenv import replica_env
 from services.executor.logfile import LogPump, RotatingLog, tail_lines
 from services.executor.pidfiles import make_replica_dirs, read_pid_files, write_pid_file
@@ -35,7 +35,7 @@ from services.executor.processes import (
     stop_leftovers,
     terminate,
 )
-from shared.events import FailureReason, JobPlaced
+from shared.events import FailureReason, JobPlaced, JobReplicaExited
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
 from shared.paths import replica_files
@@ -101,7 +101,7 @@ class LocalBackend(Backend):
 
     # ------------------------------------------------------------------ launch
 
-    async def launch(self, launch: AttemptLaunch) -> ReplicaExit | None:
+    async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         started: list[LocalReplica] = []
         for replica in launch.replicas:
             try:
@@ -109,7 +109,7 @@ class LocalBackend(Backend):
             except StartError as exc:
                 log.warning("job %s replica %d did not start: %s", launch.job_id, replica, exc.message)
                 await asyncio.gather(*(self._discard(rep) for rep in started))
-                return ReplicaExit(
+                return replica_exit(
                     launch.job_id, launch.attempt, replica, self.node, reason=exc.reason, message=exc.message
                 )
         self.replicas[launch.key] = {rep.replica: rep for rep in started}
@@ -258,7 +258,7 @@ class LocalBackend(Backend):
         if not live:
             self.replicas.pop(rep.key, None)
         await self.events.replica_ended(
-            ReplicaExit(
+            replica_exit(
                 job_id=rep.job_id,
                 attempt=rep.attempt,
                 replica=rep.replica,

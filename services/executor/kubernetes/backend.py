@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.executor.backend import AttemptLaunch, Backend, BackendEvents
-from services.executor.exits import AttemptKey, ReplicaExit, ReplicaKey
+from services.executor.exits import AttemptKey, ReplicaKey, replica_exit
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.controller import KubernetesController
 from services.executor.kubernetes.nodes import cluster_inventory
 from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from services.executor.logfile import RotatingLog
-from shared.events import FailureReason, NodeHeartbeat
+from shared.events import FailureReason, JobReplicaExited, NodeHeartbeat
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
 from shared.paths import log_path
@@ -184,7 +184,7 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ launch, stop, adopt, release
 
-    async def launch(self, launch: AttemptLaunch) -> ReplicaExit | None:
+    async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
         try:
             async with self.lock:
@@ -201,7 +201,7 @@ class KubernetesBackend(Backend):
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
             first = launch.replicas[0]
-            return ReplicaExit(
+            return replica_exit(
                 launch.job_id,
                 launch.attempt,
                 first,
@@ -223,7 +223,7 @@ class KubernetesBackend(Backend):
             await self.controller.cancel(key[0], key[1], grace_seconds=math.ceil(grace))
         for replica, node in sorted(nodes.items()):
             await self.events.replica_ended(
-                ReplicaExit(
+                replica_exit(
                     job_id=key[0],
                     attempt=key[1],
                     replica=replica,

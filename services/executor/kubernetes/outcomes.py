@@ -18,10 +18,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from services.executor.exits import ReplicaExit
+from services.executor.exits import replica_exit
 from services.executor.kubernetes import labels as job_labels
 from services.executor.kubernetes.manifests import CONTAINER
-from shared.events import FailureReason
+from shared.events import FailureReason, JobReplicaExited
 
 
 class ReplicaPhase(StrEnum):
@@ -55,9 +55,9 @@ class ReplicaOutcome:
     def with_(self, **changes: Any) -> ReplicaOutcome:
         return replace(self, **changes)
 
-    def exit(self, node: str) -> ReplicaExit:
+    def exit(self, node: str) -> JobReplicaExited:
         """A finished replica's end, as the executor records it (`node`: the GPUYARD node it was placed on)."""
-        return ReplicaExit(
+        return replica_exit(
             self.job_id,
             self.attempt,
             self.replica,
