@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import FailureReason, PendingReason, ReplicaPlacement
+from shared.events import FailureReason
 from shared.jobspec import JobSpec, Name, Seconds, Strict, Text
-from shared.jobstate import Attempt, JobState, JobView
+from shared.jobstate import JobState, JobView
 from shared.reasons import PendingCode
 
 
@@ -27,6 +27,8 @@ class Out(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+
+PublicModel = TypeVar("PublicModel", bound=Out)
 
 # ---------------------------------------------------------------- jobs
 
@@ -258,51 +260,22 @@ def job_out(view: JobView) -> JobOut:
         updated_at=view.updated_at,
         started_at=view.started_at,
         finished_at=view.finished_at,
-        pending=pending_out(view.pending) if queued and view.pending else None,
+        pending=_public(PendingOut, view.pending) if queued and view.pending else None,
         not_before=view.not_before if queued else None,
-        placements=[placement_out(p) for p in view.placements],
+        placements=[_public(PlacementOut, p) for p in view.placements],
         borrowed=view.borrowed,
         cancel_requested=view.cancel_requested,
         preemption=_preemption(view) if active else None,
         failure=_failure(view) if view.state == JobState.FAILED else None,
         message=view.message,
-        attempts=[attempt_out(a) for a in view.attempts],
+        attempts=[_public(AttemptOut, a) for a in view.attempts],
     )
 
 
-def pending_out(reason: PendingReason) -> PendingOut:
-    return PendingOut(
-        code=PendingCode(reason.code),
-        message=reason.message,
-        details=dict(reason.details),
-        position=reason.position,
-        estimated_start=reason.estimated_start,
-    )
-
-
-def placement_out(p: ReplicaPlacement) -> PlacementOut:
-    return PlacementOut(
-        replica=p.replica,
-        node=p.node,
-        gpus=[GpuShareOut(index=g.index, fraction=g.fraction, memory_bytes=g.memory_bytes) for g in p.gpus],
-        cpus=p.cpus,
-        memory_bytes=p.memory_bytes,
-    )
-
-
-def attempt_out(a: Attempt) -> AttemptOut:
-    return AttemptOut(
-        number=a.number,
-        queued_at=a.queued_at,
-        placed_at=a.placed_at,
-        started_at=a.started_at,
-        ended_at=a.ended_at,
-        nodes=list(a.nodes),
-        outcome=a.outcome,
-        exit_code=a.exit_code,
-        message=a.message,
-        notes=list(a.notes),
-    )
+def _public(model: type[PublicModel], internal: BaseModel) -> PublicModel:
+    """The public form of an internal model: its fields of the same names, nothing else (the rest stays the
+    platform's business)."""
+    return model.model_validate(internal, from_attributes=True)
 
 
 def _preemption(view: JobView) -> PreemptionOut | None:
