@@ -48,12 +48,19 @@ from services.scheduler.sim.cli import PUBLISHED_AT_100, _subsample  # noqa: E40
 from services.scheduler.sim.cluster import popularity  # noqa: E402
 from services.scheduler.sim.inflation import InflationSummary, run_inflation  # noqa: E402
 from services.scheduler.sim.timemode import run_time  # noqa: E402
-from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, read_nodes, read_pods  # noqa: E402
+from services.scheduler.sim.trace import SHIPPED, read_nodes, read_pods  # noqa: E402
 
 GIB = 1 << 30
 POD_FILES = ["default", "gpushare40", "multigpu20", "gpuspec33", "cpu050"]
 QUALITY_POLICIES = ["firstfit", "bestfit", "fgd", "gpuyard"]
+# The pod files gpuyard does not ship (multigpu20, gpuspec33, cpu050) are read from the team's copy of the trace.
+TEAM_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-2023"
 TIME_SETUP = {"cluster_fraction": 0.05, "speedup": 20.0}  # 61 nodes / 314 GPUs; arrivals 20x faster
+
+
+def trace_file(name: str) -> str | Path:
+    """A file shipped with gpuyard by its name; another of the trace by its path in the team's copy."""
+    return name if name in SHIPPED else TEAM_TRACES / name
 
 
 # ------------------------------------------------------------------------------------------------ speed
@@ -262,10 +269,10 @@ def speed(quick: bool, repeat: int = 3) -> dict:
 # ------------------------------------------------------------------------------------------------ quality
 def quality(quick: bool, files: list[str] = POD_FILES, n_seeds: int | None = None) -> dict:
     seeds = list(range(42, 42 + (n_seeds or (2 if quick else 10))))
-    nodes = read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv")
+    nodes = read_nodes(trace_file("openb_node_list_gpu_node.csv"))
     out = {}
     for name in files:
-        pods = read_pods(DEFAULT_TRACE_DIR / f"openb_pod_list_{name}.csv")
+        pods = read_pods(trace_file(f"openb_pod_list_{name}.csv"))
         row = {}
         for policy in QUALITY_POLICIES:
             summary = InflationSummary(policy, [run_inflation(nodes, pods, policy, s) for s in seeds])
@@ -282,10 +289,8 @@ def quality(quick: bool, files: list[str] = POD_FILES, n_seeds: int | None = Non
 
 
 def time_replay() -> dict:
-    nodes = _subsample(
-        read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv"), TIME_SETUP["cluster_fraction"]
-    )
-    pods = read_pods(DEFAULT_TRACE_DIR / "openb_pod_list_default.csv")
+    nodes = _subsample(read_nodes(trace_file("openb_node_list_gpu_node.csv")), TIME_SETUP["cluster_fraction"])
+    pods = read_pods(trace_file("openb_pod_list_default.csv"))
     shapes = popularity(pods)
     out = {"setup": {**TIME_SETUP, "gpus": int(nodes.total_gpus)}}
     for name in ("fifo", "gpuyard"):

@@ -4,9 +4,17 @@ Makefile's test target installs every extra the tests exercise."""
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -58,3 +66,57 @@ def test_make_test_installs_the_extras_the_tests_use():
     installs = re.findall(r"pip install -q -e '\.\[([a-z,]+)\]'", makefile)
     assert installs and set(installs[0].split(",")) == {"test", "train", "sim", "serving"}
     assert set(installs[0].split(",")) <= set(PROJECT["optional-dependencies"])
+
+
+SHIPPED_TRACE = (
+    "openb_node_list_gpu_node.csv",
+    "openb_pod_list_default.csv",
+    "openb_pod_list_gpushare40.csv",
+)
+TRACE_DATA = "services/scheduler/sim/traces"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip install` would install, built from a copy of the project's own files."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    build = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", build, str(out)], cwd=source, check=True, capture_output=True)
+    (found,) = out.glob("gpuyard-*.whl")
+    return found
+
+
+def test_the_wheel_ships_the_trace_with_its_license_and_citation(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        for name in (*SHIPPED_TRACE, "LICENSE-CC-BY-4.0.txt"):
+            assert archive.read(f"{TRACE_DATA}/{name}") == (ROOT / TRACE_DATA / name).read_bytes(), name
+        readme = archive.read(f"{TRACE_DATA}/README.md").decode()
+    assert "CC BY 4.0" in readme and "@inproceedings" in readme and "alibaba/clusterdata" in readme
+
+
+def test_the_readme_sim_command_works_from_the_installed_files_alone(wheel, tmp_path):
+    """The README's `gpuyard sim --trace openb_pod_list_gpushare40.csv`, run from the wheel's files in a
+    folder with no trace beside it (the default node list comes from the package too)."""
+    installed = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(installed)
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    args = ["--trace", "openb_pod_list_gpushare40.csv", "--policy", "bestfit", "--seeds", "1", "--json"]
+    run = subprocess.run(
+        [sys.executable, "-m", "services.scheduler.sim", *args],
+        cwd=away,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["gpus"] == 6212 and set(result["policies"]) == {"fifo", "bestfit"}
+    assert result["policies"]["bestfit"]["pods_mean"] > 8000  # drawn from the gpushare40 file

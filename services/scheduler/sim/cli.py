@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from services.scheduler.sim import presets
-from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, DEFAULT_TRACE_DIR, read_nodes, read_pods
+from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, SHIPPED, read_nodes, read_pods
 
 PROG = "gpuyard sim"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -35,12 +35,9 @@ PUBLISHED_AT_100 = {  # FGD paper / artifact, mean unallocated GPUs (%) at arriv
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--trace", default=str(DEFAULT_TRACE_DIR / DEFAULT_PODS), help="pod CSV (openb columns)"
-    )
-    parser.add_argument(
-        "--nodes", default=str(DEFAULT_TRACE_DIR / DEFAULT_NODES), help="node CSV (openb columns)"
-    )
+    shipped = f"shipped with gpuyard: {', '.join(SHIPPED)}; any other name is a path"
+    parser.add_argument("--trace", default=DEFAULT_PODS, help=f"pod CSV (openb columns); {shipped}")
+    parser.add_argument("--nodes", default=DEFAULT_NODES, help=f"node CSV (openb columns); {shipped}")
     parser.add_argument(
         "--policy",
         default="firstfit,bestfit,fgd,gpuyard",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_TRACE_DIR = REPO_ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023"
+SHIPPED_DIR = Path(__file__).resolve().parent / "traces"  # package data: README.md, license, citation
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "openb_pod_list_default.csv"
+SHIPPED = (DEFAULT_NODES, DEFAULT_PODS, "openb_pod_list_gpushare40.csv")  # the files gpuyard installs
 MIB = 1 << 20
 GPU_MEMORY_GIB = {"V100M16": 16, "V100M32": 32, "P100": 16, "T4": 16, "A10": 24}  # G1-G3 undisclosed: 0
 
@@ -55,12 +55,21 @@ class PodTable:
 
 
 def resolve(path: str | Path, default_name: str) -> Path:
-    """A path as given, or a bare file name looked up in the default trace folder."""
-    p = Path(path) if path else DEFAULT_TRACE_DIR / default_name
-    if not p.exists() and not p.is_absolute() and (DEFAULT_TRACE_DIR / p).exists():
-        p = DEFAULT_TRACE_DIR / p
+    """The trace file meant by `path`: one of the SHIPPED file names (or nothing: `default_name`) is the file
+    installed with gpuyard; anything else is a path, relative to the working directory. A FileNotFoundError
+    names the file as given and where it was looked for."""
+    given = str(path) if path else default_name
+    if given in SHIPPED:
+        p = SHIPPED_DIR / given
+        if not p.exists():  # an installation that lost its package data
+            raise FileNotFoundError(f"trace file not found: {given} (looked for the shipped copy {p})")
+        return p
+    p = Path(given)
     if not p.exists():
-        raise FileNotFoundError(f"trace file not found: {p}")
+        where = p if p.is_absolute() else Path.cwd() / p
+        raise FileNotFoundError(
+            f"trace file not found: {given} (looked for {where}; shipped with gpuyard: {', '.join(SHIPPED)})"
+        )
     return p
 
 

@@ -69,6 +69,35 @@ def test_arguments_that_cannot_work_are_one_line(capsys, trace, args, expected):
     assert err.startswith("gpuyard sim: ")
 
 
+def test_a_missing_file_is_named_as_given_with_where_it_was_looked_for(capsys, trace, monkeypatch):
+    """A bare name that is not shipped is a path in the working directory; the error names that file (not the
+    default node list, which is found) and the folder it looked in."""
+    monkeypatch.chdir(trace)
+    code = cli.main(["--trace", "openb_pod_list_gpuspec33.csv", "--seeds", "1"])
+    err = one_line_error(code, capsys.readouterr().err)
+    assert err == (
+        f"gpuyard sim: trace file not found: openb_pod_list_gpuspec33.csv (looked for "
+        f"{trace}/openb_pod_list_gpuspec33.csv; shipped with gpuyard: openb_node_list_gpu_node.csv, "
+        "openb_pod_list_default.csv, openb_pod_list_gpushare40.csv)"
+    )
+    code = cli.main(["--trace", str(trace / "pods.csv"), "--nodes", "nodes/missing.csv", "--seeds", "1"])
+    assert (
+        f"trace file not found: nodes/missing.csv (looked for {trace}/nodes/missing.csv;"
+        in one_line_error(code, capsys.readouterr().err)
+    )
+
+
+def test_the_shipped_files_are_found_by_name_from_any_folder(capsys, trace, monkeypatch):
+    monkeypatch.chdir(trace)  # nothing of the trace here
+    code = cli.main(
+        ["--trace", "openb_pod_list_gpushare40.csv", "--policy", "bestfit", "--seeds", "1", "--json"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["gpus"] == 6212 and result["published_at_100"] == {"bestfit": 8.56, "fgd": 6.04}
+
+
 def test_a_plot_is_written(capsys, trace):
     plot = trace / "curve.png"
     code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit")
