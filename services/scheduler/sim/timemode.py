@@ -42,6 +42,9 @@ class TimeRun:
     preemptions: int
     timeline: dict[str, list[float]] = field(default_factory=dict)  # t, allocated %, queue length
     seconds: float = 0.0
+    first_arrival: float = 0.0  # seconds on the replay's clock (arrival times divided by the speed-up)
+    last_arrival: float = 0.0
+    last_start: float = 0.0  # the last placement; afterwards only running jobs end
 
     def summary(self) -> dict:
         def stat(a: np.ndarray, fn) -> float | None:
@@ -63,6 +66,9 @@ class TimeRun:
             "gpu_allocation_mean_pct": self.allocation_mean,
             "preemptions": self.preemptions,
             "seconds": self.seconds,
+            "first_arrival_s": self.first_arrival,
+            "last_arrival_s": self.last_arrival,
+            "last_start_s": self.last_start,
         }
 
 
@@ -130,6 +136,7 @@ def run_time(
     ends: list[tuple[float, str]] = []
     queue: dict[str, JobRequest] = {}
     first_start: dict[str, float] = {}
+    last_start = jobs[0].submitted_at if jobs else 0.0
     finished: dict[str, float] = {}
     preemptions = 0
     allocated = 0.0
@@ -171,6 +178,7 @@ def run_time(
                 heapq.heappush(ends, (t + duration[p.job_id], p.job_id))
                 allocated += job.total_gpus * 1000
                 first_start.setdefault(p.job_id, t)
+                last_start = t
             for pre in result.preemptions:  # victims leave now and start over later (their work is lost)
                 alloc, _ = running.pop(pre.job_id)
                 ends.remove((_end_of(ends, pre.job_id), pre.job_id))
@@ -211,6 +219,9 @@ def run_time(
         preemptions,
         _thin(timeline),
         time.perf_counter() - started,
+        first,
+        jobs[-1].submitted_at if jobs else 0.0,
+        last_start,
     )
 
 

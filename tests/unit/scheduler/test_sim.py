@@ -89,6 +89,64 @@ def test_time_mode_finishes_every_job(files) -> None:
         assert 0 < s["gpu_allocation_mean_pct"] <= 100
 
 
+def test_time_mode_reports_its_activity_window(tmp_path) -> None:
+    """One 8-GPU node; the second 8-GPU job arrives at 10 s and waits for the first to end at 100 s."""
+    (tmp_path / "n.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n")
+    (tmp_path / "p.csv").write_text(
+        POD_HEADER + "a,4000,8192,8,1000,,LS,Running,0,100,0\nb,4000,8192,8,1000,,LS,Running,10,60,10\n"
+    )
+    nodes, pods = read_nodes(tmp_path / "n.csv"), read_pods(tmp_path / "p.csv")
+    s = run_time(nodes, pods, "fifo", presets.config_for("fifo")).summary()
+    assert (s["first_arrival_s"], s["last_arrival_s"], s["last_start_s"]) == (0.0, 10.0, 100.0)
+    s = run_time(nodes, pods, "fifo", presets.config_for("fifo"), speedup=2.0).summary()
+    assert (s["first_arrival_s"], s["last_arrival_s"], s["last_start_s"]) == (0.0, 5.0, 100.0)
+
+
+def time_results(policies: dict[str, tuple[float, float, float]]) -> dict:
+    """A time replay's results as `run` returns them: per policy (first arrival, last arrival, last start)
+    in hours, and a timeline that goes on to 3,500 h (the longest jobs running out)."""
+    hour = 3600.0
+    return {
+        "mode": "time",
+        "trace": "pods.csv",
+        "policies": {
+            name: {
+                "first_arrival_s": first * hour,
+                "last_arrival_s": arrival * hour,
+                "last_start_s": start * hour,
+                "timeline": {
+                    "t": [first * hour, arrival * hour, start * hour, 3500 * hour],
+                    "allocated_pct": [1.0, 40.0, 20.0, 0.0],
+                    "queue": [0.0, 5.0, 0.0, 0.0],
+                },
+            }
+            for name, (first, arrival, start) in policies.items()
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("policies", "window_h"),
+    [
+        ({"gpuyard": (0, 180, 180)}, 180),  # every job started on arrival
+        ({"fifo": (0, 180, 240), "gpuyard": (0, 180, 180)}, 240),  # fifo's last start comes later
+        ({"fifo": (50, 230, 200)}, 180),  # hours since the first arrival
+    ],
+)
+def test_the_time_plot_spans_the_activity_not_the_tail(policies, window_h) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = cli.figure(time_results(policies))
+    try:
+        top, bottom = fig.axes
+        assert bottom.get_xlim() == pytest.approx((0, window_h * 1.05))
+        assert top.get_xlim() == bottom.get_xlim()  # shared
+        assert "jobs run out until" in bottom.get_xlabel()
+    finally:
+        plt.close(fig)
+
+
 def test_time_mode_needs_times(tmp_path, files) -> None:
     pods = tmp_path / "bare.csv"
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1000,1024,1,1000\n")
