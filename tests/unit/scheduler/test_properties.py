@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
@@ -228,3 +229,65 @@ def test_partial_gang_never_holds_capacity(state: ClusterState, queue: list[JobR
             assert _snapshot(index) == before
         else:
             assert len(taken) == j.replicas
+
+
+def replicas_that_fit(n, j: JobRequest) -> int:
+    """How many replicas of `j` an idle node holds, counted from the job's request alone (no scheduler code):
+    its CPUs and memory, and the GPUs of an allowed model (whole: idle GPUs with at least `gpu_memory`; a
+    share: as many shares per GPU as its thousandths and its memory slice allow)."""
+    limit = j.replicas
+    if j.cpus:
+        limit = min(limit, int(n.cpus // j.cpus))
+    if j.memory:
+        limit = min(limit, n.memory // j.memory)
+    allowed = [g for g in n.gpus if not j.gpu_models or g.model in j.gpu_models]
+    if j.gpus >= 1:
+        eligible = [g for g in allowed if g.memory >= (j.gpu_memory or 0)]
+        limit = min(limit, len(eligible) // int(j.gpus))
+    elif j.gpus > 0:
+        milli = math.ceil(round(j.gpus * 1000, 6))
+        per_gpu = [
+            min(1000 // milli, g.memory // j.gpu_memory if j.gpu_memory else 1000 // milli) for g in allowed
+        ]
+        limit = min(limit, sum(per_gpu))
+    return limit
+
+
+def fits_idle(state: ClusterState, j: JobRequest) -> bool:
+    return sum(replicas_that_fit(n, j) for n in state.nodes.values()) >= j.replicas
+
+
+no_limits = st.builds(  # no quotas and no user caps: nothing but the cluster's capacity stands in the way
+    SchedulerConfig,
+    policy=st.sampled_from(sorted(POLICIES)),
+    fair_share=st.booleans(),
+    backfill=st.sampled_from(["easy", "greedy", "off"]),
+    preemption=st.booleans(),
+    borrowing=st.booleans(),
+)
+
+
+@SETTINGS
+@given(clusters(), jobs(count=(1, 1)), no_limits)
+def test_a_job_that_fits_an_idle_cluster_is_placed_in_that_cycle(
+    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig
+) -> None:
+    """Alone in the queue, a job is placed in the first cycle exactly when the idle cluster holds it (a
+    scheduler that places nothing, or too much, fails here)."""
+    (j,) = queue
+    result = decide_snapshot(state, queue, config)
+    assert ([p.job_id for p in result.placements] == [j.job_id]) == fits_idle(state, j), {
+        k: r.message for k, r in result.pending.items()
+    }
+
+
+@SETTINGS
+@given(clusters(), jobs(count=(2, 10)), no_limits.filter(lambda c: c.backfill != "off"))
+def test_an_idle_cluster_places_something_when_any_job_fits(
+    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig
+) -> None:
+    """With backfill (easy or greedy), a queue behind a head that does not fit still gets the jobs that do:
+    an idle cluster never ends a cycle with nothing placed while one of the waiting jobs fits it."""
+    fitting = [j.job_id for j in queue if fits_idle(state, j)]
+    result = decide_snapshot(state, queue, config)
+    assert bool(result.placements) == bool(fitting), (fitting, {k: r.code for k, r in result.pending.items()})
