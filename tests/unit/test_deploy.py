@@ -317,10 +317,26 @@ def test_executor_and_monitor_placement(objects):
     assert env["GPUYARD_EXECUTOR_BACKEND"]["value"] == "kubernetes"
     assert env["GPUYARD_KUBERNETES_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     monitor = daemonsets["gpuyard-monitor"]["spec"]["template"]
-    assert monitor["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    port = int(monitor["metadata"]["annotations"]["prometheus.io/port"])
-    assert port in {p["containerPort"] for p in monitor["spec"]["containers"][0]["ports"]}
     assert monitor["spec"]["nodeSelector"]
+
+
+def monitor_serves_metrics() -> bool:
+    """Whether the monitor's code has a /metrics route (it does not yet: the port is reserved)."""
+    return any('"/metrics"' in path.read_text() for path in (ROOT / "services" / "monitor").rglob("*.py"))
+
+
+def test_prometheus_scrapes_the_monitor_only_where_it_serves_metrics(objects):
+    """A scrape annotation on a pod that serves no /metrics would give Prometheus a target that is always
+    down; once the monitor serves it, the annotation must name its port."""
+    for workload in (w for w in objects if w["kind"] in WORKLOADS):
+        template = workload["spec"]["template"]
+        annotations = template["metadata"].get("annotations", {})
+        scraped = annotations.get("prometheus.io/scrape") == "true"
+        is_monitor = workload["metadata"]["name"] == "gpuyard-monitor"
+        assert scraped == (is_monitor and monitor_serves_metrics()), workload["metadata"]["name"]
+        if scraped:
+            port = int(annotations["prometheus.io/port"])
+            assert port in {p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
 
 
 def host_of(url: str) -> str:
@@ -457,8 +473,6 @@ def test_dockerfile_copies_exist_and_are_in_the_context():
     ]
     assert "services" in sources and "shared" in sources
     for source in sources:
-        if source == "README.md" and not (ROOT / source).exists():
-            pytest.xfail("README.md does not exist yet; pyproject.toml and the image need it")
         assert (ROOT / source).exists(), source
         assert not dockerignore_excludes(source), f".dockerignore excludes {source}"
     assert dockerignore_excludes(".venv") and dockerignore_excludes("tests/unit/test_deploy.py")
