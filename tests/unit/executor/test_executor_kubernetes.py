@@ -11,13 +11,13 @@ from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.backend import KubernetesBackend
 from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.fake_api import FakeKubeApi
 from services.executor.kubernetes.names import attempt_names
 from shared.events import GpuShare, JobCancelRequested, JobSucceeded
 from shared.logstore import LogKey
 from shared.logstore.reading import read_range
 from shared.logstore.shipper import LogShipper
 from shared.paths import log_path
+from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ dicts it returns and how it translates the client's ApiException."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -30,10 +31,17 @@ class StubCore:
         ]
 
     def create_namespaced_pod(self, namespace, body):
+        """As the API server answers: the stored pod, a new object with a uid, a creation time (a datetime in
+        the client's model) and phase Pending, not the body it was sent."""
         self.calls.append(("create_pod", namespace, body))
         if body.metadata.name == "taken":
             raise ApiException(status=409, reason="Conflict")
-        return body
+        stored = k8s.V1Pod.from_dict(body.to_dict())
+        stored.metadata.uid = "0b7f7d7e-uid"
+        stored.metadata.namespace = namespace
+        stored.metadata.creation_timestamp = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+        stored.status = k8s.V1PodStatus(phase="Pending")
+        return stored
 
     def list_namespaced_pod(self, namespace, label_selector):
         self.calls.append(("list", namespace, label_selector))
@@ -46,9 +54,13 @@ class StubCore:
     def read_namespaced_pod(self, name, namespace):
         raise ApiException(status=403, reason="Forbidden")
 
-    def read_namespaced_pod_log(self, name, namespace, container, tail_lines):
+    def read_namespaced_pod_log(self, name, namespace, container=None, tail_lines=None):
+        """As the API server answers: the log of that pod's container, its last `tail_lines` lines."""
         self.calls.append(("log", name, container, tail_lines))
-        return "l1\nl2"
+        if (namespace, name, container) not in LOGS:
+            raise ApiException(status=404, reason="Not Found")
+        lines = LOGS[(namespace, name, container)].splitlines(keepends=True)
+        return "".join(lines[-tail_lines:] if tail_lines else lines)
 
     def list_node(self, **kwargs):
         self.calls.append(("list_node", kwargs))
@@ -69,17 +81,32 @@ NODE = {
 }
 
 
+LOGS = {("jobs", "p0", "worker"): "l1\nl2\nl3\n", ("jobs", "p0", "sidecar"): "s1\n"}
+
+
 @pytest.fixture
 def core():
     return StubCore()
 
 
-async def test_create_sends_a_typed_pod_and_returns_a_plain_dict(core):
+async def test_create_sends_a_typed_pod_and_returns_the_servers_pod_as_a_plain_dict(core):
     api = ClientKubeApi(core)
     created = await api.create_pod("jobs", POD)
-    sent = core.calls[0][2]
+    (call,) = core.calls
+    assert call[:2] == ("create_pod", "jobs")
+    sent = call[2]
     assert isinstance(sent, k8s.V1Pod) and sent.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
-    assert created == POD
+    assert sent.metadata.name == "p0" and sent.metadata.labels == {"a": "b"}
+    # the server's answer, in the dict form the controller reads: camelCase keys, ISO times, no None fields
+    assert created["metadata"] == {
+        "name": "p0",
+        "namespace": "jobs",
+        "labels": {"a": "b"},
+        "uid": "0b7f7d7e-uid",
+        "creationTimestamp": "2025-05-01T12:00:00+00:00",
+    }
+    assert created["status"] == {"phase": "Pending"}
+    assert created["spec"] == POD["spec"] and created["apiVersion"] == "v1"
 
 
 async def test_errors_are_translated(core):
@@ -102,9 +129,18 @@ async def test_delete_by_selector_tolerates_pods_already_gone(core):
     assert core.calls[-1] == ("delete", "p0", {"grace_period_seconds": 5, "propagation_policy": "Background"})
 
 
-async def test_read_log(core):
-    assert await ClientKubeApi(core).read_pod_log("jobs", "p0", "worker", 10) == "l1\nl2"
-    assert core.calls[-1] == ("log", "p0", "worker", 10)
+async def test_read_log_asks_for_the_pods_container_and_its_tail(core):
+    api = ClientKubeApi(core)
+    assert await api.read_pod_log("jobs", "p0", "worker", 2) == "l2\nl3\n"
+    assert await api.read_pod_log("jobs", "p0", "worker", None) == "l1\nl2\nl3\n"
+    assert await api.read_pod_log("jobs", "p0", "sidecar", None) == "s1\n"
+    assert core.calls == [
+        ("log", "p0", "worker", 2),
+        ("log", "p0", "worker", None),
+        ("log", "p0", "sidecar", None),
+    ]
+    with pytest.raises(KubeNotFound):  # a pod (or namespace) without that log: what the controller catches
+        await api.read_pod_log("other", "p0", "worker", 2)
 
 
 async def test_list_nodes_returns_camel_case_dicts_with_a_timeout_and_the_selector_when_given(core):

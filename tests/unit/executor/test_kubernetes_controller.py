@@ -14,10 +14,10 @@ import pytest
 from services.executor.kubernetes.api import KubeApiError, KubeNotFound
 from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.fake_api import FakeKubeApi
 from services.executor.kubernetes.outcomes import ReplicaPhase
 from shared.events import FailureReason, GpuShare, ReplicaPlacement
 from shared.jobspec import JobSpec
+from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 
 class Clock:

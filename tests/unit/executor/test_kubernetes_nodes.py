@@ -1,7 +1,7 @@
 """What the executor announces with the Kubernetes backend: the cluster's GPU nodes, one `node.heartbeat`
 each, read from the Node objects of the in-memory `FakeKubeApi`; and the local backend's single node, unchanged.
 
-Limits of the fake (see `fake_api.py`): nodes are the dicts the test adds, with only the fields the executor
+Limits of the fake (see `fake_kube_api.py`): nodes are the dicts the test adds, with only the fields the executor
 reads (labels, `spec.unschedulable`, taints, the Ready condition, allocatable); nothing changes them but the
 test (no node controller, no kubelet, no device plugin: "allocatable GPUs" are whatever the test writes), and
 label selectors are `key=value` equalities only. The RBAC that lets the real client list nodes is checked in
@@ -19,11 +19,11 @@ from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.backend import KubernetesBackend
 from services.executor.kubernetes.config import KubernetesConfig
 from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.fake_api import FakeKubeApi
 from services.executor.kubernetes.nodes import byte_count, cluster_inventory, cpu_cores, gpu_model
 from services.scheduler.core import SchedulerConfig, decide
 from services.scheduler.view import ClusterView, to_placement
 from shared.events import GpuInfo, JobPlaced, NodeHeartbeat
+from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 GIB, MIB = 2**30, 2**20
 LIMITS = "enforced by Kubernetes (each pod's CPU and memory requests equal its limits)"

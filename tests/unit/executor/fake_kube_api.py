@@ -1,4 +1,4 @@
-"""An in-memory KubeApi for tests, of the lead's executor as much as of this package.
+"""An in-memory KubeApi for the executor's tests (it is no part of the product).
 
 What it does: stores pods and Services by name, gives them a uid, a creationTimestamp and phase Pending,
 refuses a second object of the same name (KubeAlreadyExists), selects by `key=value,…` label selectors,
