@@ -182,7 +182,12 @@ def platform(tmp_path_factory):
         p.stop()
 
 
-def sse_events(server: str, token: str, params: dict, count: int, timeout: float = 20) -> list[dict]:
+def sse_events(
+    server: str, token: str, params: dict, count: int, timeout: float = 20, connected=None
+) -> list[dict]:
+    """The first `count` events of the SSE stream. `connected` (a threading.Event) is set when the server's
+    ': connected' comment arrives: it sends it once its subscriptions are made, so what is published from
+    then on reaches the stream."""
     import json
 
     events: list[dict] = []
@@ -194,6 +199,8 @@ def sse_events(server: str, token: str, params: dict, count: int, timeout: float
         timeout=timeout,
     ) as response:
         for line in response.iter_lines():
+            if line == ": connected" and connected is not None:
+                connected.set()
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
                 if len(events) >= count:

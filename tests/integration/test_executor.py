@@ -74,14 +74,14 @@ def test_a_job_past_its_timeout_is_stopped_and_fails_with_timeout(platform):
 
 def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path):
     client = platform.client()
-    marker = tmp_path / "got-term"
+    marker, trapped = tmp_path / "got-term", tmp_path / "trap-set"
     command = (
-        f"trap 'echo \"$GPUYARD_ATTEMPT\" >> {marker}' TERM; "
+        f'trap \'echo "$GPUYARD_ATTEMPT" >> {marker}\' TERM; echo "$GPUYARD_ATTEMPT" >> {trapped}; '
         "while true; do sleep 0.1; done"  # ignores SIGTERM (after noting it): only SIGKILL ends it
     )
     job_id = client.submit({"command": command, "resources": {"gpus": 1}}).job_id
     platform.wait_state(job_id, {"running"})
-    time.sleep(0.5)  # the shell's trap is set
+    wait_for(lambda: trapped.exists() and trapped.read_text() == "1\n", 10, what="the shell's trap")
 
     async def preempt():
         bus = await Bus.connect([platform.nats_url], name="test", source="/test")

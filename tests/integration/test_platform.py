@@ -167,13 +167,14 @@ def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
     import threading
 
     got: list[dict] = []
+    connected = threading.Event()
 
     def listen():
-        got.extend(sse_events(platform.server, token, {"subject": "job.>"}, count=5))
+        got.extend(sse_events(platform.server, token, {"subject": "job.>"}, count=5, connected=connected))
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
-    time.sleep(1)
+    assert connected.wait(10), "the stream never said it was connected"  # subscribed: nothing is missed
     job_id = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id
     listener.join(20)
     mine = [e for e in got if e["subject"] == job_id]

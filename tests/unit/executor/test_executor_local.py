@@ -97,11 +97,13 @@ async def test_cancel_sigterms_the_whole_process_group(h, tmp_path):
 
 async def test_preemption_gives_the_grace_then_sigkill(h, tmp_path):
     ex = await h.executor()
-    marker = tmp_path / "term"
-    job = await h.submit(command=f"trap 'date +%s.%N > {marker}' TERM; while true; do sleep 0.1; done")
+    marker, trapped = tmp_path / "term", tmp_path / "trap-set"
+    job = await h.submit(
+        command=f"trap 'date +%s.%N > {marker}' TERM; touch {trapped}; while true; do sleep 0.1; done"
+    )
     await h.place(ex, job)
     await h.wait(job, "running")
-    await asyncio.sleep(0.2)  # let the shell install its trap
+    await h.wait_for(trapped.exists, 10, "the shell to install its trap")
     asked = time.monotonic()
     await h.record(ex, JobPreempted(job_id=job, attempt=1, reason="a critical job", grace_seconds=1.5))
     view = await h.wait(job, "queued")
