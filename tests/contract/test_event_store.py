@@ -1,16 +1,13 @@
 """One contract suite for every event store adapter.
 
-The embedded SQLite store always runs. MongoDB runs when GPUYARD_TEST_MONGODB_URL points at a server (a
-replica set for the transactional path); no MongoDB server can be installed on the project's own machines,
-and testcontainers needs a Docker engine, which they lack, so there the MongoDB cases are skipped with that
-reason.
+The embedded SQLite store always runs. MongoDB runs on the server of GPUYARD_TEST_MONGODB_URL, or where a Docker
+engine answers on one that testcontainers starts (a single-node replica set); otherwise its cases skip and say
+which is missing (`tests/contract/conftest.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 
 import pytest
 
@@ -19,22 +16,7 @@ from shared.jobspec import JobSpec
 from shared.jobstate import apply
 from shared.ledger import projection_of
 from shared.store import Append, ConcurrencyError, EventStore, open_store
-
-MONGO_URL = os.environ.get("GPUYARD_TEST_MONGODB_URL")
-MONGO_SKIP = (
-    "GPUYARD_TEST_MONGODB_URL is not set: no MongoDB server can be installed on this machine and testcontainers "
-    "has no Docker engine here; set it to mongodb://HOST/DB (a replica set for transactions) to run these cases"
-)
-
-
-BACKENDS = ["sqlite", pytest.param("mongodb", marks=pytest.mark.skipif(not MONGO_URL, reason=MONGO_SKIP))]
-
-
-def fresh_mongo_url() -> str:
-    """GPUYARD_TEST_MONGODB_URL with a database of its own, so that cases never see each other's data."""
-    base = MONGO_URL.split("?")[0].rstrip("/")
-    query = "?" + MONGO_URL.split("?", 1)[1] if "?" in MONGO_URL else ""
-    return f"{base.rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{query}"
+from tests.contract.conftest import BACKENDS, fresh_mongo_url
 
 
 @pytest.fixture(params=BACKENDS)
@@ -42,7 +24,7 @@ async def store(request, tmp_path) -> EventStore:
     if request.param == "sqlite":
         s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
     else:
-        s = await open_store(fresh_mongo_url())
+        s = await open_store(fresh_mongo_url(request.getfixturevalue("mongo_url")))
     yield s
     if request.param == "mongodb":
         await s.client.drop_database(s.db.name)

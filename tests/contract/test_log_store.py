@@ -1,7 +1,7 @@
 """One contract suite for every log store adapter, and the readers and shipper built on it.
 
-The embedded SQLite store always runs; MongoDB runs when GPUYARD_TEST_MONGODB_URL points at a server (see
-test_event_store.py for why it is skipped on the project's own machines).
+The embedded SQLite store always runs; MongoDB runs where `tests/contract/conftest.py` finds or starts a server
+(GPUYARD_TEST_MONGODB_URL, or testcontainers on a Docker engine), and its cases skip saying which is missing.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from shared.logstore import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, log_store_url, open_log_store, split
 from shared.logstore.reading import follow, read_range, tail_start
 from shared.logstore.shipper import LogShipper
-from tests.contract.test_event_store import BACKENDS, fresh_mongo_url
+from tests.contract.conftest import BACKENDS, fresh_mongo_url
 
 A = LogKey("job-a", 1, 0)
 
@@ -23,7 +23,7 @@ async def store(request, tmp_path) -> LogStore:
     if request.param == "sqlite":
         s = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
     else:
-        s = await open_log_store(fresh_mongo_url())
+        s = await open_log_store(fresh_mongo_url(request.getfixturevalue("mongo_url")))
     yield s
     if request.param == "mongodb":
         await s.client.drop_database(s.chunks.database.name)
