@@ -1,6 +1,6 @@
 """What one message and one append cost a service, in CPU microseconds of the calling process (uvloop).
 
-    python benchmarks/costs.py            # starts its own nats-server (JetStream) on port 14990
+    python benchmarks/costs.py            # starts its own nats-server (JetStream) on a free port
 
 - publish, waiting for each ack (`Bus.publish`) against sending without waiting (`Bus.send`, acks checked
   when they come): what the job ledger does since session 4;
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
+
 from gpuyard.up import nats_server_binary  # noqa: E402
 from shared.bus import Bus  # noqa: E402
 from shared.events import (  # noqa: E402
@@ -137,7 +139,7 @@ async def bus_costs(url: str) -> dict:
 
 async def main() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        port = 14990
+        (port,) = free_ports(1)
         server = subprocess.Popen(  # noqa: ASYNC220 (started once, before anything is measured)
             [nats_server_binary(), "-js", "-p", str(port), "-sd", str(Path(tmp) / "nats")],
             stdout=subprocess.DEVNULL,

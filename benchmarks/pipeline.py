@@ -35,6 +35,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
+
 from gpuyard.client import Client  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
@@ -55,9 +57,11 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
 
 
-def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path]:
+def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path, str]:
+    """`gpuyard up` on free ports (API, NATS, serving, monitor): the process, a client, its folder, its NATS URL."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
     env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
+    port, nats_port, serving_port, monitor_port = free_ports(4)
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gpuyard"),
@@ -67,9 +71,13 @@ def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[su
             "--simulate-gpus",
             str(gpus),
             "--port",
-            "18480",
+            str(port),
             "--nats-port",
             str(nats_port),
+            "--serving-port",
+            str(serving_port),
+            "--monitor-port",
+            str(monitor_port),
             *(["--executors", str(executors)] if executors else []),
         ],
         env=env,
@@ -80,9 +88,9 @@ def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[su
     while time.monotonic() < deadline:
         try:
             token = json.loads((tmp / "config" / "config.json").read_text())["token"]
-            client = Client("http://127.0.0.1:18480", token)
+            client = Client(f"http://127.0.0.1:{port}", token)
             if client.healthy() and any(n["gpus"] for n in client.request("GET", "/v1/nodes")):
-                return proc, client, tmp
+                return proc, client, tmp, f"nats://127.0.0.1:{nats_port}"
         except (OSError, ValueError, KeyError, Exception):
             pass
         time.sleep(0.2)
@@ -280,8 +288,8 @@ def main() -> int:
     args = parser.parse_args()
     proc = None
     if args.start:
-        proc, client, _ = start_platform(8, 14622, args.executors)
-        args.nats, args.cpu = "nats://127.0.0.1:14622", proc.pid
+        proc, client, _, args.nats = start_platform(8, args.executors)
+        args.cpu = proc.pid
     else:
         client = Client(args.server, args.token)
     try:
