@@ -7,9 +7,10 @@
 Quality: inflation replay (FGD paper protocol) of every pod file for firstfit, bestfit, fgd and gpuyard, next
 to the published BestFit and FGD columns; time replay of the default file against the FIFO baseline.
 Speed: 50,000 mixed jobs placed from empty onto 5,000 nodes x 8 GPUs; one cycle with 10,000 waiting jobs on a
-full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`, after one change) and as
-`decide` on a snapshot (its index built in the call); the held cycle's time for 1k / 10k / 50k waiting jobs. Wall
-and CPU seconds.
+full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`) in three cases, all blocked
+(one change), 10 % of the cluster freed before each cycle, and a high-priority burst that preempts, each with the
+jobs placed and preempted per cycle; as `decide` on a snapshot (its index built in the call); the held cycle's
+time for 1k / 10k / 50k waiting jobs, all blocked and freed. Wall and CPU seconds.
 """
 
 from __future__ import annotations
@@ -203,26 +204,86 @@ def waiting_jobs(n: int) -> list[JobRequest]:
     return [replace(j, submitted_at=90_000.0 + k) for k, j in enumerate(queue)]
 
 
-def bench_full_cycle(nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5) -> dict:
-    """The live service's cycle: a `HeldCluster` that already holds the full cluster (indexed by a first cycle,
-    not timed); each timed run is one change (a running job ends, another starts on its GPU) and the cycle."""
+CYCLE_CASES = {
+    "blocked": "full cluster, every waiting job blocked; per cycle one running job ends and another takes its GPU",
+    "freed": "10 % of the running jobs end before each cycle (scattered, seeded); what is placed is put",
+    "burst": "a burst of 200 high-priority 1-GPU jobs on the full cluster; each cycle places the jobs whose "
+    "victims were preempted by the cycle before (their grace over) and preempts for the next",
+}
+
+
+def bench_full_cycle(
+    nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5, case: str = "blocked"
+) -> dict:
+    """The live service's cycle on a `HeldCluster` that already holds the full cluster (indexed by a first
+    cycle, not timed). Before each timed cycle, not timed: the change of its case (`CYCLE_CASES`), what the
+    service does with the previous cycle's result (placements `put`, victims `drop`ped and requeued, placed
+    jobs out of the queue), and the same cycle's decisions on the equivalent snapshot, which the held cycle
+    must equal."""
     queue = waiting_jobs(waiting)
     state = full_cluster(nodes)
+    if case == "burst":
+        queue += [
+            JobRequest(
+                f"burst-{k:04d}",
+                f"tenant-{k % 8}",
+                gpus=1,
+                cpus=4,
+                memory=16 * GIB,
+                priority=100,
+                submitted_at=99_000.0 + k,
+                timeout=3600.0,
+            )
+            for k in range(200)
+        ]
     held = HeldCluster()
     for node in make_cluster(nodes).values():
         held.put_node(node)
     for alloc in state.running:
         held.put(alloc)
-    first = decide_held(held, queue, config, state.now)
-    assert first == decide_snapshot(held.snapshot(state.now), queue, config)  # the same decisions
+    rng = np.random.default_rng(3)
+    pending = {"result": decide_held(held, queue, config, state.now)}  # the first cycle indexes; not timed
+    placed, preempted, timed_wall, timed_cpu = [], [], [], []
 
-    def cycle(k: int):
-        ended = state.running[k]
-        held.drop(ended.job.job_id)
-        held.put(Allocation(replace(ended.job, job_id=f"next-{k}"), ended.replicas, state.now))
-        return decide_held(held, queue, config, state.now)
+    def apply(result: CycleResult, now: float) -> None:
+        by_id = {j.job_id: j for j in queue}
+        for p in result.placements:
+            held.put(Allocation(by_id[p.job_id], p.replicas, now, p.borrowed))
+        gone = {p.job_id for p in result.placements}
+        for victim in result.preemptions:  # the grace is over: the victim leaves and waits again
+            alloc = next(a for a in held.allocations() if a.job.job_id == victim.job_id)
+            held.drop(victim.job_id)
+            queue.append(alloc.job)
+        queue[:] = [j for j in queue if j.job_id not in gone]
 
-    return cycle_summary(nodes, waiting, config, *timed(cycle, repeat))
+    for k in range(repeat):
+        now = state.now + 10.0 * (k + 1)
+        apply(pending["result"], now)
+        running = held.allocations()
+        if case == "blocked":
+            ended = running[k]
+            held.drop(ended.job.job_id)
+            held.put(Allocation(replace(ended.job, job_id=f"next-{k}"), ended.replicas, now))
+        elif case == "freed":
+            for i in rng.choice(len(running), size=len(running) // 10, replace=False):
+                held.drop(running[i].job.job_id)
+        expected = decide_snapshot(held.snapshot(now), queue, config)
+        wall, cpu, result = timed(lambda _k, now=now: decide_held(held, queue, config, now), 1)
+        assert result == expected, f"{case}: the held cycle decided otherwise than the snapshot"
+        timed_wall += wall
+        timed_cpu += cpu
+        placed.append(len(result.placements))
+        preempted.append(len(result.preemptions))
+        pending["result"] = result
+    summary = cycle_summary(nodes, waiting, config, timed_wall, timed_cpu, result)
+    return {
+        **summary,
+        "case": case,
+        "placed_per_cycle": placed,
+        "preempted_per_cycle": preempted,
+        "wall_ms_per_cycle": [round(w * 1e3, 1) for w in timed_wall],
+        "cpu_ms_per_cycle": [round(c * 1e3, 1) for c in timed_cpu],
+    }
 
 
 def bench_snapshot_cycle(nodes: int, waiting: int, config: SchedulerConfig, repeat: int = 5) -> dict:
@@ -241,6 +302,7 @@ def cycle_summary(nodes: int, waiting: int, config: SchedulerConfig, wall, cpu, 
         "waiting": waiting,
         **seconds(wall, cpu),
         "placed": len(result.placements),
+        "preempted": len(result.preemptions),
         "pending": len(result.pending),
         "policy": config.policy,
     }
@@ -254,12 +316,15 @@ def speed(quick: bool, repeat: int = 3) -> dict:
     print(f"placement: {out['placement']}", file=sys.stderr)
     out["placement_firstfit"] = bench_placement_rate(nodes, jobs, SchedulerConfig(policy="firstfit"), repeat)
     print(f"placement firstfit: {out['placement_firstfit']}", file=sys.stderr)
-    out["full_cycle"] = bench_full_cycle(1000, 10_000, config, max(5, repeat))
-    print(f"full cycle: {out['full_cycle']}", file=sys.stderr)
+    out["full_cycle"] = {}
+    for case in CYCLE_CASES:
+        out["full_cycle"][case] = bench_full_cycle(1000, 10_000, config, max(5, repeat), case)
+        print(f"full cycle, {case}: {out['full_cycle'][case]}", file=sys.stderr)
     out["full_cycle_snapshot"] = bench_snapshot_cycle(1000, 10_000, config, max(5, repeat))
     print(f"full cycle, snapshot: {out['full_cycle_snapshot']}", file=sys.stderr)
     out["scaling"] = [
-        bench_full_cycle(1000, n, config, max(5, repeat))
+        bench_full_cycle(1000, n, config, max(5, repeat), case)
+        for case in ("blocked", "freed")
         for n in ([1000, 10_000] if quick else [1000, 10_000, 50_000])
     ]
     print(f"scaling: {out['scaling']}", file=sys.stderr)
