@@ -97,7 +97,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     out.print(f"submitted job [bold]{accepted.job_id}[/] ({accepted.name}), {accepted.state}")
     if not args.follow:
         return 0
-    state = follow_job(client, accepted.job_id, out)
+    state = follow_job(client, accepted.job_id, out, logs=not args.no_logs)
     job = client.job(accepted.job_id)
     if args.json:
         _print_json(job)
@@ -351,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit = sub.add_parser("submit", help="submit a job spec (YAML or JSON)", parents=[common])
     submit.add_argument("file")
     submit.add_argument("--name", help="override the spec's name")
-    submit.add_argument("-f", "--follow", action="store_true", help="print the job's events until it ends")
+    submit.add_argument(
+        "-f", "--follow", action="store_true", help="print the job's events and output until it ends"
+    )
+    submit.add_argument(
+        "--no-logs", action="store_true", help="with --follow: the events only, not the replicas' output"
+    )
     submit.set_defaults(func=cmd_submit)
 
     ps = sub.add_parser("ps", help="list jobs", parents=[common])
