@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from services.executor.announce import default_address
 from shared.bus import Bus
