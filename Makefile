@@ -22,6 +22,6 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -rs  # -rs: every skipped test with its reason
 
 .PHONY: install demo test

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -30,6 +31,18 @@ def parse_event(raw: dict[str, Any]) -> CloudEvent | None:
         return None
 
 
+def exit_text(exit_code: int | None, sig: int | None) -> str:
+    """'exit 3', 'signal 9 (SIGKILL)', or 'no exit status' (a replica whose process was lost with its node)."""
+    if exit_code is not None:
+        return f"exit {exit_code}"
+    if sig is None:
+        return "no exit status"
+    try:
+        return f"signal {sig} ({signal.Signals(sig).name})"
+    except ValueError:
+        return f"signal {sig}"
+
+
 def describe_event(event: CloudEvent) -> str:
     """One readable line for an event."""
     match event.data:
@@ -42,8 +55,7 @@ def describe_event(event: CloudEvent) -> str:
         case JobPending() as d:
             return f"waiting: {d.reason.message}"
         case JobReplicaExited() as d:
-            how = f"exit {d.exit_code}" if d.exit_code is not None else f"signal {d.signal}"
-            return f"replica {d.replica} exited ({how}){': ' + d.message if d.message else ''}"
+            return f"replica {d.replica} exited ({exit_text(d.exit_code, d.signal)}){': ' + d.message if d.message else ''}"
         case JobFailed() as d:
             return f"failed: {d.message}"
         case JobPreempted() as d:

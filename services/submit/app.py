@@ -20,6 +20,7 @@ from services.submit.fastpath import FastSubmit
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
+from shared.version import VERSION
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def carried(value: Any) -> Any:
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
-        version="0.1.0",
+        version=VERSION,
         description="Submit, follow and cancel GPU training jobs. Every request carries `Authorization: Bearer`.",
         docs_url=None,
         redoc_url=None,
