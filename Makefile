@@ -16,8 +16,9 @@ $(BIN)/.installed-test: $(BIN)/.installed
 
 install: $(BIN)/.installed
 
+# `make demo PORT=8081 NATS_PORT=4223` when the usual ports are taken.
 demo: $(BIN)/.installed
-	$(BIN)/gpuyard up --simulate-gpus 4 --demo
+	$(BIN)/gpuyard up --simulate-gpus 4 --demo $(if $(PORT),--port $(PORT)) $(if $(NATS_PORT),--nats-port $(NATS_PORT))
 
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
