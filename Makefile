@@ -16,12 +16,13 @@ $(BIN)/.installed-test: $(BIN)/.installed
 
 install: $(BIN)/.installed
 
+# `make demo PORT=8081 NATS_PORT=4223` when the usual ports are taken.
 demo: $(BIN)/.installed
-	$(BIN)/gpuyard up --simulate-gpus 4 --demo
+	$(BIN)/gpuyard up --simulate-gpus 4 --demo $(if $(PORT),--port $(PORT)) $(if $(NATS_PORT),--nats-port $(NATS_PORT))
 
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -rs  # -rs: every skipped test with its reason
 
 .PHONY: install demo test

@@ -30,6 +30,7 @@ from shared.api import JobOut, pending_text
 from shared.jobspec import JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.units import format_duration
+from shared.version import VERSION
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -97,7 +98,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     out.print(f"submitted job [bold]{accepted.job_id}[/] ({accepted.name}), {accepted.state}")
     if not args.follow:
         return 0
-    state = follow_job(client, accepted.job_id, out)
+    state = follow_job(client, accepted.job_id, out, logs=not args.no_logs)
     job = client.job(accepted.job_id)
     if args.json:
         _print_json(job)
@@ -162,10 +163,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         ("State", job.state + (" (cancel requested)" if cancelling else "")),
         ("Attempt", str(job.attempt)),
         ("Command", command),
-        (
-            "Resources",
-            f"{_gpus(job)} GPU · {spec.resources.cpus:g} CPU · {spec.resources.memory} B memory",
-        ),
+        ("Resources", why.resources_text(spec)),
         ("Priority", spec.priority),
         ("Created", f"{job.created_at.isoformat()} ({_age(job.created_at)} ago)"),
     ]
@@ -270,8 +268,23 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
         return 0
-    sys.stdout.write(client.logs(args.job, **params))
+    text = client.logs(args.job, **params)
+    sys.stdout.write(text)
+    if not text:
+        err.print(no_output_text(client.job(args.job), args.replica), markup=False)
     return 0
+
+
+def no_output_text(job: JobOut, replica: int) -> str:
+    """Why `logs` printed nothing: the job has not started (and why it waits), or the replica wrote nothing."""
+    if job.started_at is None and not job.state.terminal:
+        waiting = f": {pending_text(job.pending)}" if job.pending else ""
+        return f"no output: job {job.job_id} has not started yet ({job.state}{waiting})"
+    if job.started_at is None:
+        return f"no output: job {job.job_id} ended ({job.state}) before it started"
+    return f"no output: replica {replica} of job {job.job_id} has written nothing" + (
+        "" if job.state.terminal else " yet"
+    )
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -342,16 +355,22 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(prog="gpuyard", description="GPUYARD: a GPU training platform.")
+    parser.add_argument("--version", action="version", version=f"gpuyard {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", help="run the whole platform on this machine", parents=[common])
+    up = sub.add_parser("up", help="run the whole platform on this machine")
     add_up_arguments(up)
     up.set_defaults(func=cmd_up)
 
     submit = sub.add_parser("submit", help="submit a job spec (YAML or JSON)", parents=[common])
     submit.add_argument("file")
     submit.add_argument("--name", help="override the spec's name")
-    submit.add_argument("-f", "--follow", action="store_true", help="print the job's events until it ends")
+    submit.add_argument(
+        "-f", "--follow", action="store_true", help="print the job's events and output until it ends"
+    )
+    submit.add_argument(
+        "--no-logs", action="store_true", help="with --follow: the events only, not the replicas' output"
+    )
     submit.set_defaults(func=cmd_submit)
 
     ps = sub.add_parser("ps", help="list jobs", parents=[common])
@@ -364,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STATE",
         help=f"only jobs in this state (repeatable): {', '.join(JobState)}",
     )
-    ps.add_argument("--tenant")
-    ps.add_argument("--limit", type=int, default=50)
+    ps.add_argument("--tenant", help="only this tenant's jobs (admins; a tenant's token sees its own)")
+    ps.add_argument("--limit", type=int, default=50, help="at most this many jobs, newest first (50)")
     ps.set_defaults(func=cmd_ps)
 
     for name, func, text in (
@@ -374,21 +393,21 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", cmd_cancel, "cancel a job"),
     ):
         p = sub.add_parser(name, help=text, parents=[common])
-        p.add_argument("job")
+        p.add_argument("job", help="the job's id")
         p.set_defaults(func=func)
 
     logs = sub.add_parser("logs", help="a job's output", parents=[common])
-    logs.add_argument("job")
+    logs.add_argument("job", help="the job's id")
     logs.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
-    logs.add_argument("--replica", type=int, default=0)
-    logs.add_argument("--attempt", type=int)
+    logs.add_argument("--replica", type=int, default=0, help="which replica's output (0)")
+    logs.add_argument("--attempt", type=int, help="which attempt's output (default: the latest)")
     logs.add_argument("--tail", type=int, help="only the last N lines")
     logs.set_defaults(func=cmd_logs)
 
     why_cmd = sub.add_parser(
         "why", help="why a job waits (reason, numbers, queue position, estimated start)", parents=[common]
     )
-    why_cmd.add_argument("job")
+    why_cmd.add_argument("job", help="the job's id")
     why_cmd.set_defaults(func=cmd_why)
 
     admin = sub.add_parser("admin", help="platform administration (admin token)")

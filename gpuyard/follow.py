@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from typing import Any
 
 from rich.console import Console
 
-from gpuyard.client import Client
+from gpuyard.client import Client, ClientError
 from shared.events import (
     CloudEvent,
     JobFailed,
@@ -18,7 +20,7 @@ from shared.events import (
     JobRequeued,
     JobStarted,
 )
-from shared.jobstate import JobState
+from shared.jobstate import IllegalTransition, JobState, apply
 
 
 def parse_event(raw: dict[str, Any]) -> CloudEvent | None:
@@ -27,6 +29,18 @@ def parse_event(raw: dict[str, Any]) -> CloudEvent | None:
         return CloudEvent.model_validate(raw)
     except ValueError:
         return None
+
+
+def exit_text(exit_code: int | None, sig: int | None) -> str:
+    """'exit 3', 'signal 9 (SIGKILL)', or 'no exit status' (a replica whose process was lost with its node)."""
+    if exit_code is not None:
+        return f"exit {exit_code}"
+    if sig is None:
+        return "no exit status"
+    try:
+        return f"signal {sig} ({signal.Signals(sig).name})"
+    except ValueError:
+        return f"signal {sig}"
 
 
 def describe_event(event: CloudEvent) -> str:
@@ -41,8 +55,7 @@ def describe_event(event: CloudEvent) -> str:
         case JobPending() as d:
             return f"waiting: {d.reason.message}"
         case JobReplicaExited() as d:
-            how = f"exit {d.exit_code}" if d.exit_code is not None else f"signal {d.signal}"
-            return f"replica {d.replica} exited ({how}){': ' + d.message if d.message else ''}"
+            return f"replica {d.replica} exited ({exit_text(d.exit_code, d.signal)}){': ' + d.message if d.message else ''}"
         case JobFailed() as d:
             return f"failed: {d.message}"
         case JobPreempted() as d:
@@ -63,17 +76,86 @@ def event_line(raw: dict[str, Any]) -> str:
     return f"{event.time.strftime('%H:%M:%S.%f')[:12]}  {describe_event(event)}"
 
 
+class ReplicaOutput:
+    """A job's output as it comes, one thread per replica following its log, printed line by line; with several
+    replicas each line is prefixed with its replica (`r1 | …`), as `docker compose up` prefixes services."""
+
+    def __init__(self, client: Client, job_id: str, console: Console, replicas: int):
+        self.client, self.job_id, self.console, self.replicas = client, job_id, console, replicas
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.attempts: set[int] = set()
+
+    def start(self, attempt: int) -> None:
+        """Follow every replica of `attempt` (once); each stream ends when the attempt does."""
+        if attempt in self.attempts:
+            return
+        self.attempts.add(attempt)
+        for replica in range(self.replicas):
+            t = threading.Thread(target=self._follow, args=(attempt, replica), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _follow(self, attempt: int, replica: int) -> None:
+        prefix = f"r{replica} | " if self.replicas > 1 else ""
+        pending = b""
+        try:
+            for chunk in self.client.follow_logs(self.job_id, replica=replica, attempt=attempt):
+                *lines, pending = (pending + chunk).split(b"\n")
+                self._print(prefix, lines)
+        except ClientError as exc:
+            self._print("", [f"(no output of replica {replica}: {exc})".encode()])
+        if pending:
+            self._print(prefix, [pending])
+
+    def _print(self, prefix: str, lines: list[bytes]) -> None:
+        with self.lock:
+            for raw in lines:
+                text = raw.decode(errors="replace")
+                self.console.print(f"{prefix}{text}", markup=False, highlight=False, soft_wrap=True)
+
+    def wait(self, timeout: float = 10) -> None:
+        """Until the output shipped before the job ended has been printed."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def follow_job(
-    client: Client, job_id: str, console: Console, poll: float = 0.3, quiet: bool = False
+    client: Client,
+    job_id: str,
+    console: Console,
+    poll: float = 0.3,
+    quiet: bool = False,
+    logs: bool = False,
 ) -> JobState:
-    """Print each new event of the job until it reaches a final state; returns that state."""
-    after = 0
+    """Print each event of the job, up to and including the one that ends it, and returns the final state. The
+    job's state is folded from the events printed (the state machine's own `apply`), so no event that came
+    before the end is missed. `logs`: also print the replicas' output as it comes."""
+    after, view, output, known = 0, None, None, True
     while True:
         for item in client.events(job_id, after=after):
             after = item.version
             if not quiet:
                 console.print(f"  {event_line(item.event)}", highlight=False)
-        state = client.job(job_id).state
-        if state.terminal:
+            event = parse_event(item.event)
+            try:
+                view = apply(view, event, version=item.version) if event is not None else view
+            except IllegalTransition:
+                event = None
+            if event is None:  # a newer server's event: from here on, the server says when the job ends
+                known = False
+                continue
+            if logs and isinstance(event.data, JobStarted):
+                output = output or ReplicaOutput(client, job_id, console, view.spec.replicas)
+                output.start(event.data.attempt)
+        state = view.state if known and view is not None else None
+        if not known and (state := client.job(job_id).state).terminal:
+            for item in client.events(job_id, after=after):  # what came before the state was read
+                if not quiet:
+                    console.print(f"  {event_line(item.event)}", highlight=False)
+        if state is not None and state.terminal:
+            if output is not None:
+                output.wait()
             return state
         time.sleep(poll)

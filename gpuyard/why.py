@@ -12,7 +12,7 @@ from typing import Any
 from shared.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState
-from shared.units import format_duration, format_rough_duration, format_size
+from shared.units import count_text, format_duration, format_rough_duration, format_size
 
 
 def exact(seconds: float) -> str:
@@ -61,20 +61,11 @@ def details_text(details: dict[str, Any]) -> str:
     return " · ".join(f"{k}={_value(v)}" for k, v in details.items())
 
 
-def size_text(num_bytes: int) -> str:
-    """Bytes in the unit they were most likely written in: 16 GB stays '16 GB', 16 GiB stays '16 GiB'."""
-    units = (("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20), ("MB", 10**6))
-    for unit, factor in units:
-        if num_bytes >= factor and num_bytes % factor == 0:
-            return f"{num_bytes // factor} {unit}"
-    return format_size(num_bytes)
-
-
 def gpus_text(spec: JobSpec) -> str:
     per, replicas = spec.resources.gpus, spec.replicas
     if not per:
         return "no GPU"
-    each = f"{per:g} of a GPU" if per < 1 else f"{per:g} GPU" + ("s" if per != 1 else "")
+    each = f"{per:g} of a GPU" if per < 1 else count_text(per, "GPU")
     return f"{replicas} × {each}" if replicas > 1 else each
 
 
@@ -82,12 +73,12 @@ def resources_text(spec: JobSpec) -> str:
     r = spec.resources
     parts = [gpus_text(spec)]
     if r.gpu_memory:
-        parts.append(f"{size_text(r.gpu_memory)} GPU memory")
+        parts.append(f"{format_size(r.gpu_memory)} GPU memory")
     if r.gpu_model:
         parts.append(f"model {' or '.join(r.gpu_model)}")
     per_replica = " per replica" if spec.replicas > 1 else ""
-    parts.append(f"{r.cpus:g} CPU{'s' if r.cpus != 1 else ''}{per_replica}")
-    parts.append(f"{size_text(r.memory)} memory{per_replica}")
+    parts.append(f"{count_text(r.cpus, 'CPU')}{per_replica}")
+    parts.append(f"{format_size(r.memory)} memory{per_replica}")
     if spec.timeout:
         parts.append(f"time limit {exact(spec.timeout)}")
     return " · ".join(parts)
@@ -98,13 +89,13 @@ def placement_text(p: PlacementOut) -> str:
     for g in p.gpus:
         text = str(g.index)
         if g.fraction < 1:
-            text += f" (×{g.fraction:g}" + (f", {size_text(g.memory_bytes)})" if g.memory_bytes else ")")
+            text += f" (×{g.fraction:g}" + (f", {format_size(g.memory_bytes)})" if g.memory_bytes else ")")
         gpus.append(text)
     parts = [p.node + (f" GPU {', '.join(gpus)}" if gpus else " (no GPU)")]
     if p.cpus:
         parts.append(f"{p.cpus:g} CPU{'s' if p.cpus != 1 else ''}")
     if p.memory_bytes:
-        parts.append(size_text(p.memory_bytes))
+        parts.append(format_size(p.memory_bytes))
     return " · ".join(parts)
 
 

@@ -238,8 +238,8 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
             changes["exits"] = [*view.exits, exited]
             if data.log_tail:
                 changes["log_tail"] = list(data.log_tail)
-        case JobSucceeded():
-            changes["exit_code"] = 0
+        case JobSucceeded():  # what an earlier attempt's end said is in that attempt, not the job's word
+            changes.update(exit_code=0, signal=None, failure_reason=None, message="")
             attempt.update(_ended(at, "succeeded", 0))
         case JobFailed():
             changes.update(

@@ -22,8 +22,8 @@ from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
 from shared.settings import CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
+from shared.version import VERSION
 
-VERSION = "0.1.0"
 log = logging.getLogger("gpuyard.service")
 
 

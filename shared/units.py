@@ -74,11 +74,28 @@ def parse_duration(value: int | float | str) -> float:
     return parse_duration(sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text)))
 
 
-def format_size(num_bytes: int) -> str:
+_WRITTEN_UNITS = (
+    ("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20), ("MB", 10**6),
+    ("KiB", 2**10), ("kB", 10**3),
+)  # fmt: skip
+
+
+def format_size(num_bytes: float) -> str:
+    """Bytes as people write them, the one rendering everywhere: in the unit they were most likely written in
+    when it divides them ('256 MB', '16 GiB'), else three figures in binary units ('1.5 GiB', '900 B')."""
+    num_bytes = int(num_bytes)
+    for unit, factor in _WRITTEN_UNITS:
+        if num_bytes >= factor and num_bytes % factor == 0:
+            return f"{num_bytes // factor} {unit}"
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= factor:
-            return f"{num_bytes / factor:.3g}{unit}"
-    return f"{num_bytes}B"
+            return f"{num_bytes / factor:.3g} {unit}"
+    return f"{num_bytes} B"
+
+
+def count_text(n: float, noun: str) -> str:
+    """A count with its noun, the one rendering everywhere: '1 GPU', '2 GPUs', '0.5 GPU', '0 GPUs'."""
+    return f"{n:g} {noun}" + ("" if 0 < n <= 1 else "s")
 
 
 def format_duration(seconds: float) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 from shared.events import JobPlaced, ReplicaPlacement
@@ -31,6 +32,18 @@ INHERITED = (
     "CUDA_MPS_LOG_DIRECTORY",
 )
 DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+
+
+def platform_path(inherited_path: str | None) -> dict[str, str]:
+    """The platform's own Python environment first on the PATH, so that a job's `python`, `torchrun` or
+    `gpuyard` are the ones installed with GPUYARD (where `pip install -e '.[train]'` put PyTorch), whatever the
+    PATH of the shell that started `gpuyard up`; and VIRTUAL_ENV naming it when it is one."""
+    scripts = str(Path(sys.executable).parent)  # not resolved: a venv's python is a link out of the venv
+    rest = [p for p in (inherited_path or os.defpath).split(os.pathsep) if p and p != scripts]
+    env = {"PATH": os.pathsep.join([scripts, *rest])}
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    return env
 
 
 def mps_running(environ: dict[str, str] | None = None) -> bool:
@@ -94,6 +107,7 @@ def replica_env(
     """`gpu_memory`: the node's GPU index → total bytes (to size a slice given only as a fraction);
     `mps`: the node runs CUDA MPS."""
     env = {k: os.environ[k] for k in INHERITED if k in os.environ}
+    env.update(platform_path(env.get("PATH")))
     env.update(spec.env)
     on_node = sorted(p.replica for p in placed.placements if p.node == replica.node)
     gpus = replica.gpus

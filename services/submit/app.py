@@ -14,11 +14,13 @@ from fastapi.responses import JSONResponse
 from services.submit import routes_admin, routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
+from services.submit.docs_pages import add_docs_pages
 from services.submit.errors import answers
 from services.submit.fastpath import FastSubmit
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
+from shared.version import VERSION
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,12 @@ def carried(value: Any) -> Any:
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
-        version="0.1.0",
+        version=VERSION,
         description="Submit, follow and cancel GPU training jobs. Every request carries `Authorization: Bearer`.",
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs_pages(app)
     app.state.ctx = ctx
     app.add_middleware(FastSubmit, ctx=ctx)
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)  # added last: the outer one, before FastSubmit

@@ -19,6 +19,7 @@ from gpuyard.client import Client
 from shared.api import JobOut
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_ports(n: int) -> list[int]:
@@ -122,6 +123,7 @@ class Platform:
                 str(self.executors),
             ],
             env=self.env,
+            cwd=ROOT,  # as `make demo` starts it: a job's `working_dir: .` is the checkout
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
         )

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from services.executor.announce import default_address
 from shared.bus import Bus
@@ -232,13 +231,22 @@ def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_pa
     reason="PyTorch is not installed (pip install -e '.[train]'): the distributed example needs it",
 )
 def test_the_distributed_example_trains_with_two_cpu_workers_that_agree(platform):
-    spec = yaml.safe_load((ROOT / "examples" / "ddp-cpu.yaml").read_text())
-    assert spec["command"][0] == "python" and spec["replicas"] == 2
-    spec["command"][0] = sys.executable  # the interpreter that has torch, whatever `python` is on the PATH
-    spec["working_dir"] = str(ROOT)
+    """As the README and the example type it: `gpuyard submit examples/ddp-cpu.yaml --follow`, in the checkout
+    `gpuyard up` was started in; its `python` is the platform's (with PyTorch), whatever the PATH says."""
+    path = ":".join(p for p in os.environ["PATH"].split(":") if p != str(Path(sys.executable).parent))
+    env = {**platform.env, "PATH": path}  # the venv is not on the PATH, as after `make demo`
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "gpuyard"), "submit", "examples/ddp-cpu.yaml", "--follow"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    job_id = run.stdout.split("submitted job ")[1].split()[0]
     client = platform.client()
-    job_id = client.submit(spec).job_id
-    job = platform.wait_state(job_id, {"succeeded", "failed"}, timeout=240)
+    job = client.job(job_id)
     logs = [client.logs(job_id, replica=r) for r in (0, 1)]
     assert job.state == "succeeded", logs
     finals = [next(line for line in text.splitlines() if line.startswith("final: ")) for text in logs]

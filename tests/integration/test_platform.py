@@ -47,6 +47,19 @@ def test_a_job_goes_submitted_placed_running_succeeded(platform, tmp_path):
     assert job.placements[0].node == "node-a" and len(job.placements[0].gpus) == 1
 
 
+def test_follow_prints_each_replicas_output_prefixed_and_every_event_to_the_end(platform, tmp_path):
+    job = {"command": 'echo "line one of $RANK"; echo "line two of $RANK"', "replicas": 2}
+    result = platform.cli("submit", write_spec(tmp_path, "two", job), "--follow")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for rank in (0, 1):
+        assert f"r{rank} | line one of {rank}" in lines and f"r{rank} | line two of {rank}" in lines
+        assert lines.index(f"r{rank} | line one of {rank}") < lines.index(f"r{rank} | line two of {rank}")
+    assert sum("succeeded" in line for line in lines) == 2  # the event, and the closing line
+    quiet = platform.cli("submit", write_spec(tmp_path, "quiet", job), "--follow", "--no-logs")
+    assert quiet.returncode == 0 and "line one" not in quiet.stdout and "succeeded" in quiet.stdout
+
+
 def test_a_failing_job_fails_and_keeps_its_exit_code(platform, tmp_path):
     spec = write_spec(tmp_path, "bad", {"command": "echo about to fail; exit 3"})
     result = platform.cli("submit", spec, "--follow")

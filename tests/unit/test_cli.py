@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gpuyard import cli, why
+from gpuyard.cli import build_parser
 from gpuyard.client import Client
 from shared.api import JobOut, job_out
 from shared.events import (
@@ -31,6 +32,7 @@ from shared.events import (
 from shared.jobspec import JobSpec
 from shared.jobstate import fold
 from shared.reasons import PendingCode
+from shared.version import VERSION
 
 
 def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
@@ -348,7 +350,7 @@ def test_describe_of_a_failed_job_shows_the_failure_and_the_last_lines_of_the_re
     code, out, _ = run(capsys, "describe", "bad1")
     assert code == 0
     failure = next(line for line in out.splitlines() if line.startswith("Failure"))
-    assert failure.split(None, 1)[1] == "exit_code: exited with 3 · exit code 3 · replica 1"
+    assert failure.split(None, 1)[1].rstrip() == "exit_code: exited with 3 · exit code 3 · replica 1"
     assert out.splitlines()[-3:] == ["Last log lines of replica 1:", "  step 9", "  about to fail [sic]"]
     logs = api["requests"][-1].url
     assert logs.path == "/v1/jobs/bad1/logs"
@@ -475,3 +477,40 @@ def test_up_refuses_a_port_in_use_and_names_the_flag(capsys, tmp_path):
             capsys, "up", "--data-dir", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)
         )
     assert f"port {port} for the API is in use" in one_line_error(code, err) and "--port" in err
+
+
+# ---------------------------------------------------------------- small things a user notices
+
+
+def test_logs_of_a_job_that_has_not_started_says_why_there_is_no_output(api, capsys):
+    api["head1"] = head_view()
+    api["logs"]["head1"] = ""
+    code, out, err = run(capsys, "logs", "head1")
+    assert code == 0 and out == ""
+    assert err.strip() == (
+        "no output: job head1 has not started yet (queued: insufficient_gpus: needs 4 GPUs on one node; the "
+        "largest free block is 1 (n1); 1st in line [sic] (#1 in queue))"
+    )
+    api["run1"] = running_view()
+    api["logs"]["run1"] = ""
+    assert (
+        run(capsys, "logs", "run1")[2].strip() == "no output: replica 0 of job run1 has written nothing yet"
+    )
+
+
+def test_describe_writes_sizes_and_counts_as_people_write_them(api, capsys):
+    api["head1"] = head_view()
+    resources = next(line for line in run(capsys, "describe", "head1")[1].splitlines() if "Resources" in line)
+    assert resources.split(None, 1)[1].rstrip() == "4 GPUs · 8 CPUs · 16 GB memory · time limit 2h"
+
+
+def test_version_and_up_takes_no_client_options(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"gpuyard {VERSION}"
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["up", "--token", "x"])
+    assert refused.value.code == 2 and "unrecognized arguments: --token x" in capsys.readouterr().err
+    for command in ("ps", "logs"):
+        helps = build_parser()._subparsers._group_actions[0].choices[command]._actions
+        assert all(a.help for a in helps), [a.dest for a in helps if not a.help]

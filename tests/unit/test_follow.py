@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gpuyard.follow import event_line, parse_event
-from shared.events import JobPreempted, JobRequeued, JobStarted, RequeueReason, make_event
+from shared.events import JobPreempted, JobReplicaExited, JobRequeued, JobStarted, RequeueReason, make_event
 
 
 def line(data) -> str:
@@ -35,3 +35,12 @@ def test_an_event_this_cli_does_not_know_is_shown_by_its_type():
     raw["type"] = "io.gpuyard.job.hibernated"
     assert parse_event(raw) is None
     assert event_line(raw).endswith("  io.gpuyard.job.hibernated")
+
+
+def test_a_replica_end_names_its_exit_code_or_signal_and_never_says_none():
+    def ended(**how) -> str:
+        return line(JobReplicaExited(job_id="j", attempt=1, node="n1", replica=1, **how))
+
+    assert ended(exit_code=3) == "replica 1 exited (exit 3)"
+    assert ended(signal=9) == "replica 1 exited (signal 9 (SIGKILL))"
+    assert ended(message="node n1 was lost") == "replica 1 exited (no exit status): node n1 was lost"

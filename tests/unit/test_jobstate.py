@@ -105,6 +105,25 @@ def test_requeue_starts_a_new_attempt_and_old_attempt_events_are_stale():
     assert apply(view, placed(attempt=2)).state == JobState.PLACED
 
 
+def test_a_job_that_succeeds_on_a_later_attempt_carries_no_word_of_the_earlier_failure():
+    requeued = ev(
+        JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY, message="exit code 3; retry 1/1"), 3
+    )
+    view = fold(
+        [
+            submitted(),
+            placed(),
+            started(),
+            requeued,
+            placed(2),
+            started(2),
+            ev(JobSucceeded(job_id=J, attempt=2)),
+        ]
+    )
+    assert view.state == JobState.SUCCEEDED and view.message == "" and view.exit_code == 0
+    assert view.attempts[0].message == "exit code 3; retry 1/1"  # kept where it belongs
+
+
 def test_cancel_request_and_pending_keep_the_state():
     pending = ev(JobPending(job_id=J, attempt=1, reason=PendingReason(code="insufficient_gpus", message="m")))
     view = fold([submitted(), pending])

@@ -52,6 +52,7 @@ from services.scheduler.core.queue import HeldQueue, Pending
 from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from shared.policies import BackfillMode
 from shared.reasons import GPU_SHORTAGES, PendingCode
+from shared.units import count_text
 
 BACKFILL_MODES = ("easy", "greedy", "off")
 NEVER = frozenset(
@@ -405,7 +406,7 @@ class _Cycle:
             job,
             R.Blocker(
                 PendingCode.PREEMPTING,
-                f"preempting {len(names)} job{'s' if len(names) != 1 else ''} ({shown}) to free {gpus:g} GPUs",
+                f"preempting {len(names)} job{'s' if len(names) != 1 else ''} ({shown}) to free {count_text(gpus, 'GPU')}",
                 {"victims": names, "gpus": gpus},
             ),
         )

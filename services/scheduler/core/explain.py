@@ -9,6 +9,7 @@ from services.scheduler.core.demand import MILLI, Demand
 from services.scheduler.core.index import CapacityIndex
 from services.scheduler.core.model import EPS, JobRequest
 from shared.reasons import PendingCode
+from shared.units import count_text, format_size
 
 
 def _matching(index: CapacityIndex, demand: Demand) -> np.ndarray:
@@ -64,15 +65,15 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
             where = index.names[int(np.argmax(np.where(mask, gpus, -1)))] if mask.any() else "none"
             return R.Blocker(
                 PendingCode.TOO_LARGE,
-                f"needs {demand.count} GPUs on one node; the largest node has {largest} ({where})",
+                f"needs {count_text(demand.count, 'GPU')} on one node; the largest node has {largest} ({where})",
                 {"needed_per_replica": demand.count, "largest_node_gpus": largest, "node": where},
             )
     per_node = np.where(mask, per_node, 0)
     if not per_node.any():
         return R.Blocker(
             PendingCode.TOO_LARGE,
-            f"needs {demand.cpus:g} CPUs and {R.gib(demand.memory)} per replica; the largest node has "
-            f"{float(index.cpus.max(initial=0)):g} CPUs and {R.gib(float(index.memory.max(initial=0)))}",
+            f"needs {count_text(demand.cpus, 'CPU')} and {format_size(demand.memory)} per replica; the largest node has "
+            f"{count_text(float(index.cpus.max(initial=0)), 'CPU')} and {format_size(float(index.memory.max(initial=0)))}",
             {"cpus": demand.cpus, "memory": demand.memory},
         )
     total = int(per_node.sum())
@@ -95,7 +96,7 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
             now = int((index.idle[fits_one] // demand.count).sum()) if fits_one.size else 0
         else:
             now = int(fits_one.size)
-        what = f"{R.gpus_text(job.gpus)}" if demand.count else f"{demand.cpus:g} CPUs"
+        what = f"{R.gpus_text(job.gpus)}" if demand.count else f"{count_text(demand.cpus, 'CPU')}"
         return R.Blocker(
             PendingCode.GANG_DOES_NOT_FIT,
             f"needs {job.replicas} workers × {what} placed together; only about {min(now, job.replicas - 1)} fit now",
@@ -105,8 +106,8 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
         best = int(np.argmax(np.where(index.schedulable, index.cpu_free, -1)))
         return R.Blocker(
             PendingCode.INSUFFICIENT_CPU_MEMORY,
-            f"needs {demand.cpus:g} CPUs and {R.gib(demand.memory)}; the most free on one node is "
-            f"{float(index.cpu_free[best]):g} CPUs ({index.names[best]})",
+            f"needs {count_text(demand.cpus, 'CPU')} and {format_size(demand.memory)}; the most free on one node is "
+            f"{count_text(float(index.cpu_free[best]), 'CPU')} ({index.names[best]})",
             {
                 "cpus": demand.cpus,
                 "memory": demand.memory,
@@ -121,13 +122,13 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
         if largest >= demand.count:
             return R.Blocker(
                 PendingCode.INSUFFICIENT_CPU_MEMORY,
-                f"needs {demand.count} GPUs with {demand.cpus:g} CPUs and {R.gib(demand.memory)} on one node; "
-                f"the nodes with {demand.count} free GPUs lack CPUs or memory",
+                f"needs {count_text(demand.count, 'GPU')} with {count_text(demand.cpus, 'CPU')} and {format_size(demand.memory)} on one node; "
+                f"the nodes with {count_text(demand.count, 'free GPU')} lack CPUs or memory",
                 {"needed_per_replica": demand.count, "cpus": demand.cpus, "memory": demand.memory},
             )
         return R.Blocker(
             PendingCode.INSUFFICIENT_GPUS,
-            f"needs {demand.count} GPUs on one node; the largest free block is {largest} ({index.names[best]})",
+            f"needs {count_text(demand.count, 'GPU')} on one node; the largest free block is {largest} ({index.names[best]})",
             {"needed_per_replica": demand.count, "largest_free": largest, "node": index.names[best]},
         )
     shares = np.where(mask, index.max_free, -1)
@@ -135,14 +136,14 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
     if (shares[resources_ok] >= demand.milli).any():
         return R.Blocker(
             PendingCode.INSUFFICIENT_GPU_SHARE,
-            f"needs {demand.fraction:g} of a GPU with {R.gib(demand.gpu_memory)} of its memory; no GPU with that "
+            f"needs {demand.fraction:g} of a GPU with {format_size(demand.gpu_memory)} of its memory; no GPU with that "
             f"share free has that memory free",
             {"needed": demand.fraction, "gpu_memory": demand.gpu_memory},
         )
     if (shares >= demand.milli).any():
         return R.Blocker(
             PendingCode.INSUFFICIENT_CPU_MEMORY,
-            f"needs {demand.fraction:g} of a GPU with {demand.cpus:g} CPUs and {R.gib(demand.memory)}; the nodes "
+            f"needs {demand.fraction:g} of a GPU with {count_text(demand.cpus, 'CPU')} and {format_size(demand.memory)}; the nodes "
             f"with that share free lack CPUs or memory",
             {"needed": demand.fraction, "cpus": demand.cpus, "memory": demand.memory},
         )

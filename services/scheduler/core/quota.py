@@ -16,6 +16,7 @@ from operator import attrgetter
 from services.scheduler.core import reasons as R
 from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
 from shared.reasons import PendingCode
+from shared.units import count_text
 
 _JOB = attrgetter("job")
 _KIND = attrgetter("tenant", "user", "key")
@@ -134,7 +135,7 @@ class QuotaLedger:
             if cap is not None and held + job.total_gpus > cap + EPS:
                 return R.Blocker(
                     PendingCode.USER_CAP,
-                    f"user {job.user or '(none)'} of tenant {job.tenant} holds {held:g} of at most {cap:g} GPUs; "
+                    f"user {job.user or '(none)'} of tenant {job.tenant} holds {held:g} of at most {count_text(cap, 'GPU')}; "
                     f"this job needs {job.total_gpus:g} more",
                     {
                         "user": job.user,
@@ -147,7 +148,7 @@ class QuotaLedger:
         if self.would_borrow(job) and not self.config.borrowing:
             return R.Blocker(
                 PendingCode.BORROWING_DISABLED,
-                f"tenant {job.tenant} is at its quota {self.used(job.tenant):g}/{self.guarantee(job.tenant):g} GPUs "
+                f"tenant {job.tenant} is at its quota {self.used(job.tenant):g}/{count_text(self.guarantee(job.tenant), 'GPU')} "
                 f"and borrowing is off",
                 {"tenant": job.tenant, "used": self.used(job.tenant), "quota": self.guarantee(job.tenant)},
             )
@@ -158,7 +159,7 @@ class QuotaLedger:
         used, quota = self.used(job.tenant), self.guarantee(job.tenant)
         return R.Blocker(
             PendingCode.QUOTA_EXHAUSTED,
-            f"tenant {job.tenant} is at its quota {used:g}/{quota:g} GPUs and no idle GPUs can be borrowed "
+            f"tenant {job.tenant} is at its quota {used:g}/{count_text(quota, 'GPU')} and no idle GPUs can be borrowed "
             f"(needs {job.total_gpus:g})",
             {"tenant": job.tenant, "used": used, "quota": quota, "needed": job.total_gpus},
         )

@@ -94,7 +94,3 @@ def gpus_text(gpus: float) -> str:
         n = round(gpus)
         return f"{n} whole GPU" if n == 1 else f"{n} whole GPUs"
     return f"{gpus:g} of a GPU"
-
-
-def gib(nbytes: float) -> str:
-    return f"{nbytes / (1 << 30):.3g} GiB"

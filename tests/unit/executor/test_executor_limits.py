@@ -55,7 +55,7 @@ async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path):
     os.killpg(pid, signal.SIGKILL)
     view = await h.wait(job, "failed")
     assert view.failure_reason == "oom_killed"
-    assert view.message == "replica 0: killed for exceeding its memory limit (256MiB)"
+    assert view.message == "replica 0: killed for exceeding its memory limit (256 MiB)"
 
 
 async def test_a_replica_that_cannot_enter_its_cgroup_fails_to_start_with_that_reason(h, tmp_path):
@@ -144,14 +144,15 @@ async def test_a_job_over_its_gpu_slice_is_stopped_after_the_grace_under_policy_
     [alert] = h.bus.of_kind("gpu_memory_over_slice")
     assert alert.job_id == job and alert.gpu_index == 0 and alert.node == "node-a"
     assert (
-        "uses 6GiB of GPU 0, over its slice of 4GiB; it is stopped if it stays over for 0.3s" in alert.message
+        "uses 6 GiB of GPU 0, over its slice of 4 GiB; it is stopped if it stays over for 0.3s"
+        in alert.message
     )
     assert (await h.view(job)).state == "running"  # not yet: the grace runs
     await asyncio.sleep(0.35)
     await ex.gpu_guard.check()
     view = await h.wait(job, "failed")
     assert view.failure_reason == "gpu_memory_exceeded"
-    assert "used 6GiB of GPU 0's memory, over its slice of 4GiB, for more than 0.3s" in view.message
+    assert "used 6 GiB of GPU 0's memory, over its slice of 4 GiB, for more than 0.3s" in view.message
 
 
 async def test_under_policy_warn_a_job_over_its_slice_only_gets_an_alert_then_a_resolution(h):

@@ -140,7 +140,7 @@ CASES = [
         pending={
             "low": (
                 "insufficient_gpus",
-                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+                "needs 1 GPU on one node; the largest free block is 0 (n0); 1st in line",
             )
         },
     ),
@@ -156,7 +156,7 @@ CASES = [
         [job("high", 1, priority=100)],
         ff(),
         preempted=[("young", "priority", "high")],
-        pending={"high": ("preempting", "preempting 1 job (young) to free 1 GPUs; 1st in line")},
+        pending={"high": ("preempting", "preempting 1 job (young) to free 1 GPU; 1st in line")},
     ),
     Case(
         "no victim before its minimum runtime",
@@ -166,7 +166,7 @@ CASES = [
         pending={
             "high": (
                 "insufficient_gpus",
-                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+                "needs 1 GPU on one node; the largest free block is 0 (n0); 1st in line",
             )
         },
     ),
@@ -178,7 +178,7 @@ CASES = [
         pending={
             "y": (
                 "insufficient_gpus",
-                "needs 1 GPUs on one node; the largest free block is 0 (n0); 1st in line",
+                "needs 1 GPU on one node; the largest free block is 0 (n0); 1st in line",
             )
         },
     ),
@@ -195,7 +195,7 @@ CASES = [
         [job("a1", 1, tenant="a", priority=50)],
         ff(),
         preempted=[("b2", "reclaim", "a1")],
-        pending={"a1": ("preempting", "preempting 1 job (b2) to free 1 GPUs; 1st in line")},
+        pending={"a1": ("preempting", "preempting 1 job (b2) to free 1 GPU; 1st in line")},
     ),
     Case(
         "borrowing idle GPUs is allowed and flagged",
@@ -219,7 +219,7 @@ CASES = [
         pending={
             "a1": (
                 "quota_exhausted",
-                "tenant a is at its quota 1/1 GPUs and no idle GPUs can be borrowed (needs 1); 1st in line",
+                "tenant a is at its quota 1/1 GPU and no idle GPUs can be borrowed (needs 1); 1st in line",
             )
         },
     ),
@@ -235,7 +235,7 @@ CASES = [
         pending={
             "a1": (
                 "insufficient_cpu_memory",
-                "needs 1 GPUs with 1 CPUs and 0 GiB on one node; the nodes with 1 free GPUs lack CPUs or memory; "
+                "needs 1 GPU with 1 CPU and 0 B on one node; the nodes with 1 free GPU lack CPUs or memory; "
                 "1st in line",
             )
         },
@@ -248,7 +248,7 @@ CASES = [
         pending={
             "a1": (
                 "borrowing_disabled",
-                "tenant a is at its quota 0/1 GPUs and borrowing is off; 1st in line",
+                "tenant a is at its quota 0/1 GPU and borrowing is off; 1st in line",
             )
         },
     ),
@@ -337,7 +337,7 @@ CASES = [
         pending={
             f"w{k}": (
                 "insufficient_gpus",
-                f"needs 1 GPUs on one node; the largest free block is 0 (n0); {p} in line",
+                f"needs 1 GPU on one node; the largest free block is 0 (n0); {p} in line",
             )
             for k, p in enumerate(["1st", "2nd", "3rd"])
         },

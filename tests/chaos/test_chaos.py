@@ -1,0 +1,27 @@
+"""1,000 short jobs, gangs of 16 replicas among them, through `gpuyard up --simulate-gpus 8` while the
+scheduler, an executor, the submit service and NATS are each killed with SIGKILL twice, in random order
+(benchmarks/chaos.py, which runs it with larger numbers). Every accepted job must succeed: none lost, none
+run twice, none stuck."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.chaos import TARGETS, run_chaos
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_job_succeeds_once_while_services_and_nats_are_killed(tmp_path):
+    result = run_chaos(jobs=1000, kills=2, gang_every=100, seed=24, deadline=240, workdir=tmp_path)
+    summary = result.summary()
+    print(summary)
+    assert [k.target for k in result.kills].count("executor") == 2 and len(result.kills) == 2 * len(TARGETS)
+    assert all(k.back_after_s is not None for k in result.kills), result.kills
+    assert result.accepted == 1000, summary
+    assert result.gangs == 10, summary
+    assert not result.lost, f"accepted, unknown to the API: {result.lost[:10]}"
+    assert not result.twice, f"replicas that ran more than once: {result.twice[:10]}"
+    assert not result.stuck, f"not finished within the deadline: {result.stuck[:10]}"
+    assert not result.failed, f"finished without success: {result.failed[:10]}"
+    assert result.succeeded == 1000
