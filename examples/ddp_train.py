@@ -76,6 +76,10 @@ def main() -> None:
         f"fingerprint {fingerprint}",
         flush=True,
     )
+    # Tear down together: every rank is done with the group (a rank that left early would close the
+    # connections another rank's gloo threads still use), and DDP's pending work is released first.
+    dist.barrier()
+    del model, optimizer
     dist.destroy_process_group()
 
 
