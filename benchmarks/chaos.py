@@ -145,7 +145,11 @@ class Platform:
         needle = "nats-server" if target == "nats" else f"services.{target}"
         found = []
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            for pid in (task / "children").read_text().split():
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:  # a thread that ended meanwhile
+                continue
+            for pid in children:
                 try:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
