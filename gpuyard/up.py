@@ -167,7 +167,14 @@ class Supervisor:
                     await self.start(child)
 
     async def stop(self, order: list[str], grace: float = 15) -> None:
+        """Stop the children in `order`. Executors hear it first, all at once, by SIGINT: a deliberate stop,
+        which stops their jobs too (SIGTERM alone, as from a service manager's restart, would leave the jobs
+        running for the next executor to adopt), even if `up` itself is killed while it stops the others."""
         self.stopping = True
+        for child in self.children.values():
+            if (child.service or child.name) == "executor" and child.proc and child.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGINT)
         for name in order:
             child = self.children.get(name)
             if child and child.proc and child.proc.returncode is None:

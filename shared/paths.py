@@ -29,8 +29,14 @@ class ReplicaFiles:
 
     @property
     def pid(self) -> str:
-        """The replica's process id and start time, for a restarted executor to find and stop it."""
+        """The replica's process id and start time, and its reaper's, for a restarted executor to find it."""
         return f"{self.attempt}/replica-{self.replica}.pid"
+
+    @property
+    def exit(self) -> str:
+        """How the replica's first process ended (its status, written by its reaper), for whichever executor
+        reports it."""
+        return f"{self.attempt}/replica-{self.replica}.exit"
 
     @property
     def work(self) -> str:
