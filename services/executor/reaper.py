@@ -15,6 +15,12 @@ output pipe, so a replica whose executor died never gets SIGPIPE: its output wai
 blocks when the pipe is full) until the next executor opens the pipe through `/proc/<reaper>/fd/<n>`. What a
 replica printed last while no executor read its pipe, the reaper appends to the replica's log file itself.
 
+Every replica's first process is a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec): a descendant
+whose parent ends (`setsid sleep 1000 &`, a double fork) is re-parented to it, not to init, so nothing of the
+replica escapes while it runs. When that first process ends, its remaining descendants are re-parented to the
+reaper (a subreaper too), which kills every child it did not start itself, until none is left: nothing of a
+job outlives its end, with or without cgroups.
+
 The reaper exits when its executor is gone and it has no child left. It ignores SIGTERM, SIGINT and SIGHUP
 (an executor's restart, or a platform upgrade, never ends a job; the executor stops jobs itself when it is
 asked to). This file imports only the standard library: it runs as `python -I -S reaper.py`, and keeps
@@ -29,6 +35,7 @@ start, in order, and `{"exited": pid, "status": n}` (a negative status: killed b
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -243,6 +250,7 @@ class Reaper:
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             os.setsid()
+            subreaper()
             if request.get("cgroup"):
                 step = "cgroup"
                 procs = os.path.join(request["cgroup"], "cgroup.procs")
@@ -290,6 +298,7 @@ class Reaper:
             replica = self.replicas.pop(pid, None)
             if replica is not None:
                 self.ended(replica, os.waitstatus_to_exitcode(status))
+        self.kill_leftovers()
 
     def ended(self, replica: Replica, status: int) -> None:
         try:
@@ -321,6 +330,13 @@ class Reaper:
             pass
         finally:
             os.close(out)
+
+    def kill_leftovers(self) -> None:
+        """Every child the reaper did not start is what is left of a replica whose first process ended (a
+        live replica's first process is the subreaper of its own descendants): killed."""
+        for pid in children() - self.replicas.keys():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:

@@ -353,3 +353,32 @@ async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
     for proc in started:  # a process started before the failure was killed (and its pidfd closed once reaped)
         assert await asyncio.wait_for(proc.wait(), 5) == -signal.SIGKILL
     assert open_fds() == before  # neither end of the output pipe nor the log file left open
+
+
+def processes_with(marker: bytes) -> list[int]:
+    """Live processes whose command line holds `marker` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker in f.read() and process_start_time(int(entry)) is not None:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def test_nothing_of_a_job_outlives_it_without_cgroups_not_even_a_new_session(h, tmp_path):
+    """A process that left the job's process group and session (setsid) is still the job's: its first process
+    is the subreaper of its descendants, and the reaper kills what is left when it ends."""
+    ex = await h.executor(cgroup_limits=False)
+    assert "not enforced" in ex.backend.limits
+    marker = f"{time.time_ns() % 1000 + 1000}.25"  # a sleep of this length is the escaped process
+    pids = tmp_path / "escaped.pid"
+    job = await h.submit(command=f"setsid sleep {marker} >/dev/null 2>&1 & echo $! > {pids}; sleep 0.3")
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    escaped = int(pids.read_text())
+    await h.wait_for(lambda: process_start_time(escaped) is None, 5, "the escaped process to be killed")
+    assert processes_with(f"sleep\0{marker}".encode()) == []

@@ -137,6 +137,28 @@ async def test_a_start_that_fails_says_at_which_step(tmp_path, argv, cwd, env, s
         assert (await started.run(["true"]))[0] == 0  # and the reaper goes on
 
 
+def descendants_alive(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_nothing_of_a_replica_outlives_its_first_process_even_out_of_its_session(tmp_path):
+    marker = f"{time.time_ns() % 100000 + 1000}.5"  # a unique sleep length names the escaped process
+    async with Started(tmp_path) as started:
+        status, _, _ = await started.run(
+            ["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; exit 0"]
+        )
+        assert status == 0
+        await eventually(lambda: not descendants_alive(f"sleep\0{marker}"), 5)
+
+
 async def test_a_replica_outlives_its_executor_and_its_end_is_still_written(tmp_path):
     """The executor goes (its socket closes): the replica goes on; its end is written; the reaper ends after."""
     started = Started(tmp_path)
