@@ -406,6 +406,14 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         executor = platform.executor
         if executor.simulate_gpus:
             lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
+        if os.geteuid() != 0 or "=platform" in executor.job_users.replace(" ", ""):
+            lines.append(
+                "  [bold yellow]jobs share this platform's rights[/]: they run as its own user and can read "
+                "its data dir (tokens, event store, other jobs' logs); run it as root to run jobs as "
+                "unprivileged users (GPUYARD_JOB_USERS)"
+            )
+        else:
+            lines.append("  jobs        run as unprivileged users, one per tenant (GPUYARD_JOB_USERS)")
         lines.append(
             "  Try: gpuyard submit examples/hello.yaml --follow  ·  gpuyard ps  ·  Ctrl-C stops everything\n"
         )

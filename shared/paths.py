@@ -44,6 +44,12 @@ class ReplicaFiles:
         return f"{self.attempt}/work-{self.replica}"
 
 
+def job_workdir(job_root: Path | str, job_id: str, attempt: int, replica: int) -> str:
+    """The working directory of a replica that runs as another user than the platform's, outside the private
+    data directory: `<job root>/<id>/attempt-<n>/work-<r>` (its folders 0711: searchable, not listable)."""
+    return f"{job_root}/{job_id}/attempt-{attempt}/work-{replica}"
+
+
 def replica_files(data_dir: Path | str, job_id: str, attempt: int, replica: int) -> ReplicaFiles:
     job = f"{data_dir}/jobs/{job_id}"
     return ReplicaFiles(job, f"{job}/attempt-{attempt}", replica)

@@ -26,8 +26,9 @@ from services.executor.cgroups import Cgroups
 from services.executor.classify import classify_exit
 from services.executor.exits import AttemptKey, replica_exit
 from services.executor.jobenv import replica_env
+from services.executor.jobusers import SHARED_RIGHTS, JobUsers, platform_user
 from services.executor.logfile import LogPump, RotatingLog, output_after, tail_lines
-from services.executor.pidfiles import PidRecord, make_replica_dirs, read_pid_files
+from services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
 from services.executor.processes import (
     StartError,
     not_found,
@@ -46,7 +47,7 @@ from services.executor.reaper_client import (
 from shared.events import FailureReason, JobPlaced, JobReplicaExited
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
-from shared.paths import ReplicaFiles, replica_files
+from shared.paths import ReplicaFiles, job_workdir, replica_files
 
 log = logging.getLogger(__name__)
 LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"
@@ -86,8 +87,12 @@ class LocalBackend(Backend):
         gpu_memory: dict[int, int] | None = None,
         mps: bool = False,
         shipper: LogShipper | None = None,
+        job_users: JobUsers | None = None,
+        job_root: Path | None = None,
     ):
         self.node = node
+        self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
+        self.job_root = job_root
         self.shipper = shipper
         self.data_dir = data_dir
         self.cgroups = cgroups
@@ -107,6 +112,11 @@ class LocalBackend(Backend):
 
     async def open(self, events: BackendEvents) -> None:
         self.events = events
+        if self.job_users.shared_rights:
+            log.warning(SHARED_RIGHTS.format(user=platform_user()))
+        if self.job_users.switches and self.job_root is not None:
+            check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
+            private_dir_of_jobs(self.job_root)
         await asyncio.to_thread(self.cgroups.setup)
         self.reaper.open()  # (after the set-up: it lives in the executor's leaf cgroup)
 
@@ -166,13 +176,19 @@ class LocalBackend(Backend):
             mps=self.mps,
         )
         files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
+        user = self.job_users.for_tenant(launch.tenant)
+        make_replica_dirs(files, work=not spec.working_dir and user is None)
         if spec.working_dir:
             cwd = spec.working_dir
             if not os.path.isdir(cwd):
                 raise StartError(FailureReason.START_FAILED, f"working directory {cwd!r} does not exist")
+        elif user is not None:
+            cwd = job_workdir(self.job_root, launch.job_id, launch.attempt, replica)
+            make_job_workdir(cwd, user.uid, user.gid)
         else:
             cwd = files.work
-            make_replica_dirs(files)
+        if user is not None:  # (its own home: the platform's is not its to read)
+            env.update(HOME=str(cwd), USER=user.name, LOGNAME=user.name)
         argv = spec.argv
         cpus = placement.cpus or spec.resources.cpus
         memory = placement.memory_bytes or spec.resources.memory
@@ -210,6 +226,7 @@ class LocalBackend(Backend):
                         "memory": memory if cgroup else 0,
                     },
                     cgroup=str(cgroup) if cgroup else None,
+                    user=(user.uid, user.gid) if user else None,
                 )
             except StartRefused as exc:
                 raise start_error(exc, argv[0], str(cwd)) from None
@@ -447,3 +464,24 @@ def start_error(refused: StartRefused, argv0: str, cwd: str) -> StartError:
     if refused.step == "user":
         return StartError(FailureReason.START_FAILED, f"cannot switch to the job's user: {message}")
     return StartError(FailureReason.START_FAILED, f"cannot start: {message}")
+
+
+def private_dir_of_jobs(root: Path) -> None:
+    """The job root: the platform's, searchable by all (0711), listable by none but the platform."""
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(root, 0o711)
+    os.chmod(root, 0o711)
+
+
+def check_reachable(root: Path) -> None:
+    """Jobs that run as other users must reach their working directories under `root`: every folder above it
+    searchable by all (a ValueError names the one that is not)."""
+    folder = root.resolve()
+    while not folder.exists():
+        folder = folder.parent
+    for step in (folder, *folder.parents):
+        if not os.stat(step).st_mode & 0o001:
+            raise ValueError(
+                f"job_root: jobs run as other users cannot reach {root}: {step} is not searchable by "
+                f"other users (mode {oct(os.stat(step).st_mode & 0o777)}); choose another GPUYARD_JOB_ROOT"
+            )

@@ -18,15 +18,37 @@ def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
     return Path(replica_files(data_dir, job_id, attempt, replica).pid)
 
 
-def make_replica_dirs(files: ReplicaFiles) -> None:
-    """The job's, the attempt's and the replica's working directory: three mkdir calls where os.makedirs
-    would also stat each parent (and pathlib would make a path of each)."""
+def make_replica_dirs(files: ReplicaFiles, *, work: bool = True) -> None:
+    """The job's, the attempt's and (unless not `work`) the replica's working directory: three mkdir calls
+    where os.makedirs would also stat each parent (and pathlib would make a path of each)."""
     try:
-        for folder in (files.job, files.attempt, files.work):
+        for folder in (files.job, files.attempt, files.work) if work else (files.job, files.attempt):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder, 0o700)
     except FileNotFoundError:  # no jobs/ folder yet
-        private_dir(files.work)
+        private_dir(files.work if work else files.attempt)
+
+
+def make_job_workdir(path: str, uid: int, gid: int) -> None:
+    """A working directory owned by the job's user (0700), in folders of the platform's that every user may
+    pass through but not list (0711). One the job's user does not own (made before, by another) is refused."""
+    parents = []
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):
+        parents.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(parents):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o711)
+            os.chmod(folder, 0o711)  # (whatever the umask)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if os.stat(path).st_uid != uid:
+            raise PermissionError(f"{path} exists and is not the job's user's") from None
+        return
+    os.chown(path, uid, gid)
+    os.chmod(path, 0o700)
 
 
 @dataclass(frozen=True)
