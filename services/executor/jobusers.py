@@ -20,9 +20,9 @@ import os
 import pwd
 from dataclasses import dataclass
 
-UID_SPAN = 1 << 20
+UID_SPAN = 1 << 30
 """Numbers a tenant's derived uid is taken from, above the base (two of 100 tenants share one with a chance of
-about 1 in 200,000)."""
+about 1 in 200,000); base + span stays below 2^31."""
 SHARED_RIGHTS = (
     "jobs run as this platform's own user ({user}) and share its rights: they can read its data directory "
     "(tokens, event store, other jobs' logs). Run the platform as root to run jobs as unprivileged users."
