@@ -8,6 +8,8 @@ Per job: submitted and placed (as the scheduler would), started, its replica's e
 CPU time per job over the whole run (the store's appends included, the children's own CPU not), split into
 `user_us` (the Python code: what the executor's own code changes) and `system_us` (the kernel's: process
 starts, pipes and files, which varies from run to run on a VM);
+`reaper_us` is the CPU of the executor's reaper per job (the process that starts each replica and records its
+end, `services/executor/reaper.py`; its children's own CPU not counted), `node_us` = `total_us` + `reaper_us`;
 `executor_us` is, with --profile, the CPU spent in the functions of services/executor itself (cProfile
 `tottime`, inflated by the profiler). Prints one JSON object.
 """
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
 import resource
 import sys
@@ -39,6 +42,8 @@ async def run(jobs: int, burst: int, profiler: cProfile.Profile | None) -> dict:
         ex = await h.executor()
         assert isinstance(ex.backend, LocalBackend)
         ids = [await h.submit(command=["true"]) for _ in range(jobs)]  # (not measured)
+        reaper = getattr(ex.backend, "reaper", None)
+        reaper_before = process_cpu(reaper.pid) if reaper else 0.0
         started, times = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         if profiler:
             profiler.enable()
@@ -52,6 +57,7 @@ async def run(jobs: int, burst: int, profiler: cProfile.Profile | None) -> dict:
             profiler.disable()
         cpu = time.process_time() - started
         after = resource.getrusage(resource.RUSAGE_SELF)
+        reaper_cpu = process_cpu(reaper.pid) - reaper_before if reaper else 0.0
         user, system = after.ru_utime - times.ru_utime, after.ru_stime - times.ru_stime
         states = {(await h.view(job)).state.value for job in ids}
         assert states == {"succeeded"}, states
@@ -62,7 +68,16 @@ async def run(jobs: int, burst: int, profiler: cProfile.Profile | None) -> dict:
         "total_us": round(cpu / jobs * 1e6, 1),
         "user_us": round(user / jobs * 1e6, 1),
         "system_us": round(system / jobs * 1e6, 1),
+        "reaper_us": round(reaper_cpu / jobs * 1e6, 1),
+        "node_us": round((cpu + reaper_cpu) / jobs * 1e6, 1),
     }
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU a process has used (user + system, its children's not), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def executor_tottime(profiler: cProfile.Profile) -> float:

@@ -167,7 +167,14 @@ class Supervisor:
                     await self.start(child)
 
     async def stop(self, order: list[str], grace: float = 15) -> None:
+        """Stop the children in `order`. Executors hear it first, all at once, by SIGINT: a deliberate stop,
+        which stops their jobs too (SIGTERM alone, as from a service manager's restart, would leave the jobs
+        running for the next executor to adopt), even if `up` itself is killed while it stops the others."""
         self.stopping = True
+        for child in self.children.values():
+            if (child.service or child.name) == "executor" and child.proc and child.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGINT)
         for name in order:
             child = self.children.get(name)
             if child and child.proc and child.proc.returncode is None:
@@ -399,6 +406,14 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         executor = platform.executor
         if executor.simulate_gpus:
             lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
+        if os.geteuid() != 0 or "=platform" in executor.job_users.replace(" ", ""):
+            lines.append(
+                "  [bold yellow]jobs share this platform's rights[/]: they run as its own user and can read "
+                "its data dir (tokens, event store, other jobs' logs); run it as root to run jobs as "
+                "unprivileged users (GPUYARD_JOB_USERS)"
+            )
+        else:
+            lines.append("  jobs        run as unprivileged users, one per tenant (GPUYARD_JOB_USERS)")
         lines.append(
             "  Try: gpuyard submit examples/hello.yaml --follow  ·  gpuyard ps  ·  Ctrl-C stops everything\n"
         )

@@ -29,13 +29,25 @@ class ReplicaFiles:
 
     @property
     def pid(self) -> str:
-        """The replica's process id and start time, for a restarted executor to find and stop it."""
+        """The replica's process id and start time, and its reaper's, for a restarted executor to find it."""
         return f"{self.attempt}/replica-{self.replica}.pid"
+
+    @property
+    def exit(self) -> str:
+        """How the replica's first process ended (its status, written by its reaper), for whichever executor
+        reports it."""
+        return f"{self.attempt}/replica-{self.replica}.exit"
 
     @property
     def work(self) -> str:
         """Its working directory (unless the job names one), kept after the job."""
         return f"{self.attempt}/work-{self.replica}"
+
+
+def job_workdir(job_root: Path | str, job_id: str, attempt: int, replica: int) -> str:
+    """The working directory of a replica that runs as another user than the platform's, outside the private
+    data directory: `<job root>/<id>/attempt-<n>/work-<r>` (its folders 0711: searchable, not listable)."""
+    return f"{job_root}/{job_id}/attempt-{attempt}/work-{replica}"
 
 
 def replica_files(data_dir: Path | str, job_id: str, attempt: int, replica: int) -> ReplicaFiles:

@@ -53,6 +53,9 @@ class Service:
         self.health: HealthServer | None = None
         self.started_at = datetime.now(UTC)
         self.stopping = asyncio.Event()
+        self.stop_signal: int | None = None
+        """The signal that stopped the service first, if a signal did (SIGINT: a deliberate stop, SIGTERM: a
+        service manager's stop or restart; the executor stops its jobs on the first only)."""
         self._tasks: list[asyncio.Task] = []
         self.ready = False
         self.failed = False
@@ -90,6 +93,11 @@ class Service:
         port = await self.health.start()
         log.info("%s %s started (pid %d, health on port %d)", self.name, VERSION, os.getpid(), port)
         self.spawn(self._heartbeat(), "service-heartbeat")
+
+    def stop_by(self, sig: int) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = sig
+        self.stopping.set()
 
     def spawn(self, coro: Awaitable, name: str) -> asyncio.Task:
         task = asyncio.create_task(self._guard(coro, name), name=name)
@@ -195,7 +203,7 @@ def run_service(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(
-                sig, service.stopping.set
+                sig, service.stop_by, sig
             )  # again while stopping: no matter, its stop is bounded
         _watch_supervisor(loop, service)
         code = 1

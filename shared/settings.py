@@ -228,6 +228,20 @@ class ExecutorSettings(CommonSettings):
     cgroup_parent: str = Field(
         "", description="Cgroup (under the root) to create job cgroups in; default: the executor's own."
     )
+    job_users: str = Field(
+        "",
+        description="Local user of each tenant's jobs when the platform runs as root: `vision=gpu-vision,"
+        "nlp=1500:1500,*=nobody` (a name or uid[:gid]; `*`: every other tenant); empty: each tenant its own "
+        "uid, JOB_UID_BASE + a number derived from its name, no account needed. Never root.",
+    )
+    job_uid_base: int = Field(
+        2_000_000, ge=1, description="First uid of the users derived from tenants' names (see JOB_USERS)."
+    )
+    job_root: Path = Field(
+        Path("/var/lib/gpuyard-jobs"),
+        description="Where jobs that run as other users get their working directories (outside the private "
+        "data directory; every folder above it must be searchable by all). Unused when not root.",
+    )
     gpu_memory_policy: Literal["warn", "stop", "off"] = Field(
         "warn", description="A job over its GPU memory slice: warn (alert) or stop it after the grace."
     )

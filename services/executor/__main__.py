@@ -1,6 +1,22 @@
+from services.executor.jobusers import JobUsers
+from services.executor.local import check_reachable
 from services.executor.main import main
 from shared.service import run_service
 from shared.settings import ExecutorSettings
 
+
+def preflight(settings: ExecutorSettings) -> str | None:
+    """Refuse to start, with the reason, on job users that cannot be used or a job root jobs cannot reach."""
+    if settings.executor_backend != "local":
+        return None
+    try:
+        users = JobUsers.from_setting(settings.job_users, settings.job_uid_base)
+        if users.switches:
+            check_reachable(settings.job_root)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 if __name__ == "__main__":
-    run_service("executor", ExecutorSettings, main, needs_logs=True)
+    run_service("executor", ExecutorSettings, main, needs_logs=True, preflight=preflight)

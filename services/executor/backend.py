@@ -78,10 +78,15 @@ class Backend(ABC):
         Each one is reported through `replica_ended`."""
 
     @abstractmethod
-    async def adopt(self, key: AttemptKey, replicas: dict[int, str]) -> bool:
+    async def adopt(self, key: AttemptKey, replicas: dict[int, str], *, unannounced: bool = False) -> bool:
         """After a restart, for an attempt that was running (`replicas`: replica → node): True when its
-        replicas are watched again (their ends will be reported); False when they cannot be, after making
-        sure none of them still runs."""
+        replicas are watched again (their ends will be reported, those that ended meanwhile included);
+        False when they cannot be, after making sure none of them still runs. `unannounced`: their start
+        was never recorded (its executor died first): reported through `replicas_started` before any end."""
+
+    async def run(self) -> None:  # noqa: B027 (optional: nothing to watch by default)
+        """What the backend needs to keep running while the executor serves; returns only if it cannot go on
+        (raises then: the executor stops, and its next start adopts what runs)."""
 
     def started_before(self, key: AttemptKey) -> bool:
         """Whether an earlier executor may have started this attempt, so that launching it again could run
@@ -108,6 +113,8 @@ class Backend(ABC):
         return ""
 
     @abstractmethod
-    async def close(self, grace: float) -> None:
-        """The executor stops. What cannot outlive it (local processes) is stopped without being reported: a
-        restarted executor records it lost. What can (Kubernetes pods) keeps running and is adopted."""
+    async def close(self, grace: float, *, stop_jobs: bool = True) -> None:
+        """The executor stops. With `stop_jobs` (a deliberate stop: Ctrl-C, `gpuyard up`'s stop), what would
+        outlive it unattended (local processes) is stopped without being reported, and a restarted executor
+        records it lost; without (a restart, an upgrade), it keeps running and the next executor adopts it.
+        Kubernetes pods always keep running and are adopted."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.executor.backend import Backend
 from services.executor.cgroups import Cgroups
 from services.executor.jobenv import mps_running
+from services.executor.jobusers import JobUsers
 from services.executor.local import LocalBackend
 from shared.logstore.shipper import LogShipper
 from shared.settings import ExecutorSettings
@@ -50,4 +51,6 @@ def make_backend(
         gpu_memory=gpu_memory,
         mps=mps,
         shipper=shipper,
+        job_users=JobUsers.from_setting(settings.job_users, settings.job_uid_base),
+        job_root=settings.job_root,
     )

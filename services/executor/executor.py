@@ -232,24 +232,31 @@ class Executor:
             return  # another executor process of this node runs it
         ended = {e.replica for e in view.exits}
         replicas = {p.replica: p.node for p in mine if p.replica not in ended}
-        if replicas and await self.backend.adopt(key, replicas):
-            await self.adopted(view, key, replicas)
-        else:
-            await self.ledger.requeue_lost(
-                view, f"the executor of node {self.node} restarted and lost the job's processes"
-            )
+        if replicas and await self.adopt(view, key, replicas):
+            return
+        await self.ledger.requeue_lost(
+            view, f"the executor of node {self.node} restarted and lost the job's processes"
+        )
 
-    async def adopted(self, view: JobView, key: AttemptKey, replicas: dict[int, str]) -> None:
+    async def adopt(self, view: JobView, key: AttemptKey, replicas: dict[int, str]) -> bool:
+        """Take on again an attempt an earlier executor started here: its record is opened with the replicas
+        not yet recorded ended, then the backend reports those that ended meanwhile and watches the rest.
+        False when the backend cannot (it made sure nothing of the attempt still runs)."""
         record = self.attempts.open(key)
         if record is None:
-            return
+            return True
         record.running = set(replicas)
         record.launch = await self.attempt_launch(view)
-        log.info("job %s attempt %d: watching its %d replica(s) again", *key, len(replicas))
+        unannounced = bool(set(replicas) - set(view.current.started))  # its executor died before it said so
+        if not await self.backend.adopt(key, replicas, unannounced=unannounced):
+            self.attempts.close(record)
+            return False
+        log.info("job %s attempt %d: watching its %d replica(s) again", *key, len(record.running))
         if view.spec.timeout:
             started = view.current.started_at or view.updated_at
             left = view.spec.timeout - (datetime.now(UTC) - started).total_seconds()
             record.timer = self._spawn(self.enforce_timeout(key, max(left, 0)))
+        return True
 
     # ------------------------------------------------------------------ what the backend reports
 
@@ -365,11 +372,12 @@ class Executor:
 
     # ------------------------------------------------------------------ shutdown
 
-    async def shutdown(self) -> None:
-        """Executor stopping: local processes are stopped (a restart requeues them as lost); pods stay."""
+    async def shutdown(self, *, stop_jobs: bool = True) -> None:
+        """Executor stopping. A deliberate stop (`stop_jobs`) stops local processes (a restart requeues them
+        as lost); otherwise (a restart, an upgrade) they go on and the next executor adopts them. Pods stay."""
         for task in list(self.tasks):
             task.cancel()
-        await self.backend.close(min(self.settings.grace_seconds, 3))
+        await self.backend.close(min(self.settings.grace_seconds, 3), stop_jobs=stop_jobs)
         self.gpu_guard.close()
         if self.shipper is not None:
             await self.shipper.stop()  # what the replicas printed last

@@ -2,16 +2,19 @@
 with the job's environment, CPU and memory limits through cgroup v2 where the node allows it, and its output
 piped through the executor into a size-capped, rotated log file.
 
-Each replica's pid (and its start time, against pid reuse) is kept in `replica-<r>.pid` beside its log. A
-restarted executor cannot wait for processes it did not start, so it reads those files, stops whatever of
-the attempt still runs, and lets the attempt be recorded lost (the scheduler requeues it as a new attempt):
-an attempt is never started twice, and never runs on unattended.
+Replicas are started by the executor's reaper (`reaper.py`), their parent, which outlives the executor: it
+writes each replica's pid file (pid and start time, against pid reuse) and, when the replica ends, its exit
+file, whether or not an executor still runs. A restarted executor (`adopt`) reports the exits written
+meanwhile and watches the replicas still running until they end: an executor's restart never stops a job,
+and never runs one twice. Only a replica gone without an exit record (its reaper killed too) makes the
+attempt lost (the scheduler requeues it as a new attempt).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -20,27 +23,34 @@ from pathlib import Path
 
 from services.executor.backend import AttemptLaunch, Backend, BackendEvents
 from services.executor.cgroups import Cgroups
-from services.executor.child import Process, start_child
 from services.executor.classify import classify_exit
 from services.executor.exits import AttemptKey, replica_exit
 from services.executor.jobenv import replica_env
-from services.executor.logfile import LogPump, RotatingLog, tail_lines
-from services.executor.pidfiles import make_replica_dirs, read_pid_files, write_pid_file
+from services.executor.jobusers import SHARED_RIGHTS, JobUsers, platform_user
+from services.executor.logfile import LogPump, RotatingLog, output_after, tail_lines
+from services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
 from services.executor.processes import (
     StartError,
-    check_command,
     not_found,
     process_start_time,
     signal_group,
     stop_leftovers,
     terminate,
 )
+from services.executor.reaper_client import (
+    ReapedProcess,
+    ReaperClient,
+    StartRefused,
+    read_exit_file,
+    watch_adopted,
+)
 from shared.events import FailureReason, JobPlaced, JobReplicaExited
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
-from shared.paths import replica_files
+from shared.paths import ReplicaFiles, job_workdir, replica_files
 
 log = logging.getLogger(__name__)
+LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"
 
 
 @dataclass
@@ -48,10 +58,10 @@ class LocalReplica:
     job_id: str
     attempt: int
     replica: int
-    proc: Process
+    proc: ReapedProcess
     log_path: str
-    sink: RotatingLog
-    pump: LogPump
+    sink: RotatingLog | None
+    pump: LogPump | None
     cgroup: Path | None
     pid_file: str
     shell: bool
@@ -77,8 +87,12 @@ class LocalBackend(Backend):
         gpu_memory: dict[int, int] | None = None,
         mps: bool = False,
         shipper: LogShipper | None = None,
+        job_users: JobUsers | None = None,
+        job_root: Path | None = None,
     ):
         self.node = node
+        self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
+        self.job_root = job_root
         self.shipper = shipper
         self.data_dir = data_dir
         self.cgroups = cgroups
@@ -90,6 +104,7 @@ class LocalBackend(Backend):
         self.replicas: dict[AttemptKey, dict[int, LocalReplica]] = {}
         self.events: BackendEvents | None = None
         self.watchers: set[asyncio.Task] = set()
+        self.reaper = ReaperClient()
 
     @property
     def limits(self) -> str:
@@ -97,7 +112,16 @@ class LocalBackend(Backend):
 
     async def open(self, events: BackendEvents) -> None:
         self.events = events
+        if self.job_users.shared_rights:
+            log.warning(SHARED_RIGHTS.format(user=platform_user()))
+        if self.job_users.switches and self.job_root is not None:
+            check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
+            private_dir_of_jobs(self.job_root)
         await asyncio.to_thread(self.cgroups.setup)
+        self.reaper.open()  # (after the set-up: it lives in the executor's leaf cgroup)
+
+    async def run(self) -> None:
+        await self.reaper.until_gone()
 
     # ------------------------------------------------------------------ launch
 
@@ -115,10 +139,13 @@ class LocalBackend(Backend):
         self.replicas[launch.key] = {rep.replica: rep for rep in started}
         await self.events.replicas_started(launch.key, self.node, [rep.replica for rep in started])
         for rep in started:
-            task = asyncio.create_task(self._watch(rep))
-            self.watchers.add(task)
-            task.add_done_callback(self.watchers.discard)
+            self._follow(rep)
         return None
+
+    def _follow(self, rep: LocalReplica) -> None:
+        task = asyncio.create_task(self._watch(rep))
+        self.watchers.add(task)
+        task.add_done_callback(self.watchers.discard)
 
     async def _start(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
         """Start one replica. Whatever keeps it from starting is a StartError (a spec no rule caught, such as
@@ -149,13 +176,19 @@ class LocalBackend(Backend):
             mps=self.mps,
         )
         files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
+        user = self.job_users.for_tenant(launch.tenant)
+        make_replica_dirs(files, work=not spec.working_dir and user is None)
         if spec.working_dir:
             cwd = spec.working_dir
             if not os.path.isdir(cwd):
                 raise StartError(FailureReason.START_FAILED, f"working directory {cwd!r} does not exist")
+        elif user is not None:
+            cwd = job_workdir(self.job_root, launch.job_id, launch.attempt, replica)
+            make_job_workdir(cwd, user.uid, user.gid)
         else:
             cwd = files.work
-            make_replica_dirs(files)
+        if user is not None:  # (its own home: the platform's is not its to read)
+            env.update(HOME=str(cwd), USER=user.name, LOGNAME=user.name)
         argv = spec.argv
         cpus = placement.cpus or spec.resources.cpus
         memory = placement.memory_bytes or spec.resources.memory
@@ -167,10 +200,6 @@ class LocalBackend(Backend):
             ) from None
         with contextlib.ExitStack() as undo:  # what is made below is undone if the start fails
             undo.callback(Cgroups.remove, cgroup)
-            if (
-                cgroup is not None
-            ):  # started through the cgroup's shell, a missing command is only an exit code
-                check_command(argv[0], cwd, env.get("PATH"))
             sink = RotatingLog(
                 files.log,
                 self.log_max_bytes,
@@ -182,29 +211,28 @@ class LocalBackend(Backend):
             read_fd, write_fd = os.pipe()
             undo.callback(os.close, read_fd)
             try:
-                proc = await start_child(Cgroups.wrap(argv, cgroup), cwd=cwd, env=env, output_fd=write_fd)
-            except FileNotFoundError:
-                raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv[0])) from None
-            except PermissionError:
-                raise StartError(
-                    FailureReason.START_FAILED, f"permission denied: {argv[0]} is not executable"
-                ) from None
-            except OSError as exc:
-                raise StartError(
-                    FailureReason.START_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
-                ) from None
+                proc = await self.reaper.start(
+                    argv,
+                    cwd=str(cwd),
+                    env=env,
+                    output=(write_fd, read_fd),
+                    pid_file=files.pid,
+                    exit_file=files.exit,
+                    log_file=files.log,
+                    record={
+                        "node": self.node,
+                        "cgroup": str(cgroup) if cgroup else None,
+                        "shell": isinstance(spec.command, str),
+                        "memory": memory if cgroup else 0,
+                    },
+                    cgroup=str(cgroup) if cgroup else None,
+                    user=(user.uid, user.gid) if user else None,
+                )
+            except StartRefused as exc:
+                raise start_error(exc, argv[0], str(cwd)) from None
             finally:
                 os.close(write_fd)
             undo.callback(signal_group, proc.pid, signal.SIGKILL)
-            write_pid_file(
-                files.pid,
-                {
-                    "pid": proc.pid,
-                    "start": process_start_time(proc.pid),
-                    "node": self.node,
-                    "cgroup": str(cgroup) if cgroup else None,
-                },
-            )
             pump = LogPump(read_fd, sink)
             undo.pop_all()
         return LocalReplica(
@@ -225,10 +253,12 @@ class LocalBackend(Backend):
         """After the replica's first process ended: kill what is left of it, drain and close its log."""
         signal_group(rep.proc.pid, signal.SIGKILL)
         Cgroups.kill(rep.cgroup)
-        with contextlib.suppress(TimeoutError):  # (a process that left the group may hold the pipe open)
-            await asyncio.wait_for(asyncio.shield(rep.pump.done), 5)
-        rep.pump.close()
-        rep.sink.close()
+        if rep.pump is not None:
+            with contextlib.suppress(TimeoutError):  # (a process that left the group may hold the pipe open)
+                await asyncio.wait_for(asyncio.shield(rep.pump.done), 5)
+            rep.pump.close()
+        if rep.sink is not None:
+            rep.sink.close()
 
     async def _discard(self, rep: LocalReplica) -> None:
         await terminate(rep.proc, 2)
@@ -240,19 +270,20 @@ class LocalBackend(Backend):
     async def _watch(self, rep: LocalReplica) -> None:
         returncode = await rep.proc.wait()
         await self._finish_io(rep)
-        tail = (
-            await asyncio.to_thread(tail_lines, Path(rep.log_path)) if returncode else []
-        )  # for a failure's cause
-        reason, exit_code, sig, message = classify_exit(
-            returncode,
-            tail,
-            shell=rep.shell,
-            oom_killed=Cgroups.oom_killed(rep.cgroup),
-            memory_bytes=rep.memory_bytes,
-        )
+        if returncode is None:
+            reason, exit_code, sig, message, tail = FailureReason.NODE_LOST, None, None, LOST_MESSAGE, []
+        else:
+            tail = (
+                await asyncio.to_thread(tail_lines, Path(rep.log_path)) if returncode else []
+            )  # for a failure's cause
+            reason, exit_code, sig, message = classify_exit(
+                returncode,
+                tail,
+                shell=rep.shell,
+                oom_killed=Cgroups.oom_killed(rep.cgroup),
+                memory_bytes=rep.memory_bytes,
+            )
         Cgroups.remove(rep.cgroup)
-        with contextlib.suppress(OSError):
-            os.unlink(rep.pid_file)
         live = self.replicas.get(rep.key, {})
         live.pop(rep.replica, None)
         if not live:
@@ -270,6 +301,8 @@ class LocalBackend(Backend):
                 log_tail=tail,
             )
         )
+        with contextlib.suppress(OSError):  # recorded: nothing of it is left to find after a restart
+            os.unlink(rep.pid_file)
 
     # ------------------------------------------------------------------ stop, adopt, close
 
@@ -277,17 +310,105 @@ class LocalBackend(Backend):
         reps = list(self.replicas.get(key, {}).values())
         await asyncio.gather(*(terminate(rep.proc, grace) for rep in reps))
 
-    async def adopt(self, key: AttemptKey, replicas: dict[int, str]) -> bool:
-        records = read_pid_files(self.data_dir, key[0], key[1], self.node)
-        stopped = await stop_leftovers(records, grace=5)
-        if stopped:
-            log.warning(
-                "job %s attempt %d: stopped %d replica(s) left running by the previous executor",
-                key[0],
-                key[1],
-                stopped,
+    async def adopt(self, key: AttemptKey, replicas: dict[int, str], *, unannounced: bool = False) -> bool:
+        """Report the replicas that ended while no executor ran (their exit files), and watch those still
+        running (their reaper alive, pid and start time unchanged). When one of them is gone without an exit
+        record, nothing of the attempt is kept running: False (the attempt is lost)."""
+        records = {rec.replica: rec for rec in read_pid_files(self.data_dir, key[0], key[1], self.node)}
+        ended: dict[int, int] = {}
+        running: dict[int, PidRecord] = {}
+        for replica in replicas:
+            status = read_exit_file(replica_files(self.data_dir, *key, replica).exit)
+            if status is not None:
+                ended[replica] = status
+            elif (rec := records.get(replica)) is not None and still_running(rec):
+                running[replica] = rec
+            else:
+                stopped = await stop_leftovers(list(records.values()), grace=5)
+                log.warning(
+                    "job %s attempt %d: replica %d is gone without an exit record; stopped %d replica(s)",
+                    *key,
+                    replica,
+                    stopped,
+                )
+                return False
+        if unannounced:  # (the event id its own executor would have given it: recorded once)
+            await self.events.replicas_started(key, self.node, sorted(replicas))
+        for replica in sorted(replicas):
+            await self._ship_what_was_missed(key, replica, closed=replica in ended)
+            rep = self._adopted(key, replica, records.get(replica), ended.get(replica))
+            if replica in running:
+                self.replicas.setdefault(key, {})[replica] = rep
+            self._follow(rep)
+        return True
+
+    def _adopted(
+        self, key: AttemptKey, replica: int, rec: PidRecord | None, status: int | None
+    ) -> LocalReplica:
+        """A replica started by an earlier executor: ended (`status`), or watched until it ends."""
+        files = replica_files(self.data_dir, *key, replica)
+        cgroup = Path(rec.cgroup) if rec and rec.cgroup else None
+        proc = ReapedProcess(rec.pid if rec else 0, rec.start if rec else None)
+        sink = pump = None
+        if status is not None:
+            proc.exited(status)
+        else:
+            pump, sink = self._reopen_output(rec, files, key, replica)
+            task = asyncio.create_task(watch_adopted(rec.pid, rec.start, files.exit))
+            self.watchers.add(task)
+            task.add_done_callback(lambda t: proc.exited(None if t.cancelled() else t.result()))
+        return LocalReplica(
+            job_id=key.job_id,
+            attempt=key.attempt,
+            replica=replica,
+            proc=proc,
+            log_path=files.log,
+            sink=sink,
+            pump=pump,
+            cgroup=cgroup,
+            pid_file=files.pid,
+            shell=rec.shell if rec else False,
+            memory_bytes=rec.memory if rec else 0,
+        )
+
+    async def _ship_what_was_missed(self, key: AttemptKey, replica: int, *, closed: bool) -> None:
+        """Output the log store lacks (what the reaper wrote while no executor ran, what the last executor
+        had not sent yet): shipped from the node's file."""
+        if self.shipper is None:
+            return
+        log_key = LogKey(key.job_id, key.attempt, replica)
+        path = Path(replica_files(self.data_dir, *key, replica).log)
+        try:
+            extent = await self.shipper.store.extent(log_key)
+            begin, data = await asyncio.to_thread(
+                output_after, path, extent.end if extent else 0, self.shipper.max_buffer
             )
-        return False
+        except Exception as exc:  # the store away: what the node's file holds stays there
+            log.warning("job %s replica %d: cannot catch up its shipped output: %s", key[0], replica, exc)
+            return
+        self.shipper.open(log_key, begin)
+        self.shipper.write(log_key, data)
+        if closed:
+            self.shipper.close(log_key)
+
+    def _reopen_output(
+        self, rec: PidRecord, files: ReplicaFiles, key: AttemptKey, replica: int
+    ) -> tuple[LogPump | None, RotatingLog | None]:
+        """The replica's output pipe, opened again through its reaper's descriptor, into its log (which goes
+        on where it was)."""
+        try:
+            read_fd = os.open(f"/proc/{rec.reaper}/fd/{rec.fd}", os.O_RDONLY | os.O_NONBLOCK)
+        except (OSError, TypeError) as exc:
+            log.warning("job %s replica %d: its output cannot be read again: %s", key[0], replica, exc)
+            return None, None
+        sink = RotatingLog(
+            files.log,
+            self.log_max_bytes,
+            self.log_backups,
+            shipper=self.shipper,
+            key=LogKey(key.job_id, key.attempt, replica),
+        )
+        return LogPump(read_fd, sink), sink
 
     def started_before(self, key: AttemptKey) -> bool:
         """Whether an earlier executor started processes of this attempt here (its pid files remain)."""
@@ -296,12 +417,71 @@ class LocalBackend(Backend):
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         return {r: rep.proc.pid for r, rep in self.replicas.get(key, {}).items()}
 
-    async def close(self, grace: float) -> None:
+    async def close(self, grace: float, *, stop_jobs: bool = True) -> None:
+        """The executor stops. With `stop_jobs` (a deliberate stop), every replica is stopped and forgotten
+        (a restarted executor finds the attempt lost, and the scheduler requeues it); without, the replicas
+        go on under their reaper, for the next executor to adopt."""
         for task in list(self.watchers):
             task.cancel()
         reps = [rep for reps in self.replicas.values() for rep in reps.values()]
-        await asyncio.gather(*(terminate(rep.proc, grace) for rep in reps), return_exceptions=True)
+        if stop_jobs:
+            await asyncio.gather(*(terminate(rep.proc, grace) for rep in reps), return_exceptions=True)
         for rep in reps:
-            rep.pump.close()
-            rep.sink.close()
-            Cgroups.remove(rep.cgroup)
+            if rep.pump is not None:
+                rep.pump.close()
+            if rep.sink is not None:
+                rep.sink.close()
+            if stop_jobs:
+                Cgroups.kill(rep.cgroup)
+                Cgroups.remove(rep.cgroup)
+                files = replica_files(self.data_dir, rep.job_id, rep.attempt, rep.replica)
+                for path in (files.exit, files.pid):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+        self.reaper.close()
+
+
+def still_running(rec: PidRecord) -> bool:
+    """The replica's first process still runs (or has ended and waits for its reaper), and its reaper too."""
+    if rec.start is None or rec.reaper is None or process_start_time(rec.reaper) != rec.reaper_start:
+        return False
+    return process_start_time(rec.pid, zombie=True) == rec.start
+
+
+def start_error(refused: StartRefused, argv0: str, cwd: str) -> StartError:
+    """Why a replica did not start, in the executor's words (the reaper says at which step)."""
+    message = refused.strerror or os.strerror(refused.errno or 0)
+    if refused.step == "exec" and refused.errno == errno.ENOENT:
+        return StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
+    if refused.step == "exec" and refused.errno == errno.EACCES:
+        return StartError(FailureReason.START_FAILED, f"permission denied: {argv0} is not executable")
+    if refused.step == "cwd":
+        return StartError(FailureReason.START_FAILED, f"cannot enter its working directory {cwd}: {message}")
+    if refused.step == "cgroup":
+        return StartError(
+            FailureReason.START_FAILED, f"could not enter its cgroup (CPU and memory limits): {message}"
+        )
+    if refused.step == "user":
+        return StartError(FailureReason.START_FAILED, f"cannot switch to the job's user: {message}")
+    return StartError(FailureReason.START_FAILED, f"cannot start: {message}")
+
+
+def private_dir_of_jobs(root: Path) -> None:
+    """The job root: the platform's, searchable by all (0711), listable by none but the platform."""
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(root, 0o711)
+    os.chmod(root, 0o711)
+
+
+def check_reachable(root: Path) -> None:
+    """Jobs that run as other users must reach their working directories under `root`: every folder above it
+    searchable by all (a ValueError names the one that is not)."""
+    folder = root.resolve()
+    while not folder.exists():
+        folder = folder.parent
+    for step in (folder, *folder.parents):
+        if not os.stat(step).st_mode & 0o001:
+            raise ValueError(
+                f"job_root: jobs run as other users cannot reach {root}: {step} is not searchable by "
+                f"other users (mode {oct(os.stat(step).st_mode & 0o777)}); choose another GPUYARD_JOB_ROOT"
+            )

@@ -33,6 +33,26 @@ def tail_lines(path: Path, lines: int = 20) -> list[str]:
     return list(found)
 
 
+def output_after(path: Path, offset: int, most: int) -> tuple[int, bytes]:
+    """A replica's output from byte `offset` on (counted from its first byte, across its rotated files), at
+    most its last `most` bytes: (where what is returned begins, the bytes)."""
+    files = log_files(path)
+    sizes = [f.stat().st_size for f in files]
+    total = sum(sizes)
+    begin = max(offset, total - most)
+    if begin >= total:
+        return total, b""
+    parts, position = [], total
+    for file, size in zip(reversed(files), reversed(sizes), strict=True):
+        position -= size
+        if position + size <= begin:
+            break
+        with file.open("rb") as f:
+            f.seek(max(begin - position, 0))
+            parts.append(f.read(size - max(begin - position, 0)))
+    return begin, b"".join(reversed(parts))
+
+
 class RotatingLog:
     """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers on this node see
     every write. With a `shipper`, the same bytes also go to the log store under `key`, where the API reads

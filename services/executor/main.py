@@ -3,6 +3,8 @@
 - worker 0 of the node announces it (`announce.py`: one heartbeat per node, whatever the number of its
   executor processes); every worker learns the other nodes' addresses from their heartbeats;
 - the GPU slice guard runs where GPU memory can be read (`gpuguard.py`);
+- the backend's own watch runs beside (the local backend's reaper: if it ends, the executor stops, and its
+  next start adopts what runs);
 - after reconciling what an earlier executor left (`Executor.reconcile`), placements come from a durable
   consumer the node's executor processes share, and the control events (cancel, preemption, the attempt's
   end) from a durable consumer of each.
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from services.executor.executor import Executor
 from shared.events import EVENTS_STREAM, Subject
@@ -36,6 +39,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     os.umask(JOB_UMASK)
     executor = Executor(service, settings)
     await executor.start()
+    service.spawn(executor.backend.run(), "backend")
     if executor.worker == 0:
         service.spawn(executor.nodes.run(), "heartbeat")
     await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
@@ -58,4 +62,6 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
             )
         await service.stopping.wait()
     finally:
-        await executor.shutdown()
+        # Ctrl-C (and `gpuyard up`'s own stop) stops the node's jobs; SIGTERM (a service manager's restart, an
+        # upgrade) or a lost supervisor leaves them running for the next executor to adopt
+        await executor.shutdown(stop_jobs=service.stop_signal == signal.SIGINT)

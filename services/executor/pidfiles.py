@@ -1,5 +1,7 @@
-"""A replica's files on the node: its folders, and its pid file (`replica-<r>.pid` beside its log: pid, start
-time against pid reuse, node, cgroup), which lets a restarted executor find what an earlier one started."""
+"""A replica's files on the node: its folders, and its pid file (`replica-<r>.pid` beside its log, written by
+its reaper: pid and start time against pid reuse, node, cgroup, the reaper's pid and start time and the
+number of its descriptor of the replica's output pipe), which lets a restarted executor find what an earlier
+one started."""
 
 from __future__ import annotations
 
@@ -16,32 +18,55 @@ def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
     return Path(replica_files(data_dir, job_id, attempt, replica).pid)
 
 
-def write_pid_file(path: str, record: dict) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def make_replica_dirs(files: ReplicaFiles, *, work: bool = True) -> None:
+    """The job's, the attempt's and (unless not `work`) the replica's working directory: three mkdir calls
+    where os.makedirs would also stat each parent (and pathlib would make a path of each)."""
     try:
-        os.write(fd, json.dumps(record).encode())
-    finally:
-        os.close(fd)
-
-
-def make_replica_dirs(files: ReplicaFiles) -> None:
-    """The job's, the attempt's and the replica's working directory: three mkdir calls where os.makedirs
-    would also stat each parent (and pathlib would make a path of each)."""
-    try:
-        for folder in (files.job, files.attempt, files.work):
+        for folder in (files.job, files.attempt, files.work) if work else (files.job, files.attempt):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder, 0o700)
     except FileNotFoundError:  # no jobs/ folder yet
-        private_dir(files.work)
+        private_dir(files.work if work else files.attempt)
+
+
+def make_job_workdir(path: str, uid: int, gid: int) -> None:
+    """A working directory owned by the job's user (0700), in folders of the platform's that every user may
+    pass through but not list (0711). One the job's user does not own (made before, by another) is refused."""
+    parents = []
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):
+        parents.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(parents):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o711)
+            os.chmod(folder, 0o711)  # (whatever the umask)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if os.stat(path).st_uid != uid:
+            raise PermissionError(f"{path} exists and is not the job's user's") from None
+        return
+    os.chown(path, uid, gid)
+    os.chmod(path, 0o700)
 
 
 @dataclass(frozen=True)
 class PidRecord:
     path: Path
+    replica: int
     pid: int
     start: int | None
     node: str
     cgroup: str | None
+    reaper: int | None = None
+    reaper_start: int | None = None
+    fd: int | None = None
+    """The reaper's descriptor of the replica's output pipe (`/proc/<reaper>/fd/<fd>` opens the pipe again)."""
+    shell: bool = False
+    """Its command is a shell's (exit code 127: command not found)."""
+    memory: int = 0
+    """Its cgroup's memory limit (for the message of an out-of-memory kill)."""
 
 
 def read_pid_files(data_dir: Path, job_id: str, attempt: int, node: str) -> list[PidRecord]:
@@ -50,8 +75,23 @@ def read_pid_files(data_dir: Path, job_id: str, attempt: int, node: str) -> list
     for path in sorted(folder.glob("replica-*.pid")) if folder.is_dir() else []:
         try:
             doc = json.loads(path.read_text())
+            replica = int(path.stem.removeprefix("replica-"))
         except (OSError, ValueError):
             continue
         if doc.get("node") == node:
-            records.append(PidRecord(path, int(doc["pid"]), doc.get("start"), node, doc.get("cgroup")))
+            records.append(
+                PidRecord(
+                    path,
+                    replica,
+                    int(doc["pid"]),
+                    doc.get("start"),
+                    node,
+                    doc.get("cgroup"),
+                    doc.get("reaper"),
+                    doc.get("reaper_start"),
+                    doc.get("fd"),
+                    bool(doc.get("shell")),
+                    int(doc.get("memory") or 0),
+                )
+            )
     return records

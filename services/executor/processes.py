@@ -1,19 +1,27 @@
-"""A replica's processes: refusing a command that cannot run, signalling and stopping a process group, and
-stopping what an earlier executor left running (found through its pid files)."""
+"""A replica's processes: signalling and stopping a process group, and stopping what an earlier executor left
+running (found through its pid files)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 from pathlib import Path
+from typing import Protocol
 
 from services.executor.cgroups import Cgroups
-from services.executor.child import Process
 from services.executor.pidfiles import PidRecord
 from shared.events import FailureReason
+
+
+class Process(Protocol):
+    """A replica's first process: its pid, and its status once it has ended."""
+
+    pid: int
+    returncode: int | None
+
+    async def wait(self) -> int | None: ...
 
 
 class StartError(Exception):
@@ -24,13 +32,15 @@ class StartError(Exception):
 
 
 def signal_group(pid: int, sig: int) -> None:
+    if pid <= 1:  # (0 or 1 would be the executor's own group, or every process)
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
 
 
 async def terminate(proc: Process, grace: float) -> None:
     """SIGTERM to the whole process group, SIGKILL after `grace` seconds."""
-    if proc.returncode is not None:
+    if proc.returncode is not None or getattr(proc, "ended", False):
         signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group
         return
     signal_group(proc.pid, signal.SIGTERM)
@@ -42,25 +52,13 @@ async def terminate(proc: Process, grace: float) -> None:
     signal_group(proc.pid, signal.SIGKILL)
 
 
-def check_command(argv0: str, cwd: Path | str, path_env: str | None) -> None:
-    """Refuse, with the reason, a command that cannot be executed (before anything is started). Needed only
-    where the process starts through a wrapper: a plain start says the same through its OSError."""
-    if "/" in argv0:
-        target = Path(argv0) if os.path.isabs(argv0) else Path(cwd, argv0)
-        if not target.exists():
-            raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
-        if target.is_dir() or not os.access(target, os.X_OK):
-            raise StartError(FailureReason.START_FAILED, f"permission denied: {argv0} is not executable")
-    elif shutil.which(argv0, path=path_env or os.defpath) is None:
-        raise StartError(FailureReason.COMMAND_NOT_FOUND, not_found(argv0))
-
-
 def not_found(argv0: str) -> str:
     return f"command not found: {argv0}" + ("" if "/" in argv0 else " (not in the PATH)")
 
 
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+def process_start_time(pid: int, *, zombie: bool = False) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone (or a
+    zombie, unless `zombie`: ended, not yet reaped)."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
@@ -70,7 +68,7 @@ def process_start_time(pid: int) -> int | None:
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
+    if fields[0] == "Z" and not zombie:
         return None  # a zombie: it has ended
     return int(fields[19])
 

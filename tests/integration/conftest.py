@@ -86,6 +86,9 @@ class Platform:
         self.executors = executors
         self.port, self.nats_port, self.serving_port, self.monitor_port = free_ports(4)
         self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(config_dir), "PYTHONUNBUFFERED": "1"}
+        self.env.setdefault(
+            "GPUYARD_JOB_USERS", "*=platform"
+        )  # jobs write to the tests' folders (see test_tenants)
         self.env.pop("GPUYARD_SERVER", None)
         self.env.pop("GPUYARD_TOKEN", None)
         self.env.update(env or {})

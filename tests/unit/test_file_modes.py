@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from services.executor.logfile import RotatingLog
-from services.executor.pidfiles import make_replica_dirs, write_pid_file
+from services.executor.pidfiles import make_replica_dirs
+from services.executor.reaper import write_atomically
 from shared.events import JobSubmitted, make_event
 from shared.jobspec import JobSpec
 from shared.logstore.base import Chunk, LogKey
@@ -63,7 +64,8 @@ async def test_a_store_left_readable_by_an_earlier_version_is_made_private(tmp_p
 def test_replica_logs_pid_files_and_their_folders_are_private(tmp_path, usual_umask):
     files = replica_files(tmp_path / "data", "j1", 1, 0)
     make_replica_dirs(files)
-    write_pid_file(files.pid, {"pid": 1})
+    write_atomically(files.pid, {"pid": 1})  # as the reaper writes pid and exit files
+    write_atomically(files.exit, {"status": 0})
     log = RotatingLog(files.log, max_bytes=10, backups=1)
     log.write(b"a secret line\n" * 3)  # and rotated
     log.close()

@@ -234,7 +234,7 @@ class KubernetesBackend(Backend):
                 )
             )
 
-    async def adopt(self, key: AttemptKey, replicas: dict[int, str]) -> bool:
+    async def adopt(self, key: AttemptKey, replicas: dict[int, str], *, unannounced: bool = False) -> bool:
         selector = job_labels.selector_string(job_labels.attempt_selector(*key))
         pods = await self.controller.api.list_pods(self.controller.namespace, selector)
         if not pods:
@@ -249,7 +249,7 @@ class KubernetesBackend(Backend):
         async with self.lock:
             await self.controller.cancel(key[0], key[1])
 
-    async def close(self, grace: float) -> None:
+    async def close(self, grace: float, *, stop_jobs: bool = True) -> None:  # pods stay, whatever the stop
         if self.poller is not None:
             self.poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -70,6 +70,7 @@ class Harness:
             "retry_backoff": 0.05,
             "cgroup_root": self.tmp_path / "no-cgroup-here",
             "advertise_address": "127.0.0.1",
+            "job_users": "*=platform",  # (jobs write to the test's folders; tests of job users set their own)
             **overrides,
         }
         return ExecutorSettings(**values)
@@ -89,11 +90,11 @@ class Harness:
 
     # ------------------------------------------------------------------ jobs
 
-    async def submit(self, **spec: Any) -> str:
+    async def submit(self, tenant: str = "team", **spec: Any) -> str:
         job_id = uuid.uuid4().hex
         job = JobSpec.model_validate({"name": "unit", **spec})
         await self.ledger.append(
-            job_id, JobSubmitted(job_id=job_id, name=job.name, tenant="team", user="ana", spec=job)
+            job_id, JobSubmitted(job_id=job_id, name=job.name, tenant=tenant, user="ana", spec=job)
         )
         return job_id
 

@@ -13,7 +13,7 @@ import pytest
 
 from services.executor import local
 from services.executor.pidfiles import pid_file
-from services.executor.processes import StartError, check_command, process_start_time
+from services.executor.processes import process_start_time
 from shared.events import (
     JobCancelRequested,
     JobPlaced,
@@ -22,7 +22,7 @@ from shared.events import (
     JobStarted,
     ReplicaPlacement,
 )
-from shared.paths import log_files, log_path
+from shared.paths import log_files, log_path, replica_files
 
 
 async def test_a_replica_runs_in_its_own_dir_with_its_env_and_its_output_is_logged(h):
@@ -165,17 +165,60 @@ async def test_logs_are_capped_and_rotated(h):
     assert numbers == list(range(numbers[0], 1001))  # nothing lost or repeated inside what is kept
 
 
-async def test_a_restarted_executor_stops_what_the_old_one_left_and_records_it_lost(h, tmp_path):
+def crash(ex) -> None:
+    """The executor dies without stopping anything (its reaper goes on): forget its replicas as a crash would."""
+    ex.backend.replicas.clear()
+    for task in list(ex.backend.watchers):
+        task.cancel()
+    ex.backend.reaper.close()
+    ex.attempts._held.clear()
+
+
+async def test_a_restarted_executor_adopts_what_still_runs_and_reports_its_real_end(h, tmp_path):
+    ex = await h.executor()
+    go = tmp_path / "go"
+    job = await h.submit(command=f"while [ ! -e {go} ]; do sleep 0.05; done; echo done; exit 3")
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    record = json.loads(pid_file(h.data_dir, job, 1, 0).read_text())
+    crash(ex)
+    assert process_start_time(record["pid"]) == record["start"]
+
+    again = await h.executor()
+    await again.reconcile()
+    assert (await h.view(job)).state == "running" and again.backend.sessions((job, 1)) == {0: record["pid"]}
+    go.touch()
+    view = await h.wait(job, "failed")
+    assert view.attempt == 1 and view.exit_code == 3 and view.message == "replica 0: exited with code 3"
+    assert log_path(h.data_dir, job, 1, 0).read_text() == "done\n"
+
+
+async def test_a_replica_that_ended_while_no_executor_ran_is_reported_with_its_status(h, tmp_path):
+    ex = await h.executor()
+    go = tmp_path / "go"
+    job = await h.submit(command=f"while [ ! -e {go} ]; do sleep 0.05; done; echo bye")
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    crash(ex)
+    go.touch()
+    exit_file = replica_files(h.data_dir, job, 1, 0).exit
+    await h.wait_for(lambda: os.path.exists(exit_file), 5, "the reaper's exit file")
+
+    again = await h.executor()
+    await again.reconcile()
+    assert (await h.wait(job, "succeeded")).attempt == 1
+    assert log_path(h.data_dir, job, 1, 0).read_text() == "bye\n"  # kept by the reaper
+
+
+async def test_a_replica_whose_reaper_is_gone_is_stopped_and_its_attempt_recorded_lost(h, tmp_path):
     ex = await h.executor()
     job = await h.submit(command="sleep 60")
     await h.place(ex, job)
     await h.wait(job, "running")
     record = json.loads(pid_file(h.data_dir, job, 1, 0).read_text())
-    # the old executor dies without stopping anything: forget the replica as a crash would
-    ex.backend.replicas.clear()
-    for task in list(ex.backend.watchers):
-        task.cancel()
-    assert process_start_time(record["pid"]) == record["start"]
+    crash(ex)
+    os.kill(record["reaper"], signal.SIGKILL)  # its status could never be known
+    await h.wait_for(lambda: process_start_time(record["reaper"]) is None, 5, "the reaper's end")
 
     again = await h.executor()
     await again.reconcile()
@@ -267,38 +310,6 @@ async def test_a_job_across_nodes_gets_the_master_nodes_address(h):
     assert not log_path(h.data_dir, job, 1, 0).exists()  # replica 0 is node-b's
 
 
-def test_children_are_waited_for_without_a_thread_each_on_both_event_loops(tmp_path):
-    import asyncio
-    import threading
-
-    import uvloop
-
-    from services.executor.child import PIDFD, SPAWN_THREADS, start_child
-
-    async def run() -> tuple[list[int], int, int]:
-        before = threading.active_count()
-        codes = ["exit 0", "exit 3", "kill -TERM $$"]
-        procs = [await start_child(["sh", "-c", c], cwd=tmp_path, env={}, output_fd=1) for c in codes * 2]
-        during = threading.active_count()
-        return [await p.wait() for p in procs], before, during
-
-    for factory in (None, uvloop.new_event_loop):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            codes, before, during = runner.run(run())
-        assert codes == [0, 3, -15] * 2  # a signal is a negative code, as subprocess says
-        if PIDFD:  # asyncio on 3.11 would have started a thread per child; here at most the spawning ones
-            assert during - before <= SPAWN_THREADS
-
-
-@pytest.mark.parametrize(("program", "reason", "words"), UNSTARTABLE)
-def test_a_command_behind_a_cgroup_wrapper_is_checked_before_the_start(tmp_path, program, reason, words):
-    """With cgroup limits the process starts through a shell, which would only exit 127: checked first."""
-    with pytest.raises(StartError) as refused:
-        check_command(program, tmp_path, "/usr/bin:/bin")
-    assert refused.value.reason == reason and words in refused.value.message
-    check_command("true", tmp_path, "/usr/bin:/bin")  # found: no error
-
-
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -311,9 +322,9 @@ def fails(error: Exception):
 
 
 UNSTARTABLE_BY_THE_NODE = [  # (what fails, its error, words of the message): none of them a spec's fault
-    ("start_child", ValueError("embedded null byte"), "cannot start: embedded null byte"),
-    ("start_child", OSError(errno.EMFILE, "Too many open files"), "Too many open files"),
-    ("write_pid_file", OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
+    ("start", ValueError("embedded null byte"), "cannot start: embedded null byte"),
+    ("start", OSError(errno.EMFILE, "Too many open files"), "Too many open files"),
+    ("LogPump", OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
     ("replica_env", RuntimeError("surprise"), "cannot start: surprise"),
 ]
 
@@ -325,15 +336,18 @@ async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
     ex = await h.executor()
     job = await h.submit(command="sleep 30")
     before = open_fds()
-    real_start = local.start_child
+    real_start = ex.backend.reaper.start
     started = []
 
-    async def start_child(*args, **kwargs):
+    async def start(*args, **kwargs):
         started.append(await real_start(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(local, "start_child", start_child)
-    monkeypatch.setattr(local, where, fails(error))
+    monkeypatch.setattr(ex.backend.reaper, "start", start)
+    if where == "start":  # the reaper refuses it, or cannot be asked
+        monkeypatch.setattr(ex.backend.reaper, "start", fails(error))
+    else:
+        monkeypatch.setattr(local, where, fails(error))
     await h.place(ex, job)
     view = await h.wait(job, "failed")
     assert view.failure_reason == "start_failed" and words in view.message
@@ -341,3 +355,32 @@ async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
     for proc in started:  # a process started before the failure was killed (and its pidfd closed once reaped)
         assert await asyncio.wait_for(proc.wait(), 5) == -signal.SIGKILL
     assert open_fds() == before  # neither end of the output pipe nor the log file left open
+
+
+def processes_with(marker: bytes) -> list[int]:
+    """Live processes whose command line holds `marker` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker in f.read() and process_start_time(int(entry)) is not None:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def test_nothing_of_a_job_outlives_it_without_cgroups_not_even_a_new_session(h, tmp_path):
+    """A process that left the job's process group and session (setsid) is still the job's: its first process
+    is the subreaper of its descendants, and the reaper kills what is left when it ends."""
+    ex = await h.executor(cgroup_limits=False)
+    assert "not enforced" in ex.backend.limits
+    marker = f"{time.time_ns() % 1000 + 1000}.25"  # a sleep of this length is the escaped process
+    pids = tmp_path / "escaped.pid"
+    job = await h.submit(command=f"setsid sleep {marker} >/dev/null 2>&1 & echo $! > {pids}; sleep 0.3")
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    escaped = int(pids.read_text())
+    await h.wait_for(lambda: process_start_time(escaped) is None, 5, "the escaped process to be killed")
+    assert processes_with(f"sleep\0{marker}".encode()) == []

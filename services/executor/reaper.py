@@ -1,0 +1,350 @@
+"""The reaper: one small process per executor process, the parent of every replica that executor starts, which
+outlives the executor so that no replica's end is ever lost (issue 24).
+
+The executor starts it at its own start (`reaper_client.py`) and asks it, over a socket pair (its descriptor's number is its argument), to start
+each replica; the reaper forks, and the child makes itself the replica's first process: a new session, the
+cgroup of its limits, its user (issue 24 item 2: an unprivileged one when the platform is root), stdin from
+/dev/null, stdout and stderr to the executor's pipe, its working directory, then exec. Before it answers with
+the pid, the reaper writes the replica's pid file (pid and start time), so an attempt is never started twice,
+even when the executor dies right after asking.
+
+When a replica's first process ends, the reaper writes its status to `replica-<r>.exit` (atomically, before
+anything else), then tells the executor. If the executor is gone, nothing waits on it: the file is there for
+the next executor, which reports it (`LocalBackend.adopt`). The reaper also keeps a read end of each replica's
+output pipe, so a replica whose executor died never gets SIGPIPE: its output waits in the pipe (the replica
+blocks when the pipe is full) until the next executor opens the pipe through `/proc/<reaper>/fd/<n>`. What a
+replica printed last while no executor read its pipe, the reaper appends to the replica's log file itself.
+
+Every replica's first process is a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec): a descendant
+whose parent ends (`setsid sleep 1000 &`, a double fork) is re-parented to it, not to init, so nothing of the
+replica escapes while it runs. When that first process ends, its remaining descendants are re-parented to the
+reaper (a subreaper too), which kills every child it did not start itself, until none is left: nothing of a
+job outlives its end, with or without cgroups.
+
+The reaper exits when its executor is gone and it has no child left. It ignores SIGTERM, SIGINT and SIGHUP
+(an executor's restart, or a platform upgrade, never ends a job; the executor stops jobs itself when it is
+asked to). This file imports only the standard library: it runs as `python -I -S reaper.py`, and keeps
+running the code it started with across an upgrade of the platform.
+
+Messages are JSON, one per SOCK_SEQPACKET packet. Executor → reaper: a start (`argv`, `env`, `cwd`,
+`pid_file`, `exit_file`, `log_file`, `record`: more fields of the pid file, `user`: [uid, gid] or null,
+`cgroup`: a path or null) with two descriptors (the pipe's write end, for the replica, and a read end the
+reaper keeps). Reaper → executor: `{"pid", "start", "fd"}` or `{"error": errno, "step", "message"}` for each
+start, in order, and `{"exited": pid, "status": n}` (a negative status: killed by signal -n) for each end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+
+PR_SET_CHILD_SUBREAPER = 36
+SOCKET_FD = 3
+MAX_MESSAGE = 4 * 1024 * 1024
+DRAIN_CHUNK = 64 * 1024
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def subreaper() -> None:
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (a zombie's too); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+def write_atomically(path: str, doc: dict) -> None:
+    temporary = f"{path}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps(doc).encode())
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+
+
+def children() -> set[int]:
+    """This process's children, from /proc (each thread's list; the reaper has one thread)."""
+    found: set[int] = set()
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: scan every process's parent
+        me = os.getpid()
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        stat = f.read().decode()
+                except OSError:
+                    continue
+                if int(stat[stat.rindex(")") + 2 :].split()[1]) == me:
+                    found.add(int(name))
+    return found
+
+
+class Replica:
+    __slots__ = ("pid", "exit_file", "log_file", "read_fd")
+
+    def __init__(self, pid: int, exit_file: str, log_file: str, read_fd: int):
+        self.pid, self.exit_file, self.log_file, self.read_fd = pid, exit_file, log_file, read_fd
+
+
+class Reaper:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.connected = True
+        self.replicas: dict[int, Replica] = {}
+        self.outbox: deque[bytes] = deque()
+        self.devnull = os.open(os.devnull, os.O_RDONLY)
+        self.wakeup_r, self.wakeup_w = os.pipe()
+        os.set_blocking(self.wakeup_r, False)
+        os.set_blocking(self.wakeup_w, False)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the poll below through the wakeup pipe
+        signal.set_wakeup_fd(self.wakeup_w)
+        subreaper()
+        poll = select.poll()
+        poll.register(self.wakeup_r, select.POLLIN)
+        self.sock.setblocking(False)
+        poll.register(self.sock, select.POLLIN)
+        self.reap()  # (a child that ended before the handler was set)
+        while self.connected or self.has_children():
+            try:
+                events = poll.poll(1000)
+            except InterruptedError:
+                continue
+            for fd, mask in events:
+                if fd == self.wakeup_r:
+                    while True:
+                        try:
+                            if not os.read(self.wakeup_r, 4096):
+                                break
+                        except BlockingIOError:
+                            break
+                    self.reap()
+                elif mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    self.receive()
+                if fd == self.sock.fileno() and mask & select.POLLOUT:
+                    self.flush()
+            if self.connected:
+                flags = select.POLLIN | (select.POLLOUT if self.outbox else 0)
+                poll.modify(self.sock, flags)
+            elif self.sock.fileno() >= 0:
+                poll.unregister(self.sock)
+                self.sock.close()
+            self.reap()  # a SIGCHLD that arrived between two reads of the wakeup pipe
+
+    def has_children(self) -> bool:
+        return bool(self.replicas) or bool(children())
+
+    # ------------------------------------------------------------------ the executor's side
+
+    def receive(self) -> None:
+        while self.connected:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 2)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self.disconnected()
+                return
+            try:
+                reply = self.start(json.loads(data), fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self.send(reply)
+
+    def send(self, doc: dict) -> None:
+        if self.connected:
+            self.outbox.append(json.dumps(doc).encode())
+            self.flush()
+
+    def flush(self) -> None:
+        while self.outbox and self.connected:
+            try:
+                self.sock.send(self.outbox[0])
+            except BlockingIOError:
+                return
+            except OSError:
+                self.disconnected()
+                return
+            self.outbox.popleft()
+
+    def disconnected(self) -> None:
+        """The executor is gone: its replicas go on; their ends are only written down from now on."""
+        self.connected = False
+        self.outbox.clear()
+
+    # ------------------------------------------------------------------ starting a replica
+
+    def start(self, request: dict, fds: list[int]) -> dict:
+        if len(fds) != 2:
+            return {"error": errno.EINVAL, "step": "request", "message": "a start needs two descriptors"}
+        write_fd, read_fd = fds
+        error_r, error_w = os.pipe()  # both close on exec: the child's exec closes error_w
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover (the child: it execs or exits)
+                self.child(request, write_fd, error_w)
+            os.close(error_w)
+            error_w = -1
+            started = start_time(pid)
+            failure = b""
+            while chunk := os.read(error_r, 4096):
+                failure += chunk
+        finally:
+            os.close(error_r)
+            if error_w >= 0:
+                os.close(error_w)
+        if failure:
+            os.waitpid(pid, 0)  # it has exited (127) or is exiting
+            step, _, rest = failure.decode(errors="replace").partition(":")
+            code, _, message = rest.partition(":")
+            return {"error": int(code or 0), "step": step, "message": message}
+        kept = os.dup(read_fd)  # (the received descriptors are closed after the answer)
+        record = {**request.get("record", {}), "pid": pid, "start": started}
+        record.update(reaper=os.getpid(), reaper_start=start_time(os.getpid()), fd=kept)
+        try:
+            write_atomically(request["pid_file"], record)
+        except OSError as exc:  # (the folder was removed meanwhile): the replica cannot be found again
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(kept)
+            return {"error": exc.errno or errno.EIO, "step": "pid_file", "message": str(exc)}
+        self.replicas[pid] = Replica(pid, request["exit_file"], request.get("log_file") or "", kept)
+        return {"pid": pid, "start": started, "fd": kept}
+
+    def child(self, request: dict, write_fd: int, error_w: int) -> None:
+        """In the forked child: become the replica's first process, or say which step failed and exit."""
+        step = "setup"
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+            os.setsid()
+            subreaper()
+            if request.get("cgroup"):
+                step = "cgroup"
+                procs = os.path.join(request["cgroup"], "cgroup.procs")
+                fd = os.open(
+                    procs, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+                )  # (as a shell's `>` opens it)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+            step = "setup"
+            os.dup2(self.devnull, 0)
+            os.dup2(write_fd, 1)
+            os.dup2(write_fd, 2)
+            user = request.get("user")
+            if user:
+                step = "user"
+                os.setgroups([])
+                os.setgid(user[1])
+                os.setuid(user[0])
+            step = "cwd"
+            os.chdir(request["cwd"])
+            step = "setup"
+            os.closerange(3, error_w)
+            os.closerange(error_w + 1, 1 << 20)
+            step = "exec"
+            argv = request["argv"]
+            os.execvpe(argv[0], argv, request["env"])
+        except OSError as exc:
+            message = exc.strerror or str(exc)
+            os.write(error_w, f"{step}:{exc.errno or 0}:{message}".encode(errors="replace"))
+        except BaseException as exc:  # noqa: BLE001 (nothing may escape a forked child)
+            os.write(error_w, f"{step}:0:{exc}".encode(errors="replace"))
+        finally:
+            os._exit(127)
+
+    # ------------------------------------------------------------------ ends
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+            replica = self.replicas.pop(pid, None)
+            if replica is not None:
+                self.ended(replica, os.waitstatus_to_exitcode(status))
+        self.kill_leftovers()
+
+    def ended(self, replica: Replica, status: int) -> None:
+        try:
+            write_atomically(replica.exit_file, {"pid": replica.pid, "status": status, "ended": time.time()})
+        except OSError as exc:
+            print(f"gpuyard reaper: cannot write {replica.exit_file}: {exc}", file=sys.stderr)
+        if not self.connected and replica.log_file:
+            self.drain(replica)
+        os.close(replica.read_fd)
+        self.send({"exited": replica.pid, "status": status})
+
+    def drain(self, replica: Replica) -> None:
+        """No executor reads the replica's output: append what is left in its pipe to its log file."""
+        os.set_blocking(replica.read_fd, False)
+        try:
+            out = os.open(replica.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        try:
+            while True:
+                try:
+                    data = os.read(replica.read_fd, DRAIN_CHUNK)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                os.write(out, data)
+        except OSError:
+            pass
+        finally:
+            os.close(out)
+
+    def kill_leftovers(self) -> None:
+        """Every child the reaper did not start is what is left of a replica whose first process ended (a
+        live replica's first process is the subreaper of its own descendants): killed."""
+        for pid in children() - self.replicas.keys():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def main() -> None:
+    fd = int(sys.argv[1]) if len(sys.argv) > 1 else SOCKET_FD
+    os.set_inheritable(fd, False)
+    sock = socket.socket(fileno=fd)
+    Reaper(sock).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""The reaper (`services/executor/reaper.py`) starts a replica's process as Popen would (same session,
+descriptors, signals, directory and environment, the command found on the environment's PATH), says which
+step of a start failed, writes each end to the replica's exit file even after its executor is gone, and lets
+nothing of a replica outlive its first process."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from services.executor.processes import process_start_time
+from services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
+
+REPORT = """
+import json, os, sys
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+print(json.dumps({
+    "cwd": os.getcwd(),
+    "new_session": os.getsid(0) == os.getpid(),
+    "stdin": os.readlink("/proc/self/fd/0"),
+    "stdout_is_stderr": os.path.samestat(os.fstat(1), os.fstat(2)),
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    "ignored_signals": status["SigIgn"].strip(),
+    "blocked_signals": status["SigBlk"].strip(),
+    "env": {k: v for k, v in os.environ.items() if k.startswith("GPUYARD_")},
+    "argv": sys.argv[1:],
+}))
+"""
+
+
+async def eventually(check, within: float) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        if check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s")
+        await asyncio.sleep(0.05)
+
+
+class Started:
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.reaper = ReaperClient()
+        self.count = 0
+
+    async def __aenter__(self) -> Started:
+        self.reaper.open()
+        return self
+
+    async def __aexit__(self, *_exc) -> None:
+        self.reaper.close()
+
+    async def run(self, argv, *, cwd=None, env=None) -> tuple[int | None, bytes, int]:
+        """Start `argv` through the reaper; its status, its output and its pid."""
+        self.count += 1
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = await self.reaper.start(
+                argv,
+                cwd=str(cwd or self.tmp_path),
+                env=env if env is not None else {"PATH": os.environ["PATH"]},
+                output=(write_fd, read_fd),
+                pid_file=str(self.tmp_path / f"r{self.count}.pid"),
+                exit_file=str(self.tmp_path / f"r{self.count}.exit"),
+                log_file="",
+                record={"node": "n"},
+            )
+        finally:
+            os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as out:
+            output = await asyncio.to_thread(out.read)
+        return await asyncio.wait_for(proc.wait(), 10), output, proc.pid
+
+
+async def test_the_child_gets_what_popen_gives_it(tmp_path):
+    argv = [sys.executable, "-c", REPORT, "a b", "ü"]
+    env = {"PATH": os.environ["PATH"], "GPUYARD_JOB": "j1", "GPUYARD_ODD": "x=y ü"}
+    read_fd, write_fd = os.pipe()
+    options = dict(cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd)
+    await asyncio.to_thread(subprocess.run, argv, start_new_session=True, check=True, **options)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as out:
+        by_popen = json.loads(out.read())
+    async with Started(tmp_path) as started:
+        status, output, _pid = await started.run(argv, env=env)
+    assert status == 0, output
+    by_reaper = json.loads(output)
+    internal = (1 << 31) | (1 << 32)  # glibc's internal signals may start out ignored either way
+    for child in (by_popen, by_reaper):
+        child["ignored_signals"] = f"{int(child['ignored_signals'], 16) & ~internal:016x}"
+    assert by_reaper == by_popen
+    assert (
+        by_reaper["cwd"] == str(tmp_path) and by_reaper["new_session"] and by_reaper["stdin"] == "/dev/null"
+    )
+    assert by_reaper["fds"] == [0, 1, 2, 3]  # (3: the listing's own descriptor)
+
+
+async def test_each_end_is_written_to_the_exit_file_and_reported(tmp_path):
+    async with Started(tmp_path) as started:
+        assert (await started.run(["sh", "-c", "echo hi; exit 3"]))[:2] == (3, b"hi\n")
+        assert (await started.run(["sh", "-c", "kill -TERM $$"]))[0] == -15
+    assert read_exit_file(str(tmp_path / "r1.exit")) == 3
+    assert read_exit_file(str(tmp_path / "r2.exit")) == -15
+    record = json.loads((tmp_path / "r1.pid").read_text())
+    assert record["node"] == "n" and record["pid"] > 0 and record["start"] > 0
+    assert (tmp_path / "r1.exit").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "env", "step", "code"),
+    [
+        (["no-such-command-here"], None, None, "exec", errno.ENOENT),
+        (["./missing.sh"], None, None, "exec", errno.ENOENT),
+        (["./data.txt"], None, None, "exec", errno.EACCES),
+        (["true"], "gone", None, "cwd", errno.ENOENT),
+        (["tr\0ue"], None, None, "exec", 0),
+        (["true"], None, {"A": "b\0c"}, "exec", 0),
+        (["true"], None, {"A=B": "c"}, "exec", 0),
+    ],
+)
+async def test_a_start_that_fails_says_at_which_step(tmp_path, argv, cwd, env, step, code):
+    (tmp_path / "data.txt").write_text("not a program")
+    async with Started(tmp_path) as started:
+        with pytest.raises(StartRefused) as refused:
+            await started.run(argv, cwd=tmp_path / cwd if cwd else None, env=env)
+        assert (refused.value.step, refused.value.errno) == (step, code)
+        assert not (tmp_path / "r1.pid").exists()
+        assert (await started.run(["true"]))[0] == 0  # and the reaper goes on
+
+
+def descendants_alive(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_nothing_of_a_replica_outlives_its_first_process_even_out_of_its_session(tmp_path):
+    marker = f"{time.time_ns() % 100000 + 1000}.5"  # a unique sleep length names the escaped process
+    async with Started(tmp_path) as started:
+        status, _, _ = await started.run(
+            ["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; exit 0"]
+        )
+        assert status == 0
+        await eventually(lambda: not descendants_alive(f"sleep\0{marker}"), 5)
+
+
+async def test_a_replica_outlives_its_executor_and_its_end_is_still_written(tmp_path):
+    """The executor goes (its socket closes): the replica goes on; its end is written; the reaper ends after."""
+    started = Started(tmp_path)
+    await started.__aenter__()
+    read_fd, write_fd = os.pipe()
+    proc = await started.reaper.start(
+        ["sh", "-c", "sleep 0.5; echo late; exit 4"],
+        cwd=str(tmp_path),
+        env={"PATH": os.environ["PATH"]},
+        output=(write_fd, read_fd),
+        pid_file=str(tmp_path / "r.pid"),
+        exit_file=str(tmp_path / "r.exit"),
+        log_file=str(tmp_path / "r.log"),
+        record={},
+    )
+    os.close(write_fd)
+    os.close(read_fd)  # the executor's read end: gone with it (the reaper keeps its own: no SIGPIPE)
+    reaper = started.reaper.pid
+    started.reaper.close()
+    await eventually(lambda: read_exit_file(str(tmp_path / "r.exit")) is not None, 10)
+    assert read_exit_file(str(tmp_path / "r.exit")) == 4
+    assert (tmp_path / "r.log").read_bytes() == b"late\n"  # what no executor read, the reaper kept
+    assert process_start_time(proc.pid) is None
+    await eventually(lambda: process_start_time(reaper) is None, 10)  # nothing left to reap, nobody to tell
