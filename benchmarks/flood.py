@@ -6,8 +6,9 @@
 Starts `gpuyard up --simulate-gpus 8` in a temporary directory with a queue limit per tenant
 (`GPUYARD_MAX_QUEUED_PER_TENANT`, and a lower one for the greedy tenant through `GPUYARD_QUEUE_LIMITS`), makes
 one token per tenant, and submits no-op jobs (`true`, 0.125 GPU) from `--clients` keep-alive connections as
-fast as they go: the greedy tenant sends `--greedy-share` of them, the others the rest in equal parts. A 429 is
-counted (with its Retry-After) and not sent again. Then it waits for every accepted job to end.
+fast as they go: the greedy tenant sends `--greedy-share` of them, the others the rest in equal parts. Every 429
+is counted (with its Retry-After); the other tenants wait what Retry-After says and send the job again, the
+greedy one goes on with its next job (it floods beyond its limit). Then it waits for every accepted job to end.
 
 Reports: the accepted rate, p50/p99 latency of the accepted and the refused submits (as the client sees them),
 429s per tenant, the drain rate (jobs ended a second) while the queue is at least `--deep` jobs deep, the peak
@@ -141,23 +142,30 @@ async def flood(
     total = sum(plan.values())
 
     async def client(tenant: str) -> None:
+        """Submits the tenant's jobs; a 429 is waited out (Retry-After) and sent again, except by the greedy
+        tenant, which counts it and goes on with its next job."""
         submitter = Submitter(server, tokens[tenant])
         try:
             while left[tenant] > 0:
                 left[tenant] -= 1
-                t = time.perf_counter()
-                status, answer, retry = await submitter.submit(body)
-                took = time.perf_counter() - t
-                if status == 202:
-                    ok_latency.append(took)
-                    accepted[tenant].append(json.loads(answer)["job_id"])
-                elif status == 429:
-                    refused_latency.append(took)
-                    refused[tenant] += 1
-                    if retry is not None:
-                        retry_after.append(retry)
-                else:
-                    other[status] = other.get(status, 0) + 1
+                while True:
+                    t = time.perf_counter()
+                    status, answer, retry = await submitter.submit(body)
+                    took = time.perf_counter() - t
+                    if status == 202:
+                        ok_latency.append(took)
+                        accepted[tenant].append(json.loads(answer)["job_id"])
+                    elif status == 429:
+                        refused_latency.append(took)
+                        refused[tenant] += 1
+                        if retry is not None:
+                            retry_after.append(retry)
+                        if tenant != GREEDY:
+                            await asyncio.sleep(retry or 1)
+                            continue
+                    else:
+                        other[status] = other.get(status, 0) + 1
+                    break
         finally:
             submitter.close()
 
@@ -175,7 +183,7 @@ async def flood(
         sending = progress.add_task("submitting", total=total)
         draining = progress.add_task("ended", total=total)
         workers = asyncio.gather(*(client(tenants[i % len(tenants)]) for i in range(clients)))
-        last_sample = 0.0
+        last_sample = last_line = 0.0
         submitted_s = None
         deadline = None
         placed = ended = 0
@@ -189,6 +197,14 @@ async def flood(
                 depth_samples.append((now, n_accepted - placed, ended))
                 last_sample = now
             progress.update(sending, completed=sent)
+            if not sys.stderr.isatty() and now - last_line >= 5:  # a log file: one line every 5 s
+                print(
+                    f"{now - t0:6.0f} s  answered {sent:,}/{total:,}  accepted {n_accepted:,}  429s "
+                    f"{sum(refused.values()):,}  queued {n_accepted - placed:,}  ended {ended:,}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                last_line = now
             progress.update(
                 draining,
                 total=n_accepted,
@@ -281,10 +297,10 @@ def main() -> int:
     parser.add_argument(
         "--tenants", type=int, default=4, help="tenants within their limit (plus the greedy one)"
     )
-    parser.add_argument("--limit", type=int, default=10_000, help="GPUYARD_MAX_QUEUED_PER_TENANT")
-    parser.add_argument("--greedy-limit", type=int, default=2_000, help="the greedy tenant's own limit")
+    parser.add_argument("--limit", type=int, default=2_500, help="GPUYARD_MAX_QUEUED_PER_TENANT")
+    parser.add_argument("--greedy-limit", type=int, default=500, help="the greedy tenant's own limit")
     parser.add_argument("--greedy-share", type=float, default=0.2, help="share of the submissions it sends")
-    parser.add_argument("--deep", type=int, default=10_000, help="queue depth the drain rate is measured at")
+    parser.add_argument("--deep", type=int, default=5_000, help="queue depth the drain rate is measured at")
     parser.add_argument("--executors", type=int, help="executor processes (default: gpuyard up's)")
     args = parser.parse_args()
 
@@ -294,7 +310,9 @@ def main() -> int:
     plan[GREEDY] = greedy
     os.environ["GPUYARD_MAX_QUEUED_PER_TENANT"] = str(args.limit)
     os.environ["GPUYARD_QUEUE_LIMITS"] = f"{GREEDY}={args.greedy_limit}"
-    proc, admin, tmp = start_platform(8, 14623, args.executors)
+    proc, admin, tmp = start_platform(
+        8, 14623, args.executors, port=18481
+    )  # (pipeline.py's are 18480, 14622)
     print(f"platform in {tmp} (gpuyard up pid {proc.pid})", file=sys.stderr)
     try:
         tokens = {t: admin.create_token(tenant=t, user="bench").token for t in plan}

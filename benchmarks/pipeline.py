@@ -55,7 +55,9 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
 
 
-def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path]:
+def start_platform(
+    gpus: int, nats_port: int, executors: int | None, port: int = 18480
+) -> tuple[subprocess.Popen, Client, Path]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
     env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
     proc = subprocess.Popen(
@@ -67,7 +69,7 @@ def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[su
             "--simulate-gpus",
             str(gpus),
             "--port",
-            "18480",
+            str(port),
             "--nats-port",
             str(nats_port),
             *(["--executors", str(executors)] if executors else []),
@@ -80,7 +82,7 @@ def start_platform(gpus: int, nats_port: int, executors: int | None) -> tuple[su
     while time.monotonic() < deadline:
         try:
             token = json.loads((tmp / "config" / "config.json").read_text())["token"]
-            client = Client("http://127.0.0.1:18480", token)
+            client = Client(f"http://127.0.0.1:{port}", token)
             if client.healthy() and any(n["gpus"] for n in client.request("GET", "/v1/nodes")):
                 return proc, client, tmp
         except (OSError, ValueError, KeyError, Exception):

@@ -42,6 +42,19 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+def json_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`answers` for a route whose own answer is not JSON (a `response_class` such as text): FastAPI would
+    document its errors in that media type, but they are JSON (ErrorOut) like every other route's."""
+    return {
+        code: {
+            "description": WHY[code],
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+            **({"headers": HEADERS[code]} if code in HEADERS else {}),
+        }
+        for code in codes
+    }
+
+
 def too_many(exc: QueueFull) -> JSONResponse:
     """The 429 of a tenant at its queue limit (the route's and the fast path's)."""
     return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after)})

@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
-from services.submit.errors import answers
+from services.submit.errors import answers, json_answers
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
@@ -177,7 +177,13 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
-    responses={**answers(404, 416), 206: {"description": "The byte range asked for (a Range header)."}},
+    responses={
+        **json_answers(400, 401, 404, 413, 416, 503),  # (errors in JSON, not in the route's text/plain)
+        206: {
+            "description": "The byte range asked for (a Range header).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
 )
 async def job_logs(
     job_id: str,
