@@ -80,6 +80,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     return asyncio.run(run_up(UpOptions.from_args(args), out))
 
 
+def _say_retry(why: str, seconds: float) -> None:
+    err.print(f"{why}; trying again in {seconds:g} s", markup=False)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     try:
         spec = load_spec_file(args.file)
@@ -91,7 +95,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise CliError(f"{args.file}: {_spec_errors(exc)}") from None
     client = Client(args.server, args.token)
-    accepted = client.submit(spec)
+    client.on_retry = _say_retry
+    accepted = client.submit(spec)  # one Idempotency-Key for this submission and its retries
     if args.json and not args.follow:
         _print_json(accepted)
         return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,10 @@ def save_config(server: str, token: str) -> Path:
     return path
 
 
+def new_idempotency_key() -> str:
+    return uuid.uuid4().hex
+
+
 def _detail(response: httpx.Response) -> str:
     try:
         detail = response.json().get("detail")
@@ -67,25 +73,88 @@ def _detail(response: httpx.Response) -> str:
     return str(detail)
 
 
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+"""Answers worth another try: 429 and 503 refuse before doing anything; 502 and 504 (a proxy) may not."""
+UNDONE_STATUSES = frozenset({429, 503})
+RETRIES = 4  # tries after the first
+BACKOFF = 0.5  # seconds before the first retry without a Retry-After; doubles each time
+LONGEST_WAIT = 60.0  # seconds: a Retry-After longer than this is reported, not waited for
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a Retry-After header asks for (delta-seconds; an HTTP date is not used here)."""
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
+
+
 class Client:
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30):
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        timeout: float = 30,
+        *,
+        retries: int = RETRIES,
+        on_retry: Callable[[str, float], None] | None = None,
+    ):
+        """`retries`: how many more times a request that got no answer, or a 429/5xx answer worth repeating,
+        is sent (see `request`); `on_retry(why, seconds)` is told before each wait."""
         saved, env = saved_config(), ClientSettings()
         self.server = (server or env.server or saved.get("server") or DEFAULT_SERVER).rstrip("/")
         self.token = token or env.token or saved.get("token")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+        self.retries = retries
+        self.on_retry = on_retry
+        self.sleep = time.sleep
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.ConnectError:
-            raise ClientError(f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?") from None
-        except httpx.HTTPError as exc:
-            raise ClientError(f"request to {self.server} failed: {exc}") from None
+        """Send a request and return its answer (JSON, or text). Retried with backoff, up to `retries` times:
+        a request that never reached the server (connection refused), one refused with 429 or 503 (Retry-After
+        is honoured, up to LONGEST_WAIT), and, when repeating it changes nothing (a GET, or a request with an
+        Idempotency-Key), one whose answer was lost (connection dropped, timeout) or a 502/504."""
+        repeatable = method.upper() in IDEMPOTENT_METHODS or "Idempotency-Key" in (
+            kwargs.get("headers") or {}
+        )
+        for attempt in range(self.retries + 1):
+            wait = BACKOFF * 2**attempt
+            last = attempt == self.retries
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.ConnectError:
+                if last:
+                    raise ClientError(
+                        f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?"
+                    ) from None
+                self._wait(f"cannot reach {self.server}", wait)
+                continue
+            except httpx.HTTPError as exc:
+                if last or not repeatable:
+                    raise ClientError(f"request to {self.server} failed: {exc}") from None
+                self._wait(f"no answer from {self.server} ({exc or type(exc).__name__})", wait)
+                continue
+            status = response.status_code
+            if status in RETRIED_STATUSES and not last and (status in UNDONE_STATUSES or repeatable):
+                asked = retry_after(response)
+                if asked is None or asked <= LONGEST_WAIT:
+                    self._wait(f"{_detail(response)} (HTTP {status})", wait if asked is None else asked)
+                    continue
+            return self._answer(response)
+        raise AssertionError("unreachable")
+
+    def _wait(self, why: str, seconds: float) -> None:
+        if self.on_retry is not None:
+            self.on_retry(why, seconds)
+        self.sleep(seconds)
+
+    def _answer(self, response: httpx.Response) -> Any:
         if response.status_code == 401:
             raise ClientError(f"not authorised ({_detail(response)}); pass --token or set GPUYARD_TOKEN")
         if response.status_code >= 400:
-            raise ClientError(f"{_detail(response)} (HTTP {response.status_code})")
+            asked = retry_after(response)
+            later = f"; retry after {asked:g} s" if asked is not None else ""
+            raise ClientError(f"{_detail(response)} (HTTP {response.status_code}{later})")
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
@@ -104,7 +173,9 @@ class Client:
             ) from None
 
     def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> JobAccepted:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        """Queue a job. Every submission carries an Idempotency-Key (a new one unless given), kept for its
+        retries: a retry whose first answer was lost never queues a second job."""
+        headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
         return self.answer(JobAccepted, "POST", "/v1/jobs", json=spec, headers=headers)
 
     def jobs(

@@ -127,6 +127,16 @@ class SubmitSettings(CommonSettings):
     )
     tokens: str = Field("", description="Inline tokens: `token=tenant[:user][:admin],…`.")
     max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")
+    max_queued_per_tenant: int = Field(
+        10_000,
+        ge=0,
+        description="Jobs a tenant may have waiting to be placed (queued, pending included); a submit beyond "
+        "it gets 429 with Retry-After. 0: no limit.",
+    )
+    queue_limits: TenantNumbers = Field(
+        default_factory=dict,
+        description="A tenant's own limit instead of max_queued_per_tenant, `vision=50000`; 0: no limit.",
+    )
 
 
 class SchedulerSettings(CommonSettings):

@@ -33,7 +33,7 @@ _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 def parse_size(value: int | float | str) -> int:
     """Return a size in bytes. Bare numbers are bytes; SI (GB) and binary (GiB, Gi) suffixes are accepted."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("a size must be a number of bytes or a string such as '16GB'")
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
@@ -57,7 +57,7 @@ def parse_size(value: int | float | str) -> int:
 
 def parse_duration(value: int | float | str) -> float:
     """Return a duration in seconds. Bare numbers are seconds; '1h30m', '90s', '2d' are accepted."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("a duration must be a number of seconds or a string such as '2h'")
     if isinstance(value, int | float):
         seconds = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf

@@ -15,8 +15,9 @@ from services.submit import routes_admin, routes_jobs, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.docs_pages import add_docs_pages
-from services.submit.errors import answers
+from services.submit.errors import answers, too_many
 from services.submit.fastpath import FastSubmit
+from services.submit.queuedepth import QueueFull
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
 from shared.store import ConcurrencyError, StoreUnavailable
@@ -105,6 +106,10 @@ def create_app(ctx: SubmitContext) -> FastAPI:
         return JSONResponse(
             {"detail": f"temporarily unavailable: {exc}"}, status_code=503, headers={"Retry-After": "2"}
         )
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(_: Request, exc: QueueFull) -> JSONResponse:
+        return too_many(exc)
 
     @app.exception_handler(ConcurrencyError)
     async def busy(_: Request, exc: ConcurrencyError) -> JSONResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.submit.queuedepth import QueueDepth
 from services.submit.telemetry import Telemetry
 from shared.bus import Bus
 from shared.ledger import JobLedger
@@ -23,3 +24,5 @@ class SubmitContext:
     bus: Bus | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry())
     max_body_bytes: int = 1 << 20
+    queue: QueueDepth = field(default_factory=QueueDepth)
+    """Jobs waiting per tenant, and each tenant's limit on them (none by default)."""

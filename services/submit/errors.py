@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
+from services.submit.queuedepth import QueueFull
 from shared.api import ErrorOut
 
 WHY = {
@@ -14,11 +17,44 @@ WHY = {
     409: "A conflict with the job's state, with an earlier request of the same Idempotency-Key, or with tokens "
     "fixed by the settings.",
     413: "The request body is over the limit.",
+    429: "The tenant has as many jobs queued as it may: retry after Retry-After (seconds, estimated from how "
+    "fast its queue drains).",
     416: "The byte range asked for is outside the output kept (Content-Range says how much there is).",
     503: "The store or the event bus is unavailable, or the job is changing right now: retry after Retry-After.",
 }
 
 
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}
+}
+HEADERS = {429: RETRY_AFTER, 503: RETRY_AFTER}
+
+
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a route or router that can answer `codes`."""
-    return {code: {"model": ErrorOut, "description": WHY[code]} for code in codes}
+    return {
+        code: {
+            "model": ErrorOut,
+            "description": WHY[code],
+            **({"headers": HEADERS[code]} if code in HEADERS else {}),
+        }
+        for code in codes
+    }
+
+
+def json_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`answers` for a route whose own answer is not JSON (a `response_class` such as text): FastAPI would
+    document its errors in that media type, but they are JSON (ErrorOut) like every other route's."""
+    return {
+        code: {
+            "description": WHY[code],
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+            **({"headers": HEADERS[code]} if code in HEADERS else {}),
+        }
+        for code in codes
+    }
+
+
+def too_many(exc: QueueFull) -> JSONResponse:
+    """The 429 of a tenant at its queue limit (the route's and the fast path's)."""
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after)})

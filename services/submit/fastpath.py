@@ -16,6 +16,8 @@ from fastapi import HTTPException
 from services.submit.bearer import bearer_token
 from services.submit.body import read_body, replaying
 from services.submit.context import SubmitContext
+from services.submit.errors import too_many
+from services.submit.queuedepth import QueueFull
 from services.submit.routes_jobs import queue_job
 from shared.bus import BusUnavailable
 from shared.jobspec import JobSpec
@@ -48,7 +50,10 @@ class FastSubmit:
         body = await read_body(receive)
         if body is None:
             return None
-        answer = await self.accept(headers, body)
+        try:
+            answer = await self.accept(headers, body)
+        except QueueFull as exc:
+            return await too_many(exc)(scope, receive, send)
         if answer is None:
             return await self.app(scope, replaying(body, receive), send)
         await send(
@@ -65,7 +70,8 @@ class FastSubmit:
         return None
 
     async def accept(self, headers: dict[bytes, bytes], body: bytes) -> bytes | None:
-        """The answer's body for a job queued here; None: left to the app."""
+        """The answer's body for a job queued here; None: left to the app. Raises QueueFull (answered 429
+        here, as the app would)."""
         authorization = headers.get(b"authorization")
         token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
         try:

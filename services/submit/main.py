@@ -10,6 +10,7 @@ import uvicorn
 
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
+from services.submit.queuedepth import QueueDepth
 from shared.service import Service
 from shared.settings import SubmitSettings
 from shared.tokens import Tokens
@@ -53,8 +54,11 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         logs=service.logs,
         bus=service.bus,
         max_body_bytes=settings.max_body_bytes,
+        queue=QueueDepth(settings.max_queued_per_tenant, settings.queue_limits),
     )
     await ctx.telemetry.follow(service.bus)
+    await ctx.queue.follow(service.bus, service.store)
+    service.spawn(ctx.queue.resync(service.store), "queue-depth")
     config = uvicorn.Config(
         create_app(ctx),
         host=settings.submit_host,

@@ -9,7 +9,8 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
-from services.submit.errors import answers
+from services.submit.errors import answers, json_answers
+from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
@@ -30,7 +31,7 @@ async def _visible_job(ctx, principal, job_id: str) -> JobView:
 
 
 @router.post(
-    "", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=answers(403, 409)
+    "", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=answers(403, 409, 429)
 )
 async def submit_job(
     spec: JobSpec,
@@ -38,31 +39,63 @@ async def submit_job(
     principal: CurrentPrincipal,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JobAccepted:
-    """Queue a job. Answers at once with its id; the job then moves through its states (see /events)."""
+    """Queue a job. Answers at once with its id, once the job is stored; the job then moves through its states
+    (see /events). With an `Idempotency-Key` a retry of the same request answers the same job (`duplicate`:
+    true) and queues nothing; the key with another request is refused (409)."""
     return await queue_job(ctx, principal, spec, idempotency_key)
 
 
 async def queue_job(
     ctx: SubmitContext, principal: Principal, spec: JobSpec, idempotency_key: str | None
 ) -> JobAccepted:
-    """What `POST /v1/jobs` does, for the route and for its fast path (`fastpath.py`)."""
+    """What `POST /v1/jobs` does, for the route and for its fast path (`fastpath.py`).
+
+    With an Idempotency-Key the job's id is derived from the tenant and the key, and its first event is stored
+    under that id (in the event store: the key lasts as long as the job, across restarts): the same request
+    again answers the job already queued (`duplicate`), another request with the same key 409. Raises
+    QueueFull when the tenant has as many jobs waiting as it may (a retry of a stored job is never refused)."""
     tenant = spec.tenant or principal.tenant
     if tenant != principal.tenant and not principal.admin:
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
         )
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
+    try:
+        reserved = ctx.queue.admit(tenant, job_id)
+    except QueueFull:
+        if not idempotency_key or await ctx.store.get_projection(job_id) is None:
+            raise
+        reserved = False  # the job of this key is stored (and no longer waits): the answer is that job
     name = spec.name or f"job-{job_id[:6]}"
     event = JobSubmitted(job_id=job_id, name=name, tenant=tenant, user=principal.name, spec=spec)
-    outcome = await ctx.ledger.append(
-        job_id, event, event_id=derived_id(job_id, "submitted"), new=idempotency_key is None
-    )
+    try:
+        outcome = await ctx.ledger.append(
+            job_id, event, event_id=derived_id(job_id, "submitted"), new=idempotency_key is None
+        )
+    except BaseException:
+        if reserved:
+            ctx.queue.release(job_id)
+        raise
     view = outcome.view
-    if outcome.refused or view is None:  # the idempotency key names a job with other content
-        raise HTTPException(status.HTTP_409_CONFLICT, f"Idempotency-Key already used for job {job_id}")
+    if outcome.refused or view is None or (outcome.duplicate and not same_request(view, event)):
+        if reserved:
+            ctx.queue.release(job_id)
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"Idempotency-Key {idempotency_key!r} was used for another request (job {job_id}): send a new key "
+            "for a new job",
+        )
+    if outcome.duplicate and reserved:
+        ctx.queue.release(job_id)  # the job was stored before: the events say whether it waits
     return JobAccepted(
         job_id=job_id, name=view.name, tenant=tenant, state=view.state, duplicate=outcome.duplicate
     )
+
+
+def same_request(view: JobView, event: JobSubmitted) -> bool:
+    """Whether a job already stored under an Idempotency-Key is what `event` asks for: the same spec, name and
+    user."""
+    return view.spec == event.spec and view.name == event.name and view.user == event.user
 
 
 @router.get("", response_model=JobListOut, responses=answers(403))
@@ -144,7 +177,13 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
-    responses={**answers(404, 416), 206: {"description": "The byte range asked for (a Range header)."}},
+    responses={
+        **json_answers(400, 401, 404, 413, 416, 503),  # (errors in JSON, not in the route's text/plain)
+        206: {
+            "description": "The byte range asked for (a Range header).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
 )
 async def job_logs(
     job_id: str,

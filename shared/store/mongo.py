@@ -59,7 +59,9 @@ class MongoEventStore(EventStore):
 
     @classmethod
     async def open(cls, url: str, *, timeout_ms: int = 5000) -> MongoEventStore:
-        client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms, tz_aware=True)
+        client: AsyncMongoClient = AsyncMongoClient(
+            url, serverSelectionTimeoutMS=timeout_ms, tz_aware=True, w="majority", journal=True
+        )
         database = client.get_default_database(default="gpuyard").name
         store = cls(client, database)
         try:

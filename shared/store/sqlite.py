@@ -93,7 +93,7 @@ class SqliteEventStore(EventStore):
             if create:
                 self._with_lock(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 self._with_lock(lambda: conn.executescript(SCHEMA))
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA synchronous=FULL")
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open the event store at {self.path}: {exc}") from exc
         return conn

@@ -36,6 +36,19 @@ def test_bad_sizes_are_refused_with_a_reason(bad):
         parse_size(bad)
 
 
+@pytest.mark.parametrize("field", ["memory", "gpu_memory"])
+@pytest.mark.parametrize("bad", [{}, [], [1]])
+def test_a_size_of_another_json_type_is_a_validation_error_not_a_crash(field, bad):
+    with pytest.raises(ValidationError, match="a size must be a number of bytes"):
+        spec(resources={"gpus": 0.5, field: bad} if field == "gpu_memory" else {field: bad})
+
+
+@pytest.mark.parametrize("bad", [{}, [1], {"s": 1}])
+def test_a_duration_of_another_json_type_is_a_validation_error_not_a_crash(bad):
+    with pytest.raises(ValidationError, match="a duration must be a number of seconds"):
+        spec(timeout=bad)
+
+
 def test_whole_and_fractional_gpus():
     assert spec(resources={"gpus": 2}).resources.whole_gpus == 2
     frac = spec(resources={"gpus": 0.46, "gpu_memory": "10GB"}).resources

@@ -267,7 +267,7 @@ def operations(schema: dict):
 
 # what each route can answer besides its success, beyond 400 and 413 (every route: the body limit)
 ERRORS = {
-    ("/v1/jobs", "post"): {401, 403, 409, 422, 503},
+    ("/v1/jobs", "post"): {401, 403, 409, 422, 429, 503},
     ("/v1/jobs", "get"): {401, 403, 422, 503},
     ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},

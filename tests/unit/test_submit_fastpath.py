@@ -28,6 +28,7 @@ REQUESTS = [
     ("an admin for another tenant", {"Authorization": "Bearer tok-admin", "Content-Type": JSON}, {**SPEC, "tenant": "nlp"}, True),
     ("an idempotency key", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
     ("the same key again", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, SPEC, True),
+    ("the same key, another spec", {"Authorization": "Bearer tok-vision", "Content-Type": JSON, "Idempotency-Key": "k1"}, {**SPEC, "command": "other"}, False),
     ("the scheme in capitals, spaces between", {"Authorization": "BEARER   tok-vision", "Content-Type": JSON}, SPEC, True),
     ("no token", {"Content-Type": JSON}, SPEC, False),
     ("an empty token", {"Authorization": "Bearer ", "Content-Type": JSON}, SPEC, False),

@@ -1,0 +1,53 @@
+"""The cost of SQLite's synchronous=FULL against NORMAL in the event store (WAL): new jobs appended through the
+ledger, one at a time and 16 at once (group commit), on a fresh store in a temporary directory.
+
+    python benchmarks/store_sync.py
+
+FULL flushes the WAL to disk on every commit (a job answered 202 survives a power loss); NORMAL only at
+checkpoints (it survives a crash of the process, not of the machine).
+"""
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared.events import JobSubmitted  # noqa: E402
+from shared.jobspec import JobSpec  # noqa: E402
+from shared.ledger import JobLedger  # noqa: E402
+from shared.store import open_store  # noqa: E402
+
+
+async def run(mode, n=400, conc=1):
+    d = tempfile.mkdtemp()
+    store = await open_store(f"sqlite:///{d}/events.db")
+    for c in (store._conn, store._read_conn):  # (the store sets FULL; NORMAL for comparison)
+        c.execute(f"PRAGMA synchronous={mode}")
+    ledger = JobLedger(store, None, "/b")
+    spec = JobSpec(command="true")
+    lat = []
+
+    async def one(i):
+        t = time.perf_counter()
+        await ledger.append(
+            f"j{i}", JobSubmitted(job_id=f"j{i}", name="n", tenant="t", user="u", spec=spec), new=True
+        )
+        lat.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    for k in range(0, n, conc):
+        await asyncio.gather(*(one(i) for i in range(k, min(n, k + conc))))
+    el = time.perf_counter() - t0
+    await store.close()
+    lat.sort()
+    print(
+        f"{mode:6} conc={conc:2}: {n / el:7.0f} appends/s  p50 {lat[len(lat) // 2] * 1e3:.2f} ms  p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    for conc in (1, 16):
+        for mode in ("NORMAL", "FULL", "NORMAL", "FULL"):
+            asyncio.run(run(mode, 400, conc))
