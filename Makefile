@@ -16,9 +16,10 @@ $(BIN)/.installed-test: $(BIN)/.installed
 
 install: $(BIN)/.installed
 
-# `make demo PORT=8081 NATS_PORT=4223` when the usual ports are taken.
+# `make demo PORT=8081 NATS_PORT=4223` when the usual ports are taken. The demo's jobs run with your own rights,
+# also as root (where `gpuyard up` itself runs each tenant's jobs as an unprivileged user: docs/executor.md).
 demo: $(BIN)/.installed
-	$(BIN)/gpuyard up --simulate-gpus 4 --demo $(if $(PORT),--port $(PORT)) $(if $(NATS_PORT),--nats-port $(NATS_PORT))
+	GPUYARD_JOB_USERS='*=platform' $(BIN)/gpuyard up --simulate-gpus 4 --demo $(if $(PORT),--port $(PORT)) $(if $(NATS_PORT),--nats-port $(NATS_PORT))
 
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .

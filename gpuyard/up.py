@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuyard.client import Client, save_config, saved_config
+from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
     CommonSettings,
     ExecutorSettings,
@@ -414,6 +415,9 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             )
         else:
             lines.append("  jobs        run as unprivileged users, one per tenant (GPUYARD_JOB_USERS)")
+            if (closed := unreachable_to_others(Path(sys.executable))) is not None:
+                warning = PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed)
+                lines.append(f"  [bold yellow]{warning}[/]")
         lines.append(
             "  Try: gpuyard submit examples/hello.yaml --follow  ·  gpuyard ps  ·  Ctrl-C stops everything\n"
         )

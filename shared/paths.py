@@ -118,3 +118,21 @@ def private_file(path: Path, *companions: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             if os.stat(file).st_mode & 0o077:
                 os.chmod(file, PRIVATE_FILE)
+
+
+def unreachable_to_others(path: Path) -> Path | None:
+    """The first folder above `path` (links followed) that users other than its owner and group cannot search,
+    or `path` itself when they cannot run it; None when a job of another user can run it."""
+    target = Path(os.path.realpath(path))
+    for step in reversed(target.parents):
+        if not os.stat(step).st_mode & 0o001:
+            return step
+    return None if os.stat(target).st_mode & 0o001 else target
+
+
+PLATFORM_PYTHON_CLOSED = (
+    "jobs run as unprivileged users, who cannot run the platform's Python ({python}): {closed} is closed to "
+    "other users. A job's `python`, `torchrun` or `gpuyard` from the platform's environment will fail with "
+    "'permission denied'; install GPUYARD where other users can read it, or run jobs with the platform's "
+    "rights (GPUYARD_JOB_USERS='*=platform', not isolated)"
+)

@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,13 @@ from services.executor.reaper_client import (
 from shared.events import FailureReason, JobPlaced, JobReplicaExited
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
-from shared.paths import ReplicaFiles, job_workdir, replica_files
+from shared.paths import (
+    PLATFORM_PYTHON_CLOSED,
+    ReplicaFiles,
+    job_workdir,
+    replica_files,
+    unreachable_to_others,
+)
 
 log = logging.getLogger(__name__)
 LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"
@@ -114,6 +121,8 @@ class LocalBackend(Backend):
         self.events = events
         if self.job_users.shared_rights:
             log.warning(SHARED_RIGHTS.format(user=platform_user()))
+        if self.job_users.switches and (closed := unreachable_to_others(Path(sys.executable))) is not None:
+            log.warning(PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed))
         if self.job_users.switches and self.job_root is not None:
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)

@@ -45,6 +45,9 @@ import signal
 import socket
 import sys
 import time
+import warnings  # noqa: F401 (os.execvpe imports it on first use: in a child that already runs as the job's
+
+# user, who may not read this Python's standard library, e.g. under a private /root)
 from collections import deque
 
 PR_SET_CHILD_SUBREAPER = 36

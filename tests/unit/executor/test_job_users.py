@@ -14,6 +14,7 @@ import pytest
 
 from services.executor.jobusers import JobUser, JobUsers
 from services.executor.processes import process_start_time
+from shared.paths import unreachable_to_others
 from shared.tokens import Tokens
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching a job's user needs root (as in CI)")
@@ -79,6 +80,32 @@ async def test_a_job_runs_as_its_tenants_user_and_cannot_read_the_platforms_file
     assert (work.stat().st_uid, stat.S_IMODE(work.stat().st_mode)) == (uid, 0o700)
     assert (work / "mine").stat().st_uid == uid
     assert stat.S_IMODE(job_root.stat().st_mode) == 0o711 and job_root.stat().st_uid == 0
+
+
+@root_only
+async def test_a_command_looked_up_on_the_path_starts_as_the_tenants_user(h, job_root):
+    """`["id", "-u"]` is found on the PATH by the reaper's child after it became the job's user, who may not
+    read the platform's Python (a private /root): the child must not import anything then."""
+    ex = await h.executor(job_users="", job_root=job_root)
+    job = await h.submit(command=["id", "-u"], tenant="vision")
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    lines = (h.data_dir / "jobs" / job / "attempt-1" / "replica-0.log").read_text().split()
+    assert lines == [str(ex.backend.job_users.for_tenant("vision").uid)]
+
+
+def test_a_folder_closed_to_other_users_is_named(job_root):
+    base = job_root.parent  # (0711 under /tmp: pytest's own folders are closed)
+    closed, tool = base / "closed", base / "closed" / "bin" / "python"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("")
+    tool.chmod(0o755)
+    closed.chmod(0o700)
+    assert unreachable_to_others(tool) == closed
+    closed.chmod(0o711)
+    assert unreachable_to_others(tool) is None
+    tool.chmod(0o750)
+    assert unreachable_to_others(tool) == tool
 
 
 @root_only
