@@ -2,6 +2,7 @@
 
 - worker 0 of the node announces it (`announce.py`: one heartbeat per node, whatever the number of its
   executor processes); every worker learns the other nodes' addresses from their heartbeats;
+- worker 0 also deletes the directories of jobs finished longer ago than the retention (`retention.py`);
 - the GPU slice guard runs where GPU memory can be read (`gpuguard.py`);
 - after reconciling what an earlier executor left (`Executor.reconcile`), placements come from a durable
   consumer the node's executor processes share, and the control events (cancel, preemption, the attempt's
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 
 from services.executor.executor import Executor
+from services.executor.retention import JobDirSweeper
 from shared.events import EVENTS_STREAM, Subject
 from shared.service import Service
 from shared.settings import ExecutorSettings
@@ -38,6 +40,8 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     await executor.start()
     if executor.worker == 0:
         service.spawn(executor.nodes.run(), "heartbeat")
+        sweeper = JobDirSweeper(settings.data_dir, service.store, executor.attempts, settings.retention)
+        service.spawn(sweeper.run(settings.retention_interval), "retention")
     await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
     if executor.gpu_guard.reader is not None:
         service.spawn(executor.gpu_guard.run(), "gpu-memory-watch")

@@ -1,4 +1,5 @@
-"""Wiring of the submit service: tokens, the HTTP API on uvicorn, telemetry from the bus."""
+"""Wiring of the submit service: tokens, the HTTP API on uvicorn, telemetry from the bus, the stores' retention
+sweep (`retention.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 import uvicorn
 
+from services.submit import retention
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from shared.service import Service
@@ -55,6 +57,10 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         max_body_bytes=settings.max_body_bytes,
     )
     await ctx.telemetry.follow(service.bus)
+    service.spawn(
+        retention.run(service.store, service.logs, settings.retention, settings.retention_interval),
+        "retention",
+    )
     config = uvicorn.Config(
         create_app(ctx),
         host=settings.submit_host,
