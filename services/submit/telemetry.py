@@ -11,7 +11,6 @@ import time
 from shared.bus import Bus
 from shared.events import CloudEvent, NodeHeartbeat, NodeLost, ServiceHeartbeat, Subject
 
-
 FORGET_SERVICE_AFTER = 86400.0
 
 

@@ -29,7 +29,9 @@ def containers(root: object, depth: int = 3) -> dict[str, int]:
         ]
         for name in names:
             value = getattr(obj, name, None)
-            ours = type(value).__module__.startswith(("services.executor", "shared.ledger", "shared.logstore"))
+            ours = type(value).__module__.startswith(
+                ("services.executor", "shared.ledger", "shared.logstore")
+            )
             if isinstance(value, dict | set | frozenset | list | deque) or (
                 ours and hasattr(value, "__len__")
             ):

@@ -42,7 +42,9 @@ def containers(root: object, depth: int = 4) -> dict[str, int]:
         for name in names:
             value = getattr(obj, name, None)
             ours = type(value).__module__.startswith(("services.scheduler", "shared.ledger"))
-            if isinstance(value, dict | set | frozenset | list | deque) or (ours and hasattr(value, "__len__")):
+            if isinstance(value, dict | set | frozenset | list | deque) or (
+                ours and hasattr(value, "__len__")
+            ):
                 sizes[f"{path}.{name}"] = len(value)
             if ours and depth:
                 visit(value, f"{path}.{name}", depth - 1)
