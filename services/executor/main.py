@@ -60,6 +60,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
                 max_deliver=settings.max_deliver,
                 concurrency=settings.event_concurrency,
             )
+        await executor.reconcile()  # placed before the consumers existed (a new JetStream store: a restore)
         await service.stopping.wait()
     finally:
         await executor.shutdown()
