@@ -154,7 +154,9 @@ def _refuse_if_running(data_dir: Path) -> None:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BackupError(f"a platform runs on {data_dir} (`gpuyard up` holds its lock): stop it") from None
+            raise BackupError(
+                f"a platform runs on {data_dir} (`gpuyard up` holds its lock): stop it"
+            ) from None
         fcntl.flock(f, fcntl.LOCK_UN)
 
 
@@ -176,7 +178,7 @@ def restore(archive: Path, data_dir: Path) -> Summary:
         if any(data_dir.iterdir()):
             raise BackupError(f"{data_dir} is not empty: restore into a new data directory")
     try:
-        tar = tarfile.open(archive, mode="r:gz")
+        tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 - closed by the `with tar` below
     except (OSError, tarfile.TarError) as exc:
         raise BackupError(f"cannot read {archive}: {exc}") from exc
     with tar:
@@ -201,4 +203,6 @@ def restore(archive: Path, data_dir: Path) -> Summary:
             with os.fdopen(fd, "wb") as f:
                 while chunk := source.read(1 << 20):
                     f.write(chunk)
-    return Summary(list(manifest.get("files", [])), int(manifest.get("jobs", 0)), int(manifest.get("events", 0)))
+    return Summary(
+        list(manifest.get("files", [])), int(manifest.get("jobs", 0)), int(manifest.get("events", 0))
+    )

@@ -349,7 +349,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"archive": args.archive, "files": done.files, "jobs": done.jobs, "events": done.events})
     else:
-        out.print(f"backed up {done.jobs} jobs, {done.events} events ({', '.join(done.files)}) to {args.archive}")
+        out.print(
+            f"backed up {done.jobs} jobs, {done.events} events ({', '.join(done.files)}) to {args.archive}"
+        )
     return 0
 
 
@@ -359,7 +361,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     except backup.BackupError as exc:
         raise CliError(str(exc)) from None
     if args.json:
-        _print_json({"data_dir": args.data_dir, "files": done.files, "jobs": done.jobs, "events": done.events})
+        _print_json(
+            {"data_dir": args.data_dir, "files": done.files, "jobs": done.jobs, "events": done.events}
+        )
     else:
         out.print(
             f"restored {done.jobs} jobs, {done.events} events into {args.data_dir}; "
@@ -447,7 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
         "backup", help="copy the stores, tokens and bus credentials to one archive, while the platform runs"
     )
     save.add_argument("archive", metavar="OUT.tar.gz")
-    save.add_argument("--data-dir", help="the platform's data directory (default: GPUYARD_DATA_DIR or ~/.local/share/gpuyard)")
+    save.add_argument(
+        "--data-dir",
+        help="the platform's data directory (default: GPUYARD_DATA_DIR or ~/.local/share/gpuyard)",
+    )
     save.add_argument("--json", action="store_true", help="machine-readable output")
     save.set_defaults(func=cmd_backup)
     load = admin_sub.add_parser("restore", help="unpack a backup into a new, empty data directory")

@@ -85,7 +85,7 @@ async def test_restore_refuses_a_data_directory_in_use_or_not_empty_and_foreign_
         restore(archive, data)
     running = tmp_path / "running"
     running.mkdir()
-    with open(running / "up.lock", "w") as lock:
+    with open(running / "up.lock", "w") as lock:  # noqa: ASYNC230
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as `gpuyard up` holds it
         with pytest.raises(BackupError, match="platform runs"):
             restore(archive, running)
