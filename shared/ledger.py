@@ -137,8 +137,10 @@ def projection_of(view: JobView) -> Projection:
 
 
 class JobLedger:
-    def __init__(self, store: EventStore, bus: Bus | None, source: str):
+    def __init__(self, store: EventStore, bus: Bus | None, source: str, *, cached_jobs: int = CACHED_JOBS):
         self.store = store
+        self.cached_jobs = cached_jobs
+        """Most job views cached (the least recently used go first)."""
         self.bus = bus
         self.source = source
         self._published: list[str] = []
@@ -206,7 +208,7 @@ class JobLedger:
             return
         self._known[job_id] = known
         self._known.move_to_end(job_id)
-        while len(self._known) > CACHED_JOBS:
+        while len(self._known) > self.cached_jobs:
             self._known.popitem(last=False)
 
     async def record(

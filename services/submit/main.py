@@ -17,6 +17,9 @@ from shared.settings import SubmitSettings
 from shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
+CACHED_JOBS = 1000
+"""Job views the submit service's ledger keeps: it writes a job's first event and, rarely, its cancel; the
+other services write the rest, which it never sees, so a larger cache would only hold stale queued views."""
 
 
 def is_loopback(host: str) -> bool:
@@ -45,6 +48,7 @@ def preflight(settings: SubmitSettings) -> str | None:
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
+    service.ledger.cached_jobs = CACHED_JOBS
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
