@@ -11,7 +11,8 @@ first submit to the last job's end. The benchmark follows the jobs on NATS (`--n
 subjects it times), so that watching them costs the platform nothing; it only submits over HTTP, on
 `--concurrency` keep-alive connections from one event loop. With `--cpu`, it also reports the
 CPU time each of the platform's processes spent per job (Linux /proc), which says how many jobs a second the
-machine's cores could carry, whatever else runs on it.
+machine's cores could carry, whatever else runs on it, and each service's resident memory (VmRSS, the
+largest of its processes) before and after the run.
 """
 
 from __future__ import annotations
@@ -170,6 +171,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process (VmRSS), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def rss_by_service(processes: dict[int, str]) -> dict[str, float]:
+    """The largest resident memory among each service's processes (the executors: the largest of them)."""
+    out: dict[str, float] = {}
+    for pid, name in processes.items():
+        try:
+            out[name] = max(out.get(name, 0.0), rss_mib(pid))
+        except OSError:
+            continue
+    return out
+
+
 def platform_processes(up_pid: int) -> dict[int, str]:
     """The children of `gpuyard up` (services and nats-server), and `up` itself."""
     found = {up_pid: "gpuyard up"}
@@ -203,6 +223,7 @@ async def run(
     order = iter(range(jobs))
     processes = platform_processes(up_pid) if up_pid else {}
     cpu_before = {pid: cpu_seconds(pid) for pid in processes}
+    rss_before = rss_by_service(processes)
     client_before = time.process_time()
     t0 = time.time()
 
@@ -229,6 +250,7 @@ async def run(
     for submitter in submitters:
         submitter.close()
     await tap.close()
+    rss_after = rss_by_service(processes)
     cpu_ms: dict[str, float] = {}
     for pid, before in cpu_before.items():  # processes of one service (the executors) together
         spent = (cpu_seconds(pid) - before) * 1e3 / jobs
@@ -261,6 +283,7 @@ async def run(
         result["executor_processes"] = sum(name == "services.executor" for name in processes.values())
         result["cpu_ms_per_job"] = cpu_ms
         result["cpu_ms_per_job_total"] = round(sum(cpu_ms.values()), 2)
+        result["rss_mib_before_after"] = {n: [rss_before.get(n), rss_after[n]] for n in sorted(rss_after)}
     # the benchmark's own share of the same cores (submitting and following), not counted above
     result["client_cpu_ms_per_job"] = round((time.process_time() - client_before) * 1e3 / jobs, 2)
     return result

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -21,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard import why
+from gpuyard import backup, why
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.up import UpOptions, run_up
@@ -29,6 +30,7 @@ from gpuyard.up import add_arguments as add_up_arguments
 from shared.api import JobOut, pending_text
 from shared.jobspec import JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
+from shared.settings import CommonSettings
 from shared.units import format_duration
 from shared.version import VERSION
 
@@ -353,6 +355,41 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
+def _data_dir(args: argparse.Namespace) -> Path:
+    return Path(args.data_dir) if args.data_dir else CommonSettings().data_dir
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    try:
+        done = backup.backup(_data_dir(args), Path(args.archive))
+    except backup.BackupError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        _print_json({"archive": args.archive, "files": done.files, "jobs": done.jobs, "events": done.events})
+    else:
+        out.print(
+            f"backed up {done.jobs} jobs, {done.events} events ({', '.join(done.files)}) to {args.archive}"
+        )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    try:
+        done = backup.restore(Path(args.archive), Path(args.data_dir))
+    except backup.BackupError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        _print_json(
+            {"data_dir": args.data_dir, "files": done.files, "jobs": done.jobs, "events": done.events}
+        )
+    else:
+        out.print(
+            f"restored {done.jobs} jobs, {done.events} events into {args.data_dir}; "
+            f"start it with: gpuyard up --data-dir {args.data_dir}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", help="API URL (default: GPUYARD_SERVER, or what `gpuyard up` saved)")
@@ -433,6 +470,22 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = tokens_sub.add_parser("revoke", help="revoke a token by its id", parents=[common])
     revoke.add_argument("id")
     revoke.set_defaults(func=cmd_tokens_revoke)
+
+    save = admin_sub.add_parser(
+        "backup", help="copy the stores, tokens and bus credentials to one archive, while the platform runs"
+    )
+    save.add_argument("archive", metavar="OUT.tar.gz")
+    save.add_argument(
+        "--data-dir",
+        help="the platform's data directory (default: GPUYARD_DATA_DIR or ~/.local/share/gpuyard)",
+    )
+    save.add_argument("--json", action="store_true", help="machine-readable output")
+    save.set_defaults(func=cmd_backup)
+    load = admin_sub.add_parser("restore", help="unpack a backup into a new, empty data directory")
+    load.add_argument("archive", metavar="IN.tar.gz")
+    load.add_argument("--data-dir", required=True, help="the new data directory (empty or absent)")
+    load.add_argument("--json", action="store_true", help="machine-readable output")
+    load.set_defaults(func=cmd_restore)
 
     sub.add_parser(  # listed here for `gpuyard --help`; main() hands `gpuyard sim ARGS` to the simulator
         "sim",

@@ -90,13 +90,22 @@ class Wildcard(StrEnum):
 
 
 class StreamDef(BaseModel):
-    """A JetStream stream: its shape sits beside the subjects it carries; services declare it at start-up."""
+    """A JetStream stream: its shape sits beside the subjects it carries; services declare it at start-up.
+
+    Limits (age, bytes, messages) drop the oldest messages first (discard old): a publish is never refused
+    for want of space, so the outbox never backs up behind a full stream. The event store is the truth and
+    the bus the transport: what a lagging consumer loses past a limit, its service reads from the store."""
 
     name: str
     subjects: list[str]
     max_age_seconds: float
+    max_bytes: int = -1  # -1: no limit (the settings give one: `limited`)
+    max_msgs: int = -1
     duplicate_window_seconds: float = 600
     description: str
+
+    def limited(self, max_bytes: int, max_msgs: int) -> StreamDef:
+        return self.model_copy(update={"max_bytes": max_bytes or -1, "max_msgs": max_msgs or -1})
 
 
 EVENTS_STREAM = StreamDef(

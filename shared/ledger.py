@@ -10,6 +10,12 @@ Views are cached per job with the ids of the events folded into them; bringing o
 the events stored after its version (usually none), so a write costs one small read, not a replay of the
 job's whole history. The store's expected-version check keeps a stale cache from ever causing a wrong write.
 
+Only jobs that can still change are cached: a job's view is forgotten once it is final (a later read of it
+goes to the store), so the cache follows the live jobs, not every job the process has seen.
+
+A compacted job (`EventStore.compact`, retention) keeps its first and last events; the events between them are
+folded into its stored projection, which a read of the job starts from when the versions jump.
+
 Writes to one job from one process take turns (`_Turns`): they never conflict with each other, however many
 there are at once (a gang's replicas exiting together), so the bounded retries on a conflict are spent only on
 writes from other processes; a decision that still cannot be stored raises ConcurrencyError to its caller.
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from shared.bus import Bus
 from shared.events import CloudEvent, EventData, JobRequeued, RequeueReason, derived_id, make_event
 from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
-from shared.store import Append, ConcurrencyError, EventStore, Projection
+from shared.store import Append, ConcurrencyError, EventStore, Projection, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +132,15 @@ def projection_of(view: JobView) -> Projection:
         created_at=view.created_at.isoformat(),
         version=view.version,
         doc=view,
+        ended_at=(view.finished_at or view.updated_at).isoformat() if view.state.terminal else None,
     )
 
 
 class JobLedger:
-    def __init__(self, store: EventStore, bus: Bus | None, source: str):
+    def __init__(self, store: EventStore, bus: Bus | None, source: str, *, cached_jobs: int = CACHED_JOBS):
         self.store = store
+        self.cached_jobs = cached_jobs
+        """Most job views cached (the least recently used go first)."""
         self.bus = bus
         self.source = source
         self._published: list[str] = []
@@ -152,12 +161,27 @@ class JobLedger:
         if newer:
             view, ids = (known.view, set(known.event_ids)) if known else (None, set())
             for stored in newer:
-                view = apply(view, stored.event, version=stored.version)
                 ids.add(stored.event.id)
+                if stored.version != (view.version if view else 0) + 1:
+                    view = await self._snapshot(job_id, stored.version)
+                    if view.version >= stored.version:
+                        continue  # the snapshot holds it
+                view = apply(view, stored.event, version=stored.version)
             known = _Known(view, ids)
         if known is not None:
             self._remember(job_id, known)
         return known
+
+    async def _snapshot(self, job_id: str, version: int) -> JobView:
+        """The job's view folded up to at least `version` - 1, from its projection: a compacted stream's
+        versions jump from its first event to its last, the events between folded into the projection."""
+        doc = await self.store.get_projection(job_id)
+        view = JobView.model_validate(doc) if doc is not None else None
+        if view is None or view.version < version - 1:
+            raise StoreError(
+                f"job {job_id}: its events jump to version {version} and no projection covers them"
+            )
+        return view
 
     def observe(self, event: CloudEvent, version: int | None) -> JobView | None:
         """Fold an event seen on the bus into the cached view, when it is the next one (`version` from the
@@ -179,9 +203,12 @@ class JobLedger:
         return view
 
     def _remember(self, job_id: str, known: _Known) -> None:
+        if known.view.state.terminal:
+            self._known.pop(job_id, None)  # final: nothing more to decide on it; the store has it
+            return
         self._known[job_id] = known
         self._known.move_to_end(job_id)
-        while len(self._known) > CACHED_JOBS:
+        while len(self._known) > self.cached_jobs:
             self._known.popitem(last=False)
 
     async def record(

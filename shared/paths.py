@@ -40,7 +40,8 @@ class ReplicaFiles:
 
     @property
     def work(self) -> str:
-        """Its working directory (unless the job names one), kept after the job."""
+        """Its working directory (unless the job names one), kept after the job for the retention
+        (`GPUYARD_RETENTION`, then deleted with the job's directory: services/executor/retention.py)."""
         return f"{self.attempt}/work-{self.replica}"
 
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from shared.bus import Bus, BusUnavailable
-from shared.events import ServiceHeartbeat, make_event
+from shared.events import STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
@@ -77,9 +77,12 @@ class Service:
                     raise
                 log.info("waiting for NATS: %s", exc)
                 await asyncio.sleep(0.5)
-        await self.bus.ensure_streams()
+        limits = self.settings.stream_max_bytes, self.settings.stream_max_msgs
+        await self.bus.ensure_streams(tuple(s.limited(*limits) for s in STREAMS))
         if self.needs_store:
-            self.store = await open_store(self.settings.store_url)
+            self.store = await open_store(
+                self.settings.store_url, durable_commits=self.settings.store_durable_commits
+            )
             self.ledger = JobLedger(self.store, self.bus, self.source)
             self.ledger.start_relay()
         if self.needs_logs:

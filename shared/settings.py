@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, Settin
 from shared.kubernetes_settings import KubernetesConfig
 from shared.logstore import log_store_url as log_store_beside
 from shared.policies import BackfillMode, Policy
-from shared.units import parse_size
+from shared.units import parse_duration, parse_size
 
 ENV_PREFIX = "GPUYARD_"
 
@@ -49,6 +49,19 @@ def _tenant_numbers(value: object) -> object:
 TenantNumbers = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_numbers)]
 
 
+def _keep_for(value: object) -> object:
+    """'7d', '12h', a number of seconds; '0' or 'never': kept for ever (0)."""
+    if isinstance(value, str) and value.strip().lower() in ("never", "0", "forever", ""):
+        return 0.0
+    if isinstance(value, int | float) and value == 0:
+        return 0.0
+    return parse_duration(value)
+
+
+KeepFor = Annotated[float, BeforeValidator(_keep_for)]
+Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
+
+
 class CommonSettings(BaseSettings):
     """Settings every service shares."""
 
@@ -65,6 +78,12 @@ class CommonSettings(BaseSettings):
         "",
         description="Event store: sqlite:///path/events.db (default: events.db in the data dir) or "
         "mongodb://h1,h2,h3/gpuyard?replicaSet=rs0.",
+    )
+    store_durable_commits: bool = Field(
+        False,
+        description="SQLite store: each commit waits until it is on disk (synchronous=FULL), so it survives a "
+        "power loss; off, a commit survives the process's crash but the last ones may not survive a power loss "
+        "(the submit service has it on: its 202 promises the job is kept).",
     )
     log_store: str = Field(
         "",
@@ -91,6 +110,25 @@ class CommonSettings(BaseSettings):
     )
     stream_replicas: int = Field(
         1, ge=1, le=5, description="Replicas of each JetStream stream and KV bucket: 3 on a 3-server cluster."
+    )
+    retention: KeepFor = Field(
+        "7d",
+        description="How long a finished job's working directories, node log files, shipped output and "
+        "intermediate events are kept after it ends (`7d`, `12h`); its state and first and last events are "
+        "kept for good. `never` (or 0): everything is kept.",
+    )
+    retention_interval: float = Field(
+        3600.0, gt=0, description="Seconds between retention sweeps (the executor's, the submit service's)."
+    )
+    stream_max_bytes: Size = Field(
+        "1GiB",
+        description="Most bytes each JetStream stream keeps; beyond it the oldest messages go (the event "
+        "store keeps every job; see docs/operations.md#jetstream-limits).",
+    )
+    stream_max_msgs: int = Field(
+        1_000_000,
+        ge=-1,
+        description="Most messages each JetStream stream keeps (-1: no limit); the oldest go.",
     )
     supervisor_pid: int = Field(
         0,
@@ -119,6 +157,9 @@ class SubmitSettings(CommonSettings):
         "127.0.0.1", description="Address the API listens on; another than loopback needs tokens."
     )
     submit_port: int = Field(8080, description="Port of the API.")
+    store_durable_commits: bool = Field(
+        True, description="As for every service, on here: a job is accepted (202) once it is on disk."
+    )
     tokens_file: Path | None = Field(
         None,
         description="JSON/YAML file of tokens, kept hashed, re-read when it changes: "
@@ -193,9 +234,6 @@ class SchedulerSettings(CommonSettings):
     resync_interval: float = Field(
         30.0, description="Seconds between full re-reads of the live jobs from the event store."
     )
-
-
-Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
 
 
 class ExecutorSettings(CommonSettings):

@@ -2,6 +2,7 @@
 
 - worker 0 of the node announces it (`announce.py`: one heartbeat per node, whatever the number of its
   executor processes); every worker learns the other nodes' addresses from their heartbeats;
+- worker 0 also deletes the directories of jobs finished longer ago than the retention (`retention.py`);
 - the GPU slice guard runs where GPU memory can be read (`gpuguard.py`);
 - the backend's own watch runs beside (the local backend's reaper: if it ends, the executor stops, and its
   next start adopts what runs);
@@ -16,6 +17,7 @@ import os
 import signal
 
 from services.executor.executor import Executor
+from services.executor.retention import JobDirSweeper
 from shared.events import EVENTS_STREAM, Subject
 from shared.service import Service
 from shared.settings import ExecutorSettings
@@ -42,6 +44,10 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     service.spawn(executor.backend.run(), "backend")
     if executor.worker == 0:
         service.spawn(executor.nodes.run(), "heartbeat")
+        sweeper = JobDirSweeper(
+            settings.data_dir, service.store, executor.attempts, settings.retention, settings.job_root
+        )
+        service.spawn(sweeper.run(settings.retention_interval), "retention")
     await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
     if executor.gpu_guard.reader is not None:
         service.spawn(executor.gpu_guard.run(), "gpu-memory-watch")
@@ -60,6 +66,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
                 max_deliver=settings.max_deliver,
                 concurrency=settings.event_concurrency,
             )
+        await executor.reconcile()  # placed before the consumers existed (a new JetStream store: a restore)
         await service.stopping.wait()
     finally:
         # Ctrl-C (and `gpuyard up`'s own stop) stops the node's jobs; SIGTERM (a service manager's restart, an

@@ -169,20 +169,31 @@ class SchedulerService:
                 await asyncio.wait_for(self.wake.wait(), self.settings.cycle_interval)
             await asyncio.sleep(self.gather_seconds)  # a burst of events gathers: one cycle for all of them
             self.wake.clear()
-            await self.refresh_dirty()
-            if not self.leading.is_set():
-                continue  # a follower keeps its view warm and decides nothing
-            began = time.perf_counter()
-            await self.check_nodes()
-            await self.decide_and_record()
-            self.gather_seconds = gather_window(time.perf_counter() - began)
+            await self.cycle()
+
+    async def cycle(self) -> None:
+        """Bring the view up to date; the leader then decides, a follower keeps its view warm and decides
+        nothing (and forgets, as the leader's cycle does, what left the queue)."""
+        await self.refresh_dirty()
+        if not self.leading.is_set():
+            self.forget_left()
+            self.view.waiting.prepare()
+            return
+        began = time.perf_counter()
+        await self.check_nodes()
+        await self.decide_and_record()
+        self.gather_seconds = gather_window(time.perf_counter() - began)
+
+    def forget_left(self) -> None:
+        """What is kept per waiting job goes once the job has left the queue (placed, cancelled, ended)."""
+        for job_id in self.view.left_queue:
+            self.pending_sent.pop(job_id, None)
+        self.view.left_queue.clear()
 
     async def decide_and_record(self) -> None:
         """One cycle of the core on the held cluster, and its decisions recorded."""
         now = time.time()
-        for job_id in self.view.left_queue:
-            self.pending_sent.pop(job_id, None)
-        self.view.left_queue.clear()
+        self.forget_left()
         queue = self.view.waiting
         queue.prepare()
         if not queue:

@@ -1,4 +1,5 @@
-"""Wiring of the submit service: tokens, the HTTP API on uvicorn, telemetry from the bus."""
+"""Wiring of the submit service: tokens, the HTTP API on uvicorn, telemetry from the bus, the stores' retention
+sweep (`retention.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 import uvicorn
 
+from services.submit import retention
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
@@ -16,6 +18,9 @@ from shared.settings import SubmitSettings
 from shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
+CACHED_JOBS = 1000
+"""Job views the submit service's ledger keeps: it writes a job's first event and, rarely, its cancel; the
+other services write the rest, which it never sees, so a larger cache would only hold stale queued views."""
 
 
 def is_loopback(host: str) -> bool:
@@ -44,6 +49,7 @@ def preflight(settings: SubmitSettings) -> str | None:
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
+    service.ledger.cached_jobs = CACHED_JOBS
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
@@ -59,6 +65,10 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     await ctx.telemetry.follow(service.bus)
     await ctx.queue.follow(service.bus, service.store)
     service.spawn(ctx.queue.resync(service.store), "queue-depth")
+    service.spawn(
+        retention.run(service.store, service.logs, settings.retention, settings.retention_interval),
+        "retention",
+    )
     config = uvicorn.Config(
         create_app(ctx),
         host=settings.submit_host,

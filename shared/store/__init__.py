@@ -13,13 +13,14 @@ from shared.store.base import (
 )
 
 
-async def open_store(url: str) -> EventStore:
+async def open_store(url: str, *, durable_commits: bool = True) -> EventStore:
     """`sqlite:///relative.db` or `sqlite:////absolute/events.db` (embedded default, SQLAlchemy's form),
-    or `mongodb://host/db?replicaSet=rs0`."""
+    or `mongodb://host/db?replicaSet=rs0`. `durable_commits`: SQLite's commits wait for the disk (MongoDB's
+    writes always wait for a majority's journal)."""
     if url.startswith("sqlite:///"):
         from shared.store.sqlite import SqliteEventStore
 
-        return await SqliteEventStore.open(url.removeprefix("sqlite:///"))
+        return await SqliteEventStore.open(url.removeprefix("sqlite:///"), durable_commits=durable_commits)
     if url.startswith(("mongodb://", "mongodb+srv://")):
         from shared.store.mongo import MongoEventStore
 

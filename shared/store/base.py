@@ -50,6 +50,8 @@ class Projection:
     created_at: str  # ISO 8601, sorts chronologically
     version: int
     doc: BaseModel  # stored as its JSON form; read back as a dict
+    ended_at: str | None = None
+    """ISO 8601 time the job reached a final state; None while it can still change. Retention counts from it."""
 
     def doc_json(self) -> str:
         return self.doc.model_dump_json()
@@ -143,6 +145,25 @@ class EventStore(ABC):
 
     @abstractmethod
     async def mark_published(self, event_ids: list[str]) -> None: ...
+
+    # ------------------------------------------------------------------ retention (`shared/retention.py`)
+
+    @abstractmethod
+    async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
+        """Streams whose projection ended (a final state) before `ended_before` (ISO 8601) and that are not
+        compacted yet, oldest end first."""
+
+    @abstractmethod
+    async def compact(self, stream_id: str) -> int:
+        """Collapse an ended stream to its first event (`job.submitted`: the spec, and the id an idempotent
+        submit finds again) and its last one (the stream's version, so that a writer at an older version is
+        still refused), the projection holding the state in full: the snapshot a reader folds from
+        (`JobLedger`). Returns the events deleted; 0 (and nothing changes) when the stream has not ended, is
+        compacted already, or has events not yet published (the outbox still needs them)."""
+
+    async def reclaim(self) -> None:
+        """Give the space freed by `compact` back where the backend needs to be told (SQLite); else nothing."""
+        return None
 
     @abstractmethod
     async def close(self) -> None: ...

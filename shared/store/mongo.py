@@ -5,7 +5,8 @@ Collections and indexes (created idempotently on open):
   `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
   `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
 - `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
-  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first.
+  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first; `{ended_at: 1}` for
+  retention (`expired`: the ended streams to compact, whose middle events `compact` deletes).
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
 standalone server (no transactions) the projection is written after the events, guarded by its version so
@@ -46,6 +47,7 @@ PROJECTION_INDEXES = [
     IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
     IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
     IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
+    IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
 
 
@@ -133,7 +135,13 @@ class MongoEventStore(EventStore):
         return int(last["version"]) if last else 0
 
     async def _put_projection(self, p: Projection, session) -> None:
-        fields = {"tenant": p.tenant, "state": p.state, "version": p.version, "doc": p.doc_dict()}
+        fields = {
+            "tenant": p.tenant,
+            "state": p.state,
+            "version": p.version,
+            "doc": p.doc_dict(),
+            "ended_at": p.ended_at,
+        }
         with contextlib.suppress(DuplicateKeyError):  # a newer projection is already there
             await self.projections.update_one(
                 {
@@ -194,6 +202,42 @@ class MongoEventStore(EventStore):
         cutoff = time.time() - older_than
         found = self.events.find({"published": False, "recorded_at": {"$lte": cutoff}}).sort("recorded_at", 1)
         return [CloudEvent.model_validate(d["event"]) for d in await found.limit(limit).to_list()]
+
+    async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
+        found = (
+            self.projections.find(
+                {"ended_at": {"$ne": None, "$lt": ended_before}, "compacted": {"$ne": True}}, {"_id": 1}
+            )
+            .sort("ended_at", ASCENDING)
+            .limit(limit)
+        )
+        return [d["_id"] for d in await found.to_list()]
+
+    async def compact(self, stream_id: str) -> int:
+        async def write(session=None) -> int:
+            p = await self.projections.find_one({"_id": stream_id}, session=session)
+            if p is None or p.get("ended_at") is None or p.get("compacted"):
+                return 0
+            unpublished = await self.events.count_documents(
+                {"stream_id": stream_id, "published": False}, session=session
+            )
+            if unpublished:
+                return 0
+            deleted = await self.events.delete_many(
+                {"stream_id": stream_id, "version": {"$gt": 1, "$lt": p["version"]}}, session=session
+            )
+            await self.projections.update_one(
+                {"_id": stream_id}, {"$set": {"compacted": True}}, session=session
+            )
+            return deleted.deleted_count
+
+        try:
+            if not self.transactions:
+                return await write()
+            async with self.client.start_session() as session:
+                return await session.with_transaction(write)
+        except PyMongoError as exc:
+            raise StoreUnavailable(f"MongoDB compaction failed: {exc}") from exc
 
     async def close(self) -> None:
         await self.client.close()

@@ -36,7 +36,7 @@ from shared.store.base import (
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY,  -- rowid: one more than the largest, and no row is ever deleted
+    position    INTEGER PRIMARY KEY,  -- rowid: one more than the largest (compaction keeps each stream's last)
     stream_id   TEXT    NOT NULL,
     version     INTEGER NOT NULL,
     event_id    TEXT    NOT NULL UNIQUE,
@@ -54,12 +54,26 @@ CREATE TABLE IF NOT EXISTS projections (
     state      TEXT NOT NULL,
     created_at TEXT NOT NULL,
     version    INTEGER NOT NULL,
-    doc        TEXT NOT NULL
+    doc        TEXT NOT NULL,
+    ended_at   TEXT,                       -- when it reached a final state (retention counts from it)
+    compacted  INTEGER NOT NULL DEFAULT 0  -- its events were collapsed to the first and the last
 );
 CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
 CREATE INDEX IF NOT EXISTS projections_state ON projections (state, created_at DESC);
 """
+MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
+    "ended_at": "ALTER TABLE projections ADD COLUMN ended_at TEXT;"
+    " UPDATE projections SET ended_at = json_extract(doc, '$.finished_at')"
+    " WHERE state IN ('succeeded', 'failed', 'cancelled');",
+    "compacted": "ALTER TABLE projections ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;",
+}
+RETENTION_INDEX = (
+    "CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at)"
+    " WHERE compacted = 0 AND ended_at IS NOT NULL"
+)
+VACUUM_PAGES = 2000
+"""Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
 
 
@@ -68,8 +82,11 @@ def _locked(exc: sqlite3.OperationalError) -> bool:
 
 
 class SqliteEventStore(EventStore):
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, durable_commits: bool = True):
+        """`durable_commits`: each commit waits until the WAL is on disk (synchronous=FULL), so it survives a
+        power loss; else (NORMAL) it survives a crash of the process but the last ones may not a power loss."""
         self.path = Path(path)
+        self.durable_commits = durable_commits
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
@@ -78,8 +95,8 @@ class SqliteEventStore(EventStore):
         self._committer: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, path: str | Path) -> SqliteEventStore:
-        store = cls(path)
+    async def open(cls, path: str | Path, *, durable_commits: bool = True) -> SqliteEventStore:
+        store = cls(path, durable_commits=durable_commits)
         store._conn = await store._run(store._connect, True)
         store._read_conn = await store._read(store._connect, False)
         return store
@@ -91,12 +108,23 @@ class SqliteEventStore(EventStore):
             conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={0 if create else int(LOCK_TIMEOUT_SECONDS * 1000)}")
             if create:
+                # a new file frees the pages of deleted rows on `reclaim` (an older one: after a VACUUM)
+                self._with_lock(lambda: conn.execute("PRAGMA auto_vacuum=INCREMENTAL"))
                 self._with_lock(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 self._with_lock(lambda: conn.executescript(SCHEMA))
-            conn.execute("PRAGMA synchronous=FULL")
+                self._with_lock(lambda: self._migrate(conn))
+            conn.execute(f"PRAGMA synchronous={'FULL' if self.durable_commits else 'NORMAL'}")
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open the event store at {self.path}: {exc}") from exc
         return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(projections)")}
+        for column, script in MIGRATIONS.items():
+            if column not in have:
+                conn.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
+        conn.execute(RETENTION_INDEX)
 
     @staticmethod
     def _with_lock(fn: Callable[[], Any], wait: bool = True) -> Any:
@@ -234,10 +262,10 @@ class SqliteEventStore(EventStore):
         if a.projection is not None:
             p = a.projection
             conn.execute(
-                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc)"
-                " VALUES (?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET"
-                " tenant=excluded.tenant, state=excluded.state, version=excluded.version, doc=excluded.doc",
-                (p.stream_id, p.tenant, p.state, p.created_at, p.version, p.doc_json()),
+                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
+                " state=excluded.state, version=excluded.version, doc=excluded.doc, ended_at=excluded.ended_at",
+                (p.stream_id, p.tenant, p.state, p.created_at, p.version, p.doc_json(), p.ended_at),
             )
         return AppendResult(version=a.expected_version + len(rows))
 
@@ -308,6 +336,56 @@ class SqliteEventStore(EventStore):
             ).fetchall()
         )
         return [CloudEvent.from_json(d) for (d,) in rows]
+
+    # ------------------------------------------------------------------ retention
+
+    async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
+        rows = await self._read(
+            lambda: self.read_conn.execute(
+                "SELECT stream_id FROM projections WHERE compacted = 0 AND ended_at IS NOT NULL"
+                " AND ended_at < ? ORDER BY ended_at LIMIT ?",
+                (ended_before, limit),
+            ).fetchall()
+        )
+        return [stream_id for (stream_id,) in rows]
+
+    async def compact(self, stream_id: str) -> int:
+        return await self._write(self._compact, stream_id)
+
+    def _compact(self, stream_id: str, wait: bool = True) -> int:
+        conn = self.conn
+        self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"), wait)
+        try:
+            row = conn.execute(
+                "SELECT ended_at IS NOT NULL AND compacted = 0, version FROM projections WHERE stream_id = ?",
+                (stream_id,),
+            ).fetchone()
+            unpublished = conn.execute(
+                "SELECT COUNT(*) FROM events WHERE stream_id = ? AND published = 0", (stream_id,)
+            ).fetchone()[0]
+            deleted = 0
+            if row is not None and row[0] and not unpublished:
+                deleted = conn.execute(
+                    "DELETE FROM events WHERE stream_id = ? AND version > 1 AND version < ?",
+                    (stream_id, row[1]),
+                ).rowcount
+                conn.execute("UPDATE projections SET compacted = 1 WHERE stream_id = ?", (stream_id,))
+            conn.execute("COMMIT")
+            return deleted
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def reclaim(self) -> None:
+        await self._write(self._reclaim)
+
+    def _reclaim(self, wait: bool = True) -> None:
+        """Free pages back to the file system, a bounded number per call (the file must have been created
+        with auto_vacuum=INCREMENTAL; otherwise SQLite reuses them for new rows and the file stops growing)."""
+        self._with_lock(
+            lambda: self.conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall(), wait
+        )
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

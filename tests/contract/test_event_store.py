@@ -161,3 +161,71 @@ async def test_append_many_checks_each_stream_on_its_own(store):
     assert results[0].version == 2 and results[2].version == 1 and results[3].duplicate
     assert (results[1].expected, results[1].actual) == (0, 1)
     assert [len(await store.read_stream(s)) for s in "abcd"] == [2, 1, 1, 1]
+
+
+async def ended_job(store: EventStore, job_id: str, pending: int = 3):
+    """A job queued, told why it waits `pending` times, placed, then cancelled: through the ledger, as the
+    services write it (projection included), every event published."""
+    from shared.events import JobPending, PendingReason
+    from shared.ledger import JobLedger
+
+    ledger = JobLedger(store, None, "/test")
+    await ledger.append(
+        job_id,
+        JobSubmitted(job_id=job_id, name="n", tenant="t", user="u", spec=JobSpec(command="true")),
+        event_id=f"{job_id}-sub",
+    )
+    for i in range(pending):
+        reason = PendingReason(code="insufficient_gpus", message=f"wait {i}")
+        await ledger.append(job_id, JobPending(job_id=job_id, attempt=1, reason=reason))
+    await ledger.append(job_id, JobCancelled(job_id=job_id, attempt=1, by="u"))
+    events = await store.read_stream(job_id)
+    await store.mark_published([s.event.id for s in events])
+    return events
+
+
+async def test_compaction_keeps_the_first_and_last_events_and_the_projection(store):
+    before = await ended_job(store, "old")
+    await store.append("live", 0, [submitted("live")], projection_of(apply(None, submitted("live"))))
+    projection = await store.get_projection("old")
+    assert projection["state"] == "cancelled"
+
+    assert await store.expired(ended_before="2000-01-01T00:00:00+00:00") == []
+    assert await store.expired(ended_before="9999-01-01T00:00:00+00:00") == ["old"]  # never a live job
+    assert await store.compact("old") == len(before) - 2
+    kept = await store.read_stream("old")
+    assert [(s.version, s.event.id) for s in kept] == [
+        (1, before[0].event.id),
+        (len(before), before[-1].event.id),
+    ]
+    assert await store.get_projection("old") == projection
+    assert (await store.list_projections(states=["cancelled"])).items == [projection]
+    assert await store.expired(ended_before="9999-01-01T00:00:00+00:00") == []  # done once
+    assert await store.compact("old") == 0
+    assert await store.compact("live") == 0  # not ended: nothing changes
+    assert len(await store.read_stream("live")) == 1
+    await store.reclaim()
+
+    with pytest.raises(ConcurrencyError):  # the stream's version is kept: an older writer is still refused
+        await store.append("old", 1, [placed("old")])
+    again = await store.append("old", 0, [before[0].event])  # an idempotent submit finds its job again
+    assert again.duplicate
+
+
+async def test_an_ended_stream_with_unpublished_events_is_not_compacted(store):
+    events = await ended_job(store, "old")
+    await store.append("old", len(events), [placed("old", "late")])  # (the outbox still has it)
+    assert await store.compact("old") == 0
+    assert len(await store.read_stream("old")) == len(events) + 1
+
+
+async def test_the_ledger_reads_a_compacted_job_from_its_projection(store):
+    from shared.ledger import JobLedger
+
+    before = await ended_job(store, "old")
+    whole = await JobLedger(store, None, "/test").load("old")
+    await store.compact("old")
+    ledger = JobLedger(store, None, "/test")
+    assert await ledger.load("old") == whole
+    outcome = await ledger.append("old", before[0].event.data, event_id=before[0].event.id)
+    assert outcome.duplicate and not outcome.applied  # the submit's id is still known

@@ -16,7 +16,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared.bus import Bus
-from shared.events import DEADLETTER_STREAM, EVENTS_STREAM, JobSucceeded, make_event
+from shared.events import DEADLETTER_STREAM, EVENTS_STREAM, STREAMS, CloudEvent, JobSucceeded, make_event
 from tests.integration.conftest import BIN, free_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,25 @@ async def test_a_retried_publish_with_the_same_id_is_dropped(nats_url):
         info = await bus.js.stream_info(EVENTS_STREAM.name)
         assert info.state.messages == 1
         await bus.ensure_streams()  # declaring again at start-up is harmless
+    finally:
+        await bus.close()
+
+
+async def test_a_full_stream_drops_its_oldest_messages_and_never_refuses_a_publish(nats_url):
+    """The limits (GPUYARD_STREAM_MAX_MSGS / _MAX_BYTES) discard old: a consumer that lags past them goes on
+    from the oldest message kept (its service reads what it missed from the event store)."""
+    bus = await Bus.connect([nats_url], name="limits", source="/test/limits")
+    try:
+        await bus.ensure_streams(tuple(s.limited(1 << 20, 3) for s in STREAMS))
+        lagging = await bus.js.pull_subscribe("job.succeeded", durable="lagging", stream=EVENTS_STREAM.name)
+        events = [done(f"j{i}") for i in range(5)]
+        for event in events:
+            assert not (await bus.publish(event)).duplicate  # accepted, every one
+        info = await bus.js.stream_info(EVENTS_STREAM.name)
+        assert info.state.messages == 3
+        assert (info.config.max_msgs, info.config.max_bytes) == (3, 1 << 20)
+        got = await lagging.fetch(5, timeout=2)
+        assert [CloudEvent.from_json(m.data).id for m in got] == [e.id for e in events[2:]]
     finally:
         await bus.close()
 

@@ -378,3 +378,20 @@ async def test_record_many_and_record_take_turns_on_the_jobs_they_share(store):
     assert [o.applied for o in await many] == [True, True] and (await one).applied
     assert not (await again).applied  # decided after the batch, on its view: placed already
     assert len(ledger._turns) == 0
+
+
+async def test_the_cache_holds_live_jobs_up_to_its_size_and_no_final_one(store):
+    from shared.events import JobCancelled
+
+    ledger = JobLedger(store, None, "/test", cached_jobs=10)
+    for k in range(30):
+        job = f"j{k}"
+        data = JobSubmitted(job_id=job, name="n", tenant="t", user="u", spec=JobSpec(command="true"))
+        await ledger.append(job, data, new=True)
+        if k % 2:
+            await ledger.append(job, JobCancelled(job_id=job, attempt=1, by="u"))
+    cached = list(ledger._known)
+    assert len(cached) <= 10 and cached[-3:] == ["j24", "j26", "j28"]  # the newest
+    assert all(int(job[1:]) % 2 == 0 for job in cached)  # live ones only
+    assert (await ledger.load("j1")).state == JobState.CANCELLED  # a final job is read from the store
+    assert "j1" not in ledger._known

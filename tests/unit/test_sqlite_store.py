@@ -93,3 +93,24 @@ async def test_the_outbox_query_reads_only_unpublished_events_through_an_index(t
         assert not any(step.startswith("SCAN events") and "INDEX" not in step for step in steps), steps
     finally:
         await store.close()
+
+
+async def test_a_file_of_an_older_release_gains_the_retention_columns(tmp_path):
+    """Opened by this release, an events.db made before retention learns when its ended jobs ended."""
+    old = sqlite3.connect(tmp_path / "events.db")
+    old.executescript(
+        "CREATE TABLE projections (stream_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL,"
+        " created_at TEXT NOT NULL, version INTEGER NOT NULL, doc TEXT NOT NULL);"
+        """INSERT INTO projections VALUES ('done', 't', 'succeeded', '2026-01-01', 5,
+           '{"finished_at": "2026-01-02T00:00:00+00:00"}');"""
+        "INSERT INTO projections VALUES ('live', 't', 'running', '2026-01-01', 3, '{\"finished_at\": null}');"
+    )
+    old.close()
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        assert await store.expired(ended_before="2026-01-03") == ["done"]
+        assert await store.expired(ended_before="2026-01-01") == []
+    finally:
+        await store.close()
+    again = await SqliteEventStore.open(tmp_path / "events.db")  # a second open changes nothing
+    await again.close()

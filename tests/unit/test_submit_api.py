@@ -461,3 +461,24 @@ def test_the_service_refuses_a_public_address_without_tokens(tmp_path):
     )
     assert result.returncode == 2
     assert "no tokens configured and 0.0.0.0 is not loopback" in result.stderr
+
+
+def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
+    import time as clock
+
+    from services.submit import telemetry
+    from shared.events import ServiceHeartbeat, make_event
+
+    def beat(instance: str):
+        data = ServiceHeartbeat(
+            service="executor", instance=instance, pid=1, host="h", started_at=clock.time(), version="0"
+        )
+        return make_event(data, source="/test")
+
+    seen = telemetry.Telemetry()
+    now = 1_800_000_000.0
+    monkeypatch.setattr(telemetry.time, "time", lambda: now)
+    seen.observe(beat("h-1"))  # an instance that restarted as h-2 a moment later
+    now += telemetry.FORGET_SERVICE_AFTER + 61
+    seen.observe(beat("h-2"))
+    assert list(seen.services) == ["h-2"]

@@ -15,8 +15,8 @@ SMALL = 16
 
 
 def containers(root: object, depth: int = 3) -> dict[str, int]:
-    """Size of every container held by the executor and by its parts (objects of services.executor, `depth`
-    levels down), by attribute path."""
+    """Size of every container held by the executor and by its parts (objects of services.executor, of the
+    ledger and of the log shipper, `depth` levels down), by attribute path."""
     sizes: dict[str, int] = {}
     seen: set[int] = set()
 
@@ -29,7 +29,9 @@ def containers(root: object, depth: int = 3) -> dict[str, int]:
         ]
         for name in names:
             value = getattr(obj, name, None)
-            ours = type(value).__module__.startswith("services.executor")
+            ours = type(value).__module__.startswith(
+                ("services.executor", "shared.ledger", "shared.logstore")
+            )
             if isinstance(value, dict | set | frozenset | list | deque) or (
                 ours and hasattr(value, "__len__")
             ):
@@ -56,5 +58,6 @@ async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
 
     sizes = containers(ex)
     assert "executor.backend.replicas" in sizes  # the walk reaches the backend's state too
+    assert "executor.ledger._known" in sizes  # and the ledger's cache of job views
     assert {path: n for path, n in sizes.items() if n > SMALL} == {}
     assert len(asyncio.all_tasks()) <= tasks_before

@@ -1,0 +1,126 @@
+"""The scheduler's memory stays flat: after thousands of jobs have come and gone, nothing it keeps per job
+(its view, the core's held cluster and queue, the ledger's cache and turns, the reasons it sent) holds a
+finished job, for the leader and for a follower alike."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from types import SimpleNamespace
+
+from services.scheduler.main import SchedulerService
+from shared.bus import VERSION_HEADER
+from shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
+from shared.jobspec import JobSpec
+from shared.jobstate import JobState
+from shared.ledger import Decision, JobLedger
+from shared.settings import SchedulerSettings
+from shared.store import open_store
+
+JOBS = 5000
+BURST = 100
+SMALL = 16
+"""Containers that do not grow with the jobs stay below this (the node, the policy's tables)."""
+PER_GPU_STATE = "scheduler.view.held._index.states"
+"""The interned GPU states of nodes (`core/gpustate.py`): one per distinct (model, free share of each GPU),
+whatever the number of jobs that made it."""
+
+
+def containers(root: object, depth: int = 4) -> dict[str, int]:
+    """Size of every container held by the scheduler and its parts (objects of services.scheduler and of
+    shared.ledger, `depth` levels down), by attribute path."""
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def visit(obj: object, path: str, depth: int) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        names = list(getattr(obj, "__dict__", {})) + [
+            slot for cls in type(obj).__mro__ for slot in getattr(cls, "__slots__", ())
+        ]
+        for name in names:
+            value = getattr(obj, name, None)
+            ours = type(value).__module__.startswith(("services.scheduler", "shared.ledger"))
+            if isinstance(value, dict | set | frozenset | list | deque) or (
+                ours and hasattr(value, "__len__")
+            ):
+                sizes[f"{path}.{name}"] = len(value)
+            if ours and depth:
+                visit(value, f"{path}.{name}", depth - 1)
+
+    visit(root, "scheduler", depth)
+    return sizes
+
+
+def node() -> NodeHeartbeat:
+    gpus = [GpuInfo(index=k, uuid=f"GPU-{k}", model="SIM", memory_bytes=1 << 34) for k in range(8)]
+    return NodeHeartbeat(node="node-a", gpus=gpus, cpus=256, memory_bytes=1 << 40, simulated=True)
+
+
+async def test_no_finished_job_stays_in_the_scheduler_after_5000_jobs(tmp_path):
+    store = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
+    others = JobLedger(store, None, "/test/others")  # the submit service and the executor
+    schedulers = []
+    for _ in range(2):
+        service = SimpleNamespace(
+            store=store,
+            ledger=JobLedger(store, None, "/test/scheduler"),
+            bus=SimpleNamespace(js=None, replicas=1),
+            source="/test/scheduler",
+            stopping=asyncio.Event(),
+        )
+        scheduler = SchedulerService(service, SchedulerSettings(pending_after=0))
+        scheduler.view.observe_node(node())
+        schedulers.append(scheduler)
+    leader, follower = schedulers
+    leader.leading.set()
+    seen: dict[str, int] = {}
+
+    async def deliver(job_ids) -> None:
+        """Every event stored since the last delivery, to both, as their watch of the bus would."""
+        for job_id in job_ids:
+            for stored in await store.read_stream(job_id, after_version=seen.get(job_id, 0)):
+                msg = SimpleNamespace(headers={VERSION_HEADER: str(stored.version)})
+                for scheduler in schedulers:
+                    await scheduler.on_job_event(stored.event, msg)
+                seen[job_id] = stored.version
+        for scheduler in schedulers:
+            await scheduler.refresh_dirty()
+
+    spec = JobSpec(command="true", resources={"gpus": 0.125, "cpus": 1, "memory": "1GiB"})
+    for start in range(0, JOBS, BURST):
+        batch = [f"job-{k:05d}" for k in range(start, start + BURST)]
+        await others.record_many(
+            [
+                Decision(j, lambda _v, j=j: JobSubmitted(job_id=j, name=j, tenant="t", user="u", spec=spec))
+                for j in batch
+            ],
+            new=True,
+        )
+        await deliver(batch)
+        while leader.view.jobs:
+            await leader.decide_and_record()
+            await deliver(batch)
+            placed = [v for v in leader.view.jobs.values() if v.state == JobState.PLACED]
+            await others.record_many(
+                [
+                    Decision(
+                        v.job_id,
+                        lambda v: JobStarted(job_id=v.job_id, attempt=v.attempt, node="node-a", replicas=[0]),
+                        then=lambda v: JobSucceeded(job_id=v.job_id, attempt=v.attempt),
+                    )
+                    for v in placed
+                ]
+            )
+            await deliver(batch)
+    assert (await store.get_projection("job-04999"))["state"] == "succeeded"
+    for scheduler in schedulers:  # the timer's next cycle (a follower's keeps its view only)
+        await scheduler.cycle()
+
+    for scheduler in schedulers:
+        sizes = containers(scheduler)
+        assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
+        grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}
+        assert grown == {}, "leader" if scheduler is leader else "follower"
+    await store.close()
