@@ -26,7 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.bus import Bus
-from shared.events import CloudEvent, EventData, JobRequeued, RequeueReason, derived_id, make_event
+from shared.events import (
+    CloudEvent,
+    EventData,
+    JobRequeued,
+    RequeueReason,
+    Subject,
+    derived_id,
+    make_event,
+)
 from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
 from shared.store import Append, ConcurrencyError, EventStore, Projection
 
@@ -130,10 +138,20 @@ def projection_of(view: JobView) -> Projection:
 
 
 class JobLedger:
-    def __init__(self, store: EventStore, bus: Bus | None, source: str):
+    def __init__(
+        self,
+        store: EventStore,
+        bus: Bus | None,
+        source: str,
+        *,
+        publishes: frozenset[Subject] | None = None,
+    ):
+        """`publishes`: the subjects this service may publish (`shared.buspermissions`); its outbox relay
+        leaves the others' events to their own services' relays. None: every subject."""
         self.store = store
         self.bus = bus
         self.source = source
+        self.publishes = publishes
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
         self._known: OrderedDict[str, _Known] = OrderedDict()
@@ -158,6 +176,24 @@ class JobLedger:
         if known is not None:
             self._remember(job_id, known)
         return known
+
+    async def stored(self, event: CloudEvent, *, fresh: bool = False) -> JobView | None:
+        """The job's view when `event` is one of the job's stored events, else None: every job event is stored
+        before it is published, so one the store does not hold was never recorded (forged, or about a job or
+        attempt that does not exist) and nothing may act on it. No read when this process already knows the
+        event (it wrote or read it), unless `fresh`: then the view is brought up to date first."""
+        job_id = getattr(event.data, "job_id", None)
+        if not job_id or job_id != event.subject:
+            return None
+        known = self._known.get(job_id)
+        if fresh or known is None or event.id not in known.event_ids:
+            known = await self._catch_up(job_id)
+        return known.view if known is not None and event.id in known.event_ids else None
+
+    def known(self, event: CloudEvent) -> JobView | None:
+        """The cached view of the event's job when this process already knows the event (wrote or read it)."""
+        known = self._known.get(event.subject or "")
+        return known.view if known is not None and event.id in known.event_ids else None
 
     def observe(self, event: CloudEvent, version: int | None) -> JobView | None:
         """Fold an event seen on the bus into the cached view, when it is the next one (`version` from the
@@ -380,6 +416,8 @@ class JobLedger:
         if self.bus is None:
             return 0
         pending = await self.store.unpublished(older_than=grace)
+        if self.publishes is not None:
+            pending = [e for e in pending if e.nats_subject in self.publishes]
         for event in pending:
             await self.bus.publish(event)
         await self.store.mark_published([e.id for e in pending])
