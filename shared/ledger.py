@@ -9,6 +9,8 @@ its Nats-Msg-Id.
 Views are cached per job with the ids of the events folded into them; bringing one up to date reads only
 the events stored after its version (usually none), so a write costs one small read, not a replay of the
 job's whole history. The store's expected-version check keeps a stale cache from ever causing a wrong write.
+An event seen on the bus is never folded in as such: the cache takes only what the store holds (`stored`),
+so an event that was never recorded cannot change what a service believes.
 
 Writes to one job from one process take turns (`_Turns`): they never conflict with each other, however many
 there are at once (a gang's replicas exiting together), so the bounded retries on a conflict are spent only on
@@ -194,25 +196,6 @@ class JobLedger:
         """The cached view of the event's job when this process already knows the event (wrote or read it)."""
         known = self._known.get(event.subject or "")
         return known.view if known is not None and event.id in known.event_ids else None
-
-    def observe(self, event: CloudEvent, version: int | None) -> JobView | None:
-        """Fold an event seen on the bus into the cached view, when it is the next one (`version` from the
-        message's header). Returns the job's view, or None when only the store can say (a gap, no cached
-        view, no version): the caller then `load`s the job."""
-        job_id = event.subject or ""
-        known = self._known.get(job_id)
-        if version is None or known is None and version != 1:
-            return None
-        if known is not None and known.view.version >= version:
-            return known.view if event.id in known.event_ids else None
-        if known is not None and known.view.version + 1 != version:
-            return None
-        try:
-            view = apply(known.view if known else None, event, version=version)
-        except IllegalTransition:
-            return None
-        self._remember(job_id, _Known.after(known, view, event.id))
-        return view
 
     def _remember(self, job_id: str, known: _Known) -> None:
         self._known[job_id] = known
