@@ -126,7 +126,11 @@ class Bus:
         """`credentials`: the bus user (shared.buscredentials), whose replies come to its own inbox prefix;
         `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS)."""
 
+        refused: asyncio.Future = asyncio.get_running_loop().create_future()
+
         async def on_error(exc: Exception) -> None:
+            if not refused.done() and "authorization violation" in str(exc).lower():
+                refused.set_result(exc)  # (nats-py would try again forever: credentials do not improve)
             log.warning("nats: %s", exc)
 
         auth = {}
@@ -138,8 +142,8 @@ class Bus:
             }
         if tls_ca is not None:
             auth["tls"] = ssl.create_default_context(cafile=str(tls_ca))
-        try:
-            nc = await nats.connect(
+        connecting = asyncio.ensure_future(
+            nats.connect(
                 servers=servers,
                 name=name,
                 connect_timeout=connect_timeout,
@@ -148,9 +152,20 @@ class Bus:
                 error_cb=on_error,
                 **auth,
             )
+        )
+        who = f"user {credentials.user!r}" if credentials else "no user (anonymous)"
+        try:
+            await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
+            if not connecting.done():
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+                raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {refused.result()}")
+            nc = connecting.result()
+        except BusRefused:
+            raise
         except Exception as exc:  # nats raises several unrelated types for "no server"
             if "authorization" in str(exc).lower():
-                who = f"user {credentials.user!r}" if credentials else "no user (anonymous)"
                 raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {exc}") from exc
             raise BusUnavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
         return cls(nc, source, replicas=replicas)

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from services.executor.announce import default_address
-from shared.bus import Bus
 from shared.events import JobPreempted
 from shared.ledger import JobLedger
 from shared.paths import log_files, log_path
@@ -84,7 +83,7 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
     time.sleep(0.5)  # the shell's trap is set
 
     async def preempt():
-        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        bus = await platform.bus("scheduler")
         store = await open_store(f"sqlite:///{platform.data_dir / 'events.db'}")
         try:
             ledger = JobLedger(store, bus, "/test")
@@ -189,9 +188,7 @@ def test_an_executor_killed_mid_job_comes_back_and_the_job_is_requeued_never_run
 def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_path):
     client = platform.client()
     env = {
-        **platform.env,
-        "GPUYARD_NATS_URL": platform.nats_url,
-        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        **platform.joining_env("executor"),
         "GPUYARD_NODE_NAME": "node-b",
         "GPUYARD_SIMULATE_GPUS": "2",
     }
