@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline import Tap, pct, platform_processes, start_platform  # noqa: E402
 
 from gpuyard.client import Client  # noqa: E402
+from shared.buscredentials import credentials_path  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
@@ -126,10 +127,11 @@ async def flood(
     plan: dict[str, int],
     clients: int,
     nats_url: str,
+    credentials: Path,
     memory: Memory,
     deep: int,
 ) -> dict:
-    tap = await Tap().open(nats_url)
+    tap = await Tap().open(nats_url, credentials)
     body = json.dumps(NOOP).encode()
     accepted: dict[str, list[str]] = {t: [] for t in plan}
     refused: dict[str, int] = dict.fromkeys(plan, 0)
@@ -316,7 +318,18 @@ def main() -> int:
         tokens = {t: admin.create_token(tenant=t, user="bench").token for t in plan}
         memory = Memory(proc.pid)
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            out = runner.run(flood(admin.server, tokens, plan, args.clients, nats_url, memory, args.deep))
+            out = runner.run(
+                flood(
+                    admin.server,
+                    tokens,
+                    plan,
+                    args.clients,
+                    nats_url,
+                    credentials_path(tmp / "data", "integrator"),
+                    memory,
+                    args.deep,
+                )
+            )
         result = out["result"]
         states = read_back(Client(admin.server, admin.token, timeout=60), out["ids"])
         result["accepted_by_state"] = states

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.client import Client  # noqa: E402
+from shared.buscredentials import credentials_path, read_credentials  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
@@ -145,9 +146,13 @@ class Tap:
         self.ended: set[str] = set()
         self.nc = None
 
-    async def open(self, url: str) -> Tap:
+    async def open(self, url: str, credentials: Path | None = None) -> Tap:
+        auth = {}
+        if credentials is not None:  # a read-only bus user (`gpuyard up` makes `integrator`)
+            creds = read_credentials(credentials)
+            auth = {"user": creds.user, "password": creds.password}
         try:
-            self.nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+            self.nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0, **auth)
         except Exception as exc:
             raise SystemExit(f"cannot reach NATS at {url} (pass --nats): {exc}") from None
         for kind in self.SUBJECTS:
@@ -215,8 +220,9 @@ async def run(
     concurrency: int,
     up_pid: int | None,
     rate: float | None,
+    credentials: Path | None = None,
 ) -> dict:
-    tap = await Tap().open(nats_url)
+    tap = await Tap().open(nats_url, credentials)
     submitters = [Submitter(server, token) for _ in range(concurrency)]
     body = json.dumps(NOOP).encode()
     ids: list[str] = []
@@ -306,19 +312,34 @@ def main() -> int:
     parser.add_argument("--token")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS URL of the platform")
     parser.add_argument(
+        "--nats-credentials",
+        type=Path,
+        help="bus user to follow the jobs as: <data dir>/bus/integrator.json of the platform",
+    )
+    parser.add_argument(
         "--cpu", type=int, metavar="PID", help="pid of `gpuyard up`: report CPU ms per job per process"
     )
     args = parser.parse_args()
     proc = None
     if args.start:
-        proc, client, _, args.nats = start_platform(8, args.executors)
+        proc, client, tmp, args.nats = start_platform(8, args.executors)
         args.cpu = proc.pid
+        args.nats_credentials = credentials_path(tmp / "data", "integrator")
     else:
         client = Client(args.server, args.token)
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             result = runner.run(
-                run(client.server, client.token, args.nats, args.jobs, args.concurrency, args.cpu, args.rate)
+                run(
+                    client.server,
+                    client.token,
+                    args.nats,
+                    args.jobs,
+                    args.concurrency,
+                    args.cpu,
+                    args.rate,
+                    args.nats_credentials,
+                )
             )
     finally:
         if proc:

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gpuyard.busconfig import write_config
 from gpuyard.client import Client, save_config, saved_config
+from shared.buscredentials import credentials_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
     CommonSettings,
@@ -311,7 +313,8 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     }
     children = []
     for name, model in SERVICES.items():
-        argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, decided)]
+        own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
+        argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, own)]
         if name != "executor":
             children.append(Child(name, argv, env))
             continue
@@ -378,8 +381,11 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
+    nats_config = write_config(data_dir)  # one bus user per service, none anonymous
     nats_argv = [
         nats_server_binary(),
+        "--config",
+        str(nats_config),
         "--jetstream",
         "--store_dir",
         str(data_dir / "nats"),

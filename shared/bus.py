@@ -30,9 +30,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import nats
 from nats.aio.client import Client as NATS
@@ -53,6 +55,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
+from shared.buscredentials import BusCredentials, inbox_prefix
 from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,10 @@ def version_of(msg: Msg) -> int | None:
 
 class BusUnavailable(Exception):
     """NATS cannot be reached."""
+
+
+class BusRefused(BusUnavailable):
+    """NATS refused the connection: wrong or missing credentials (trying again will not help)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,21 +114,60 @@ class Bus:
 
     @classmethod
     async def connect(
-        cls, servers: list[str], *, name: str, source: str, replicas: int = 1, connect_timeout: float = 5
+        cls,
+        servers: list[str],
+        *,
+        name: str,
+        source: str,
+        replicas: int = 1,
+        connect_timeout: float = 5,
+        credentials: BusCredentials | None = None,
+        tls_ca: Path | None = None,
     ) -> Bus:
+        """`credentials`: the bus user (shared.buscredentials), whose replies come to its own inbox prefix;
+        `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS)."""
+
+        refused: asyncio.Future = asyncio.get_running_loop().create_future()
+
         async def on_error(exc: Exception) -> None:
+            if not refused.done() and "authorization violation" in str(exc).lower():
+                refused.set_result(exc)  # (nats-py would try again forever: credentials do not improve)
             log.warning("nats: %s", exc)
 
-        try:
-            nc = await nats.connect(
+        auth = {}
+        if credentials is not None:
+            auth = {
+                "user": credentials.user,
+                "password": credentials.password,
+                "inbox_prefix": inbox_prefix(credentials.user),
+            }
+        if tls_ca is not None:
+            auth["tls"] = ssl.create_default_context(cafile=str(tls_ca))
+        connecting = asyncio.ensure_future(
+            nats.connect(
                 servers=servers,
                 name=name,
                 connect_timeout=connect_timeout,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 error_cb=on_error,
+                **auth,
             )
+        )
+        who = f"user {credentials.user!r}" if credentials else "no user (anonymous)"
+        try:
+            await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
+            if not connecting.done():
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+                raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {refused.result()}")
+            nc = connecting.result()
+        except BusRefused:
+            raise
         except Exception as exc:  # nats raises several unrelated types for "no server"
+            if "authorization" in str(exc).lower():
+                raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {exc}") from exc
             raise BusUnavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
         return cls(nc, source, replicas=replicas)
 

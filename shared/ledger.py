@@ -9,6 +9,8 @@ its Nats-Msg-Id.
 Views are cached per job with the ids of the events folded into them; bringing one up to date reads only
 the events stored after its version (usually none), so a write costs one small read, not a replay of the
 job's whole history. The store's expected-version check keeps a stale cache from ever causing a wrong write.
+An event seen on the bus is never folded in as such: the cache takes only what the store holds (`stored`),
+so an event that was never recorded cannot change what a service believes.
 
 Only jobs that can still change are cached: a job's view is forgotten once it is final (a later read of it
 goes to the store), so the cache follows the live jobs, not every job the process has seen.
@@ -32,7 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.bus import Bus
-from shared.events import CloudEvent, EventData, JobRequeued, RequeueReason, derived_id, make_event
+from shared.events import (
+    CloudEvent,
+    EventData,
+    JobRequeued,
+    RequeueReason,
+    Subject,
+    derived_id,
+    make_event,
+)
 from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
 from shared.store import Append, ConcurrencyError, EventStore, Projection, StoreError
 
@@ -137,12 +147,23 @@ def projection_of(view: JobView) -> Projection:
 
 
 class JobLedger:
-    def __init__(self, store: EventStore, bus: Bus | None, source: str, *, cached_jobs: int = CACHED_JOBS):
+    def __init__(
+        self,
+        store: EventStore,
+        bus: Bus | None,
+        source: str,
+        *,
+        cached_jobs: int = CACHED_JOBS,
+        publishes: frozenset[Subject] | None = None,
+    ):
+        """`publishes`: the subjects this service may publish (`shared.buspermissions`); its outbox relay
+        leaves the others' events to their own services' relays. None: every subject."""
         self.store = store
         self.cached_jobs = cached_jobs
         """Most job views cached (the least recently used go first)."""
         self.bus = bus
         self.source = source
+        self.publishes = publishes
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
         self._known: OrderedDict[str, _Known] = OrderedDict()
@@ -183,24 +204,23 @@ class JobLedger:
             )
         return view
 
-    def observe(self, event: CloudEvent, version: int | None) -> JobView | None:
-        """Fold an event seen on the bus into the cached view, when it is the next one (`version` from the
-        message's header). Returns the job's view, or None when only the store can say (a gap, no cached
-        view, no version): the caller then `load`s the job."""
-        job_id = event.subject or ""
+    async def stored(self, event: CloudEvent, *, fresh: bool = False) -> JobView | None:
+        """The job's view when `event` is one of the job's stored events, else None: every job event is stored
+        before it is published, so one the store does not hold was never recorded (forged, or about a job or
+        attempt that does not exist) and nothing may act on it. No read when this process already knows the
+        event (it wrote or read it), unless `fresh`: then the view is brought up to date first."""
+        job_id = getattr(event.data, "job_id", None)
+        if not job_id or job_id != event.subject:
+            return None
         known = self._known.get(job_id)
-        if version is None or known is None and version != 1:
-            return None
-        if known is not None and known.view.version >= version:
-            return known.view if event.id in known.event_ids else None
-        if known is not None and known.view.version + 1 != version:
-            return None
-        try:
-            view = apply(known.view if known else None, event, version=version)
-        except IllegalTransition:
-            return None
-        self._remember(job_id, _Known.after(known, view, event.id))
-        return view
+        if fresh or known is None or event.id not in known.event_ids:
+            known = await self._catch_up(job_id)
+        return known.view if known is not None and event.id in known.event_ids else None
+
+    def known(self, event: CloudEvent) -> JobView | None:
+        """The cached view of the event's job when this process already knows the event (wrote or read it)."""
+        known = self._known.get(event.subject or "")
+        return known.view if known is not None and event.id in known.event_ids else None
 
     def _remember(self, job_id: str, known: _Known) -> None:
         if known.view.state.terminal:
@@ -407,6 +427,8 @@ class JobLedger:
         if self.bus is None:
             return 0
         pending = await self.store.unpublished(older_than=grace)
+        if self.publishes is not None:
+            pending = [e for e in pending if e.nats_subject in self.publishes]
         for event in pending:
             await self.bus.publish(event)
         await self.store.mark_published([e.id for e in pending])

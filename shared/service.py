@@ -15,7 +15,9 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from shared.bus import Bus, BusUnavailable
+from shared.bus import Bus, BusRefused, BusUnavailable
+from shared.buscredentials import CredentialsError, read_credentials
+from shared.buspermissions import publishes
 from shared.events import STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
@@ -62,6 +64,8 @@ class Service:
 
     async def start(self, *, wait_seconds: float = 60) -> None:
         deadline = time.monotonic() + wait_seconds
+        path = self.settings.nats_credentials
+        credentials = read_credentials(path) if path else None
         while True:
             try:
                 self.bus = await Bus.connect(
@@ -70,10 +74,12 @@ class Service:
                     source=self.source,
                     replicas=self.settings.stream_replicas,
                     connect_timeout=2,
+                    credentials=credentials,
+                    tls_ca=self.settings.nats_tls_ca,
                 )
                 break
             except BusUnavailable as exc:
-                if time.monotonic() > deadline:
+                if isinstance(exc, BusRefused) or time.monotonic() > deadline:
                     raise
                 log.info("waiting for NATS: %s", exc)
                 await asyncio.sleep(0.5)
@@ -83,7 +89,7 @@ class Service:
             self.store = await open_store(
                 self.settings.store_url, durable_commits=self.settings.store_durable_commits
             )
-            self.ledger = JobLedger(self.store, self.bus, self.source)
+            self.ledger = JobLedger(self.store, self.bus, self.source, publishes=publishes(self.name))
             self.ledger.start_relay()
         if self.needs_logs:
             self.logs = await open_log_store(self.settings.log_store_url)
@@ -217,7 +223,7 @@ def run_service(
             await service.stopping.wait()
             log.info("%s stopping", name)
             code = 1 if service.failed else 0
-        except (BusUnavailable, StoreUnavailable) as exc:
+        except (BusUnavailable, StoreUnavailable, CredentialsError) as exc:
             log.error("%s cannot start: %s", name, exc)
             code = 2
         finally:

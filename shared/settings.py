@@ -74,6 +74,16 @@ class CommonSettings(BaseSettings):
     )
 
     nats_url: str = Field("nats://127.0.0.1:4222", description="One or more NATS URLs, comma-separated.")
+    nats_credentials: Path | None = Field(
+        None,
+        description='File with this service\'s NATS user and password, `{"user": …, "password": …}`, mode 0600 '
+        "(`gpuyard up` writes one per service in <data dir>/bus/); empty: connect without a user.",
+    )
+    nats_tls_ca: Path | None = Field(
+        None,
+        description="CA certificate (PEM) that signed the NATS servers' certificates: the connection is then TLS "
+        "(see docs/operations.md, the bus).",
+    )
     store: str = Field(
         "",
         description="Event store: sqlite:///path/events.db (default: events.db in the data dir) or "

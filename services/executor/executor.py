@@ -125,26 +125,53 @@ class Executor:
     # ------------------------------------------------------------------ events
 
     async def on_event(self, event: CloudEvent, _msg) -> None:
+        """Act on a job event only when the event store holds it: the bus is not the truth, and an event that
+        was never recorded (forged, or about an attempt that does not exist) changes nothing."""
         data = event.data
         if isinstance(data, JobPlaced):
             if self.mine(data.placements):
-                await self.launch(data)
+                view = await self.ledger.stored(event, fresh=True)  # (the read launch needs anyway)
+                if view is None:
+                    return self.ignored(event)
+                await self.launch(data, view)
         elif isinstance(data, JobCancelRequested):
-            await self.cancel(data.job_id)
+            await self.cancel(event)
         elif isinstance(data, JobPreempted):
-            await self.stop_attempt(AttemptKey(data.job_id, data.attempt), "preempted", data.grace_seconds)
+            key = AttemptKey(data.job_id, data.attempt)
+            record = self.attempts.get(key)
+            if record is not None and record.running:  # (only the worker that runs it reads the store)
+                if await self.ledger.stored(event) is None:
+                    return self.ignored(event)
+                await self.stop_attempt(key, "preempted", data.grace_seconds)
         elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
             ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
-            await self.end_attempt(AttemptKey(data.job_id, ended))
+            key = AttemptKey(data.job_id, ended)
+            if self.attempts.get(key) is not None:
+                if await self.ledger.stored(event) is None:  # (no read when this worker wrote it)
+                    return self.ignored(event)
+                await self.end_attempt(key)
+
+    @staticmethod
+    def ignored(event: CloudEvent) -> None:
+        log.warning(
+            "ignored %s %s about job %s: the event store does not hold it (forged, or about an attempt that "
+            "does not exist)",
+            event.type,
+            event.id,
+            event.subject,
+        )
 
     # ------------------------------------------------------------------ launching
 
-    async def launch(self, placed: JobPlaced) -> None:
+    async def launch(self, placed: JobPlaced, view: JobView | None = None) -> None:
+        """Start this node's replicas of the placed attempt. `view`: the job as the store has it now (read
+        here when not given)."""
         key = AttemptKey(placed.job_id, placed.attempt)
         record = self.attempts.open(key)
         if record is None:
             return  # already taken on here (a redelivered placement)
-        view = await self.ledger.load(placed.job_id)
+        if view is None:
+            view = await self.ledger.load(placed.job_id)
         if view is None or view.attempt != placed.attempt or not self.not_started_here(view):
             self.attempts.close(
                 record
@@ -329,9 +356,12 @@ class Executor:
 
     # ------------------------------------------------------------------ stopping
 
-    async def cancel(self, job_id: str) -> None:
-        view = await self.ledger.load(job_id)
-        if view is None or not self.mine(view.placements):
+    async def cancel(self, requested: CloudEvent) -> None:
+        job_id = requested.subject
+        view = await self.ledger.stored(requested, fresh=True)
+        if view is None:
+            return self.ignored(requested)
+        if not self.mine(view.placements):
             return
         key = AttemptKey(job_id, view.attempt)
         record = self.attempts.get(key)

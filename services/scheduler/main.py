@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 
 from services.scheduler.core import CycleResult, Pending, Placement, SchedulerConfig, decide
 from services.scheduler.core.reasons import Reason
+from services.scheduler.heartbeats import heartbeat_problem
 from services.scheduler.view import ClusterView, to_placement
-from shared.bus import version_of
 from shared.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
@@ -51,6 +51,7 @@ LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queue
 MIN_GATHER_SECONDS = 0.002
 MAX_GATHER_SECONDS = 0.05
 CYCLE_SHARE = 3
+MAX_REFUSED_NODES = 1000  # nodes whose refused heartbeat is remembered (to say it once)
 CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_SUBMITTED,
     Subject.JOB_REQUEUED,
@@ -96,6 +97,7 @@ class SchedulerService:
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
         self.gather_seconds = MIN_GATHER_SECONDS
+        self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
         self.lease = Lease(
             service.bus,
@@ -137,19 +139,31 @@ class SchedulerService:
     async def lost(self) -> None:
         self.leading.clear()
 
-    async def on_job_event(self, event: CloudEvent, msg) -> None:
-        view = self.ledger.observe(event, version_of(msg))
+    async def on_job_event(self, event: CloudEvent, _msg=None) -> None:
+        """A job event from the bus says only which job to read again: the next cycle takes the job from the
+        event store, so an event the store does not hold (forged, or about a job or attempt that does not
+        exist) changes nothing. Its own writes it knows already (no read)."""
+        view = self.ledger.known(event)
         if view is None:
             self.dirty.add(event.subject)  # the store will say
         else:
             self.view.put_job(view)
-        if event.nats_subject in CHANGES_DECISIONS or view is None:
+        if event.nats_subject in CHANGES_DECISIONS:
             self.wake.set()  # the rest (started, exits, our own writes) waits for the timer's cycle
 
     async def on_heartbeat(self, event: CloudEvent, _msg=None) -> None:
         """A node's heartbeat; those of the last node_timeout are read again at start (`main`), each seen
         when it was sent, so that a scheduler that just started knows the nodes at once."""
         if isinstance(event.data, NodeHeartbeat):
+            problem = heartbeat_problem(event.data)
+            if problem is not None:
+                if self.refused_nodes.get(event.data.node) != problem:  # said once, not every 5 s
+                    log.warning("node %s: heartbeat ignored: %s", event.data.node[:80], problem)
+                if len(self.refused_nodes) >= MAX_REFUSED_NODES:
+                    self.refused_nodes.clear()
+                self.refused_nodes[event.data.node] = problem
+                return
+            self.refused_nodes.pop(event.data.node, None)
             sent = min(event.time.timestamp(), time.time())
             if self.view.observe_node(event.data, now=sent):
                 log.info("node %s: %d GPU(s)", event.data.node, len(event.data.gpus))

@@ -17,6 +17,8 @@ import pytest
 
 from gpuyard.client import Client
 from shared.api import JobOut
+from shared.bus import Bus
+from shared.buscredentials import credentials_path, read_credentials
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +104,24 @@ class Platform:
     @property
     def nats_url(self) -> str:
         return f"nats://127.0.0.1:{self.nats_port}"
+
+    def credentials(self, role: str) -> Path:
+        """The bus user `gpuyard up` made for `role` (shared.buspermissions.Role)."""
+        return credentials_path(self.data_dir, role)
+
+    def joining_env(self, role: str) -> dict[str, str]:
+        """The environment of one more service process of `role` joining this platform."""
+        return {
+            **self.env,
+            "GPUYARD_NATS_URL": self.nats_url,
+            "GPUYARD_NATS_CREDENTIALS": str(self.credentials(role)),
+            "GPUYARD_DATA_DIR": str(self.data_dir),
+        }
+
+    async def bus(self, role: str) -> Bus:
+        """A connection to this platform's NATS as the bus user of `role`."""
+        creds = read_credentials(self.credentials(role))
+        return await Bus.connect([self.nats_url], name=f"test-{role}", source="/test", credentials=creds)
 
     def start(self) -> Platform:
         self.proc = subprocess.Popen(

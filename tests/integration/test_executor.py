@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from services.executor.announce import default_address
-from shared.bus import Bus
 from shared.events import JobPreempted
 from shared.ledger import JobLedger
 from shared.paths import log_files, log_path
@@ -83,7 +82,7 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
     wait_for(lambda: trapped.exists() and trapped.read_text() == "1\n", 10, what="the shell's trap")
 
     async def preempt():
-        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        bus = await platform.bus("scheduler")
         store = await open_store(f"sqlite:///{platform.data_dir / 'events.db'}")
         try:
             ledger = JobLedger(store, bus, "/test")
@@ -184,9 +183,7 @@ def test_an_executor_killed_mid_job_comes_back_and_adopts_the_job_which_runs_on_
 def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_path):
     client = platform.client()
     env = {
-        **platform.env,
-        "GPUYARD_NATS_URL": platform.nats_url,
-        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        **platform.joining_env("executor"),
         "GPUYARD_NODE_NAME": "node-b",
         "GPUYARD_SIMULATE_GPUS": "2",
     }

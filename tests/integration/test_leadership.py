@@ -106,9 +106,7 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
     primary = wait_for(lambda: scheduler_pid(platform), 20, what="the scheduler's heartbeat")
     log = tmp_path / "standby.log"
     env = {
-        **platform.env,
-        "GPUYARD_NATS_URL": platform.nats_url,
-        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        **platform.joining_env("scheduler"),
         "GPUYARD_INSTANCE": "standby",
         "GPUYARD_LEASE_TTL": str(TTL),
     }

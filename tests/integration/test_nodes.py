@@ -33,9 +33,7 @@ def platform(tmp_path_factory):
 
 def start_node_b(platform: Platform, log: Path) -> subprocess.Popen:
     env = {
-        **platform.env,
-        "GPUYARD_NATS_URL": platform.nats_url,
-        "GPUYARD_DATA_DIR": str(platform.data_dir),
+        **platform.joining_env("executor"),
         "GPUYARD_NODE_NAME": "node-b",
         "GPUYARD_SIMULATE_GPUS": "2",
         "GPUYARD_SIMULATED_GPU_MODEL": "SIM-B",

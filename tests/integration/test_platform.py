@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from shared.bus import Bus
 from shared.events import CloudEvent, FailureReason, Subject
 from shared.jobstate import JobState
 from shared.reasons import PendingCode
@@ -130,7 +129,7 @@ def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
     placed = CloudEvent.model_validate(next(e.event for e in before if e.event["type"].endswith("placed")))
 
     async def republish():
-        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        bus = await platform.bus("scheduler")
         try:
             duplicate = await bus.publish(placed)  # same Nats-Msg-Id: dropped by JetStream
             # a redelivery that got past de-duplication: same event, other message id
@@ -213,7 +212,7 @@ def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform)
 
 def test_a_poison_event_shows_up_in_the_dead_letters(platform):
     async def poison():
-        bus = await Bus.connect([platform.nats_url], name="test", source="/test")
+        bus = await platform.bus("scheduler")
         try:
             await bus.nc.publish(Subject.JOB_PLACED.value, b'{"not": "a cloudevent"}')
             await bus.nc.flush()

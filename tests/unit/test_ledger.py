@@ -1,4 +1,5 @@
-"""The job ledger: cached views stay correct across writers, and events seen on the bus fold in without a read."""
+"""The job ledger: cached views stay correct across writers, and an event seen on the bus counts only when the
+store holds it."""
 
 from __future__ import annotations
 
@@ -100,28 +101,34 @@ async def test_the_same_fact_recorded_twice_is_stored_once(store):
     assert len(await store.read_stream(J)) == 1
 
 
-async def test_observe_folds_the_next_event_and_leaves_gaps_to_the_store(store):
+async def test_a_bus_event_the_store_does_not_hold_is_neither_known_nor_stored(store):
+    """A bus event the store does not hold (forged) is neither known nor stored: the reader's view follows the
+    store."""
     writer, reader = JobLedger(store, None, "/w"), JobLedger(store, None, "/r")
-    first = await writer.append(J, submitted())
-    second = await writer.append(J, placed())
-    third = await writer.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
-
-    assert reader.observe(second.event, 2) is None  # no view of version 1: only the store can say
-    assert reader.observe(first.event, None) is None  # no version on the message
-    assert reader.observe(first.event, 1).state == JobState.QUEUED
-    assert reader.observe(third.event, 3) is None  # a gap: version 2 was not seen
-    assert reader.observe(second.event, 2).state == JobState.PLACED
-    assert reader.observe(second.event, 2).version == 2  # seen twice: nothing changes
-    view = reader.observe(third.event, 3)
+    await writer.append(J, submitted())
+    await writer.append(J, placed())
+    await reader.load(J)
+    forged = make_event(JobStarted(job_id=J, attempt=1, node="elsewhere", replicas=[0]), source="/x")
+    assert reader.known(forged) is None and await reader.stored(forged) is None
+    real = await writer.append(J, JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]))
+    view = await reader.stored(real.event)
     assert view.state == JobState.RUNNING and view.version == 3
     assert view.model_dump() == (await writer.load(J)).model_dump()
 
 
-async def test_observe_refuses_an_event_the_state_machine_refuses(store):
-    reader = JobLedger(store, None, "/r")
-    reader.observe(make_event(submitted(), source="/t"), 1)
-    illegal = make_event(JobStarted(job_id=J, attempt=1, node="n1", replicas=[0]), source="/t")
-    assert reader.observe(illegal, 2) is None  # queued -> running skips placed: left to the store
+async def test_stored_reads_only_for_an_event_this_process_does_not_know(store):
+    counting = CountingStore(store)
+    ledger = JobLedger(counting, None, "/w")
+    own = await ledger.append(J, submitted())
+    reads = counting.reads
+    assert (await ledger.stored(own.event)).state == JobState.QUEUED and counting.reads == reads
+    assert ledger.known(own.event).version == 1
+    other = await JobLedger(store, None, "/o").append(J, placed())
+    assert ledger.known(other.event) is None
+    assert (await ledger.stored(other.event)).state == JobState.PLACED and counting.reads == reads + 1
+    assert await ledger.stored(make_event(placed(), source="/x")) is None  # same job, an id never stored
+    wrong_subject = other.event.model_copy(update={"subject": "another-job"})
+    assert await ledger.stored(wrong_subject) is None  # the envelope names another job than its data
 
 
 async def test_a_cached_decision_on_a_stale_view_is_refused_by_the_store_and_decided_again(store):

@@ -1,0 +1,181 @@
+"""Who may do what on the bus: one NATS user per service role, and what each may publish and subscribe.
+
+This table is the one definition: `gpuyard up` writes the nats-server configuration from it
+(`gpuyard.busconfig`), each service's outbox relay publishes only what its role may (`publishes`), and
+docs/operations.md describes it. Event subjects come from `shared.events`; the rest is what the NATS client
+library sends for the JetStream calls a role makes (`shared.bus`, `shared.lease`):
+
+- declaring the streams (every service does at start-up): `$JS.API.STREAM.CREATE|UPDATE|INFO.<stream>`;
+- following a stream (durable pull consumers, ordered watches): the consumer API of that stream, its acks
+  (`$JS.ACK.<stream>.>`) and flow-control answers (`$JS.FC.<stream>.>`);
+- the scheduler's lease: the KV bucket's stream and `$KV.<bucket>.>`;
+- replies come to the role's own inbox prefix, `_INBOX.<role>.>` (`inbox_prefix`), not to every inbox.
+
+What stays broad: a role that follows a stream may create consumers on it with any filter, so it can read
+every event of that stream (publishing is what the table restricts: a consumer cannot publish an event),
+and a role that declares the streams may update their settings (it cannot delete or purge them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.buscredentials import inbox_prefix
+from shared.events import (
+    DEADLETTER_STREAM,
+    EVENTS_STREAM,
+    STREAMS,
+    TELEMETRY_STREAM,
+    StreamDef,
+    Subject,
+    Wildcard,
+)
+from shared.lease import LEASES_BUCKET
+
+
+class Role(StrEnum):
+    """A NATS user: the five services, and a read-only user for integrations."""
+
+    SUBMIT = "submit"
+    SCHEDULER = "scheduler"
+    EXECUTOR = "executor"
+    MONITOR = "monitor"
+    SERVING = "serving"
+    INTEGRATOR = "integrator"
+
+
+SERVICE_ROLES = (Role.SUBMIT, Role.SCHEDULER, Role.EXECUTOR, Role.MONITOR, Role.SERVING)
+EVENT_FAMILIES = tuple(dict.fromkeys(f"{s.value.split('.')[0]}.>" for s in Subject))
+"""Every event subject, as one wildcard per family (job.>, node.>, gpu.>, ...): what a live reader of all
+events subscribes to."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    publishes: frozenset[Subject]
+    """The events this role creates (and its outbox relay may publish)."""
+    listens: tuple[str, ...] = ()
+    """Core NATS subscriptions (live, not stored)."""
+    follows: tuple[StreamDef, ...] = ()
+    """Streams it reads through JetStream consumers."""
+    dead_letters: bool = False
+    """It runs durable consumers, which send what they give up on to deadletter.<durable>."""
+    reads_dead_letters: bool = False
+    declares_streams: bool = True
+    leases: bool = False
+    """It holds a leader lease (the KV bucket of `shared.lease`)."""
+
+
+HEARTBEAT = frozenset({Subject.SERVICE_HEARTBEAT})
+
+GRANTS: dict[Role, Grant] = {
+    Role.SUBMIT: Grant(
+        publishes=HEARTBEAT
+        | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED},  # a queued job's
+        listens=EVENT_FAMILIES,  # the API's live event stream (SSE) and the nodes' and services' heartbeats
+        reads_dead_letters=True,
+    ),
+    Role.SCHEDULER: Grant(
+        publishes=HEARTBEAT
+        | {
+            Subject.JOB_PENDING,
+            Subject.JOB_PLACED,
+            Subject.JOB_PREEMPTED,
+            Subject.JOB_REQUEUED,  # the jobs of a lost node
+            Subject.NODE_LOST,
+        },
+        follows=(EVENTS_STREAM, TELEMETRY_STREAM),
+        leases=True,
+    ),
+    Role.EXECUTOR: Grant(
+        publishes=HEARTBEAT
+        | {
+            Subject.JOB_STARTED,
+            Subject.JOB_REPLICA_EXITED,
+            Subject.JOB_SUCCEEDED,
+            Subject.JOB_FAILED,
+            Subject.JOB_CANCELLED,
+            Subject.JOB_REQUEUED,  # retries, and attempts whose processes it lost
+            Subject.NODE_HEARTBEAT,
+            Subject.ALERT_RAISED,  # the GPU memory slice guard
+            Subject.ALERT_RESOLVED,
+        },
+        listens=(Subject.NODE_HEARTBEAT.value,),  # the other nodes' addresses
+        follows=(EVENTS_STREAM,),
+        dead_letters=True,
+    ),
+    Role.MONITOR: Grant(
+        publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
+    ),
+    Role.SERVING: Grant(publishes=HEARTBEAT),
+    Role.INTEGRATOR: Grant(publishes=frozenset(), listens=EVENT_FAMILIES, declares_streams=False),
+}
+NOT_PUBLISHED_YET = frozenset({Subject.MODEL_PUBLISHED})
+"""Subjects no service creates yet (model publishing comes with the serving issue)."""
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+def _consumer_api(stream: str) -> list[str]:
+    api = "$JS.API.CONSUMER"
+    return [
+        f"{api}.CREATE.{stream}",
+        f"{api}.CREATE.{stream}.>",
+        f"{api}.DURABLE.CREATE.{stream}.>",
+        f"{api}.INFO.{stream}.>",
+        f"{api}.DELETE.{stream}.>",
+        f"{api}.MSG.NEXT.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def _stream_api(stream: str) -> list[str]:
+    return [f"$JS.API.STREAM.{op}.{stream}" for op in ("CREATE", "UPDATE", "INFO")]
+
+
+def permissions(role: Role) -> Permissions:
+    """The NATS publish and subscribe allow-lists of `role` (everything else is denied)."""
+    grant = GRANTS[role]
+    publish = [s.value for s in sorted(grant.publishes)]
+    if grant.declares_streams:
+        publish.append("$JS.API.INFO")
+        for stream in STREAMS:
+            publish += _stream_api(stream.name)
+    for stream in grant.follows:
+        publish += _consumer_api(stream.name)
+    if grant.dead_letters:
+        publish.append(Wildcard.DEADLETTER.value)
+    if grant.reads_dead_letters:
+        publish.append(f"$JS.API.STREAM.MSG.GET.{DEADLETTER_STREAM.name}")
+    if grant.leases:
+        kv = f"KV_{LEASES_BUCKET}"
+        publish += [
+            *_stream_api(kv),
+            f"$JS.API.STREAM.MSG.GET.{kv}",
+            f"$JS.API.DIRECT.GET.{kv}",
+            f"$JS.API.DIRECT.GET.{kv}.>",
+            f"$KV.{LEASES_BUCKET}.>",
+        ]
+    subscribe = [*grant.listens]
+    if role is not Role.INTEGRATOR:
+        subscribe.append(f"{inbox_prefix(role.value)}.>")
+    return Permissions(tuple(dict.fromkeys(publish)), tuple(dict.fromkeys(subscribe)))
+
+
+def publishes(name: str) -> frozenset[Subject] | None:
+    """The subjects the service `name` may publish; None for a name that is not a role (every subject)."""
+    try:
+        return GRANTS[Role(name)].publishes
+    except ValueError:
+        return None
+
+
+def publishers(subject: Subject) -> list[Role]:
+    """The roles that may publish `subject`."""
+    return [role for role, grant in GRANTS.items() if subject in grant.publishes]

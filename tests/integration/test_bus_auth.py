@@ -1,0 +1,240 @@
+"""The bus with users (`gpuyard up`'s nats-server configuration, `gpuyard.busconfig`): a real nats-server run
+with the generated configuration refuses anonymous clients and keeps each service to its own subjects; the
+platform works end to end with it, and forged events change nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import stat
+import subprocess
+import time
+
+import nats
+import pytest
+
+from gpuyard.busconfig import CONFIG_FILE, write_config
+from shared.bus import Bus, BusRefused
+from shared.buscredentials import bus_dir, credentials_path, ensure_credentials, read_credentials
+from shared.buspermissions import Role
+from shared.events import (
+    EVENTS_STREAM,
+    JobCancelRequested,
+    JobPlaced,
+    ReplicaPlacement,
+    Subject,
+    Wildcard,
+    make_event,
+)
+
+from .conftest import BIN, free_port, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A nats-server with JetStream run with the configuration `gpuyard up` writes: (url, data dir)."""
+    data_dir = tmp_path / "data"
+    config = write_config(data_dir)
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(BIN / "nats-server"), "-c", str(config), "-js", "-sd", str(tmp_path / "nats")]
+        + ["-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"nats://127.0.0.1:{port}"
+
+    def listening():
+        import socket
+
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 10, what="nats-server")
+    yield url, data_dir
+    proc.terminate()
+    proc.wait(10)
+
+
+class Errors:
+    """The asynchronous errors the server sends a client (permission violations come this way)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def __call__(self, exc: Exception) -> None:
+        self.seen.append(str(exc))
+
+    def violations(self) -> list[str]:
+        return [e for e in self.seen if "permissions violation" in e.lower()]
+
+
+async def connect(url: str, data_dir, role: Role) -> tuple[Bus, Errors]:
+    bus = await Bus.connect(
+        [url],
+        name=f"test-{role}",
+        source="/test",
+        credentials=read_credentials(credentials_path(data_dir, role)),
+    )
+    errors = Errors()
+    bus.nc._error_cb = errors  # (Bus.connect's own logs them; the test wants to see them)
+    return bus, errors
+
+
+async def eventually(check, within: float = 5, what: str = "condition"):
+    """`wait_for` that lets the event loop run (the server's errors arrive on it)."""
+    for _ in range(int(within / 0.05)):
+        if value := check():
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {within}s waiting for {what}")
+
+
+def placement(job_id: str = "j1"):
+    data = JobPlaced(job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
+    return make_event(data, source="/test")
+
+
+async def stored_count(bus: Bus) -> int:
+    return (await bus.js.stream_info(EVENTS_STREAM.name)).state.messages
+
+
+async def test_an_anonymous_client_is_refused(secured):
+    url, _ = secured
+    with pytest.raises(BusRefused, match="anonymous"):
+        await Bus.connect([url], name="anonymous", source="/test", connect_timeout=2)
+    with pytest.raises(Exception, match="(?i)authorization"):
+        await nats.connect(url, connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False)
+
+
+async def test_a_wrong_password_is_refused(secured, tmp_path):
+    url, data_dir = secured
+    wrong = ensure_credentials(tmp_path / "elsewhere", ["executor"])["executor"]  # same user, other password
+    with pytest.raises(BusRefused, match="'executor'"):
+        await Bus.connect([url], name="wrong", source="/test", credentials=wrong, connect_timeout=2)
+
+
+async def test_the_executor_cannot_publish_a_placement_but_the_scheduler_can(secured):
+    url, data_dir = secured
+    executor, errors = await connect(url, data_dir, Role.EXECUTOR)
+    scheduler, _ = await connect(url, data_dir, Role.SCHEDULER)
+    try:
+        await executor.ensure_streams()  # every service declares the streams at start-up
+        with pytest.raises(Exception):  # noqa: B017 (no ack comes: nats-py times out)
+            await asyncio.wait_for(executor.publish(placement("forged")), 3)
+        await eventually(errors.violations, what="the permissions violation")
+        assert Subject.JOB_PLACED.value in errors.violations()[0]
+        assert await stored_count(executor) == 0
+        published = await scheduler.publish(placement("real"))
+        assert published.stream == EVENTS_STREAM.name and await stored_count(scheduler) == 1
+    finally:
+        await executor.close()
+        await scheduler.close()
+
+
+async def test_the_executor_cannot_listen_outside_its_permissions(secured):
+    url, data_dir = secured
+    executor, errors = await connect(url, data_dir, Role.EXECUTOR)
+    try:
+
+        async def ignore(msg) -> None:
+            pass
+
+        await executor.subscribe(Wildcard.JOB.value, ignore)
+        await executor.subscribe("_INBOX.scheduler.>", ignore)  # another's replies
+        await executor.nc.flush()
+        await eventually(lambda: len(errors.violations()) >= 2, what="two permissions violations")
+        assert "subscription" in " ".join(errors.violations()).lower()
+    finally:
+        await executor.close()
+
+
+async def test_the_integrator_reads_every_event_and_publishes_none(secured):
+    url, data_dir = secured
+    integrator, errors = await connect(url, data_dir, Role.INTEGRATOR)
+    scheduler, _ = await connect(url, data_dir, Role.SCHEDULER)
+    seen: list[str] = []
+
+    async def on_msg(msg) -> None:
+        seen.append(msg.subject)
+
+    try:
+        await scheduler.ensure_streams()
+        await integrator.subscribe(Wildcard.JOB.value, on_msg)
+        await integrator.nc.flush()
+        for n in range(5):  # core subscriptions are at most once: one of a few events arrives
+            await scheduler.publish(placement(f"j{n}"))
+            with contextlib.suppress(AssertionError):
+                await eventually(lambda: seen, 1, "an event")
+                break
+        assert seen and set(seen) == {Subject.JOB_PLACED.value}
+        await integrator.nc.publish(Subject.JOB_CANCEL_REQUESTED.value, b"{}")
+        await integrator.nc.flush()
+        await eventually(errors.violations, what="the permissions violation")
+        assert await stored_count(scheduler) == n + 1  # the scheduler's events only
+    finally:
+        await integrator.close()
+        await scheduler.close()
+
+
+def test_credentials_are_private_and_made_once(tmp_path):
+    data_dir = tmp_path / "data"
+    config = write_config(data_dir)
+    first = {r: read_credentials(credentials_path(data_dir, r)) for r in Role}
+    assert stat.S_IMODE(bus_dir(data_dir).stat().st_mode) == 0o700
+    for path in [config, *(credentials_path(data_dir, r) for r in Role)]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert config.name == CONFIG_FILE and len({c.password for c in first.values()}) == len(Role)
+    write_config(data_dir)  # the next start
+    assert {r: read_credentials(credentials_path(data_dir, r)) for r in Role} == first
+    assert "no_auth_user" not in config.read_text()
+
+
+# ------------------------------------------------------------------ the platform, with its users
+
+
+def test_the_platform_runs_a_job_with_users_on_the_bus(platform):
+    assert stat.S_IMODE(platform.credentials("executor").stat().st_mode) == 0o600
+    client = platform.client()
+    job_id = client.submit({"command": "env", "resources": {"gpus": 1}}).job_id
+    platform.wait_state(job_id, {"succeeded"})
+    printed = client.logs(job_id)
+    assert "GPUYARD_JOB_ID=" in printed
+    assert (
+        "GPUYARD_NATS" not in printed
+        and read_credentials(platform.credentials("executor")).password not in printed
+    )
+    nats_log = (platform.data_dir / "logs" / "nats.log").read_text()
+    assert "Violation" not in nats_log and "Violation" not in platform.log.read_text(), nats_log[-3000:]
+
+
+def test_a_forged_cancel_request_leaves_a_running_job_running(platform):
+    client = platform.client()
+    job_id = client.submit({"command": "sleep 300", "resources": {"gpus": 1}}).job_id
+    platform.wait_state(job_id, {"running"})
+
+    async def forge() -> None:
+        bus = await platform.bus("submit")  # even a user that may publish cancel requests
+        try:
+            await bus.publish(make_event(JobCancelRequested(job_id=job_id, by="mallory"), source="/forger"))
+        finally:
+            await bus.close()
+
+    asyncio.run(forge())
+    time.sleep(2)  # the executors have seen it
+    job = client.job(job_id)
+    assert job.state == "running", job
+    client.cancel(job_id)
+    platform.wait_state(job_id, {"cancelled"})
+
+
+def test_a_service_with_no_credentials_cannot_join(platform, tmp_path):
+    env = {**platform.joining_env("executor"), "GPUYARD_NODE_NAME": "intruder"}
+    env.pop("GPUYARD_NATS_CREDENTIALS")
+    result = subprocess.run(
+        [str(BIN / "python"), "-m", "services.executor"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "refused no user (anonymous)" in result.stderr

@@ -1,0 +1,128 @@
+"""The scheduler believes the event store, not the bus: a job event the store does not hold (forged, or about
+a job or attempt that does not exist) changes nothing, and a heartbeat no machine could send is ignored. None
+of them stops the scheduler."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from services.scheduler.main import SchedulerService
+from shared.events import (
+    GpuInfo,
+    JobPlaced,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    NodeHeartbeat,
+    ReplicaPlacement,
+    make_event,
+)
+from shared.jobspec import JobSpec
+from shared.jobstate import JobState
+from shared.ledger import JobLedger
+from shared.settings import SchedulerSettings
+from shared.store import open_store
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
+    yield s
+    await s.close()
+
+
+def scheduler(store) -> SchedulerService:
+    service = SimpleNamespace(
+        ledger=JobLedger(store, None, "/scheduler"), store=store, bus=SimpleNamespace(js=None, replicas=1)
+    )
+    return SchedulerService(service, SchedulerSettings())
+
+
+def submitted(job_id: str) -> JobSubmitted:
+    spec = JobSpec(command="true", resources={"gpus": 1})
+    return JobSubmitted(job_id=job_id, name=job_id, tenant="t", user="u", spec=spec)
+
+
+def bus_message(version: int):
+    """A message as the bus delivers it, with the version header a forger can set as easily as anyone."""
+    return SimpleNamespace(headers={"Gpuyard-Version": str(version)})
+
+
+async def test_a_forged_end_of_a_running_job_does_not_free_its_gpus(store):
+    s = scheduler(store)
+    executor = JobLedger(store, None, "/executor")
+    await JobLedger(store, None, "/submit").append("j1", submitted("j1"))
+    placement = [ReplicaPlacement(replica=0, node="n")]
+    await s.ledger.append("j1", JobPlaced(job_id="j1", attempt=1, placements=placement))  # its own write
+    started = await executor.append("j1", JobStarted(job_id="j1", attempt=1, node="n", replicas=[0]))
+    await s.load()
+    await s.on_job_event(started.event, bus_message(3))
+    forged = make_event(JobSucceeded(job_id="j1", attempt=1), source="/forger")
+    await s.on_job_event(forged, bus_message(4))  # the next version, as a real end would be
+    await s.refresh_dirty()
+    assert s.view.jobs["j1"].state == JobState.RUNNING
+    assert [a.job.job_id for a in s.view.held.allocations()] == ["j1"]
+    ended = await executor.append("j1", JobSucceeded(job_id="j1", attempt=1))  # the real end, at version 4
+    await s.on_job_event(ended.event, bus_message(4))
+    await s.refresh_dirty()
+    assert "j1" not in s.view.jobs and not s.view.held.allocations()
+
+
+async def test_a_forged_submission_or_placement_changes_no_queue(store):
+    await JobLedger(store, None, "/submit").append("j1", submitted("j1"))
+    s = scheduler(store)
+    await s.load()
+    ghost = make_event(submitted("ghost"), source="/forger")
+    placed = make_event(
+        JobPlaced(job_id="j1", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")]),
+        source="/forger",
+    )
+    await s.on_job_event(ghost, bus_message(1))
+    await s.on_job_event(placed, bus_message(2))
+    await s.refresh_dirty()
+    assert set(s.view.jobs) == {"j1"} and s.view.jobs["j1"].state == JobState.QUEUED
+    assert [r.job_id for r in s.view.queue()] == ["j1"] and not s.view.held.allocations()
+
+
+def heartbeat(**changes) -> NodeHeartbeat:
+    values = {
+        "node": "n1",
+        "gpus": [GpuInfo(index=i, uuid=f"GPU-{i}", model="SIM", memory_bytes=16 << 30) for i in range(2)],
+        "cpus": 16,
+        "memory_bytes": 64 << 30,
+        **changes,
+    }
+    return NodeHeartbeat(**values)
+
+
+def gpu(index: int, memory: int = 16 << 30) -> GpuInfo:
+    return GpuInfo(index=index, uuid=f"GPU-{index}", model="SIM", memory_bytes=memory)
+
+
+ABSURD = {
+    "two GPUs with one index": {"gpus": [gpu(0), gpu(0)]},
+    "a negative GPU index": {"gpus": [gpu(-1)]},
+    "a GPU of a petabyte": {"gpus": [gpu(0, 1 << 50)]},
+    "a negative GPU memory": {"gpus": [gpu(0, -1)]},
+    "a thousand GPUs": {"gpus": [gpu(i) for i in range(1000)]},
+    "infinite cpus": {"cpus": float("inf")},
+    "no number of cpus": {"cpus": float("nan")},
+    "negative memory": {"memory_bytes": -1},
+    "an empty node name": {"node": ""},
+    "a name with spaces": {"node": "a b"},
+    "no interval": {"interval_seconds": 0},
+}
+
+
+@pytest.mark.parametrize("changes", ABSURD.values(), ids=ABSURD.keys())
+async def test_a_heartbeat_no_machine_could_send_is_ignored(changes):
+    s = SchedulerService(
+        SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1)), SchedulerSettings()
+    )
+    await s.on_heartbeat(make_event(heartbeat(**changes), source="/forger"))
+    assert not s.view.nodes and not s.wake.is_set()
+    await s.on_heartbeat(make_event(heartbeat(), source="/executor"))  # a real one still counts
+    assert list(s.view.nodes) == ["n1"] and s.view.nodes["n1"].last_seen <= time.time()
