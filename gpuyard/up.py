@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from gpuyard.busconfig import write_config
 from gpuyard.client import Client, save_config, saved_config
 from shared.buscredentials import credentials_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
+    EXIT_REFUSED,
     CommonSettings,
     ExecutorSettings,
     MonitorSettings,
@@ -58,6 +60,8 @@ COLORS = {
     "serving": "red",
 }
 STABLE_SECONDS = 60
+CRASH_LOOP = 3
+STARTED_LINE = " started (pid "  # what a service logs once it runs (shared/service.py)
 NATS_SHOWN = ("[WRN]", "[ERR]", "[FTL]", "Server is ready")
 PR_SET_PDEATHSIG = 1
 
@@ -104,6 +108,12 @@ class Child:
     restarts: int = 0
     pump: asyncio.Task | None = None
     backoff: float = field(default=1.0)
+    quick_exits: int = 0
+    """Exits in a row within STABLE_SECONDS of a start: CRASH_LOOP of them is a crash loop."""
+    last_line: str = ""
+    """What it said last (a refusal's or a crash's reason)."""
+    ready: bool = False
+    """It said it started (its `… started (pid …)` line)."""
     with_parent: Callable[[], None] = _die_with_parent
     """Run in the child before exec: the signal it gets when the supervisor dies (PR_SET_PDEATHSIG)."""
 
@@ -114,6 +124,9 @@ class Supervisor:
         self.log_dir = log_dir
         self.children: dict[str, Child] = {}
         self.stopping = False
+        self.refusal: str | None = None
+        """Set when a child refused its configuration: `gpuyard up` stops with it."""
+        self.refused = asyncio.Event()
 
     def say(self, name: str, text: str) -> None:
         color = COLORS.get(name.split("-")[0], "white")
@@ -143,7 +156,9 @@ class Supervisor:
                 if child.name == "nats" and not any(m in text for m in NATS_SHOWN):
                     continue  # the banner and routine lines stay in the log file
                 if text:
-                    self.say(child.name, _shorten(text, child.service or child.name))
+                    child.last_line = _shorten(text, child.service or child.name)
+                    child.ready = child.ready or STARTED_LINE in text
+                    self.say(child.name, child.last_line)
 
     async def watch(self) -> None:
         """Restart any child that exits while the platform is up."""
@@ -156,18 +171,50 @@ class Supervisor:
                 if child.pump:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(child.pump, 2)
+                if proc.returncode == EXIT_REFUSED:
+                    reason = child.last_line.rpartition("refuses to start: ")[2] or child.last_line
+                    self.refusal = f"{child.name} refused its configuration: {reason}"
+                    self.refused.set()
+                    return
                 if time.monotonic() - child.started > STABLE_SECONDS:
-                    child.backoff = 1.0
+                    child.backoff, child.quick_exits = 1.0, 0
+                else:
+                    child.quick_exits += 1
                 child.restarts += 1
+                looping = (
+                    f"; crash-looping ({child.quick_exits} exits in a row within {STABLE_SECONDS:.0f}s of "
+                    f"starting), last said: {escape(child.last_line)}"
+                    if child.quick_exits >= CRASH_LOOP
+                    else ""
+                )
                 self.say(
                     child.name,
                     f"[bold red]exited with code {proc.returncode}; restarting in {child.backoff:.0f}s "
-                    f"(restart #{child.restarts})[/]",
+                    f"(restart #{child.restarts}){looping}[/]",
                 )
                 await asyncio.sleep(child.backoff)
                 child.backoff = min(child.backoff * 2, 30)
                 if not self.stopping:
                     await self.start(child)
+
+    async def until_started(self, healthy: Callable[[], bool], within: float) -> bool:
+        """Until every child said it started and `healthy()` (the API answers); False as soon as a child
+        refused its configuration. A child that crashes meanwhile is restarted by `watch` and waited for."""
+        deadline = time.monotonic() + within
+        while not self.refused.is_set():
+            if all(c.ready for c in self.children.values() if c.name != "nats") and await asyncio.to_thread(
+                healthy
+            ):
+                return True
+            if time.monotonic() > deadline:
+                waiting = ", ".join(
+                    c.name for c in self.children.values() if c.name != "nats" and not c.ready
+                )
+                raise SystemExit(
+                    f"not started within {within:.0f}s: {waiting or 'the API'} (see the logs above)"
+                )
+            await asyncio.sleep(0.1)
+        return False
 
     async def stop(self, order: list[str], grace: float = 15) -> None:
         """Stop the children in `order`. Executors hear it first, all at once, by SIGINT: a deliberate stop,
@@ -403,7 +450,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             await sup.start(child)
         watcher = asyncio.create_task(sup.watch())
         client = Client(server_url, admin_token)
-        await wait_until(client.healthy, 60, "the submit API")
+        if not await sup.until_started(client.healthy, 60):
+            return await _refused(sup, platform, lock, console)
         lines = [
             f"\n[bold green]GPUYARD is up.[/] API {server_url} (OpenAPI at {server_url}/docs)",
             f"  data dir    {data_dir}",
@@ -424,13 +472,19 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             if (closed := unreachable_to_others(Path(sys.executable))) is not None:
                 warning = PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed)
                 lines.append(f"  [bold yellow]{warning}[/]")
+        cli = cli_command()
         lines.append(
-            "  Try: gpuyard submit examples/hello.yaml --follow  ·  gpuyard ps  ·  Ctrl-C stops everything\n"
+            f"  Try: {cli} submit examples/hello.yaml --follow  ·  {cli} ps  ·  Ctrl-C stops everything\n"
         )
         console.print("\n".join(lines), highlight=False)
         if opts.demo:
-            asyncio.create_task(run_demo(client, console))
-        await stop.wait()
+            asyncio.create_task(run_demo(client, console, server_url))
+        await asyncio.wait(
+            [asyncio.create_task(stop.wait()), asyncio.create_task(sup.refused.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if sup.refusal:
+            return await _refused(sup, platform, lock, console)
         console.print("\n[bold]Stopping GPUYARD…[/]")
         watcher.cancel()
     finally:
@@ -438,6 +492,26 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         lock.close()
     console.print("[bold]Stopped; no process left behind.[/]")
     return 0
+
+
+async def _refused(sup: Supervisor, platform: Plan, lock, console: Console) -> int:
+    """A service refused its configuration: stop everything and say why (restarting it would not help)."""
+    await sup.stop([*(c.name for c in reversed(platform.children)), "nats"])
+    lock.close()
+    console.print(f"[bold red]gpuyard up: {escape(sup.refusal or '')}[/]; stopped.", highlight=False)
+    return EXIT_REFUSED
+
+
+def cli_command() -> str:
+    """How to type the CLI in this shell: `gpuyard` when it is this installation's on the PATH, else its
+    path (relative to here when it is below, as `.venv/bin/gpuyard` after `make demo`)."""
+    mine = Path(sys.executable).parent / "gpuyard"
+    found = shutil.which("gpuyard")
+    if found and Path(found).resolve() == mine.resolve():
+        return "gpuyard"
+    with contextlib.suppress(ValueError):
+        return str(mine.relative_to(Path.cwd()))
+    return str(mine)
 
 
 DEMO_SPEC = {
@@ -448,15 +522,18 @@ DEMO_SPEC = {
 }
 
 
-async def run_demo(client: Client, console: Console) -> None:
-    """Submit a small 2-replica job and report it to the end."""
+async def run_demo(client: Client, console: Console, server_url: str) -> None:
+    """Submit a small 2-replica job and follow it to the end, its events and its output."""
     from gpuyard.follow import follow_job
 
     try:
         accepted = await asyncio.to_thread(client.submit, DEMO_SPEC)
         console.print(f"[bold]demo[/] submitted job {accepted.job_id} ({accepted.name})")
-        final = await asyncio.to_thread(follow_job, client, accepted.job_id, console)
-        logs = await asyncio.to_thread(client.logs, accepted.job_id, replica=0)
-        console.print(f"[bold]demo[/] job {final}; replica 0 said:\n{logs}", highlight=False)
+        final = await asyncio.to_thread(follow_job, client, accepted.job_id, console, logs=True)
+        console.print(
+            f"[bold]demo[/] job {final}. GPUYARD is still running (API {server_url}): submit more from another "
+            "terminal; Ctrl-C here stops it.",
+            highlight=False,
+        )
     except Exception as exc:  # the demo must never take the platform down
         console.print(f"[bold red]demo failed:[/] {exc}")

@@ -22,7 +22,7 @@ from shared.events import STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
-from shared.settings import CommonSettings, S, settings_from_argv
+from shared.settings import EXIT_REFUSED, CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
 from shared.version import VERSION
 
@@ -201,7 +201,7 @@ def run_service(
     refusal = preflight(settings) if preflight else None
     if refusal:
         log.error("%s refuses to start: %s", name, refusal)
-        sys.exit(2)
+        sys.exit(EXIT_REFUSED)
 
     os.umask(
         0o077
@@ -223,9 +223,12 @@ def run_service(
             await service.stopping.wait()
             log.info("%s stopping", name)
             code = 1 if service.failed else 0
-        except (BusUnavailable, StoreUnavailable, CredentialsError) as exc:
+        except (BusRefused, CredentialsError) as exc:  # its configuration: starting again will not help
+            log.error("%s refuses to start: %s", name, exc)
+            code = EXIT_REFUSED
+        except (BusUnavailable, StoreUnavailable) as exc:  # another service is not there yet: a restart may
             log.error("%s cannot start: %s", name, exc)
-            code = 2
+            code = 1
         finally:
             _exit_after(STOP_SECONDS + 3, code if code else 1)  # whatever hangs in the stop or after it
             if not await service.stop():

@@ -62,6 +62,11 @@ KeepFor = Annotated[float, BeforeValidator(_keep_for)]
 Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
 
 
+EXIT_REFUSED = 2
+"""A service's exit status when it refuses its configuration (settings, credentials, job users): a supervisor
+does not restart it (`gpuyard up` stops with its reason); any other failure is 1, and worth a restart."""
+
+
 class CommonSettings(BaseSettings):
     """Settings every service shares."""
 
@@ -394,4 +399,4 @@ def settings_from_argv(settings_cls: type[S], argv: list[str] | None, prog: str)
 
 def _refuse(prog: str, problem: str) -> NoReturn:
     sys.stderr.write(f"{prog}: {' '.join(problem.split())}\n")
-    raise SystemExit(2)
+    raise SystemExit(EXIT_REFUSED)

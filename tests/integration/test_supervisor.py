@@ -3,14 +3,21 @@ still stopping, its NATS server and every service end within seconds. Its files 
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
+import re
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.integration.conftest import Platform, wait_for
+from rich.console import Console
+
+from gpuyard.up import Child, Supervisor
+from tests.integration.conftest import BIN, Platform, free_ports, wait_for
 
 
 def children(pid: int) -> set[int]:
@@ -100,3 +107,43 @@ def test_the_platforms_files_are_readable_by_its_user_alone(tmp_path):
     assert not exposed, "\n".join(exposed)
     made = jobs / job.job_id / "attempt-1" / "work-0" / "made-by-the-job"
     assert stat.S_IMODE(made.stat().st_mode) == 0o644
+
+
+def test_a_service_that_refuses_its_configuration_stops_up_with_its_reason(tmp_path):
+    port, nats_port = free_ports(2)
+    env = {
+        **os.environ,
+        "GPUYARD_CONFIG_DIR": str(tmp_path / "config"),
+        "GPUYARD_JOB_USERS": "x=no-such-user",
+    }
+    argv = [str(BIN / "gpuyard"), "up", "--data-dir", str(tmp_path / "data"), "--simulate-gpus", "1"]
+    run = subprocess.run(
+        [*argv, "--port", str(port), "--nats-port", str(nats_port)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stdout[-3000:]
+    assert "GPUYARD is up" not in run.stdout and "restarting" not in run.stdout
+    last = run.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"gpuyard up: executor(-1)? refused its configuration: job_users: no user 'no-such-user' on this "
+        r"machine; stopped\.",
+        last,
+    ), last
+
+
+async def test_a_child_that_keeps_crashing_is_said_to_crash_loop_with_its_last_words(tmp_path):
+    out = io.StringIO()
+    sup = Supervisor(Console(file=out, width=300), tmp_path)
+    crash = Child("crashy", [sys.executable, "-c", "print('cannot open /nowhere'); raise SystemExit(1)"], {})
+    await sup.start(crash)
+    watcher = asyncio.create_task(sup.watch())
+    try:
+        await asyncio.to_thread(wait_for, lambda: "crash-looping" in out.getvalue(), 30, 0.1, "a crash loop")
+    finally:
+        watcher.cancel()
+        await sup.stop(["crashy"])
+    line = next(line for line in out.getvalue().splitlines() if "crash-looping" in line)
+    assert "restart #3" in line and "last said: cannot open /nowhere" in line
