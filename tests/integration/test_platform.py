@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -176,7 +177,6 @@ def test_bad_input_gets_one_clear_line_not_a_traceback(platform, tmp_path):
 def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
     client = platform.client()
     token = client.token
-    import threading
 
     got: list[dict] = []
     connected = threading.Event()
@@ -195,6 +195,25 @@ def test_the_event_stream_serves_a_jobs_events_as_sse(platform):
         "io.gpuyard.job.placed",
         "io.gpuyard.job.started",
     ]
+
+
+def test_the_event_stream_of_a_tenant_carries_none_of_another_tenants_events(platform):
+    admin = platform.client()
+    vision = admin.create_token(tenant="vision", user="ana").token
+    got: list[dict] = []
+    connected = threading.Event()
+
+    def listen():
+        got.extend(sse_events(platform.server, vision, {"subject": "job.>"}, count=3, connected=connected))
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert connected.wait(10), "the stream never said it was connected"
+    theirs = admin.submit({"tenant": "nlp", "command": "true", "resources": {"gpus": 1}}).job_id
+    platform.wait_state(theirs, {"succeeded"})  # every event of nlp's job was published before vision's job
+    mine = admin.submit({"tenant": "vision", "command": "true", "resources": {"gpus": 1}}).job_id
+    listener.join(20)
+    assert {e["subject"] for e in got} == {mine}, [(e["subject"], e["type"]) for e in got]
 
 
 def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform):

@@ -303,6 +303,46 @@ def test_every_route_documents_each_status_it_answers(api):
             assert answer < 300 or answer in documented, (path, method, answer)
 
 
+# What the other tenant's token (vision's) gets from each route when it names tenant nlp's job, token or data.
+# Every route of the document must be here: a new route joins, and states how it keeps tenants apart.
+NOT_YOURS = {
+    ("/v1/jobs", "post"): 403,  # a spec for tenant nlp
+    ("/v1/jobs", "get"): 403,  # ?tenant=nlp (and its own list holds none of nlp's: checked below)
+    ("/v1/jobs/{job_id}", "get"): 404,
+    ("/v1/jobs/{job_id}/events", "get"): 404,
+    ("/v1/jobs/{job_id}/cancel", "post"): 404,
+    ("/v1/jobs/{job_id}/logs", "get"): 404,
+    ("/v1/events/stream", "get"): None,  # needs the bus: tests/integration/test_platform.py walks it
+    ("/v1/deadletters", "get"): 403,  # admins only (events of every tenant)
+    ("/v1/nodes", "get"): 200,  # the cluster's machines: no tenant's data
+    ("/v1/services", "get"): 200,  # the platform's processes: no tenant's data
+    ("/v1/admin/tokens", "post"): 403,
+    ("/v1/admin/tokens", "get"): 403,
+    ("/v1/admin/tokens/{token_id}", "delete"): 403,
+    ("/healthz", "get"): 200,
+}
+
+
+def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx):
+    theirs = submit(api, headers=NLP)["job_id"]
+    asyncio.run(ctx.logs.append(split(LogKey(theirs, 1, 0), 0, b"nlp's secret output\n")))
+    token_id = next(e.id for e in ctx.tokens.entries() if e.tenant == "nlp")
+    schema = api.get("/openapi.json").json()
+    assert {(path, method) for path, method, _ in operations(schema)} == set(NOT_YOURS)
+    for (path, method), expected in NOT_YOURS.items():
+        if expected is None:
+            continue
+        url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
+        body = {**SPEC, "tenant": "nlp"} if method == "post" and path == "/v1/jobs" else None
+        params = {"tenant": "nlp"} if (path, method) == ("/v1/jobs", "get") else None
+        answer = api.request(method.upper(), url, headers=VISION, json=body, params=params)
+        assert answer.status_code == expected, (path, method, answer.status_code, answer.text[:200])
+        assert theirs not in answer.text or answer.status_code >= 400 and "no job" in answer.text
+        assert "secret" not in answer.text
+    assert theirs not in api.get("/v1/jobs", headers=VISION).text
+    assert api.get(f"/v1/jobs/{theirs}/logs", headers=NLP).text == "nlp's secret output\n"  # it is there
+
+
 def test_the_schema_of_a_spec_refuses_what_the_api_refuses(api):
     """The rules are the model's, and the schema carries them: what the schema refuses, the API refuses."""
     spec = api.get("/openapi.json").json()["components"]["schemas"]["JobSpec"]["properties"]
