@@ -175,6 +175,11 @@ class SubmitSettings(CommonSettings):
     store_durable_commits: bool = Field(
         True, description="As for every service, on here: a job is accepted (202) once it is on disk."
     )
+    accept_unplaceable: bool = Field(
+        False,
+        description="Queue a job that no node could ever hold, even empty, to wait for a cluster that grows "
+        "(new nodes, autoscaling); by default it is refused (422) with the largest node and the whole cluster.",
+    )
     tokens_file: Path | None = Field(
         None,
         description="JSON/YAML file of tokens, kept hashed, re-read when it changes: "

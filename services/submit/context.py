@@ -25,4 +25,6 @@ class SubmitContext:
     telemetry: Telemetry = field(default_factory=lambda: Telemetry())
     max_body_bytes: int = 1 << 20
     queue: QueueDepth = field(default_factory=QueueDepth)
+    accept_unplaceable: bool = False
+    """Queue a job no node could ever hold (for a cluster that grows) instead of refusing it."""
     """Jobs waiting per tenant, and each tenant's limit on them (none by default)."""

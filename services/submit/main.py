@@ -61,6 +61,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         bus=service.bus,
         max_body_bytes=settings.max_body_bytes,
         queue=QueueDepth(settings.max_queued_per_tenant, settings.queue_limits),
+        accept_unplaceable=settings.accept_unplaceable,
     )
     await ctx.telemetry.follow(service.bus)
     await ctx.queue.follow(service.bus, service.store)

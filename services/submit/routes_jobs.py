@@ -12,6 +12,7 @@ from services.submit.context import SubmitContext
 from services.submit.errors import answers, json_answers
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
+from shared.capacity import unplaceable
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
@@ -58,6 +59,11 @@ async def queue_job(
     if tenant != principal.tenant and not principal.admin:
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
+        )
+    if not ctx.accept_unplaceable and (why := unplaceable(spec, ctx.telemetry.live_nodes())):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            f"no node could ever hold this job: {why} (GPUYARD_ACCEPT_UNPLACEABLE=true queues such jobs)",
         )
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
     try:

@@ -36,6 +36,16 @@ class Telemetry:
                     if now - seen > FORGET_SERVICE_AFTER:
                         del self.services[instance]
 
+    def live_nodes(self, now: float | None = None) -> list[NodeHeartbeat]:
+        """The nodes that announced themselves lately (within three of their heartbeat intervals) and were not
+        declared lost since: the cluster a new job could run on."""
+        now = time.time() if now is None else now
+        return [
+            hb
+            for seen, hb in self.nodes.values()
+            if hb.node not in self.lost and now - seen <= 3 * hb.interval_seconds + 5
+        ]
+
     async def follow(self, bus: Bus) -> None:
         async def on_msg(msg) -> None:
             with contextlib.suppress(ValueError):

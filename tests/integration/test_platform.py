@@ -13,7 +13,6 @@ import pytest
 
 from shared.events import CloudEvent, FailureReason, Subject
 from shared.jobstate import JobState
-from shared.reasons import PendingCode
 
 from .conftest import sse_events, wait_for
 
@@ -109,17 +108,15 @@ def test_two_replicas_get_torchrun_style_environment(platform):
     assert logs[0].split("master=")[1] == logs[1].split("master=")[1]
 
 
-def test_a_job_too_big_for_the_cluster_waits_with_a_reason(platform):
-    client = platform.client()
-    job_id = client.submit({"name": "too-big", "command": "true", "resources": {"gpus": 4}}).job_id
-    job = wait_for(lambda: (j := client.job(job_id)).pending and j, 15, what="a pending reason")
-    assert job.state == JobState.QUEUED
-    assert job.pending.code == PendingCode.TOO_LARGE and "needs 4 GPUs on one node" in job.pending.message
-    listed = platform.cli("ps", "--json")
-    assert any(j["job_id"] == job_id for j in json.loads(listed.stdout))
-    table = platform.cli("ps")
-    assert "too-big" in table.stdout and "needs 4 GPUs" in table.stdout
-    client.cancel(job_id)
+def test_a_job_no_node_could_hold_is_refused_with_the_largest_node(platform, tmp_path):
+    spec = write_spec(tmp_path, "too-big", {"name": "too-big", "command": "true", "resources": {"gpus": 4}})
+    refused = platform.cli("submit", spec)
+    assert refused.returncode == 1 and "submitted job" not in refused.stdout
+    assert (
+        "no node could ever hold this job: needs 4 GPUs on one node; the largest node has 2 (node-a)"
+        in refused.stderr
+    ), refused.stderr
+    assert "too-big" not in platform.cli("ps", "--all").stdout
 
 
 def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):

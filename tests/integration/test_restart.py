@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.reasons import PendingCode
+
 from .conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration
@@ -22,12 +24,15 @@ def port_open(port: int) -> bool:
 
 
 def test_jobs_survive_a_restart_and_nothing_is_left_behind(tmp_path):
-    p = Platform(tmp_path / "data", tmp_path / "config").start()
+    accepting = {"GPUYARD_ACCEPT_UNPLACEABLE": "true"}  # a job too big for this cluster waits for it to grow
+    p = Platform(tmp_path / "data", tmp_path / "config", env=accepting).start()
     client = p.client()
     done = client.submit({"name": "before", "command": "true", "resources": {"gpus": 1}}).job_id
     p.wait_state(done, {"succeeded"})
     waiting = client.submit({"name": "waits", "command": "true", "resources": {"gpus": 8}}).job_id
-    wait_for(lambda: client.job(waiting).pending, 15, what="a pending reason")
+    pending = wait_for(lambda: client.job(waiting).pending, 15, what="a pending reason")
+    assert pending.code == PendingCode.TOO_LARGE and "needs 8 GPUs on one node" in pending.message
+    assert "needs 8 GPUs" in p.cli("ps").stdout
     pids = [s.pid for s in client.services()]
     assert p.stop() == 0
     assert not port_open(p.port) and not port_open(p.nats_port)
