@@ -13,10 +13,14 @@ left the cluster (capacity only shrank) considers only the new arrivals plus the
 in the previous cycle (as many as hold reservations, `reservation_depth`, at least one: their reservations
 still govern backfill); everything else failed on a larger capacity.
 
-GPU allocation is reported over the arrival window (`allocation_pct`: from the first arrival to the last, the
-time-weighted mean share of the cluster's GPUs allocated), the one definition the simulator's tables and the
-benchmarks use: averaged over the makespan instead (`allocation_makespan_pct`), one job that runs for months
-after the last arrival dilutes the contention while jobs arrive into nothing.
+GPU allocation is reported over the arrival window (`gpu_allocation_mean_pct`: the time-weighted mean share of
+the cluster's GPUs allocated while jobs arrive), the one definition the simulator's tables and the benchmarks
+use. The window runs from the 1st to the 99th percentile of the arrival times (`ARRIVAL_WINDOW`): the openb
+files hold a few pods created months before the rest (about 30 of 8,152 in the 115 days before the dense part
+of the default file, pods still running when the trace was taken), and from the first arrival to the last
+the window would be three quarters empty. Averaged over the makespan instead (`gpu_allocation_makespan_pct`),
+one job that runs for months after the last arrival hides the contention altogether (2.4% where the arrival
+window shows 75%).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from services.scheduler.sim.cluster import node_index
 from services.scheduler.sim.trace import NodeTable, PodTable
 from shared.reasons import RESOURCE_CODES, PendingCode
 
+ARRIVAL_WINDOW = (1.0, 99.0)  # percentiles of the arrival times between which allocation is measured
+
 
 @dataclass(slots=True)
 class TimeRun:
@@ -44,7 +50,7 @@ class TimeRun:
     jct: np.ndarray  # seconds, finished jobs
     wait: np.ndarray  # seconds, started jobs
     makespan: float
-    allocation_mean: float  # time-weighted mean share of GPUs allocated from first to last arrival, %
+    allocation_mean: float  # time-weighted mean share of GPUs allocated in the arrival window, %
     allocation_makespan: float  # the same from the first arrival to the last end, %
     preemptions: int
     timeline: dict[str, list[float]] = field(default_factory=dict)  # t, allocated %, queue length
@@ -145,7 +151,7 @@ def run_time(
     timeline = {"t": [], "allocated_pct": [], "queue": []}
     area = window_area = 0.0
     last_t = jobs[0].submitted_at if jobs else 0.0
-    last_arrival = jobs[-1].submitted_at if jobs else 0.0
+    window_start, window_end = arrival_window(jobs)
     holders: list[str] = []  # the first jobs blocked on resources last cycle (reservations)
     depth = max(1, config.reservation_depth)
     k = 0
@@ -153,7 +159,7 @@ def run_time(
     while k < len(jobs) or ends:
         t = min(jobs[k].submitted_at if k < len(jobs) else np.inf, ends[0][0] if ends else np.inf)
         area += allocated * (t - last_t)
-        window_area += allocated * (min(t, last_arrival) - min(last_t, last_arrival))
+        window_area += allocated * max(0.0, min(t, window_end) - max(last_t, window_start))
         last_t = t
         freed = False
         while ends and ends[0][0] <= t:
@@ -203,7 +209,7 @@ def run_time(
             break  # what is left can never start
     first = jobs[0].submitted_at if jobs else 0.0
     span = max(last_t - first, 1e-9)
-    window = last_arrival - first
+    window = window_end - window_start
     jct = np.array([finished[j] - arrival[j] for j in finished])
     wait = np.array([first_start[j] - arrival[j] for j in first_start])
     never = len(queue)
@@ -226,6 +232,14 @@ def run_time(
         time.perf_counter() - started,
         {j: first_start[j] - arrival[j] for j in first_start},
     )
+
+
+def arrival_window(jobs: list[JobRequest]) -> tuple[float, float]:
+    """(start, end) of the arrival window: the `ARRIVAL_WINDOW` percentiles of the jobs' arrival times."""
+    if not jobs:
+        return 0.0, 0.0
+    low, high = np.percentile([j.submitted_at for j in jobs], ARRIVAL_WINDOW)
+    return float(low), float(high)
 
 
 def _end_of(ends: list[tuple[float, str]], job_id: str) -> float:

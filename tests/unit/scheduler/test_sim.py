@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from services.scheduler.core import JobRequest
 from services.scheduler.sim import cli, presets
 from services.scheduler.sim.inflation import draw_workload, run_inflation
-from services.scheduler.sim.timemode import run_time, runtimes
+from services.scheduler.sim.timemode import arrival_window, run_time, runtimes
 from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, NodeTable, PodTable, read_nodes, read_pods
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
@@ -204,7 +205,8 @@ def test_time_replay_second_blocked_job_does_not_starve(tmp_path) -> None:
 
 
 def test_time_replay_allocation_over_the_arrival_window(tmp_path) -> None:
-    """4 of 8 GPUs for 50 s in an arrival window of 100 s is 25%; the last job then runs 10,000 s alone."""
+    """Arrivals at 0 and 100: the window is [1, 99] (1st and 99th percentiles), of which 4 of the 8 GPUs are
+    allocated for 49 s (until 50); the last job then runs 10,000 s alone, which the makespan mean counts."""
     nodes = tmp_path / "nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n")
     pods = tmp_path / "pods.csv"
@@ -213,5 +215,13 @@ def test_time_replay_allocation_over_the_arrival_window(tmp_path) -> None:
     )
     run = run_time(read_nodes(nodes), read_pods(pods), "gpuyard", presets.config_for("gpuyard"))
     s = run.summary()
-    assert s["gpu_allocation_mean_pct"] == pytest.approx(100 * 4 * 50 / (8 * 100))
+    assert s["gpu_allocation_mean_pct"] == pytest.approx(100 * 4 * (50 - 1) / (8 * (99 - 1)))
     assert s["gpu_allocation_makespan_pct"] == pytest.approx(100 * (4 * 50 + 4 * 10_000) / (8 * 10_100))
+
+
+def test_arrival_window_leaves_out_a_lone_early_arrival() -> None:
+    """One job months before 199 others (the openb files' old pods): the window is where the 199 arrive."""
+    jobs = [JobRequest("early", "t", submitted_at=0.0)]
+    jobs += [JobRequest(f"j{k}", "t", submitted_at=1e7 + k) for k in range(199)]
+    start, end = arrival_window(jobs)
+    assert 1e7 <= start < 1e7 + 2 and 1e7 + 196 < end <= 1e7 + 198
