@@ -74,6 +74,9 @@ class Reservation:
 class Projection:
     """The capacity projected forward through the running jobs' ends, shared by a cycle's reservations.
 
+    `ending`: (end time, replicas) of the jobs with a time limit, in order of their end (ties: in the order of
+    the running list, then this cycle's placements); `ending_order` makes it lazily.
+
     `reserve` gives the next blocked job in line the earliest end (not before the previous reservation's
     start) at which it fits with the jobs reserved before it placed. The index is copied once, for the first
     reservation; each further one copies the projection it continues (the earlier reservation keeps its own
@@ -116,21 +119,6 @@ class Projection:
             self.exhausted = True
             return Reservation(job.job_id, None, None)
         return Reservation(job.job_id, self.at, future, frozenset(i for i, _ in choices))
-
-
-def reserve(
-    index: CapacityIndex,
-    policy: PlacementPolicy,
-    job: JobRequest,
-    demand: Demand,
-    ending: Iterable[tuple[float, tuple[ReplicaAssignment, ...]]],
-    now: float,
-) -> Reservation:
-    """One reservation (the first of a `Projection`): the earliest end of a running job at which `job` fits.
-
-    `ending`: (end time, replicas) of the jobs with a time limit, in order of their end (ties: in the order of
-    the running list, then this cycle's placements); `ending_order` makes it lazily."""
-    return Projection(index, policy, ending, now).reserve(job, demand)
 
 
 _STARTED = attrgetter("started_at")
