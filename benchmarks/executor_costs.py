@@ -1,7 +1,7 @@
 """What the executor costs per job, in CPU microseconds of its own process: the real `Executor` with the local
 backend over a real embedded store, no NATS (the unit tests' harness), no-op jobs (`true`) placed in bursts.
 
-    python benchmarks/executor_costs.py [--jobs 600] [--burst 50] [--profile]
+    python benchmarks/executor_costs.py [--jobs 600] [--burst 50] [--profile [--top 15]]
 
 Per job: submitted and placed (as the scheduler would), started, its replica's exit recorded with
 `job.succeeded`, and that end delivered back to the executor (as the bus would). `total_us` is the process's
@@ -11,7 +11,9 @@ starts, pipes and files, which varies from run to run on a VM);
 `reaper_us` is the CPU of the executor's reaper per job (the process that starts each replica and records its
 end, `services/executor/reaper.py`; its children's own CPU not counted), `node_us` = `total_us` + `reaper_us`;
 `executor_us` is, with --profile, the CPU spent in the functions of services/executor itself (cProfile
-`tottime`, inflated by the profiler). Prints one JSON object.
+`tottime`, inflated by the profiler); `--top N` adds `top_cumulative_us`: the N functions with the most
+cumulative time per job (their callees included: `posix_spawn`, SQLite's `execute`, `os.mkdir`, reading the
+job...), each with its calls per job, under the profiler. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -86,17 +88,42 @@ def executor_tottime(profiler: cProfile.Profile) -> float:
     return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.stats.items() if path.startswith(folder))
 
 
+def top_cumulative(profiler: cProfile.Profile, jobs: int, n: int) -> list[dict]:
+    stats = pstats.Stats(profiler)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])
+    out = []
+    for (path, line, name), (_, calls, _, cumulative, _) in rows:
+        if name in ("<module>", "run", "_run_once", "select") or path.endswith(
+            ("base_events.py", "runners.py")
+        ):
+            continue  # the loop and the benchmark itself, which contain everything
+        where = Path(path).name if path != "~" else "builtin"
+        out.append(
+            {
+                "function": f"{where}:{line}:{name}",
+                "us_per_job": round(cumulative / jobs * 1e6, 1),
+                "calls_per_job": round(calls / jobs, 2),
+            }
+        )
+        if len(out) == n:
+            break
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=600)
     parser.add_argument("--burst", type=int, default=50)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=0, help="with --profile: the N largest cumulative times")
     args = parser.parse_args()
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = cProfile.Profile(time.process_time) if args.profile else None  # CPU, not wall time
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         result = runner.run(run(args.jobs, args.burst, profiler))
     if profiler:
         result["executor_us"] = round(executor_tottime(profiler) / args.jobs * 1e6, 1)
+        if args.top:
+            result["top_cumulative_us"] = top_cumulative(profiler, args.jobs, args.top)
     print(json.dumps(result))
 
 

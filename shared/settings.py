@@ -242,6 +242,12 @@ class SchedulerSettings(CommonSettings):
         BackfillMode.EASY,
         description="easy (never delays the first blocked job's reservation), greedy or off (strict order).",
     )
+    reservation_depth: int = Field(
+        8,
+        ge=1,
+        description="With easy backfill, how many of the first jobs blocked on resources get a reservation "
+        "that later jobs may not delay; 1: classic EASY.",
+    )
     pending_after: float = Field(
         5.0,
         description="Seconds a job that only waits its turn for busy resources waits before the scheduler "

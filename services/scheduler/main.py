@@ -79,6 +79,7 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
         preemption=settings.preemption,
         min_runtime_before_preemption=settings.min_runtime_before_preemption,
         backfill=settings.backfill,
+        reservation_depth=settings.reservation_depth,
     )
 
 

@@ -15,6 +15,7 @@ from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
 from gpuyard.up import SETTING_FLAGS, UpOptions, plan
 from gpuyard.up import add_arguments as add_up_arguments
+from services.scheduler.core import SchedulerConfig
 from services.scheduler.main import config_of
 from shared import settingsdocs
 from shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
@@ -95,6 +96,8 @@ def test_the_service_builds_the_core_config_from_its_settings():
     )
     assert config.tenant_weights == {"a": 3.0}
     assert SchedulerSettings().policy is Policy.GPUYARD and SchedulerSettings().backfill is BackfillMode.EASY
+    assert config_of(SchedulerSettings(reservation_depth=3)).reservation_depth == 3
+    assert config_of(SchedulerSettings()).reservation_depth == SchedulerConfig().reservation_depth
 
 
 def test_ports_of_serving_and_the_monitor():

@@ -1,18 +1,24 @@
-"""EASY backfill: one reservation for the first job blocked on resources; later jobs must not delay it.
+"""EASY backfill with a reservation depth: the first `depth` jobs blocked on resources get reservations; later
+jobs must not delay any of them.
 
-The reservation's start is the earliest time the blocked job fits when running jobs end at their time limits
-(started_at + timeout; a job placed in this cycle ends at now + timeout). Jobs WITHOUT a time limit are taken
-to run forever: they cannot be proven to end, so they never free room in the estimate.
+The first reservation's start is the earliest time the blocked job fits when running jobs end at their time
+limits (started_at + timeout; a job placed in this cycle ends at now + timeout). Jobs WITHOUT a time limit are
+taken to run forever: they cannot be proven to end, so they never free room in the estimate. The next blocked
+job's reservation continues the same projection from there, with the jobs reserved before it placed (and kept
+for good: conservative), so reservations start in line order and each is computed on the room left by the
+earlier ones. Depth 1 is classic EASY (Lifka; Maui's RESERVATIONDEPTH): with one reservation, jobs that need
+a scarce kind of node (a whole node of one model, or its CPUs) wait one after the other, each for a full drain
+of such a node once it is first in line, while small jobs keep taking what frees on the others.
 
-Rule for a job that fits now while a reservation stands (start T):
-- it has a time limit and ends by T  -> it may start (it is gone before the reserved job needs the room);
-- otherwise (it would still run at T, or it has no time limit) -> it is placed on the nodes the reservation
-  does not use if it fits there; else anywhere, but kept only if, at T, the room it takes is not needed by
-  the reservation (checked GPU by GPU on the capacity projected to T with the reserved job placed).
+Rule for a job that fits now while reservations stand (starts T1 <= T2 <= ...):
+- it has a time limit and ends by T1 -> it may start (it is gone before any reserved job needs the room);
+- otherwise -> it is placed on the nodes the reservations it outlasts do not use if it fits there; else
+  anywhere, but kept only if, at the start of every reservation it outlasts, the room it takes is not needed
+  by the reserved jobs (checked GPU by GPU on the capacity projected to that start, reserved jobs placed).
 The projection stops at the first ending job that makes room, so jobs ending at that same instant later in
-the list stay counted as running: the check is conservative (it may refuse a backfill, never delay the head).
-If no start can be found (the blocked job would not fit even when every time-limited job has ended), there is
-no reservation to protect and later jobs start greedily; the blocked job's estimated start is None.
+the list stay counted as running: the check is conservative (it may refuse a backfill, never delay a
+reservation). If no start can be found for a blocked job (it would not fit even when every time-limited job
+has ended), it gets no reservation and no later job does; its estimated start is None.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ class Reservation:
     def admits(self, job: JobRequest, demand: Demand, choices: list[Choice], now: float) -> bool:
         if self.future is None or self.start is None:
             return True
-        if job.timeout is not None and now + job.timeout <= self.start:
+        if not self.outlasts(job, now):
             return True
         done: list[Choice] = []
         for i, slots in choices:
@@ -58,28 +64,61 @@ class Reservation:
             done.append((i, slots))
         return True
 
+    def withdraw(self, job: JobRequest, demand: Demand, choices: list[Choice], now: float) -> None:
+        """Undo `admits` (it said yes; a later reservation said no)."""
+        if self.future is not None and self.outlasts(job, now):
+            for i, slots in reversed(choices):
+                self.future.give(i, slots, demand)
 
-def reserve(
-    index: CapacityIndex,
-    policy: PlacementPolicy,
-    job: JobRequest,
-    demand: Demand,
-    ending: Iterable[tuple[float, tuple[ReplicaAssignment, ...]]],
-    now: float,
-) -> Reservation:
-    """Project the capacity forward through the running jobs' ends until the job fits.
+
+class Projection:
+    """The capacity projected forward through the running jobs' ends, shared by a cycle's reservations.
 
     `ending`: (end time, replicas) of the jobs with a time limit, in order of their end (ties: in the order of
-    the running list, then this cycle's placements); `ending_order` makes it lazily."""
-    future = index.copy()
-    for end, replicas in ending:
-        opened = False
-        for i in future.release(replicas):
-            opened = opened or future.fits_one(i, demand)
-        choices = place_gang(future, policy, demand, job.replicas) if opened else None
-        if choices is not None:
-            return Reservation(job.job_id, max(end, now), future, frozenset(i for i, _ in choices))
-    return Reservation(job.job_id, None, None)
+    the running list, then this cycle's placements); `ending_order` makes it lazily.
+
+    `reserve` gives the next blocked job in line the earliest end (not before the previous reservation's
+    start) at which it fits with the jobs reserved before it placed. The index is copied once, for the first
+    reservation; each further one copies the projection it continues (the earlier reservation keeps its own
+    capacity at its start, which later admissions change)."""
+
+    def __init__(
+        self,
+        index: CapacityIndex,
+        policy: PlacementPolicy,
+        ending: Iterable[tuple[float, tuple[ReplicaAssignment, ...]]],
+        now: float,
+    ) -> None:
+        self.index = index
+        self.policy = policy
+        self.ending = iter(ending)
+        self.now = now
+        self.future: CapacityIndex | None = None
+        self.at = now  # the time the projection has reached
+        self.exhausted = False
+
+    def reserve(self, job: JobRequest, demand: Demand) -> Reservation:
+        if self.exhausted:
+            return Reservation(job.job_id, None, None)
+        if self.future is None:
+            future = self.future = self.index.copy()
+            choices = None  # the job does not fit now (it is blocked)
+        else:
+            future = self.future = self.future.copy()  # the previous reservation keeps the one it had
+            choices = place_gang(future, self.policy, demand, job.replicas)
+        for end, replicas in self.ending if choices is None else ():
+            opened = False
+            for i in future.release(replicas):
+                opened = opened or future.fits_one(i, demand)
+            if opened:
+                choices = place_gang(future, self.policy, demand, job.replicas)
+                if choices is not None:
+                    self.at = max(end, self.at)
+                    break
+        if choices is None:
+            self.exhausted = True
+            return Reservation(job.job_id, None, None)
+        return Reservation(job.job_id, self.at, future, frozenset(i for i, _ in choices))
 
 
 _STARTED = attrgetter("started_at")

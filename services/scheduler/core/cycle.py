@@ -13,7 +13,8 @@ Per job, in the order of `ordering.in_order`:
 5. place all replicas through the placement policy (gang: all or nothing);
    - placed while a backfill reservation stands: kept only if it does not delay the reservation;
    - not placed: try preemption (priority, or reclaim of borrowed quota); otherwise explain with numbers.
-     The first job blocked on resources gets the reservation (EASY backfill) and an estimated start.
+     The first `config.reservation_depth` jobs blocked on resources get reservations (EASY backfill) and an
+     estimated start.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from operator import attrgetter
 import numpy as np
 
 from services.scheduler.core import reasons as R
-from services.scheduler.core.backfill import Reservation, ending_order, reserve
+from services.scheduler.core.backfill import Projection, Reservation, ending_order
 from services.scheduler.core.demand import Demand, demand_of, shape_key
 from services.scheduler.core.explain import never_fits, no_room_now
 from services.scheduler.core.fragmentation import shape_of, typical_shapes
@@ -154,9 +155,13 @@ class _Cycle:
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
         self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
-        self.delayed: dict[tuple, R.Blocker] = {}  # shape -> would delay the reservation (if it outlasts it)
+        self.delayed: dict[
+            tuple, tuple[Reservation, R.Blocker]
+        ] = {}  # shape -> the reservation it would delay
         self.head: JobRequest | None = None  # first job blocked on resources
-        self.reservation: Reservation | None = None
+        self.reservations: list[Reservation] = []  # in line order; their starts never decrease
+        self.projection: Projection | None = None
+        self.depth = config.reservation_depth if config.backfill == BackfillMode.EASY else 0
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self._borrowed: set[str] | None = None
         self._lowest_priority: int | None = None
@@ -250,8 +255,8 @@ class _Cycle:
             self.wait(job, blocker)
             return
         delayed = self.delayed.get(key)
-        if delayed is not None and self.reservation.outlasts(job, self.now):
-            self.wait(job, delayed)
+        if delayed is not None and delayed[0].outlasts(job, self.now):
+            self.wait(job, delayed[1])
             return
         demand = self.demands.get(key)
         if demand is None:
@@ -261,28 +266,50 @@ class _Cycle:
             self.blocked(job, demand, key, cached)
             return
         choices = None
-        if self.reservation is not None and self.reservation.outlasts(job, self.now):
-            choices = self.place_around_reservation(demand, job.replicas)
+        outlasted = self.outlasted(job)
+        if outlasted:
+            choices = self.place_around_reservations(demand, job.replicas, outlasted)
         if choices is None:
             choices = place_gang(self.index, self.policy, demand, job.replicas)
         if choices is None:
             self.blocked(job, demand, key, None)
             return
-        if self.reservation is not None and not self.reservation.admits(job, demand, choices, self.now):
-            undo_gang(self.index, demand, choices)
-            head = self.reservation.job_id
-            self.delayed[key] = R.Blocker(
-                PendingCode.BACKFILL_WOULD_DELAY,
-                f"fits now but would delay the reserved start of job {head}",
-                {"reserved_for": head, "reserved_start": self.reservation.start},
-            )
-            self.wait(job, self.delayed[key])
-            return
+        for k, reservation in enumerate(outlasted):
+            if not reservation.admits(job, demand, choices, self.now):
+                for earlier in outlasted[:k]:
+                    earlier.withdraw(job, demand, choices, self.now)
+                undo_gang(self.index, demand, choices)
+                head = reservation.job_id
+                self.delayed[key] = (
+                    reservation,
+                    R.Blocker(
+                        PendingCode.BACKFILL_WOULD_DELAY,
+                        f"fits now but would delay the reserved start of job {head}",
+                        {"reserved_for": head, "reserved_start": reservation.start},
+                    ),
+                )
+                self.wait(job, self.delayed[key][1])
+                return
         self.placed(job, demand, choices)
 
-    def place_around_reservation(self, demand: Demand, replicas: int) -> list[Choice] | None:
-        """Try the nodes the reservation does not need first (a long job there can never delay it)."""
-        reserved = self.reservation.nodes
+    def outlasted(self, job: JobRequest) -> list[Reservation]:
+        """The reservations this job would still run at (a prefix: their starts never decrease)."""
+        reservations = self.reservations
+        if not reservations or not reservations[0].outlasts(job, self.now):
+            return []
+        if len(reservations) == 1:
+            return reservations
+        return [r for r in reservations if r.outlasts(job, self.now)]
+
+    def place_around_reservations(
+        self, demand: Demand, replicas: int, reservations: list[Reservation]
+    ) -> list[Choice] | None:
+        """Try the nodes these reservations do not need first (a long job there can never delay them)."""
+        reserved = (
+            reservations[0].nodes
+            if len(reservations) == 1
+            else frozenset().union(*(r.nodes for r in reservations))
+        )
         if not reserved:
             return None
         index = self.index
@@ -335,14 +362,21 @@ class _Cycle:
             self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
         )
         estimated = None
-        if self.head is not None and self.preemption_settled(job, key):
+        reserving = len(self.reservations) < self.depth and not (
+            self.projection is not None and self.projection.exhausted
+        )
+        if self.head is not None and not reserving and self.preemption_settled(job, key):
             self.settle(key, job, blocker)
         if self.head is None:
             self.head = job
-            if self.config.backfill == BackfillMode.EASY:
+        if reserving:
+            if self.projection is None:
                 ending = ending_order(self.running, self.placed_ending)
-                self.reservation = reserve(self.index, self.policy, job, demand, ending, self.now)
-                estimated = self.reservation.start
+                self.projection = Projection(self.index, self.policy, ending, self.now)
+            reservation = self.projection.reserve(job, demand)
+            if reservation.start is not None:
+                self.reservations.append(reservation)
+                estimated = reservation.start
         self.wait(job, blocker, estimated)
 
     def settle(self, key: tuple, job: JobRequest, blocker: R.Blocker) -> None:

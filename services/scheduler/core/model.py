@@ -190,6 +190,9 @@ class SchedulerConfig:
     backfill (`BackfillMode`): easy (default) = the first job blocked on resources gets a reservation from the
         running jobs' time limits and later jobs start only if they do not delay it; greedy = anything that
         fits starts (big jobs can starve); off = strict order, nothing passes a blocked job (FIFO).
+    reservation_depth: with easy backfill, how many jobs blocked on resources get a reservation (the first ones
+        in line; Maui's RESERVATIONDEPTH). 1 = classic EASY, where jobs that need a scarce kind of node wait
+        for it one after the other.
     shape_popularity: ((TaskShape, weight), ...) that fragmentation-aware policies optimise for; None = learn it
         each cycle from the queue and the running jobs.
     """
@@ -202,6 +205,7 @@ class SchedulerConfig:
     preemption: bool = True
     min_runtime_before_preemption: float = 300.0
     backfill: BackfillMode = BackfillMode.EASY
+    reservation_depth: int = 8
     shape_popularity: tuple | None = None
 
 

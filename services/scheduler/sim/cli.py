@@ -283,7 +283,7 @@ def _time_table(runs, trace: str) -> None:
         "p95 wait",
         "longest wait",
         "never ran",
-        "GPU alloc %",
+        "GPU alloc % (arrivals)",
         "makespan",
     )
     for col in cols:

@@ -2,9 +2,11 @@
 
 - "fifo": the baseline: strict arrival order (nothing passes a blocked job), first fit, no fair share, no
   preemption.
-- "firstfit", "bestfit", "fgd", "gpuyard": GPUYard's scheduler (fair share, EASY backfill, preemption) with
-  that placement policy. "gpuyard" is the default configuration of the core.
-In inflation mode only the placement policy matters ("fifo" places like "firstfit").
+- "fifo-backfill": arrival order with classic EASY backfill (one reservation, for the first blocked job),
+  first fit, no fair share, no preemption.
+- "firstfit", "bestfit", "fgd", "gpuyard": GPUYard's scheduler (fair share, EASY backfill with its reservation
+  depth, preemption) with that placement policy. "gpuyard" is the default configuration of the core.
+In inflation mode only the placement policy matters ("fifo" and "fifo-backfill" place like "firstfit").
 """
 
 from __future__ import annotations
@@ -16,16 +18,25 @@ from services.scheduler.core.placement import POLICIES
 from shared.policies import BackfillMode, Policy
 
 BASELINE = "fifo"
+FIFO_BACKFILL = "fifo-backfill"
 
 
 def names() -> list[str]:
-    return [BASELINE, *sorted(POLICIES)]
+    return [BASELINE, FIFO_BACKFILL, *sorted(POLICIES)]
 
 
 def config_for(name: str, popularity: tuple = ()) -> SchedulerConfig:
     if name == BASELINE:
         base = SchedulerConfig(
             policy=Policy.FIRSTFIT, fair_share=False, backfill=BackfillMode.OFF, preemption=False
+        )
+    elif name == FIFO_BACKFILL:
+        base = SchedulerConfig(
+            policy=Policy.FIRSTFIT,
+            fair_share=False,
+            backfill=BackfillMode.EASY,
+            reservation_depth=1,
+            preemption=False,
         )
     elif name in POLICIES:
         base = SchedulerConfig(policy=Policy(name))
@@ -35,4 +46,4 @@ def config_for(name: str, popularity: tuple = ()) -> SchedulerConfig:
 
 
 def placement_for(name: str) -> Policy:
-    return Policy.FIRSTFIT if name == BASELINE else config_for(name).policy
+    return config_for(name).policy

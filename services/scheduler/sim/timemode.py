@@ -9,8 +9,18 @@ Each task's time limit (`timeout`, which backfill and start estimates use) is it
 `limit_factor` (1.0 = users state exact limits).
 
 Speed-up, documented because it is the one place the replay is not a plain loop: a cycle in which nothing
-left the cluster (capacity only shrank) considers only the new arrivals plus the job that was blocked first in
-the previous cycle (its reservation still governs backfill); everything else failed on a larger capacity.
+left the cluster (capacity only shrank) considers only the new arrivals plus the jobs that were blocked first
+in the previous cycle (as many as hold reservations, `reservation_depth`, at least one: their reservations
+still govern backfill); everything else failed on a larger capacity.
+
+GPU allocation is reported over the arrival window (`gpu_allocation_mean_pct`: the time-weighted mean share of
+the cluster's GPUs allocated while jobs arrive), the one definition the simulator's tables and the benchmarks
+use. The window runs from the 1st to the 99th percentile of the arrival times (`ARRIVAL_WINDOW`): the openb
+files hold a few pods created months before the rest (about 30 of 8,152 in the 115 days before the dense part
+of the default file, pods still running when the trace was taken), and from the first arrival to the last
+the window would be three quarters empty. Averaged over the makespan instead (`gpu_allocation_makespan_pct`),
+one job that runs for months after the last arrival hides the contention altogether (2.4% where the arrival
+window shows 75%).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from services.scheduler.sim.cluster import node_index
 from services.scheduler.sim.trace import NodeTable, PodTable
 from shared.reasons import RESOURCE_CODES, PendingCode
 
+ARRIVAL_WINDOW = (1.0, 99.0)  # percentiles of the arrival times between which allocation is measured
+
 
 @dataclass(slots=True)
 class TimeRun:
@@ -38,13 +50,15 @@ class TimeRun:
     jct: np.ndarray  # seconds, finished jobs
     wait: np.ndarray  # seconds, started jobs
     makespan: float
-    allocation_mean: float  # time-weighted mean share of GPUs allocated, %
+    allocation_mean: float  # time-weighted mean share of GPUs allocated in the arrival window, %
+    allocation_makespan: float  # the same from the first arrival to the last end, %
     preemptions: int
     timeline: dict[str, list[float]] = field(default_factory=dict)  # t, allocated %, queue length
     seconds: float = 0.0
     first_arrival: float = 0.0  # seconds on the replay's clock (arrival times divided by the speed-up)
     last_arrival: float = 0.0
     last_start: float = 0.0  # the last placement; afterwards only running jobs end
+    waits: dict[str, float] = field(default_factory=dict)  # job id -> seconds from arrival to first start
 
     def summary(self) -> dict:
         def stat(a: np.ndarray, fn) -> float | None:
@@ -64,6 +78,7 @@ class TimeRun:
             "longest_wait_s": stat(self.wait, np.max),
             "makespan_s": self.makespan,
             "gpu_allocation_mean_pct": self.allocation_mean,
+            "gpu_allocation_makespan_pct": self.allocation_makespan,
             "preemptions": self.preemptions,
             "seconds": self.seconds,
             "first_arrival_s": self.first_arrival,
@@ -141,14 +156,17 @@ def run_time(
     preemptions = 0
     allocated = 0.0
     timeline = {"t": [], "allocated_pct": [], "queue": []}
-    area = 0.0
+    area = window_area = 0.0
     last_t = jobs[0].submitted_at if jobs else 0.0
-    head: str | None = None
+    window_start, window_end = arrival_window(jobs)
+    holders: list[str] = []  # the first jobs blocked on resources last cycle (reservations)
+    depth = max(1, config.reservation_depth)
     k = 0
     cycles = 0
     while k < len(jobs) or ends:
         t = min(jobs[k].submitted_at if k < len(jobs) else np.inf, ends[0][0] if ends else np.inf)
         area += allocated * (t - last_t)
+        window_area += allocated * max(0.0, min(t, window_end) - max(last_t, window_start))
         last_t = t
         freed = False
         while ends and ends[0][0] <= t:
@@ -165,10 +183,10 @@ def run_time(
             k += 1
         if progress is not None and arrivals:
             progress(len(arrivals))
-        if freed or head is None or head not in queue:
+        if freed or not holders or any(h not in queue for h in holders):
             considered = list(queue.values())
         else:
-            considered = [queue[head], *arrivals]
+            considered = [*(queue[h] for h in holders), *arrivals]
         if considered:
             cycles += 1
             result = decide(index, [a for a, _ in running.values()], considered, config, {}, t)
@@ -187,14 +205,11 @@ def run_time(
                 allocated -= alloc.job.total_gpus * 1000
                 queue[pre.job_id] = alloc.job
                 preemptions += 1
-            head = next(
-                (
-                    j
-                    for j, r in sorted(result.pending.items(), key=lambda kv: kv[1].position)
-                    if _resource_blocked(r.code)
-                ),
-                None,
-            )
+            holders = [
+                j
+                for j, r in sorted(result.pending.items(), key=lambda kv: kv[1].position)
+                if _resource_blocked(r.code)
+            ][:depth]
         timeline["t"].append(t)
         timeline["allocated_pct"].append(100.0 * allocated / capacity)
         timeline["queue"].append(float(len(queue)))
@@ -202,6 +217,7 @@ def run_time(
             break  # what is left can never start
     first = jobs[0].submitted_at if jobs else 0.0
     span = max(last_t - first, 1e-9)
+    window = window_end - window_start
     jct = np.array([finished[j] - arrival[j] for j in finished])
     wait = np.array([first_start[j] - arrival[j] for j in first_start])
     never = len(queue)
@@ -215,6 +231,9 @@ def run_time(
         jct,
         wait,
         float(max(finished.values(), default=first) - first),
+        float(100.0 * window_area / capacity / window)
+        if window > 0
+        else float(100.0 * area / capacity / span),
         float(100.0 * area / capacity / span),
         preemptions,
         _thin(timeline),
@@ -222,7 +241,16 @@ def run_time(
         first,
         jobs[-1].submitted_at if jobs else 0.0,
         last_start,
+        {j: first_start[j] - arrival[j] for j in first_start},
     )
+
+
+def arrival_window(jobs: list[JobRequest]) -> tuple[float, float]:
+    """(start, end) of the arrival window: the `ARRIVAL_WINDOW` percentiles of the jobs' arrival times."""
+    if not jobs:
+        return 0.0, 0.0
+    low, high = np.percentile([j.submitted_at for j in jobs], ARRIVAL_WINDOW)
+    return float(low), float(high)
 
 
 def _end_of(ends: list[tuple[float, str]], job_id: str) -> float:

@@ -304,6 +304,73 @@ CASES = [
         estimated={"head": NOW + HOUR},
     ),
     Case(
+        # Two whole-node jobs wait for two half-busy nodes that drain at different times. With one
+        # reservation (classic EASY) only "big1" is protected: the long "small" job goes onto n1, the node
+        # "big2" needs next, and big2 would wait for it (10 h) instead of for "b" (200 s): the starvation of
+        # the line behind the first blocked job that the time replay showed (issue 25).
+        "reservations for the first blocked jobs: a long job does not take the node the second one needs",
+        lambda: cluster(
+            node("n0", 8),
+            node("n1", 8),
+            running=[
+                running(job("a", 4, timeout=100), "n0", [0, 1, 2, 3], NOW),
+                running(job("b", 4, timeout=200), "n1", [0, 1, 2, 3], NOW),
+            ],
+        ),
+        [
+            job("big1", 8, timeout=HOUR, submitted_at=1),
+            job("big2", 8, timeout=HOUR, submitted_at=2),
+            job("small", 4, timeout=10 * HOUR, submitted_at=3),
+            job("quick", 4, timeout=50, submitted_at=4),
+        ],
+        ff(preemption=False),
+        placed={"quick": None},
+        pending={
+            "big1": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 1st in line; estimated start in about 2 min",
+            ),
+            "big2": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 2nd in line; estimated start in about 3 min",
+            ),
+            "small": (
+                "backfill_would_delay",
+                "fits now but would delay the reserved start of job big1; 3rd in line",
+            ),
+        },
+        estimated={"big1": NOW + 100, "big2": NOW + 200},
+    ),
+    Case(
+        "one reservation (reservation_depth=1, classic EASY) protects only the first blocked job",
+        lambda: cluster(
+            node("n0", 8),
+            node("n1", 8),
+            running=[
+                running(job("a", 4, timeout=100), "n0", [0, 1, 2, 3], NOW),
+                running(job("b", 4, timeout=200), "n1", [0, 1, 2, 3], NOW),
+            ],
+        ),
+        [
+            job("big1", 8, timeout=HOUR, submitted_at=1),
+            job("big2", 8, timeout=HOUR, submitted_at=2),
+            job("small", 4, timeout=10 * HOUR, submitted_at=3),
+        ],
+        ff(preemption=False, reservation_depth=1),
+        placed={"small": [("n1", (4, 5, 6, 7))]},
+        pending={
+            "big1": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 1st in line; estimated start in about 2 min",
+            ),
+            "big2": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 2nd in line",
+            ),
+        },
+        estimated={"big1": NOW + 100, "big2": None},
+    ),
+    Case(
         "strict order (backfill off) lets nothing pass a blocked job",
         lambda: cluster(node("n0", 8), running=[running(job("x", 4), "n0", [0, 1, 2, 3], 0)]),
         [job("head", 8, submitted_at=1), job("small", 1, submitted_at=2)],

@@ -68,6 +68,7 @@ configs = st.builds(
     policy=st.sampled_from(sorted(POLICIES)),
     fair_share=st.booleans(),
     backfill=st.sampled_from(["easy", "greedy", "off"]),
+    reservation_depth=st.sampled_from([1, 2, 8]),
     preemption=st.booleans(),
     borrowing=st.booleans(),
     user_gpu_cap=st.sampled_from([{}, {"*": 4.0}, {"a": 2.0}]),

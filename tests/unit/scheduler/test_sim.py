@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.scheduler.core import JobRequest
 from services.scheduler.sim import cli, presets
 from services.scheduler.sim.inflation import draw_workload, run_inflation
-from services.scheduler.sim.timemode import run_time, runtimes
+from services.scheduler.sim.timemode import arrival_window, run_time, runtimes
 from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
@@ -222,3 +223,61 @@ def test_inflation_on_the_real_trace_matches_the_documented_figure(policy) -> No
     measured = float(np.mean(runs))
     tolerance = 2 * std / np.sqrt(len(PINNED_SEEDS))
     assert abs(measured - mean) <= tolerance, (policy, runs, measured, mean, tolerance)
+
+
+STARVE_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,64000,262144,8,G2\n"
+STARVE_PODS = [  # name, GPUs, creation, runtime
+    ("a1", 4, 0, 100),  # n0, slots 0-3: ends at 100
+    ("a2", 4, 0, 300),  # n0, slots 4-7: ends at 300 -> n0 is whole again for big1
+    ("b1", 4, 0, 200),  # n1, slots 0-3: ends at 200
+    ("b2", 4, 0, 400),  # n1, slots 4-7: ends at 400 -> n1 is whole again for big2
+    ("big1", 8, 1, 3600),
+    ("big2", 8, 2, 3600),
+    ("small", 4, 3, 10_000),  # fits on n1 at 200, where it would run until 10,200
+]
+
+
+def test_time_replay_second_blocked_job_does_not_starve(tmp_path) -> None:
+    """Issue 25: with one reservation (fifo-backfill, classic EASY) "small" takes n1's free half at 200 and
+    big2, second in line, gets a node only when big1, first in line, has run its whole hour on n0: the jobs
+    behind the first blocked one wait one after the other. With GPUYard's reservation depth big2 holds n1
+    from 400 and "small", which came after it, waits instead."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(STARVE_NODES)
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        POD_HEADER
+        + "".join(f"{n},4000,8192,{g},1000,,LS,Running,{c},{c + r},{c}\n" for n, g, c, r in STARVE_PODS)
+    )
+    nodes, pods = read_nodes(nodes), read_pods(pods)
+    classic = run_time(nodes, pods, "fifo-backfill", presets.config_for("fifo-backfill"))
+    assert classic.waits["small"] == 200 - 3
+    assert classic.waits["big2"] == 300 + 3600 - 2  # big1's whole run on n0; n1 holds "small" until 10,200
+    for name in ("firstfit", "gpuyard"):
+        run = run_time(nodes, pods, name, presets.config_for(name))
+        assert run.waits["big1"] == 300 - 1, name
+        assert run.waits["big2"] == 400 - 2, name  # n1 as soon as b2 ends
+        assert run.waits["small"] == 300 + 3600 - 3, name  # after big1, on n0
+
+
+def test_time_replay_allocation_over_the_arrival_window(tmp_path) -> None:
+    """Arrivals at 0 and 100: the window is [1, 99] (1st and 99th percentiles), of which 4 of the 8 GPUs are
+    allocated for 49 s (until 50); the last job then runs 10,000 s alone, which the makespan mean counts."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        POD_HEADER + "p0,4000,8192,4,1000,,LS,Running,0,50,0\np1,4000,8192,4,1000,,LS,Running,100,10100,100\n"
+    )
+    run = run_time(read_nodes(nodes), read_pods(pods), "gpuyard", presets.config_for("gpuyard"))
+    s = run.summary()
+    assert s["gpu_allocation_mean_pct"] == pytest.approx(100 * 4 * (50 - 1) / (8 * (99 - 1)))
+    assert s["gpu_allocation_makespan_pct"] == pytest.approx(100 * (4 * 50 + 4 * 10_000) / (8 * 10_100))
+
+
+def test_arrival_window_leaves_out_a_lone_early_arrival() -> None:
+    """One job months before 199 others (the openb files' old pods): the window is where the 199 arrive."""
+    jobs = [JobRequest("early", "t", submitted_at=0.0)]
+    jobs += [JobRequest(f"j{k}", "t", submitted_at=1e7 + k) for k in range(199)]
+    start, end = arrival_window(jobs)
+    assert 1e7 <= start < 1e7 + 2 and 1e7 + 196 < end <= 1e7 + 198

@@ -1,0 +1,126 @@
+"""Time replay under contention: GPUYard's queueing against strict FIFO, FIFO with EASY backfill and first fit.
+
+    python benchmarks/replay.py                                   # the setting of docs/benchmarks.md
+    python benchmarks/replay.py --cluster-fraction 0.1 --speedup 200 --policies firstfit,gpuyard
+    python benchmarks/replay.py --offsets 0,1,2 --json replay.json   # several sub-clusters ("seeds")
+
+The default pod file is replayed in time (`services/scheduler/sim/timemode.py`: arrivals at creation_time /
+speed-up, trace runtimes, time limit = runtime) on every (1/F)-th node of the openb GPU node list. The time
+replay has no randomness; what varies between "seeds" is which nodes make the sub-cluster: offset k keeps the
+nodes k, k + 1/F, k + 2/F, ... Each row: mean and p95 JCT, mean wait, longest wait (starvation), jobs never
+started, and the GPU allocation over the arrival window (1st to 99th percentile of the arrivals), which must exceed 70% for
+the replay to say anything about contention. Policies are the simulator's presets
+(`services/scheduler/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
+firstfit (GPUYard's queueing with first fit), gpuyard (the default configuration); `name:depth=K` runs a
+preset with `reservation_depth=K`. Prints one JSON object; the table goes to stderr. CPU seconds per run are
+given (the machine is shared; wall time is not comparable between runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.scheduler.sim import presets  # noqa: E402
+from services.scheduler.sim.cluster import popularity  # noqa: E402
+from services.scheduler.sim.timemode import run_time  # noqa: E402
+from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
+
+SETUP = {"cluster_fraction": 0.1, "speedup": 200.0}  # 122 nodes / 626 GPUs; offered load ~97% of the window
+POLICIES = "fifo,fifo-backfill,firstfit,gpuyard"
+SHOWN = ("avg_jct_s", "p95_jct_s", "avg_wait_s", "longest_wait_s", "never_started", "gpu_allocation_mean_pct")
+
+
+def sub_cluster(nodes: NodeTable, fraction: float, offset: int = 0) -> NodeTable:
+    """Every (1/fraction)-th node from `offset` (offset 0 is `gpuyard sim --cluster-fraction`'s choice)."""
+    step = max(1, round(1 / fraction))
+    keep = np.arange(offset % step, len(nodes.names), step)
+    return NodeTable(
+        [nodes.names[i] for i in keep],
+        nodes.cpus[keep],
+        nodes.memory[keep],
+        nodes.gpus[keep],
+        [nodes.models[i] for i in keep],
+    )
+
+
+def config(spec: str, shapes: tuple):
+    """A preset name, optionally with `:depth=K` (its reservation depth)."""
+    name, _, option = spec.partition(":")
+    cfg = presets.config_for(name, shapes)
+    if option:
+        key, _, value = option.partition("=")
+        if key != "depth":
+            raise ValueError(f"unknown option {option!r} (only depth=K)")
+        cfg = replace(cfg, reservation_depth=int(value))
+    return cfg
+
+
+def replay(trace: str, fraction: float, speedup: float, specs: list[str], offsets: list[int]) -> dict:
+    all_nodes = read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv")
+    pods = read_pods(DEFAULT_TRACE_DIR / f"openb_pod_list_{trace}.csv")
+    shapes = popularity(pods)
+    runs: dict[str, list[dict]] = {spec: [] for spec in specs}
+    for offset in offsets:
+        nodes = sub_cluster(all_nodes, fraction, offset)
+        for spec in specs:
+            cpu = time.process_time()
+            run = run_time(nodes, pods, spec, config(spec, shapes), speedup=speedup)
+            summary = {**run.summary(), "offset": offset, "gpus": nodes.total_gpus}
+            summary["cpu_seconds"] = time.process_time() - cpu
+            runs[spec].append(summary)
+            print(f"offset {offset} {spec}: " + _cells(summary), file=sys.stderr, flush=True)
+    mean = {
+        spec: {key: float(np.mean([r[key] for r in rows])) for key in SHOWN} for spec, rows in runs.items()
+    }
+    for spec, row in mean.items():
+        print(f"mean {spec}: " + _cells(row), file=sys.stderr)
+    return {
+        "setup": {"trace": trace, "cluster_fraction": fraction, "speedup": speedup, "offsets": offsets},
+        "mean": mean,
+        "runs": runs,
+    }
+
+
+def _cells(row: dict) -> str:
+    return (
+        f"avg JCT {row['avg_jct_s']:.0f} s, p95 JCT {row['p95_jct_s']:.0f} s, avg wait {row['avg_wait_s']:.0f} s, "
+        f"longest wait {row['longest_wait_s']:.0f} s, never started {row['never_started']:.0f}, "
+        f"GPU allocation (arrival window) {row['gpu_allocation_mean_pct']:.1f}%"
+        + (f", {row['cpu_seconds']:.0f} CPU s" if "cpu_seconds" in row else "")
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="default", help="pod file: openb_pod_list_NAME.csv")
+    parser.add_argument("--cluster-fraction", type=float, default=SETUP["cluster_fraction"])
+    parser.add_argument("--speedup", type=float, default=SETUP["speedup"])
+    parser.add_argument("--policies", default=POLICIES, help="presets, comma-separated; NAME:depth=K")
+    parser.add_argument("--offsets", default="0", help="sub-clusters, comma-separated node offsets")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    args = parser.parse_args()
+    result = replay(
+        args.trace,
+        args.cluster_fraction,
+        args.speedup,
+        [s.strip() for s in args.policies.split(",") if s.strip()],
+        [int(k) for k in args.offsets.split(",")],
+    )
+    text = json.dumps(result, indent=2)
+    if args.json:
+        args.json.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""What the pieces of a replica's start cost the executor's process, in microseconds, measured in isolation.
+
+    python benchmarks/start_costs.py [--starts 300] [--dir DIR]
+
+- starting a no-op child (`true`) with the executor's `posix_spawn` (`services/executor/spawn.py`) against
+  `subprocess.Popen`: the parent's CPU per start, and the wall time of the call (mean and p90: with vfork the
+  caller waits until the child has reached exec, which on busy cores includes waiting for a CPU);
+- `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
+  wall and CPU per call;
+- making a replica's path as a `pathlib.Path` against as a string (`shared.paths` uses strings);
+- `shared.events.derived_id` against `uuid.uuid5` (the same ids).
+
+Each figure is the best of 5 rounds (the machine's other work only adds). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from services.executor.spawn import spawn  # noqa: E402
+from shared.events import _ID_NAMESPACE, derived_id  # noqa: E402
+
+ROUNDS = 5
+
+
+def best(measure) -> dict:
+    runs = [measure() for _ in range(ROUNDS)]
+    return {key: min(r[key] for r in runs) for key in runs[0]}
+
+
+def starts(n: int, how: str, folder: Path) -> dict:
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    walls, cpu = [], 0.0
+    with open(os.devnull, "wb") as sink:
+        for _ in range(n):
+            w, c = time.perf_counter(), time.process_time()
+            if how == "posix_spawn":
+                pid = spawn(["true"], cwd=folder, env=env, output_fd=sink.fileno())
+                assert pid is not None, "posix_spawn is not available here"
+            else:
+                child = subprocess.Popen(["true"], cwd=folder, env=env, stdout=sink, stderr=sink)
+                pid = child.pid
+            cpu += time.process_time() - c
+            walls.append(time.perf_counter() - w)
+            os.waitpid(pid, 0)  # (not timed)
+            if how == "popen":
+                child.returncode = 0
+    walls.sort()
+    return {
+        "cpu_us": round(cpu / n * 1e6, 1),
+        "wall_mean_us": round(statistics.fmean(walls) * 1e6, 1),
+        "wall_p90_us": round(walls[int(0.9 * (n - 1))] * 1e6, 1),
+    }
+
+
+def mkdirs(n: int, folder: Path) -> dict:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        names = [os.path.join(tmp, f"d{k}") for k in range(n)]
+        w, c = time.perf_counter(), time.process_time()
+        for name in names:
+            os.mkdir(name)
+        return {
+            "wall_us": round((time.perf_counter() - w) / n * 1e6, 1),
+            "cpu_us": round((time.process_time() - c) / n * 1e6, 1),
+        }
+
+
+def per_call(fn, n: int = 20000) -> float:
+    c = time.perf_counter()
+    for k in range(n):
+        fn(k)
+    return round((time.perf_counter() - c) / n * 1e6, 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=300)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args()
+    base = str(args.dir)
+    for k in range(100):  # the two give the same ids
+        assert derived_id("job", k, "attempt") == uuid.uuid5(_ID_NAMESPACE, f"job/{k}/attempt").hex
+    result = {
+        "spawn_posix_spawn": best(lambda: starts(args.starts, "posix_spawn", args.dir)),
+        "spawn_popen": best(lambda: starts(args.starts, "popen", args.dir)),
+        "mkdir": best(lambda: mkdirs(500, args.dir)),
+        "pathlib_path_us": min(
+            per_call(lambda k: Path(base) / "jobs" / f"j{k}" / "attempt-1" / "replica-0" / "out.log")
+            for _ in range(ROUNDS)
+        ),
+        "string_path_us": min(
+            per_call(lambda k: f"{base}/jobs/j{k}/attempt-1/replica-0/out.log") for _ in range(ROUNDS)
+        ),
+        "derived_id_us": min(per_call(lambda k: derived_id("job", k, "attempt")) for _ in range(ROUNDS)),
+        "uuid5_us": min(
+            per_call(lambda k: uuid.uuid5(_ID_NAMESPACE, f"job/{k}/attempt").hex) for _ in range(ROUNDS)
+        ),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
