@@ -2,8 +2,8 @@
 
     python benchmarks/start_costs.py [--starts 300] [--dir DIR]
 
-- starting a no-op child (`true`) with the executor's `posix_spawn` (`services/executor/spawn.py`) against
-  `subprocess.Popen`: the parent's CPU per start, and the wall time of the call (mean and p90: with vfork the
+- starting a no-op child (`true`) with glibc's `posix_spawn` (`os.posix_spawnp`, what the executor used
+  before replicas were started by its reaper, issue 24) against `subprocess.Popen`: the parent's CPU per start, and the wall time of the call (mean and p90: with vfork the
   caller waits until the child has reached exec, which on busy cores includes waiting for a CPU);
 - `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
   wall and CPU per call;
@@ -28,7 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from services.executor.spawn import spawn  # noqa: E402
 from shared.events import _ID_NAMESPACE, derived_id  # noqa: E402
 
 ROUNDS = 5
@@ -46,8 +45,9 @@ def starts(n: int, how: str, folder: Path) -> dict:
         for _ in range(n):
             w, c = time.perf_counter(), time.process_time()
             if how == "posix_spawn":
-                pid = spawn(["true"], cwd=folder, env=env, output_fd=sink.fileno())
-                assert pid is not None, "posix_spawn is not available here"
+                os.chdir(folder)
+                out = [(os.POSIX_SPAWN_DUP2, sink.fileno(), 1), (os.POSIX_SPAWN_DUP2, sink.fileno(), 2)]
+                pid = os.posix_spawnp("true", ["true"], env, file_actions=out, setsid=True)
             else:
                 child = subprocess.Popen(["true"], cwd=folder, env=env, stdout=sink, stderr=sink)
                 pid = child.pid
