@@ -240,7 +240,7 @@ class SchedulerSettings(CommonSettings):
     )
     backfill: BackfillMode = Field(
         BackfillMode.EASY,
-        description="easy (never delays the first blocked job's reservation), greedy or off (strict order).",
+        description="easy (never delays the reservations of the first blocked jobs: reservation_depth), greedy or off (strict order).",
     )
     reservation_depth: int = Field(
         8,
