@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,10 +151,49 @@ def _subsample(nodes, fraction: float):
     )
 
 
+class LineProgress:
+    """Progress as plain lines on stderr, when it is not a terminal (a log, CI, a pipe): one line at each tenth
+    of the work and at least every 10 s, instead of a bar nobody sees."""
+
+    def __init__(self, stream=None, every: float = 10.0):
+        self.stream, self.every = stream or sys.stderr, every
+        self.total, self.done, self.description = 0, 0, ""
+        self.started = self.said = time.monotonic()
+        self.tenth = 0
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, description: str, total: int) -> int:
+        self.description, self.total = description, total
+        return 0
+
+    def update(self, task: int, description: str) -> None:
+        self.description = description
+
+    def advance(self, task: int, amount: int) -> None:
+        self.done += amount
+        now = time.monotonic()
+        tenth = int(10 * self.done / self.total) if self.total else 0
+        if tenth > self.tenth or now - self.said >= self.every:
+            self.tenth, self.said = tenth, now
+            share = 100 * self.done / self.total if self.total else 0
+            print(
+                f"{self.description}: {share:.0f}% ({self.done}/{self.total}), {now - self.started:.0f} s",
+                file=self.stream,
+                flush=True,
+            )
+
+
 def _progress(total: int, description: str):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not sys.stderr.isatty():
+        return LineProgress()
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -363,4 +403,5 @@ def _plot(results: dict, path: Path) -> None:
     fig = figure(results)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    print(f"wrote the plot to {path}", file=sys.stderr)
     plt.close(fig)

@@ -107,8 +107,10 @@ def run_inflation(
         else:
             allocated += demand.total_milli
         allocated_after[n] = allocated
-        if progress is not None and n % 500 == 0:
+        if progress is not None and (n + 1) % 500 == 0:
             progress(500)
+    if progress is not None and order.size % 500:
+        progress(order.size % 500)  # the progress adds up to the pods drawn
     # state when arrived demand has reached x% of capacity: after the last pod whose arrival keeps it <= x%
     points = np.searchsorted(arrived, GRID / 100.0 * capacity, side="right") - 1
     allocated_at = np.where(points >= 0, allocated_after[np.clip(points, 0, None)], 0)

@@ -108,6 +108,17 @@ def test_a_plot_is_written(capsys, trace):
     )
     assert code == 0, err
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote the plot to {plot}" in err
+
+
+def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(capsys, trace):
+    code, _, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--policy", "bestfit")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "% (" in line]
+    assert lines and lines[-1].startswith("bestfit seed 42: 100% ("), err
+    assert [int(line.split(": ")[1].split("%")[0]) for line in lines] == sorted(
+        int(line.split(": ")[1].split("%")[0]) for line in lines
+    )
 
 
 def test_missing_columns_are_named_in_one_line(capsys, trace):
