@@ -39,6 +39,12 @@ class ReplicaFiles:
         return f"{self.attempt}/replica-{self.replica}.exit"
 
     @property
+    def reader(self) -> str:
+        """The pid of the executor that adopted the replica and reads its output (its reaper, which also holds
+        the pipe, then leaves the output at the replica's end to that reader while it lives)."""
+        return f"{self.attempt}/replica-{self.replica}.reader"
+
+    @property
     def work(self) -> str:
         """Its working directory (unless the job names one), kept after the job for the retention
         (`GPUYARD_RETENTION`, then deleted with the job's directory: services/executor/retention.py)."""

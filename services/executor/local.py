@@ -407,6 +407,9 @@ class LocalBackend(Backend):
         on where it was)."""
         try:
             read_fd = os.open(f"/proc/{rec.reaper}/fd/{rec.fd}", os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(files.reader, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, str(os.getpid()).encode())  # its reaper leaves the rest of the output to us
+            os.close(fd)
         except (OSError, TypeError) as exc:
             log.warning("job %s replica %d: its output cannot be read again: %s", key[0], replica, exc)
             return None, None

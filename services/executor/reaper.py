@@ -104,6 +104,18 @@ def children() -> set[int]:
     return found
 
 
+def read_elsewhere(exit_file: str) -> bool:
+    """Whether a live executor that adopted the replica reads its output (its pid in `replica-<r>.reader`):
+    then the rest of the output is that executor's to read, to the pipe's end, not the reaper's to take."""
+    try:
+        with open(exit_file.removesuffix(".exit") + ".reader") as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 class Replica:
     __slots__ = ("pid", "exit_file", "log_file", "read_fd")
 
@@ -304,12 +316,12 @@ class Reaper:
         self.kill_leftovers()
 
     def ended(self, replica: Replica, status: int) -> None:
+        if not self.connected and replica.log_file and not read_elsewhere(replica.exit_file):
+            self.drain(replica)  # (before the exit file: once it exists, the log file holds all the output)
         try:
             write_atomically(replica.exit_file, {"pid": replica.pid, "status": status, "ended": time.time()})
         except OSError as exc:
             print(f"gpuyard reaper: cannot write {replica.exit_file}: {exc}", file=sys.stderr)
-        if not self.connected and replica.log_file:
-            self.drain(replica)
         os.close(replica.read_fd)
         self.send({"exited": replica.pid, "status": status})
 

@@ -20,7 +20,8 @@ def everything(client) -> dict[str, tuple[str, list[str]]]:
 
 def test_a_restored_data_dir_has_every_job_and_event_and_runs_what_was_queued(tmp_path):
     config = tmp_path / "config"
-    old = Platform(tmp_path / "old", config, simulate_gpus=1, executors=1).start()
+    grows = {"GPUYARD_ACCEPT_UNPLACEABLE": "true"}  # its 2-GPU job waits for the bigger machine it moves to
+    old = Platform(tmp_path / "old", config, simulate_gpus=1, executors=1, env=grows).start()
     client = old.client()
     done = [
         client.submit({"name": f"done-{k}", "command": "echo hi", "resources": {"gpus": 1}}).job_id
