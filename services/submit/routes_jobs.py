@@ -12,7 +12,7 @@ from services.submit.context import SubmitContext
 from services.submit.errors import answers, json_answers
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
-from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
+from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
 from shared.logstore import LogKey
@@ -59,6 +59,10 @@ async def queue_job(
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
         )
+    if (
+        bad_tenant := tenant_error(tenant)
+    ) is not None:  # the token's tenant: its job events could not be sent
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad_tenant} (the job's tenant)")
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
     try:
         reserved = ctx.queue.admit(tenant, job_id)
