@@ -40,6 +40,7 @@ from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.client import Client  # noqa: E402
 from shared.buscredentials import credentials_path, read_credentials  # noqa: E402
+from shared.events import Subject, subject_filter  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
@@ -155,8 +156,8 @@ class Tap:
             self.nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0, **auth)
         except Exception as exc:
             raise SystemExit(f"cannot reach NATS at {url} (pass --nats): {exc}") from None
-        for kind in self.SUBJECTS:
-            await self.nc.subscribe(f"job.{kind}", cb=self.on_msg)
+        for kind in self.SUBJECTS:  # every tenant's (job events end with their tenant: job.placed.vision)
+            await self.nc.subscribe(subject_filter(Subject(f"job.{kind}")), cb=self.on_msg)
         await self.nc.flush()
         return self
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard import backup, why
+from gpuyard import backup, busconfig, why
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.up import UpOptions, run_up
@@ -373,6 +373,31 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bus_user(args: argparse.Namespace) -> int:
+    try:
+        made = busconfig.add_tenant_integrator(_data_dir(args), args.tenant)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        _print_json(
+            {
+                "tenant": made.tenant,
+                "credentials": str(made.credentials),
+                "config": str(made.config),
+                "reloaded_pid": made.reloaded,
+            }
+        )
+        return 0
+    out.print(
+        f"bus user for tenant {made.tenant}'s job events (job.*.{made.tenant}, read-only): {made.credentials}",
+    )
+    if made.reloaded is not None:
+        out.print(f"the running NATS server (pid {made.reloaded}) reloaded {made.config}")
+    else:
+        out.print("no running NATS server: the user takes effect at the next `gpuyard up`")
+    return 0
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     try:
         done = backup.restore(Path(args.archive), Path(args.data_dir))
@@ -481,6 +506,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     save.add_argument("--json", action="store_true", help="machine-readable output")
     save.set_defaults(func=cmd_backup)
+    bus_user = admin_sub.add_parser(
+        "bus-user", help="a read-only NATS user for one tenant's job events (for its integrations)"
+    )
+    bus_user.add_argument("--tenant", required=True, help="the tenant whose job events it may read")
+    bus_user.add_argument(
+        "--data-dir",
+        help="the platform's data directory (default: GPUYARD_DATA_DIR or ~/.local/share/gpuyard)",
+    )
+    bus_user.add_argument("--json", action="store_true", help="machine-readable output")
+    bus_user.set_defaults(func=cmd_bus_user)
     load = admin_sub.add_parser("restore", help="unpack a backup into a new, empty data directory")
     load.add_argument("archive", metavar="IN.tar.gz")
     load.add_argument("--data-dir", required=True, help="the new data directory (empty or absent)")

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpuyard.busconfig import write_config
+from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
 from gpuyard.client import Client, save_config, saved_config
 from shared.buscredentials import credentials_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
@@ -405,7 +405,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     api_port, nats_port = platform.submit.submit_port, platform.nats_port
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)
-    lock = os.fdopen(os.open(data_dir / "up.lock", os.O_WRONLY | os.O_CREAT, 0o600), "w")
+    lock = os.fdopen(os.open(data_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o600), "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -428,11 +428,13 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    nats_config = write_config(data_dir)  # one bus user per service, none anonymous
+    nats_config = write_up_config(data_dir)  # one bus user per service, none anonymous
     nats_argv = [
         nats_server_binary(),
         "--config",
         str(nats_config),
+        "--pid",
+        str(nats_config.parent / PID_FILE),  # for `gpuyard admin bus-user`'s reload
         "--jetstream",
         "--store_dir",
         str(data_dir / "nats"),
@@ -440,8 +442,6 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         host,
         "--port",
         str(nats_port),
-        "--server_name",
-        "gpuyard",
     ]
     try:
         await sup.start(Child("nats", nats_argv, env, with_parent=_killed_with_parent))

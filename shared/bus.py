@@ -56,7 +56,7 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from shared.buscredentials import BusCredentials, inbox_prefix
-from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef
+from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef, subject_of
 
 log = logging.getLogger(__name__)
 
@@ -194,23 +194,32 @@ class Bus:
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, event: CloudEvent, *, version: int | None = None) -> Published:
-        """`version`: the event's position in its entity's stream in the event store, sent as the
-        `Gpuyard-Version` header so that a reader holding the previous version can apply it without a read."""
+    async def publish(
+        self, event: CloudEvent, *, tenant: str | None = None, version: int | None = None
+    ) -> Published:
+        """`tenant`: the tenant of a job event's job, the last token of its subject (`shared.events.subject_of`;
+        a job.submitted event names it itself). `version`: the event's position in its entity's stream in the
+        event store, sent as the `Gpuyard-Version` header so that a reader holding the previous version can
+        apply it without a read."""
         ack = await self.js.publish(
-            event.nats_subject.value, event.to_json(), headers=self._headers(event, version)
+            subject_of(event, tenant), event.to_json(), headers=self._headers(event, version)
         )
         return Published(ack.stream, ack.seq, bool(ack.duplicate))
 
     async def send(
-        self, event: CloudEvent, *, version: int | None = None, ack_within: float = ACK_TIMEOUT
+        self,
+        event: CloudEvent,
+        *,
+        tenant: str | None = None,
+        version: int | None = None,
+        ack_within: float = ACK_TIMEOUT,
     ) -> asyncio.Future:
         """`publish` without waiting for the server: returns once the event is on its way, with a future of the
         server's ack (`.seq`, `.duplicate`), failed with TimeoutError after `ack_within` seconds without one.
         Many sends are in flight at once and their writes to the socket coalesce; the stream stores them in
         the order they were sent."""
         ack = await self.js.publish_async(
-            event.nats_subject.value, event.to_json(), headers=self._headers(event, version)
+            subject_of(event, tenant), event.to_json(), headers=self._headers(event, version)
         )
 
         def expire() -> None:

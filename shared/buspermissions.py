@@ -11,6 +11,12 @@ library sends for the JetStream calls a role makes (`shared.bus`, `shared.lease`
 - the scheduler's lease: the KV bucket's stream and `$KV.<bucket>.>`;
 - replies come to the role's own inbox prefix, `_INBOX.<role>.>` (`inbox_prefix`), not to every inbox.
 
+Job events are published on their subject followed by the job's tenant (`job.placed.vision`), so a role's
+right to publish one is `job.placed.*`, and the integrator of one tenant (`tenant_integrator`, a user made by
+`gpuyard admin bus-user --tenant T`) may subscribe to `job.*.<T>` and nothing else: it reads live, with core
+subscriptions, like the integrator of every tenant (it is given no JetStream API, whose consumers could be
+created with any filter).
+
 What stays broad: a role that follows a stream may create consumers on it with any filter, so it can read
 every event of that stream (publishing is what the table restricts: a consumer cannot publish an event),
 and a role that declares the streams may update their settings (it cannot delete or purge them).
@@ -30,6 +36,8 @@ from shared.events import (
     StreamDef,
     Subject,
     Wildcard,
+    subject_filter,
+    tenant_wildcard,
 )
 from shared.lease import LEASES_BUCKET
 
@@ -143,7 +151,7 @@ def _stream_api(stream: str) -> list[str]:
 def permissions(role: Role) -> Permissions:
     """The NATS publish and subscribe allow-lists of `role` (everything else is denied)."""
     grant = GRANTS[role]
-    publish = [s.value for s in sorted(grant.publishes)]
+    publish = [subject_filter(s) for s in sorted(grant.publishes)]
     if grant.declares_streams:
         publish.append("$JS.API.INFO")
         for stream in STREAMS:
@@ -167,6 +175,34 @@ def permissions(role: Role) -> Permissions:
     if role is not Role.INTEGRATOR:
         subscribe.append(f"{inbox_prefix(role.value)}.>")
     return Permissions(tuple(dict.fromkeys(publish)), tuple(dict.fromkeys(subscribe)))
+
+
+TENANT_INTEGRATOR_PREFIX = f"{Role.INTEGRATOR.value}-"
+
+
+def tenant_integrator(tenant: str) -> str:
+    """The bus user that reads one tenant's job events: `integrator-<tenant>` (ValueError for a tenant name
+    that is not valid)."""
+    tenant_wildcard(tenant)  # checks the name
+    return TENANT_INTEGRATOR_PREFIX + tenant
+
+
+def tenant_of_integrator(user: str) -> str | None:
+    """The tenant whose integrator `user` is, None for any other user."""
+    if not user.startswith(TENANT_INTEGRATOR_PREFIX):
+        return None
+    tenant = user.removeprefix(TENANT_INTEGRATOR_PREFIX)
+    try:
+        tenant_wildcard(tenant)
+    except ValueError:
+        return None
+    return tenant
+
+
+def tenant_permissions(tenant: str) -> Permissions:
+    """The integrator of one tenant: subscribes to that tenant's job events (`job.*.<tenant>`), publishes
+    nothing (no JetStream API either: it reads live)."""
+    return Permissions(publish=(), subscribe=(tenant_wildcard(tenant),))
 
 
 def publishes(name: str) -> frozenset[Subject] | None:

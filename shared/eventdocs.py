@@ -154,6 +154,11 @@ HEADER = """# GPUYARD events
 Every state change in GPUYARD is an event on NATS JetStream. Outside tools can subscribe to them directly
 (NATS) or through the submit API's Server-Sent Events endpoint, `GET /v1/events/stream?subject=job.>`.
 
+**NATS subjects.** A job event is published on its subject below followed by its job's tenant:
+`job.placed.vision` (every tenant's: `job.placed.*`; all of one tenant's: `job.*.vision`, what the read-only
+user of one tenant, `gpuyard admin bus-user --tenant vision`, may subscribe to). Other events are published
+on their subject as it is (`node.lost`, `gpu.sample`). The `type` never carries the tenant.
+
 ## Envelope: CloudEvents 1.0, structured mode
 
 Each message's payload is the whole event as JSON (`Content-Type: application/cloudevents+json`), as the
@@ -166,7 +171,7 @@ document. Attributes:
 | `specversion` | always `1.0` |
 | `id` | unique event id; also the `Nats-Msg-Id` header (JetStream de-duplicates a re-published event) |
 | `source` | `/gpuyard/<service>/<instance>` that recorded the event |
-| `type` | `io.gpuyard.` + the NATS subject, e.g. `io.gpuyard.job.placed` |
+| `type` | `io.gpuyard.` + the event's subject (without a tenant), e.g. `io.gpuyard.job.placed` |
 | `subject` | the entity: the job id for job events, the node for node events, the model name… |
 | `time` | when the event was recorded (RFC 3339, UTC) |
 | `datacontenttype` | `application/json` |

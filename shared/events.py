@@ -6,6 +6,8 @@ header carries the event id so that JetStream de-duplicates a retried publish.
 
 The NATS subject and the CloudEvents `type` come from one definition: type = "io.gpuyard." + subject.
 The CloudEvents `subject` attribute names the entity: the job id for job events, the node for node events.
+A job event travels on its subject followed by its job's tenant, `job.placed.vision` (`subject_of`), so that
+NATS permissions can give a reader one tenant's events (`job.*.vision`); its `type` does not carry the tenant.
 
 Versions: every event model has a version (`@event(subject, version=N)`, 1 by default), carried in the
 envelope's `dataversion` extension attribute (an event without it is version 1). When a model changes, its
@@ -18,6 +20,7 @@ reader's model is refused (`EventVersionError`) rather than misread.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,7 +29,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.jobspec import JobSpec
+from shared.jobspec import NAME_PATTERN, JobSpec
 from shared.reasons import PendingCode
 
 TYPE_PREFIX = "io.gpuyard."
@@ -87,6 +90,57 @@ class Wildcard(StrEnum):
     GPU = "gpu.>"
     SERVICE = "service.>"
     DEADLETTER = "deadletter.>"
+
+
+JOB_SUBJECTS = frozenset(s for s in Subject if s.value.startswith("job."))
+"""The subjects whose events are published with their job's tenant as a last token (`subject_of`)."""
+TENANT_RULE = (
+    "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"
+)
+_TENANT = re.compile(NAME_PATTERN)
+_TENANTS_SEEN: set[str] = set()  # tenants already checked (one set lookup per event, not a regex)
+
+
+def tenant_error(tenant: object) -> str | None:
+    """Why `tenant` cannot name a tenant (it must be usable as one NATS subject token: no '.', '*', '>' or
+    space), or None when it can."""
+    if tenant in _TENANTS_SEEN:
+        return None
+    if not isinstance(tenant, str) or not _TENANT.match(tenant):
+        return f"tenant {tenant!r} is not a valid tenant name: use {TENANT_RULE}"
+    if len(_TENANTS_SEEN) < 100_000:
+        _TENANTS_SEEN.add(tenant)
+    return None
+
+
+def subject_filter(subject: Subject, tenant: str | None = None) -> str:
+    """The NATS subject filter of `subject`'s events: of one `tenant`'s jobs, or of every tenant's (None).
+    Subjects other than job subjects carry no tenant: their filter is the subject itself."""
+    if subject not in JOB_SUBJECTS:
+        if tenant is not None:
+            raise ValueError(f"{subject} events carry no tenant")
+        return subject.value
+    return f"{subject.value}.{_checked(tenant)}" if tenant is not None else f"{subject.value}.*"
+
+
+def tenant_wildcard(tenant: str) -> str:
+    """Every job event of one tenant: `job.*.<tenant>` (what a tenant's integrator may subscribe to)."""
+    return f"job.*.{_checked(tenant)}"
+
+
+def tenant_of_subject(nats_subject: str) -> str | None:
+    """The tenant a NATS subject names: the last token of a job event's subject, None for other subjects."""
+    family, _, rest = nats_subject.partition(".")
+    if family != "job" or rest.count(".") != 1:
+        return None
+    return rest.rpartition(".")[2]
+
+
+def _checked(tenant: str) -> str:
+    error = tenant_error(tenant)
+    if error is not None:
+        raise ValueError(error)
+    return tenant
 
 
 class StreamDef(BaseModel):
@@ -498,6 +552,8 @@ class CloudEvent(BaseModel):
 
     @property
     def nats_subject(self) -> Subject:
+        """What kind of event it is (its `type` as a Subject); the subject it is published on is
+        `subject_of(event, tenant)`."""
         return subject_of_type(self.type)
 
     def to_json(self) -> bytes:
@@ -538,3 +594,17 @@ def make_event(
         time=time or utcnow(),
         data=data,
     )
+
+
+def subject_of(event: CloudEvent, tenant: str | None = None) -> str:
+    """The NATS subject `event` is published on: a job event's subject followed by its job's `tenant`
+    (`job.placed.vision`; a `job.submitted` event names its tenant itself), any other event's subject as it is.
+    ValueError for a job event without a valid tenant."""
+    subject = event.nats_subject
+    if subject not in JOB_SUBJECTS:
+        return subject.value
+    if tenant is None:
+        tenant = getattr(event.data, "tenant", None)
+        if tenant is None:
+            raise ValueError(f"{subject} event {event.id}: its job's tenant is needed to publish it")
+    return f"{subject.value}.{_checked(tenant)}"

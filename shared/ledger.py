@@ -325,9 +325,9 @@ class JobLedger:
                         known = _Known.after(known, new, event.id)
                     self._remember(decisions[i].job_id, known)
                     outcomes[i] = Outcome(new, events[-1], applied=True)
-                    published.append((events, new.version - len(events) + 1))
-            for events, first in published:
-                await self._send(events, first)
+                    published.append((events, new.version - len(events) + 1, new.tenant))
+            for events, first, tenant in published:
+                await self._send(events, first, tenant)
         if pending:
             raise conflict  # another process kept writing to the job first: the caller tries again
         return [o for o in outcomes if o is not None]
@@ -383,14 +383,15 @@ class JobLedger:
             event_id=lambda _v: derived_id(job.job_id, job.attempt, "requeued"),
         )
 
-    async def _send(self, events: list[CloudEvent], first_version: int) -> None:
+    async def _send(self, events: list[CloudEvent], first_version: int, tenant: str) -> None:
         """Publish a job's new events in version order without waiting for the server's acks: one that is
-        never acknowledged stays unpublished in the store, and the outbox relay publishes it again."""
+        never acknowledged stays unpublished in the store, and the outbox relay publishes it again. `tenant`
+        (the job's, known from its view: no read) ends their subjects."""
         if self.bus is None:
             return
         for n, event in enumerate(events):
             try:
-                ack = await self.bus.send(event, version=first_version + n)
+                ack = await self.bus.send(event, tenant=tenant, version=first_version + n)
             except Exception as exc:
                 log.warning(
                     "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
@@ -429,10 +430,33 @@ class JobLedger:
         pending = await self.store.unpublished(older_than=grace)
         if self.publishes is not None:
             pending = [e for e in pending if e.nats_subject in self.publishes]
+        tenants: dict[str, str] = {}
+        done = []
         for event in pending:
-            await self.bus.publish(event)
-        await self.store.mark_published([e.id for e in pending])
-        return len(pending)
+            try:
+                await self.bus.publish(event, tenant=await self._tenant(event, tenants))
+            except ValueError as exc:  # no subject for it (a job without a valid tenant): never publishable
+                log.error("outbox relay: %s %s cannot be published: %s", event.type, event.id, exc)
+                continue
+            done.append(event.id)
+        await self.store.mark_published(done)
+        return len(done)
+
+    async def _tenant(self, event: CloudEvent, tenants: dict[str, str]) -> str | None:
+        """The tenant of a stored event's job, for the relay: from the event itself (job.submitted), the cached
+        view, or the job's stored projection (one read per job, only for events whose first publish failed)."""
+        job_id = event.subject or ""
+        tenant = getattr(event.data, "tenant", None) or tenants.get(job_id)
+        if tenant is None:
+            known = self._known.get(job_id)
+            if known is not None:
+                tenant = known.view.tenant
+            else:
+                doc = await self.store.get_projection(job_id)
+                tenant = doc["tenant"] if doc else None
+            if tenant is not None:
+                tenants[job_id] = tenant
+        return tenant
 
     async def close(self) -> None:
         if self._relay is not None:

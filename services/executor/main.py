@@ -18,17 +18,17 @@ import signal
 
 from services.executor.executor import Executor
 from services.executor.retention import JobDirSweeper
-from shared.events import EVENTS_STREAM, Subject
+from shared.events import EVENTS_STREAM, Subject, subject_filter
 from shared.service import Service
 from shared.settings import ExecutorSettings
 
-CONTROL_SUBJECTS = [
-    Subject.JOB_CANCEL_REQUESTED.value,
-    Subject.JOB_PREEMPTED.value,
-    Subject.JOB_CANCELLED.value,
-    Subject.JOB_FAILED.value,
-    Subject.JOB_SUCCEEDED.value,
-    Subject.JOB_REQUEUED.value,
+CONTROL_SUBJECTS = [  # of every tenant's jobs
+    subject_filter(Subject.JOB_CANCEL_REQUESTED),
+    subject_filter(Subject.JOB_PREEMPTED),
+    subject_filter(Subject.JOB_CANCELLED),
+    subject_filter(Subject.JOB_FAILED),
+    subject_filter(Subject.JOB_SUCCEEDED),
+    subject_filter(Subject.JOB_REQUEUED),
 ]
 
 
@@ -55,7 +55,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
         for name, subjects in (
-            (durable, [Subject.JOB_PLACED.value]),
+            (durable, [subject_filter(Subject.JOB_PLACED)]),
             (f"{durable}-{executor.worker}", CONTROL_SUBJECTS),
         ):
             await service.bus.consume(

@@ -13,7 +13,7 @@ from services.submit.errors import answers, json_answers
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.capacity import unplaceable
-from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id
+from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, JobView
 from shared.logstore import LogKey
@@ -60,6 +60,10 @@ async def queue_job(
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
         )
+    if (
+        bad_tenant := tenant_error(tenant)
+    ) is not None:  # the token's tenant: its job events could not be sent
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad_tenant} (the job's tenant)")
     if not ctx.accept_unplaceable and (why := unplaceable(spec, ctx.telemetry.live_nodes())):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_ENTITY,

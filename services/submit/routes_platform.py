@@ -14,25 +14,31 @@ from fastapi.responses import StreamingResponse
 from services.submit.auth import Admin, Context, CurrentPrincipal
 from services.submit.errors import answers
 from shared.api import DeadLetterOut, GpuOut, NodeOut, NodeState, ServiceOut
-from shared.events import CloudEvent, Subject
+from shared.events import CloudEvent, Subject, tenant_of_subject
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
 
 PUBLIC_PREFIXES = tuple(dict.fromkeys(s.value.split(".")[0] for s in Subject))  # job, node, gpu, service…
-SUBJECT_RE = re.compile(r"^[a-z_]+(\.([a-z_]+|\*))*(\.>)?$|^>$")
+JOB_PREFIX = Subject.JOB_SUBMITTED.value.split(".")[0]
+SUBJECT_RE = re.compile(r"^[a-z_]+(\.([a-z0-9_-]+|\*))*(\.>)?$|^>$")
 KEEPALIVE_SECONDS = 15
 
 
 def _subjects(subject: str) -> list[str]:
+    """The NATS subscriptions of a filter. Job events carry their tenant as a last token: a filter that names
+    a job event's kind without it (`job.failed`, `job.*`) means every tenant's (`job.failed.*`)."""
     if not SUBJECT_RE.match(subject):
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"invalid subject filter {subject!r}")
     if subject == ">":
         return [f"{p}.>" for p in PUBLIC_PREFIXES]
-    if subject.split(".")[0] not in PUBLIC_PREFIXES:
+    tokens = subject.split(".")
+    if tokens[0] not in PUBLIC_PREFIXES:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_ENTITY,
             f"subject must start with one of {', '.join(PUBLIC_PREFIXES)} (or be '>')",
         )
+    if tokens[0] == JOB_PREFIX and len(tokens) == 2 and tokens[1] != ">":
+        return [f"{subject}.*"]
     return [subject]
 
 
@@ -47,36 +53,33 @@ async def event_stream(
     job: Annotated[str | None, Query(description="Only events about this job.")] = None,
 ):
     """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
-    cannot reach NATS. A tenant receives job events of its own jobs only."""
+    cannot reach NATS. A tenant receives job events of its own jobs only. Job events' NATS subjects end with
+    their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
     subjects = _subjects(subject)
     queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
-    tenants: dict[str, str | None] = {}
 
     async def on_msg(msg) -> None:
         with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(msg.data)
+            queue.put_nowait((msg.subject, msg.data))
 
     subs = [await ctx.bus.subscribe(s, on_msg) for s in subjects]
 
-    async def visible(event: CloudEvent) -> bool:
+    def visible(event: CloudEvent, nats_subject: str) -> bool:
         job_id = getattr(event.data, "job_id", None)
         if job is not None and job_id != job:
             return False
         if principal.admin or job_id is None:
             return True
-        if job_id not in tenants:
-            doc = await ctx.store.get_projection(job_id)
-            tenants[job_id] = doc["tenant"] if doc else getattr(event.data, "tenant", None)
-        return tenants[job_id] == principal.tenant
+        return tenant_of_subject(nats_subject) == principal.tenant  # the job's tenant, as its publisher said
 
     async def frames():
         try:
             yield b": connected\n\n"
             while not await request.is_disconnected():
                 try:
-                    raw = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                    nats_subject, raw = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
@@ -84,7 +87,7 @@ async def event_stream(
                     event = CloudEvent.from_json(raw)
                 except ValueError:
                     continue
-                if await visible(event):
+                if visible(event, nats_subject):
                     yield f"id: {event.id}\nevent: {event.type}\ndata: {event.to_json().decode()}\n\n".encode()
         finally:
             for s in subs:

@@ -20,6 +20,7 @@ from shared.events import DEADLETTER_STREAM, EVENTS_STREAM, STREAMS, CloudEvent,
 from tests.integration.conftest import BIN, free_port, wait_for
 
 pytestmark = pytest.mark.integration
+TENANT = "t"  # job events are published on job.<kind>.<tenant>
 
 
 async def connect(url: str, name: str = "test") -> Bus:
@@ -42,7 +43,7 @@ async def test_a_retried_publish_with_the_same_id_is_dropped(nats_url):
     bus = await connect(nats_url)
     try:
         event = done("a")
-        first, second = await bus.publish(event), await bus.publish(event)
+        first, second = await bus.publish(event, tenant=TENANT), await bus.publish(event, tenant=TENANT)
         assert not first.duplicate and second.duplicate and second.seq == first.seq
         info = await bus.js.stream_info(EVENTS_STREAM.name)
         assert info.state.messages == 1
@@ -57,10 +58,10 @@ async def test_a_full_stream_drops_its_oldest_messages_and_never_refuses_a_publi
     bus = await Bus.connect([nats_url], name="limits", source="/test/limits")
     try:
         await bus.ensure_streams(tuple(s.limited(1 << 20, 3) for s in STREAMS))
-        lagging = await bus.js.pull_subscribe("job.succeeded", durable="lagging", stream=EVENTS_STREAM.name)
+        lagging = await bus.js.pull_subscribe("job.succeeded.*", durable="lagging", stream=EVENTS_STREAM.name)
         events = [done(f"j{i}") for i in range(5)]
         for event in events:
-            assert not (await bus.publish(event)).duplicate  # accepted, every one
+            assert not (await bus.publish(event, tenant=TENANT)).duplicate  # accepted, every one
         info = await bus.js.stream_info(EVENTS_STREAM.name)
         assert info.state.messages == 3
         assert (info.config.max_msgs, info.config.max_bytes) == (3, 1 << 20)
@@ -82,7 +83,7 @@ async def test_a_failed_handler_gets_the_event_again_and_acks_once_it_works(nats
     try:
         await bus.consume("flaky", ["job.>"], flaky, stream=EVENTS_STREAM.name, max_deliver=5)
         event = done("b")
-        await bus.publish(event)
+        await bus.publish(event, tenant=TENANT)
         await eventually(lambda: len(calls) >= 3)
         await asyncio.sleep(1.0)
         assert calls == [event.id] * 3  # acked after the third: no fourth delivery
@@ -103,9 +104,9 @@ async def test_a_poison_event_is_dead_lettered_and_does_not_block_the_consumer(n
 
     try:
         await bus.consume("picky", ["job.>"], handler, stream=EVENTS_STREAM.name, max_deliver=2)
-        await bus.publish(done("poison"))
-        await bus.nc.publish("job.succeeded", b"this is not an event")  # unreadable: dead-lettered at once
-        await bus.publish(done("fine"))
+        await bus.publish(done("poison"), tenant=TENANT)
+        await bus.nc.publish("job.succeeded.t", b"this is not an event")  # unreadable: dead-lettered at once
+        await bus.publish(done("fine"), tenant=TENANT)
         await eventually(lambda: "fine" in handled)
         for _ in range(100):
             dlq = await bus.js.stream_info(DEADLETTER_STREAM.name)
@@ -139,7 +140,7 @@ async def test_consumers_sharing_a_durable_share_the_work(nats_url):
         await a.consume("workers", ["job.>"], handler("a"), stream=EVENTS_STREAM.name, batch=4)
         await b.consume("workers", ["job.>"], handler("b"), stream=EVENTS_STREAM.name, batch=4)
         for i in range(40):
-            await a.publish(done(f"j{i}"))
+            await a.publish(done(f"j{i}"), tenant=TENANT)
         await eventually(lambda: len(seen["a"]) + len(seen["b"]) >= 40)
         await asyncio.sleep(0.5)
         everything = seen["a"] + seen["b"]
@@ -167,7 +168,9 @@ async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
         await bus.consume("parallel", ["job.>"], handle, stream=EVENTS_STREAM.name, concurrency=8)
         for attempt in (1, 2, 3):
             for job in ("x", "y", "z", "w"):
-                await bus.publish(make_event(JobSucceeded(job_id=job, attempt=attempt), source="/test"))
+                await bus.publish(
+                    make_event(JobSucceeded(job_id=job, attempt=attempt), source="/test"), tenant=TENANT
+                )
         await eventually(lambda: sum(map(len, order.values())) == 12)
         assert order == {job: [1, 2, 3] for job in ("x", "y", "z", "w")}
         assert most > 1  # different jobs were handled at the same time
@@ -189,11 +192,11 @@ async def test_watch_since_reads_what_was_stored_since_then_and_goes_on_with_wha
 
     try:
         before = datetime.now(UTC) - timedelta(seconds=5)
-        await bus.publish(old)
-        await bus.watch("job.succeeded", since_handler, stream=EVENTS_STREAM.name, since=before)
-        await bus.watch("job.succeeded", now_handler, stream=EVENTS_STREAM.name)
+        await bus.publish(old, tenant=TENANT)
+        await bus.watch("job.succeeded.*", since_handler, stream=EVENTS_STREAM.name, since=before)
+        await bus.watch("job.succeeded.*", now_handler, stream=EVENTS_STREAM.name)
         await eventually(lambda: seen_since == ["old"])
-        await bus.publish(new)
+        await bus.publish(new, tenant=TENANT)
         await eventually(lambda: seen_since == ["old", "new"] and seen_now == ["new"])
     finally:
         await bus.close()
@@ -211,8 +214,8 @@ async def test_a_durable_with_changed_settings_is_updated_in_place_and_misses_no
         seen.append(event.data.job_id)
 
     try:
-        await bus.consume("changing", ["job.succeeded"], handle, stream=EVENTS_STREAM.name, max_deliver=5)
-        await bus.publish(done("first"))
+        await bus.consume("changing", ["job.succeeded.*"], handle, stream=EVENTS_STREAM.name, max_deliver=5)
+        await bus.publish(done("first"), tenant=TENANT)
         await eventually(lambda: seen == ["first"])
         await acked(bus, "changing")
         created = (await bus.js.consumer_info(EVENTS_STREAM.name, "changing")).created
@@ -222,10 +225,10 @@ async def test_a_durable_with_changed_settings_is_updated_in_place_and_misses_no
     bus = await connect(nats_url, "after")
     try:
         for name in ("while-down-1", "while-down-2"):
-            await bus.publish(done(name))
+            await bus.publish(done(name), tenant=TENANT)
         await bus.consume(
             "changing",
-            ["job.succeeded", "job.failed"],
+            ["job.succeeded.*", "job.failed.*"],
             handle,
             stream=EVENTS_STREAM.name,
             max_deliver=3,
@@ -236,7 +239,7 @@ async def test_a_durable_with_changed_settings_is_updated_in_place_and_misses_no
         info = await bus.js.consumer_info(EVENTS_STREAM.name, "changing")
         assert info.created == created  # updated, not recreated
         assert info.config.max_deliver == 3 and info.config.ack_wait == 20
-        assert info.config.filter_subjects == ["job.succeeded", "job.failed"]
+        assert info.config.filter_subjects == ["job.succeeded.*", "job.failed.*"]
     finally:
         await bus.close()
 
@@ -252,22 +255,22 @@ async def test_a_durable_jetstream_cannot_update_is_recreated_after_its_last_ack
     try:
         old = ConsumerConfig(  # as an older version of the platform left it
             durable_name="legacy",
-            filter_subjects=["job.succeeded"],
+            filter_subjects=["job.succeeded.*"],
             ack_policy=AckPolicy.ALL,
             deliver_policy=DeliverPolicy.NEW,
         )
         await bus.js.add_consumer(EVENTS_STREAM.name, old)
         for name in ("handled-1", "handled-2"):
-            await bus.publish(done(name))
+            await bus.publish(done(name), tenant=TENANT)
         pull = await bus.js.pull_subscribe_bind("legacy", stream=EVENTS_STREAM.name)
         msgs = await pull.fetch(2, timeout=5)
         await msgs[-1].ack_sync()  # ack all: both handled
         await pull.unsubscribe()
         created = (await bus.js.consumer_info(EVENTS_STREAM.name, "legacy")).created
         for name in ("while-down-1", "while-down-2"):
-            await bus.publish(done(name))
+            await bus.publish(done(name), tenant=TENANT)
 
-        await bus.consume("legacy", ["job.succeeded"], handle, stream=EVENTS_STREAM.name)
+        await bus.consume("legacy", ["job.succeeded.*"], handle, stream=EVENTS_STREAM.name)
         await eventually(lambda: len(seen) == 2)
         await acked(bus, "legacy")
         assert seen == ["while-down-1", "while-down-2"]
@@ -276,8 +279,8 @@ async def test_a_durable_jetstream_cannot_update_is_recreated_after_its_last_ack
 
         await bus.close()  # the next start finds the recreated consumer as it wants it: left as it is
         bus = await connect(nats_url, "again")
-        await bus.consume("legacy", ["job.succeeded"], handle, stream=EVENTS_STREAM.name)
-        await bus.publish(done("later"))
+        await bus.consume("legacy", ["job.succeeded.*"], handle, stream=EVENTS_STREAM.name)
+        await bus.publish(done("later"), tenant=TENANT)
         await eventually(lambda: len(seen) == 3)
         assert seen[-1] == "later"
         assert (await bus.js.consumer_info(EVENTS_STREAM.name, "legacy")).created == info.created
@@ -354,10 +357,10 @@ async def test_a_watch_goes_on_after_nats_restarts(nats_server):
         now.append(event.data.job_id)
 
     try:
-        await bus.publish(done("old"))
+        await bus.publish(done("old"), tenant=TENANT)
         start = datetime.now(UTC) - timedelta(seconds=5)
-        await bus.watch("job.succeeded", since_handler, stream=EVENTS_STREAM.name, since=start)
-        await bus.watch("job.succeeded", now_handler, stream=EVENTS_STREAM.name)
+        await bus.watch("job.succeeded.*", since_handler, stream=EVENTS_STREAM.name, since=start)
+        await bus.watch("job.succeeded.*", now_handler, stream=EVENTS_STREAM.name)
         await eventually(lambda: since == ["old"])
 
         await asyncio.to_thread(nats_server.stop)
@@ -365,12 +368,12 @@ async def test_a_watch_goes_on_after_nats_restarts(nats_server):
         async with asyncio.timeout(20):
             while True:  # JetStream is back once it stores again; the id keeps a retried publish single
                 try:
-                    await bus.publish(done("after"))
+                    await bus.publish(done("after"), tenant=TENANT)
                     break
                 except Exception:
                     await asyncio.sleep(0.1)
         await eventually(lambda: since == ["old", "after"] and now == ["after"], within=20)
-        await bus.publish(done("later"))
+        await bus.publish(done("later"), tenant=TENANT)
         await eventually(lambda: since == ["old", "after", "later"] and now == ["after", "later"])
     finally:
         await bus.close()

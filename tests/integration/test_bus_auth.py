@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import stat
 import subprocess
 import time
@@ -19,17 +20,22 @@ from shared.buscredentials import bus_dir, credentials_path, ensure_credentials,
 from shared.buspermissions import Role
 from shared.events import (
     EVENTS_STREAM,
+    JOB_SUBJECTS,
+    CloudEvent,
     JobCancelRequested,
     JobPlaced,
     ReplicaPlacement,
     Subject,
     Wildcard,
     make_event,
+    subject_filter,
+    tenant_wildcard,
 )
 
 from .conftest import BIN, free_port, wait_for
 
 pytestmark = pytest.mark.integration
+TENANT = "vision"
 
 
 @pytest.fixture
@@ -123,11 +129,11 @@ async def test_the_executor_cannot_publish_a_placement_but_the_scheduler_can(sec
     try:
         await executor.ensure_streams()  # every service declares the streams at start-up
         with pytest.raises(Exception):  # noqa: B017 (no ack comes: nats-py times out)
-            await asyncio.wait_for(executor.publish(placement("forged")), 3)
+            await asyncio.wait_for(executor.publish(placement("forged"), tenant=TENANT), 3)
         await eventually(errors.violations, what="the permissions violation")
         assert Subject.JOB_PLACED.value in errors.violations()[0]
         assert await stored_count(executor) == 0
-        published = await scheduler.publish(placement("real"))
+        published = await scheduler.publish(placement("real"), tenant=TENANT)
         assert published.stream == EVENTS_STREAM.name and await stored_count(scheduler) == 1
     finally:
         await executor.close()
@@ -165,11 +171,11 @@ async def test_the_integrator_reads_every_event_and_publishes_none(secured):
         await integrator.subscribe(Wildcard.JOB.value, on_msg)
         await integrator.nc.flush()
         for n in range(5):  # core subscriptions are at most once: one of a few events arrives
-            await scheduler.publish(placement(f"j{n}"))
+            await scheduler.publish(placement(f"j{n}"), tenant=TENANT)
             with contextlib.suppress(AssertionError):
                 await eventually(lambda: seen, 1, "an event")
                 break
-        assert seen and set(seen) == {Subject.JOB_PLACED.value}
+        assert seen and set(seen) == {subject_filter(Subject.JOB_PLACED, TENANT)}
         await integrator.nc.publish(Subject.JOB_CANCEL_REQUESTED.value, b"{}")
         await integrator.nc.flush()
         await eventually(errors.violations, what="the permissions violation")
@@ -218,7 +224,8 @@ def test_a_forged_cancel_request_leaves_a_running_job_running(platform):
     async def forge() -> None:
         bus = await platform.bus("submit")  # even a user that may publish cancel requests
         try:
-            await bus.publish(make_event(JobCancelRequested(job_id=job_id, by="mallory"), source="/forger"))
+            forged = make_event(JobCancelRequested(job_id=job_id, by="mallory"), source="/forger")
+            await bus.publish(forged, tenant=client.job(job_id).tenant)
         finally:
             await bus.close()
 
@@ -238,3 +245,64 @@ def test_a_service_with_no_credentials_cannot_join(platform, tmp_path):
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "refused no user (anonymous)" in result.stderr
+
+
+def test_a_tenants_integrator_reads_that_tenants_job_events_only_and_publishes_none(platform):
+    """`gpuyard admin bus-user --tenant vision` on a running platform: the credentials file, the user in the
+    configuration, and the running nats-server reloaded (SIGHUP). That user receives vision's job events and
+    none of nlp's, may not subscribe to every job event or to nlp's, and may not publish."""
+    made = platform.cli(
+        "admin", "bus-user", "--tenant", "vision", "--data-dir", str(platform.data_dir), "--json"
+    )
+    assert made.returncode == 0, made.stderr
+    answer = json.loads(made.stdout)
+    path = platform.credentials("integrator-vision")
+    assert answer["credentials"] == str(path) and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert answer["reloaded_pid"] is not None, "the running nats-server was not found"
+    client = platform.client()
+    seen: list[tuple[str, str]] = []  # (NATS subject, job id)
+
+    async def read() -> tuple[list[str], dict[str, str]]:
+        creds = read_credentials(path)
+        for _ in range(50):  # the server reloads its configuration a moment after the signal
+            try:
+                integrator = await Bus.connect([platform.nats_url], name="t", source="/t", credentials=creds)
+                break
+            except BusRefused:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the tenant's integrator was never let in")
+        errors = Errors()
+        integrator.nc._error_cb = errors
+
+        async def on_msg(msg) -> None:
+            seen.append((msg.subject, CloudEvent.from_json(msg.data).subject))
+
+        try:
+            await integrator.subscribe(Wildcard.JOB.value, on_msg)  # every tenant's: refused
+            await integrator.subscribe(subject_filter(Subject.JOB_SUCCEEDED, "nlp"), on_msg)  # nlp's: refused
+            await integrator.subscribe(tenant_wildcard("vision"), on_msg)
+            await integrator.nc.flush()
+            await eventually(lambda: len(errors.violations()) >= 2, what="two subscription violations")
+            jobs = {
+                tenant: client.submit({"command": "true", "resources": {"gpus": 1}, "tenant": tenant}).job_id
+                for tenant in ("nlp", "vision")
+            }
+            for job_id in jobs.values():
+                await asyncio.to_thread(platform.wait_state, job_id, {"succeeded"})
+            end = (subject_filter(Subject.JOB_SUCCEEDED, "vision"), jobs["vision"])
+            await eventually(lambda: end in seen, what="vision's job.succeeded")
+            await integrator.nc.publish(subject_filter(Subject.JOB_CANCEL_REQUESTED, "vision"), b"{}")
+            await integrator.nc.flush()
+            await eventually(lambda: len(errors.violations()) >= 3, what="the publish violation")
+            return errors.violations(), jobs
+        finally:
+            await integrator.close()
+
+    violations, jobs = asyncio.run(read())
+    assert {job for _, job in seen} == {jobs["vision"]}  # none of nlp's job's events
+    subjects = {subject for subject, _ in seen}
+    assert subjects <= {subject_filter(s, "vision") for s in JOB_SUBJECTS} and "job.placed.vision" in subjects
+    assert all(subject.endswith(".vision") for subject, _ in seen)
+    text = " ".join(violations).lower()
+    assert 'subscription to "job.>"' in text and "job.succeeded.nlp" in text and "publish" in text

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from shared.events import CloudEvent, FailureReason, Subject
+from shared.events import CloudEvent, FailureReason, Subject, subject_filter, subject_of
 from shared.jobstate import JobState
 
 from .conftest import sse_events, wait_for
@@ -125,14 +125,15 @@ def test_redelivered_and_duplicate_events_change_nothing(platform, tmp_path):
     platform.wait_state(job_id, {"succeeded"})
     before = client.events(job_id)
     placed = CloudEvent.model_validate(next(e.event for e in before if e.event["type"].endswith("placed")))
+    tenant = client.job(job_id).tenant
 
     async def republish():
         bus = await platform.bus("scheduler")
         try:
-            duplicate = await bus.publish(placed)  # same Nats-Msg-Id: dropped by JetStream
+            duplicate = await bus.publish(placed, tenant=tenant)  # same Nats-Msg-Id: dropped by JetStream
             # a redelivery that got past de-duplication: same event, other message id
             await bus.js.publish(
-                placed.nats_subject.value, placed.to_json(), headers={"Nats-Msg-Id": "redelivery-1"}
+                subject_of(placed, tenant), placed.to_json(), headers={"Nats-Msg-Id": "redelivery-1"}
             )
             return duplicate
         finally:
@@ -226,11 +227,14 @@ def test_a_crashed_service_is_restarted_and_the_platform_keeps_working(platform)
     assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == JobState.SUCCEEDED
 
 
+POISONED = subject_filter(Subject.JOB_PLACED, "vision")  # job.placed.vision: what the executors consume
+
+
 def test_a_poison_event_shows_up_in_the_dead_letters(platform):
     async def poison():
         bus = await platform.bus("scheduler")
         try:
-            await bus.nc.publish(Subject.JOB_PLACED.value, b'{"not": "a cloudevent"}')
+            await bus.nc.publish(POISONED, b'{"not": "a cloudevent"}')
             await bus.nc.flush()
         finally:
             await bus.close()
@@ -238,7 +242,32 @@ def test_a_poison_event_shows_up_in_the_dead_letters(platform):
     asyncio.run(poison())
     client = platform.client()
     letters = wait_for(lambda: client.dead_letters(), 15, what="a dead letter")
-    assert letters[0].original_subject == Subject.JOB_PLACED and "unreadable event" in letters[0].error
+    assert letters[0].original_subject == POISONED and "unreadable event" in letters[0].error
     assert letters[0].event == {"not": "a cloudevent"}
     job_id = client.submit({"command": "true", "resources": {"gpus": 1}}).job_id  # nothing blocked
     assert platform.wait_state(job_id, {"succeeded"}).state == JobState.SUCCEEDED
+
+
+def test_a_tenants_event_stream_has_its_own_jobs_only_and_a_filter_without_tenant_still_matches(platform):
+    """Job events' subjects end with their tenant (`job.succeeded.vision`): `?subject=job.succeeded` means every
+    tenant's, and a tenant's token gets its own jobs' events only (the tenant read from the subject)."""
+    import threading
+
+    client = platform.client()
+    vision = client.create_token(tenant="vision", user="ana").token
+    got: list[dict] = []
+    connected = threading.Event()
+
+    def listen():
+        got.extend(
+            sse_events(platform.server, vision, {"subject": "job.succeeded"}, count=1, connected=connected)
+        )
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert connected.wait(10), "the stream never said it was connected"
+    nlp_job = client.submit({"command": "true", "resources": {"gpus": 1}, "tenant": "nlp"}).job_id
+    platform.wait_state(nlp_job, {"succeeded"})
+    vision_job = client.submit({"command": "true", "resources": {"gpus": 1}, "tenant": "vision"}).job_id
+    listener.join(30)
+    assert [(e["subject"], e["type"]) for e in got] == [(vision_job, "io.gpuyard.job.succeeded")]

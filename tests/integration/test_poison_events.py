@@ -53,8 +53,8 @@ async def test_garbage_is_dead_lettered_with_its_reason_and_the_consumer_goes_on
     try:
         await bus.consume("strict", ["job.>"], handler, stream=EVENTS_STREAM.name, max_deliver=3)
         await bus.watch("job.>", watcher, stream=EVENTS_STREAM.name)
-        await bus.nc.publish("job.succeeded", payload)
-        await bus.publish(good("after"))
+        await bus.nc.publish("job.succeeded.t", payload)
+        await bus.publish(good("after"), tenant="t")
         await eventually(lambda: "after" in handled and "after" in watched)
         for _ in range(100):
             if (await bus.js.stream_info(DEADLETTER_STREAM.name)).state.messages >= 1:
@@ -63,7 +63,7 @@ async def test_garbage_is_dead_lettered_with_its_reason_and_the_consumer_goes_on
         letter = await bus.js.get_msg(DEADLETTER_STREAM.name, 1)
         assert letter.data == payload, what
         assert letter.headers["Gpuyard-Consumer"] == "strict"
-        assert letter.headers["Gpuyard-Original-Subject"] == "job.succeeded"
+        assert letter.headers["Gpuyard-Original-Subject"] == "job.succeeded.t"  # kept, tenant and all
         assert reason in letter.headers["Gpuyard-Error"], letter.headers["Gpuyard-Error"]
         assert handled == ["after"] and watched == ["after"]  # nothing else reached either
     finally:

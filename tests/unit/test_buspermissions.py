@@ -18,7 +18,7 @@ from shared.buspermissions import (
     publishers,
     publishes,
 )
-from shared.events import JobPlaced, JobSubmitted, ReplicaPlacement, Subject, type_of
+from shared.events import JobPlaced, JobSubmitted, ReplicaPlacement, Subject, subject_of, type_of
 from shared.jobspec import JobSpec
 from shared.ledger import JobLedger
 from shared.store import open_store
@@ -74,9 +74,11 @@ def test_a_name_that_is_no_role_publishes_everything():
 class Published:
     def __init__(self) -> None:
         self.types: list[str] = []
+        self.subjects: list[str] = []
 
-    async def publish(self, event) -> None:
+    async def publish(self, event, *, tenant=None) -> None:
         self.types.append(event.type)
+        self.subjects.append(subject_of(event, tenant))
 
 
 async def test_the_outbox_relay_publishes_only_its_own_services_events(tmp_path):
@@ -92,8 +94,14 @@ async def test_the_outbox_relay_publishes_only_its_own_services_events(tmp_path)
             store, SimpleNamespace(publish=bus.publish), "/submit", publishes=publishes("submit")
         )
         assert await relay.flush(grace=0) == 1
-        assert bus.types == [type_of(Subject.JOB_SUBMITTED)]
+        assert bus.types == [type_of(Subject.JOB_SUBMITTED)] and bus.subjects == ["job.submitted.t"]
         assert [e.nats_subject for e in await store.unpublished(older_than=0)] == [Subject.JOB_PLACED]
+        scheduler = Published()
+        relay = JobLedger(
+            store, SimpleNamespace(publish=scheduler.publish), "/s", publishes=publishes("scheduler")
+        )
+        assert await relay.flush(grace=0) == 1
+        assert scheduler.subjects == ["job.placed.t"]  # its tenant read from the job's projection
     finally:
         await store.close()
 

@@ -14,6 +14,7 @@ from shared.events import (
     JobSubmitted,
     ReplicaPlacement,
     make_event,
+    subject_of,
 )
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState, fold
@@ -179,9 +180,11 @@ class RecordingBus:
     def __init__(self, fail: bool = False):
         self.sent = []
         self.relayed = []
+        self.subjects = []  # the NATS subject of each event sent or relayed
         self.fail = fail
 
-    async def send(self, event, *, version=None):
+    async def send(self, event, *, tenant=None, version=None):
+        self.subjects.append(subject_of(event, tenant))
         self.sent.append((event.type.rsplit(".", 1)[-1], version))
         ack = asyncio.get_running_loop().create_future()
         if self.fail:
@@ -190,7 +193,8 @@ class RecordingBus:
             ack.set_result(None)
         return ack
 
-    async def publish(self, event, *, version=None):
+    async def publish(self, event, *, tenant=None, version=None):
+        self.subjects.append(subject_of(event, tenant))
         self.relayed.append(event.id)
 
 
@@ -210,6 +214,29 @@ async def test_events_whose_publish_is_not_acknowledged_are_published_again_by_t
     assert await ledger.flush(grace=0) == 0  # acknowledged: marked published, nothing to relay
     assert bus.relayed == [first.event.id]
     assert second.event.id not in [e.id for e in await store.unpublished(older_than=0)]
+
+
+async def test_job_events_are_sent_and_relayed_on_subjects_ending_with_their_jobs_tenant(store):
+    """The ledger knows the job's tenant from the view it decides on (no read to send); a relay that never saw
+    the job reads it from the job's projection."""
+    bus = RecordingBus()
+    ledger = JobLedger(store, bus, "/x")
+    await ledger.append(J, submitted())
+    await ledger.append(J, placed())
+    await asyncio.sleep(0)  # the acks' callbacks run
+    assert bus.subjects == ["job.submitted.t", "job.placed.t"]
+    assert await ledger.flush(grace=0) == 0  # acknowledged
+
+    writer = JobLedger(store, None, "/w")  # stored, never published
+    await writer.append(
+        "job2", JobSubmitted(job_id="job2", name="n", tenant="nlp", user="u", spec=JobSpec(command="true"))
+    )
+    await writer.append(
+        "job2", JobPlaced(job_id="job2", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
+    )
+    relay_bus = RecordingBus()
+    assert await JobLedger(store, relay_bus, "/relay").flush(grace=0) == 2
+    assert relay_bus.subjects == ["job.submitted.nlp", "job.placed.nlp"]
 
 
 async def test_a_fact_and_its_consequence_are_stored_in_one_append_and_published_in_order(store):

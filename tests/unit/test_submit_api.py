@@ -32,6 +32,7 @@ TOKENS = {  # as a tokens file of the format before tokens were hashed holds the
     "tok-vision": {"tenant": "vision", "user": "ana"},
     "tok-nlp": {"tenant": "nlp", "user": "bo"},
     "tok-admin": {"tenant": "ops", "user": "root", "admin": True},
+    "tok-dotted": {"tenant": "team.a", "user": "cy"},  # written in the file by hand: not a valid tenant
 }
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}
@@ -66,6 +67,17 @@ def submit(api, headers=VISION, **overrides):
     response = api.post("/v1/jobs", json={**SPEC, **overrides}, headers=headers)
     assert response.status_code == 202, response.text
     return response.json()
+
+
+def test_a_job_of_a_tenant_whose_name_cannot_end_a_subject_is_refused_with_the_rule(api):
+    """Job events are published on `job.<kind>.<tenant>`: a tenant with '.', '*', '>' or a space would be
+    several subject tokens, or a wildcard."""
+    refused = api.post("/v1/jobs", json=SPEC, headers={"Authorization": "Bearer tok-dotted"})
+    assert refused.status_code == 422 and "'team.a' is not a valid tenant name" in refused.json()["detail"]
+    assert "lowercase letters, digits and '-'" in refused.json()["detail"]
+    spec = api.post("/v1/jobs", json={**SPEC, "tenant": "a.>"}, headers=ADMIN)  # the spec's rule says so too
+    assert spec.status_code == 422 and "tenant" in spec.text
+    assert api.get("/v1/jobs", headers=ADMIN).json()["items"] == []
 
 
 def test_submit_answers_202_with_the_job_id_and_the_job_is_queued(api):

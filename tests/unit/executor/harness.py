@@ -32,7 +32,7 @@ class FakeBus:
     def __init__(self) -> None:
         self.published: list[CloudEvent] = []
 
-    async def publish(self, event: CloudEvent) -> None:
+    async def publish(self, event: CloudEvent, *, tenant: str | None = None) -> None:
         self.published.append(event)
 
     def of_kind(self, kind: str) -> list[Any]:
