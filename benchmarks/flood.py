@@ -23,60 +23,23 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline import Tap, pct, platform_processes, start_platform  # noqa: E402
+from pipeline import Submitter, Tap, pct, platform_processes, start_platform  # noqa: E402
 
 from gpuyard.client import Client  # noqa: E402
 from shared.buscredentials import credentials_path  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
-CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
-RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 GREEDY = "greedy"
-
-
-class Submitter:
-    """One keep-alive HTTP/1.1 connection, written by hand (as pipeline.py's): returns (status, answer,
-    Retry-After)."""
-
-    def __init__(self, server: str, token: str):
-        url = urlsplit(server)
-        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
-        self.head = (
-            f"POST /v1/jobs HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\nContent-Length: "
-        ).encode()
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def submit(self, body: bytes) -> tuple[int, bytes, int | None]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
-        try:
-            head = await self.reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.writer = None
-            return await self.submit(body)
-        length = CONTENT_LENGTH.search(head)
-        answer = await self.reader.readexactly(int(length.group(1)) if length else 0)
-        retry = RETRY_AFTER.search(head)
-        return int(head.split(b" ", 2)[1]), answer, int(retry.group(1)) if retry else None
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def status_kib(pid: int, field: str) -> int:
@@ -152,7 +115,7 @@ async def flood(
                 left[tenant] -= 1
                 while True:
                     t = time.perf_counter()
-                    status, answer, retry = await submitter.submit(body)
+                    status, answer, retry = await submitter.post(body)
                     took = time.perf_counter() - t
                     if status == 202:
                         ok_latency.append(took)

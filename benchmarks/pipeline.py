@@ -44,6 +44,7 @@ from shared.events import Subject, subject_filter  # noqa: E402
 from shared.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 
 
@@ -115,18 +116,23 @@ class Submitter:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def submit(self, body: bytes) -> dict:
+    async def post(self, body: bytes) -> tuple[int, bytes, int | None]:
+        """The answer's status, body and Retry-After (seconds, when it says one)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         self.writer.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
         try:
             head = await self.reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, ConnectionError):
             self.writer = None  # the server closed the connection: open another and send again
-            return await self.submit(body)
-        status = int(head.split(b" ", 2)[1])
+            return await self.post(body)
         length = CONTENT_LENGTH.search(head)
         answer = await self.reader.readexactly(int(length.group(1)) if length else 0)
+        retry = RETRY_AFTER.search(head)
+        return int(head.split(b" ", 2)[1]), answer, int(retry.group(1)) if retry else None
+
+    async def submit(self, body: bytes) -> dict:
+        status, answer, _ = await self.post(body)
         if status != 202:
             raise SystemExit(f"submit answered HTTP {status}: {answer[:300].decode(errors='replace')}")
         return json.loads(answer)

@@ -4,43 +4,14 @@ many jobs the node has run."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
 from shared.events import JobSucceeded
+from tests.unit.containers import containers
 
 JOBS = 5000
 BURST = 100
 SMALL = 16
 """Containers that do not grow with the jobs stay below this (the node's GPUs, the known nodes' addresses)."""
-
-
-def containers(root: object, depth: int = 3) -> dict[str, int]:
-    """Size of every container held by the executor and by its parts (objects of services.executor, of the
-    ledger and of the log shipper, `depth` levels down), by attribute path."""
-    sizes: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def visit(obj: object, path: str, depth: int) -> None:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        names = list(getattr(obj, "__dict__", {})) + [
-            slot for cls in type(obj).__mro__ for slot in getattr(cls, "__slots__", ())
-        ]
-        for name in names:
-            value = getattr(obj, name, None)
-            ours = type(value).__module__.startswith(
-                ("services.executor", "shared.ledger", "shared.logstore")
-            )
-            if isinstance(value, dict | set | frozenset | list | deque) or (
-                ours and hasattr(value, "__len__")
-            ):
-                sizes[f"{path}.{name}"] = len(value)
-            if ours and depth:
-                visit(value, f"{path}.{name}", depth - 1)
-
-    visit(root, "executor", depth)
-    return sizes
 
 
 async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
@@ -56,7 +27,7 @@ async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
     assert (await h.view(ids[0])).state.value == "succeeded"
     assert (await h.view(ids[-1])).state.value == "succeeded"
 
-    sizes = containers(ex)
+    sizes = containers(ex, "executor", ("services.executor", "shared.ledger", "shared.logstore"), 3)
     assert "executor.backend.replicas" in sizes  # the walk reaches the backend's state too
     assert "executor.ledger._known" in sizes  # and the ledger's cache of job views
     assert {path: n for path, n in sizes.items() if n > SMALL} == {}

@@ -5,7 +5,6 @@ finished job, for the leader and for a follower alike."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from types import SimpleNamespace
 
 from services.scheduler.main import SchedulerService
@@ -16,6 +15,7 @@ from shared.jobstate import JobState
 from shared.ledger import Decision, JobLedger
 from shared.settings import SchedulerSettings
 from shared.store import open_store
+from tests.unit.containers import containers
 
 JOBS = 5000
 BURST = 100
@@ -24,33 +24,6 @@ SMALL = 16
 PER_GPU_STATE = "scheduler.view.held._index.states"
 """The interned GPU states of nodes (`core/gpustate.py`): one per distinct (model, free share of each GPU),
 whatever the number of jobs that made it."""
-
-
-def containers(root: object, depth: int = 4) -> dict[str, int]:
-    """Size of every container held by the scheduler and its parts (objects of services.scheduler and of
-    shared.ledger, `depth` levels down), by attribute path."""
-    sizes: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def visit(obj: object, path: str, depth: int) -> None:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        names = list(getattr(obj, "__dict__", {})) + [
-            slot for cls in type(obj).__mro__ for slot in getattr(cls, "__slots__", ())
-        ]
-        for name in names:
-            value = getattr(obj, name, None)
-            ours = type(value).__module__.startswith(("services.scheduler", "shared.ledger"))
-            if isinstance(value, dict | set | frozenset | list | deque) or (
-                ours and hasattr(value, "__len__")
-            ):
-                sizes[f"{path}.{name}"] = len(value)
-            if ours and depth:
-                visit(value, f"{path}.{name}", depth - 1)
-
-    visit(root, "scheduler", depth)
-    return sizes
 
 
 def node() -> NodeHeartbeat:
@@ -119,7 +92,7 @@ async def test_no_finished_job_stays_in_the_scheduler_after_5000_jobs(tmp_path):
         await scheduler.cycle()
 
     for scheduler in schedulers:
-        sizes = containers(scheduler)
+        sizes = containers(scheduler, "scheduler", ("services.scheduler", "shared.ledger"), 4)
         assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
         grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}
         assert grown == {}, "leader" if scheduler is leader else "follower"
