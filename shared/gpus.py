@@ -24,7 +24,7 @@ def nvml_gpus() -> list[GpuInfo]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        log.info("no NVIDIA GPU found (NVML: %s)", exc)
+        log.debug("no NVIDIA GPU found (NVML: %s)", exc)  # (the services say what it means to them)
         return []
     try:
         gpus = []

@@ -360,7 +360,9 @@ class JobLedger:
 
     @staticmethod
     def _refused(job_id: str, view: JobView | None, event: CloudEvent, exc: IllegalTransition) -> Outcome:
-        log.warning("refused %s for job %s: %s; event: %s", event.type, job_id, exc, event.to_json().decode())
+        # expected and harmless (a late or repeated fact the state machine has gone past): a debug line, and
+        # never the whole event, which may carry a spec's env
+        log.debug("refused %s (id %s) for job %s: %s", event.type, event.id, job_id, exc)
         return Outcome(view, event, refused=exc)
 
     async def append(

@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.executor.nodelog import node_log
+
 log = logging.getLogger(__name__)
 NEEDED = ("cpu", "memory")
 CPU_PERIOD_US = 100_000
@@ -66,7 +68,7 @@ class Cgroups:
                 f"not enforced on this node: cannot prepare cgroup {self.parent}: {exc.strerror or exc}",
             )
         level = logging.INFO if self.status.enforced else logging.WARNING
-        log.log(level, "cpu and memory limits: %s", self.status.message)
+        node_log.log(level, "cpu and memory limits: %s", self.status.message)
         return self.status
 
     def _setup(self) -> LimitStatus:

@@ -109,9 +109,6 @@ class Executor:
         if self.shipper is not None:
             self.shipper.start()
         await self.backend.open(self)
-        limits = self.backend.limits
-        if limits:
-            log.info("cpu and memory limits of jobs: %s", limits)
 
     def mine(self, placements: list[ReplicaPlacement]) -> list[ReplicaPlacement]:
         return [p for p in placements if self.backend.runs_every_node or p.node == self.node]

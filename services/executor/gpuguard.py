@@ -20,6 +20,7 @@ from services.executor.gpuwatch import (
     WatchedReplica,
 )
 from services.executor.jobenv import share_bytes
+from services.executor.nodelog import node_log
 from shared.events import AlertRaised, AlertResolved, EventData, derived_id, make_event
 from shared.service import Service
 from shared.settings import ExecutorSettings
@@ -47,7 +48,7 @@ def choose_reader(
         if reader.available:
             return reader
         why = f"NVML is not available ({reader.error})"
-    log.info("GPU memory slices are not watched on this node: %s", why)
+    node_log.info("GPU memory slices are not watched on this node: %s", why)
     return None
 
 

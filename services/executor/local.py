@@ -29,6 +29,7 @@ from services.executor.exits import AttemptKey, replica_exit
 from services.executor.jobenv import replica_env
 from services.executor.jobusers import SHARED_RIGHTS, JobUsers, platform_user
 from services.executor.logfile import LogPump, RotatingLog, output_after, tail_lines
+from services.executor.nodelog import node_log
 from services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
 from services.executor.processes import (
     StartError,
@@ -120,9 +121,9 @@ class LocalBackend(Backend):
     async def open(self, events: BackendEvents) -> None:
         self.events = events
         if self.job_users.shared_rights:
-            log.warning(SHARED_RIGHTS.format(user=platform_user()))
+            node_log.warning(SHARED_RIGHTS.format(user=platform_user()))
         if self.job_users.switches and (closed := unreachable_to_others(Path(sys.executable))) is not None:
-            log.warning(PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed))
+            node_log.warning(PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed))
         if self.job_users.switches and self.job_root is not None:
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)

@@ -17,6 +17,7 @@ import os
 import signal
 
 from services.executor.executor import Executor
+from services.executor.nodelog import said_by
 from services.executor.retention import JobDirSweeper
 from shared.events import EVENTS_STREAM, Subject, subject_filter
 from shared.service import Service
@@ -39,6 +40,7 @@ the executor creates its own files with explicit private modes (pid files, logs,
 
 async def main(service: Service, settings: ExecutorSettings) -> None:
     os.umask(JOB_UMASK)
+    said_by(settings.executor_worker)
     executor = Executor(service, settings)
     await executor.start()
     service.spawn(executor.backend.run(), "backend")

@@ -196,13 +196,27 @@ def test_a_bad_policy_is_refused():
 
 
 async def test_without_nvml_the_watch_is_off_and_says_so_once(h, caplog):
-    with caplog.at_level(logging.INFO, logger="services.executor.gpuguard"):
+    with caplog.at_level(logging.INFO, logger="gpuyard.node"):
         ex = await h.executor()
     assert ex.gpu_guard.reader is None
     said = [r.getMessage() for r in caplog.records if "not watched" in r.getMessage()]
     assert said == [
         "GPU memory slices are not watched on this node: this node has no NVIDIA GPU (its GPUs are simulated)"
     ]
+
+
+def test_a_nodes_facts_are_said_by_its_first_executor_process_only(caplog):
+    from services.executor.nodelog import node_log, said_by
+
+    try:
+        with caplog.at_level(logging.INFO, logger="gpuyard.node"):
+            said_by(0)
+            node_log.info("fact")
+            said_by(1)
+            node_log.warning("the same fact, from worker 1")
+    finally:
+        node_log.setLevel(logging.NOTSET)
+    assert [r.getMessage() for r in caplog.records] == ["fact"]
 
 
 def test_the_nvml_reader_says_why_it_cannot_read():
