@@ -280,6 +280,7 @@ class LocalBackend(Backend):
     async def _watch(self, rep: LocalReplica) -> None:
         returncode = await rep.proc.wait()
         await self._finish_io(rep)
+        await self._shipped()  # its output is in the log store before its end is: `logs -f` misses nothing
         if returncode is None:
             reason, exit_code, sig, message, tail = FailureReason.NODE_LOST, None, None, LOST_MESSAGE, []
         else:
@@ -380,6 +381,15 @@ class LocalBackend(Backend):
             shell=rec.shell if rec else False,
             memory_bytes=rec.memory if rec else 0,
         )
+
+    async def _shipped(self) -> None:
+        """Send the output buffered so far (a store that is away keeps it for the shipper's next try)."""
+        if self.shipper is None:
+            return
+        try:
+            await self.shipper.flush()
+        except Exception as exc:
+            log.warning("the log store is away; the output is shipped later: %s", exc)
 
     async def _ship_what_was_missed(self, key: AttemptKey, replica: int, *, closed: bool) -> None:
         """Output the log store lacks (what the reaper wrote while no executor ran, what the last executor

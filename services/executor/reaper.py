@@ -38,12 +38,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import select
 import signal
 import socket
+import struct
 import sys
+import termios
 import time
 import warnings  # noqa: F401 (os.execvpe imports it on first use: in a child that already runs as the job's
 
@@ -104,6 +107,14 @@ def children() -> set[int]:
     return found
 
 
+def unread(fd: int) -> int:
+    """Bytes waiting in a pipe."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
 def read_elsewhere(exit_file: str) -> bool:
     """Whether a live executor that adopted the replica reads its output (its pid in `replica-<r>.reader`):
     then the rest of the output is that executor's to read, to the pipe's end, not the reaper's to take."""
@@ -128,6 +139,8 @@ class Reaper:
         self.sock = sock
         self.connected = True
         self.replicas: dict[int, Replica] = {}
+        self.finishing: dict[int, tuple[Replica, int]] = {}
+        """Ended replicas whose output the executor is still reading, by the reaper's end of their pipe."""
         self.outbox: deque[bytes] = deque()
         self.devnull = os.open(os.devnull, os.O_RDONLY)
         self.wakeup_r, self.wakeup_w = os.pipe()
@@ -147,9 +160,9 @@ class Reaper:
         self.sock.setblocking(False)
         poll.register(self.sock, select.POLLIN)
         self.reap()  # (a child that ended before the handler was set)
-        while self.connected or self.has_children():
+        while self.connected or self.has_children() or self.finishing:
             try:
-                events = poll.poll(1000)
+                events = poll.poll(100 if self.finishing else 1000)
             except InterruptedError:
                 continue
             for fd, mask in events:
@@ -172,6 +185,7 @@ class Reaper:
                 poll.unregister(self.sock)
                 self.sock.close()
             self.reap()  # a SIGCHLD that arrived between two reads of the wakeup pipe
+            self.finish_read()
 
     def has_children(self) -> bool:
         return bool(self.replicas) or bool(children())
@@ -316,14 +330,31 @@ class Reaper:
         self.kill_leftovers()
 
     def ended(self, replica: Replica, status: int) -> None:
-        if not self.connected and replica.log_file and not read_elsewhere(replica.exit_file):
+        """The replica's first process ended: its executor is told at once, and reads the rest of the output
+        itself; the reaper keeps its end of the pipe until the pipe is empty (`finish_read`), so that what an
+        executor that dies meanwhile leaves unread still reaches the log file."""
+        if self.connected:
+            self.send({"exited": replica.pid, "status": status})
+            self.finishing[replica.read_fd] = (replica, status)
+        else:
+            self.finish(replica, status)
+
+    def finish_read(self) -> None:
+        """The replicas whose output the executor has read to the end are done with; all of them when no
+        executor reads any more (the rest then goes to their log files)."""
+        for fd, (replica, status) in list(self.finishing.items()):
+            if not self.connected or unread(fd) == 0:
+                del self.finishing[fd]
+                self.finish(replica, status)
+
+    def finish(self, replica: Replica, status: int) -> None:
+        if replica.log_file and not read_elsewhere(replica.exit_file):
             self.drain(replica)  # (before the exit file: once it exists, the log file holds all the output)
         try:
             write_atomically(replica.exit_file, {"pid": replica.pid, "status": status, "ended": time.time()})
         except OSError as exc:
             print(f"gpuyard reaper: cannot write {replica.exit_file}: {exc}", file=sys.stderr)
         os.close(replica.read_fd)
-        self.send({"exited": replica.pid, "status": status})
 
     def drain(self, replica: Replica) -> None:
         """No executor reads the replica's output: append what is left in its pipe to its log file."""
