@@ -335,6 +335,7 @@ class Reaper:
         executor that dies meanwhile leaves unread still reaches the log file."""
         if self.connected:
             self.send({"exited": replica.pid, "status": status})
+        if self.connected and unread(replica.read_fd):
             self.finishing[replica.read_fd] = (replica, status)
         else:
             self.finish(replica, status)

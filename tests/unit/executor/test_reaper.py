@@ -108,6 +108,8 @@ async def test_each_end_is_written_to_the_exit_file_and_reported(tmp_path):
     async with Started(tmp_path) as started:
         assert (await started.run(["sh", "-c", "echo hi; exit 3"]))[:2] == (3, b"hi\n")
         assert (await started.run(["sh", "-c", "kill -TERM $$"]))[0] == -15
+    for name in ("r1.exit", "r2.exit"):  # (written once the replica's output has been read to its end)
+        await eventually(lambda name=name: (tmp_path / name).exists(), 10)
     assert read_exit_file(str(tmp_path / "r1.exit")) == 3
     assert read_exit_file(str(tmp_path / "r2.exit")) == -15
     record = json.loads((tmp_path / "r1.pid").read_text())
