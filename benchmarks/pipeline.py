@@ -203,19 +203,31 @@ def rss_by_service(processes: dict[int, str]) -> dict[str, float]:
 
 
 def platform_processes(up_pid: int) -> dict[int, str]:
-    """The children of `gpuyard up` (services and nats-server), and `up` itself."""
-    found = {up_pid: "gpuyard up"}
+    """The platform's processes: `gpuyard up`, its children (services and nats-server) and theirs (each
+    executor's reaper), without the jobs' processes under the reapers."""
+    parents: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat[1]) == up_pid:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                name = next((a.decode() for a in argv if a.startswith(b"services.")), None)
-                found[int(entry.name)] = name or Path(argv[0].decode()).name
-        except (OSError, IndexError, ValueError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
             continue
+        pid = int(entry.name)
+        parents.setdefault(int(stat[1]), []).append(pid)
+        service = next((a.decode() for a in argv if a.startswith(b"services.")), None)
+        reaper = any(a.endswith(b"reaper.py") for a in argv)
+        names[pid] = "reaper" if reaper else service or Path(argv[0].decode(errors="replace")).name
+    found = {up_pid: "gpuyard up"}
+    todo = [up_pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child in names:
+                found[child] = names[child]
+                if names[child] != "reaper":  # below a reaper: the jobs
+                    todo.append(child)
     return found
 
 
@@ -234,6 +246,7 @@ async def run(
     body = json.dumps(NOOP).encode()
     ids: list[str] = []
     order = iter(range(jobs))
+    sent_at: dict[str, float] = {}  # job id -> when its POST left the client
     processes = platform_processes(up_pid) if up_pid else {}
     cpu_before = {pid: cpu_seconds(pid) for pid in processes}
     rss_before = rss_by_service(processes)
@@ -244,7 +257,10 @@ async def run(
         for i in order:  # shared: each job is taken by the first free submitter
             if rate:  # paced: job i leaves at t0 + i/rate, so latency is measured below saturation
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.time()))
-            ids.append((await submitter.submit(body))["job_id"])
+            sent = time.time()
+            job_id = (await submitter.submit(body))["job_id"]
+            sent_at[job_id] = sent
+            ids.append(job_id)
 
     with Progress(console=Console(stderr=True)) as progress:  # stdout: the result alone
         task = progress.add_task("submitting", total=jobs)
@@ -271,11 +287,12 @@ async def run(
     missing = [i for i in ids if i not in tap.ended]
     if missing:
         raise SystemExit(f"{len(missing)} jobs did not finish, e.g. {missing[0]}")
-    placed, running, launch, ends, failed = [], [], [], [], 0
+    placed, running, from_client, launch, ends, failed = [], [], [], [], [], 0
     for job_id in ids:
         times = tap.times[job_id]
         placed.append(times["placed"] - times["submitted"])
         running.append(times["started"] - times["submitted"])
+        from_client.append(times["started"] - sent_at[job_id])
         launch.append(times["started"] - times["placed"])
         ends.append(max(times.get(k, 0) for k in Tap.ENDS))
         failed += "failed" in times
@@ -289,6 +306,7 @@ async def run(
         "end_to_end_jobs_per_s": round(jobs / span, 1),
         "submit_to_placed_ms": p50_p99(placed),
         "submit_to_running_ms": p50_p99(running),
+        "client_to_running_ms": p50_p99(from_client),  # from before the HTTP request (the same host clock)
         "placed_to_running_ms": p50_p99(launch),  # the executor's part: a queue of launches shows here
         "mean_submit_to_running_ms": round(statistics.mean(running) * 1e3, 1),
     }
