@@ -30,6 +30,18 @@ def ff(**kw) -> SchedulerConfig:
     return SchedulerConfig(policy="firstfit", **kw)
 
 
+def two_half_busy_nodes():
+    """n0 and n1, each with 4 of its 8 GPUs held by a job that ends after 100 s (n0) or 200 s (n1)."""
+    return cluster(
+        node("n0", 8),
+        node("n1", 8),
+        running=[
+            running(job("a", 4, timeout=100), "n0", [0, 1, 2, 3], NOW),
+            running(job("b", 4, timeout=200), "n1", [0, 1, 2, 3], NOW),
+        ],
+    )
+
+
 CASES = [
     Case(
         "whole GPUs go to the first node with room",
@@ -309,14 +321,7 @@ CASES = [
         # "big2" needs next, and big2 would wait for it (10 h) instead of for "b" (200 s): the starvation of
         # the line behind the first blocked job that the time replay showed (issue 25).
         "reservations for the first blocked jobs: a long job does not take the node the second one needs",
-        lambda: cluster(
-            node("n0", 8),
-            node("n1", 8),
-            running=[
-                running(job("a", 4, timeout=100), "n0", [0, 1, 2, 3], NOW),
-                running(job("b", 4, timeout=200), "n1", [0, 1, 2, 3], NOW),
-            ],
-        ),
+        two_half_busy_nodes,
         [
             job("big1", 8, timeout=HOUR, submitted_at=1),
             job("big2", 8, timeout=HOUR, submitted_at=2),
@@ -343,14 +348,7 @@ CASES = [
     ),
     Case(
         "one reservation (reservation_depth=1, classic EASY) protects only the first blocked job",
-        lambda: cluster(
-            node("n0", 8),
-            node("n1", 8),
-            running=[
-                running(job("a", 4, timeout=100), "n0", [0, 1, 2, 3], NOW),
-                running(job("b", 4, timeout=200), "n1", [0, 1, 2, 3], NOW),
-            ],
-        ),
+        two_half_busy_nodes,
         [
             job("big1", 8, timeout=HOUR, submitted_at=1),
             job("big2", 8, timeout=HOUR, submitted_at=2),
