@@ -258,7 +258,9 @@ class SchedulerSettings(CommonSettings):
         10.0, ge=1, description="Seconds a leader's lease lasts; another replica takes over after it lapses."
     )
     resync_interval: float = Field(
-        30.0, description="Seconds between full re-reads of the live jobs from the event store."
+        30.0,
+        description="Seconds between checks of every live job's version against the event store (the jobs that "
+        "differ are read again).",
     )
 
 

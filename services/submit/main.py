@@ -64,8 +64,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         accept_unplaceable=settings.accept_unplaceable,
     )
     await ctx.telemetry.follow(service.bus)
-    await ctx.queue.follow(service.bus, service.store)
-    service.spawn(ctx.queue.resync(service.store), "queue-depth")
+    service.spawn(ctx.queue.follow(service.store), "queue-depth")
     service.spawn(
         retention.run(service.store, service.logs, settings.retention, settings.retention_interval),
         "retention",

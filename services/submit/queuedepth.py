@@ -1,12 +1,13 @@
 """How many jobs each tenant has waiting, and the limit on it: a tenant at its limit is refused (429) with an
 estimate of when to try again.
 
-The count is kept in memory from the job events (an ordered watch of `job.>`, started before the live jobs
-are read from the event store), so asking it on every submit costs a dict lookup, not a store query. A job
-counts from the moment a submit reserves it (before its event is stored: concurrent submits never overshoot
-the limit) until it leaves the queue (placed or cancelled); a requeued job counts again. Memory holds one
-entry per live job. A full re-read of the live jobs every `RESYNC_SECONDS` repairs anything an event
-published out of order (by an outbox relay) could have left wrong.
+A tenant's count is what the event store counted last (`count_by_tenant`, every `REFRESH_SECONDS`, on an index:
+no document is read) plus the jobs this replica admitted since that count began. Asking it on every submit costs
+a dict lookup; following the jobs costs nothing per event (no watch of the bus). A job counts from the moment a
+submit reserves it (before its event is stored: concurrent submits never overshoot the limit). A job that left
+the queue (placed, cancelled) counts until the next count, a reservation stored while a count runs is counted
+twice until the next one: the count errs on the side of refusing, for at most a second. Another submit replica's
+jobs count from the next count. With no limit set nothing is counted at all.
 """
 
 from __future__ import annotations
@@ -18,28 +19,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from shared.bus import Bus
-from shared.events import (
-    EVENTS_STREAM,
-    CloudEvent,
-    JobCancelled,
-    JobFailed,
-    JobPlaced,
-    JobRequeued,
-    JobSubmitted,
-    JobSucceeded,
-    Wildcard,
-)
-from shared.jobstate import ACTIVE_STATES, JobState
+from shared.jobstate import JobState
 from shared.store import EventStore
 
 log = logging.getLogger(__name__)
 
-RESYNC_SECONDS = 60.0
+REFRESH_SECONDS = 1.0
 DRAIN_WINDOW = 60  # seconds of departures from the queue the drain rate is measured over
 RETRY_AFTER_UNKNOWN = 30  # seconds, when nothing left the tenant's queue in the window (nothing runs yet)
 RETRY_AFTER_MAX = 600
-LIVE = [JobState.QUEUED.value, *(s.value for s in ACTIVE_STATES)]
+QUEUED = [JobState.QUEUED.value]
 
 
 class QueueFull(Exception):
@@ -62,12 +51,12 @@ class Drain:
     def __init__(self) -> None:
         self.seconds: deque[list[int]] = deque()  # [second, departures]
 
-    def add(self, now: float) -> None:
+    def add(self, now: float, departures: int = 1) -> None:
         second = int(now)
         if self.seconds and self.seconds[-1][0] == second:
-            self.seconds[-1][1] += 1
+            self.seconds[-1][1] += departures
         else:
-            self.seconds.append([second, 1])
+            self.seconds.append([second, departures])
         self._trim(second)
 
     def rate(self, now: float) -> float:
@@ -91,126 +80,86 @@ class QueueDepth:
         self.limit = limit
         self.per_tenant = {t: int(n) for t, n in (per_tenant or {}).items()}
         self.clock = clock
-        self.queued: dict[str, str] = {}  # job id -> tenant: waiting to be placed
-        self.active: dict[str, str] = {}  # job id -> tenant: placed or running (a requeue brings it back)
-        self.counts: Counter[str] = Counter()  # tenant -> len of its part of `queued`
+        self.counted: Counter[str] = Counter()  # tenant -> its queued jobs at the store's last count
+        self.reserved: dict[str, list] = {}  # job id -> [tenant, when stored or None]: in no count yet
+        self.pending: Counter[str] = Counter()  # tenant -> its part of `reserved`
+        self.arrived: Counter[str] = Counter()  # tenant -> its jobs stored by this replica, ever
         self.drains: dict[str, Drain] = {}
-        self._touched: set[str] | None = None  # jobs changed while the store is being read
+        self._last: tuple[float, Counter[str]] | None = None  # (when the last count began, `arrived` then)
 
-    # ------------------------------------------------------------------ the limit
+    @property
+    def limited(self) -> bool:
+        """Whether any tenant has a limit (else nothing needs counting)."""
+        return bool(self.limit) or any(self.per_tenant.values())
 
     def limit_of(self, tenant: str) -> int:
         """The tenant's limit; 0: none."""
         return self.per_tenant.get(tenant, self.limit)
 
+    def queued(self, tenant: str) -> int:
+        return self.counted[tenant] + self.pending[tenant]
+
+    # ------------------------------------------------------------------ a submit
+
     def admit(self, tenant: str, job_id: str) -> bool:
-        """Count `job_id` as queued for `tenant` before its event is stored, or raise QueueFull. False: the job
-        was already known (a retried submit), nothing reserved."""
-        if job_id in self.queued or job_id in self.active:
-            return False
+        """Count `job_id` as queued for `tenant` before its event is stored, or raise QueueFull. False: nothing
+        reserved (no limit applies to the tenant, or the job is reserved already)."""
         limit = self.limit_of(tenant)
-        if limit and self.counts[tenant] >= limit:
+        if not limit or job_id in self.reserved:
+            return False
+        if self.queued(tenant) >= limit:
             raise self.full(tenant)
-        self._touch(job_id)
-        self._queue(job_id, tenant)
+        self.reserved[job_id] = [tenant, None]
+        self.pending[tenant] += 1
         return True
 
+    def stored(self, job_id: str) -> None:
+        """The reserved job's submission is in the store: the next count that begins after now includes it."""
+        if (entry := self.reserved.get(job_id)) is not None and entry[1] is None:
+            entry[1] = self.clock()
+            self.arrived[entry[0]] += 1
+
     def release(self, job_id: str) -> None:
-        """A reservation whose job was not stored (an error, a conflicting key) counts no more."""
-        self._touch(job_id)
-        self._unqueue(job_id)
+        """A reservation whose job was not stored (an error, a conflicting key, a repeat) counts no more."""
+        entry = self.reserved.pop(job_id, None)
+        if entry is not None:
+            self.pending[entry[0]] -= 1
 
     def full(self, tenant: str) -> QueueFull:
         """The refusal for `tenant`, with Retry-After: the seconds its queue needs, at the rate it drained over
         the last minute, to have room for one more job."""
-        queued, limit = self.counts[tenant], self.limit_of(tenant)
+        queued, limit = self.queued(tenant), self.limit_of(tenant)
         drain = self.drains.get(tenant)
         rate = drain.rate(self.clock()) if drain else 0.0
         retry = math.ceil((queued - limit + 1) / rate) if rate else RETRY_AFTER_UNKNOWN
         return QueueFull(tenant, queued, limit, min(max(retry, 1), RETRY_AFTER_MAX), rate)
 
-    # ------------------------------------------------------------------ following the jobs
+    # ------------------------------------------------------------------ the store's count
 
-    def observe(self, event: CloudEvent) -> None:
-        data, job_id = event.data, event.subject or ""
-        if isinstance(data, JobSubmitted):
-            self._touch(job_id)
-            if job_id not in self.active:
-                self._queue(job_id, data.tenant)
-        elif isinstance(data, JobPlaced):
-            self._touch(job_id)
-            if (tenant := self._unqueue(job_id, departed=True)) is not None:
-                self.active[job_id] = tenant
-        elif isinstance(data, JobRequeued):
-            self._touch(job_id)
-            if (tenant := self.active.pop(job_id, None)) is not None:
-                self._queue(job_id, tenant)
-        elif isinstance(data, JobCancelled | JobFailed | JobSucceeded):
-            self._touch(job_id)
-            self._unqueue(job_id, departed=True)
-            self.active.pop(job_id, None)
+    async def refresh(self, store: EventStore) -> None:
+        """Take the store's count of every tenant's queued jobs. Reservations stored before it began are in it;
+        the others stay on top of it. What left each queue since the last count gives its drain rate."""
+        began, arrived = self.clock(), self.arrived.copy()
+        counts = Counter(await store.count_by_tenant(states=QUEUED))
+        for job_id, (tenant, stored_at) in list(self.reserved.items()):
+            if stored_at is not None and stored_at < began:
+                del self.reserved[job_id]
+                self.pending[tenant] -= 1
+        if self._last is not None:
+            before, arrived_before = self._last
+            for tenant in self.counted.keys() | counts.keys():
+                left = self.counted[tenant] + arrived[tenant] - arrived_before[tenant] - counts[tenant]
+                if left > 0:
+                    self.drains.setdefault(tenant, Drain()).add(began, left)
+        self.counted, self._last = counts, (began, arrived)
 
-    async def on_event(self, event: CloudEvent, _msg) -> None:
-        self.observe(event)
-
-    async def follow(self, bus: Bus, store: EventStore) -> None:
-        """Watch the job events from now on, then read the live jobs: nothing falls between the two."""
-        await bus.watch(Wildcard.JOB.value, self.on_event, stream=EVENTS_STREAM.name)
-        await self.load(store)
-
-    async def resync(self, store: EventStore, interval: float = RESYNC_SECONDS) -> None:
+    async def follow(self, store: EventStore, interval: float = REFRESH_SECONDS) -> None:
+        """Count every `interval` while a limit applies; a store that cannot answer keeps the last count."""
+        if not self.limited:
+            return
         while True:
-            await asyncio.sleep(interval)
             try:
-                await self.load(store)
-            except Exception as exc:  # the store away for a while: the events still count
-                log.warning("queue depth: cannot re-read the live jobs: %s", exc)
-
-    async def load(self, store: EventStore) -> None:
-        """The live jobs as the store has them; a job an event (or a submit) changed while reading keeps what
-        that event said, being newer."""
-        self._touched = touched = set()
-        queued: dict[str, str] = {}
-        active: dict[str, str] = {}
-        try:
-            cursor = None
-            while True:
-                page = await store.list_projections(states=LIVE, limit=500, cursor=cursor)
-                for doc in page.items:
-                    into = queued if doc["state"] == JobState.QUEUED.value else active
-                    into[doc["job_id"]] = doc["tenant"]
-                if not page.next_cursor:
-                    break
-                cursor = page.next_cursor
-        finally:
-            self._touched = None
-        for job_id in touched:
-            queued.pop(job_id, None)
-            active.pop(job_id, None)
-            if job_id in self.queued:
-                queued[job_id] = self.queued[job_id]
-            elif job_id in self.active:
-                active[job_id] = self.active[job_id]
-        self.queued, self.active = queued, active
-        self.counts = Counter(queued.values())
-
-    # ------------------------------------------------------------------ bookkeeping
-
-    def _touch(self, job_id: str) -> None:
-        if self._touched is not None:
-            self._touched.add(job_id)
-
-    def _queue(self, job_id: str, tenant: str) -> None:
-        if job_id not in self.queued:
-            self.queued[job_id] = tenant
-            self.counts[tenant] += 1
-
-    def _unqueue(self, job_id: str, *, departed: bool = False) -> str | None:
-        tenant = self.queued.pop(job_id, None)
-        if tenant is not None:
-            self.counts[tenant] -= 1
-            if not self.counts[tenant]:
-                del self.counts[tenant]
-            if departed:
-                self.drains.setdefault(tenant, Drain()).add(self.clock())
-        return tenant
+                await self.refresh(store)
+            except Exception as exc:  # the store away for a while: the reservations still count
+                log.warning("queue depth: cannot count the queued jobs: %s", exc)
+            await asyncio.sleep(interval)

@@ -96,7 +96,9 @@ async def queue_job(
             "for a new job",
         )
     if outcome.duplicate and reserved:
-        ctx.queue.release(job_id)  # the job was stored before: the events say whether it waits
+        ctx.queue.release(job_id)  # the job was stored before: the store's count says whether it waits
+    elif reserved:
+        ctx.queue.stored(job_id)
     return JobAccepted(
         job_id=job_id, name=view.name, tenant=tenant, state=view.state, duplicate=outcome.duplicate
     )

@@ -140,6 +140,20 @@ class EventStore(ABC):
         """Projections newest first (by creation time), filtered by state and tenant, paginated by cursor."""
 
     @abstractmethod
+    async def versions(self, *, states: list[str]) -> dict[str, int]:
+        """Stream id -> version of every projection in one of `states`: what a reader that holds the jobs
+        compares its own versions with, to re-read only those that changed (no document is decoded)."""
+
+    @abstractmethod
+    async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
+        """Tenant -> how many of its projections are in one of `states` (tenants with none are left out)."""
+
+    @abstractmethod
+    async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
+        """Up to `limit` stream ids that begin with `prefix` (of `tenant`'s streams only, when given), in
+        order: a unique prefix names one stream, as a unique prefix of a commit names it to git."""
+
+    @abstractmethod
     async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
         """Events stored at least `older_than` seconds ago and not yet marked published (the outbox)."""
 

@@ -5,7 +5,8 @@ Collections and indexes (created idempotently on open):
   `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
   `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
 - `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
-  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first; `{ended_at: 1}` for
+  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first, `{state: 1, tenant: 1}`
+  for counting; `{ended_at: 1}` for
   retention (`expired`: the ended streams to compact, whose middle events `compact` deletes).
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
@@ -16,6 +17,7 @@ that a late writer never moves it backwards.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any
 
@@ -47,6 +49,7 @@ PROJECTION_INDEXES = [
     IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
     IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
     IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
+    IndexModel([("state", ASCENDING), ("tenant", ASCENDING)], name="state_tenant"),
     IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
 
@@ -197,6 +200,21 @@ class MongoEventStore(EventStore):
         if len(docs) > limit:
             page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"])
         return page
+
+    async def versions(self, *, states: list[str]) -> dict[str, int]:
+        found = self.projections.find({"state": {"$in": states}}, projection={"version": 1})
+        return {d["_id"]: int(d["version"]) async for d in found}
+
+    async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
+        pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]
+        return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
+
+    async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
+        query: dict[str, Any] = {"_id": {"$regex": f"^{re.escape(prefix)}"}}  # (anchored: on the _id index)
+        if tenant is not None:
+            query["tenant"] = tenant
+        found = self.projections.find(query, projection={"_id": 1}).sort("_id", ASCENDING).limit(limit)
+        return [d["_id"] async for d in found]
 
     async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
         cutoff = time.time() - older_than

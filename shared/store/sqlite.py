@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS projections (
 CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
 CREATE INDEX IF NOT EXISTS projections_state ON projections (state, created_at DESC);
+CREATE INDEX IF NOT EXISTS projections_state_tenant ON projections (state, tenant);  -- count_by_tenant, whole
 """
 MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
     "ended_at": "ALTER TABLE projections ADD COLUMN ended_at TEXT;"
@@ -326,6 +327,27 @@ class SqliteEventStore(EventStore):
             created_at, stream_id, _ = rows[limit - 1]
             page.next_cursor = encode_cursor(created_at, stream_id)
         return page
+
+    async def versions(self, *, states: list[str]) -> dict[str, int]:
+        sql = f"SELECT stream_id, version FROM projections WHERE state IN ({','.join('?' * len(states))})"
+        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+
+    async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
+        sql = (
+            "SELECT tenant, count(*) FROM projections"
+            f" WHERE state IN ({','.join('?' * len(states))}) GROUP BY tenant"
+        )
+        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+
+    async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
+        sql = "SELECT stream_id FROM projections WHERE stream_id >= ? AND stream_id < ?"
+        args: list = [prefix, prefix + "\U0010ffff"]  # (the range is what the primary key's index answers)
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        sql += " ORDER BY stream_id LIMIT ?"
+        rows = await self._read(lambda: self.read_conn.execute(sql, [*args, limit]).fetchall())
+        return [stream_id for (stream_id,) in rows]
 
     async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
         cutoff = time.time() - older_than

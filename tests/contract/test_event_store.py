@@ -116,6 +116,27 @@ async def test_listing_is_newest_first_filtered_and_paginated(store):
         await store.list_projections(cursor="not-a-cursor")
 
 
+async def test_versions_counts_and_id_prefixes_of_the_projections(store):
+    for job, tenant in [("ab12", "a"), ("ab34", "b"), ("ab35", "a"), ("cd56", "a")]:
+        event = submitted(job, tenant=tenant)
+        await store.append(job, 0, [event], projection_of(apply(None, event)))
+    view = apply(None, submitted("cd56", tenant="a"))
+    cancel = make_event(JobCancelled(job_id="cd56", attempt=1, by="u"), source="/t")
+    await store.append("cd56", 1, [cancel], projection_of(apply(view, cancel, version=2)))
+
+    assert await store.versions(states=["queued"]) == {"ab12": 1, "ab34": 1, "ab35": 1}
+    everything = {"ab12": 1, "ab34": 1, "ab35": 1, "cd56": 2}
+    assert await store.versions(states=["queued", "cancelled"]) == everything
+    assert await store.count_by_tenant(states=["queued"]) == {"a": 2, "b": 1}
+    assert await store.count_by_tenant(states=["running"]) == {}
+    assert await store.ids_starting("ab3") == ["ab34", "ab35"]
+    assert await store.ids_starting("ab3", tenant="a") == ["ab35"]
+    assert await store.ids_starting("ab", limit=2) == ["ab12", "ab34"]
+    assert await store.ids_starting("ab12") == ["ab12"]
+    assert await store.ids_starting("x") == []
+    assert await store.ids_starting("a.") == []  # (a prefix is taken literally, never as a pattern)
+
+
 async def test_outbox_lists_unpublished_events_until_marked(store):
     e1, e2 = submitted("a"), placed("a")
     await store.append("a", 0, [e1])

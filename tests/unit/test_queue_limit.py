@@ -1,5 +1,5 @@
 """A tenant with as many jobs waiting as its limit gets 429 with a reason and an honest Retry-After, on the
-fast path and the route alike; the count follows the job events (placed, cancelled, requeued)."""
+fast path and the route alike; the count follows the store's (placed, cancelled, requeued jobs)."""
 
 from __future__ import annotations
 
@@ -102,85 +102,121 @@ def test_a_tenant_at_its_limit_gets_429_with_a_reason_and_retry_after(service):
     assert again.status_code == 202 and again.json()["duplicate"]
 
 
+def count(ctx: SubmitContext) -> None:
+    """The store's count, as the submit service takes it every second."""
+    asyncio.run(ctx.queue.refresh(ctx.store))
+
+
+def record(ctx: SubmitContext, event) -> None:
+    """Another service's write of a job event (the scheduler's placement, a cancel)."""
+    asyncio.run(JobLedger(ctx.store, None, "/other").append(event.subject, event.data))
+
+
 def test_a_job_that_leaves_the_queue_makes_room(service):
     client, ctx = service
     ids = [post(client).json()["job_id"] for _ in range(2)]
     assert post(client).status_code == 429
-    ctx.queue.observe(placed(ids[0]))
+    record(ctx, placed(ids[0]))
+    assert post(client).status_code == 429  # (not counted yet: the count errs on the side of refusing)
+    count(ctx)
     assert post(client).status_code == 202
     assert post(client).status_code == 429
-    ctx.queue.observe(requeued(ids[0]))  # back in the queue: counts again
-    ctx.queue.observe(cancelled(ids[1]))
+    record(ctx, requeued(ids[0]))  # back in the queue: counts again
+    record(ctx, cancelled(ids[1]))
+    count(ctx)
+    assert ctx.queue.queued("vision") == 2
     assert post(client).status_code == 429
 
 
 def test_a_retry_of_a_job_no_longer_queued_is_answered_when_the_queue_is_full(service):
     client, ctx = service
     first = post(client, key="old").json()
-    ctx.queue.observe(placed(first["job_id"]))
-    ctx.queue.observe(make_event(cancelled(first["job_id"]).data, source="/t"))
-    ctx.queue.active.pop(first["job_id"], None)  # as if it had ended and been forgotten
+    record(ctx, cancelled(first["job_id"]))
+    count(ctx)
     assert [post(client).status_code for _ in range(3)] == [202, 202, 429]
     again = post(client, key="old")
     assert again.status_code == 202 and again.json()["job_id"] == first["job_id"]
 
 
+class Counts:
+    """A store whose count is set by the test."""
+
+    def __init__(self) -> None:
+        self.queued: dict[str, int] = {}
+        self.during = None  # called while the count runs
+
+    async def count_by_tenant(self, *, states):
+        counted = dict(self.queued)
+        if self.during:
+            self.during()
+        return counted
+
+
 def test_retry_after_is_the_time_the_queue_needs_at_its_drain_rate():
-    clock = Clock()
+    clock, store = Clock(), Counts()
     depth = QueueDepth(limit=10, clock=clock)
-    for i in range(40):
-        depth.observe(submitted(f"j{i}"))
-    for i in range(30):  # 30 placed over the last minute: 0.5 a second
+    store.queued = {"vision": 40}
+    asyncio.run(depth.refresh(store))
+    for left in range(30):  # 30 placed over the last minute: 0.5 a second
         clock.now += 2
-        depth.observe(placed(f"j{i}"))
+        store.queued = {"vision": 40 - left - 1}
+        asyncio.run(depth.refresh(store))
+    store.queued = {"vision": 10}
+    asyncio.run(depth.refresh(store))
     with pytest.raises(QueueFull) as refused:
         depth.admit("vision", "new")
     assert refused.value.queued == 10 and refused.value.retry_after == 2  # (10 - 10 + 1) / 0.5
-    for i in range(40, 60):
-        depth.observe(submitted(f"j{i}"))
+    store.queued = {"vision": 30}  # 20 more queued through another replica: no departure
+    asyncio.run(depth.refresh(store))
     assert depth.full("vision").retry_after == 42  # (30 - 10 + 1) / 0.5
     clock.now += 120  # nothing placed for two minutes: no rate known
     assert depth.full("vision").retry_after == RETRY_AFTER_UNKNOWN
 
 
-def test_no_limit_and_reservations_released():
-    depth = QueueDepth(limit=0)
-    for i in range(100):
-        assert depth.admit("vision", f"j{i}")
-    assert not depth.admit("vision", "j0")  # already counted
-    depth.release("j0")
-    assert depth.counts["vision"] == 99
+def test_this_replicas_own_submissions_are_not_taken_for_departures():
+    clock, store = Clock(), Counts()
+    depth = QueueDepth(limit=100, clock=clock)
+    asyncio.run(depth.refresh(store))
+    for i in range(5):
+        depth.admit("vision", f"j{i}")
+        depth.stored(f"j{i}")
+    clock.now += 1
+    store.queued = {"vision": 3}  # five arrived, two left
+    asyncio.run(depth.refresh(store))
+    assert depth.queued("vision") == 3
+    assert depth.drains["vision"].rate(clock.now) == 2 / 60
 
 
-def test_events_seen_while_the_store_is_read_win_over_it(tmp_path):
-    async def scenario():
-        store = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
-        ledger = JobLedger(store, None, "/test")
-        for i in range(3):
-            await ledger.append(f"j{i}", submitted(f"j{i}").data)
-        await ledger.append("j2", placed("j2").data)
-        depth = QueueDepth(limit=5)
-        real = store.list_projections
+def test_a_reservation_counts_until_a_count_that_began_after_it_was_stored():
+    clock, store = Clock(), Counts()
+    depth = QueueDepth(limit=5, clock=clock)
+    assert depth.admit("vision", "early") and depth.admit("vision", "late")
+    assert not depth.admit("vision", "early")  # already reserved
+    depth.stored("early")
+    clock.now += 1
+    store.queued = {"vision": 1}  # the count sees "early"
 
-        async def listing(**kw):
-            page = await real(**kw)
-            depth.observe(placed("j0"))  # arrives while the store is read: newer than the page
-            depth.admit("vision", "j9")
-            return page
+    def while_counting():
+        clock.now += 1
+        depth.stored("late")  # stored while the store counts: maybe in the count, maybe not
 
-        store.list_projections = listing
-        await depth.load(store)
-        await store.close()
-        return depth
+    store.during = while_counting
+    asyncio.run(depth.refresh(store))
+    assert depth.queued("vision") == 2  # "early" once; "late" on top, whatever the count saw
+    store.during, store.queued = None, {"vision": 2}
+    clock.now += 1
+    asyncio.run(depth.refresh(store))
+    assert depth.queued("vision") == 2 and not depth.reserved
+    assert depth.admit("vision", "lost")
+    depth.release("lost")  # never stored
+    assert depth.queued("vision") == 2
 
-    depth = asyncio.run(scenario())
-    assert depth.queued == {"j1": "vision", "j9": "vision"} and set(depth.active) == {"j2"}
-    assert depth.counts["vision"] == 2
 
-
-def test_the_openapi_document_names_429_and_its_retry_after(service):
-    client, _ = service
-    operation = client.get("/openapi.json").json()["paths"]["/v1/jobs"]["post"]
-    answer = operation["responses"]["429"]
-    assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorOut"}
-    assert answer["headers"]["Retry-After"]["schema"] == {"type": "integer"}
+def test_no_limit_counts_nothing():
+    depth = QueueDepth(limit=0, per_tenant={"nlp": 3})
+    assert depth.limited
+    assert not any(depth.admit("vision", f"j{i}") for i in range(100))  # no limit applies: nothing reserved
+    assert [depth.admit("nlp", f"n{i}") for i in range(3)] == [True] * 3
+    with pytest.raises(QueueFull):
+        depth.admit("nlp", "n3")
+    assert not QueueDepth(limit=0).limited
