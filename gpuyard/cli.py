@@ -155,6 +155,9 @@ def _ps_reason(job: JobOut) -> str:
     return f"attempt {job.attempt}" if job.attempt > 1 else ""
 
 
+JOB_ARGUMENT = "the job's id, or a unique prefix of it (4 characters or more)"
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     client = Client(args.server, args.token)
     job = client.job(args.job)
@@ -460,11 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", cmd_cancel, "cancel a job"),
     ):
         p = sub.add_parser(name, help=text, parents=[common])
-        p.add_argument("job", help="the job's id")
+        p.add_argument("job", help=JOB_ARGUMENT)
         p.set_defaults(func=func)
 
     logs = sub.add_parser("logs", help="a job's output", parents=[common])
-    logs.add_argument("job", help="the job's id")
+    logs.add_argument("job", help=JOB_ARGUMENT)
     logs.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     logs.add_argument("--replica", type=int, default=0, help="which replica's output (0)")
     logs.add_argument("--attempt", type=int, help="which attempt's output (default: the latest)")
@@ -474,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     why_cmd = sub.add_parser(
         "why", help="why a job waits (reason, numbers, queue position, estimated start)", parents=[common]
     )
-    why_cmd.add_argument("job", help="the job's id")
+    why_cmd.add_argument("job", help=JOB_ARGUMENT)
     why_cmd.set_defaults(func=cmd_why)
 
     admin = sub.add_parser("admin", help="platform administration (admin token)")

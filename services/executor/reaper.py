@@ -143,6 +143,8 @@ class Reaper:
         """Ended replicas whose output the executor is still reading, by the reaper's end of their pipe."""
         self.outbox: deque[bytes] = deque()
         self.devnull = os.open(os.devnull, os.O_RDONLY)
+        self.pid = os.getpid()
+        self.started = start_time(self.pid)
         self.wakeup_r, self.wakeup_w = os.pipe()
         os.set_blocking(self.wakeup_r, False)
         os.set_blocking(self.wakeup_w, False)
@@ -259,7 +261,7 @@ class Reaper:
             return {"error": int(code or 0), "step": step, "message": message}
         kept = os.dup(read_fd)  # (the received descriptors are closed after the answer)
         record = {**request.get("record", {}), "pid": pid, "start": started}
-        record.update(reaper=os.getpid(), reaper_start=start_time(os.getpid()), fd=kept)
+        record.update(reaper=self.pid, reaper_start=self.started, fd=kept)
         try:
             write_atomically(request["pid_file"], record)
         except OSError as exc:  # (the folder was removed meanwhile): the replica cannot be found again
@@ -317,17 +319,20 @@ class Reaper:
     # ------------------------------------------------------------------ ends
 
     def reap(self) -> None:
+        reaped = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
                 break
+            reaped = True
             replica = self.replicas.pop(pid, None)
             if replica is not None:
                 self.ended(replica, os.waitstatus_to_exitcode(status))
-        self.kill_leftovers()
+        if reaped:
+            self.kill_leftovers()
 
     def ended(self, replica: Replica, status: int) -> None:
         """The replica's first process ended: its executor is told at once, and reads the rest of the output

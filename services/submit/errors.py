@@ -15,7 +15,7 @@ WHY = {
     403: "The token's tenant may not do this (another tenant's jobs, an admin's page).",
     404: "No such job (or one of another tenant), replica, attempt or token.",
     409: "A conflict with the job's state, with an earlier request of the same Idempotency-Key, or with tokens "
-    "fixed by the settings.",
+    "fixed by the settings; or a job id prefix that several jobs share.",
     413: "The request body is over the limit.",
     429: "The tenant has as many jobs queued as it may: retry after Retry-After (seconds, estimated from how "
     "fast its queue drains).",

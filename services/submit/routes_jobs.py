@@ -24,8 +24,26 @@ from shared.tokens import Principal
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
 
 
+MIN_PREFIX = 4
+"""The shortest job id prefix taken for a job (as git takes a commit's): shorter ones name no job."""
+AMBIGUOUS_SHOWN = 5
+
+
 async def _visible_job(ctx, principal, job_id: str) -> JobView:
+    """The job `job_id` names, if the caller may see it: its full id, or a unique prefix of it (at least
+    MIN_PREFIX characters) among the jobs the caller may see. Routes use the view's `job_id` from here on."""
     doc = await ctx.store.get_projection(job_id)
+    if doc is None and len(job_id) >= MIN_PREFIX:
+        tenant = None if principal.admin else principal.tenant
+        found = await ctx.store.ids_starting(job_id, tenant=tenant, limit=AMBIGUOUS_SHOWN + 1)
+        if len(found) > 1:
+            shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"job id prefix {job_id!r} is ambiguous: {shown}; give more of the id",
+            )
+        if found:
+            doc = await ctx.store.get_projection(found[0])
     if doc is None or not may_see(principal, doc["tenant"]):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
     return JobView.model_validate(doc)
@@ -135,17 +153,17 @@ async def list_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobOut, responses=answers(404))
+@router.get("/{job_id}", response_model=JobOut, responses=answers(404, 409))
 async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobOut:
     return job_out(await _visible_job(ctx, principal, job_id))
 
 
-@router.get("/{job_id}/events", response_model=list[JobEventOut], responses=answers(404))
+@router.get("/{job_id}/events", response_model=list[JobEventOut], responses=answers(404, 409))
 async def job_events(
     job_id: str, ctx: Context, principal: CurrentPrincipal, after: Annotated[int, Query(ge=0)] = 0
 ) -> list[JobEventOut]:
     """The job's events in order, each with its version; ?after=N returns only those after version N."""
-    await _visible_job(ctx, principal, job_id)
+    job_id = (await _visible_job(ctx, principal, job_id)).job_id
     return [
         JobEventOut(version=s.version, event=s.event.to_dict())
         for s in await ctx.store.read_stream(job_id)
@@ -161,7 +179,7 @@ async def job_events(
 )
 async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelOut:
     """A queued job is cancelled at once; a placed or running one is stopped by its executor."""
-    await _visible_job(ctx, principal, job_id)
+    job_id = (await _visible_job(ctx, principal, job_id)).job_id
 
     def decide(view: JobView | None):
         if view is None or view.state.terminal or view.cancel_requested:
@@ -190,7 +208,7 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
     "/{job_id}/logs",
     response_class=PlainTextResponse,
     responses={
-        **json_answers(400, 401, 404, 413, 416, 503),  # (errors in JSON, not in the route's text/plain)
+        **json_answers(400, 401, 404, 409, 413, 416, 503),  # (errors in JSON, not in the route's text/plain)
         206: {
             "description": "The byte range asked for (a Range header).",
             "content": {"text/plain": {"schema": {"type": "string"}}},
@@ -217,6 +235,7 @@ async def job_logs(
     there as it comes), in pieces: memory stays bounded whatever the size. ?tail=N: the last N lines;
     ?follow=true: goes on until the job ends; a `Range: bytes=…` header: that part of it (206)."""
     view = await _visible_job(ctx, principal, job_id)
+    job_id = view.job_id
     if replica >= view.spec.replicas:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")
     attempt = attempt or view.attempt

@@ -67,7 +67,7 @@ def test_a_failing_job_fails_and_keeps_its_exit_code(platform, tmp_path):
     job = platform.client().job(job_id)
     assert job.state == JobState.FAILED
     assert (job.failure.reason, job.failure.exit_code, job.failure.replica) == (FailureReason.EXIT_CODE, 3, 0)
-    described = platform.cli("describe", job_id)
+    described = platform.cli("describe", job_id[:8])  # a unique prefix names the job, as in git and docker
     assert "exit_code: " in described.stdout and "exit code 3 · replica 0" in described.stdout
     assert "Last log lines of replica 0:" in described.stdout and "  about to fail" in described.stdout
 

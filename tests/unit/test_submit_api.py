@@ -20,9 +20,11 @@ from shared.events import (
     JobPreempted,
     JobReplicaExited,
     JobStarted,
+    JobSubmitted,
     PendingReason,
     ReplicaPlacement,
 )
+from shared.jobspec import JobSpec
 from shared.ledger import JobLedger
 from shared.logstore import LogKey, open_log_store, split
 from shared.store import open_store
@@ -186,6 +188,33 @@ def test_submitting_for_another_tenant_needs_admin(api):
 def test_unknown_job_gets_404(api):
     assert api.get("/v1/jobs/doesnotexist", headers=VISION).status_code == 404
     assert api.get("/v1/jobs/doesnotexist/events", headers=VISION).status_code == 404
+
+
+def test_a_unique_prefix_of_a_job_id_names_the_job_among_those_the_caller_sees(api, ctx):
+    jobs = {"abcd0001aaaaaaaa": "vision", "abcd0002bbbbbbbb": "vision", "abce0003cccccccc": "nlp"}
+    for job_id, tenant in jobs.items():
+        submitted = JobSubmitted(
+            job_id=job_id, name="n", tenant=tenant, user="u", spec=JobSpec(command="true")
+        )
+        asyncio.run(ctx.ledger.append(job_id, submitted))
+
+    assert api.get("/v1/jobs/abcd0001", headers=VISION).json()["job_id"] == "abcd0001aaaaaaaa"
+    ambiguous = api.get("/v1/jobs/abcd", headers=VISION)
+    assert ambiguous.status_code == 409
+    assert "abcd0001aaaaaaaa, abcd0002bbbbbbbb" in ambiguous.json()["detail"]
+    assert api.get("/v1/jobs/abc", headers=VISION).status_code == 404  # shorter than MIN_PREFIX
+    assert api.get("/v1/jobs/abce", headers=VISION).status_code == 404  # another tenant's: never seen
+    assert api.get("/v1/jobs/abc", headers=NLP).status_code == 404
+    assert api.get("/v1/jobs/abce", headers=NLP).json()["job_id"] == "abce0003cccccccc"
+    assert api.get("/v1/jobs/abc%25", headers=ADMIN).status_code == 404  # (taken literally)
+    assert api.get("/v1/jobs/abcd0", headers=ADMIN).status_code == 409
+
+    events = api.get("/v1/jobs/abcd0002/events", headers=VISION).json()
+    assert [e["event"]["subject"] for e in events] == ["abcd0002bbbbbbbb"]
+    cancelled = api.post("/v1/jobs/abcd0002/cancel", headers=VISION).json()
+    assert cancelled["job_id"] == "abcd0002bbbbbbbb" and cancelled["state"] == "cancelled"
+    assert api.get("/v1/jobs/abcd0002bbbbbbbb", headers=VISION).json()["state"] == "cancelled"
+    assert api.get("/v1/jobs/abcd0001/logs", headers=VISION).status_code == 200
 
 
 def test_cancel_of_a_queued_job_cancels_it_and_a_second_cancel_is_409(api):
