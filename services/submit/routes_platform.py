@@ -129,15 +129,6 @@ async def nodes(ctx: Context, _: CurrentPrincipal) -> list[NodeOut]:
 
 @router.get("/services", response_model=list[ServiceOut])
 async def services(ctx: Context, _: CurrentPrincipal) -> list[ServiceOut]:
-    now = time.time()
-    return [
-        ServiceOut(
-            service=hb.service,
-            instance=hb.instance,
-            host=hb.host,
-            pid=hb.pid,
-            version=hb.version,
-            last_seen_seconds_ago=round(now - seen, 1),
-        )
-        for seen, hb in sorted(ctx.telemetry.services.values(), key=lambda x: (x[1].service, x[1].instance))
-    ]
+    """The platform's service processes, by service and instance, each with its state: a service that keeps
+    crashing is `crash_looping`, with its restarts and the last line it wrote (its supervisor says so)."""
+    return ctx.telemetry.service_list(time.time())

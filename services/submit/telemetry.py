@@ -1,17 +1,45 @@
-"""The latest heartbeat of every node and service, kept from the bus for `GET /v1/nodes` and `/v1/services`.
+"""The latest heartbeat of every node and service, kept from the bus for `GET /v1/nodes` and `/v1/services`,
+with what the services' supervisor (`gpuyard up`) says of each process it runs (`service.status`).
 
 A service instance is named by its host and pid, so every restart is a new one: an instance silent for
-FORGET_SERVICE_AFTER is forgotten (nodes keep their names and stay listed, lost or not)."""
+FORGET_SERVICE_AFTER is forgotten (nodes keep their names and stay listed, lost or not).
+
+A process that keeps crashing cannot say so itself, and the last heartbeats of the processes it was are
+still fresh for a while: its supervisor's word wins. Every process a supervisor named (by host and pid) takes
+the state of the latest status of that supervised process (`executor-1`…), restarting or crash-looping, with
+its restarts and last words; one that never sent a heartbeat (it crashes before) is listed from the status
+alone. A supervisor's status not repeated within three of its intervals no longer counts (it is gone). An
+instance whose heartbeats stopped as long ago, and which no supervisor says is restarting, is silent.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
+from shared.api import ServiceOut, ServiceState
 from shared.bus import Bus
-from shared.events import CloudEvent, NodeHeartbeat, NodeLost, ServiceHeartbeat, Subject
+from shared.events import (
+    SERVICE_HEARTBEAT_SECONDS,
+    CloudEvent,
+    NodeHeartbeat,
+    NodeLost,
+    ProcessState,
+    ServiceHeartbeat,
+    ServiceStatus,
+    Subject,
+)
 
 FORGET_SERVICE_AFTER = 86400.0
+
+Supervised = tuple[str, str]
+"""A supervised process: (host, the supervisor's name of it)."""
+
+
+def _stale(seen: float, interval: float, now: float) -> bool:
+    """Whether what was heard at `seen`, and is said every `interval`, is old news: three intervals missed."""
+    return now - seen > 3 * interval + 5
 
 
 class Telemetry:
@@ -19,6 +47,10 @@ class Telemetry:
         self.nodes: dict[str, tuple[float, NodeHeartbeat]] = {}
         self.services: dict[str, tuple[float, ServiceHeartbeat]] = {}
         self.lost: set[str] = set()  # declared lost by the scheduler, and silent since
+        self.statuses: dict[Supervised, tuple[float, ServiceStatus]] = {}
+        """The latest status of each supervised process."""
+        self.supervised: dict[tuple[str, int], Supervised] = {}
+        """(host, pid) of every process a status named -> the supervised process it was."""
         self._pruned = 0.0
 
     def observe(self, event: CloudEvent) -> None:
@@ -28,13 +60,31 @@ class Telemetry:
         elif isinstance(event.data, NodeLost):
             self.lost.add(event.data.node)
         elif isinstance(event.data, ServiceHeartbeat):
-            now = time.time()
-            self.services[event.data.instance] = (now, event.data)
-            if now - self._pruned > 60:
-                self._pruned = now
-                for instance, (seen, _) in list(self.services.items()):
-                    if now - seen > FORGET_SERVICE_AFTER:
-                        del self.services[instance]
+            self.services[event.data.instance] = (time.time(), event.data)
+            self._prune()
+        elif isinstance(event.data, ServiceStatus):
+            status = event.data
+            key = (status.host, status.process)
+            self.statuses[key] = (time.time(), status)
+            self.supervised[status.host, status.pid] = key
+            self._prune()
+
+    def _prune(self) -> None:
+        now = time.time()
+        if now - self._pruned <= 60:
+            return
+        self._pruned = now
+        for instance, (seen, _) in list(self.services.items()):
+            if now - seen > FORGET_SERVICE_AFTER:
+                del self.services[instance]
+        for key, (seen, _) in list(self.statuses.items()):
+            if now - seen > FORGET_SERVICE_AFTER:
+                del self.statuses[key]
+        heard = {(hb.host, hb.pid) for _, hb in self.services.values()}
+        current = {(s.host, s.pid) for _, s in self.statuses.values()}
+        for process in list(self.supervised):
+            if process not in heard and process not in current:
+                del self.supervised[process]
 
     def live_nodes(self, now: float | None = None) -> list[NodeHeartbeat]:
         """The nodes that announced themselves lately (within three of their heartbeat intervals) and were not
@@ -43,8 +93,47 @@ class Telemetry:
         return [
             hb
             for seen, hb in self.nodes.values()
-            if hb.node not in self.lost and now - seen <= 3 * hb.interval_seconds + 5
+            if hb.node not in self.lost and not _stale(seen, hb.interval_seconds, now)
         ]
+
+    def service_list(self, now: float | None = None) -> list[ServiceOut]:
+        """Every service instance heard from, and every supervised process not running that never was, with
+        its state, by service and instance."""
+        now = time.time() if now is None else now
+        statuses = {
+            key: (seen, status)
+            for key, (seen, status) in self.statuses.items()
+            if not _stale(seen, status.interval_seconds, now)
+        }
+        found = []
+        for seen, hb in self.services.values():
+            _, status = statuses.get(self.supervised.get((hb.host, hb.pid)), (None, None))
+            found.append(
+                ServiceOut(
+                    service=hb.service,
+                    instance=hb.instance,
+                    host=hb.host,
+                    pid=hb.pid,
+                    version=hb.version,
+                    last_seen_seconds_ago=round(now - seen, 1),
+                    **_state(status, silent=_stale(seen, SERVICE_HEARTBEAT_SECONDS, now)),
+                )
+            )
+        heard = {(hb.host, hb.pid) for _, hb in self.services.values()}
+        for seen, status in statuses.values():
+            if status.state is not ProcessState.RUNNING and (status.host, status.pid) not in heard:
+                found.append(
+                    ServiceOut(
+                        service=status.service,
+                        instance=f"{status.host}-{status.pid}",  # as it names itself (CommonSettings.instance)
+                        host=status.host,
+                        pid=status.pid,
+                        version=status.version,
+                        last_seen_seconds_ago=round(now - seen, 1),
+                        **_state(status, silent=False),
+                    )
+                )
+        return sorted(found, key=lambda s: (s.service, s.instance))
 
     async def follow(self, bus: Bus) -> None:
         async def on_msg(msg) -> None:
@@ -53,4 +142,21 @@ class Telemetry:
 
         await bus.subscribe(Subject.NODE_HEARTBEAT.value, on_msg)
         await bus.subscribe(Subject.SERVICE_HEARTBEAT.value, on_msg)
+        await bus.subscribe(Subject.SERVICE_STATUS.value, on_msg)
         await bus.subscribe(Subject.NODE_LOST.value, on_msg)
+
+
+def _state(status: ServiceStatus | None, *, silent: bool) -> dict[str, Any]:
+    """The state fields of a row of `/v1/services`: its supervisor's word when it says the process is not
+    running, else running, or silent by its heartbeats."""
+    if status is not None and status.state is not ProcessState.RUNNING:
+        return {
+            "state": ServiceState(status.state.value),
+            "restarts": status.restarts,
+            "exit_code": status.exit_code,
+            "last_error": status.last_error,
+        }
+    return {
+        "state": ServiceState.SILENT if silent else ServiceState.RUNNING,
+        "restarts": status.restarts if status else 0,
+    }

@@ -306,3 +306,50 @@ def test_a_tenants_integrator_reads_that_tenants_job_events_only_and_publishes_n
     assert all(subject.endswith(".vision") for subject, _ in seen)
     text = " ".join(violations).lower()
     assert 'subscription to "job.>"' in text and "job.succeeded.nlp" in text and "publish" in text
+
+
+async def test_the_supervisor_says_service_states_again_and_again_and_can_publish_nothing_else(secured):
+    """`gpuyard up`'s reporter, as the `supervisor` user: a change goes out at once and is said again every
+    interval; the user may publish no other event (and declares no stream: the services do)."""
+    from gpuyard.statusreport import StatusReporter
+    from shared.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
+
+    url, data_dir = secured
+    integrator, _ = await connect(url, data_dir, Role.INTEGRATOR)
+    scheduler, _ = await connect(url, data_dir, Role.SCHEDULER)
+    supervisor, errors = await connect(url, data_dir, Role.SUPERVISOR)
+    heard: list[CloudEvent] = []
+
+    async def on_msg(msg) -> None:
+        heard.append(CloudEvent.from_json(msg.data))
+
+    reporter = StatusReporter([url], credentials_path(data_dir, Role.SUPERVISOR), interval=0.3)
+    reporting = asyncio.create_task(reporter.run())
+    try:
+        await scheduler.ensure_streams()
+        await integrator.subscribe(Subject.SERVICE_STATUS.value, on_msg)
+        await integrator.nc.flush()
+        looping = ServiceStatus(
+            service="serving",
+            process="serving",
+            host="h",
+            pid=41,
+            state=ProcessState.CRASH_LOOPING,
+            restarts=3,
+            exit_code=1,
+            last_error="RuntimeError: boom",
+            version="1.0",
+        )
+        reporter.update(looping)
+        await eventually(lambda: len(heard) >= 3, what="the status, said again")
+        assert {e.data for e in heard} == {looping} and len({e.id for e in heard}) == len(heard)
+        stored = (await scheduler.js.stream_info(TELEMETRY_STREAM.name)).state.messages
+        assert stored >= 3
+        with pytest.raises(Exception):  # noqa: B017 (no ack comes: nats-py times out)
+            await asyncio.wait_for(supervisor.publish(placement("forged"), tenant=TENANT), 3)
+        await eventually(errors.violations, what="the permissions violation")
+        assert await stored_count(scheduler) == 0
+    finally:
+        await reporter.close(reporting)
+        for bus in (integrator, scheduler, supervisor):
+            await bus.close()

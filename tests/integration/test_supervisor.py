@@ -1,13 +1,17 @@
 """However `gpuyard up` ends, no process of its platform outlives it: killed (SIGKILL) while its services are
-still stopping, its NATS server and every service end within seconds. Its files are its own (0600, 0700)."""
+still stopping, its NATS server and every service end within seconds. Its files are its own (0600, 0700). A
+service that keeps crashing is said to crash-loop, with its last words, on the console, on the bus and in
+`GET /v1/services`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -16,7 +20,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuyard.up import Child, Supervisor
+from gpuyard import up
+from gpuyard.statusreport import PUBLISH_SECONDS, StatusReporter
+from gpuyard.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor
+from shared.api import ServiceOut
+from shared.buscredentials import BusCredentials, write_credentials
+from shared.events import ProcessState, ServiceStatus
 from tests.integration.conftest import BIN, Platform, free_ports, wait_for
 
 
@@ -147,3 +156,174 @@ async def test_a_child_that_keeps_crashing_is_said_to_crash_loop_with_its_last_w
         await sup.stop(["crashy"])
     line = next(line for line in out.getvalue().splitlines() if "crash-looping" in line)
     assert "restart #3" in line and "last said: cannot open /nowhere" in line
+
+
+async def supervise(child: Child, tmp_path: Path, until, what: str, within: float = 30):
+    """Run `child` under a Supervisor until `until(statuses)`: (the statuses it reported, its console)."""
+    out = io.StringIO()
+    reported: list[ServiceStatus] = []
+    sup = Supervisor(Console(file=out, width=300), tmp_path, report=reported.append)
+    await sup.start(child)
+    watcher = asyncio.create_task(sup.watch())
+    try:
+        await asyncio.to_thread(wait_for, lambda: until(reported), within, 0.1, what)
+    finally:
+        watcher.cancel()
+        await sup.stop([child.name])
+    return reported, out.getvalue()
+
+
+async def test_a_child_that_keeps_crashing_is_reported_restarting_then_crash_looping_with_its_last_words(
+    tmp_path,
+):
+    crash = Child("serving", [sys.executable, "-c", "print('cannot open /nowhere'); raise SystemExit(1)"], {})
+    looping = ProcessState.CRASH_LOOPING
+    reported, _ = await supervise(
+        crash, tmp_path, lambda got: any(s.state is looping for s in got), "a crash loop reported"
+    )
+    first, *exits_and_starts = reported
+    assert (first.state, first.restarts, first.exit_code, first.last_error) == (
+        ProcessState.RUNNING,
+        0,
+        None,
+        None,
+    )
+    assert first.service == first.process == "serving" and first.host == socket.gethostname()
+    exited = exits_and_starts[0::2]  # each exit, of the process that exited; then its successor's start
+    started = exits_and_starts[1::2]
+    assert [(s.state, s.restarts) for s in exited] == [
+        (ProcessState.RESTARTING, 1),
+        (ProcessState.RESTARTING, 2),
+        (ProcessState.CRASH_LOOPING, 3),
+    ]
+    assert all(s.exit_code == 1 and s.last_error == "cannot open /nowhere" for s in exited)
+    assert [s.pid for s in exited] == [first.pid] + [s.pid for s in started[:2]]
+    assert len({s.pid for s in reported}) == len(started) + 1  # a new process at each start
+    assert [(s.state, s.restarts) for s in started] == [(s.state, s.restarts) for s in exited[: len(started)]]
+
+
+async def test_a_child_that_runs_a_while_after_its_crash_is_reported_running_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(up, "STABLE_SECONDS", 1.5)
+    fixed = tmp_path / "fixed"
+    code = (
+        f"import os, sys, time\nif not os.path.exists({str(fixed)!r}):\n"
+        "    print('no model store'); sys.exit(3)\nprint('serving'); time.sleep(600)"
+    )
+
+    def fixed_after_first_exit(got: list[ServiceStatus]) -> bool:
+        if any(s.state is ProcessState.RESTARTING for s in got):
+            fixed.touch()
+        return got[-1].state is ProcessState.RUNNING and got[-1].restarts == 1
+
+    reported, console = await supervise(
+        Child("serving", [sys.executable, "-c", code], {}), tmp_path, fixed_after_first_exit, "running again"
+    )
+    exit_ = next(s for s in reported if s.state is ProcessState.RESTARTING)
+    assert (exit_.exit_code, exit_.last_error) == (3, "no model store")
+    again = reported[-1]
+    assert again.pid != exit_.pid and (again.exit_code, again.last_error) == (None, None)
+    assert "running again" in console
+
+
+async def test_a_child_that_refuses_its_configuration_is_reported_refused_with_its_reason(tmp_path):
+    refusal = "print('serving refuses to start: serving_port: not a port'); raise SystemExit(2)"
+    reported, _ = await supervise(
+        Child("serving", [sys.executable, "-c", refusal], {}),
+        tmp_path,
+        lambda got: got[-1].state is ProcessState.REFUSED,
+        "the refusal reported",
+    )
+    last = reported[-1]
+    assert (last.restarts, last.exit_code) == (0, 2)
+    assert last.last_error == "serving refuses to start: serving_port: not a port"
+
+
+async def test_reporting_never_holds_the_supervisor_up_with_nats_away(tmp_path):
+    """No NATS at all: an update returns at once, the reporter keeps trying, and closes within its bounds."""
+    write_credentials(tmp_path / "supervisor.json", BusCredentials("supervisor", "pw"))
+    nowhere = f"nats://127.0.0.1:{free_ports(1)[0]}"
+    reporter = StatusReporter([nowhere], tmp_path / "supervisor.json", interval=0.1)
+    reporting = asyncio.create_task(reporter.run())
+    status = ServiceStatus(
+        service="serving", process="serving", host="h", pid=1, state=ProcessState.RESTARTING, version="1"
+    )
+    began = time.monotonic()
+    for _ in range(1000):
+        reporter.update(status)
+    assert time.monotonic() - began < 0.5
+    await asyncio.sleep(1.5)
+    assert not reporting.done()  # still trying to connect
+    began = time.monotonic()
+    await reporter.close(reporting)
+    assert time.monotonic() - began < 2 * PUBLISH_SECONDS + 1
+
+
+def serving_process(up_pid: int) -> int | None:
+    """The serving process `gpuyard up` runs now."""
+    for pid in children(up_pid):
+        with contextlib.suppress(OSError):
+            if b"services.serving" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+def said_last(log: Path, pid: int) -> str:
+    """The last line process `pid` wrote to its service's log: its lines end where the next process's start."""
+    lines = log.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if f"started (pid {pid}," in line)
+    after = next((i for i in range(first + 1, len(lines)) if STARTED_LINE in lines[i]), len(lines))
+    return lines[after - 1]
+
+
+def test_a_service_that_keeps_crashing_is_listed_crash_looping_with_its_last_error(tmp_path):
+    """The serving service killed (SIGKILL, as the OOM killer would) once it has started, three times in a
+    row within a minute: `GET /v1/services` says it is restarting, then crash-looping, with its restarts, its
+    exit code and the last line it wrote, on each process it was (their heartbeats say nothing of it) and on
+    the one started since."""
+    platform = Platform(tmp_path / "data", tmp_path / "config", simulate_gpus=1, executors=1).start()
+    client = platform.client()
+    log = tmp_path / "data" / "logs" / "serving.log"
+    killed: list[int] = []
+
+    def serving(state: str) -> dict[int, ServiceOut]:
+        return {s.pid: s for s in client.services() if s.service == "serving" and s.state == state}
+
+    try:
+        for n in range(1, CRASH_LOOP + 1):
+            pid = wait_for(
+                lambda: (p := serving_process(platform.proc.pid)) not in killed and p,
+                30,
+                0.1,
+                "a new serving",
+            )
+            wait_for(  # it said it started, and is listed (the first by its heartbeat: nothing else lists it)
+                lambda pid=pid: (
+                    f"started (pid {pid}," in log.read_text() and any(s.pid == pid for s in client.services())
+                ),
+                30,
+                0.2,
+                f"serving {pid} started",
+            )
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            if n == 1:
+                first = wait_for(
+                    lambda pid=pid: serving("restarting").get(pid), 15, 0.2, "serving restarting"
+                )
+                assert (first.restarts, first.exit_code) == (1, -signal.SIGKILL)
+                assert first.last_error == said_last(log, pid).split(" ", 3)[3]  # without time and name
+        looping = wait_for(lambda: serving("crash_looping").get(killed[-1]), 15, 0.2, "serving crash-looping")
+        assert (looping.restarts, looping.exit_code) == (CRASH_LOOP, -signal.SIGKILL)
+        assert looping.last_error and looping.last_error == said_last(log, killed[-1]).split(" ", 3)[3]
+        assert killed[0] in serving("crash_looping"), client.services()  # though its heartbeats said it ran
+        successor = wait_for(
+            lambda: next((r for p, r in serving("crash_looping").items() if p not in killed), None),
+            20,
+            0.2,
+            "the serving started since",
+        )
+        assert successor.pid == serving_process(platform.proc.pid) and successor.restarts == CRASH_LOOP
+        assert not serving("running")
+        assert "crash-looping" in platform.log.read_text()  # the console says it too
+    finally:
+        platform.stop()

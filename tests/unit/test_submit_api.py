@@ -563,3 +563,25 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
     now += telemetry.FORGET_SERVICE_AFTER + 61
     seen.observe(beat("h-2"))
     assert list(seen.services) == ["h-2"]
+
+
+def test_services_answer_a_crash_looping_process_with_its_restarts_and_last_error(api, ctx):
+    from shared.events import ProcessState, ServiceStatus, make_event
+
+    looping = ServiceStatus(
+        service="serving",
+        process="serving",
+        host="h",
+        pid=41,
+        state=ProcessState.CRASH_LOOPING,
+        restarts=3,
+        exit_code=1,
+        last_error="RuntimeError: no model store",
+        version="1.0",
+    )
+    ctx.telemetry.observe(make_event(looping, source="/gpuyard/supervisor/h"))
+    [row] = api.get("/v1/services", headers=VISION).json()
+    assert row["service"] == "serving" and row["instance"] == "h-41" and row["pid"] == 41
+    assert (row["state"], row["restarts"], row["exit_code"]) == ("crash_looping", 3, 1)
+    assert row["last_error"] == "RuntimeError: no model store"
+    assert api.get("/v1/services").status_code == 401
