@@ -84,7 +84,6 @@ GRANTS: dict[Role, Grant] = {
         publishes=HEARTBEAT
         | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED},  # a queued job's
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE) and the nodes' and services' heartbeats
-        follows=(EVENTS_STREAM,),  # the queue depth per tenant (a watch of the job events)
         reads_dead_letters=True,
     ),
     Role.SCHEDULER: Grant(

@@ -4,9 +4,11 @@ outlives the executor so that no replica's end is ever lost (issue 24).
 The executor starts it at its own start (`reaper_client.py`) and asks it, over a socket pair (its descriptor's number is its argument), to start
 each replica; the reaper forks, and the child makes itself the replica's first process: a new session, the
 cgroup of its limits, its user (issue 24 item 2: an unprivileged one when the platform is root), stdin from
-/dev/null, stdout and stderr to the executor's pipe, its working directory, then exec. Before it answers with
-the pid, the reaper writes the replica's pid file (pid and start time), so an attempt is never started twice,
-even when the executor dies right after asking.
+/dev/null, stdout and stderr to the executor's pipe, its working directory, then exec. The reaper does not
+wait for one child's exec before forking the next or reaping others (a burst of starts execs in parallel);
+each child's error pipe says, at its end, that the exec succeeded, or why the child could not start. Before
+it answers with the pid, the reaper writes the replica's pid file (pid and start time), so an attempt is never
+started twice, even when the executor dies right after asking. Answers go in the order of the requests.
 
 When a replica's first process ends, the reaper writes its status to `replica-<r>.exit` (atomically, before
 anything else), then tells the executor. If the executor is gone, nothing waits on it: the file is there for
@@ -134,6 +136,24 @@ class Replica:
         self.pid, self.exit_file, self.log_file, self.read_fd = pid, exit_file, log_file, read_fd
 
 
+class Starting:
+    """A start asked for: its child forked and not yet known to have exec'd (or failed), or its answer ready
+    and waiting for the answers before it."""
+
+    __slots__ = ("request", "pid", "started", "error_r", "failure", "kept", "status", "reply", "replica")
+
+    def __init__(self, request: dict, reply: dict | None = None):
+        self.request = request
+        self.pid = 0
+        self.started: int | None = None
+        self.error_r = -1  # the child's error pipe, until its end
+        self.failure = b""
+        self.kept = -1  # the reaper's read end of the replica's output pipe
+        self.status: int | None = None  # the child ended before its start was answered
+        self.reply = reply
+        self.replica: Replica | None = None  # what the reaper follows once the start is answered
+
+
 class Reaper:
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -142,6 +162,9 @@ class Reaper:
         self.finishing: dict[int, tuple[Replica, int]] = {}
         """Ended replicas whose output the executor is still reading, by the reaper's end of their pipe."""
         self.outbox: deque[bytes] = deque()
+        self.starting: deque[Starting] = deque()  # in the order asked
+        self.forked: dict[int, Starting] = {}  # pid -> its start, until answered
+        self.waiting_exec: dict[int, Starting] = {}  # error pipe -> its start
         self.devnull = os.open(os.devnull, os.O_RDONLY)
         self.pid = os.getpid()
         self.started = start_time(self.pid)
@@ -161,8 +184,9 @@ class Reaper:
         poll.register(self.wakeup_r, select.POLLIN)
         self.sock.setblocking(False)
         poll.register(self.sock, select.POLLIN)
+        self.poll = poll
         self.reap()  # (a child that ended before the handler was set)
-        while self.connected or self.has_children() or self.finishing:
+        while self.connected or self.has_children() or self.finishing or self.starting:
             try:
                 events = poll.poll(100 if self.finishing else 1000)
             except InterruptedError:
@@ -176,6 +200,8 @@ class Reaper:
                         except BlockingIOError:
                             break
                     self.reap()
+                elif fd in self.waiting_exec:
+                    self.exec_news(self.waiting_exec[fd])
                 elif mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
                     self.receive()
                 if fd == self.sock.fileno() and mask & select.POLLOUT:
@@ -206,11 +232,11 @@ class Reaper:
                 self.disconnected()
                 return
             try:
-                reply = self.start(json.loads(data), fds)
+                self.start(json.loads(data), fds)
             finally:
                 for fd in fds:
                     os.close(fd)
-            self.send(reply)
+            self.answer()
 
     def send(self, doc: dict) -> None:
         if self.connected:
@@ -235,42 +261,90 @@ class Reaper:
 
     # ------------------------------------------------------------------ starting a replica
 
-    def start(self, request: dict, fds: list[int]) -> dict:
+    def start(self, request: dict, fds: list[int]) -> None:
+        """Fork the replica's first process; its answer comes once its exec is known to have happened."""
         if len(fds) != 2:
-            return {"error": errno.EINVAL, "step": "request", "message": "a start needs two descriptors"}
+            error = {"error": errno.EINVAL, "step": "request", "message": "a start needs two descriptors"}
+            self.starting.append(Starting(request, error))
+            return
         write_fd, read_fd = fds
+        start = Starting(request)
         error_r, error_w = os.pipe()  # both close on exec: the child's exec closes error_w
         try:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover (the child: it execs or exits)
+            start.pid = os.fork()
+            if start.pid == 0:  # pragma: no cover (the child: it execs or exits)
                 self.child(request, write_fd, error_w)
-            os.close(error_w)
-            error_w = -1
-            started = start_time(pid)
-            failure = b""
-            while chunk := os.read(error_r, 4096):
-                failure += chunk
-        finally:
+        except BaseException:
             os.close(error_r)
-            if error_w >= 0:
-                os.close(error_w)
-        if failure:
-            os.waitpid(pid, 0)  # it has exited (127) or is exiting
-            step, _, rest = failure.decode(errors="replace").partition(":")
+            raise
+        finally:
+            os.close(error_w)
+        start.started = start_time(start.pid)
+        start.kept = os.dup(read_fd)  # (the received descriptors are closed once this returns)
+        start.error_r = error_r
+        os.set_blocking(error_r, False)
+        self.starting.append(start)
+        self.forked[start.pid] = start
+        self.waiting_exec[error_r] = start
+        self.poll.register(error_r, select.POLLIN)
+
+    def exec_news(self, start: Starting) -> None:
+        """The child's error pipe has something: why it could not start, or its end (the exec happened, or
+        the child exited after saying why)."""
+        while True:
+            try:
+                chunk = os.read(start.error_r, 4096)
+            except BlockingIOError:
+                return
+            if not chunk:
+                break
+            start.failure += chunk
+        self.poll.unregister(start.error_r)
+        del self.waiting_exec[start.error_r]
+        os.close(start.error_r)
+        start.error_r = -1
+        start.reply = self.started_or_not(start)
+        self.answer()
+
+    def started_or_not(self, start: Starting) -> dict:
+        """The answer for a start whose exec is settled: the replica's, once its pid file is written, or why it
+        failed."""
+        if start.failure:
+            if start.status is None:
+                os.waitpid(start.pid, 0)  # it has exited (127) or is exiting
+            os.close(start.kept)
+            step, _, rest = start.failure.decode(errors="replace").partition(":")
             code, _, message = rest.partition(":")
             return {"error": int(code or 0), "step": step, "message": message}
-        kept = os.dup(read_fd)  # (the received descriptors are closed after the answer)
-        record = {**request.get("record", {}), "pid": pid, "start": started}
-        record.update(reaper=self.pid, reaper_start=self.started, fd=kept)
+        request, pid = start.request, start.pid
+        record = {**request.get("record", {}), "pid": pid, "start": start.started}
+        record.update(reaper=self.pid, reaper_start=self.started, fd=start.kept)
         try:
             write_atomically(request["pid_file"], record)
         except OSError as exc:  # (the folder was removed meanwhile): the replica cannot be found again
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(kept)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            if start.status is None:
+                os.waitpid(pid, 0)
+            os.close(start.kept)
             return {"error": exc.errno or errno.EIO, "step": "pid_file", "message": str(exc)}
-        self.replicas[pid] = Replica(pid, request["exit_file"], request.get("log_file") or "", kept)
-        return {"pid": pid, "start": started, "fd": kept}
+        start.replica = Replica(pid, request["exit_file"], request.get("log_file") or "", start.kept)
+        return {"pid": pid, "start": start.started, "fd": start.kept}
+
+    def answer(self) -> None:
+        """Send the answers that are ready, in the order the starts were asked. A replica is followed from its
+        answer on (its end is never told before its start); one that ended before is reported ended right
+        after it."""
+        while self.starting and self.starting[0].reply is not None:
+            start = self.starting.popleft()
+            self.forked.pop(start.pid, None)
+            self.send(start.reply)
+            if start.replica is None:
+                continue
+            if start.status is None:
+                self.replicas[start.pid] = start.replica
+            else:
+                self.ended(start.replica, start.status)
 
     def child(self, request: dict, write_fd: int, error_w: int) -> None:
         """In the forked child: become the replica's first process, or say which step failed and exit."""
@@ -331,6 +405,8 @@ class Reaper:
             replica = self.replicas.pop(pid, None)
             if replica is not None:
                 self.ended(replica, os.waitstatus_to_exitcode(status))
+            elif (start := self.forked.get(pid)) is not None:  # ended before its start was answered
+                start.status = os.waitstatus_to_exitcode(status)
         if reaped:
             self.kill_leftovers()
 
@@ -386,7 +462,7 @@ class Reaper:
     def kill_leftovers(self) -> None:
         """Every child the reaper did not start is what is left of a replica whose first process ended (a
         live replica's first process is the subreaper of its own descendants): killed."""
-        for pid in children() - self.replicas.keys():
+        for pid in children() - self.replicas.keys() - self.forked.keys():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
