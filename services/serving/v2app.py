@@ -1,0 +1,206 @@
+"""The Open Inference Protocol v2 over HTTP, as an ASGI app: health, server and model metadata, readiness,
+inference with the binary tensor data extension, and the model repository extension (index, load, unload).
+
+Plain Starlette rather than FastAPI: every route reads or writes its body itself (the binary extension is not
+JSON), so FastAPI's validation and dependency resolution would only add time on the hot path (measured in
+docs/serving.md). Errors are `{"error": "..."}` with the status of their `ServingError`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from services.serving.errors import BadRequest, ServingError
+from services.serving.protocol import (
+    ModelMetadata,
+    RepositoryEntry,
+    ServerMetadata,
+    decode_request,
+    encode_response,
+    error_body,
+)
+from services.serving.registry import ModelRegistry, ModelVersion
+from services.serving.runtime import check_inputs
+from services.serving.stats import Stats
+from shared.version import VERSION
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "gpuyard"
+EXTENSIONS = ["binary_tensor_data", "model_repository"]
+PLATFORM = "onnx_onnxv1"
+JSON = "application/json"
+BINARY = "application/octet-stream"
+
+Authorize = Callable[[Request, str | None], None | Awaitable[None]]
+"""Called before any model route with the model's name (None for the repository index): returns to allow,
+raises a ServingError (Unauthorized, Forbidden, NotFound) to refuse. Sync or async."""
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(error_body(message), status_code=status, media_type=JSON)
+
+
+async def _serving_error(request: Request, exc: ServingError) -> Response:
+    return _error(exc.status, exc.message)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return _error(exc.status_code, exc.detail)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("internal error on %s %s", request.method, request.url.path)
+    return _error(500, f"internal error: {exc}")
+
+
+def create_app(
+    registry: ModelRegistry,
+    authorize: Authorize | None = None,
+    stats: Stats | None = None,
+) -> Starlette:
+    """The v2 app over `registry`. `authorize(request, model_name)` runs before each model route (default:
+    everyone may do everything); `stats` (also `app.state.stats`) counts requests and their latency per
+    model version."""
+    stats = stats if stats is not None else Stats()
+
+    async def allow(request: Request, name: str | None) -> None:
+        if authorize is not None:
+            result = authorize(request, name)
+            if inspect.isawaitable(result):
+                await result
+
+    async def model_for(request: Request) -> ModelVersion:
+        name = request.path_params["name"]
+        await allow(request, name)
+        return registry.resolve(name, request.path_params.get("version"))
+
+    async def server_metadata(request: Request) -> Response:
+        body = ServerMetadata(name=SERVER_NAME, version=VERSION, extensions=EXTENSIONS)
+        return JSONResponse(body.model_dump())
+
+    async def live(request: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(request: Request) -> Response:
+        return JSONResponse({"ready": True})
+
+    async def model_metadata(request: Request) -> Response:
+        entry = await model_for(request)
+        model = entry.model
+        body = ModelMetadata(
+            name=entry.name,
+            versions=[str(v) for v in registry.ready_versions(entry.name)],
+            platform=PLATFORM,
+            inputs=[spec.metadata() for spec in model.inputs.values()],
+            outputs=[spec.metadata() for spec in model.outputs.values()],
+        )
+        return JSONResponse(body.model_dump())
+
+    async def model_ready(request: Request) -> Response:
+        entry = await model_for(request)  # Unavailable (503) when not ready
+        return JSONResponse({"name": entry.name, "version": str(entry.version), "ready": True})
+
+    async def infer(request: Request) -> Response:
+        entry = await model_for(request)
+        started = perf_counter()
+        ok = False
+        try:
+            body = await request.body()
+            req = decode_request(body, request.headers.get("inference-header-content-length"))
+            model = entry.model
+            check_inputs(model, req.inputs, req.datatypes)
+            if req.outputs is None:
+                wanted = [(spec, req.binary_output) for spec in model.outputs.values()]
+            else:
+                wanted = []
+                for output in req.outputs:
+                    spec = model.outputs.get(output.name)
+                    if spec is None:
+                        raise BadRequest(
+                            f"unknown output '{output.name}': the model gives {', '.join(model.outputs)}"
+                        )
+                    wanted.append((spec, req.binary_output if output.binary is None else output.binary))
+            results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
+            content, json_length = encode_response(
+                entry.name,
+                str(entry.version),
+                req.id,
+                [(spec.name, spec.datatype, results[spec.name], binary) for spec, binary in wanted],
+            )
+            ok = True
+        finally:
+            stats.of(entry.name, str(entry.version)).observe(perf_counter() - started, ok)
+        if json_length is None:
+            return Response(content, media_type=JSON)
+        return Response(
+            content, media_type=BINARY, headers={"Inference-Header-Content-Length": str(json_length)}
+        )
+
+    async def repository_index(request: Request) -> Response:
+        await allow(request, None)
+        body = await request.body()
+        ready_only = False
+        if body.strip():
+            try:
+                query = json.loads(body)
+            except ValueError as exc:
+                raise BadRequest(f"the request's JSON is malformed: {exc}") from None
+            ready_only = isinstance(query, dict) and query.get("ready") is True
+        entries = [
+            RepositoryEntry(name=e.name, version=str(e.version), state=e.state.value, reason=e.reason)
+            for e in registry.index(ready_only)
+        ]
+        return JSONResponse([e.model_dump() for e in entries])
+
+    async def load(request: Request) -> Response:
+        name = request.path_params["name"]
+        await allow(request, name)
+        loaded = await registry.load_model(name)
+        if not any(entry.ready for entry in loaded):
+            reasons = "; ".join(f"version {e.version}: {e.reason}" for e in loaded)
+            raise BadRequest(f"failed to load model '{name}': {reasons}")
+        return Response(b"", media_type=JSON)
+
+    async def unload(request: Request) -> Response:
+        name = request.path_params["name"]
+        await allow(request, name)
+        await registry.unload(name)
+        return Response(b"", media_type=JSON)
+
+    model = "/v2/models/{name}"
+    version = "/v2/models/{name}/versions/{version}"
+    routes = [
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route(model, model_metadata, methods=["GET"]),
+        Route(version, model_metadata, methods=["GET"]),
+        Route(f"{model}/ready", model_ready, methods=["GET"]),
+        Route(f"{version}/ready", model_ready, methods=["GET"]),
+        Route(f"{model}/infer", infer, methods=["POST"]),
+        Route(f"{version}/infer", infer, methods=["POST"]),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            ServingError: _serving_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
+    )
+    app.state.registry = registry
+    app.state.stats = stats
+    return app
