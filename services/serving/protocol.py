@@ -290,6 +290,11 @@ def from_json(data, datatype: str, shape: tuple[int, ...], name: str) -> np.ndar
         raise BadRequest(f"input '{name}': {array.size} elements given, shape {list(shape)} holds {count}")
     if count:
         kind = array.dtype.kind
+        if kind in "fO" and datatype in _INTEGER_RANGE and all(type(v) is int for v in _flatten(data)):
+            try:  # integers beyond INT64's range, which numpy reads as floats or objects
+                return np.array(_flatten(data), dtype=DATATYPES[datatype]).reshape(shape)
+            except OverflowError:
+                raise BadRequest(f"input '{name}': a value is out of {datatype}'s range") from None
         if datatype == "BOOL":
             if kind != "b":
                 raise BadRequest(f"input '{name}': BOOL data must be true/false")

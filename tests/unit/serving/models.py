@@ -94,3 +94,14 @@ def half_to_double() -> bytes:
 
 
 BROKEN = b"\x08\x07 this is not an ONNX model"
+
+
+def doubler() -> bytes:
+    """x FP32 [N, M] -> y = 2x [N, M]: both dimensions dynamic, to batch requests of several widths."""
+    two = numpy_helper.from_array(np.array(2, dtype=np.float32), "two")
+    return _model(
+        [helper.make_node("Mul", ["x", "two"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "M"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "M"])],
+        [two],
+    )
