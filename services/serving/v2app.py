@@ -179,7 +179,9 @@ def create_app(
 
     model = "/v2/models/{name}"
     version = "/v2/models/{name}/versions/{version}"
-    routes = [
+    routes = [  # matched in order: inference first
+        Route(f"{model}/infer", infer, methods=["POST"]),
+        Route(f"{version}/infer", infer, methods=["POST"]),
         Route("/v2", server_metadata, methods=["GET"]),
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
@@ -187,8 +189,6 @@ def create_app(
         Route(version, model_metadata, methods=["GET"]),
         Route(f"{model}/ready", model_ready, methods=["GET"]),
         Route(f"{version}/ready", model_ready, methods=["GET"]),
-        Route(f"{model}/infer", infer, methods=["POST"]),
-        Route(f"{version}/infer", infer, methods=["POST"]),
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
         Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
