@@ -106,7 +106,8 @@ class ModelRegistry:
         """Load `source` in a thread and serve it, or record why it failed (the returned entry says which)."""
         current = self.models.setdefault(name, {}).get(version)
         if current is None or current.state is not VersionState.READY:
-            self.models[name][version] = ModelVersion(name, version, VersionState.LOADING, source=source)
+            current = ModelVersion(name, version, VersionState.LOADING, source=source)
+            self.models[name][version] = current
         try:
             model = await asyncio.to_thread(
                 load_onnx,
@@ -117,6 +118,11 @@ class ModelRegistry:
             )
         except ModelLoadError as exc:
             return self.add_failed(name, version, str(exc), source)
+        now = self.models.get(name, {}).get(version)
+        if now is not current:  # unloaded (or forgotten) while it loaded: it stays so
+            return now or ModelVersion(
+                name, version, VersionState.UNAVAILABLE, reason="unloaded", source=source
+            )
         return self.add(
             name,
             version,
