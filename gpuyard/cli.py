@@ -355,6 +355,114 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- models (docs/models.md)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _tensors(specs) -> str:
+    return ", ".join(f"{t.name} {t.datatype}[{','.join(map(str, t.shape))}]" for t in specs) or "-"
+
+
+def cmd_models_publish(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {args.path}: {exc.strerror or exc}") from None
+    client = Client(args.server, args.token)
+    client.on_retry = _say_retry
+    done = client.publish_model(
+        data, name=args.name, version=args.version, public=args.public, tenant=args.tenant
+    )
+    if args.json:
+        _print_json(done)
+        return 0
+    what = "already published as" if done.duplicate else "published"
+    out.print(
+        f"{what} [bold]{done.name}[/] version {done.version} (tenant {done.tenant}, {_size(done.size_bytes)}, "
+        f"sha256 {done.sha256[:12]}…)"
+    )
+    return 0
+
+
+def cmd_models_ls(args: argparse.Namespace) -> int:
+    models = Client(args.server, args.token).models(tenant=args.tenant).items
+    if args.json:
+        _print_json(models)
+        return 0
+    if not models:
+        out.print("no models (publish one: gpuyard models publish model.onnx --name NAME)")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for col in ("NAME", "TENANT", "LATEST", "VERSIONS", "PUBLIC", "UPDATED"):
+        table.add_column(col, no_wrap=True)
+    for m in models:
+        table.add_row(
+            m.name,
+            m.tenant,
+            str(m.latest or "-"),
+            str(m.versions),
+            "yes" if m.public else "",
+            _age(m.updated_at),
+        )
+    out.print(table)
+    return 0
+
+
+def cmd_models_describe(args: argparse.Namespace) -> int:
+    model = Client(args.server, args.token).model(args.name, tenant=args.tenant)
+    if args.json:
+        _print_json(model)
+        return 0
+    rows = [
+        ("Model", f"{model.name} (tenant {model.tenant}{', public' if model.public else ''})"),
+        ("Latest", str(model.latest or "-")),
+        ("Created", f"{model.created_at.isoformat()} ({_age(model.created_at)} ago)"),
+    ]
+    for v in model.versions:
+        by = f"job {v.job_id}" if v.job_id else (v.user or "-")
+        rows += [
+            (
+                f"Version {v.version}",
+                f"{_size(v.size_bytes)} · sha256 {v.sha256} · by {by} · {_when(v.published_at, '-')}",
+            ),
+            ("  inputs", _tensors(v.inputs)),
+            ("  outputs", _tensors(v.outputs)),
+            ("  file", v.uri),
+        ]
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for k, v in rows:
+        table.add_row(k, Text(v))
+    out.print(table)
+    return 0
+
+
+def cmd_models_rm(args: argparse.Namespace) -> int:
+    name, colon, version_text = args.model.partition(":")
+    version = None
+    if colon:
+        if not version_text.isdigit() or int(version_text) < 1:
+            raise CliError(f"{args.model!r}: write NAME or NAME:VERSION (a version is a number from 1)")
+        version = int(version_text)
+    gone = Client(args.server, args.token).delete_model(name, version, tenant=args.tenant)
+    if args.json:
+        _print_json(gone)
+        return 0
+    versions = ", ".join(map(str, gone.versions))
+    out.print(
+        f"removed {gone.name} version{'s' if len(gone.versions) > 1 else ''} {versions} (tenant {gone.tenant})"
+    )
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -479,6 +587,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     why_cmd.add_argument("job", help=JOB_ARGUMENT)
     why_cmd.set_defaults(func=cmd_why)
+
+    models = sub.add_parser("models", help="publish, list, describe and remove models (ONNX)")
+    models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    owner = argparse.ArgumentParser(add_help=False)
+    owner.add_argument("--tenant", help="the tenant that owns the model (default: your token's)")
+    publish = models_sub.add_parser(
+        "publish", help="publish an ONNX file as a model's next version", parents=[common, owner]
+    )
+    publish.add_argument("path", metavar="PATH", help="the ONNX file")
+    publish.add_argument("--name", required=True, help="the model's name (lowercase letters, digits, '-')")
+    publish.add_argument("--version", type=int, help="publish as this version (default: the next one)")
+    publish.add_argument("--public", action="store_true", help="every tenant may see and use it")
+    publish.set_defaults(func=cmd_models_publish)
+    models_sub.add_parser(
+        "ls", help="your tenant's models and the public ones", parents=[common, owner]
+    ).set_defaults(func=cmd_models_ls)
+    describe_model = models_sub.add_parser(
+        "describe", help="a model's versions, signatures and files", parents=[common, owner]
+    )
+    describe_model.add_argument("name", metavar="NAME")
+    describe_model.set_defaults(func=cmd_models_describe)
+    rm = models_sub.add_parser("rm", help="remove a model, or one version of it", parents=[common, owner])
+    rm.add_argument("model", metavar="NAME[:VERSION]")
+    rm.set_defaults(func=cmd_models_rm)
 
     admin = sub.add_parser("admin", help="platform administration (admin token)")
     admin_sub = admin.add_subparsers(dest="area", required=True, metavar="AREA")

@@ -19,6 +19,11 @@ from shared.api import (
     JobEventOut,
     JobListOut,
     JobOut,
+    ModelDeletedOut,
+    ModelListOut,
+    ModelOut,
+    ModelPublishedOut,
+    ModelVersionOut,
     NodeOut,
     ServiceOut,
     TokenCreated,
@@ -114,8 +119,10 @@ class Client:
         a request that never reached the server (connection refused), one refused with 429 or 503 (Retry-After
         is honoured, up to LONGEST_WAIT), and, when repeating it changes nothing (a GET, or a request with an
         Idempotency-Key), one whose answer was lost (connection dropped, timeout) or a 502/504."""
-        repeatable = method.upper() in IDEMPOTENT_METHODS or "Idempotency-Key" in (
-            kwargs.get("headers") or {}
+        repeatable = (
+            kwargs.pop("idempotent", False)
+            or method.upper() in IDEMPOTENT_METHODS
+            or "Idempotency-Key" in (kwargs.get("headers") or {})
         )
         for attempt in range(self.retries + 1):
             wait = BACKOFF * 2**attempt
@@ -234,6 +241,60 @@ class Client:
                 yield from response.iter_bytes()
         except httpx.ConnectError:
             raise ClientError(f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?") from None
+
+    # ------------------------------------------------------------------ models (docs/models.md)
+
+    def publish_model(
+        self,
+        data: bytes,
+        name: str,
+        version: int | None = None,
+        public: bool = False,
+        tenant: str | None = None,
+    ) -> ModelPublishedOut:
+        """Publish an ONNX file's bytes. Repeating it changes nothing (the same bytes answer the version that
+        holds them), so a publish whose answer was lost is retried."""
+        params = {"name": name, "version": version, "public": "true" if public else None, "tenant": tenant}
+        return self.answer(
+            ModelPublishedOut,
+            "POST",
+            "/v1/models",
+            content=data,
+            params={k: v for k, v in params.items() if v is not None},
+            headers={"Content-Type": "application/octet-stream"},
+            idempotent=True,
+        )
+
+    def models(self, tenant: str | None = None) -> ModelListOut:
+        return self.answer(ModelListOut, "GET", "/v1/models", params={"tenant": tenant} if tenant else None)
+
+    def model(self, name: str, tenant: str | None = None) -> ModelOut:
+        return self.answer(
+            ModelOut, "GET", f"/v1/models/{name}", params={"tenant": tenant} if tenant else None
+        )
+
+    def model_version(self, name: str, version: int, tenant: str | None = None) -> ModelVersionOut:
+        return self.answer(
+            ModelVersionOut,
+            "GET",
+            f"/v1/models/{name}/versions/{version}",
+            params={"tenant": tenant} if tenant else None,
+        )
+
+    def set_model_public(self, name: str, public: bool, tenant: str | None = None) -> ModelOut:
+        return self.answer(
+            ModelOut,
+            "PATCH",
+            f"/v1/models/{name}",
+            json={"public": public},
+            params={"tenant": tenant} if tenant else None,
+        )
+
+    def delete_model(
+        self, name: str, version: int | None = None, tenant: str | None = None
+    ) -> ModelDeletedOut:
+        path = f"/v1/models/{name}" + (f"/versions/{version}" if version is not None else "")
+        return self.answer(ModelDeletedOut, "DELETE", path, params={"tenant": tenant} if tenant else None)
 
     def healthy(self) -> bool:
         try:

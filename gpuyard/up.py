@@ -34,6 +34,7 @@ from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
 from shared.events import ProcessState, ServiceStatus
+from shared.jobtokens import JobTokenError, ensure_secret, secret_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
     EXIT_REFUSED,
@@ -420,6 +421,9 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         "data_dir": data_dir,
         "tokens_file": data_dir / TOKENS_FILE,
     }
+    if env_name("api_url") not in env:  # where jobs reach the API (their publish token's, docs/models.md)
+        host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
+        decided["api_url"] = f"http://{host}:{api.submit_port}"
     children = []
     for name, model in SERVICES.items():
         own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
@@ -481,6 +485,10 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     log_dir.mkdir(exist_ok=True)
     log_dir.chmod(0o700)
     _, admin_token = ensure_admin_token(data_dir, saved_config().get("token"))
+    try:  # signs jobs' publish tokens: the submit service and the executors read it (docs/models.md)
+        ensure_secret(secret_path(data_dir, platform.submit.publish_secret_file))
+    except (OSError, JobTokenError) as exc:
+        raise SystemExit(f"the publish secret: {exc}") from None
     server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
 

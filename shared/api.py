@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import FailureReason, ProcessState
+from shared.events import FailureReason, ProcessState, TensorSpec
 from shared.jobspec import JobSpec, Name, Seconds, Strict, Text
 from shared.jobstate import JobState, JobView
 from shared.reasons import PendingCode
@@ -267,6 +267,71 @@ class TokenCreated(TokenOut):
 class HealthOut(Out):
     status: str
     service: str
+
+
+# ---------------------------------------------------------------- models (docs/models.md)
+
+
+class ModelVersionOut(Out):
+    """One published version of a model: immutable."""
+
+    version: int
+    uri: str = Field(description="Where its ONNX file is in the model store.")
+    sha256: str = Field(description="SHA-256 of the file, checked on every load.")
+    size_bytes: int
+    inputs: list[TensorSpec] = Field(
+        description="The graph's inputs: name, v2 datatype, shape (-1: dynamic)."
+    )
+    outputs: list[TensorSpec]
+    job_id: str | None = Field(None, description="The job that published it from inside, if one did.")
+    user: str = Field("", description="Who published it (empty for a job).")
+    published_at: datetime
+
+
+class ModelOut(Out):
+    """A model and its listed versions, oldest first."""
+
+    name: str
+    tenant: str = Field(description="The tenant that owns it.")
+    public: bool = Field(description="Every tenant may see and use it.")
+    latest: int | None = Field(description="Its newest version.")
+    versions: list[ModelVersionOut]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ModelSummaryOut(Out):
+    name: str
+    tenant: str
+    public: bool
+    latest: int | None
+    versions: int = Field(description="How many versions are listed.")
+    updated_at: datetime
+
+
+class ModelListOut(Out):
+    items: list[ModelSummaryOut] = Field(description="By tenant, then name.")
+
+
+class ModelPublishedOut(ModelVersionOut):
+    name: str
+    tenant: str
+    public: bool
+    duplicate: bool = Field(
+        description="These bytes were published before: the version that holds them is answered, nothing new."
+    )
+
+
+class ModelPatch(Strict):
+    """What an owner (or an admin) may change of a model."""
+
+    public: bool = Field(description="true: every tenant may see and use it; false: its tenant's only.")
+
+
+class ModelDeletedOut(Out):
+    name: str
+    tenant: str
+    versions: list[int] = Field(description="The versions removed (their numbers are never given again).")
 
 
 # ---------------------------------------------------------------- from the internal views

@@ -78,11 +78,13 @@ class Grant:
 
 
 HEARTBEAT = frozenset({Subject.SERVICE_HEARTBEAT})
+MODEL_EVENTS = frozenset({Subject.MODEL_PUBLISHED, Subject.MODEL_VISIBILITY_CHANGED, Subject.MODEL_DELETED})
 
 GRANTS: dict[Role, Grant] = {
     Role.SUBMIT: Grant(
         publishes=HEARTBEAT
-        | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED},  # a queued job's
+        | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED}  # a queued job's
+        | MODEL_EVENTS,  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE) and the nodes' and services' heartbeats
         reads_dead_letters=True,
     ),
@@ -124,8 +126,8 @@ GRANTS: dict[Role, Grant] = {
     ),
     Role.INTEGRATOR: Grant(publishes=frozenset(), listens=EVENT_FAMILIES, declares_streams=False),
 }
-NOT_PUBLISHED_YET = frozenset({Subject.MODEL_PUBLISHED})
-"""Subjects no service creates yet (model publishing comes with the serving issue)."""
+NOT_PUBLISHED_YET: frozenset[Subject] = frozenset()
+"""Subjects no service creates yet."""
 
 
 @dataclass(frozen=True)

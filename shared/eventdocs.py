@@ -29,7 +29,9 @@ from shared.events import (
     JobStarted,
     JobSubmitted,
     JobSucceeded,
+    ModelDeleted,
     ModelPublished,
+    ModelVisibilityChanged,
     NodeHeartbeat,
     NodeLost,
     PendingReason,
@@ -39,6 +41,7 @@ from shared.events import (
     ServiceHeartbeat,
     ServiceStatus,
     Subject,
+    TensorSpec,
     type_of,
 )
 from shared.jobspec import JobSpec, Resources
@@ -144,8 +147,20 @@ EXAMPLES = {
         version="0.1.0",
     ),
     Subject.MODEL_PUBLISHED: ModelPublished(
-        name="resnet", version="3", uri="s3://models/resnet/3/model.onnx", job_id=J
+        name="resnet",
+        version=3,
+        tenant="vision",
+        uri="s3://models/vision/resnet/3/" + "9f86d081884c7d65" * 4 + ".onnx",
+        sha256="9f86d081884c7d65" * 4,
+        size_bytes=102_400_000,
+        inputs=[TensorSpec(name="images", datatype="FP32", shape=[-1, 3, 224, 224])],
+        outputs=[TensorSpec(name="logits", datatype="FP32", shape=[-1, 1000])],
+        job_id=J,
     ),
+    Subject.MODEL_VISIBILITY_CHANGED: ModelVisibilityChanged(
+        name="resnet", tenant="vision", public=True, by="ana"
+    ),
+    Subject.MODEL_DELETED: ModelDeleted(name="resnet", tenant="vision", versions=[1, 2], by="ana"),
     Subject.ALERT_RAISED: AlertRaised(
         alert_id="gpu_idle/node-1/2",
         kind="gpu_idle",

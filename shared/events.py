@@ -78,6 +78,8 @@ class Subject(StrEnum):
     SERVICE_HEARTBEAT = "service.heartbeat"
     SERVICE_STATUS = "service.status"
     MODEL_PUBLISHED = "model.published"
+    MODEL_VISIBILITY_CHANGED = "model.visibility_changed"
+    MODEL_DELETED = "model.deleted"
     ALERT_RAISED = "alert.raised"
     ALERT_RESOLVED = "alert.resolved"
 
@@ -541,13 +543,77 @@ class ServiceStatus(EventData):
 # ---------------------------------------------------------------- models and alerts
 
 
-@event(Subject.MODEL_PUBLISHED)
-class ModelPublished(EventData):
+V2_DATATYPES = (
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "BF16",
+)
+"""Tensor datatypes as the Open Inference Protocol (v2) names them."""
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class TensorSpec(BaseModel):
+    """One input or output of a model, as its ONNX graph declares it."""
+
+    model_config = ConfigDict(frozen=True)
     name: str
-    version: str
-    uri: str = Field(..., description="Where the ONNX file is: a local path or an s3:// URI.")
-    job_id: str | None = None
+    datatype: str = Field(..., description="Open Inference Protocol datatype: FP32, INT64, BOOL, BYTES…")
+    shape: list[int] = Field(..., description="Dimensions; -1 for a dynamic one (a batch, a sequence).")
+
+
+class _ModelEvent(EventData):
+    name: str = Field(..., pattern=NAME_PATTERN)
+    tenant: str = Field(..., pattern=NAME_PATTERN, description="The tenant that owns the model.")
+
+    def entity(self) -> str | None:
+        return f"{self.tenant}/{self.name}"  # a model's name is its tenant's: two tenants may use the same
+
+
+@event(Subject.MODEL_PUBLISHED)
+class ModelPublished(_ModelEvent):
+    """A version of a model is in the model store, immutable: its bytes are `sha256` for good (the same
+    version with other bytes is refused), and every load checks them. (Version 1 of this event's data: the
+    earlier placeholder was never published.)"""
+
+    version: int = Field(..., ge=1, description="1, 2, 3… per tenant and name, assigned unless given.")
+    uri: str = Field(..., description="Where the ONNX file is: a local path or an fsspec URL (s3://…).")
+    sha256: str = Field(..., pattern=SHA256_PATTERN, description="SHA-256 of the file, hex.")
+    size_bytes: int = Field(..., ge=0)
+    inputs: list[TensorSpec] = Field(default_factory=list, description="The graph's inputs.")
+    outputs: list[TensorSpec] = Field(default_factory=list, description="The graph's outputs.")
+    job_id: str | None = Field(None, description="The job that published it, from inside (its token).")
+    user: str = Field("", description="Who published it (the token's user; empty for a job).")
+    public: bool = Field(False, description="Whether every tenant may see and use the model.")
     format: Literal["onnx"] = "onnx"
+
+
+@event(Subject.MODEL_VISIBILITY_CHANGED)
+class ModelVisibilityChanged(_ModelEvent):
+    """A model was made public (every tenant may see and use it) or private again (its tenant's only)."""
+
+    public: bool
+    by: str = ""
+
+
+@event(Subject.MODEL_DELETED)
+class ModelDeleted(_ModelEvent):
+    """Versions of a model were removed from its listing and their files from the model store. A version's
+    number is never given again."""
+
+    versions: list[int] = Field(..., description="The versions removed.")
+    whole_model: bool = Field(False, description="Every version was asked for (`DELETE /v1/models/{name}`).")
+    by: str = ""
 
 
 @event(Subject.ALERT_RAISED)

@@ -59,6 +59,7 @@ def _keep_for(value: object) -> object:
 
 
 KeepFor = Annotated[float, BeforeValidator(_keep_for)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]  # '7d', '12h' or a number of seconds
 Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
 
 
@@ -145,6 +146,17 @@ class CommonSettings(BaseSettings):
         ge=-1,
         description="Most messages each JetStream stream keeps (-1: no limit); the oldest go.",
     )
+    model_store: str = Field(
+        "",
+        description="Where published models are kept: a directory, or an fsspec URL such as "
+        "s3://bucket/prefix (needs `pip install 'gpuyard[s3]'`; credentials from s3fs's usual places); "
+        "default: models/ in the data dir. See docs/models.md.",
+    )
+    publish_secret_file: Path | None = Field(
+        None,
+        description="File of the secret that signs jobs' publish tokens, shared by the submit service and "
+        "every executor (mode 0600; `gpuyard up` makes one); default: secrets/publish.key in the data dir.",
+    )
     supervisor_pid: int = Field(
         0,
         ge=0,
@@ -159,6 +171,10 @@ class CommonSettings(BaseSettings):
     @property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'events.db'}"
+
+    @property
+    def model_store_url(self) -> str:
+        return self.model_store or str(self.data_dir / "models")
 
     @property
     def nats_servers(self) -> list[str]:
@@ -188,6 +204,11 @@ class SubmitSettings(CommonSettings):
     )
     tokens: str = Field("", description="Inline tokens: `token=tenant[:user][:admin],…`.")
     max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")
+    max_model_bytes: Size = Field(
+        "1GiB",
+        description="Largest ONNX file `POST /v1/models` accepts (a single-file model: ONNX's own limit is 2 "
+        "GiB).",
+    )
     max_queued_per_tenant: int = Field(
         10_000,
         ge=0,
@@ -329,6 +350,16 @@ class ExecutorSettings(CommonSettings):
     mps: Literal["auto", "on", "off"] = Field(
         "auto", description="Give fractional jobs CUDA MPS limits: auto = when an MPS daemon runs here."
     )
+    api_url: str = Field(
+        "http://127.0.0.1:8080",
+        description="URL of the submit API as jobs reach it: given to each replica as GPUYARD_SERVER, with "
+        "its publish token (`gpuyard up` sets it).",
+    )
+    publish_token_lifetime: Duration = Field(
+        "7d",
+        description="How long a job's publish token is valid at most (`7d`, `12h`): it is refused sooner, once "
+        "the attempt that got it has ended.",
+    )
     kubeconfig: str = Field(
         "",
         description="Kubernetes backend: kubeconfig file outside a cluster (default: in-cluster credentials).",
@@ -384,6 +415,11 @@ class ClientSettings(BaseSettings):
         description="URL of the submit API (default: what `gpuyard up` saved, else http://127.0.0.1:8080).",
     )
     token: str = Field("", description="Bearer token (default: what `gpuyard up` saved).")
+    publish_token: str = Field(
+        "",
+        description="Set by the executor in a job's environment, never by hand: the job's token for "
+        "`gpuyard.publish_model` (`POST /v1/models` only; see docs/models.md).",
+    )
     config_dir: Path = Field(
         default_factory=lambda: Path.home() / ".config" / "gpuyard",
         description="Where `gpuyard up` saves the server URL and admin token for the CLI (config.json).",

@@ -1,5 +1,10 @@
 """The environment a replica runs in: the job's own env, GPU pinning, and torchrun-style distributed vars.
 
+Each replica also gets a publish token (GPUYARD_PUBLISH_TOKEN, `shared.jobtokens`: its tenant, job and attempt,
+for `POST /v1/models` only) and the API's URL (GPUYARD_SERVER), so that `gpuyard.publish_model` works inside
+the job with nothing typed; never the platform's own credentials. The token is in that replica's environment
+only, which no other tenant can read, and is never logged.
+
 A fractional GPU adds its memory share (GPUYARD_GPU_MEMORY_FRACTION, GPUYARD_GPU_MEMORY_BYTES), which the
 `gpuyard.training` helper applies to PyTorch; where the node runs CUDA MPS, also the MPS client limits
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which the MPS server enforces.
@@ -7,13 +12,18 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which th
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from shared.events import JobPlaced, ReplicaPlacement
 from shared.jobspec import JobSpec
+from shared.jobtokens import JobTokenError, read_secret, secret_path, sign
+
+log = logging.getLogger(__name__)
 
 # Variables from the executor's own environment that jobs inherit; everything else is the job's.
 INHERITED = (
@@ -62,10 +72,76 @@ def mps_env(fraction: float, memory_bytes: int | None) -> dict[str, str]:
     return env
 
 
+@dataclass(frozen=True)
+class Publishing:
+    """What a replica's publish token is made with."""
+
+    secret: bytes
+    api_url: str
+    lifetime: float
+
+    def __repr__(self) -> str:  # never the secret
+        return f"Publishing(api_url={self.api_url!r}, lifetime={self.lifetime:g}, secret=***)"
+
+
+_publishing: Publishing | None = None
+_configured = False
+
+
+def configure_publishing(publishing: Publishing | None) -> None:
+    """Set what replicas' publish tokens are made with (None: they get none)."""
+    global _publishing, _configured
+    _publishing, _configured = publishing, True
+
+
+def publishing_from_settings(settings) -> Publishing | None:
+    """An executor's `Publishing` from its settings; None (said once, never the secret) without a secret."""
+    path = secret_path(settings.data_dir, settings.publish_secret_file)
+    try:
+        secret = read_secret(path)
+    except JobTokenError as exc:
+        log.warning("jobs get no publish token (gpuyard.publish_model will not work in them): %s", exc)
+        return None
+    return Publishing(secret, settings.api_url.rstrip("/"), settings.publish_token_lifetime)
+
+
+def _current_publishing() -> Publishing | None:
+    """What `configure_publishing` set; in an executor process that did not call it, made once from the
+    executor's own settings (its flags and GPUYARD_* variables, read as it read them at its start)."""
+    global _configured
+    if not _configured:
+        _configured = True
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        if spec is not None and spec.name == "services.executor.__main__":
+            from shared.settings import ExecutorSettings
+
+            try:
+                settings = ExecutorSettings(_cli_parse_args=sys.argv[1:])
+            except Exception as exc:  # (it started with them: this does not happen)
+                log.warning("jobs get no publish token: the executor's settings: %s", exc)
+            else:
+                configure_publishing(publishing_from_settings(settings))
+    return _publishing
+
+
+def publish_env(*, job_id: str, tenant: str, attempt: int) -> dict[str, str]:
+    """GPUYARD_PUBLISH_TOKEN (for this job's attempt and tenant, `models:publish` only) and GPUYARD_SERVER;
+    nothing when the platform gives no publish tokens."""
+    publishing = _current_publishing()
+    if publishing is None:
+        return {}
+    token = sign(
+        publishing.secret, tenant=tenant, job_id=job_id, attempt=attempt, lifetime=publishing.lifetime
+    )
+    return {"GPUYARD_PUBLISH_TOKEN": token, "GPUYARD_SERVER": publishing.api_url}
+
+
 def identity_env(
     *, job_id: str, job_name: str, tenant: str, attempt: int, replica: int, node: str
 ) -> dict[str, str]:
-    """Which job, attempt and replica this process is: the same names on every backend."""
+    """Which job, attempt and replica this process is, and its publish token: the same names on every
+    backend."""
     return {
         "GPUYARD_JOB_ID": job_id,
         "GPUYARD_JOB_NAME": job_name,
@@ -73,6 +149,7 @@ def identity_env(
         "GPUYARD_ATTEMPT": str(attempt),
         "GPUYARD_REPLICA": str(replica),
         "GPUYARD_NODE": node,
+        **publish_env(job_id=job_id, tenant=tenant, attempt=attempt),
     }
 
 

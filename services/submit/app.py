@@ -11,7 +11,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.submit import routes_admin, routes_jobs, routes_platform
+from services.submit import routes_admin, routes_jobs, routes_models, routes_platform
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.docs_pages import add_docs_pages
@@ -30,26 +30,31 @@ class BodyLimit:
     """413 for a body over the limit, whether it says its length or streams in chunks (a plain ASGI
     middleware: Starlette's BaseHTTPMiddleware would cost more than the rest of a submit)."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, uploads: dict[str, int] | None = None):
+        """`uploads`: a larger limit for the POSTs to those paths (a model's file)."""
         self.app = app
         self.limit = limit
+        self.uploads = uploads or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.limit
+        if scope["method"] == "POST" and scope["path"] in self.uploads:
+            limit = self.uploads[scope["path"]]
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 return await self.refuse(scope, receive, send, 400, "invalid Content-Length")
-            if int(declared) > self.limit:
-                return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+            if int(declared) > limit:
+                return await self.refuse(scope, receive, send, 413, f"request body over {limit} bytes")
             return await self.app(scope, receive, send)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         try:  # chunked: read it all first, counting
-            body = await read_body(receive, self.limit)
+            body = await read_body(receive, limit)
         except BodyTooLarge:
-            return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
+            return await self.refuse(scope, receive, send, 413, f"request body over {limit} bytes")
         if body is None:
             return None
         return await self.app(scope, replaying(body, receive), send)
@@ -78,16 +83,20 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
         version=VERSION,
-        description="Submit, follow and cancel GPU training jobs. Every request carries `Authorization: Bearer`.",
+        description="Submit, follow and cancel GPU training jobs; publish models. Every request carries "
+        "`Authorization: Bearer`.",
         docs_url=None,
         redoc_url=None,
     )
     add_docs_pages(app)
     app.state.ctx = ctx
     app.add_middleware(FastSubmit, ctx=ctx)
-    app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)  # added last: the outer one, before FastSubmit
+    app.add_middleware(  # added last: the outer one, before FastSubmit
+        BodyLimit, limit=ctx.max_body_bytes, uploads={"/v1/models": ctx.max_model_bytes}
+    )
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
+    app.include_router(routes_models.router)
     app.include_router(routes_admin.router)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
@@ -114,7 +123,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     @app.exception_handler(ConcurrencyError)
     async def busy(_: Request, exc: ConcurrencyError) -> JSONResponse:
         return JSONResponse(
-            {"detail": "the job is changing right now; try again"},
+            {"detail": "the job or model is changing right now; try again"},
             status_code=503,
             headers={"Retry-After": "1"},
         )

@@ -9,6 +9,7 @@ from fastapi.security import HTTPBearer
 
 from services.submit.bearer import bearer_token
 from services.submit.context import SubmitContext
+from shared.jobtokens import is_job_token
 from shared.tokens import Principal, TokenRefused
 
 
@@ -35,6 +36,12 @@ async def current_principal(ctx: Context, token: Annotated[str | None, Depends(_
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing bearer token: send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if is_job_token(token):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a job's publish token is accepted by POST /v1/models only",
             headers={"WWW-Authenticate": "Bearer"},
         )
     try:

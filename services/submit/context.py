@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from services.submit.queuedepth import QueueDepth
 from services.submit.telemetry import Telemetry
 from shared.bus import Bus
 from shared.ledger import JobLedger
 from shared.logstore import LogStore
+from shared.modelregistry import ModelRegistry
 from shared.store import EventStore
 from shared.tokens import Tokens
 
@@ -27,4 +29,8 @@ class SubmitContext:
     queue: QueueDepth = field(default_factory=QueueDepth)
     accept_unplaceable: bool = False
     """Queue a job no node could ever hold (for a cluster that grows) instead of refusing it."""
-    """Jobs waiting per tenant, and each tenant's limit on them (none by default)."""
+    models: ModelRegistry | None = None
+    """Published models (`/v1/models`): their events in the store, their files in the model store."""
+    max_model_bytes: int = 1 << 30
+    publish_secret_file: Path | None = None
+    """The secret that signs jobs' publish tokens (`shared.jobtokens`); None: no job may publish."""

@@ -12,15 +12,18 @@ from shared.api import ErrorOut
 WHY = {
     400: "Bad request: an invalid Content-Length or list cursor.",
     401: "No bearer token, or one unknown or revoked.",
-    403: "The token's tenant may not do this (another tenant's jobs, an admin's page).",
-    404: "No such job (or one of another tenant), replica, attempt or token.",
+    403: "The token's tenant may not do this (another tenant's jobs or models, an admin's page).",
+    404: "No such job (or one of another tenant), replica, attempt, token, or model or version (or one of "
+    "another tenant, not public).",
     409: "A conflict with the job's state, with an earlier request of the same Idempotency-Key, or with tokens "
-    "fixed by the settings; or a job id prefix that several jobs share.",
+    "fixed by the settings; a job id prefix that several jobs share; a model version published with other "
+    "bytes, or deleted.",
     413: "The request body is over the limit.",
     429: "The tenant has as many jobs queued as it may: retry after Retry-After (seconds, estimated from how "
     "fast its queue drains).",
     416: "The byte range asked for is outside the output kept (Content-Range says how much there is).",
-    503: "The store or the event bus is unavailable, or the job is changing right now: retry after Retry-After.",
+    503: "The store, the event bus or the model store is unavailable, or the job or model is changing right "
+    "now: retry after Retry-After.",
 }
 
 

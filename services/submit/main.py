@@ -13,6 +13,9 @@ from services.submit import retention
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
+from shared.jobtokens import secret_path
+from shared.modelregistry import ModelRegistry
+from shared.modelstore import ModelStore
 from shared.service import Service
 from shared.settings import SubmitSettings
 from shared.tokens import Tokens
@@ -62,6 +65,11 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         max_body_bytes=settings.max_body_bytes,
         queue=QueueDepth(settings.max_queued_per_tenant, settings.queue_limits),
         accept_unplaceable=settings.accept_unplaceable,
+        models=ModelRegistry(
+            service.store, service.bus, service.source, ModelStore(settings.model_store_url)
+        ),
+        max_model_bytes=settings.max_model_bytes,
+        publish_secret_file=secret_path(settings.data_dir, settings.publish_secret_file),
     )
     await ctx.telemetry.follow(service.bus)
     service.spawn(ctx.queue.follow(service.store), "queue-depth")

@@ -19,6 +19,7 @@ from shared.jobstate import JobState, JobView
 from shared.logstore import LogKey
 from shared.logstore.reading import follow as follow_log
 from shared.logstore.reading import read_range, tail_start
+from shared.modelregistry import is_model_stream
 from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
@@ -32,10 +33,11 @@ AMBIGUOUS_SHOWN = 5
 async def _visible_job(ctx, principal, job_id: str) -> JobView:
     """The job `job_id` names, if the caller may see it: its full id, or a unique prefix of it (at least
     MIN_PREFIX characters) among the jobs the caller may see. Routes use the view's `job_id` from here on."""
-    doc = await ctx.store.get_projection(job_id)
+    doc = await ctx.store.get_projection(job_id) if not is_model_stream(job_id) else None
     if doc is None and len(job_id) >= MIN_PREFIX:
         tenant = None if principal.admin else principal.tenant
         found = await ctx.store.ids_starting(job_id, tenant=tenant, limit=AMBIGUOUS_SHOWN + 1)
+        found = [f for f in found if not is_model_stream(f)]  # (the store holds models' streams too)
         if len(found) > 1:
             shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
             raise HTTPException(
@@ -149,7 +151,8 @@ async def list_jobs(
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return JobListOut(
-        items=[job_out(JobView.model_validate(d)) for d in page.items], next_cursor=page.next_cursor
+        items=[job_out(JobView.model_validate(d)) for d in page.items if "job_id" in d],  # (not a model's)
+        next_cursor=page.next_cursor,
     )
 
 

@@ -53,7 +53,7 @@ async def event_stream(
     job: Annotated[str | None, Query(description="Only events about this job.")] = None,
 ):
     """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
-    cannot reach NATS. A tenant receives job events of its own jobs only. Job events' NATS subjects end with
+    cannot reach NATS. A tenant receives job events of its own jobs only, and model events of its own models. Job events' NATS subjects end with
     their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
@@ -70,9 +70,15 @@ async def event_stream(
         job_id = getattr(event.data, "job_id", None)
         if job is not None and job_id != job:
             return False
-        if principal.admin or job_id is None:
+        if principal.admin:
             return True
-        return tenant_of_subject(nats_subject) == principal.tenant  # the job's tenant, as its publisher said
+        subject_tenant = tenant_of_subject(nats_subject)
+        if subject_tenant is not None:
+            return subject_tenant == principal.tenant  # the job's tenant, as its publisher said
+        owner = getattr(event.data, "tenant", None)
+        if owner is not None:
+            return owner == principal.tenant  # a model's events: its tenant's
+        return job_id is None
 
     async def frames():
         try:

@@ -25,8 +25,11 @@ from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
+from shared.modelregistry import ModelRegistry
+from shared.modelstore import ModelStore
 from shared.store import open_store
 from shared.tokens import Tokens
+from tests.unit.onnxmodels import tiny_model
 
 ADMIN = {"Authorization": "Bearer tok-admin"}
 CHECKS = [
@@ -42,8 +45,9 @@ EXAMPLES = 40  # per operation: about 30 s for the whole document on two cores
 
 
 def build_app(folder: Path):
-    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant; no bus (the routes
-    that need it answer 503, as documented)."""
+    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant, and a model store
+    holding one model (`mnist`, so that the model routes find one to answer about); no bus (the routes that need
+    it answer 503, as documented)."""
     store = asyncio.run(open_store(f"sqlite:///{folder / 'events.db'}"))
     logs = asyncio.run(open_log_store(f"sqlite:///{folder / 'logs.db'}"))
     tokens_file = folder / "tokens.json"
@@ -55,7 +59,11 @@ def build_app(folder: Path):
         logs=logs,
         max_body_bytes=65536,
         queue=QueueDepth(limit=50),
+        models=ModelRegistry(store, None, "/fuzz", ModelStore(str(folder / "models"))),
+        max_model_bytes=1 << 20,
+        publish_secret_file=folder / "publish.key",
     )
+    asyncio.run(ctx.models.publish(tenant="ops", name="mnist", data=tiny_model()))
     return create_app(ctx), (store, logs)
 
 

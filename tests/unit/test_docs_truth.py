@@ -95,7 +95,9 @@ def test_a_command_the_cli_does_not_take_is_caught():
 def api_paths() -> list[list[str]]:
     from services.submit.app import create_app
 
-    app = create_app(SimpleNamespace(max_body_bytes=1))  # the document only: no request is served
+    app = create_app(
+        SimpleNamespace(max_body_bytes=1, max_model_bytes=1)
+    )  # the document only: no request is served
     return [p.split("/")[1:] for p in app.openapi()["paths"]]
 
 

@@ -58,8 +58,11 @@ async def test_an_event_stored_before_versions_reads_back_as_version_1(tmp_path)
     assert view is not None and view.state == JobState.QUEUED and view.spec.command == "python train.py"
 
 
+RESNET_3 = dict(name="resnet", version=3, tenant="vision", uri="s3://m/3.onnx", sha256="0" * 64, size_bytes=1)
+
+
 def test_the_envelope_names_the_version_of_its_data():
-    ev = make_event(ModelPublished(name="resnet", version="3", uri="s3://m/3.onnx"), source="test")
+    ev = make_event(ModelPublished(**RESNET_3), source="test")
     assert ev.dataversion == 1 and json.loads(ev.to_json())["dataversion"] == 1
 
 
@@ -73,7 +76,7 @@ def register_model_published_v2(monkeypatch) -> type[EventData]:
     @event(Subject.MODEL_PUBLISHED, version=2)
     class ModelPublishedV2(EventData):
         name: str
-        version: str
+        version: int
         location: str = Field(..., description="Where the ONNX file is (was `uri` in version 1).")
         framework: str
         job_id: str | None = None
@@ -90,7 +93,7 @@ def register_model_published_v2(monkeypatch) -> type[EventData]:
 async def test_an_event_stored_by_the_older_model_reads_back_upgraded(tmp_path, monkeypatch):
     store = await SqliteEventStore.open(tmp_path / "events.db")
     try:
-        v1 = make_event(ModelPublished(name="resnet", version="3", uri="s3://m/3.onnx"), source="test")
+        v1 = make_event(ModelPublished(**RESNET_3), source="test")
         await store.append("model-resnet", 0, [v1])  # written by the release whose model was version 1
         model_v2 = register_model_published_v2(monkeypatch)  # the release that reads it
         [stored] = await store.read_stream("model-resnet")
@@ -103,7 +106,7 @@ async def test_an_event_stored_by_the_older_model_reads_back_upgraded(tmp_path, 
         "s3://m/3.onnx",
         "unknown",
         "resnet",
-        "3",
+        3,
     )
     again = CloudEvent.from_json(stored.event.to_json())  # sent on as version 2: read without upcasting
     assert again.dataversion == 2 and again.data == data

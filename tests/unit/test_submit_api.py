@@ -27,8 +27,11 @@ from shared.events import (
 from shared.jobspec import JobSpec
 from shared.ledger import JobLedger
 from shared.logstore import LogKey, open_log_store, split
+from shared.modelregistry import ModelRegistry
+from shared.modelstore import ModelStore
 from shared.store import open_store
 from shared.tokens import Tokens
+from tests.unit.onnxmodels import tiny_model
 
 TOKENS = {  # as a tokens file of the format before tokens were hashed holds them
     "tok-vision": {"tenant": "vision", "user": "ana"},
@@ -53,6 +56,9 @@ def ctx(tmp_path):
         tokens=Tokens(tokens_file),
         logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
         max_body_bytes=4096,
+        models=ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models"))),
+        max_model_bytes=1 << 20,
+        publish_secret_file=tmp_path / "publish.key",
     )
     yield context
     asyncio.run(store.close())
@@ -321,6 +327,13 @@ ERRORS = {
     ("/v1/admin/tokens", "post"): {401, 403, 409, 422},
     ("/v1/admin/tokens", "get"): {401, 403},
     ("/v1/admin/tokens/{token_id}", "delete"): {401, 403, 404, 409, 422},
+    ("/v1/models", "post"): {200, 401, 403, 409, 422, 503},
+    ("/v1/models", "get"): {401, 422, 503},
+    ("/v1/models/{name}", "get"): {401, 404, 422, 503},
+    ("/v1/models/{name}", "patch"): {401, 403, 404, 422, 503},
+    ("/v1/models/{name}", "delete"): {401, 403, 404, 409, 422, 503},
+    ("/v1/models/{name}/versions/{version}", "get"): {401, 404, 422, 503},
+    ("/v1/models/{name}/versions/{version}", "delete"): {401, 403, 404, 409, 422, 503},
     ("/healthz", "get"): set(),
 }
 
@@ -339,6 +352,7 @@ def test_every_route_documents_each_status_it_answers(api):
             assert content["schema"] == {"$ref": "#/components/schemas/ErrorOut"}, (path, method, code)
         # and what it answers to a request without a token, with another tenant's, with a body over the limit
         url = path.replace("{job_id}", "no-such-job").replace("{token_id}", "no-such-token")
+        url = url.replace("{name}", "no-such-model").replace("{version}", "1")
         for headers, body in ((None, None), (VISION, None), (VISION, b"x" * 5000)):
             answer = api.request(method.upper(), url, headers=headers, content=body).status_code
             assert answer < 300 or answer in documented, (path, method, answer)
@@ -360,8 +374,16 @@ NOT_YOURS = {
     ("/v1/admin/tokens", "post"): 403,
     ("/v1/admin/tokens", "get"): 403,
     ("/v1/admin/tokens/{token_id}", "delete"): 403,
+    ("/v1/models", "post"): 403,  # ?tenant=nlp: publishing for another tenant
+    ("/v1/models", "get"): 200,  # ?tenant=nlp: only nlp's public models (none): checked below
+    ("/v1/models/{name}", "get"): 404,  # nlp's private model is as if it did not exist
+    ("/v1/models/{name}", "patch"): 404,
+    ("/v1/models/{name}", "delete"): 404,
+    ("/v1/models/{name}/versions/{version}", "get"): 404,
+    ("/v1/models/{name}/versions/{version}", "delete"): 404,
     ("/healthz", "get"): 200,
 }
+THEIR_MODEL = "nlp-private"
 
 
 def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx):
@@ -370,18 +392,34 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
     token_id = next(e.id for e in ctx.tokens.entries() if e.tenant == "nlp")
     schema = api.get("/openapi.json").json()
     assert {(path, method) for path, method, _ in operations(schema)} == set(NOT_YOURS)
+    published = api.post(
+        "/v1/models", params={"name": THEIR_MODEL}, content=tiny_model(), headers=NLP
+    )  # private: nlp's only
+    assert published.status_code == 201, published.text
     for (path, method), expected in NOT_YOURS.items():
         if expected is None:
             continue
         url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
+        url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1")
         body = {**SPEC, "tenant": "nlp"} if method == "post" and path == "/v1/jobs" else None
-        params = {"tenant": "nlp"} if (path, method) == ("/v1/jobs", "get") else None
-        answer = api.request(method.upper(), url, headers=VISION, json=body, params=params)
+        body = {"public": True} if method == "patch" else body
+        params = {"tenant": "nlp"} if (path, method) == ("/v1/jobs", "get") or "/models" in path else None
+        if (path, method) == ("/v1/models", "post"):
+            params = {"name": "mine", "tenant": "nlp"}
+            answer = api.post(url, params=params, content=tiny_model(), headers=VISION)
+        else:
+            answer = api.request(method.upper(), url, headers=VISION, json=body, params=params)
         assert answer.status_code == expected, (path, method, answer.status_code, answer.text[:200])
         assert theirs not in answer.text or answer.status_code >= 400 and "no job" in answer.text
         assert "secret" not in answer.text
+        assert THEIR_MODEL not in answer.text or answer.status_code == 404 and "no model" in answer.text
     assert theirs not in api.get("/v1/jobs", headers=VISION).text
     assert api.get(f"/v1/jobs/{theirs}/logs", headers=NLP).text == "nlp's secret output\n"  # it is there
+    assert THEIR_MODEL not in api.get("/v1/models", headers=VISION).text
+    assert (
+        api.get(f"/v1/models/{THEIR_MODEL}", headers=NLP).json()["versions"][0]["version"] == 1
+    )  # it is there
+    assert api.get("/v1/models/mine", params={"tenant": "nlp"}, headers=ADMIN).status_code == 404
 
 
 def test_the_schema_of_a_spec_refuses_what_the_api_refuses(api):
