@@ -85,13 +85,13 @@ class Publishing:
 
 
 _publishing: Publishing | None = None
-_configured = False
 
 
 def configure_publishing(publishing: Publishing | None) -> None:
-    """Set what replicas' publish tokens are made with (None: they get none)."""
-    global _publishing, _configured
-    _publishing, _configured = publishing, True
+    """Set what replicas' publish tokens are made with (None, as before any call: they get none); the
+    executor's `main` does it at its start, from its settings."""
+    global _publishing
+    _publishing = publishing
 
 
 def publishing_from_settings(settings) -> Publishing | None:
@@ -105,30 +105,10 @@ def publishing_from_settings(settings) -> Publishing | None:
     return Publishing(secret, settings.api_url.rstrip("/"), settings.publish_token_lifetime)
 
 
-def _current_publishing() -> Publishing | None:
-    """What `configure_publishing` set; in an executor process that did not call it, made once from the
-    executor's own settings (its flags and GPUYARD_* variables, read as it read them at its start)."""
-    global _configured
-    if not _configured:
-        _configured = True
-        main = sys.modules.get("__main__")
-        spec = getattr(main, "__spec__", None)
-        if spec is not None and spec.name == "services.executor.__main__":
-            from shared.settings import ExecutorSettings
-
-            try:
-                settings = ExecutorSettings(_cli_parse_args=sys.argv[1:])
-            except Exception as exc:  # (it started with them: this does not happen)
-                log.warning("jobs get no publish token: the executor's settings: %s", exc)
-            else:
-                configure_publishing(publishing_from_settings(settings))
-    return _publishing
-
-
 def publish_env(*, job_id: str, tenant: str, attempt: int) -> dict[str, str]:
     """GPUYARD_PUBLISH_TOKEN (for this job's attempt and tenant, `models:publish` only) and GPUYARD_SERVER;
     nothing when the platform gives no publish tokens."""
-    publishing = _current_publishing()
+    publishing = _publishing
     if publishing is None:
         return {}
     token = sign(

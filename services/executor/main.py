@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 
+from services.executor import jobenv
 from services.executor.executor import Executor
 from services.executor.nodelog import said_by
 from services.executor.retention import JobDirSweeper
@@ -41,6 +42,7 @@ the executor creates its own files with explicit private modes (pid files, logs,
 async def main(service: Service, settings: ExecutorSettings) -> None:
     os.umask(JOB_UMASK)
     said_by(settings.executor_worker)
+    jobenv.configure_publishing(jobenv.publishing_from_settings(settings))
     executor = Executor(service, settings)
     await executor.start()
     service.spawn(executor.backend.run(), "backend")

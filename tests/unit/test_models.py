@@ -202,7 +202,6 @@ def test_each_replica_gets_its_jobs_token_and_the_api_url_never_the_secret(tmp_p
         assert "GPUYARD_PUBLISH_TOKEN" not in env
     finally:
         jobenv.configure_publishing(None)
-        jobenv._configured = False
 
 
 # ---------------------------------------------------------------- the API
