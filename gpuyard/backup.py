@@ -3,7 +3,9 @@
 What an archive holds (and why nothing else):
 - `events.db`, `logs.db`: the event store and the log store, each copied with SQLite's online backup API (a
   consistent snapshot of a live WAL database; a copy of its files could catch a half-written transaction);
-- `tokens.json` (written atomically, so a plain read is consistent) and the bus credentials, `bus/`, if any;
+- `tokens.json` (written atomically, so a plain read is consistent), the bus credentials (`bus/`), the
+  secret jobs' publish tokens are signed with (`secrets/`) and the model store's artifacts (`models/`, when the
+  store is the data directory's: published versions are immutable files, written whole), if any;
 - `gpuyard-backup.json`: what was copied, when, and how many jobs and events.
 
 Not the JetStream store (`nats/`): the bus is the transport and the event store the truth. Every event in the
@@ -31,12 +33,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+from shared.jobtokens import SECRETS_DIR
+from shared.modelstore import MODELS_DIR
 from shared.paths import PRIVATE_FILE, private_dir
 
 MANIFEST = "gpuyard-backup.json"
 DATABASES = ("events.db", "logs.db")
 FILES = ("tokens.json",)
-CREDENTIALS_DIR = "bus"
+DIRECTORIES = ("bus", SECRETS_DIR, MODELS_DIR)
+"""Folders copied whole (the bus credentials, the publish secret, the models' artifacts)."""
 LOCK = "up.lock"
 FORMAT = 1
 
@@ -116,16 +121,18 @@ def backup(data_dir: Path, out: Path) -> Summary:
                         data = (data_dir / name).read_bytes()
                         tar.addfile(_info(name, len(data)), io.BytesIO(data))
                         files.append(name)
-                credentials = data_dir / CREDENTIALS_DIR
-                if credentials.is_dir():
-                    tar.addfile(_info(CREDENTIALS_DIR, 0, directory=True))
-                    for path in sorted(credentials.rglob("*")):
+                for directory in DIRECTORIES:
+                    folder = data_dir / directory
+                    if not folder.is_dir():
+                        continue
+                    tar.addfile(_info(directory, 0, directory=True))
+                    for path in sorted(folder.rglob("*")):
                         name = path.relative_to(data_dir).as_posix()
                         if path.is_dir() and not path.is_symlink():
                             tar.addfile(_info(name, 0, directory=True))
                         elif path.is_file() and not path.is_symlink():
-                            data = path.read_bytes()
-                            tar.addfile(_info(name, len(data)), io.BytesIO(data))
+                            with open(path, "rb") as f:  # (streamed: a model may be large)
+                                tar.addfile(_info(name, os.fstat(f.fileno()).st_size), f)
                             files.append(name)
                 manifest = json.dumps(
                     {
@@ -163,7 +170,7 @@ def _refuse_if_running(data_dir: Path) -> None:
 def _member_path(member: tarfile.TarInfo) -> PurePosixPath:
     path = PurePosixPath(member.name)
     allowed = member.name in (*DATABASES, *FILES, MANIFEST) or (
-        path.parts[:1] == (CREDENTIALS_DIR,) and len(path.parts) <= 8
+        path.parts[:1] in {(d,) for d in DIRECTORIES} and len(path.parts) <= 8
     )
     if path.is_absolute() or ".." in path.parts or not allowed or not (member.isfile() or member.isdir()):
         raise BackupError(f"{member.name!r} is not part of a GPUYARD backup: refusing the archive")

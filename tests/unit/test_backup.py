@@ -31,6 +31,12 @@ async def platform_state(data_dir):
     (data_dir / "tokens.json").write_text('{"tokens": {}}')
     (data_dir / "bus").mkdir()
     (data_dir / "bus" / "executor.creds").write_text("secret")
+    (data_dir / "secrets").mkdir()
+    (data_dir / "secrets" / "publish.key").write_text("signing")
+    version = data_dir / "models" / "t" / "mlp" / "1"
+    version.mkdir(parents=True)
+    (version / "ab12.onnx").write_bytes(b"onnx bytes")
+    (version / "ab12.onnx").chmod(0o444)  # (as the model store leaves a published version)
     return store, logs
 
 
@@ -53,6 +59,13 @@ async def test_a_backup_of_a_live_platform_restores_every_event_with_private_mod
             "tokens.json": 0o600,
             "bus": 0o700,
             "bus/executor.creds": 0o600,
+            "secrets": 0o700,
+            "secrets/publish.key": 0o600,
+            "models": 0o700,
+            "models/t": 0o700,
+            "models/t/mlp": 0o700,
+            "models/t/mlp/1": 0o700,
+            "models/t/mlp/1/ab12.onnx": 0o600,
             "gpuyard-backup.json": 0o600,
         }
 
@@ -62,6 +75,8 @@ async def test_a_backup_of_a_live_platform_restores_every_event_with_private_mod
     for path in new.rglob("*"):
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
     assert (new / "bus" / "executor.creds").read_text() == "secret"
+    assert (new / "secrets" / "publish.key").read_text() == "signing"
+    assert (new / "models" / "t" / "mlp" / "1" / "ab12.onnx").read_bytes() == b"onnx bytes"
     again = await open_store(f"sqlite:///{new / 'events.db'}")
     restored_logs = await open_log_store(f"sqlite:///{new / 'logs.db'}")
     try:
