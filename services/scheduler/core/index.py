@@ -266,7 +266,9 @@ class CapacityIndex:
             if demand.whole:
                 if value == MILLI and self.gpu_memory_total[i][s] >= demand.gpu_memory:
                     out.append(s)
-            elif value >= demand.milli and self.gpu_memory_free[i][s] >= demand.gpu_memory:
+            elif value >= demand.milli and (
+                not demand.gpu_memory or self.gpu_memory_free[i][s] >= demand.gpu_memory
+            ):
                 out.append(s)
         return out
 

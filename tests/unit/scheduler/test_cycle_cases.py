@@ -132,6 +132,16 @@ CASES = [
         placed={"a": [("n0", (1,))]},
     ),
     Case(
+        "a share without a memory slice fits a GPU whose memory is handed out beyond its size",
+        lambda: cluster(  # (as a node that shrank, or slices written before a limit, leave it)
+            node("n0", 1, gpu_memory=16 * GIB),
+            running=[running(job("x", 0.25), "n0", [0], 0, memory=20 * GIB)],
+        ),
+        [job("a", 0.25)],
+        SchedulerConfig(policy="bestfit"),
+        placed={"a": [("n0", (0,))]},
+    ),
+    Case(
         "no GPU has the share free",
         lambda: cluster(node("n0", 1), running=[running(job("x", 0.75), "n0", [0], 0)]),
         [job("a", 0.5)],
