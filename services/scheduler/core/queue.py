@@ -33,7 +33,8 @@ class HeldQueue:
     def __init__(self, jobs: Iterable[JobRequest] = ()) -> None:
         self.jobs: dict[str, JobRequest] = {}
         self.keys: Counter = Counter()  # JobRequest.key -> waiting jobs (in the order first put)
-        self.members: dict[tuple, dict[str, JobRequest]] = {}  # JobRequest.key -> its jobs (by id)
+        # JobRequest.key -> its jobs by id, for the keys asked about (`of`), kept up to date from then on
+        self.members: dict[tuple, dict[str, JobRequest]] = {}
         self.backoff: dict[str, JobRequest] = {}  # the jobs with a not_before
         self.classes: dict[int, list[JobRequest]] = {}  # priority -> its jobs in arrival order
         self.tenants: dict[int, dict[str, list[JobRequest]]] = {}  # priority -> tenant -> its jobs, likewise
@@ -66,10 +67,8 @@ class HeldQueue:
             if job is not None:
                 self.jobs[job_id] = job
                 self.keys[job.key] += 1
-                members = self.members.get(job.key)
-                if members is None:
-                    members = self.members[job.key] = {}
-                members[job_id] = job
+                if self.members and (members := self.members.get(job.key)) is not None:
+                    members[job_id] = job
                 if job.not_before is not None:
                     self.backoff[job_id] = job
                 added.setdefault((job.priority, None), []).append(job)
@@ -96,15 +95,25 @@ class HeldQueue:
         self.keys[job.key] -= 1
         if not self.keys[job.key]:
             del self.keys[job.key]
-        members = self.members[job.key]
-        del members[job.job_id]
-        if not members:
-            del self.members[job.key]
+        if self.members and (members := self.members.get(job.key)) is not None:
+            del members[job.job_id]
+            if not members:
+                del self.members[job.key]
         _take(self.classes, job.priority, job)
         by_tenant = self.tenants[job.priority]
         _take(by_tenant, job.tenant, job)
         if not by_tenant:
             del self.tenants[job.priority]
+
+    def of(self, key: tuple) -> dict[str, JobRequest]:
+        """The waiting jobs with this `JobRequest.key`, by id: found once by going through the queue (the keys
+        asked about are those of jobs no node could hold: few), then kept up to date by `prepare`."""
+        found = self.members.get(key)
+        if found is None:
+            if key not in self.keys:
+                return {}
+            found = self.members[key] = {j.job_id: j for j in self.jobs.values() if j.key == key}
+        return found
 
     def position_in(self, jobs: list[JobRequest], job: JobRequest) -> int | None:
         """Where `job` is in `jobs` (one of this queue's lists), or None."""
@@ -128,8 +137,8 @@ class Pending(Mapping):
     `rest`: [(jobs, start, owner)] in order, the jobs not looked at (each list from `start`; `owner` is the
     list's (priority, tenant or None)), whose places in line follow those looked at; `settled`: key -> their
     answer. A job whose answer says no node could ever hold it (`reasons.NEVER_HELD`) has no place in line and
-    takes none: the places of the rest skip the jobs of such keys, found through `HeldQueue.members` (work in the
-    number of such jobs, not in the length of the queue)."""
+    takes none: the places of the rest skip the jobs of such keys, found through `HeldQueue.of` (once per key a
+    pass over the queue, then work in the number of such jobs, not in the length of the queue)."""
 
     def __init__(self) -> None:
         self.known: dict[str, Reason] = {}
@@ -149,7 +158,7 @@ class Pending(Mapping):
         skips: list[list[int]] = [[] for _ in rest]
         for key, blocker in self.settled.items():
             if not blocker.in_line:
-                for job in queue.members.get(key, {}).values():
+                for job in queue.of(key).values():
                     found = self._find(job)
                     if found is not None:
                         skips[found[0]].append(found[1])
