@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from services.scheduler.sim import presets  # noqa: E402
 from services.scheduler.sim.cluster import popularity  # noqa: E402
 from services.scheduler.sim.timemode import run_time  # noqa: E402
-from services.scheduler.sim.trace import DEFAULT_TRACE_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
+from services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
 
 SETUP = {"cluster_fraction": 0.1, "speedup": 200.0}  # 122 nodes / 626 GPUs; offered load ~97% of the window
 POLICIES = "fifo,fifo-backfill,firstfit,gpuyard"
@@ -65,8 +65,8 @@ def config(spec: str, shapes: tuple):
 
 
 def replay(trace: str, fraction: float, speedup: float, specs: list[str], offsets: list[int]) -> dict:
-    all_nodes = read_nodes(DEFAULT_TRACE_DIR / "openb_node_list_gpu_node.csv")
-    pods = read_pods(DEFAULT_TRACE_DIR / f"openb_pod_list_{trace}.csv")
+    all_nodes = read_nodes(SHIPPED_DIR / "openb_node_list_gpu_node.csv")
+    pods = read_pods(SHIPPED_DIR / f"openb_pod_list_{trace}.csv")
     shapes = popularity(pods)
     runs: dict[str, list[dict]] = {spec: [] for spec in specs}
     for offset in offsets:

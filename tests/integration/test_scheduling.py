@@ -26,6 +26,7 @@ SCHEDULER_ENV = {
     "GPUYARD_MIN_RUNTIME_BEFORE_PREEMPTION": "0",
     "GPUYARD_PENDING_AFTER": "0",  # these tests read the reasons of jobs that wait their turn briefly
     "GPUYARD_QUOTAS": "team-a=2,team-b=2",
+    "GPUYARD_ACCEPT_UNPLACEABLE": "true",  # jobs no node could hold are queued (they take no place in line)
 }
 # Exits cleanly on SIGTERM (a preempted or cancelled job), after saying so in its log.
 STOPPABLE = "trap 'echo got-term; exit 0' TERM; echo ready; sleep 60 & wait"
@@ -134,6 +135,33 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     assert f"{head.pending.code}: " in described and "(#1 in queue)" in described
     estimate_row = next(line for line in described.splitlines() if line.startswith("Estimated start"))
     assert estimate_row.split()[2:4] == ["in", "about"]
+
+
+def test_jobs_no_node_could_hold_wait_without_a_place_in_line_and_take_none(platform):
+    client = platform.client()
+    blocker = submit(client, "blocker", GPUS, "sleep 60")
+    platform.wait_state(blocker, {"running"})
+    huge = submit(client, "huge", 2 * GPUS, "true")
+    other_model = client.submit(
+        {
+            "name": "h100",
+            "command": "true",
+            "resources": {"gpus": 1, "memory": "100MB", "gpu_model": ["H100"]},
+        }
+    ).job_id
+    behind = submit(client, "behind-both", 1, "true")
+
+    def all_told():
+        jobs = [client.job(j) for j in (huge, other_model, behind)]
+        return all(j.pending for j in jobs) and jobs
+
+    too_large, no_model, next_in_line = wait_for(all_told, 15, 0.1, "the three jobs' reasons")
+    assert (too_large.pending.code, too_large.pending.position) == ("too_large", None)
+    assert (no_model.pending.code, no_model.pending.position) == ("no_matching_gpu_model", None)
+    assert next_in_line.pending.position == 1
+    table = platform.cli("ps").stdout
+    assert row_of(table, behind).split()[3:5] == ["queued", "#1"]
+    assert "in line" not in platform.cli("why", huge).stdout
 
 
 def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(platform):

@@ -203,7 +203,8 @@ class _Cycle:
                 elif settled:
                     found = settled.get(key)
                     if found is not None:
-                        self.waiting += 1
+                        if found.in_line:
+                            self.waiting += 1
                         self.examined += 1
                         pending[job.job_id] = found.at(self.waiting)
                         if not self.unsettled and not backing_off:
@@ -215,11 +216,14 @@ class _Cycle:
                 break
         else:
             return self.result
-        self.result.pending.stopped(queue, order.rest(), settled)
+        self.result.pending.stopped(queue, order.rest(), settled, self.waiting)
         return self.result
 
     def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
-        self.waiting += 1
+        """The job waits: its place in line is the next one, unless no node could ever hold it (then it has
+        none and takes none: `reasons.NEVER_HELD`)."""
+        if blocker.in_line:
+            self.waiting += 1
         self.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
 
     def consider(self, job: JobRequest) -> None:
@@ -246,8 +250,7 @@ class _Cycle:
         if self.simple:
             settled = self.settled.get(job.key)
             if settled is not None:
-                self.waiting += 1
-                self.pending[job.job_id] = settled.at(self.waiting)
+                self.wait(job, settled)
                 return
         key = shape_key(job)
         blocker = self.ledger.admission_blocker(job)

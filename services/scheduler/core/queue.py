@@ -11,7 +11,8 @@ backoff apart.
 `Pending` is `CycleResult.pending`: a mapping job id -> `Reason`. The jobs a cycle looked at are in it
 explicitly; when every job left in the order would get its shape's settled answer (a full cluster, a long
 queue of alike jobs), the cycle stops there, and the rest of the reasons are `Blocker.at(position)` of the
-settled answers, computed when read (a job's position by bisection in its tenant's list).
+settled answers, computed when read (a job's position by bisection in its tenant's list, less the jobs before
+it that no node could ever hold: they have no place in line).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class HeldQueue:
     def __init__(self, jobs: Iterable[JobRequest] = ()) -> None:
         self.jobs: dict[str, JobRequest] = {}
         self.keys: Counter = Counter()  # JobRequest.key -> waiting jobs (in the order first put)
+        # JobRequest.key -> its jobs by id, for the keys asked about (`of`), kept up to date from then on
+        self.members: dict[tuple, dict[str, JobRequest]] = {}
         self.backoff: dict[str, JobRequest] = {}  # the jobs with a not_before
         self.classes: dict[int, list[JobRequest]] = {}  # priority -> its jobs in arrival order
         self.tenants: dict[int, dict[str, list[JobRequest]]] = {}  # priority -> tenant -> its jobs, likewise
@@ -64,6 +67,8 @@ class HeldQueue:
             if job is not None:
                 self.jobs[job_id] = job
                 self.keys[job.key] += 1
+                if self.members and (members := self.members.get(job.key)) is not None:
+                    members[job_id] = job
                 if job.not_before is not None:
                     self.backoff[job_id] = job
                 added.setdefault((job.priority, None), []).append(job)
@@ -90,11 +95,25 @@ class HeldQueue:
         self.keys[job.key] -= 1
         if not self.keys[job.key]:
             del self.keys[job.key]
+        if self.members and (members := self.members.get(job.key)) is not None:
+            del members[job.job_id]
+            if not members:
+                del self.members[job.key]
         _take(self.classes, job.priority, job)
         by_tenant = self.tenants[job.priority]
         _take(by_tenant, job.tenant, job)
         if not by_tenant:
             del self.tenants[job.priority]
+
+    def of(self, key: tuple) -> dict[str, JobRequest]:
+        """The waiting jobs with this `JobRequest.key`, by id: found once by going through the queue (the keys
+        asked about are those of jobs no node could hold: few), then kept up to date by `prepare`."""
+        found = self.members.get(key)
+        if found is None:
+            if key not in self.keys:
+                return {}
+            found = self.members[key] = {j.job_id: j for j in self.jobs.values() if j.key == key}
+        return found
 
     def position_in(self, jobs: list[JobRequest], job: JobRequest) -> int | None:
         """Where `job` is in `jobs` (one of this queue's lists), or None."""
@@ -116,26 +135,42 @@ class Pending(Mapping):
     """Job id -> why it waits, for one cycle (see the module). Valid until the next cycle on the same queue.
 
     `rest`: [(jobs, start, owner)] in order, the jobs not looked at (each list from `start`; `owner` is the
-    list's (priority, tenant or None)), whose positions follow those looked at; `settled`: key -> their
-    answer."""
+    list's (priority, tenant or None)), whose places in line follow those looked at; `settled`: key -> their
+    answer. A job whose answer says no node could ever hold it (`reasons.NEVER_HELD`) has no place in line and
+    takes none: the places of the rest skip the jobs of such keys, found through `HeldQueue.of` (once per key a
+    pass over the queue, then work in the number of such jobs, not in the length of the queue)."""
 
     def __init__(self) -> None:
         self.known: dict[str, Reason] = {}
         self.rest: list[tuple[list[JobRequest], int, tuple]] = []
         self.settled: dict[tuple, Blocker] = {}
         self.queue: HeldQueue | None = None
-        self._offsets: list[int] = []  # position of each rest segment's first job
+        self._offsets: list[int] = []  # each rest segment's first job: its slot (every waiting job counted)
+        self._places: list[int] = []  # ... and the place in line of its first job in line
+        self._skips: list[list[int]] = []  # each rest segment's jobs out of line: their indexes in its list
         self._owners: dict[tuple, int] = {}
         self._size = 0
 
-    def stopped(self, queue: HeldQueue, rest: list, settled: dict[tuple, Blocker]) -> None:
+    def stopped(self, queue: HeldQueue, rest: list, settled: dict[tuple, Blocker], in_line: int) -> None:
+        """The cycle stopped after looking at the jobs in `known`, `in_line` of which have a place in line."""
         self.queue, self.rest, self.settled = queue, rest, dict(settled)
-        position = len(self.known) + 1
-        for n, (jobs, start, owner) in enumerate(rest):
-            self._offsets.append(position)
-            self._owners[owner] = n
-            position += len(jobs) - start
-        self._size = position - 1 - len(self.known)
+        self._owners = {owner: n for n, (_jobs, _start, owner) in enumerate(rest)}
+        skips: list[list[int]] = [[] for _ in rest]
+        for key, blocker in self.settled.items():
+            if not blocker.in_line:
+                for job in queue.of(key).values():
+                    found = self._find(job)
+                    if found is not None:
+                        skips[found[0]].append(found[1])
+        slot, place = len(self.known) + 1, in_line + 1
+        for n, (jobs, start, _owner) in enumerate(rest):
+            skips[n].sort()
+            self._offsets.append(slot)
+            self._places.append(place)
+            slot += len(jobs) - start
+            place += len(jobs) - start - len(skips[n])
+        self._skips = skips
+        self._size = slot - 1 - len(self.known)
 
     # ------------------------------------------------------------------------------------------- Mapping
     def __getitem__(self, job_id: str) -> Reason:
@@ -169,9 +204,10 @@ class Pending(Mapping):
     def __repr__(self) -> str:
         return f"Pending({len(self.known)} looked at, {self._size} settled)"
 
-    # ------------------------------------------------------------------------------------------- by position
+    # ------------------------------------------------------------------------------------------- in order
     def window(self, first: int, last: int) -> list[tuple[str, Reason]]:
-        """(job id, reason) of the jobs in positions first..last (1 = next), in order; none past the end."""
+        """(job id, reason) of the first..last waiting jobs in the cycle's order (1 = the first), in order; none
+        past the end. Every waiting job counts here, those out of line too (whose reasons have no position)."""
         out: list[tuple[str, Reason]] = []
         known = len(self.known)
         if first <= known:
@@ -185,16 +221,21 @@ class Pending(Mapping):
             jobs, start, _owner = self.rest[n]
             offset = self._offsets[n]
             i = start + first - offset
+            place = self._place(n, i)
             for job in jobs[i : start + last - offset + 1]:
-                out.append((job.job_id, self.settled[job.key].at(first)))
+                blocker = self.settled[job.key]
+                out.append((job.job_id, blocker.at(place)))
+                place += blocker.in_line
                 first += 1
             n += 1
         return out
 
-    def _lookup(self, job_id) -> Reason | None:
-        job = self.queue.jobs.get(job_id) if self.queue is not None else None
-        if job is None:
-            return None
+    def _place(self, n: int, i: int) -> int:
+        """The place in line of the first job in line from index i of rest segment n."""
+        return self._places[n] + i - self.rest[n][1] - bisect.bisect_left(self._skips[n], i)
+
+    def _find(self, job: JobRequest) -> tuple[int, int] | None:
+        """(rest segment, index in its list) of a job the cycle did not look at, or None."""
         for owner in ((job.priority, job.tenant), (job.priority, None)):
             n = self._owners.get(owner)
             if n is None:
@@ -202,5 +243,14 @@ class Pending(Mapping):
             jobs, start, _owner = self.rest[n]
             i = self.queue.position_in(jobs, job)
             if i is not None and i >= start:
-                return self.settled[job.key].at(self._offsets[n] + i - start)
+                return n, i
         return None
+
+    def _lookup(self, job_id) -> Reason | None:
+        job = self.queue.jobs.get(job_id) if self.queue is not None else None
+        if job is None:
+            return None
+        found = self._find(job)
+        if found is None:
+            return None
+        return self.settled[job.key].at(self._place(*found))

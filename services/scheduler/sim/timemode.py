@@ -207,8 +207,10 @@ def run_time(
                 preemptions += 1
             holders = [
                 j
-                for j, r in sorted(result.pending.items(), key=lambda kv: kv[1].position)
-                if _resource_blocked(r.code)
+                for j, r in sorted(
+                    ((j, r) for j, r in result.pending.items() if _resource_blocked(r.code)),
+                    key=lambda kv: kv[1].position,
+                )
             ][:depth]
         timeline["t"].append(t)
         timeline["allocated_pct"].append(100.0 * allocated / capacity)

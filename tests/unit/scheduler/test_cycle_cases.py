@@ -70,7 +70,7 @@ CASES = [
         "larger than any node",
         lambda: cluster(node("n0"), node("n1")),
         [job("a", 16)],
-        pending={"a": ("too_large", "needs 16 GPUs on one node; the largest node has 8 (n0); 1st in line")},
+        pending={"a": ("too_large", "needs 16 GPUs on one node; the largest node has 8 (n0)")},
     ),
     Case(
         "no node has joined yet",
@@ -85,7 +85,7 @@ CASES = [
         "GPU model nobody has",
         lambda: cluster(node("n0")),
         [job("a", 1, gpu_models=("H100",))],
-        pending={"a": ("no_matching_gpu_model", "needs GPU model H100; no node has one; 1st in line")},
+        pending={"a": ("no_matching_gpu_model", "needs GPU model H100; no node has one")},
     ),
     Case(
         "GPU model constraint picks the matching node",
