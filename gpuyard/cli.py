@@ -158,6 +158,16 @@ def _ps_reason(job: JobOut) -> str:
 JOB_ARGUMENT = "the job's id, or a unique prefix of it (4 characters or more)"
 
 
+def key_value_table(rows: list[tuple[str, str]]) -> Table:
+    """Rows of a name in bold and its value, folded: what `why` and `models describe` print."""
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for k, v in rows:
+        table.add_row(k, Text(v))
+    return table
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     client = Client(args.server, args.token)
     job = client.job(args.job)
@@ -229,12 +239,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         return 0
     headline, rows = why.explain(job, now)
     out.print(Text(headline, style="bold"))
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for k, v in rows:
-        table.add_row(k, Text(v))
-    out.print(table)
+    out.print(key_value_table(rows))
     return 0
 
 
@@ -436,12 +441,7 @@ def cmd_models_describe(args: argparse.Namespace) -> int:
             ("  outputs", _tensors(v.outputs)),
             ("  file", v.uri),
         ]
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for k, v in rows:
-        table.add_row(k, Text(v))
-    out.print(table)
+    out.print(key_value_table(rows))
     return 0
 
 

@@ -1,6 +1,7 @@
 """The scheduler believes the event store, not the bus: a job event the store does not hold (forged, or about
 a job or attempt that does not exist) changes nothing, and a heartbeat no machine could send is ignored. None
-of them stops the scheduler."""
+of them stops the scheduler. What the bus failed to bring, the periodic resync repairs from the store (it
+compares versions and re-reads only the jobs that differ)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from services.scheduler.main import SchedulerService
 from shared.events import (
     GpuInfo,
+    JobCancelled,
     JobPlaced,
     JobStarted,
     JobSubmitted,
@@ -85,6 +87,32 @@ async def test_a_forged_submission_or_placement_changes_no_queue(store):
     await s.refresh_dirty()
     assert set(s.view.jobs) == {"j1"} and s.view.jobs["j1"].state == JobState.QUEUED
     assert [r.job_id for r in s.view.queue()] == ["j1"] and not s.view.held.allocations()
+
+
+async def test_what_the_scheduler_missed_is_repaired_and_nothing_else_is_read(store):
+    submit = JobLedger(store, None, "/submit")
+    for job_id in ("kept", "ends", "changes"):
+        await submit.append(job_id, submitted(job_id))
+    s = scheduler(store)
+    await s.load()
+    kept = s.view.jobs["kept"]
+    # events the scheduler never hears of (another writer's ledger, no bus)
+    await submit.append("new", submitted("new"))
+    await submit.append("ends", JobCancelled(job_id="ends", attempt=1, by="u"))
+    stale = s.view.jobs["changes"]
+    await submit.append("changes", JobCancelled(job_id="changes", attempt=1, by="u"))
+    s.view.put_job(stale)  # (still queued, at its old version)
+
+    reads = []
+    read_stream = store.read_stream
+    store.read_stream = lambda job_id, **kw: reads.append(job_id) or read_stream(job_id, **kw)
+    await s.recheck()
+
+    assert set(s.view.jobs) == {"kept", "new"}
+    assert s.view.jobs["new"].state == JobState.QUEUED
+    assert s.view.jobs["kept"] is kept
+    assert sorted(reads) == ["changes", "ends", "new"]
+    assert [r.job_id for r in s.view.queue()] == ["kept", "new"]
 
 
 def heartbeat(**changes) -> NodeHeartbeat:
