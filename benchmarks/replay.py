@@ -12,7 +12,8 @@ started, and the GPU allocation over the arrival window (1st to 99th percentile 
 the replay to say anything about contention. Policies are the simulator's presets
 (`services/scheduler/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
 firstfit (GPUYard's queueing with first fit), gpuyard (the default configuration); `name:depth=K` runs a
-preset with `reservation_depth=K`. Prints one JSON object; the table goes to stderr. CPU seconds per run are
+preset with `reservation_depth=K`, `name:scarce=off` without keeping scarce nodes for the jobs that fit only
+there (`SchedulerConfig.keep_scarce_nodes`). Prints one JSON object; the table goes to stderr. CPU seconds per run are
 given (the machine is shared; wall time is not comparable between runs).
 """
 
@@ -29,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.scheduler.sim import presets  # noqa: E402
+from services.scheduler.sim import presets, timemode  # noqa: E402
 from services.scheduler.sim.cluster import popularity  # noqa: E402
 from services.scheduler.sim.timemode import run_time  # noqa: E402
 from services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
@@ -53,14 +54,18 @@ def sub_cluster(nodes: NodeTable, fraction: float, offset: int = 0) -> NodeTable
 
 
 def config(spec: str, shapes: tuple):
-    """A preset name, optionally with `:depth=K` (its reservation depth)."""
-    name, _, option = spec.partition(":")
+    """A preset name, optionally with options `:depth=K` (its reservation depth) and `:scarce=off` (no nodes
+    kept for the jobs that fit only there, `SchedulerConfig.keep_scarce_nodes`)."""
+    name, *options = spec.split(":")
     cfg = presets.config_for(name, shapes)
-    if option:
+    for option in options:
         key, _, value = option.partition("=")
-        if key != "depth":
-            raise ValueError(f"unknown option {option!r} (only depth=K)")
-        cfg = replace(cfg, reservation_depth=int(value))
+        if key == "depth":
+            cfg = replace(cfg, reservation_depth=int(value))
+        elif key == "scarce" and value in ("on", "off"):
+            cfg = replace(cfg, keep_scarce_nodes=value == "on")
+        else:
+            raise ValueError(f"unknown option {option!r} (depth=K, scarce=on|off)")
     return cfg
 
 
@@ -84,7 +89,13 @@ def replay(trace: str, fraction: float, speedup: float, specs: list[str], offset
     for spec, row in mean.items():
         print(f"mean {spec}: " + _cells(row), file=sys.stderr)
     return {
-        "setup": {"trace": trace, "cluster_fraction": fraction, "speedup": speedup, "offsets": offsets},
+        "setup": {
+            "trace": trace,
+            "cluster_fraction": fraction,
+            "speedup": speedup,
+            "offsets": offsets,
+            "full_cycles": timemode.FULL_CYCLES,
+        },
         "mean": mean,
         "runs": runs,
     }
@@ -104,10 +115,18 @@ def main() -> int:
     parser.add_argument("--trace", default="default", help="pod file: openb_pod_list_NAME.csv")
     parser.add_argument("--cluster-fraction", type=float, default=SETUP["cluster_fraction"])
     parser.add_argument("--speedup", type=float, default=SETUP["speedup"])
-    parser.add_argument("--policies", default=POLICIES, help="presets, comma-separated; NAME:depth=K")
+    parser.add_argument(
+        "--policies", default=POLICIES, help="presets, comma-separated; NAME:depth=K, NAME:scarce=off"
+    )
     parser.add_argument("--offsets", default="0", help="sub-clusters, comma-separated node offsets")
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument(
+        "--full-cycles",
+        action="store_true",
+        help="every cycle looks at every waiting job (timemode.FULL_CYCLES: the shortcut off; slower)",
+    )
     args = parser.parse_args()
+    timemode.FULL_CYCLES = args.full_cycles
     result = replay(
         args.trace,
         args.cluster_fraction,

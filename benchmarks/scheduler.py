@@ -5,7 +5,9 @@
     python benchmarks/scheduler.py --only speed|quality|time [--json FILE]
 
 Quality: inflation replay (FGD paper protocol) of every pod file for firstfit, bestfit, fgd and gpuyard, next
-to the published BestFit and FGD columns; time replay of the default file against the FIFO baseline.
+to the published BestFit and FGD columns. Time: the time replay under contention of `benchmarks/replay.py`
+(its setting and policies; the six sub-clusters of docs/benchmarks.md, `--offsets`; sub-cluster 0 with
+`--quick`), called from here, not a second copy.
 Speed: 50,000 mixed jobs placed from empty onto 5,000 nodes x 8 GPUs; one cycle with 10,000 waiting jobs on a
 full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`) in three cases, all blocked
 (one change), 10 % of the cluster freed before each cycle, and a high-priority burst that preempts, each with the
@@ -44,19 +46,19 @@ from services.scheduler.core import (  # noqa: E402
     decide,
 )
 from services.scheduler.core.cycle import allocate, gc_paused  # noqa: E402
-from services.scheduler.sim import presets  # noqa: E402
-from services.scheduler.sim.cli import PUBLISHED_AT_100, _subsample  # noqa: E402
-from services.scheduler.sim.cluster import popularity  # noqa: E402
+from services.scheduler.sim.cli import PUBLISHED_AT_100  # noqa: E402
 from services.scheduler.sim.inflation import InflationSummary, run_inflation  # noqa: E402
-from services.scheduler.sim.timemode import run_time  # noqa: E402
 from services.scheduler.sim.trace import SHIPPED, read_nodes, read_pods  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import replay  # noqa: E402  (benchmarks/replay.py: the time replay under contention)
 
 GIB = 1 << 30
 POD_FILES = ["default", "gpushare40", "multigpu20", "gpuspec33", "cpu050"]
 QUALITY_POLICIES = ["firstfit", "bestfit", "fgd", "gpuyard"]
 # The pod files gpuyard does not ship (multigpu20, gpuspec33, cpu050) are read from the team's copy of the trace.
 TEAM_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-2023"
-TIME_SETUP = {"cluster_fraction": 0.05, "speedup": 20.0}  # 61 nodes / 314 GPUs; arrivals 20x faster
+TIME_OFFSETS = "0,1,2,3,4,5"  # the sub-clusters of docs/benchmarks.md's time replay
 
 
 def trace_file(name: str) -> str | Path:
@@ -353,17 +355,16 @@ def quality(quick: bool, files: list[str] = POD_FILES, n_seeds: int | None = Non
     return {"seeds": seeds, "unallocated_at_100": out}
 
 
-def time_replay() -> dict:
-    nodes = _subsample(read_nodes(trace_file("openb_node_list_gpu_node.csv")), TIME_SETUP["cluster_fraction"])
-    pods = read_pods(trace_file("openb_pod_list_default.csv"))
-    shapes = popularity(pods)
-    out = {"setup": {**TIME_SETUP, "gpus": int(nodes.total_gpus)}}
-    for name in ("fifo", "gpuyard"):
-        run = run_time(nodes, pods, name, presets.config_for(name, shapes), speedup=TIME_SETUP["speedup"])
-        out[name] = run.summary()
-        print(f"time {name}: {out[name]}", file=sys.stderr)
-    out["jct_ratio"] = out["fifo"]["avg_jct_s"] / out["gpuyard"]["avg_jct_s"]
-    return out
+def time_replay(offsets: list[int]) -> dict:
+    """`benchmarks/replay.py` with its defaults (every 10th node, arrivals 200x faster, its policies) on these
+    sub-clusters."""
+    return replay.replay(
+        "default",
+        replay.SETUP["cluster_fraction"],
+        replay.SETUP["speedup"],
+        replay.POLICIES.split(","),
+        offsets,
+    )
 
 
 def main() -> int:
@@ -376,6 +377,10 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="speed: runs per case (best and median reported)"
     )
+    parser.add_argument(
+        "--offsets",
+        help=f"time: sub-clusters of benchmarks/replay.py (default {TIME_OFFSETS}; 0 with --quick)",
+    )
     args = parser.parse_args()
     results = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -383,7 +388,8 @@ def main() -> int:
     if args.only in (None, "speed"):
         results["speed"] = speed(args.quick, args.repeat)
     if args.only in (None, "time"):
-        results["time"] = time_replay()
+        offsets = args.offsets or ("0" if args.quick else TIME_OFFSETS)
+        results["time"] = time_replay([int(k) for k in offsets.split(",")])
     if args.only in (None, "quality"):
         results["quality"] = quality(args.quick, args.files.split(","), args.seeds)
     text = json.dumps(results, indent=2)

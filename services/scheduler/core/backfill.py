@@ -97,7 +97,8 @@ class Projection:
         self.at = now  # the time the projection has reached
         self.exhausted = False
 
-    def reserve(self, job: JobRequest, demand: Demand) -> Reservation:
+    def reserve(self, job: JobRequest, demand: Demand, allowed: np.ndarray | None = None) -> Reservation:
+        """`allowed`: the nodes the job may use (`scarcity.Scarcity.allowed`; None: every node)."""
         if self.exhausted:
             return Reservation(job.job_id, None, None)
         if self.future is None:
@@ -105,13 +106,13 @@ class Projection:
             choices = None  # the job does not fit now (it is blocked)
         else:
             future = self.future = self.future.copy()  # the previous reservation keeps the one it had
-            choices = place_gang(future, self.policy, demand, job.replicas)
+            choices = self._place(future, demand, job.replicas, allowed)
         for end, replicas in self.ending if choices is None else ():
             opened = False
             for i in future.release(replicas):
-                opened = opened or future.fits_one(i, demand)
+                opened = opened or (future.fits_one(i, demand) and (allowed is None or allowed[i]))
             if opened:
-                choices = place_gang(future, self.policy, demand, job.replicas)
+                choices = self._place(future, demand, job.replicas, allowed)
                 if choices is not None:
                     self.at = max(end, self.at)
                     break
@@ -119,6 +120,15 @@ class Projection:
             self.exhausted = True
             return Reservation(job.job_id, None, None)
         return Reservation(job.job_id, self.at, future, frozenset(i for i, _ in choices))
+
+    def _place(
+        self, future: CapacityIndex, demand: Demand, replicas: int, allowed: np.ndarray | None
+    ) -> list[Choice] | None:
+        future.restrict = allowed
+        try:
+            return place_gang(future, self.policy, demand, replicas)
+        finally:
+            future.restrict = None
 
 
 _STARTED = attrgetter("started_at")

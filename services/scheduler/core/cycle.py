@@ -51,6 +51,7 @@ from services.scheduler.core.placement.base import Choice
 from services.scheduler.core.preemption import choose_victims, eligible_victims
 from services.scheduler.core.queue import HeldQueue, Pending
 from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
+from services.scheduler.core.scarcity import Scarcity, drain_times
 from shared.policies import BackfillMode
 from shared.reasons import GPU_SHORTAGES, PendingCode
 from shared.units import count_text
@@ -151,6 +152,8 @@ class _Cycle:
             float(index.memory[index.schedulable].sum()),
         )
         self.ledger = QuotaLedger(quotas, running, config, capacity, kinds)
+        # the nodes a job must keep off (`core/scarcity.py`)
+        self.scarcity = Scarcity(index, queue.keys if config.keep_scarce_nodes else ())
         self.result = CycleResult(pending=Pending())
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
@@ -163,6 +166,8 @@ class _Cycle:
         self.projection: Projection | None = None
         self.depth = config.reservation_depth if config.backfill == BackfillMode.EASY else 0
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
+        self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
+        self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
         self._borrowed: set[str] | None = None
         self._lowest_priority: int | None = None
         self.victims: set[str] = set()
@@ -269,11 +274,20 @@ class _Cycle:
             self.blocked(job, demand, key, cached)
             return
         choices = None
+        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
         outlasted = self.outlasted(job)
         if outlasted:
-            choices = self.place_around_reservations(demand, job.replicas, outlasted)
+            choices = self.place_around_reservations(demand, job.replicas, outlasted, allowed)
         if choices is None:
-            choices = place_gang(self.index, self.policy, demand, job.replicas)
+            if allowed is None:
+                choices = place_gang(self.index, self.policy, demand, job.replicas)
+            else:
+                choices = self.under(allowed, place_gang, self.index, self.policy, demand, job.replicas)
+        if choices is None and allowed is not None and job.timeout is not None:
+            end = self.now + job.timeout
+            spare = self.scarcity.spare(job, demand, allowed, self.drain(), end)
+            if spare is not None:  # kept nodes it leaves before they would be free anyway
+                choices = self.under(spare, place_gang, self.index, self.policy, demand, job.replicas)
         if choices is None:
             self.blocked(job, demand, key, None)
             return
@@ -305,7 +319,7 @@ class _Cycle:
         return [r for r in reservations if r.outlasts(job, self.now)]
 
     def place_around_reservations(
-        self, demand: Demand, replicas: int, reservations: list[Reservation]
+        self, demand: Demand, replicas: int, reservations: list[Reservation], allowed: np.ndarray | None
     ) -> list[Choice] | None:
         """Try the nodes these reservations do not need first (a long job there can never delay them)."""
         reserved = (
@@ -316,13 +330,20 @@ class _Cycle:
         if not reserved:
             return None
         index = self.index
-        elsewhere = np.ones(len(index), dtype=bool)
+        elsewhere = np.ones(len(index), dtype=bool) if allowed is None else allowed.copy()
         elsewhere[list(reserved)] = False
-        index.restrict = elsewhere
+        return self.under(elsewhere, place_gang, index, self.policy, demand, replicas)
+
+    def under(self, allowed: np.ndarray | None, fn, *args):
+        """`fn(*args)` with placement (and what explains or preempts for it) only on the `allowed` nodes
+        (`index.restrict`); None: every node."""
+        if allowed is None:
+            return fn(*args)
+        self.index.restrict = allowed
         try:
-            return place_gang(index, self.policy, demand, replicas)
+            return fn(*args)
         finally:
-            index.restrict = None
+            self.index.restrict = None
 
     # ------------------------------------------------------------------------------------------- outcomes
     def placed(self, job: JobRequest, demand: Demand, choices: list[Choice]) -> None:
@@ -341,6 +362,17 @@ class _Cycle:
         self.result.placements.append(Placement(job.job_id, replicas_t, borrowed))
         if job.timeout is not None:
             self.placed_ending.append((self.now + job.timeout, replicas_t))
+        if self.scarcity.confined:  # (what `drain` needs; only kept nodes ask)
+            end = self.now + job.timeout if job.timeout is not None else np.inf
+            self.placed_until.append((end, replicas_t))
+            if self._drain is not None:
+                for i, _slots in choices:
+                    self._drain[i] = max(self._drain[i], end)
+
+    def drain(self) -> np.ndarray:
+        if self._drain is None:
+            self._drain = drain_times(self.index, self.running, self.placed_until)
+        return self._drain
 
     def blocked(self, job: JobRequest, demand: Demand, key: tuple, cached: R.Blocker | None) -> None:
         """The job does not fit now; `cached` is what an earlier job of the same shape learnt this cycle."""
@@ -355,10 +387,11 @@ class _Cycle:
             self.settle(key, job, cached)
             self.wait(job, cached)
             return
-        if self.config.preemption and self.try_preempt(job, demand, key):
+        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        if self.config.preemption and self.under(allowed, self.try_preempt, job, demand, key):
             return
         if cached is None:
-            cached = self.failed[key] = no_room_now(self.index, job, demand)
+            cached = self.failed[key] = self.under(allowed, no_room_now, self.index, job, demand)
         # A borrowing job is told about its quota only when GPUs are what it lacks (not CPUs or memory).
         short_of_gpus = cached.code in GPU_SHORTAGES
         blocker = (
@@ -376,7 +409,7 @@ class _Cycle:
             if self.projection is None:
                 ending = ending_order(self.running, self.placed_ending)
                 self.projection = Projection(self.index, self.policy, ending, self.now)
-            reservation = self.projection.reserve(job, demand)
+            reservation = self.projection.reserve(job, demand, allowed)
             if reservation.start is not None:
                 self.reservations.append(reservation)
                 estimated = reservation.start

@@ -19,7 +19,7 @@ def _matching(index: CapacityIndex, demand: Demand) -> np.ndarray:
     return mask
 
 
-def _gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
+def gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
     """GPUs per node that could ever hold one GPU of the demand (model and memory), empty cluster."""
     key = ("gpu_counts", demand.models, demand.gpu_memory)
     found = index.memo.get(key)
@@ -36,6 +36,7 @@ def _gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
             for m, mem in zip(models, mems, strict=True)
             if (wanted is None or m in wanted) and mem >= demand.gpu_memory
         )
+    index.memo[key] = out
     return out
 
 
@@ -57,7 +58,7 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
     if demand.memory > 0:
         per_node = np.minimum(per_node, np.floor(index.memory / demand.memory).astype(np.int64))
     if demand.count:
-        gpus = _gpu_counts(index, demand)
+        gpus = gpu_counts(index, demand)
         slots = gpus // demand.count if demand.whole else gpus * (MILLI // max(demand.milli, 1))
         per_node = np.minimum(per_node, slots)
         largest = int(gpus[mask].max()) if mask.any() else 0
@@ -87,8 +88,23 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
 
 
 def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker:
-    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster)."""
+    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster). With
+    `index.restrict` set (`scarcity`: nodes kept for jobs that fit nowhere else), on the nodes it leaves."""
+    blocker = _no_room_now(index, job, demand)
+    if index.restrict is None:
+        return blocker
+    kept = int((index.schedulable & ~index.restrict).sum())
+    return R.Blocker(
+        blocker.code,
+        f"{blocker.text}; {count_text(kept, 'node')} kept for waiting jobs that fit only there",
+        {**blocker.details, "kept_nodes": kept},
+    )
+
+
+def _no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker:
     mask = _matching(index, demand)
+    if index.restrict is not None:
+        mask &= index.restrict
     resources_ok = (index.cpu_free >= demand.cpus - EPS) & (index.mem_free >= demand.memory) & mask
     if job.replicas > 1:
         fits_one = index.candidates(demand)
@@ -103,7 +119,7 @@ def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
             {"replicas": job.replicas, "fit_now": min(now, job.replicas - 1)},
         )
     if not demand.count:
-        best = int(np.argmax(np.where(index.schedulable, index.cpu_free, -1)))
+        best = int(np.argmax(np.where(mask, index.cpu_free, -1)))
         return R.Blocker(
             PendingCode.INSUFFICIENT_CPU_MEMORY,
             f"needs {count_text(demand.cpus, 'CPU')} and {format_size(demand.memory)}; the most free on one node is "

@@ -195,6 +195,8 @@ class SchedulerConfig:
         for it one after the other.
     shape_popularity: ((TaskShape, weight), ...) that fragmentation-aware policies optimise for; None = learn it
         each cycle from the queue and the running jobs.
+    keep_scarce_nodes: a job that could run on many nodes keeps off the few nodes that waiting jobs can only run
+        on (`core/scarcity.py`), even when they are the only ones free; off = any node that fits.
     """
 
     policy: Policy = Policy.GPUYARD
@@ -207,6 +209,7 @@ class SchedulerConfig:
     backfill: BackfillMode = BackfillMode.EASY
     reservation_depth: int = 8
     shape_popularity: tuple | None = None
+    keep_scarce_nodes: bool = True
 
 
 @dataclass(slots=True)

@@ -1,11 +1,12 @@
 """Named scheduler set-ups the simulator can compare side by side.
 
 - "fifo": the baseline: strict arrival order (nothing passes a blocked job), first fit, no fair share, no
-  preemption.
+  preemption, any node that fits (no scarce nodes kept).
 - "fifo-backfill": arrival order with classic EASY backfill (one reservation, for the first blocked job),
-  first fit, no fair share, no preemption.
+  first fit, no fair share, no preemption, any node that fits.
 - "firstfit", "bestfit", "fgd", "gpuyard": GPUYard's scheduler (fair share, EASY backfill with its reservation
-  depth, preemption) with that placement policy. "gpuyard" is the default configuration of the core.
+  depth, preemption, scarce nodes kept for the jobs that fit only there) with that placement policy. "gpuyard"
+  is the default configuration of the core.
 In inflation mode only the placement policy matters ("fifo" and "fifo-backfill" place like "firstfit").
 """
 
@@ -28,7 +29,11 @@ def names() -> list[str]:
 def config_for(name: str, popularity: tuple = ()) -> SchedulerConfig:
     if name == BASELINE:
         base = SchedulerConfig(
-            policy=Policy.FIRSTFIT, fair_share=False, backfill=BackfillMode.OFF, preemption=False
+            policy=Policy.FIRSTFIT,
+            fair_share=False,
+            backfill=BackfillMode.OFF,
+            preemption=False,
+            keep_scarce_nodes=False,
         )
     elif name == FIFO_BACKFILL:
         base = SchedulerConfig(
@@ -37,6 +42,7 @@ def config_for(name: str, popularity: tuple = ()) -> SchedulerConfig:
             backfill=BackfillMode.EASY,
             reservation_depth=1,
             preemption=False,
+            keep_scarce_nodes=False,
         )
     elif name in POLICIES:
         base = SchedulerConfig(policy=Policy(name))

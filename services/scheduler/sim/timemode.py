@@ -11,7 +11,14 @@ Each task's time limit (`timeout`, which backfill and start estimates use) is it
 Speed-up, documented because it is the one place the replay is not a plain loop: a cycle in which nothing
 left the cluster (capacity only shrank) considers only the new arrivals plus the jobs that were blocked first
 in the previous cycle (as many as hold reservations, `reservation_depth`, at least one: their reservations
-still govern backfill); everything else failed on a larger capacity.
+still govern backfill); everything else failed on a larger capacity. Not with scarce nodes kept
+(`SchedulerConfig.keep_scarce_nodes`, `core/scarcity.py`): which nodes a job may use depends on every waiting
+job, so then every cycle looks at every waiting job. `FULL_CYCLES = True` turns the shortcut off for every
+configuration. The shortcut is not exact in every case: a job that fitted but would have delayed a
+reservation (`backfill_would_delay`) and no longer fits after later placements is blocked on resources in the
+next full cycle and may take one of the reservations that the shortcut's cycle gives to a job behind it. The
+replays of docs/benchmarks.md without scarce nodes kept give the same summary either way on sub-clusters 2
+and 5 (`benchmarks/replay.py --policies gpuyard:scarce=off --offsets 2,5 --full-cycles`).
 
 GPU allocation is reported over the arrival window (`gpu_allocation_mean_pct`: the time-weighted mean share of
 the cluster's GPUs allocated while jobs arrive), the one definition the simulator's tables and the benchmarks
@@ -38,6 +45,7 @@ from services.scheduler.sim.cluster import node_index
 from services.scheduler.sim.trace import NodeTable, PodTable
 from shared.reasons import RESOURCE_CODES, PendingCode
 
+FULL_CYCLES = False  # every cycle looks at every waiting job (the shortcut below off)
 ARRIVAL_WINDOW = (1.0, 99.0)  # percentiles of the arrival times between which allocation is measured
 
 
@@ -161,6 +169,7 @@ def run_time(
     window_start, window_end = arrival_window(jobs)
     holders: list[str] = []  # the first jobs blocked on resources last cycle (reservations)
     depth = max(1, config.reservation_depth)
+    scarce = config.keep_scarce_nodes  # every cycle looks at every waiting job (see the module)
     k = 0
     cycles = 0
     while k < len(jobs) or ends:
@@ -183,7 +192,7 @@ def run_time(
             k += 1
         if progress is not None and arrivals:
             progress(len(arrivals))
-        if freed or not holders or any(h not in queue for h in holders):
+        if FULL_CYCLES or scarce or freed or not holders or any(h not in queue for h in holders):
             considered = list(queue.values())
         else:
             considered = [*(queue[h] for h in holders), *arrivals]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from services.scheduler.core import JobRequest
-from services.scheduler.sim import cli, presets
+from services.scheduler.sim import cli, presets, timemode
 from services.scheduler.sim.inflation import draw_workload, run_inflation
 from services.scheduler.sim.timemode import arrival_window, run_time, runtimes
 from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
@@ -281,3 +282,47 @@ def test_arrival_window_leaves_out_a_lone_early_arrival() -> None:
     jobs += [JobRequest(f"j{k}", "t", submitted_at=1e7 + k) for k in range(199)]
     start, end = arrival_window(jobs)
     assert 1e7 <= start < 1e7 + 2 and 1e7 + 196 < end <= 1e7 + 198
+
+
+KEPT_NODES = """sn,cpu_milli,memory_mib,gpu,model
+g0,64000,262144,8,G2
+g1,64000,262144,8,G2
+g2,64000,262144,8,G2
+g3,64000,262144,8,G2
+g4,64000,262144,8,G2
+g5,64000,262144,8,G2
+g6,64000,262144,8,G2
+g7,64000,262144,8,G2
+big,128000,786432,8,G3
+t4,32000,131072,2,T4
+"""
+KEPT_PODS = [  # name, CPUs, GPUs, model, creation, runtime
+    *((f"g{k}", 32, 8, "", 0, 1000) for k in range(8)),  # the G2 nodes, until 1000
+    ("t", 4, 2, "T4", 0, 800),  # the T4 node, until 800
+    ("x", 8, 4, "", 0, 500),  # half the big node, until 500
+    ("h", 4, 2, "T4", 1, 1800),  # blocked first: the one reservation (depth 1), on the T4 node
+    ("k", 100, 8, "", 2, 100),  # fits only the big node (100 CPUs), blocked behind h: no reservation
+    ("j", 8, 4, "", 3, 2000),  # fits the big node's free half now, and any G2 node
+]
+
+
+def test_time_replay_looks_at_every_job_while_one_waits_for_kept_nodes(tmp_path, monkeypatch) -> None:
+    """The replay's shortcut (a cycle where nothing left looks only at the arrivals and the reservation
+    holders) would hide k from j's cycle at 3, and j would take the big node's free half for 2,000 s, which k
+    needs whole at 500. With scarce nodes kept every cycle looks at every job: j keeps off the big node
+    (`core/scarcity.py`) and starts at 600, when k has run."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(KEPT_NODES)
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        POD_HEADER
+        + "".join(
+            f"{n},{c * 1000},8192,{g},1000,{m},LS,Running,{t},{t + r},{t}\n" for n, c, g, m, t, r in KEPT_PODS
+        )
+    )
+    nodes, pods = read_nodes(nodes), read_pods(pods)
+    config = replace(presets.config_for("firstfit"), reservation_depth=1)
+    run = run_time(nodes, pods, "firstfit", config)
+    assert (run.waits["k"], run.waits["j"], run.waits["h"]) == (500 - 2, 600 - 3, 800 - 1)
+    monkeypatch.setattr(timemode, "FULL_CYCLES", True)
+    assert run_time(nodes, pods, "firstfit", config).waits == run.waits
