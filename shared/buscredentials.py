@@ -7,13 +7,13 @@ password never appears in a command line or an environment. Jobs are given none 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from shared.paths import write_private
 
 BUS_DIR = "bus"
 
@@ -72,16 +72,7 @@ def read_credentials(path: Path) -> BusCredentials:
 
 def write_credentials(path: Path, credentials: BusCredentials) -> None:
     """Write `path` with mode 0600 from its first byte (a temporary file renamed over it)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"user": credentials.user, "password": credentials.password}, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_private(path, json.dumps({"user": credentials.user, "password": credentials.password}) + "\n")
 
 
 def ensure_credentials(data_dir: Path, users: list[str]) -> dict[str, BusCredentials]:

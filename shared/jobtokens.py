@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from shared.paths import write_private
 
 PREFIX = "gyjob1."
 PUBLISH_SCOPE = "models:publish"
@@ -144,15 +144,6 @@ def _mounted_secret(path: Path) -> bool:
 
 def ensure_secret(path: Path) -> bytes:
     """The secret in `path`, made (random, mode 0600 from its first byte) when there is none."""
-    if path.exists():
-        return read_secret(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(48) + "\n")
-    os.replace(tmp, path)
+    if not path.exists():
+        write_private(path, secrets.token_urlsafe(48) + "\n")
     return read_secret(path)

@@ -116,6 +116,20 @@ def private_dir(path: Path | str) -> None:
         os.mkdir(path, 0o700)
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `path` whole with mode 0600 from its first byte (a temporary file renamed over it), its folder
+    0700: for secrets (bus credentials, the publish key)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def private_file(path: Path, *companions: str) -> None:
     """Create `path` 0600 if missing, else take group and other permissions away from it and from its
     `companions` that exist (files named `path` + suffix: an SQLite file's -wal and -shm)."""
