@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +64,7 @@ Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
 
 DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
+ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer may pass over it undecoded
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
@@ -73,6 +74,11 @@ def version_of(msg: Msg) -> int | None:
     """The store version a message's event was written at, when its publisher said so."""
     value = (msg.headers or {}).get(VERSION_HEADER)
     return int(value) if value and value.isdigit() else None
+
+
+def entity_of(msg: Msg) -> str | None:
+    """The entity (a job's id) of a message's event, when its publisher said so."""
+    return (msg.headers or {}).get(ENTITY_HEADER)
 
 
 class BusUnavailable(Exception):
@@ -233,6 +239,8 @@ class Bus:
     @staticmethod
     def _headers(event: CloudEvent, version: int | None) -> dict[str, str]:
         headers = {"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE}
+        if event.subject:
+            headers[ENTITY_HEADER] = event.subject
         if version is not None:
             headers[VERSION_HEADER] = str(version)
         return headers
@@ -251,8 +259,12 @@ class Bus:
         batch: int = 256,
         deliver_new: bool = True,
         concurrency: int = 1,
+        wanted: Callable[[Msg], bool] | None = None,
     ) -> asyncio.Task:
-        """Create (or join) the durable consumer and start handling its events in a background task."""
+        """Create (or join) the durable consumer and start handling its events in a background task.
+        `wanted(msg)`: False for an event the handler would do nothing with, told from its subject and
+        headers (`entity_of`) before it is decoded; such an event is acknowledged without a decode, unless an
+        earlier event of the same entity is still being handled (then it goes to the handler, in order)."""
         config = ConsumerConfig(
             durable_name=durable,
             filter_subjects=subjects,
@@ -264,7 +276,14 @@ class Bus:
         )
         await self.declare_consumer(stream, config)
         consumer = PullConsumer(
-            self, stream, durable, handler, max_deliver=max_deliver, batch=batch, concurrency=concurrency
+            self,
+            stream,
+            durable,
+            handler,
+            max_deliver=max_deliver,
+            batch=batch,
+            concurrency=concurrency,
+            wanted=wanted,
         )
         task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
         self._tasks.append(task)
@@ -306,17 +325,24 @@ class Bus:
         )
 
     async def watch(
-        self, subject: str, handler: Handler, *, stream: str, since: datetime | None = None
+        self,
+        subject: str | Sequence[str],
+        handler: Handler,
+        *,
+        stream: str,
+        since: datetime | None = None,
     ) -> None:
-        """Every event on `subject` from now on (or stored `since` then), in order, to this process alone (no
-        acks, no durable). Goes on after a NATS restart from the event after the last one it saw."""
-        watch = Watch(self, stream, subject, handler, since=since)
+        """Every event on `subject` (a filter, or several) from now on (or stored `since` then), in order, to
+        this process alone (no acks, no durable). Goes on after a NATS restart from the event after the last
+        one it saw."""
+        subjects = [subject] if isinstance(subject, str) else list(subject)
+        watch = Watch(self, stream, subjects, handler, since=since)
         try:
             await watch.open()
         except BaseException:
             await watch.drop()
             raise
-        task = asyncio.create_task(watch.run(), name=f"watch:{subject}")
+        task = asyncio.create_task(watch.run(), name=f"watch:{watch.subject}")
         self._tasks.append(task)
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
@@ -406,8 +432,10 @@ class PullConsumer:
         max_deliver: int,
         batch: int,
         concurrency: int = 1,
+        wanted: Callable[[Msg], bool] | None = None,
     ):
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.wanted = wanted
         self.max_deliver = max_deliver
         self.batch = batch
         self.slots = asyncio.Semaphore(max(1, concurrency))
@@ -486,6 +514,9 @@ class PullConsumer:
                 log.warning("consumer %s: ack failed: %s", self.durable, exc)
 
     async def dispatch(self, msg: Msg) -> None:
+        if self.wanted is not None and not self.wanted(msg) and entity_of(msg) not in self.chains:
+            self._ack(msg)  # nothing to do with it: no decode
+            return
         event = await self.parse(msg)
         if event is None:
             return
@@ -552,7 +583,7 @@ class PullConsumer:
 
 
 class Watch:
-    """An ordered view of one subject for one process: an ephemeral push consumer (no acks, flow control,
+    """An ordered view of some subjects for one process: an ephemeral push consumer (no acks, flow control,
     idle heartbeats) that delivers in stream order. When it is lost (a NATS restart, a gap in its sequence, a
     silence of three heartbeats) a new one starts from the stream sequence after the last event
     delivered: a start time or "new" only picks the first event of all."""
@@ -560,8 +591,11 @@ class Watch:
     heartbeat = 1.0  # seconds between the server's idle heartbeats
     retry = 0.5  # seconds between tries to start a new consumer while JetStream is not back
 
-    def __init__(self, bus: Bus, stream: str, subject: str, handler: Handler, *, since: datetime | None):
-        self.bus, self.stream, self.subject, self.handler = bus, stream, subject, handler
+    def __init__(
+        self, bus: Bus, stream: str, subjects: list[str], handler: Handler, *, since: datetime | None
+    ):
+        self.bus, self.stream, self.subjects, self.handler = bus, stream, subjects, handler
+        self.subject = ",".join(subjects)  # (for the logs)
         self.since = since
         self.next_seq: int | None = None  # the stream sequence to go on from, once known
         self.expected = 1  # the consumer sequence of the next event
@@ -593,7 +627,11 @@ class Watch:
         self.sub = await self.bus.nc.subscribe(inbox, cb=delivered)
         config = ConsumerConfig(
             deliver_subject=inbox,
-            filter_subject=self.subject,
+            **(
+                {"filter_subject": self.subjects[0]}
+                if len(self.subjects) == 1
+                else {"filter_subjects": self.subjects}
+            ),
             ack_policy=AckPolicy.NONE,
             flow_control=True,
             idle_heartbeat=self.heartbeat,

@@ -54,17 +54,23 @@ class Attempt:
 class Attempts:
     """The registry: the attempts this executor holds, by key."""
 
-    __slots__ = ("_held",)
+    __slots__ = ("_held", "_jobs")
 
     def __init__(self) -> None:
         self._held: dict[AttemptKey, Attempt] = {}
+        self._jobs: dict[str, int] = {}  # job id -> how many of its attempts are held
 
     def open(self, key: AttemptKey) -> Attempt | None:
         """A new record for the attempt; None when this executor already holds it."""
         if key in self._held:
             return None
         record = self._held[key] = Attempt(key)
+        self._jobs[key.job_id] = self._jobs.get(key.job_id, 0) + 1
         return record
+
+    def holds_job(self, job_id: str) -> bool:
+        """Whether this executor holds an attempt of the job."""
+        return job_id in self._jobs
 
     def get(self, key: AttemptKey) -> Attempt | None:
         return self._held.get(key)
@@ -75,6 +81,9 @@ class Attempts:
         record.cancel_timer()
         if self._held.get(record.key) is record:
             del self._held[record.key]
+            left = self._jobs.pop(record.key.job_id) - 1
+            if left:
+                self._jobs[record.key.job_id] = left
 
     def __contains__(self, key: object) -> bool:
         return key in self._held

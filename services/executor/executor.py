@@ -19,6 +19,8 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from nats.aio.msg import Msg
+
 from services.executor.announce import NodeAnnouncer
 from services.executor.attempts import Attempts
 from services.executor.backend import AttemptLaunch, Backend
@@ -29,6 +31,7 @@ from services.executor.exits import AttemptKey, attempt_key
 from services.executor.gpuguard import SliceGuard, choose_reader
 from services.executor.gpuwatch import GpuProcessReader, Overuse
 from services.executor.rendezvous import master_endpoint
+from shared.bus import entity_of
 from shared.events import (
     CloudEvent,
     EventData,
@@ -42,6 +45,7 @@ from shared.events import (
     JobStarted,
     JobSucceeded,
     ReplicaPlacement,
+    Subject,
     derived_id,
 )
 from shared.gpus import node_gpus
@@ -55,6 +59,17 @@ from shared.units import parse_size
 
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
+ATTEMPT_EVENTS = tuple(
+    f"{subject.value}."
+    for subject in (
+        Subject.JOB_PREEMPTED,
+        Subject.JOB_SUCCEEDED,
+        Subject.JOB_FAILED,
+        Subject.JOB_CANCELLED,
+        Subject.JOB_REQUEUED,
+    )
+)
+"""The control events about an attempt, which concern only the executor process that holds it (`concerns`)."""
 LAUNCHES_AT_ONCE = 16
 
 
@@ -147,6 +162,15 @@ class Executor:
                 if await self.ledger.stored(event) is None:  # (no read when this worker wrote it)
                     return self.ignored(event)
                 await self.end_attempt(key)
+
+    def concerns(self, msg: Msg) -> bool:
+        """Whether a control event may concern this executor process, told from its subject and headers
+        without decoding it: every executor process sees every job's end, and acts only on those of the
+        attempts it holds. A cancel request always may (of a job placed here and not started yet, too)."""
+        if not msg.subject.startswith(ATTEMPT_EVENTS):
+            return True
+        job_id = entity_of(msg)
+        return job_id is None or self.attempts.holds_job(job_id)
 
     @staticmethod
     def ignored(event: CloudEvent) -> None:
@@ -320,6 +344,9 @@ class Executor:
         )
         if outcome.applied:
             log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
+        view = outcome.view
+        if view is not None and (view.state.terminal or view.attempt > attempt):
+            await self.end_attempt(key)  # it ended here: no need to wait for its end event from the bus
 
     @staticmethod
     async def written(write: Callable[[], Awaitable[Outcome]]) -> Outcome:

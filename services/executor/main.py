@@ -58,9 +58,9 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     try:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
-        for name, subjects in (
-            (durable, [subject_filter(Subject.JOB_PLACED)]),
-            (f"{durable}-{executor.worker}", CONTROL_SUBJECTS),
+        for name, subjects, wanted in (
+            (durable, [subject_filter(Subject.JOB_PLACED)], None),
+            (f"{durable}-{executor.worker}", CONTROL_SUBJECTS, executor.concerns),
         ):
             await service.bus.consume(
                 name,
@@ -69,6 +69,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
                 stream=EVENTS_STREAM.name,
                 max_deliver=settings.max_deliver,
                 concurrency=settings.event_concurrency,
+                wanted=wanted,
             )
         await executor.reconcile()  # placed before the consumers existed (a new JetStream store: a restore)
         await service.stopping.wait()

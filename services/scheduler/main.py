@@ -33,9 +33,9 @@ from shared.events import (
     NodeLost,
     PendingReason,
     Subject,
-    Wildcard,
     derived_id,
     make_event,
+    subject_filter,
 )
 from shared.jobstate import JobState, JobView
 from shared.lease import Lease
@@ -52,6 +52,26 @@ MIN_GATHER_SECONDS = 0.002
 MAX_GATHER_SECONDS = 0.05
 CYCLE_SHARE = 3
 MAX_REFUSED_NODES = 1000  # nodes whose refused heartbeat is remembered (to say it once)
+FOLLOWED = (  # the job events the scheduler reads from the bus
+    Subject.JOB_SUBMITTED,
+    Subject.JOB_STARTED,
+    Subject.JOB_SUCCEEDED,
+    Subject.JOB_FAILED,
+    Subject.JOB_CANCEL_REQUESTED,
+    Subject.JOB_CANCELLED,
+    Subject.JOB_REQUEUED,
+)
+NOT_FOLLOWED = {  # and why it needs no others (a test checks that every job event is in one or the other)
+    Subject.JOB_PLACED: "its own: it knows each one as it writes it",
+    Subject.JOB_PENDING: "its own",
+    Subject.JOB_PREEMPTED: "its own",
+    Subject.JOB_REPLICA_EXITED: "an exit frees nothing until its attempt ends (succeeded, failed, requeued)",
+}
+"""A scheduler that starts leading reads every live job from the event store (`load`), and the periodic
+`recheck` compares versions with the store: a follower misses nothing by not reading the leader's own events.
+Not following them spares NATS their delivery and the scheduler their decoding: in a deep drain, more than
+half of a job's events (its placement, the reasons it waits, its replicas' exits)."""
+
 CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_SUBMITTED,
     Subject.JOB_REQUEUED,
@@ -386,7 +406,9 @@ async def main(service: Service, settings: SchedulerSettings) -> None:
         stream=TELEMETRY_STREAM.name,
         since=datetime.now(UTC) - timedelta(seconds=settings.node_timeout),
     )
-    await service.bus.watch(Wildcard.JOB.value, scheduler.on_job_event, stream=EVENTS_STREAM.name)
+    await service.bus.watch(
+        [subject_filter(subject) for subject in FOLLOWED], scheduler.on_job_event, stream=EVENTS_STREAM.name
+    )
     await scheduler.load()
     log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))
     await scheduler.lease.open()

@@ -15,8 +15,18 @@ from pathlib import Path
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from shared.bus import Bus
-from shared.events import DEADLETTER_STREAM, EVENTS_STREAM, STREAMS, CloudEvent, JobSucceeded, make_event
+from shared.bus import Bus, entity_of
+from shared.events import (
+    DEADLETTER_STREAM,
+    EVENTS_STREAM,
+    STREAMS,
+    CloudEvent,
+    FailureReason,
+    JobCancelled,
+    JobFailed,
+    JobSucceeded,
+    make_event,
+)
 from tests.integration.conftest import BIN, free_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -179,6 +189,32 @@ async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
         await bus.close()
 
 
+async def test_a_consumer_passes_over_unwanted_events_undecoded_and_acknowledges_them(nats_url):
+    """An executor process passes over the ends of attempts it does not hold, told from the job id header."""
+    bus = await connect(nats_url)
+    handled: list[str] = []
+    looked_at: list[str | None] = []
+
+    def wanted(msg) -> bool:
+        looked_at.append(entity_of(msg))
+        return entity_of(msg) != "elsewhere"
+
+    async def handler(event, msg):
+        handled.append(event.subject)
+
+    try:
+        await bus.consume("wanting", ["job.>"], handler, stream=EVENTS_STREAM.name, wanted=wanted)
+        for job in ("here", "elsewhere", "here-too"):
+            await bus.publish(done(job), tenant=TENANT)
+        await eventually(lambda: handled == ["here", "here-too"])
+        assert looked_at == ["here", "elsewhere", "here-too"]  # the publisher names the job in a header
+        await acked(bus, "wanting")  # the one passed over is acknowledged too: never delivered again
+        info = await bus.js.consumer_info(EVENTS_STREAM.name, "wanting")
+        assert info.num_pending == 0 and info.num_redelivered == 0
+    finally:
+        await bus.close()
+
+
 async def test_watch_since_reads_what_was_stored_since_then_and_goes_on_with_what_comes(nats_url):
     """What a service that just started reads to know the nodes at once (the scheduler's heartbeats)."""
     bus = await connect(nats_url)
@@ -198,6 +234,30 @@ async def test_watch_since_reads_what_was_stored_since_then_and_goes_on_with_wha
         await eventually(lambda: seen_since == ["old"])
         await bus.publish(new, tenant=TENANT)
         await eventually(lambda: seen_since == ["old", "new"] and seen_now == ["new"])
+    finally:
+        await bus.close()
+
+
+async def test_a_watch_of_several_subjects_gets_theirs_in_stream_order_and_nothing_else(nats_url):
+    """The scheduler follows only the job events it needs, in one ordered consumer."""
+    bus = await connect(nats_url)
+    seen: list[tuple[str, str]] = []
+
+    async def handler(event, msg):
+        seen.append((event.type.rsplit(".", 1)[-1], event.subject))
+
+    try:
+        await bus.watch(["job.succeeded.*", "job.cancelled.*"], handler, stream=EVENTS_STREAM.name)
+        for data in [
+            JobSucceeded(job_id="a", attempt=1),
+            JobFailed(job_id="b", attempt=1, reason=FailureReason.EXIT_CODE, message="1"),
+            JobCancelled(job_id="c", attempt=1, by="test"),
+            JobSucceeded(job_id="d", attempt=1),
+        ]:
+            await bus.publish(make_event(data, source="/test"), tenant=TENANT)
+        await eventually(lambda: len(seen) == 3)
+        await asyncio.sleep(0.2)  # (a failed event would have come before the last one)
+        assert seen == [("succeeded", "a"), ("cancelled", "c"), ("succeeded", "d")]
     finally:
         await bus.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from services.executor.retention import JobDirSweeper
-from shared.events import JobSucceeded
+from shared.events import JobCancelled, JobSucceeded
 from shared.paths import job_dir
 
 DAY = 86400.0
@@ -13,14 +13,15 @@ DAY = 86400.0
 
 async def test_only_the_directories_of_jobs_final_for_longer_than_the_retention_are_deleted(h):
     ex = await h.executor()
-    done, held = [await h.submit(command=["true"]) for _ in range(2)]
-    running = await h.submit(command=["sleep", "30"])
+    done = await h.submit(command=["true"])
+    held, running = [await h.submit(command=["sleep", "30"]) for _ in range(2)]
     for job in (done, held, running):
         await h.place(ex, job)
-    await h.wait(done, "succeeded")
-    await h.wait(held, "succeeded")
-    await h.deliver(ex, JobSucceeded(job_id=done, attempt=1))  # its attempt is over here too
+    await h.wait(done, "succeeded")  # (its attempt is over here: this executor recorded its end)
+    await h.wait(held, "running")
     await h.wait(running, "running")
+    # another process ends `held` (a cancel recorded elsewhere); this executor has not heard of it yet
+    await h.ledger.append(held, JobCancelled(job_id=held, attempt=1, by="test"))
     stray = job_dir(h.data_dir, "not-a-job-of-the-store")
     stray.mkdir(parents=True)
     dirs = {job: job_dir(h.data_dir, job) for job in (done, held, running)}
@@ -34,7 +35,8 @@ async def test_only_the_directories_of_jobs_final_for_longer_than_the_retention_
     assert dirs[running].is_dir() and stray.is_dir()
 
     never = JobDirSweeper(h.data_dir, h.store, ex.attempts, keep_seconds=0)
-    await h.deliver(ex, JobSucceeded(job_id=held, attempt=1))
+    await h.deliver(ex, JobCancelled(job_id=held, attempt=1, by="test"))
+    assert held not in {record.key.job_id for record in ex.attempts}
     assert await never.sweep(now=time.time() + 800 * DAY) == []  # retention `never`
     assert dirs[held].is_dir()
 
