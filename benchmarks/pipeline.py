@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -335,6 +336,11 @@ def main() -> int:
     )
     parser.add_argument("--start", action="store_true", help="start a platform with 8 simulated GPUs")
     parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with --start: keep its data dir (its event store, logs) afterwards",
+    )
+    parser.add_argument(
         "--executors", type=int, metavar="N", help="with --start: executor processes (default: gpuyard up's)"
     )
     parser.add_argument("--server")
@@ -374,6 +380,10 @@ def main() -> int:
         if proc:
             proc.send_signal(2)
             proc.wait(60)
+            if args.keep:
+                print(f"the platform's data dir: {tmp / 'data'}", file=sys.stderr)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)  # (20,000 jobs leave about 0.5 GB)
     print(json.dumps(result, indent=2))
     return 0
 
