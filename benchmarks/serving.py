@@ -554,9 +554,7 @@ def measure_session_run(model_path: Path, x: np.ndarray, bench: Bench) -> dict:
     return figures
 
 
-async def measure_http(
-    server: Server, body_kind: str, body: bytes, json_length, expected, bench: Bench
-) -> dict:
+async def measure_http(server: Server, body: bytes, json_length, expected, bench: Bench) -> dict:
     """Concurrency 1 then `--concurrency`, each after a warm-up, on the hand-written client."""
     args = bench.args
     connections = [Connection(server.port, server.path, json_length) for _ in range(args.concurrency)]
@@ -618,7 +616,7 @@ def measure_server(server: Server, name: str, x: np.ndarray, expected: np.ndarra
         runner.run(wait_until_answering(server, bodies["json"][0], bench.args.start_timeout))
         for kind in server.bodies:
             bench.say(f"{name}: {server.label} ({kind})")
-            figures[kind] = runner.run(measure_http(server, kind, *bodies[kind], expected, bench))
+            figures[kind] = runner.run(measure_http(server, *bodies[kind], expected, bench))
     if server.tritonclient:
         bench.say(f"{name}: {server.label} (tritonclient)")
         figures["tritonclient"] = measure_tritonclient(server, name, x, expected, bench)
@@ -639,7 +637,11 @@ def measure_model(
     model_path.write_bytes(mlp_onnx(sizes))
     x = sample_input(sizes[0])
     bench.say(f"{name}: session.run")
-    result: dict = {"session_run": measure_session_run(model_path, x, bench), "servers": {}}
+    result: dict = {
+        "request_bytes": {"json": len(json_body(x)), "binary": len(binary_body(x)[0])},
+        "session_run": measure_session_run(model_path, x, bench),
+        "servers": {},
+    }
     from services.serving.runtime import load_onnx
 
     expected = load_onnx(str(model_path)).run({"x": x})["y"]
