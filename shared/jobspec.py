@@ -98,6 +98,17 @@ Bytes = Annotated[int, BeforeValidator(_size), PlainSerializer(int, return_type=
 Seconds = Annotated[float, BeforeValidator(_duration)]
 
 
+def _priority_class(value: str) -> str:
+    if value not in PRIORITY_CLASSES:
+        raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
+    return value
+
+
+Priority = Annotated[str, AfterValidator(_priority_class)]
+"""A priority class's name (PRIORITY_CLASSES)."""
+MAX_DEPLOYMENT_REPLICAS = 64
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -196,7 +207,7 @@ class JobSpec(Strict):
     replicas: int = Field(
         1, ge=1, le=MAX_REPLICAS, description="Workers of one distributed job (gang-scheduled)."
     )
-    priority: str = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
+    priority: Priority = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
     max_retries: int = Field(
         0,
         ge=0,
@@ -231,13 +242,6 @@ class JobSpec(Strict):
                     "replicas is N serve jobs)"
                 )
         return self
-
-    @field_validator("priority")
-    @classmethod
-    def _priority(cls, value: str) -> str:
-        if value not in PRIORITY_CLASSES:
-            raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
-        return value
 
     @property
     def priority_value(self) -> int:
