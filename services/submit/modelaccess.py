@@ -12,7 +12,7 @@ from services.submit.auth import may_see
 from services.submit.context import SubmitContext
 from shared.events import tenant_error
 from shared.jobspec import ServeSpec
-from shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView
+from shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView, visible_to
 from shared.tokens import Principal
 
 NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"
@@ -38,7 +38,7 @@ async def visible_model(ctx: SubmitContext, principal: Principal, name: str, ten
     """The listed model `name` of `tenant` (default: the caller's), if the caller may see it."""
     owner = tenant or principal.tenant
     view = await registry_of(ctx).get(owner, model_name(name)) if tenant_error(owner) is None else None
-    if view is None or not view.versions or not (view.public or may_see(principal, view.tenant)):
+    if not visible_to(principal, view):
         where = f" of tenant {owner!r}" if tenant else ""
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {name!r}{where}")
     return view
