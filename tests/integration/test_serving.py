@@ -1,13 +1,17 @@
 """Serving through the real platform (`gpuyard up`): publish a model from the CLI, deploy it on a quarter of a
 GPU, infer through tritonclient (binary and JSON) with the API's bearer token, see the replica in `gpuyard ps`
-with its share, refuse another tenant, roll out v2 without failing a request in flight, refuse a broken v3 (its
-job fails with the reason while v2 serves), then undeploy: the replicas are cancelled and their GPUs freed."""
+with its share, load it again after the serving service is killed and restarted (nothing recorded twice),
+refuse another tenant, roll out v2 without failing a request in flight, refuse a broken v3 (its job fails with
+the reason while v2 serves), then undeploy: the replicas are cancelled and their GPUs freed."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +34,23 @@ def infer(client: triton.InferenceServerClient, token: str, *, binary: bool = Tr
     return client.infer(
         "mnist", [given], model_version=version, outputs=wanted, headers={"Authorization": f"Bearer {token}"}
     )
+
+
+def serving_pid(platform) -> int:
+    """The serving service's process among `gpuyard up`'s children."""
+    for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"services.serving" in argv:
+                return int(pid)
+    raise AssertionError("no serving process")
+
+
+def answers(client: triton.InferenceServerClient, token: str) -> bool:
+    try:
+        return infer(client, token).get_response()["model_version"] == "1"
+    except Exception:
+        return False
 
 
 def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(platform, tmp_path):
@@ -66,6 +87,12 @@ def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(plat
     ps = platform.cli("ps")
     assert ps.returncode == 0 and "mnist:1" in ps.stdout and "0.25" in ps.stdout, ps.stdout
     assert "CPUExecutionProvider" in api.job(v1_job).attempts[-1].notes[0]
+
+    # the serving service dies: `gpuyard up` starts it again, and it loads what runs on its node again
+    os.kill(serving_pid(platform), signal.SIGKILL)
+    wait_for(lambda: answers(serving, token), 30, 0.2, "the restarted serving service to answer")
+    again = api.job(v1_job)
+    assert again.state == "running" and again.attempt == 1 and len(again.attempts) == 1
 
     other = platform.cli("admin", "tokens", "create", "--tenant", "other")
     assert other.returncode == 0, other.stderr
