@@ -1,7 +1,7 @@
 """Serving through the real platform (`gpuyard up`): publish a model from the CLI, deploy it on a quarter of a
 GPU, infer through tritonclient (binary and JSON) with the API's bearer token, see the replica in `gpuyard ps`
 with its share, load it again after the serving service is killed and restarted (nothing recorded twice),
-refuse another tenant, roll out v2 without failing a request in flight, refuse a broken v3 (its job fails with
+reach it through one hop from a second node's serving service, refuse another tenant, roll out v2 without failing a request in flight, refuse a broken v3 (its job fails with
 the reason while v2 serves), then undeploy: the replicas are cancelled and their GPUs freed."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import free_port, wait_for
 from tests.unit.serving.models import Mlp, unloadable
 
 pytestmark = pytest.mark.integration
@@ -93,6 +95,29 @@ def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(plat
     wait_for(lambda: answers(serving, token), 30, 0.2, "the restarted serving service to answer")
     again = api.job(v1_job)
     assert again.state == "running" and again.attempt == 1 and len(again.attempts) == 1
+    kinds = [e.event["type"].rsplit(".", 1)[-1] for e in api.events(v1_job)]
+    assert kinds == ["submitted", "placed", "started"], kinds
+
+    # another node's serving service holds no replica: it learned where v1 is and forwards, one hop
+    node_b = free_port()
+    env = {
+        **platform.joining_env("serving"),
+        "GPUYARD_NODE_NAME": "node-b",
+        "GPUYARD_SERVING_PORT": str(node_b),
+        "GPUYARD_TOKENS_FILE": str(platform.data_dir / "tokens.json"),
+    }
+    log = (tmp_path / "node-b.log").open("wb")
+    second = subprocess.Popen(
+        [sys.executable, "-m", "services.serving"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        via_b = triton.InferenceServerClient(f"127.0.0.1:{node_b}")
+        wait_for(lambda: answers(via_b, token), 30, 0.2, "node-b's serving service to forward")
+        np.testing.assert_allclose(infer(via_b, token, binary=False).as_numpy("y"), V1(X), rtol=1e-5)
+    finally:
+        second.terminate()
+        second.wait(20)
+        log.close()
 
     other = platform.cli("admin", "tokens", "create", "--tenant", "other")
     assert other.returncode == 0, other.stderr
