@@ -55,6 +55,7 @@ def running_jobs(store: EventStore):
 
 
 async def main(service: Service, settings: ServingSettings) -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
     registry = ModelRegistry()
     sessions = HeldSessions(
         registry,
