@@ -196,3 +196,42 @@ async def test_after_a_restart_what_runs_here_is_loaded_again_and_nothing_is_rec
     assert h.registry.resolve(KEY).version == 1
     await restarted.reconcile()  # again: nothing more
     assert len(h.loader.calls) == 2
+
+
+async def test_a_model_store_that_cannot_be_read_is_a_replica_that_could_not_start_and_is_retried(h):
+    await h.publish(MLP.bytes)
+    os.remove((await h.catalog.get("vision", "mnist")).find(1).uri)
+    host = h.host()
+    job = await h.submit()
+    await h.place(host, job)
+    view = await h.wait(job, "queued")
+    assert view.attempt == 2 and view.not_before is not None
+    assert view.attempts[0].outcome == f"requeued: {RequeueReason.RETRY}"
+    assert "store_unavailable: model file" in view.attempts[0].message
+    assert [f.reason for f in h.bus.of(ModelFailed)] == ["store_unavailable"]
+
+
+async def test_a_cancel_of_a_replica_never_taken_on_here_is_settled_and_its_late_placement_ignored(h):
+    await h.publish(MLP.bytes)
+    host = h.host()
+    job = await h.submit()
+    view = await h.view(job)
+    placed = JobPlaced(
+        job_id=job,
+        attempt=view.attempt,
+        placements=[ReplicaPlacement(replica=0, node=NODE, gpus=[GpuShare(index=0, fraction=0.25)])],
+    )
+    await h.ledger.append(job, placed)  # (not delivered yet)
+    await h.record(host, JobCancelRequested(job_id=job, by="ana"))
+    await h.wait(job, "cancelled")
+    await h.deliver(host, placed)
+    assert h.loader.calls == [] and h.bus.of(ModelReady) == []
+
+
+async def test_a_placement_the_event_store_does_not_hold_is_ignored(h):
+    await h.publish(MLP.bytes)
+    host = h.host()
+    job = await h.submit()
+    forged = JobPlaced(job_id=job, attempt=1, placements=[ReplicaPlacement(replica=0, node=NODE, gpus=[])])
+    await h.deliver(host, forged)  # never stored
+    assert h.loader.calls == [] and (await h.view(job)).state == "queued"
