@@ -173,7 +173,10 @@ class Host:
             model = await self.load(held)
         except LoadFailure as failure:
             await self.sessions.release(held)
-            await self.failed(held, failure)
+            if held.stop in ("cancelled", "preempted"):  # stopped while it loaded: that is how it ends
+                await self.settle(held.job_id, held.attempt, held.stop)
+            else:
+                await self.failed(held, failure)
             return
         except BaseException:
             await self.sessions.release(held)
