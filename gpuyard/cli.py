@@ -27,8 +27,8 @@ from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
-from shared.api import JobOut, pending_text
-from shared.jobspec import JobSpec, SpecError, load_spec_file
+from shared.api import JobOut, ReplicaOut, pending_text
+from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.settings import CommonSettings
 from shared.units import format_duration
@@ -175,14 +175,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
         _print_json(job)
         return 0
     spec = job.spec
-    command = spec.command if isinstance(spec.command, str) else " ".join(spec.command)
     cancelling = job.cancel_requested and not job.state.terminal
     rows = [
         ("Job", f"{job.job_id} ({job.name})"),
         ("Tenant / user", f"{job.tenant} / {job.user}"),
         ("State", job.state + (" (cancel requested)" if cancelling else "")),
         ("Attempt", str(job.attempt)),
-        ("Command", command),
+        _what_it_runs(spec),
         ("Resources", why.resources_text(spec)),
         ("Priority", spec.priority),
         ("Created", f"{job.created_at.isoformat()} ({_age(job.created_at)} ago)"),
@@ -218,6 +217,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if job.failure:
         _print_last_lines(client, job)
     return 0
+
+
+def _what_it_runs(spec: JobSpec) -> tuple[str, str]:
+    """The command a job runs, or the model a serve job serves."""
+    if spec.serve is not None:
+        owner = f" (tenant {spec.serve.tenant}'s)" if spec.serve.tenant else ""
+        return "Serves", f"model {spec.serve.job_name}{owner}"
+    return "Command", spec.command if isinstance(spec.command, str) else " ".join(spec.command or [])
 
 
 def _print_last_lines(client: Client, job: JobOut) -> None:
@@ -421,7 +428,8 @@ def cmd_models_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_models_describe(args: argparse.Namespace) -> int:
-    model = Client(args.server, args.token).model(args.name, tenant=args.tenant)
+    client = Client(args.server, args.token)
+    model = client.model(args.name, tenant=args.tenant)
     if args.json:
         _print_json(model)
         return 0
@@ -441,17 +449,75 @@ def cmd_models_describe(args: argparse.Namespace) -> int:
             ("  outputs", _tensors(v.outputs)),
             ("  file", v.uri),
         ]
+    replicas = client.deployments(model.name, tenant=model.tenant).replicas
+    rows.append(("Deployments", f"{len(replicas)} replica(s) not ended" if replicas else "none"))
+    rows += _replicas_rows(replicas)
     out.print(key_value_table(rows))
     return 0
 
 
+def _model_and_version(text: str) -> tuple[str, int | None]:
+    """NAME or NAME:VERSION, as `models rm|deploy|undeploy` take it."""
+    name, colon, version_text = text.partition(":")
+    if not colon:
+        return name, None
+    if not version_text.isdigit() or int(version_text) < 1:
+        raise CliError(f"{text!r}: write NAME or NAME:VERSION (a version is a number from 1)")
+    return name, int(version_text)
+
+
+def _replicas_rows(replicas: list[ReplicaOut]) -> list[tuple[str, str]]:
+    """One row per replica of a deployment, as `models describe` and `models deploy` print them."""
+    rows = []
+    for r in replicas:
+        where = f"{r.node}" + (f" GPU {r.gpu_index}" if r.gpu_index is not None else "") if r.node else ""
+        share = f"{r.gpus:g} GPU" if r.gpus else "CPU"
+        why_not = f" · {pending_text(r.pending)}" if r.pending else ""
+        rows.append(
+            (
+                f"  {r.job_id}",
+                f"version {r.version} · {r.state} · {share}{' on ' + where if where else ''}{why_not}",
+            )
+        )
+    return rows
+
+
+def cmd_models_deploy(args: argparse.Namespace) -> int:
+    name, version = _model_and_version(args.model)
+    client = Client(args.server, args.token)
+    client.on_retry = _say_retry
+    done = client.deploy_model(
+        name, tenant=args.tenant, version=version, gpus=args.gpus, replicas=args.replicas,
+        priority=args.priority, cpus=args.cpus, memory=args.memory,
+    )  # fmt: skip
+    if args.json:
+        _print_json(done)
+        return 0
+    count = len(done.jobs)
+    out.print(
+        f"deploying [bold]{done.name}:{done.version}[/]: {count} replica{'s' if count > 1 else ''} queued "
+        f"({', '.join(done.job_ids)}); `gpuyard ps` shows them as {done.name}:{done.version}"
+    )
+    return 0
+
+
+def cmd_models_undeploy(args: argparse.Namespace) -> int:
+    name, version = _model_and_version(args.model)
+    done = Client(args.server, args.token).undeploy_model(name, version, tenant=args.tenant)
+    if args.json:
+        _print_json(done)
+        return 0
+    count = len(done.cancelled)
+    what = f"{done.name}:{version}" if version is not None else done.name
+    out.print(
+        f"undeploying {what}: {count} replica{'s' if count != 1 else ''} cancelled or stopping "
+        f"({', '.join(c.job_id for c in done.cancelled) or '-'})"
+    )
+    return 0
+
+
 def cmd_models_rm(args: argparse.Namespace) -> int:
-    name, colon, version_text = args.model.partition(":")
-    version = None
-    if colon:
-        if not version_text.isdigit() or int(version_text) < 1:
-            raise CliError(f"{args.model!r}: write NAME or NAME:VERSION (a version is a number from 1)")
-        version = int(version_text)
+    name, version = _model_and_version(args.model)
     gone = Client(args.server, args.token).delete_model(name, version, tenant=args.tenant)
     if args.json:
         _print_json(gone)
@@ -588,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     why_cmd.add_argument("job", help=JOB_ARGUMENT)
     why_cmd.set_defaults(func=cmd_why)
 
-    models = sub.add_parser("models", help="publish, list, describe and remove models (ONNX)")
+    models = sub.add_parser("models", help="publish, list, describe, deploy and remove models (ONNX)")
     models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
     owner = argparse.ArgumentParser(add_help=False)
     owner.add_argument("--tenant", help="the tenant that owns the model (default: your token's)")
@@ -608,6 +674,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     describe_model.add_argument("name", metavar="NAME")
     describe_model.set_defaults(func=cmd_models_describe)
+    deploy = models_sub.add_parser(
+        "deploy",
+        help="serve a model version (default: the newest): replicas placed like jobs, with their GPU share",
+        parents=[common, owner],
+    )
+    deploy.add_argument("model", metavar="NAME[:VERSION]")
+    deploy.add_argument("--gpus", type=float, help="each replica's GPUs: a share of one (0.25) or whole ones")
+    deploy.add_argument("--replicas", type=int, help="how many replicas (1)")
+    deploy.add_argument("--priority", help=f"priority class: {', '.join(PRIORITY_CLASSES)} (normal)")
+    deploy.add_argument("--cpus", type=float, help="each replica's CPUs (1)")
+    deploy.add_argument("--memory", help="each replica's host memory, e.g. 4GB (2GB)")
+    deploy.set_defaults(func=cmd_models_deploy)
+    undeploy = models_sub.add_parser(
+        "undeploy",
+        help="stop serving a model (or one version): cancels its replicas",
+        parents=[common, owner],
+    )
+    undeploy.add_argument("model", metavar="NAME[:VERSION]")
+    undeploy.set_defaults(func=cmd_models_undeploy)
     rm = models_sub.add_parser("rm", help="remove a model, or one version of it", parents=[common, owner])
     rm.add_argument("model", metavar="NAME[:VERSION]")
     rm.set_defaults(func=cmd_models_rm)

@@ -15,6 +15,8 @@ from pydantic import TypeAdapter, ValidationError
 from shared.api import (
     CancelOut,
     DeadLetterOut,
+    DeploymentAccepted,
+    DeploymentListOut,
     JobAccepted,
     JobEventOut,
     JobListOut,
@@ -28,6 +30,7 @@ from shared.api import (
     ServiceOut,
     TokenCreated,
     TokenOut,
+    UndeployedOut,
 )
 from shared.jobstate import JobState
 from shared.settings import ClientSettings
@@ -251,10 +254,15 @@ class Client:
         version: int | None = None,
         public: bool = False,
         tenant: str | None = None,
+        serve: dict[str, Any] | None = None,
     ) -> ModelPublishedOut:
         """Publish an ONNX file's bytes. Repeating it changes nothing (the same bytes answer the version that
-        holds them), so a publish whose answer was lost is retried."""
+        holds them, and its deployment asked for with `serve` the same serve jobs), so a publish whose answer
+        was lost is retried. `serve`: deploy the version published, e.g. {"gpus": 0.25, "replicas": 2} ({}:
+        the defaults)."""
         params = {"name": name, "version": version, "public": "true" if public else None, "tenant": tenant}
+        if serve is not None:
+            params |= {"serve": "true", **{f"serve_{k}": v for k, v in serve.items()}}
         return self.answer(
             ModelPublishedOut,
             "POST",
@@ -295,6 +303,37 @@ class Client:
     ) -> ModelDeletedOut:
         path = f"/v1/models/{name}" + (f"/versions/{version}" if version is not None else "")
         return self.answer(ModelDeletedOut, "DELETE", path, params={"tenant": tenant} if tenant else None)
+
+    def deploy_model(self, name: str, tenant: str | None = None, **asked: Any) -> DeploymentAccepted:
+        """Deploy a model: `asked` is `DeploymentIn`'s fields (version, gpus, replicas, priority, cpus,
+        memory). One Idempotency-Key for the call and its retries: a lost answer never deploys twice."""
+        return self.answer(
+            DeploymentAccepted,
+            "POST",
+            f"/v1/models/{name}/deployments",
+            json={k: v for k, v in asked.items() if v is not None},
+            params={"tenant": tenant} if tenant else None,
+            headers={"Idempotency-Key": new_idempotency_key()},
+        )
+
+    def deployments(self, name: str, tenant: str | None = None) -> DeploymentListOut:
+        return self.answer(
+            DeploymentListOut,
+            "GET",
+            f"/v1/models/{name}/deployments",
+            params={"tenant": tenant} if tenant else None,
+        )
+
+    def undeploy_model(
+        self, name: str, version: int | None = None, tenant: str | None = None
+    ) -> UndeployedOut:
+        params = {"tenant": tenant, "version": version}
+        return self.answer(
+            UndeployedOut,
+            "DELETE",
+            f"/v1/models/{name}/deployments",
+            params={k: v for k, v in params.items() if v is not None},
+        )
 
     def healthy(self) -> bool:
         try:

@@ -4,6 +4,7 @@
 
     torch.onnx.export(model, example, "model.onnx")
     gpuyard.publish_model("model.onnx", name="mnist")   # -> version 1, 2, 3…
+    gpuyard.publish_model("model.onnx", name="mnist", serve={"gpus": 0.25, "replicas": 2})  # and deploy it
 
 Inside a job it authenticates with the job's publish token (GPUYARD_PUBLISH_TOKEN, which the executor puts
 in each replica's environment with the API's URL, GPUYARD_SERVER): nothing to type, and nothing that could
@@ -14,6 +15,7 @@ flags' settings: GPUYARD_SERVER, GPUYARD_TOKEN, or what `gpuyard up` saved). See
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gpuyard.client import Client, ClientError
 from shared.api import ModelPublishedOut
@@ -25,13 +27,16 @@ def publish_model(
     name: str,
     version: int | None = None,
     public: bool = False,
+    serve: dict[str, Any] | None = None,
     *,
     server: str | None = None,
     token: str | None = None,
 ) -> ModelPublishedOut:
     """Publish the ONNX file at `path` as model `name` (its next version, or `version`); `public`: every
-    tenant may see and use it. Returns the published version (with `duplicate` true when these bytes were
-    published before). Raises ClientError with one line saying why it was refused."""
+    tenant may see and use it; `serve`: deploy the version published too, with a deployment's fields (gpus,
+    replicas, priority, cpus, memory; {} for the defaults: one replica on the CPU). Returns the published
+    version (with `duplicate` true when these bytes were published before, and `deployment`: its serve jobs).
+    Raises ClientError with one line saying why it was refused."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -39,6 +44,6 @@ def publish_model(
     job_token = ClientSettings().publish_token
     client = Client(server, token or job_token or None)
     try:
-        return client.publish_model(data, name=name, version=version, public=public)
+        return client.publish_model(data, name=name, version=version, public=public, serve=serve)
     finally:
         client.http.close()

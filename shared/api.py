@@ -16,7 +16,19 @@ from typing import Any, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from shared.events import FailureReason, ProcessState, TensorSpec
-from shared.jobspec import JobSpec, Name, Seconds, Strict, Text
+from shared.jobspec import (
+    DEFAULT_PRIORITY,
+    MAX_DEPLOYMENT_REPLICAS,
+    MAX_MODEL_VERSION,
+    PRIORITY_CLASSES,
+    JobSpec,
+    Name,
+    Priority,
+    Resources,
+    Seconds,
+    Strict,
+    Text,
+)
 from shared.jobstate import JobState, JobView
 from shared.reasons import PendingCode
 
@@ -313,12 +325,69 @@ class ModelListOut(Out):
     items: list[ModelSummaryOut] = Field(description="By tenant, then name.")
 
 
+class DeploymentIn(Resources):
+    """A deployment of a model version: `replicas` serve jobs, each with these resources (`gpus` may be a
+    share of one GPU, e.g. 0.25), placed by the scheduler like any job."""
+
+    version: int | None = Field(
+        None, ge=1, le=MAX_MODEL_VERSION, description="The version to serve (default: the newest published)."
+    )
+    replicas: int = Field(1, ge=1, le=MAX_DEPLOYMENT_REPLICAS, description="How many replicas (serve jobs).")
+    priority: Priority = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
+
+    def resources(self) -> Resources:
+        """The resources of one replica."""
+        return Resources.model_validate(self.model_dump(include=set(Resources.model_fields)))
+
+
+class DeploymentAccepted(Out):
+    """The serve jobs queued for a deployment, one per replica."""
+
+    name: str = Field(description="The model's name.")
+    tenant: str = Field(description="The tenant that owns the model.")
+    version: int
+    jobs: list[JobAccepted] = Field(description="One serve job per replica, named NAME:VERSION.")
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [j.job_id for j in self.jobs]
+
+
+class ReplicaOut(Out):
+    """One replica of a deployment: a serve job, as `gpuyard ps` shows it."""
+
+    job_id: str
+    tenant: str = Field(description="The tenant that runs it (whose quota it uses).")
+    version: int
+    state: JobState
+    node: str | None = Field(None, description="Where it is placed, once placed.")
+    gpus: float = Field(description="Its GPU share (0.25: a quarter of one GPU).")
+    gpu_index: int | None = Field(None, description="The GPU it holds on its node, once placed.")
+    pending: PendingOut | None = Field(None, description="Why it waits, while queued.")
+    message: str = ""
+
+
+class DeploymentListOut(Out):
+    name: str
+    tenant: str = Field(description="The tenant that owns the model.")
+    replicas: list[ReplicaOut] = Field(description="The live serve jobs of the model, newest first.")
+
+
+class UndeployedOut(Out):
+    name: str
+    tenant: str = Field(description="The tenant that owns the model.")
+    cancelled: list[CancelOut] = Field(description="The serve jobs cancelled (or being stopped).")
+
+
 class ModelPublishedOut(ModelVersionOut):
     name: str
     tenant: str
     public: bool
     duplicate: bool = Field(
         description="These bytes were published before: the version that holds them is answered, nothing new."
+    )
+    deployment: DeploymentAccepted | None = Field(
+        None, description="The serve jobs queued for this version, when the call asked for `serve_*`."
     )
 
 
@@ -401,3 +470,21 @@ def pending_text(pending: PendingOut) -> str:
     'insufficient_gpus: needs 4 GPUs on one node; … (#2 in queue)'."""
     position = f" (#{pending.position} in queue)" if pending.position else ""
     return f"{pending.code.value}: {pending.message}{position}"
+
+
+def replica_out(job: JobOut) -> ReplicaOut:
+    """A serve job as one replica of its model's deployment."""
+    assert job.spec.serve is not None, "not a serve job"
+    placed = job.placements[0] if job.placements and not job.state.terminal else None
+    gpu = placed.gpus[0] if placed and placed.gpus else None
+    return ReplicaOut(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        version=job.spec.serve.version,
+        state=job.state,
+        node=placed.node if placed else None,
+        gpus=job.spec.resources.gpus,
+        gpu_index=gpu.index if gpu else None,
+        pending=job.pending,
+        message=job.message,
+    )

@@ -79,6 +79,19 @@ class Grant:
 
 HEARTBEAT = frozenset({Subject.SERVICE_HEARTBEAT})
 MODEL_EVENTS = frozenset({Subject.MODEL_PUBLISHED, Subject.MODEL_VISIBILITY_CHANGED, Subject.MODEL_DELETED})
+ATTEMPT_EVENTS = frozenset(
+    {
+        Subject.JOB_STARTED,
+        Subject.JOB_REPLICA_EXITED,
+        Subject.JOB_SUCCEEDED,
+        Subject.JOB_FAILED,
+        Subject.JOB_CANCELLED,
+        Subject.JOB_REQUEUED,  # retries, and attempts whose replicas it lost
+    }
+)
+"""What the host of a job's replicas records of an attempt, from its start to its end: the executor for
+commands, the serving service for serve jobs (their replicas are its sessions: docs/architecture.md)."""
+REPLICA_EVENTS = frozenset({Subject.MODEL_READY, Subject.MODEL_FAILED})
 
 GRANTS: dict[Role, Grant] = {
     Role.SUBMIT: Grant(
@@ -102,13 +115,8 @@ GRANTS: dict[Role, Grant] = {
     ),
     Role.EXECUTOR: Grant(
         publishes=HEARTBEAT
+        | ATTEMPT_EVENTS
         | {
-            Subject.JOB_STARTED,
-            Subject.JOB_REPLICA_EXITED,
-            Subject.JOB_SUCCEEDED,
-            Subject.JOB_FAILED,
-            Subject.JOB_CANCELLED,
-            Subject.JOB_REQUEUED,  # retries, and attempts whose processes it lost
             Subject.NODE_HEARTBEAT,
             Subject.ALERT_RAISED,  # the GPU memory slice guard
             Subject.ALERT_RESOLVED,
@@ -120,7 +128,11 @@ GRANTS: dict[Role, Grant] = {
     Role.MONITOR: Grant(
         publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
     ),
-    Role.SERVING: Grant(publishes=HEARTBEAT),
+    Role.SERVING: Grant(  # hosts serve jobs: their placements, cancels and ends, and the replicas' readiness
+        publishes=HEARTBEAT | ATTEMPT_EVENTS | REPLICA_EVENTS,
+        follows=(EVENTS_STREAM,),  # job.placed, the control events, and the other nodes' model.ready
+        dead_letters=True,
+    ),
     Role.SUPERVISOR: Grant(  # says what it knows of the processes it runs; the services declare the streams
         publishes=frozenset({Subject.SERVICE_STATUS}), declares_streams=False
     ),

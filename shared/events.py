@@ -80,6 +80,8 @@ class Subject(StrEnum):
     MODEL_PUBLISHED = "model.published"
     MODEL_VISIBILITY_CHANGED = "model.visibility_changed"
     MODEL_DELETED = "model.deleted"
+    MODEL_READY = "model.ready"
+    MODEL_FAILED = "model.failed"
     ALERT_RAISED = "alert.raised"
     ALERT_RESOLVED = "alert.resolved"
 
@@ -614,6 +616,39 @@ class ModelDeleted(_ModelEvent):
     versions: list[int] = Field(..., description="The versions removed.")
     whole_model: bool = Field(False, description="Every version was asked for (`DELETE /v1/models/{name}`).")
     by: str = ""
+
+
+class ExecutionProvider(StrEnum):
+    """The ONNX Runtime execution provider a replica's session runs on."""
+
+    CUDA = "CUDAExecutionProvider"
+    CPU = "CPUExecutionProvider"
+
+
+@event(Subject.MODEL_READY)
+class ModelReady(_ModelEvent):
+    """A replica of a deployment (its serve job) holds the model's session and answers requests: the serving
+    service of `node` routes to it, and the others send it their requests for this model through one hop to
+    `endpoint`. The newest ready version of a model is its default."""
+
+    version: int = Field(..., ge=1, description="The version the replica serves.")
+    job_id: str = Field(..., description="The serve job (one replica of the deployment).")
+    node: str = Field(..., description="The node whose serving service holds the session.")
+    endpoint: str = Field(..., description="That serving service's URL, e.g. http://10.0.0.7:8000.")
+    provider: ExecutionProvider = Field(..., description="Where the session runs: CUDA, or the CPU.")
+    device: int | None = Field(None, description="The GPU index on the node (CUDA), None on the CPU.")
+
+
+@event(Subject.MODEL_FAILED)
+class ModelFailed(_ModelEvent):
+    """A replica could not load (or lost) the model: a checksum mismatch, an ONNX graph ONNX Runtime refuses,
+    a provider that cannot start. The versions already ready keep serving."""
+
+    version: int = Field(..., ge=1)
+    job_id: str = Field(..., description="The serve job whose replica failed.")
+    node: str
+    reason: str = Field(..., description="Why, for machines: checksum_mismatch, invalid_model, load_failed…")
+    message: str = Field(..., description="Why, for people.")
 
 
 @event(Subject.ALERT_RAISED)

@@ -38,6 +38,10 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TEXT_PATTERN = r"^[^\x00]*$"
 COMMAND_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
 MAX_REPLICAS = 1024
+SERVE_MAX_RETRIES = 5
+"""A serve job's `max_retries` unless it gives one: a replica that dies is restarted (with the retry
+backoff) this many times; a model that cannot be loaded fails at once, with its reason (docs/models.md)."""
+MAX_MODEL_VERSION = 2**31
 
 
 def _matching(pattern: str, message: str) -> Any:
@@ -92,6 +96,17 @@ def _duration(value: Any) -> float:
 
 Bytes = Annotated[int, BeforeValidator(_size), PlainSerializer(int, return_type=int)]
 Seconds = Annotated[float, BeforeValidator(_duration)]
+
+
+def _priority_class(value: str) -> str:
+    if value not in PRIORITY_CLASSES:
+        raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
+    return value
+
+
+Priority = Annotated[str, AfterValidator(_priority_class)]
+"""A priority class's name (PRIORITY_CLASSES)."""
+MAX_DEPLOYMENT_REPLICAS = 64
 
 
 class Strict(BaseModel):
@@ -150,18 +165,41 @@ class Resources(Strict):
         return self.gpus * replicas
 
 
+class ServeSpec(Strict):
+    """What a serve job serves: one published version of a model, held as ONNX Runtime sessions by the serving
+    service of the node the job is placed on (docs/architecture.md, "Model deployments")."""
+
+    model: Name = Field(..., description="The model's name.")
+    version: int = Field(..., ge=1, le=MAX_MODEL_VERSION, description="The published version it serves.")
+    tenant: Name | None = Field(
+        None,
+        description="The tenant that owns the model, when it is not the job's (another tenant's public model).",
+    )
+
+    @property
+    def job_name(self) -> str:
+        """The name a serve job shows under (`gpuyard ps`) unless it has one: `NAME:VERSION`."""
+        return f"{self.model}:{self.version}"
+
+
 class JobSpec(Strict):
-    """A training job as submitted. Close to what dstack and SkyPilot users write."""
+    """A training job as submitted, or a replica of a model deployment (`serve`). Close to what dstack and
+    SkyPilot users write."""
 
     name: Name | None = Field(
         None, description="DNS-style name (lowercase, digits, '-'), at most 63 characters."
     )
     tenant: Name | None = Field(None, description="Team that owns the job; defaults to the token's tenant.")
-    command: Annotated[
-        Annotated[CommandLine, Tag("line")] | Annotated[Argv, Tag("argv")],
-        Discriminator(lambda value: "argv" if isinstance(value, list) else "line"),
-    ] = Field(
-        ..., description="A string runs through /bin/sh -c; a list is executed directly without a shell."
+    command: (
+        Annotated[
+            Annotated[CommandLine, Tag("line")] | Annotated[Argv, Tag("argv")],
+            Discriminator(lambda value: "argv" if isinstance(value, list) else "line"),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="A string runs through /bin/sh -c; a list is executed directly without a shell. Every job "
+        "but a serve job has one.",
     )
     working_dir: Text | None = None
     env: dict[EnvName, Text] = Field(default_factory=dict, json_schema_extra={"additionalProperties": False})
@@ -169,16 +207,41 @@ class JobSpec(Strict):
     replicas: int = Field(
         1, ge=1, le=MAX_REPLICAS, description="Workers of one distributed job (gang-scheduled)."
     )
-    priority: str = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
-    max_retries: int = Field(0, ge=0, le=100)
+    priority: Priority = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
+    max_retries: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description=f"Retries after a failure (default 0; {SERVE_MAX_RETRIES} for a serve job).",
+    )
     timeout: Seconds | None = Field(None, description="Wall-clock limit of one attempt, e.g. '2h' or 3600.")
+    serve: ServeSpec | None = Field(
+        None,
+        description="Serve a published model instead of running a command: one replica of a deployment "
+        "(`POST /v1/models/{name}/deployments` writes these).",
+    )
 
-    @field_validator("priority")
+    @model_validator(mode="before")
     @classmethod
-    def _priority(cls, value: str) -> str:
-        if value not in PRIORITY_CLASSES:
-            raise ValueError(f"unknown priority class {value!r}; use one of {', '.join(PRIORITY_CLASSES)}")
-        return value
+    def _serve_restarts(cls, data: Any) -> Any:
+        """A serve job restarts a replica that dies, unless it says otherwise (SERVE_MAX_RETRIES)."""
+        if isinstance(data, dict) and data.get("serve") is not None and "max_retries" not in data:
+            return {**data, "max_retries": SERVE_MAX_RETRIES}
+        return data
+
+    @model_validator(mode="after")
+    def _command_or_model(self) -> JobSpec:
+        if self.serve is None and self.command is None:
+            raise ValueError("a job needs a command (or `serve`: a model to serve)")
+        if self.serve is not None:
+            if self.command is not None:
+                raise ValueError("a serve job serves its model: it has no command (give one or the other)")
+            if self.replicas != 1:
+                raise ValueError(
+                    "a serve job is one replica of a deployment: replicas must be 1 (a deployment of N "
+                    "replicas is N serve jobs)"
+                )
+        return self
 
     @property
     def priority_value(self) -> int:
@@ -186,6 +249,8 @@ class JobSpec(Strict):
 
     @property
     def argv(self) -> list[str]:
+        if self.command is None:
+            raise ValueError("a serve job has no command: the serving service holds its model")
         return ["/bin/sh", "-c", self.command] if isinstance(self.command, str) else list(self.command)
 
 

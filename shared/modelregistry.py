@@ -38,6 +38,7 @@ from shared.events import (
 from shared.modelstore import ModelStore, ModelStoreError, sha256_of
 from shared.onnxsig import read_signature
 from shared.store import ConcurrencyError, EventStore, Projection
+from shared.tokens import Principal, may_see
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,13 @@ class Published:
 
 
 Decide = Callable[[ModelView | None], Awaitable[EventData | None]]
+
+
+def visible_to(principal: Principal, view: ModelView | None) -> bool:
+    """Whether `principal` may see and use the model (list it, deploy it, infer with it): a listed model of its
+    own tenant, or a public one (an admin: any). A model it may not see is answered as one that does not
+    exist (404): the API's model routes and the serving entry point both ask here."""
+    return view is not None and bool(view.versions) and (view.public or may_see(principal, view.tenant))
 
 
 def deployed_versions(view: ModelView) -> list[int]:

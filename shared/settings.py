@@ -394,15 +394,50 @@ class MonitorSettings(CommonSettings):
 
 
 class ServingSettings(CommonSettings):
-    """Model serving."""
+    """Model serving: the node's serving service hosts the serve jobs placed on its node (ONNX Runtime
+    sessions) and answers the Open Inference Protocol (docs/serving.md)."""
 
-    serving_host: str = Field(
-        "127.0.0.1", description="Address the serving API listens on (reserved: serving does not listen yet)."
+    serving_host: str = Field("127.0.0.1", description="Address the serving API listens on.")
+    serving_port: int = Field(8000, description="Port of the serving API, Triton's HTTP port.")
+    serving_advertise: str = Field(
+        "",
+        description="The serving API's URL as the other nodes' serving services reach it (`model.ready`'s "
+        "endpoint), e.g. http://10.0.0.7:8000; default: http://<serving host, or this host's name when it "
+        "listens on every address>:<serving port>.",
     )
-    serving_port: int = Field(
-        8000,
-        description="Port of the serving API, Triton's HTTP port (reserved: serving does not listen yet).",
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        description="The node whose serve jobs this service hosts: the executor's node name (default: hostname).",
     )
+    tokens_file: Path | None = Field(
+        None,
+        description="The API's tokens file: inference takes the same bearer tokens (see the submit API).",
+    )
+    tokens: str = Field("", description="Inline tokens, as the API's: `token=tenant[:user][:admin],…`.")
+    retry_backoff: float = Field(
+        5.0, description="Seconds before a serve job's first retry (the executor's setting, for serve jobs)."
+    )
+    event_concurrency: int = Field(16, description="Job events handled at once (those of one job in order).")
+    serving_threads: int = Field(
+        1, ge=1, description="ONNX Runtime intra-op threads of each session (CPU provider)."
+    )
+    max_batch_size: int = Field(
+        0, ge=0, description="Dynamic batching: most requests merged into one run per model (0 or 1: off)."
+    )
+    max_queue_delay_us: int = Field(
+        0, ge=0, description="Dynamic batching: microseconds a request may wait for others to join its batch."
+    )
+
+    @property
+    def advertised_url(self) -> str:
+        if self.serving_advertise:
+            return self.serving_advertise.rstrip("/")
+        host = self.serving_host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.serving_port}"
 
 
 class ClientSettings(BaseSettings):

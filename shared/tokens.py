@@ -44,6 +44,11 @@ class Principal(BaseModel):
         return self.user or self.tenant
 
 
+def may_see(principal: Principal, tenant: str) -> bool:
+    """Whether `principal` may see and act for `tenant`'s jobs and models: its own tenant's, or an admin."""
+    return principal.admin or principal.tenant == tenant
+
+
 class TokenEntry(Principal):
     """One token as it is stored: who it stands for, never the token."""
 

@@ -6,6 +6,10 @@ Idempotent on every event: an attempt is started at most once per executor (and 
 `placed` for that attempt, and never when an earlier executor already started it), and every event it
 records has a deterministic id.
 
+A serve job (`spec.serve`) is not the executor's: its replica is a session held by the serving service of
+the node it is placed on (docs/architecture.md, "Model deployments"), which records its start, its end and its
+cancel. The executor never starts, adopts or cancels one (`hosts`).
+
 Several executor processes may share a node (`executor_workers`, local backend): `job.placed` goes to one of
 them, every one of them sees the control events, and an attempt's claim file says which one runs it
 (`claims.py`).
@@ -145,7 +149,8 @@ class Executor:
                 view = await self.ledger.stored(event, fresh=True)  # (the read launch needs anyway)
                 if view is None:
                     return self.ignored(event)
-                await self.launch(data, view)
+                if self.hosts(view):
+                    await self.launch(data, view)
         elif isinstance(data, JobCancelRequested):
             await self.cancel(event)
         elif isinstance(data, JobPreempted):
@@ -173,6 +178,11 @@ class Executor:
         return job_id is None or self.attempts.holds_job(job_id)
 
     @staticmethod
+    def hosts(view: JobView) -> bool:
+        """Whether the job's replicas are the executor's to run: every job's but a serve job's."""
+        return view.spec.serve is None
+
+    @staticmethod
     def ignored(event: CloudEvent) -> None:
         log.warning(
             "ignored %s %s about job %s: the event store does not hold it (forged, or about an attempt that "
@@ -193,7 +203,12 @@ class Executor:
             return  # already taken on here (a redelivered placement)
         if view is None:
             view = await self.ledger.load(placed.job_id)
-        if view is None or view.attempt != placed.attempt or not self.not_started_here(view):
+        if (
+            view is None
+            or view.attempt != placed.attempt
+            or not self.hosts(view)
+            or not self.not_started_here(view)
+        ):
             self.attempts.close(
                 record
             )  # stale placement: cancelled, requeued, or this node's replicas started
@@ -269,7 +284,7 @@ class Executor:
     async def reconcile_job(self, view: JobView) -> None:
         key = AttemptKey(view.job_id, view.attempt)
         mine = self.mine(view.placements)
-        if not mine or key in self.attempts:
+        if not mine or key in self.attempts or not self.hosts(view):
             return
         never_started = view.state == JobState.PLACED and view.current.started_at is None
         if never_started and not self.backend.started_before(key):
@@ -385,7 +400,7 @@ class Executor:
         view = await self.ledger.stored(requested, fresh=True)
         if view is None:
             return self.ignored(requested)
-        if not self.mine(view.placements):
+        if not self.mine(view.placements) or not self.hosts(view):
             return
         key = AttemptKey(job_id, view.attempt)
         record = self.attempts.get(key)

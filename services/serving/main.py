@@ -1,16 +1,120 @@
-"""The serving service. For now it announces itself (service heartbeat, health probes); ONNX models behind
-an Open Inference Protocol endpoint come with the serving issue."""
+"""Wiring of the serving service: the serve jobs placed on this node held as ONNX Runtime sessions
+(`host.py`), where every node's ready replicas are (`routing.py`), and the entry point on
+`serving_host:serving_port` (`entry.py`, uvicorn in this event loop).
+
+As the executor's: after reconciling what was placed here before (a restart), placements come from a durable
+consumer of the node and the control events (cancel, preemption, the attempt's end) from another; the HTTP
+server is up first, so that a request during a restart's loading is answered (503, or a hop) rather than
+refused."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
+import uvicorn
+
+from services.serving.access import Access
+from services.serving.entry import create_entry_app
+from services.serving.held import HeldSessions
+from services.serving.host import CONTROL_SUBJECTS, PLACEMENT_SUBJECTS, Host
+from services.serving.proxy import Forwarder
+from services.serving.registry import ModelRegistry
+from services.serving.routing import Routes
+from services.serving.stats import Stats
+from shared.events import EVENTS_STREAM
+from shared.modelregistry import ModelRegistry as ModelCatalog
+from shared.modelstore import ModelStore
 from shared.service import Service
 from shared.settings import ServingSettings
+from shared.store import EventStore
+from shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
+PRUNE_INTERVAL = 30.0
+"""Seconds between checks of the routes' jobs against the event store."""
+CACHE_DIR = "serving"
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the service runtime owns SIGTERM/SIGINT
+        yield
+
+
+def running_jobs(store: EventStore):
+    async def running(job_ids: list[str]) -> set[str]:
+        alive = set()
+        for job_id in job_ids:
+            doc = await store.get_projection(job_id)
+            if doc is not None and doc.get("state") == "running":
+                alive.add(job_id)
+        return alive
+
+    return running
 
 
 async def main(service: Service, settings: ServingSettings) -> None:
-    log.info("serving ready (no models published yet)")
-    await service.stopping.wait()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
+    registry = ModelRegistry()
+    sessions = HeldSessions(
+        registry,
+        max_batch_size=settings.max_batch_size,
+        max_queue_delay_us=settings.max_queue_delay_us,
+    )
+    catalog = ModelCatalog(service.store, service.bus, service.source, ModelStore(settings.model_store_url))
+    routes = Routes(settings.node_name)
+    tokens = Tokens(settings.tokens_file, settings.tokens)
+    if not tokens.table():
+        log.warning("no tokens configured: every inference request will be refused (401)")
+    access = Access(tokens, catalog, registry, routes)
+    routes.on_model_change = access.forget
+    forwarder = Forwarder(registry, routes)
+    host = Host(
+        service,
+        node=settings.node_name,
+        endpoint=settings.advertised_url,
+        sessions=sessions,
+        catalog=catalog,
+        cache_dir=settings.data_dir / CACHE_DIR,
+        retry_backoff=settings.retry_backoff,
+        intra_op_threads=settings.serving_threads,
+    )
+    config = uvicorn.Config(
+        create_entry_app(registry, access, forwarder, Stats()),
+        host=settings.serving_host,
+        port=settings.serving_port,
+        log_level="warning",
+        access_log=False,
+    )
+    server = _Server(config)
+    http = service.spawn(server.serve(), "http")
+    try:
+        await routes.follow(service.bus)
+        service.spawn(routes.prune_every(running_jobs(service.store), PRUNE_INTERVAL), "routes")
+        await host.reconcile()
+        durable = f"serving-{settings.node_name}".replace(".", "-")
+        for name, subjects in ((durable, PLACEMENT_SUBJECTS), (f"{durable}-control", CONTROL_SUBJECTS)):
+            await service.bus.consume(
+                name,
+                subjects,
+                host.on_event,
+                stream=EVENTS_STREAM.name,
+                max_deliver=settings.max_deliver,
+                concurrency=settings.event_concurrency,
+            )
+        await host.reconcile()  # placed before the consumers existed
+        log.info(
+            "serving on %s:%d (advertised as %s), node %s",
+            settings.serving_host,
+            settings.serving_port,
+            settings.advertised_url,
+            settings.node_name,
+        )
+        await service.stopping.wait()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await http
+        await host.close()
+        await forwarder.close()

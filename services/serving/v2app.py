@@ -10,8 +10,9 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from time import perf_counter
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.serving.errors import BadRequest, ServingError
+from services.serving.errors import BadRequest, Forbidden, ServingError
 from services.serving.protocol import (
     ModelMetadata,
     RepositoryEntry,
@@ -41,9 +42,25 @@ PLATFORM = "onnx_onnxv1"
 JSON = "application/json"
 BINARY = "application/octet-stream"
 
-Authorize = Callable[[Request, str | None], None | Awaitable[None]]
-"""Called before any model route with the model's name (None for the repository index): returns to allow,
-raises a ServingError (Unauthorized, Forbidden, NotFound) to refuse. Sync or async."""
+Authorize = Callable[[Request, str | None], object]
+"""Called before any model route with the model's name (None for the repository index), sync or async:
+raises a ServingError (Unauthorized, Forbidden, NotFound) to refuse. To allow, it returns None, or for a model
+route the registry key the name stands for (a platform keeps each tenant's models under its own key), or for
+the index a function from registry key to the name the caller sees it under (None: not listed)."""
+
+
+class Router(Protocol):
+    """Where a request goes when this server does not hold the version it asks for (the platform's serving
+    entry point: `services/serving/entry.py`)."""
+
+    def default_version(self, key: str) -> str | None:
+        """The version a request without one gets: the newest ready anywhere (None: none is)."""
+
+    async def forward(self, request: Request, key: str, version: str) -> Response | None:
+        """The answer of a server that holds the version (one hop), or None when none does."""
+
+
+MANAGED_ELSEWHERE = "models are loaded and unloaded by deployments here: `gpuyard models deploy` and `gpuyard models undeploy`"
 
 
 def _error(status: int, message: str) -> Response:
@@ -67,22 +84,41 @@ def create_app(
     registry: ModelRegistry,
     authorize: Authorize | None = None,
     stats: Stats | None = None,
+    router: Router | None = None,
+    *,
+    repository_loads: bool = True,
 ) -> Starlette:
     """The v2 app over `registry`. `authorize(request, model_name)` runs before each model route (default:
     everyone may do everything); `stats` (also `app.state.stats`) counts requests and their latency per
-    model version."""
+    model version (under its registry key); `router` sends a request for a version this server does not
+    hold to one that does. `repository_loads` False: the repository's load and unload are refused (403), for a
+    server whose models come and go with deployments."""
     stats = stats if stats is not None else Stats()
 
-    async def allow(request: Request, name: str | None) -> None:
-        if authorize is not None:
-            result = authorize(request, name)
-            if inspect.isawaitable(result):
-                await result
+    async def allow(request: Request, name: str | None):
+        if authorize is None:
+            return None
+        result = authorize(request, name)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
-    async def model_for(request: Request) -> ModelVersion:
+    def held(key: str, version: str) -> bool:
+        entry = registry.models.get(key, {}).get(int(version)) if version.isdigit() else None
+        return entry is not None and entry.ready
+
+    async def model_for(request: Request) -> ModelVersion | Response:
         name = request.path_params["name"]
-        await allow(request, name)
-        return registry.resolve(name, request.path_params.get("version"))
+        key = await allow(request, name) or name
+        version = request.path_params.get("version")
+        if router is not None:
+            if version is None:
+                version = router.default_version(key)
+            if version is not None and not held(key, version):
+                forwarded = await router.forward(request, key, version)
+                if forwarded is not None:
+                    return forwarded
+        return registry.resolve(key, version)
 
     async def server_metadata(request: Request) -> Response:
         body = ServerMetadata(name=SERVER_NAME, version=VERSION, extensions=EXTENSIONS)
@@ -96,9 +132,11 @@ def create_app(
 
     async def model_metadata(request: Request) -> Response:
         entry = await model_for(request)
+        if isinstance(entry, Response):
+            return entry
         model = entry.model
         body = ModelMetadata(
-            name=entry.name,
+            name=request.path_params["name"],
             versions=[str(v) for v in registry.ready_versions(entry.name)],
             platform=PLATFORM,
             inputs=[spec.metadata() for spec in model.inputs.values()],
@@ -108,10 +146,15 @@ def create_app(
 
     async def model_ready(request: Request) -> Response:
         entry = await model_for(request)  # Unavailable (503) when not ready
-        return JSONResponse({"name": entry.name, "version": str(entry.version), "ready": True})
+        if isinstance(entry, Response):
+            return entry
+        name = request.path_params["name"]
+        return JSONResponse({"name": name, "version": str(entry.version), "ready": True})
 
     async def infer(request: Request) -> Response:
         entry = await model_for(request)
+        if isinstance(entry, Response):
+            return entry
         started = perf_counter()
         ok = False
         try:
@@ -132,7 +175,7 @@ def create_app(
                     wanted.append((spec, req.binary_output if output.binary is None else output.binary))
             results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
             content, json_length = encode_response(
-                entry.name,
+                request.path_params["name"],
                 str(entry.version),
                 req.id,
                 [(spec.name, spec.datatype, results[spec.name], binary) for spec, binary in wanted],
@@ -147,7 +190,9 @@ def create_app(
         )
 
     async def repository_index(request: Request) -> Response:
-        await allow(request, None)
+        shown = await allow(request, None)
+        if not callable(shown):
+            shown = None
         body = await request.body()
         ready_only = False
         if body.strip():
@@ -157,14 +202,17 @@ def create_app(
                 raise BadRequest(f"the request's JSON is malformed: {exc}") from None
             ready_only = isinstance(query, dict) and query.get("ready") is True
         entries = [
-            RepositoryEntry(name=e.name, version=str(e.version), state=e.state.value, reason=e.reason)
+            RepositoryEntry(name=name, version=str(e.version), state=e.state.value, reason=e.reason)
             for e in registry.index(ready_only)
+            if (name := e.name if shown is None else shown(e.name)) is not None
         ]
         return JSONResponse([e.model_dump() for e in entries])
 
     async def load(request: Request) -> Response:
         name = request.path_params["name"]
         await allow(request, name)
+        if not repository_loads:
+            raise Forbidden(MANAGED_ELSEWHERE)
         loaded = await registry.load_model(name)
         if not any(entry.ready for entry in loaded):
             reasons = "; ".join(f"version {e.version}: {e.reason}" for e in loaded)
@@ -174,6 +222,8 @@ def create_app(
     async def unload(request: Request) -> Response:
         name = request.path_params["name"]
         await allow(request, name)
+        if not repository_loads:
+            raise Forbidden(MANAGED_ELSEWHERE)
         await registry.unload(name)
         return Response(b"", media_type=JSON)
 

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
 
-from services.submit.bearer import bearer_token
 from services.submit.context import SubmitContext
+from shared.bearer import bearer_token
 from shared.jobtokens import is_job_token
-from shared.tokens import Principal, TokenRefused
+from shared.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)
 
 
 class Bearer(HTTPBearer):
@@ -62,7 +62,3 @@ async def require_admin(principal: CurrentPrincipal) -> Principal:
 
 
 Admin = Annotated[Principal, Depends(require_admin)]
-
-
-def may_see(principal: Principal, tenant: str) -> bool:
-    return principal.admin or principal.tenant == tenant

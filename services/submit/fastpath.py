@@ -13,12 +13,12 @@ import json
 
 from fastapi import HTTPException
 
-from services.submit.bearer import bearer_token
 from services.submit.body import read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.errors import too_many
 from services.submit.queuedepth import QueueFull
 from services.submit.routes_jobs import queue_job
+from shared.bearer import bearer_token
 from shared.bus import BusUnavailable
 from shared.jobspec import JobSpec
 from shared.store import ConcurrencyError, StoreUnavailable

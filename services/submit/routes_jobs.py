@@ -10,6 +10,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
 from services.submit.errors import answers, json_answers
+from services.submit.modelaccess import servable
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
 from shared.capacity import unplaceable
@@ -89,6 +90,8 @@ async def queue_job(
             status.HTTP_422_UNPROCESSABLE_ENTITY,
             f"no node could ever hold this job: {why} (GPUYARD_ACCEPT_UNPLACEABLE=true queues such jobs)",
         )
+    if spec.serve is not None:
+        await servable(ctx, principal, spec.serve, tenant)
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
     try:
         reserved = ctx.queue.admit(tenant, job_id)
@@ -96,7 +99,7 @@ async def queue_job(
         if not idempotency_key or await ctx.store.get_projection(job_id) is None:
             raise
         reserved = False  # the job of this key is stored (and no longer waits): the answer is that job
-    name = spec.name or f"job-{job_id[:6]}"
+    name = spec.name or (spec.serve.job_name if spec.serve else f"job-{job_id[:6]}")
     event = JobSubmitted(job_id=job_id, name=name, tenant=tenant, user=principal.name, spec=spec)
     try:
         outcome = await ctx.ledger.append(
@@ -181,8 +184,14 @@ async def job_events(
     responses=answers(404, 409),
 )
 async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelOut:
-    """A queued job is cancelled at once; a placed or running one is stopped by its executor."""
-    job_id = (await _visible_job(ctx, principal, job_id)).job_id
+    """A queued job is cancelled at once; a placed or running one is stopped by its executor (a serve job: by
+    the serving service that holds it)."""
+    return await cancel(ctx, principal, (await _visible_job(ctx, principal, job_id)).job_id)
+
+
+async def cancel(ctx: SubmitContext, principal: Principal, job_id: str) -> CancelOut:
+    """What `POST /v1/jobs/{id}/cancel` does to a job the caller may see (and undeploying, to serve jobs):
+    409 for a job already ended."""
 
     def decide(view: JobView | None):
         if view is None or view.state.terminal or view.cancel_requested:
@@ -202,6 +211,8 @@ async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> 
         )
     if view.state == JobState.CANCELLED:
         message = "cancelled"
+    elif view.spec.serve is not None:
+        message = "cancel requested; the serving service is stopping the replica"
     else:
         message = "cancel requested; the executor is stopping the job"
     return CancelOut(job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message)

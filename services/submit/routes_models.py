@@ -12,11 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response, status
+from pydantic import ValidationError
 
-from services.submit.auth import Context, CurrentPrincipal, _bearer, may_see
+from services.submit.auth import Context, CurrentPrincipal, _bearer
+from services.submit.deployments import deploy, live_replicas, replicas_out, undeploy
 from services.submit.errors import answers
+from services.submit.modelaccess import owned_model, refused, registry_of, visible_model
 from shared.api import (
+    DeploymentAccepted,
+    DeploymentIn,
+    DeploymentListOut,
     ModelDeletedOut,
     ModelListOut,
     ModelOut,
@@ -24,19 +30,19 @@ from shared.api import (
     ModelPublishedOut,
     ModelSummaryOut,
     ModelVersionOut,
+    UndeployedOut,
 )
 from shared.events import tenant_error
-from shared.jobspec import NAME_PATTERN
+from shared.jobspec import DEFAULT_PRIORITY, MAX_DEPLOYMENT_REPLICAS, NAME_PATTERN
 from shared.jobstate import ACTIVE_STATES
 from shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
-from shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView
+from shared.modelregistry import ModelError, ModelVersion, ModelView
 from shared.onnxsig import InvalidModel
 from shared.tokens import Principal, TokenRefused
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=answers(400, 401, 413, 503))
 
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN, description="The model's name.")]
-NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"
 OwnerQuery = Annotated[
     str | None,
     Query(
@@ -69,43 +75,6 @@ ONNX_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-
-
-def _registry(ctx) -> ModelRegistry:
-    if ctx.models is None:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "no model store is configured")
-    return ctx.models
-
-
-def _name(name: str) -> str:
-    if tenant_error(name) is not None:  # the same rule as a tenant's (and a job's) name
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"model name {name!r}: use {NAME_RULE}")
-    return name
-
-
-def _refused(exc: ModelError) -> HTTPException:
-    return HTTPException(exc.status, str(exc), headers={"Retry-After": "2"} if exc.status == 503 else None)
-
-
-async def _visible(ctx, principal: Principal, name: str, tenant: str | None) -> ModelView:
-    """The listed model `name` of `tenant` (default: the caller's), if the caller may see it."""
-    owner = tenant or principal.tenant
-    view = await _registry(ctx).get(owner, _name(name)) if tenant_error(owner) is None else None
-    if view is None or not view.versions or not (view.public or may_see(principal, view.tenant)):
-        where = f" of tenant {owner!r}" if tenant else ""
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {name!r}{where}")
-    return view
-
-
-async def _owned(ctx, principal: Principal, name: str, tenant: str | None) -> ModelView:
-    """`_visible`, and the caller may change it: its tenant's, or an admin."""
-    view = await _visible(ctx, principal, name, tenant)
-    if not may_see(principal, view.tenant):
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"model {name!r} is tenant {view.tenant!r}'s: only it or an admin may change it",
-        )
-    return view
 
 
 def version_out(v: ModelVersion) -> ModelVersionOut:
@@ -165,6 +134,40 @@ async def publisher(ctx: Context, token: Annotated[str | None, Depends(_bearer)]
     return Publisher(Principal(tenant=claims.tenant), job_id=claims.job_id)
 
 
+def serve_query(
+    serve: Annotated[
+        bool, Query(description="Also deploy the version published (with the serve_* below, or defaults).")
+    ] = False,
+    serve_gpus: Annotated[
+        float | None, Query(ge=0, le=64, description="Each replica's GPUs; a share of one, e.g. 0.25.")
+    ] = None,
+    serve_replicas: Annotated[int | None, Query(ge=1, le=MAX_DEPLOYMENT_REPLICAS)] = None,
+    serve_priority: Annotated[str | None, Query(description=f"Default: {DEFAULT_PRIORITY}.")] = None,
+    serve_cpus: Annotated[float | None, Query(gt=0, le=1024)] = None,
+    serve_memory: Annotated[str | None, Query(max_length=32, description="Host memory, e.g. 4GB.")] = None,
+) -> DeploymentIn | None:
+    """The deployment `POST /v1/models` asks for with its publication ("`serve:` in the publishing call"), or
+    None: the same fields and rules as a deployment's body, as query parameters (the body is the ONNX file)."""
+    given = {
+        "gpus": serve_gpus,
+        "replicas": serve_replicas,
+        "priority": serve_priority,
+        "cpus": serve_cpus,
+        "memory": serve_memory,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not serve and not given:
+        return None
+    try:
+        return DeploymentIn.model_validate(given)
+    except ValidationError as exc:
+        reasons = "; ".join(
+            f"serve_{'.'.join(map(str, e['loc'])) or 'serve'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, reasons) from None
+
+
 # ---------------------------------------------------------------- routes
 
 
@@ -174,7 +177,7 @@ async def publisher(ctx: Context, token: Annotated[str | None, Depends(_bearer)]
     response_model=ModelPublishedOut,
     responses={
         200: {"model": ModelPublishedOut, "description": "These bytes were published before (`duplicate`)."},
-        **answers(403, 409),
+        **answers(403, 409, 429),
         **INVALID,
     },
     openapi_extra=ONNX_BODY,
@@ -192,12 +195,14 @@ async def publish_model(
     tenant: Annotated[
         str | None, Query(pattern=NAME_PATTERN, description="Publish for this tenant (admins only).")
     ] = None,
+    serve: Annotated[DeploymentIn | None, Depends(serve_query)] = None,
 ) -> ModelPublishedOut:
     """Publish an ONNX file (the request body) as a new version of model `name`: `curl --data-binary
     @model.onnx -H 'Content-Type: application/octet-stream' '.../v1/models?name=resnet'`. Its signature is read
     from the graph; a file that is not a valid ONNX model is refused (422) with the reason. A version never
     changes: the same version with other bytes is 409; the same bytes again answer the version holding them
-    (200, `duplicate`)."""
+    (200, `duplicate`). With `serve=true` (or any `serve_*`), the version published is also deployed, as
+    `POST /v1/models/{name}/deployments` would (`deployment` in the answer)."""
     principal = who.principal
     owner = tenant or principal.tenant
     if owner != principal.tenant and not principal.admin:
@@ -206,7 +211,7 @@ async def publish_model(
         )
     if (bad := tenant_error(owner)) is not None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad} (the model's tenant)")
-    registry = _registry(ctx)
+    registry = registry_of(ctx)
     data = await request.body()
     try:
         done = await registry.publish(
@@ -218,15 +223,23 @@ async def publish_model(
             status.HTTP_422_UNPROCESSABLE_ENTITY, f"not a publishable ONNX model: {exc}"
         ) from None
     except ModelError as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     if done.duplicate:
         response.status_code = status.HTTP_200_OK
+    deployment = None
+    if serve is not None:
+        asked = serve.model_copy(update={"version": done.version.version})
+        once = f"publish-and-serve:{done.view.tenant}/{done.view.name}:{done.version.version}"
+        deployment = await deploy(
+            ctx, principal, done.view, asked, once
+        )  # (a retried publish: the same jobs)
     return ModelPublishedOut(
         **version_out(done.version).model_dump(),
         name=done.view.name,
         tenant=done.view.tenant,
         public=done.view.public,
         duplicate=done.duplicate,
+        deployment=deployment,
     )
 
 
@@ -237,7 +250,7 @@ async def publish_model(
 async def list_models(ctx: Context, principal: CurrentPrincipal, tenant: OwnerQuery = None) -> ModelListOut:
     """Your tenant's models and the public ones (an admin: every tenant's), by tenant then name; ?tenant=
     keeps one tenant's."""
-    registry = _registry(ctx)
+    registry = registry_of(ctx)
     if principal.admin:
         views = await registry.listed(tenant=tenant)
     else:
@@ -267,7 +280,7 @@ async def get_model(
     name: NamePath, ctx: Context, principal: CurrentPrincipal, tenant: OwnerQuery = None
 ) -> ModelOut:
     """A model and its versions, each with its signature, sha256, file and producing job."""
-    return model_out(await _visible(ctx, principal, name, tenant))
+    return model_out(await visible_model(ctx, principal, name, tenant))
 
 
 @router.get("/{name}/versions/{version}", response_model=ModelVersionOut, responses=answers(404))
@@ -278,7 +291,7 @@ async def get_model_version(
     principal: CurrentPrincipal,
     tenant: OwnerQuery = None,
 ) -> ModelVersionOut:
-    view = await _visible(ctx, principal, name, tenant)
+    view = await visible_model(ctx, principal, name, tenant)
     held = view.find(version)
     if held is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"model {name!r} has no version {version}")
@@ -290,20 +303,20 @@ async def change_model(
     name: NamePath, change: ModelPatch, ctx: Context, principal: CurrentPrincipal, tenant: OwnerQuery = None
 ) -> ModelOut:
     """Make a model public (every tenant may see and use it) or private again: its tenant or an admin."""
-    view = await _owned(ctx, principal, name, tenant)
+    view = await owned_model(ctx, principal, name, tenant)
     try:
-        changed = await _registry(ctx).set_public(view.tenant, view.name, change.public, principal.name)
+        changed = await registry_of(ctx).set_public(view.tenant, view.name, change.public, principal.name)
     except ModelError as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     return model_out(changed)
 
 
 async def _delete(ctx, principal: Principal, name: str, tenant: str | None, version: int | None):
-    view = await _owned(ctx, principal, name, tenant)
+    view = await owned_model(ctx, principal, name, tenant)
     try:
-        gone = await _registry(ctx).delete(view.tenant, view.name, version, principal.name)
+        gone = await registry_of(ctx).delete(view.tenant, view.name, version, principal.name)
     except ModelError as exc:
-        raise _refused(exc) from None
+        raise refused(exc) from None
     return ModelDeletedOut(name=view.name, tenant=view.tenant, versions=gone)
 
 
@@ -326,3 +339,58 @@ async def delete_model_version(
 ) -> ModelDeletedOut:
     """Remove one version from the listing, and its file from the model store."""
     return await _delete(ctx, principal, name, tenant, version)
+
+
+# ---------------------------------------------------------------- deployments (serve jobs)
+
+
+@router.post(
+    "/{name}/deployments",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=DeploymentAccepted,
+    responses=answers(403, 404, 409, 429),
+)
+async def deploy_model(
+    name: NamePath,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    asked: Annotated[DeploymentIn, Body()] = DeploymentIn(),
+    tenant: OwnerQuery = None,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> DeploymentAccepted:
+    """Deploy a version of a model (default: its newest): one serve job per replica, each with `gpus` (a
+    share of one GPU, e.g. 0.25, or whole ones), queued as `POST /v1/jobs` queues a job (the same quotas,
+    queue limit, priorities and pending reasons) and named `NAME:VERSION`. A tenant deploys its own models and
+    public ones. With an `Idempotency-Key`, a retry answers the same jobs."""
+    view = await visible_model(ctx, principal, name, tenant)
+    return await deploy(ctx, principal, view, asked, idempotency_key)
+
+
+@router.get("/{name}/deployments", response_model=DeploymentListOut, responses=answers(404))
+async def list_deployments(
+    name: NamePath,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    tenant: OwnerQuery = None,
+    version: Annotated[int | None, Query(ge=1, le=2**31, description="Only this version's.")] = None,
+) -> DeploymentListOut:
+    """The model's replicas not yet ended (its serve jobs: your tenant's; an admin: every tenant's), each with
+    its version, state, node, GPU share and, while it waits, why."""
+    view = await visible_model(ctx, principal, name, tenant)
+    jobs = await live_replicas(ctx, principal, view, version)
+    return DeploymentListOut(name=view.name, tenant=view.tenant, replicas=replicas_out(jobs))
+
+
+@router.delete("/{name}/deployments", response_model=UndeployedOut, responses=answers(404, 409))
+async def undeploy_model(
+    name: NamePath,
+    ctx: Context,
+    principal: CurrentPrincipal,
+    tenant: OwnerQuery = None,
+    version: Annotated[int | None, Query(ge=1, le=2**31, description="Only this version's.")] = None,
+) -> UndeployedOut:
+    """Undeploy: cancel the model's serve jobs (of `version`, when given) as `POST /v1/jobs/{id}/cancel`
+    does; their GPUs are free once each has stopped. 404 when none is live."""
+    view = await visible_model(ctx, principal, name, tenant)
+    cancelled = await undeploy(ctx, principal, view, version)
+    return UndeployedOut(name=view.name, tenant=view.tenant, cancelled=cancelled)

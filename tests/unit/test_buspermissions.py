@@ -30,14 +30,18 @@ ONLY = {
     Subject.JOB_PENDING: [Role.SCHEDULER],
     Subject.JOB_PREEMPTED: [Role.SCHEDULER],
     Subject.NODE_LOST: [Role.SCHEDULER],
-    Subject.JOB_STARTED: [Role.EXECUTOR],
-    Subject.JOB_REPLICA_EXITED: [Role.EXECUTOR],
-    Subject.JOB_SUCCEEDED: [Role.EXECUTOR],
-    Subject.JOB_FAILED: [Role.EXECUTOR],
+    # the hosts of replicas: the executor runs commands, the serving service holds serve jobs' sessions
+    Subject.JOB_STARTED: [Role.EXECUTOR, Role.SERVING],
+    Subject.JOB_REPLICA_EXITED: [Role.EXECUTOR, Role.SERVING],
+    Subject.JOB_SUCCEEDED: [Role.EXECUTOR, Role.SERVING],
+    Subject.JOB_FAILED: [Role.EXECUTOR, Role.SERVING],
     Subject.NODE_HEARTBEAT: [Role.EXECUTOR],
     Subject.GPU_SAMPLE: [Role.MONITOR],
-    Subject.JOB_CANCELLED: [Role.SUBMIT, Role.EXECUTOR],  # a queued job's cancel; a placed or running one's
-    Subject.JOB_REQUEUED: [Role.SCHEDULER, Role.EXECUTOR],  # a lost node's jobs; retries and lost processes
+    Subject.JOB_CANCELLED: [Role.SUBMIT, Role.EXECUTOR, Role.SERVING],  # a queued job's; a placed one's
+    Subject.JOB_REQUEUED: [Role.SCHEDULER, Role.EXECUTOR, Role.SERVING],  # a lost node's; retries, lost ones
+    Subject.MODEL_PUBLISHED: [Role.SUBMIT],
+    Subject.MODEL_READY: [Role.SERVING],
+    Subject.MODEL_FAILED: [Role.SERVING],
 }
 
 
@@ -58,6 +62,17 @@ def test_the_integrator_publishes_nothing_and_the_server_is_told_so():
     integrator = text.split('user: "integrator"')[1]
     assert 'publish: {deny: [">"]}' in integrator.split("}}")[0]  # an empty allow-list would allow all
     assert text.count("user: ") == len(Role) and "no_auth_user" not in text
+
+
+def test_the_serving_service_follows_the_events_and_records_its_replicas():
+    granted = permissions(Role.SERVING)
+    for subject in ("job.started.*", "job.failed.*", "job.cancelled.*", "model.ready", "model.failed"):
+        assert subject in granted.publish
+    assert "job.placed.*" not in granted.publish and "model.published" not in granted.publish
+    stream = "GPUYARD_EVENTS"
+    assert f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>" in granted.publish  # job.placed, control events
+    assert f"$JS.ACK.{stream}.>" in granted.publish and "deadletter.>" in granted.publish
+    assert not any("TELEMETRY" in s for s in granted.publish if s.startswith("$JS.API.CONSUMER"))
 
 
 def test_replies_come_to_each_roles_own_inbox_only():

@@ -41,3 +41,25 @@ def test_readers_tolerate_unknown_fields():
     raw = make_event(EXAMPLES[Subject.JOB_SUCCEEDED], source="/t").to_dict()
     raw["data"]["added_in_a_later_version"] = 1
     assert CloudEvent.model_validate(raw).data == EXAMPLES[Subject.JOB_SUCCEEDED]
+
+
+def test_a_replica_says_where_its_session_runs():
+    from pydantic import ValidationError
+
+    from shared.events import ExecutionProvider, ModelFailed, ModelReady, make_event
+
+    ready = ModelReady(
+        name="mnist", tenant="vision", version=2, job_id="j1", node="n1", endpoint="http://10.0.0.7:8000",
+        provider="CUDAExecutionProvider", device=0,
+    )  # fmt: skip
+    back = CloudEvent.from_json(make_event(ready, source="/gpuyard/serving/n1").to_json())
+    assert (
+        back.data == ready and back.data.provider is ExecutionProvider.CUDA and back.subject == "vision/mnist"
+    )
+    with pytest.raises(ValidationError):
+        ModelReady(**{**ready.model_dump(), "provider": "TensorrtExecutionProvider"})
+    failed = ModelFailed(
+        name="mnist", tenant="vision", version=3, job_id="j2", node="n1", reason="checksum_mismatch",
+        message="not the published bytes",
+    )  # fmt: skip
+    assert CloudEvent.from_json(make_event(failed, source="/s").to_json()).data == failed

@@ -101,3 +101,42 @@ def test_yaml_and_json_specs_load():
         load_spec_text("- a\n- b\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_spec_text("command: [unclosed\n")
+
+
+# ---------------------------------------------------------------- serve jobs (one replica of a deployment)
+
+SERVE = {"model": "mnist", "version": 2}
+
+
+def test_a_serve_job_serves_a_model_and_has_no_command():
+    job = JobSpec.model_validate({"serve": SERVE, "resources": {"gpus": 0.25}})
+    assert job.command is None and job.serve.job_name == "mnist:2" and job.resources.gpus == 0.25
+    with pytest.raises(ValueError, match="no command"):
+        _ = job.argv
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({}, "a job needs a command"),
+        ({"command": "python serve.py", "serve": SERVE}, "it has no command"),
+        ({"serve": SERVE, "replicas": 2}, "replicas must be 1"),
+        ({"serve": {"model": "mnist"}}, "version"),
+        ({"serve": {"model": "Bad_Name", "version": 1}}, "lowercase"),
+        ({"serve": {"model": "mnist", "version": 0}}, "greater than or equal to 1"),
+        ({"serve": {**SERVE, "extra": 1}}, "Extra inputs"),
+    ],
+)
+def test_a_job_has_a_command_or_a_model_to_serve_not_both_nor_neither(fields, why):
+    with pytest.raises(ValidationError, match=why):
+        JobSpec.model_validate(fields)
+
+
+def test_a_serve_job_restarts_a_replica_that_dies_unless_it_says_otherwise():
+    from shared.jobspec import SERVE_MAX_RETRIES
+
+    assert JobSpec.model_validate({"serve": SERVE}).max_retries == SERVE_MAX_RETRIES > 0
+    assert JobSpec.model_validate({"serve": SERVE, "max_retries": 0}).max_retries == 0
+    assert spec().max_retries == 0  # a command: as before
+    stored = JobSpec.model_validate({"serve": SERVE}).model_dump()
+    assert JobSpec.model_validate(stored) == JobSpec.model_validate({"serve": SERVE})  # (read back as stored)

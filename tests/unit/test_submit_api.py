@@ -327,13 +327,16 @@ ERRORS = {
     ("/v1/admin/tokens", "post"): {401, 403, 409, 422},
     ("/v1/admin/tokens", "get"): {401, 403},
     ("/v1/admin/tokens/{token_id}", "delete"): {401, 403, 404, 409, 422},
-    ("/v1/models", "post"): {200, 401, 403, 409, 422, 503},
+    ("/v1/models", "post"): {200, 401, 403, 409, 422, 429, 503},
     ("/v1/models", "get"): {401, 422, 503},
     ("/v1/models/{name}", "get"): {401, 404, 422, 503},
     ("/v1/models/{name}", "patch"): {401, 403, 404, 422, 503},
     ("/v1/models/{name}", "delete"): {401, 403, 404, 409, 422, 503},
     ("/v1/models/{name}/versions/{version}", "get"): {401, 404, 422, 503},
     ("/v1/models/{name}/versions/{version}", "delete"): {401, 403, 404, 409, 422, 503},
+    ("/v1/models/{name}/deployments", "post"): {401, 403, 404, 409, 422, 429, 503},
+    ("/v1/models/{name}/deployments", "get"): {401, 404, 422, 503},
+    ("/v1/models/{name}/deployments", "delete"): {401, 404, 409, 422, 503},
     ("/healthz", "get"): set(),
 }
 
@@ -381,6 +384,9 @@ NOT_YOURS = {
     ("/v1/models/{name}", "delete"): 404,
     ("/v1/models/{name}/versions/{version}", "get"): 404,
     ("/v1/models/{name}/versions/{version}", "delete"): 404,
+    ("/v1/models/{name}/deployments", "post"): 404,  # a private model of nlp's is not deployable
+    ("/v1/models/{name}/deployments", "get"): 404,
+    ("/v1/models/{name}/deployments", "delete"): 404,
     ("/healthz", "get"): 200,
 }
 THEIR_MODEL = "nlp-private"
@@ -425,7 +431,9 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
 def test_the_schema_of_a_spec_refuses_what_the_api_refuses(api):
     """The rules are the model's, and the schema carries them: what the schema refuses, the API refuses."""
     spec = api.get("/openapi.json").json()["components"]["schemas"]["JobSpec"]["properties"]
-    line, argv = spec["command"]["oneOf"]
+    [command, null] = spec["command"]["anyOf"]  # (none: a serve job's)
+    assert null == {"type": "null"}
+    line, argv = command["oneOf"]
     assert argv["minItems"] == 1 and argv["prefixItems"] == [{"type": "string", "minLength": 1}]
     [env_name] = spec["env"]["patternProperties"]
     assert spec["env"]["additionalProperties"] is False
@@ -477,7 +485,9 @@ def test_the_job_answers_schema_shows_no_internal_field(api):
     schema = api.get("/openapi.json").json()
     paths = schema["paths"]
     responses = [paths["/v1/jobs"]["get"]["responses"], paths["/v1/jobs/{job_id}"]["get"]["responses"]]
-    names = schema_properties(responses, schema)
+    serve = "#/components/schemas/ServeSpec"  # the spec as submitted: its `version` is the model's, not the store's
+    assert set(schema["components"]["schemas"]["ServeSpec"]["properties"]) == {"model", "version", "tenant"}
+    names = schema_properties(responses, schema, seen={serve})
     assert {"job_id", "pending", "failure", "preemption", "attempts", "placements", "code"} <= names
     assert not names & INTERNAL_FIELDS
     assert schema["components"]["schemas"]["PendingOut"]["properties"]["code"] == {

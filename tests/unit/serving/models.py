@@ -105,3 +105,17 @@ def doubler() -> bytes:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "M"])],
         [two],
     )
+
+
+def unloadable() -> bytes:
+    """A valid ONNX file (it passes the checker, so it publishes) that ONNX Runtime refuses: an operator of a
+    domain no runtime has."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    node = helper.make_node("NoSuchOperator", ["x"], ["y"], domain="gpuyard.test")
+    graph = helper.make_graph([node], "broken", [x], [y])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("gpuyard.test", 1)]
+    )
+    model.ir_version = 9
+    return model.SerializeToString()

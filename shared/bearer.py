@@ -1,4 +1,5 @@
-"""The one reading of an `Authorization` header, for the routes (auth.py) and the submit fast path."""
+"""The one reading of an `Authorization` header: the submit API's routes (`services/submit/auth.py`) and fast
+path, and the serving entry point (`services/serving/access.py`)."""
 
 from __future__ import annotations
 

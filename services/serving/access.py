@@ -1,0 +1,91 @@
+"""Who may call which model on the serving entry point: the API's bearer tokens (the same tokens file) give the
+caller's tenant; a tenant calls its own models and public ones (`shared.modelregistry.visible_to`, the API's
+rule too). A model the caller may not see is answered as unknown (404), never as forbidden: its existence does
+not leak.
+
+A name is a tenant's: `/v2/models/mnist` is the caller's own `mnist` when it has one deployed (or known),
+else a public `mnist` of another tenant (the first by tenant name when several tenants share one publicly).
+A model's visibility is read from the event store once and kept until a model event says it changed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.requests import Request
+
+from services.serving.errors import NotFound, Unauthorized, Unavailable
+from services.serving.held import model_key, split_key
+from services.serving.registry import ModelRegistry
+from services.serving.routing import Routes
+from shared.bearer import bearer_token
+from shared.jobtokens import is_job_token
+from shared.modelregistry import ModelRegistry as ModelCatalog
+from shared.modelregistry import ModelView, visible_to
+from shared.tokens import Principal, TokenRefused, Tokens
+
+MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
+JOB_TOKEN = "a job's publish token is accepted by POST /v1/models only"
+
+
+class Access:
+    def __init__(self, tokens: Tokens, catalog: ModelCatalog, registry: ModelRegistry, routes: Routes):
+        self.tokens = tokens
+        self.catalog = catalog
+        self.registry = registry
+        self.routes = routes
+        self._views: dict[tuple[str, str], ModelView | None] = {}
+
+    def principal(self, request: Request) -> Principal:
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None:
+            raise Unauthorized(MISSING_TOKEN)
+        if is_job_token(token):
+            raise Unauthorized(JOB_TOKEN)
+        try:
+            return self.tokens.authenticate(token)
+        except TokenRefused as exc:
+            raise Unauthorized(str(exc)) from None
+
+    async def view(self, tenant: str, name: str) -> ModelView | None:
+        key = (tenant, name)
+        if key not in self._views:
+            self._views[key] = await self.catalog.get(tenant, name)
+        return self._views[key]
+
+    def forget(self, tenant: str, name: str) -> None:
+        """A model event changed the model: read it again next time."""
+        self._views.pop((tenant, name), None)
+
+    def known(self, key: str) -> bool:
+        """Whether a replica of the model is held here or anywhere (ready, loading, failed)."""
+        return key in self.registry.models or self.routes.holds(key)
+
+    async def may_use(self, principal: Principal, key: str) -> bool:
+        tenant, name = split_key(key)
+        if tenant == principal.tenant:
+            return True
+        return visible_to(principal, await self.view(tenant, name))
+
+    async def authorize(self, request: Request, name: str | None) -> str | Callable[[str], str | None]:
+        """The `authorize` hook of the v2 app: the registry key of the model `name` stands for to this caller
+        (NotFound when none it may use), or for the repository index the keys it may see, by name."""
+        principal = self.principal(request)
+        if name is None:
+            visible = {key for key in list(self.registry.models) if await self.may_use(principal, key)}
+            return lambda key: split_key(key)[1] if key in visible else None
+        own = model_key(principal.tenant, name)
+        if self.known(own):
+            return own
+        others = sorted({*self.routes.keys_named(name), *self._local_named(name)} - {own})
+        for key in others:
+            if await self.may_use(principal, key):
+                return key
+        if visible_to(principal, await self.view(principal.tenant, name)):
+            raise Unavailable(
+                f"model '{name}' has no ready replica: deploy it (gpuyard models deploy {name}), or wait "
+                "until its replicas are ready"
+            )
+        raise NotFound(f"unknown model '{name}'")
+
+    def _local_named(self, name: str) -> list[str]:
+        return [k for k in self.registry.models if split_key(k)[1] == name]

@@ -1,0 +1,33 @@
+"""The serving entry point (port 8000 by default): the Open Inference Protocol over the replicas this node
+holds (`v2app`), behind the API's bearer tokens (`access.py`), with one hop to another node for a version it
+does not hold (`proxy.py`), and `/metrics` (`metrics.py`). Health: `/v2/health/live` and `/v2/health/ready`
+(the service's own `/healthz` and `/readyz` are on its health port, as every service's)."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from services.serving import metrics
+from services.serving.access import Access
+from services.serving.proxy import Forwarder
+from services.serving.registry import ModelRegistry
+from services.serving.stats import Stats
+from services.serving.v2app import create_app
+
+
+def create_entry_app(
+    registry: ModelRegistry, access: Access, forwarder: Forwarder, stats: Stats | None = None
+) -> Starlette:
+    stats = stats if stats is not None else Stats()
+    app = create_app(
+        registry, authorize=access.authorize, stats=stats, router=forwarder, repository_loads=False
+    )
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.render(stats), media_type=metrics.CONTENT_TYPE)
+
+    app.router.routes.append(Route("/metrics", prometheus, methods=["GET"]))
+    return app

@@ -1,0 +1,422 @@
+"""The serve jobs placed on this node: their replicas are ONNX Runtime sessions this serving service holds
+(docs/architecture.md, "Model deployments"), recorded as the executor records a command's attempt.
+
+- `job.placed` of a serve job on this node: the version is read from the model store, its checksum checked,
+  and loaded on `CUDAExecutionProvider` on the placement's GPU when ONNX Runtime offers it, else on the CPU;
+  then `job.started` (through the ledger) and `model.ready` (this service's endpoint, the provider, the GPU).
+- An artifact that cannot be served (a checksum mismatch, a graph ONNX Runtime refuses, a version no longer
+  published): `model.failed` with the reason, and the job fails at once, never retried. A model store that
+  cannot be read (a network error) is a replica that could not start: retried like any job's.
+- `job.cancel_requested` (undeploy): the session is released (the requests it has queued are answered first),
+  then `job.cancelled`. `job.preempted`: released, then `job.requeued` (the scheduler places it again).
+  The attempt's end recorded by anyone else (a lost node's requeue): released.
+- After a restart (`reconcile`): the serve jobs placed on or running on this node are loaded again; nothing
+  is recorded twice (every event this host records has a deterministic id).
+
+As for the executor, the bus is not the truth: a job event is acted on only when the event store holds it
+(`JobLedger.stored`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from services.serving.errors import ModelLoadError
+from services.serving.held import Held, HeldSessions
+from services.serving.runtime import CUDA, OnnxModel, load_onnx
+from shared import modelstore
+from shared.events import (
+    CloudEvent,
+    EventData,
+    ExecutionProvider,
+    FailureReason,
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPlaced,
+    JobPreempted,
+    JobReplicaExited,
+    JobRequeued,
+    JobStarted,
+    JobSucceeded,
+    ModelFailed,
+    ModelReady,
+    RequeueReason,
+    Subject,
+    derived_id,
+    make_event,
+    subject_filter,
+)
+from shared.jobstate import ACTIVE_STATES, JobView
+from shared.ledger import JobLedger, Outcome
+from shared.modelregistry import ModelRegistry as ModelCatalog
+from shared.store import ConcurrencyError
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_SUBJECTS = [subject_filter(Subject.JOB_PLACED)]
+CONTROL_SUBJECTS = [
+    subject_filter(Subject.JOB_CANCEL_REQUESTED),
+    subject_filter(Subject.JOB_PREEMPTED),
+    subject_filter(Subject.JOB_CANCELLED),
+    subject_filter(Subject.JOB_FAILED),
+    subject_filter(Subject.JOB_SUCCEEDED),
+    subject_filter(Subject.JOB_REQUEUED),
+]
+
+# model.failed reasons (for machines)
+CHECKSUM_MISMATCH = "checksum_mismatch"
+INVALID_MODEL = "invalid_model"
+NOT_PUBLISHED = "not_published"
+STORE_UNAVAILABLE = "store_unavailable"
+NO_RUNTIME = "no_runtime"
+
+
+class LoadFailure(Exception):
+    """The version cannot be served; `retry`: the cause may pass (the store could not be read)."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool = False):
+        super().__init__(message)
+        self.reason, self.message, self.retry = reason, message, retry
+
+
+class Host:
+    def __init__(
+        self,
+        service,
+        *,
+        node: str,
+        endpoint: str,
+        sessions: HeldSessions,
+        catalog: ModelCatalog,
+        cache_dir: Path,
+        retry_backoff: float = 5.0,
+        intra_op_threads: int = 1,
+        loader: Callable[..., OnnxModel] = load_onnx,
+    ):
+        self.service = service
+        self.ledger: JobLedger = service.ledger
+        self.node = node
+        self.endpoint = endpoint
+        self.sessions = sessions
+        self.catalog = catalog
+        self.cache_dir = cache_dir
+        self.retry_backoff = retry_backoff
+        self.intra_op_threads = intra_op_threads
+        self.loader = loader
+
+    # ------------------------------------------------------------------ events
+
+    async def on_event(self, event: CloudEvent, _msg) -> None:
+        data = event.data
+        if isinstance(data, JobPlaced):
+            if any(p.node == self.node for p in data.placements):
+                view = await self.ledger.stored(event, fresh=True)
+                if view is None:
+                    return ignored(event)
+                if view.attempt == data.attempt:
+                    await self.take_on(view)
+        elif isinstance(data, JobCancelRequested | JobPreempted):
+            held = self.sessions.get(data.job_id)
+            if isinstance(data, JobPreempted) and (held is None or held.attempt != data.attempt):
+                return
+            view = await self.ledger.stored(event, fresh=True)
+            if view is None:
+                return ignored(event)
+            if view.spec.serve is None or not self.mine(view):
+                return
+            await self.stop(view, "cancelled" if isinstance(data, JobCancelRequested) else "preempted")
+        elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
+            ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
+            held = self.sessions.get(data.job_id)
+            if held is not None and held.attempt == ended:
+                if await self.ledger.stored(event) is None:
+                    return ignored(event)
+                await self.release(held, "ended")
+
+    def mine(self, view: JobView) -> bool:
+        return any(p.node == self.node for p in view.placements)
+
+    # ------------------------------------------------------------------ taking a replica on
+
+    async def take_on(self, view: JobView) -> None:
+        """Load the serve job's version and announce it, unless this node holds it already (a redelivered
+        placement, a restart's reconciliation) or it is no longer this node's to hold."""
+        serve = view.spec.serve
+        if serve is None or view.state not in ACTIVE_STATES or not self.mine(view):
+            return
+        old = self.sessions.get(view.job_id)
+        if old is not None:
+            if old.attempt == view.attempt:
+                return
+            await self.release(old, "ended")  # an older attempt's, whose end was not seen here
+        if view.cancel_requested:
+            await self.settle(view.job_id, view.attempt, "cancelled")
+            return
+        placement = next(p for p in view.placements if p.node == self.node)
+        held = Held(
+            job_id=view.job_id,
+            attempt=view.attempt,
+            tenant=serve.tenant or view.tenant,
+            name=serve.model,
+            version=serve.version,
+            replica=placement.replica,
+            gpu=placement.gpus[0].index if placement.gpus else None,
+        )
+        if not self.sessions.begin(held):
+            return
+        try:
+            model = await self.load(held)
+        except LoadFailure as failure:
+            await self.sessions.release(held)
+            if held.stop in ("cancelled", "preempted"):  # stopped while it loaded: that is how it ends
+                await self.settle(held.job_id, held.attempt, held.stop)
+            else:
+                await self.failed(held, failure)
+            return
+        except BaseException:
+            await self.sessions.release(held)
+            raise
+        if held.stop is not None or self.sessions.get(held.job_id) is not held:
+            await self.sessions.release(held)  # stopped while it loaded
+            if held.stop in ("cancelled", "preempted"):
+                await self.settle(held.job_id, held.attempt, held.stop)
+            return
+        self.sessions.serve(held, model)
+        await self.started(held, model)
+
+    async def load(self, held: Held) -> OnnxModel:
+        """The version's session: its file from the model store, checked against its published sha256."""
+        view = await self.catalog.get(held.tenant, held.name)
+        published = view.find(held.version) if view is not None else None
+        if published is None:
+            raise LoadFailure(
+                NOT_PUBLISHED, f"model {held.name} of tenant {held.tenant} has no version {held.version}"
+            )
+        try:
+            path = await asyncio.to_thread(
+                modelstore.load_to, published.uri, published.sha256, self.cache_dir
+            )
+            return await asyncio.to_thread(
+                self.loader,
+                path,
+                sha256=published.sha256,
+                gpu=held.gpu,
+                intra_op_threads=self.intra_op_threads,
+            )
+        except modelstore.ChecksumMismatch as exc:
+            raise LoadFailure(CHECKSUM_MISMATCH, str(exc)) from None
+        except modelstore.ModelStoreError as exc:
+            raise LoadFailure(STORE_UNAVAILABLE, str(exc), retry=True) from None
+        except ImportError as exc:  # the node, not the model: another placement may do
+            raise LoadFailure(
+                NO_RUNTIME,
+                f"ONNX Runtime is not installed on node {self.node} (pip install 'gpuyard[serving]'): {exc}",
+                retry=True,
+            ) from None
+        except ModelLoadError as exc:
+            reason = CHECKSUM_MISMATCH if "sha256 mismatch" in str(exc) else INVALID_MODEL
+            raise LoadFailure(reason, str(exc)) from None
+
+    # ------------------------------------------------------------------ what it records
+
+    async def started(self, held: Held, model: OnnxModel) -> None:
+        cuda = model.provider == CUDA
+        device = held.gpu if cuda else None
+        where = f"{model.provider} on GPU {device}" if cuda else model.provider
+        started = JobStarted(
+            job_id=held.job_id,
+            attempt=held.attempt,
+            node=self.node,
+            replicas=[held.replica],
+            notes=[f"model {held.name}:{held.version} served on {where}"],
+        )
+        event_id = derived_id(held.job_id, held.attempt, "started", self.node, str(held.replica))
+        outcome = await written(lambda: self.ledger.append(held.job_id, started, event_id=event_id))
+        if outcome.refused is not None:  # ended meanwhile (cancelled, requeued): its end event releases it
+            log.info("job %s attempt %d: not started (%s)", held.job_id, held.attempt, outcome.refused)
+            return
+        log.info("job %s: serving %s:%d on %s", held.job_id, held.key, held.version, where)
+        ready = ModelReady(
+            name=held.name,
+            tenant=held.tenant,
+            version=held.version,
+            job_id=held.job_id,
+            node=self.node,
+            endpoint=self.endpoint,
+            provider=ExecutionProvider(model.provider),
+            device=device,
+        )
+        await self.announce(ready, derived_id(held.job_id, held.attempt, "model.ready", self.node))
+
+    async def failed(self, held: Held, failure: LoadFailure) -> None:
+        log.warning("job %s: cannot serve %s:%d: %s", held.job_id, held.key, held.version, failure.message)
+        await self.announce(
+            ModelFailed(
+                name=held.name,
+                tenant=held.tenant,
+                version=held.version,
+                job_id=held.job_id,
+                node=self.node,
+                reason=failure.reason,
+                message=failure.message,
+            ),
+            derived_id(held.job_id, held.attempt, "model.failed", self.node),
+        )
+        job_id, attempt = held.job_id, held.attempt
+        message = f"{failure.reason}: {failure.message}"
+        if failure.retry:  # a replica that could not start: retried (with backoff) up to max_retries
+            exited = JobReplicaExited(
+                job_id=job_id,
+                attempt=attempt,
+                node=self.node,
+                replica=held.replica,
+                reason=FailureReason.START_FAILED,
+                message=message,
+            )
+            await written(
+                lambda: self.ledger.record(
+                    job_id,
+                    lambda _view: exited,
+                    event_id=lambda _view: derived_id(job_id, attempt, "exited", held.replica),
+                    then=lambda view: retry_or_fail(view, attempt, message, self.retry_backoff),
+                    then_id=lambda _view: derived_id(job_id, attempt, "ended"),
+                )
+            )
+            return
+        failed = JobFailed(
+            job_id=job_id,
+            attempt=attempt,
+            reason=FailureReason.START_FAILED,
+            message=message,
+            replica=held.replica,
+        )
+        await written(
+            lambda: self.ledger.record(
+                job_id,
+                lambda view: failed if current(view, attempt) else None,
+                event_id=lambda _view: derived_id(job_id, attempt, "ended"),
+            )
+        )
+
+    async def announce(self, data: EventData, event_id: str) -> None:
+        """Publish a model event (not a job's: the event store does not keep it). Its id is deterministic, so
+        JetStream drops a repeat; a failed publish is logged (the other nodes then do not route to it)."""
+        try:
+            await self.service.bus.publish(make_event(data, source=self.service.source, id=event_id))
+        except Exception as exc:
+            log.warning("publish of %s for job %s failed: %s", data.subject, data.job_id, exc)
+
+    # ------------------------------------------------------------------ stopping
+
+    async def stop(self, view: JobView, why: str) -> None:
+        """Cancel or preempt this node's replica of the job: release it, then record how the attempt ended."""
+        held = self.sessions.get(view.job_id)
+        if held is not None and held.attempt == view.attempt:
+            if held.model is None:  # still loading: the loader settles it
+                held.stop = held.stop or why
+                return
+            await self.release(held, why)
+        elif why != "cancelled" or view.state not in ACTIVE_STATES:
+            return  # (a cancel of a replica not taken on here is settled here all the same)
+        await self.settle(view.job_id, view.attempt, why)
+
+    async def release(self, held: Held, why: str) -> None:
+        held.stop = held.stop or why
+        if held.model is None:
+            return  # loading: the loader sees `stop`
+        await self.sessions.release(held)
+        log.info("job %s: released %s:%d (%s)", held.job_id, held.key, held.version, why)
+
+    async def settle(self, job_id: str, attempt: int, why: str) -> None:
+        await written(
+            lambda: self.ledger.record(
+                job_id,
+                lambda view: stopped(view, attempt, why),
+                event_id=lambda _view: derived_id(job_id, attempt, "ended"),
+            )
+        )
+
+    # ------------------------------------------------------------------ after a restart
+
+    async def reconcile(self) -> None:
+        """Take on again the serve jobs placed on or running on this node (after a restart, or placed before
+        the consumers existed)."""
+        cursor = None
+        while True:
+            page = await self.service.store.list_projections(
+                states=["placed", "running"], limit=500, cursor=cursor
+            )
+            for doc in page.items:
+                try:
+                    view = JobView.model_validate(doc)
+                    if view.spec.serve is not None and self.mine(view):
+                        await self.take_on(view)
+                except Exception:  # one job it cannot read or load never stops it serving others
+                    log.exception("job %s: cannot be reconciled; left as it is", doc.get("job_id", "?"))
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def close(self) -> None:
+        await self.sessions.close()
+
+
+def current(view: JobView | None, attempt: int) -> bool:
+    return view is not None and view.attempt == attempt and view.state in ACTIVE_STATES
+
+
+def stopped(view: JobView | None, attempt: int, why: str) -> EventData | None:
+    """How an attempt this host stopped ends: cancelled (undeployed), or requeued when preempted (the scheduler
+    places it again); None when it is no longer this attempt's to say."""
+    if not current(view, attempt):
+        return None
+    if why == "cancelled" or view.cancel_requested:
+        return JobCancelled(job_id=view.job_id, attempt=attempt, by="serving", message="undeployed")
+    if why == "preempted":
+        reason = view.preempt_requested.reason if view.preempt_requested else "preempted"
+        return JobRequeued(
+            job_id=view.job_id, attempt=attempt + 1, reason=RequeueReason.PREEMPTED, message=reason
+        )
+    return None
+
+
+def retry_or_fail(view: JobView | None, attempt: int, message: str, backoff: float) -> EventData | None:
+    """A replica that could not start: retried after the backoff (doubling each attempt) while the job has
+    retries left, else failed (as the executor decides for a command's replica)."""
+    if not current(view, attempt):
+        return None
+    if view.cancel_requested:
+        return JobCancelled(job_id=view.job_id, attempt=attempt, by="serving", message="undeployed")
+    if attempt <= view.spec.max_retries:
+        return JobRequeued(
+            job_id=view.job_id,
+            attempt=attempt + 1,
+            reason=RequeueReason.RETRY,
+            message=f"retry {attempt}/{view.spec.max_retries} after: {message}",
+            not_before=datetime.now(UTC) + timedelta(seconds=backoff * 2 ** (attempt - 1)),
+        )
+    return JobFailed(
+        job_id=view.job_id, attempt=attempt, reason=FailureReason.START_FAILED, message=message, replica=0
+    )
+
+
+async def written(write: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    """`write()` until the ledger stores it (or finds it stored, or refuses it): other processes' writes to
+    the job (the scheduler's, the API's) may land first; each conflict is decided again after a moment."""
+    while True:
+        try:
+            return await write()
+        except ConcurrencyError as exc:
+            log.info("%s; writing again", exc)
+            await asyncio.sleep(random.uniform(0.01, 0.1))
+
+
+def ignored(event: CloudEvent) -> None:
+    log.warning(
+        "ignored %s %s about job %s: the event store does not hold it", event.type, event.id, event.subject
+    )

@@ -1,0 +1,64 @@
+"""The one hop: a request for a version this node does not hold goes to the serving service of a node that
+holds a ready replica of it (`routing.Routes`), over a kept-alive HTTP connection, and its answer comes back
+as it is. A forwarded request carries `Gpuyard-Hop`, and a request that carries it is never forwarded again:
+at most one hop, whatever the routes say."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from services.serving.protocol import error_body
+from services.serving.registry import ModelRegistry
+from services.serving.routing import Routes
+
+log = logging.getLogger(__name__)
+
+HOP_HEADER = "gpuyard-hop"
+SENT_ON = ("authorization", "content-type", "inference-header-content-length", "accept")
+SENT_BACK = ("content-type", "inference-header-content-length")
+TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+
+
+class Forwarder:
+    """The v2 app's `Router` over this node's registry and the routes of every node."""
+
+    def __init__(self, registry: ModelRegistry, routes: Routes, client: httpx.AsyncClient | None = None):
+        self.registry = registry
+        self.routes = routes
+        self.client = client or httpx.AsyncClient(timeout=TIMEOUT)
+
+    def default_version(self, key: str) -> str | None:
+        newest = max([*self.registry.ready_versions(key), *self.routes.versions(key)], default=None)
+        return None if newest is None else str(newest)
+
+    async def forward(self, request: Request, key: str, version: str) -> Response | None:
+        if request.headers.get(HOP_HEADER) or not version.isdigit():
+            return None
+        route = self.routes.remote(key, int(version))
+        if route is None:
+            return None
+        path = request.url.path
+        tail = next((t for t in ("/infer", "/ready") if path.endswith(t)), "")
+        target = f"{route.endpoint}/v2/models/{request.path_params['name']}/versions/{version}{tail}"
+        headers = {h: v for h in SENT_ON if (v := request.headers.get(h)) is not None}
+        headers[HOP_HEADER] = "1"
+        try:
+            answer = await self.client.request(
+                request.method, target, content=await request.body(), headers=headers
+            )
+        except httpx.HTTPError as exc:
+            log.warning("forwarding to %s (node %s) failed: %r", route.endpoint, route.node, exc)
+            return Response(
+                error_body(f"the replica on node {route.node} did not answer: {type(exc).__name__}"),
+                status_code=502,
+                media_type="application/json",
+            )
+        back = {h: v for h in SENT_BACK if (v := answer.headers.get(h)) is not None}
+        return Response(answer.content, status_code=answer.status_code, headers=back)
+
+    async def close(self) -> None:
+        await self.client.aclose()
