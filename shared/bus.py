@@ -56,7 +56,15 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from shared.buscredentials import BusCredentials, inbox_prefix
-from shared.events import CONTENT_TYPE, DEADLETTER_STREAM, STREAMS, CloudEvent, StreamDef, subject_of
+from shared.events import (
+    ATTEMPT_STOPS,
+    CONTENT_TYPE,
+    DEADLETTER_STREAM,
+    STREAMS,
+    CloudEvent,
+    StreamDef,
+    subject_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +72,7 @@ Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
 
 DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
+_ATTEMPT_STOP_PREFIXES = tuple(f"{subject.value}." for subject in ATTEMPT_STOPS)
 ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer may pass over it undecoded
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
@@ -79,6 +88,17 @@ def version_of(msg: Msg) -> int | None:
 def entity_of(msg: Msg) -> str | None:
     """The entity (a job's id) of a message's event, when its publisher said so."""
     return (msg.headers or {}).get(ENTITY_HEADER)
+
+
+def concerns_holder(msg: Msg, holds: Callable[[str], bool]) -> bool:
+    """Whether a control event may concern a host of replicas, told from its subject and headers without
+    decoding it: an attempt's stop or end (`ATTEMPT_STOPS`) only when `holds(job_id)`; a cancel request
+    always (of a job placed on the host and not started yet, too), and so does an event whose publisher did
+    not name its job."""
+    if not msg.subject.startswith(_ATTEMPT_STOP_PREFIXES):
+        return True
+    job_id = entity_of(msg)
+    return job_id is None or holds(job_id)
 
 
 class BusUnavailable(Exception):
@@ -331,12 +351,14 @@ class Bus:
         *,
         stream: str,
         since: datetime | None = None,
+        wanted: Callable[[Msg], bool] | None = None,
     ) -> None:
         """Every event on `subject` (a filter, or several) from now on (or stored `since` then), in order, to
         this process alone (no acks, no durable). Goes on after a NATS restart from the event after the last
-        one it saw."""
+        one it saw. `wanted(msg)`: False for an event the handler would do nothing with (told from its subject
+        and headers: `entity_of`), which is then passed over without a decode."""
         subjects = [subject] if isinstance(subject, str) else list(subject)
-        watch = Watch(self, stream, subjects, handler, since=since)
+        watch = Watch(self, stream, subjects, handler, since=since, wanted=wanted)
         try:
             await watch.open()
         except BaseException:
@@ -592,9 +614,17 @@ class Watch:
     retry = 0.5  # seconds between tries to start a new consumer while JetStream is not back
 
     def __init__(
-        self, bus: Bus, stream: str, subjects: list[str], handler: Handler, *, since: datetime | None
+        self,
+        bus: Bus,
+        stream: str,
+        subjects: list[str],
+        handler: Handler,
+        *,
+        since: datetime | None,
+        wanted: Callable[[Msg], bool] | None = None,
     ):
         self.bus, self.stream, self.subjects, self.handler = bus, stream, subjects, handler
+        self.wanted = wanted
         self.subject = ",".join(subjects)  # (for the logs)
         self.since = since
         self.next_seq: int | None = None  # the stream sequence to go on from, once known
@@ -695,6 +725,8 @@ class Watch:
             return
         self.expected = sequence.consumer + 1
         self.next_seq = sequence.stream + 1
+        if self.wanted is not None and not self.wanted(msg):
+            return
         try:
             event = CloudEvent.from_json(msg.data)
         except (ValidationError, ValueError):

@@ -98,6 +98,17 @@ class Wildcard(StrEnum):
 
 
 JOB_SUBJECTS = frozenset(s for s in Subject if s.value.startswith("job."))
+ATTEMPT_STOPS = (
+    Subject.JOB_PREEMPTED,
+    Subject.JOB_SUCCEEDED,
+    Subject.JOB_FAILED,
+    Subject.JOB_CANCELLED,
+    Subject.JOB_REQUEUED,
+)
+"""The job events that stop or end an attempt: they concern only the host that holds it (`shared.bus.
+concerns_holder`)."""
+CONTROL_SUBJECTS = (Subject.JOB_CANCEL_REQUESTED, *ATTEMPT_STOPS)
+"""What a host of replicas (an executor, a serving service) follows besides its placements."""
 """The subjects whose events are published with their job's tenant as a last token (`subject_of`)."""
 TENANT_RULE = (
     "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"

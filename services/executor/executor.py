@@ -35,7 +35,7 @@ from services.executor.exits import AttemptKey, attempt_key
 from services.executor.gpuguard import SliceGuard, choose_reader
 from services.executor.gpuwatch import GpuProcessReader, Overuse
 from services.executor.rendezvous import master_endpoint
-from shared.bus import entity_of
+from shared.bus import concerns_holder
 from shared.events import (
     CloudEvent,
     EventData,
@@ -49,7 +49,6 @@ from shared.events import (
     JobStarted,
     JobSucceeded,
     ReplicaPlacement,
-    Subject,
     derived_id,
 )
 from shared.gpus import node_gpus
@@ -63,17 +62,6 @@ from shared.units import parse_size
 
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
-ATTEMPT_EVENTS = tuple(
-    f"{subject.value}."
-    for subject in (
-        Subject.JOB_PREEMPTED,
-        Subject.JOB_SUCCEEDED,
-        Subject.JOB_FAILED,
-        Subject.JOB_CANCELLED,
-        Subject.JOB_REQUEUED,
-    )
-)
-"""The control events about an attempt, which concern only the executor process that holds it (`concerns`)."""
 LAUNCHES_AT_ONCE = 16
 
 
@@ -169,13 +157,9 @@ class Executor:
                 await self.end_attempt(key)
 
     def concerns(self, msg: Msg) -> bool:
-        """Whether a control event may concern this executor process, told from its subject and headers
-        without decoding it: every executor process sees every job's end, and acts only on those of the
-        attempts it holds. A cancel request always may (of a job placed here and not started yet, too)."""
-        if not msg.subject.startswith(ATTEMPT_EVENTS):
-            return True
-        job_id = entity_of(msg)
-        return job_id is None or self.attempts.holds_job(job_id)
+        """Whether a control event may concern this executor process (every executor process sees every
+        job's end, and acts only on those of the attempts it holds): `concerns_holder`."""
+        return concerns_holder(msg, self.attempts.holds_job)
 
     @staticmethod
     def hosts(view: JobView) -> bool:

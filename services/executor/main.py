@@ -20,18 +20,12 @@ from services.executor import jobenv
 from services.executor.executor import Executor
 from services.executor.nodelog import said_by
 from services.executor.retention import JobDirSweeper
+from shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
 from shared.events import EVENTS_STREAM, Subject, subject_filter
 from shared.service import Service
 from shared.settings import ExecutorSettings
 
-CONTROL_SUBJECTS = [  # of every tenant's jobs
-    subject_filter(Subject.JOB_CANCEL_REQUESTED),
-    subject_filter(Subject.JOB_PREEMPTED),
-    subject_filter(Subject.JOB_CANCELLED),
-    subject_filter(Subject.JOB_FAILED),
-    subject_filter(Subject.JOB_SUCCEEDED),
-    subject_filter(Subject.JOB_REQUEUED),
-]
+CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]  # of every tenant's jobs
 
 
 JOB_UMASK = 0o022

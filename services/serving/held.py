@@ -58,6 +58,9 @@ class HeldSessions:
         self._served: dict[tuple[str, int], Held] = {}
         """The session the registry serves for each (model key, version)."""
 
+    def holds_job(self, job_id: str) -> bool:
+        return job_id in self.by_job
+
     def get(self, job_id: str) -> Held | None:
         return self.by_job.get(job_id)
 

@@ -25,10 +25,14 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from nats.aio.msg import Msg
+
 from services.serving.errors import ModelLoadError
 from services.serving.held import Held, HeldSessions
 from services.serving.runtime import CUDA, OnnxModel, load_onnx
 from shared import modelstore
+from shared.bus import concerns_holder
+from shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
 from shared.events import (
     CloudEvent,
     EventData,
@@ -59,14 +63,7 @@ from shared.store import ConcurrencyError
 log = logging.getLogger(__name__)
 
 PLACEMENT_SUBJECTS = [subject_filter(Subject.JOB_PLACED)]
-CONTROL_SUBJECTS = [
-    subject_filter(Subject.JOB_CANCEL_REQUESTED),
-    subject_filter(Subject.JOB_PREEMPTED),
-    subject_filter(Subject.JOB_CANCELLED),
-    subject_filter(Subject.JOB_FAILED),
-    subject_filter(Subject.JOB_SUCCEEDED),
-    subject_filter(Subject.JOB_REQUEUED),
-]
+CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]
 
 # model.failed reasons (for machines)
 CHECKSUM_MISMATCH = "checksum_mismatch"
@@ -137,6 +134,11 @@ class Host:
                 if await self.ledger.stored(event) is None:
                     return ignored(event)
                 await self.release(held, "ended")
+
+    def concerns(self, msg: Msg) -> bool:
+        """Whether a control event may concern this node's serving service (it sees every job's end, and acts
+        only on those of the replicas it holds): `concerns_holder`."""
+        return concerns_holder(msg, self.sessions.holds_job)
 
     def mine(self, view: JobView) -> bool:
         return any(p.node == self.node for p in view.placements)
@@ -251,7 +253,9 @@ class Host:
             provider=ExecutionProvider(model.provider),
             device=device,
         )
-        await self.announce(ready, derived_id(held.job_id, held.attempt, "model.ready", self.node))
+        await self.announce(
+            ready, derived_id(held.job_id, held.attempt, Subject.MODEL_READY.value, self.node)
+        )
 
     async def failed(self, held: Held, failure: LoadFailure) -> None:
         log.warning("job %s: cannot serve %s:%d: %s", held.job_id, held.key, held.version, failure.message)
@@ -265,7 +269,7 @@ class Host:
                 reason=failure.reason,
                 message=failure.message,
             ),
-            derived_id(held.job_id, held.attempt, "model.failed", self.node),
+            derived_id(held.job_id, held.attempt, Subject.MODEL_FAILED.value, self.node),
         )
         job_id, attempt = held.job_id, held.attempt
         message = f"{failure.reason}: {failure.message}"

@@ -94,7 +94,10 @@ async def main(service: Service, settings: ServingSettings) -> None:
         service.spawn(routes.prune_every(running_jobs(service.store), PRUNE_INTERVAL), "routes")
         await host.reconcile()
         durable = f"serving-{settings.node_name}".replace(".", "-")
-        for name, subjects in ((durable, PLACEMENT_SUBJECTS), (f"{durable}-control", CONTROL_SUBJECTS)):
+        for name, subjects, wanted in (
+            (durable, PLACEMENT_SUBJECTS, None),
+            (f"{durable}-control", CONTROL_SUBJECTS, host.concerns),
+        ):
             await service.bus.consume(
                 name,
                 subjects,
@@ -102,6 +105,7 @@ async def main(service: Service, settings: ServingSettings) -> None:
                 stream=EVENTS_STREAM.name,
                 max_deliver=settings.max_deliver,
                 concurrency=settings.event_concurrency,
+                wanted=wanted,
             )
         await host.reconcile()  # placed before the consumers existed
         log.info(

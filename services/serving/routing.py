@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from services.serving.held import model_key
+from shared.bus import entity_of
 from shared.events import (
     EVENTS_STREAM,
     CloudEvent,
@@ -93,11 +94,19 @@ class Routes:
         ):
             self.on_model_change(data.tenant, data.name)
 
+    def routes_job(self, msg) -> bool:
+        job_id = entity_of(msg)
+        return job_id is None or job_id in self.by_job
+
     async def follow(self, bus) -> None:
         """Learn from the events stream: the jobs' ends from now on, the model events since the stream's
         start (replayed in the background)."""
-        for subject in JOB_ENDS:
-            await bus.watch(subject_filter(subject), self.on_event, stream=EVENTS_STREAM.name)
+        await bus.watch(
+            [subject_filter(subject) for subject in JOB_ENDS],
+            self.on_event,
+            stream=EVENTS_STREAM.name,
+            wanted=self.routes_job,  # every job's end comes: only those of the replicas it routes to are read
+        )
         await bus.watch(Wildcard.MODEL.value, self.on_event, stream=EVENTS_STREAM.name, since=EPOCH)
 
     async def prune(self, running: Callable[[list[str]], Awaitable[set[str]]]) -> None:

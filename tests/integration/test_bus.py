@@ -189,6 +189,25 @@ async def test_concurrent_handling_keeps_each_jobs_events_in_order(nats_url):
         await bus.close()
 
 
+async def test_a_watch_passes_over_unwanted_events_and_goes_on_in_order(nats_url):
+    """The serving service's routes read the ends of the replicas they route to, not every job's."""
+    bus = await connect(nats_url)
+    seen: list[str] = []
+
+    async def handler(event, msg):
+        seen.append(event.subject)
+
+    try:
+        await bus.watch(
+            "job.succeeded.*", handler, stream=EVENTS_STREAM.name, wanted=lambda m: entity_of(m) != "other"
+        )
+        for job in ("routed", "other", "routed-too"):
+            await bus.publish(done(job), tenant=TENANT)
+        await eventually(lambda: seen == ["routed", "routed-too"])
+    finally:
+        await bus.close()
+
+
 async def test_a_consumer_passes_over_unwanted_events_undecoded_and_acknowledges_them(nats_url):
     """An executor process passes over the ends of attempts it does not hold, told from the job id header."""
     bus = await connect(nats_url)
