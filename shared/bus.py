@@ -62,6 +62,7 @@ from shared.events import (
     DEADLETTER_STREAM,
     STREAMS,
     CloudEvent,
+    JobPlaced,
     StreamDef,
     subject_of,
 )
@@ -74,6 +75,7 @@ DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
 _ATTEMPT_STOP_PREFIXES = tuple(f"{subject.value}." for subject in ATTEMPT_STOPS)
 ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer may pass over it undecoded
+HOLDER_HEADER = "Gpuyard-Holder"  # who holds a placement's replicas (JobPlaced.holder), told without a decode
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
@@ -88,6 +90,18 @@ def version_of(msg: Msg) -> int | None:
 def entity_of(msg: Msg) -> str | None:
     """The entity (a job's id) of a message's event, when its publisher said so."""
     return (msg.headers or {}).get(ENTITY_HEADER)
+
+
+def placed_for(holder: str) -> Callable[[Msg], bool]:
+    """`wanted` for a consumer of placements: False for a placement whose replicas another service of the node
+    holds (its `Gpuyard-Holder` header), which is then passed over undecoded; a placement without the header
+    is decoded."""
+
+    def wanted(msg: Msg) -> bool:
+        named = (msg.headers or {}).get(HOLDER_HEADER)
+        return named is None or named == holder
+
+    return wanted
 
 
 def concerns_holder(msg: Msg, holds: Callable[[str], bool]) -> bool:
@@ -263,6 +277,8 @@ class Bus:
             headers[ENTITY_HEADER] = event.subject
         if version is not None:
             headers[VERSION_HEADER] = str(version)
+        if isinstance(event.data, JobPlaced):
+            headers[HOLDER_HEADER] = event.data.holder
         return headers
 
     # ------------------------------------------------------------------ consuming

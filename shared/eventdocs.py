@@ -256,6 +256,9 @@ same: check `dataversion` against the version they were written for.
   failed arrives later, from the outbox relay (without the header): a consumer that needs strict order per job
   compares versions, and reads `GET /v1/jobs/{id}/events` (each event with its version, the authoritative
   history) when it sees a gap.
+- **Headers to filter on without decoding.** `Gpuyard-Entity` names a job event's job, and a `job.placed`
+  carries `Gpuyard-Holder`: `executor` for processes, `serving` for a serve job's model sessions (its
+  `serving` field). A consumer that needs only some events may pass over the others by these headers.
 - **Outbox.** An event is stored first, then published. Publishers do not wait for each acknowledgement
   before going on; an event that JetStream has not acknowledged a few seconds after it was stored, or whose
   publisher died before publishing it, is published again by an outbox relay (same id, so no duplicate

@@ -108,6 +108,10 @@ ATTEMPT_STOPS = (
 """The job events that stop or end an attempt: they concern only the host that holds it (`shared.bus.
 concerns_holder`)."""
 CONTROL_SUBJECTS = (Subject.JOB_CANCEL_REQUESTED, *ATTEMPT_STOPS)
+HOLDER_EXECUTOR = "executor"
+HOLDER_SERVING = "serving"
+"""Who holds a placement's replicas (`JobPlaced.holder`): a node's executor runs processes, its serving service
+holds model sessions."""
 """What a host of replicas (an executor, a serving service) follows besides its placements."""
 """The subjects whose events are published with their job's tenant as a last token (`subject_of`)."""
 TENANT_RULE = (
@@ -358,10 +362,20 @@ class JobPlaced(EventData):
     borrowed: bool = Field(
         False, description="Admitted on other tenants' idle quota: the first to go when they reclaim it."
     )
+    serving: bool = Field(
+        False,
+        description="A serve job's placement: its replicas are model sessions held by the node's serving "
+        "service, not processes of its executor (also sent as the `Gpuyard-Holder` header).",
+    )
 
     @property
     def nodes(self) -> list[str]:
         return sorted({p.node for p in self.placements})
+
+    @property
+    def holder(self) -> str:
+        """Which service of the placed nodes holds the replicas: `serving` or `executor`."""
+        return HOLDER_SERVING if self.serving else HOLDER_EXECUTOR
 
 
 @event(Subject.JOB_STARTED)

@@ -20,8 +20,9 @@ from services.executor import jobenv
 from services.executor.executor import Executor
 from services.executor.nodelog import said_by
 from services.executor.retention import JobDirSweeper
+from shared.bus import placed_for
 from shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from shared.events import EVENTS_STREAM, Subject, subject_filter
+from shared.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
 from shared.service import Service
 from shared.settings import ExecutorSettings
 
@@ -53,7 +54,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
         for name, subjects, wanted in (
-            (durable, [subject_filter(Subject.JOB_PLACED)], None),
+            (durable, [subject_filter(Subject.JOB_PLACED)], placed_for(HOLDER_EXECUTOR)),
             (f"{durable}-{executor.worker}", CONTROL_SUBJECTS, executor.concerns),
         ):
             await service.bus.consume(

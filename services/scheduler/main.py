@@ -325,6 +325,7 @@ class SchedulerService:
             placements=[to_placement(r, self._hb(r.node)) for r in placement.replicas],
             policy=self.config.policy,
             borrowed=placement.borrowed,
+            serving=job.spec.serve is not None,
         )
         return Decision(
             job.job_id,

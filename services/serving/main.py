@@ -22,7 +22,8 @@ from services.serving.proxy import Forwarder
 from services.serving.registry import ModelRegistry
 from services.serving.routing import Routes
 from services.serving.stats import Stats
-from shared.events import EVENTS_STREAM
+from shared.bus import placed_for
+from shared.events import EVENTS_STREAM, HOLDER_SERVING
 from shared.modelregistry import ModelRegistry as ModelCatalog
 from shared.modelstore import ModelStore
 from shared.service import Service
@@ -95,7 +96,7 @@ async def main(service: Service, settings: ServingSettings) -> None:
         await host.reconcile()
         durable = f"serving-{settings.node_name}".replace(".", "-")
         for name, subjects, wanted in (
-            (durable, PLACEMENT_SUBJECTS, None),
+            (durable, PLACEMENT_SUBJECTS, placed_for(HOLDER_SERVING)),
             (f"{durable}-control", CONTROL_SUBJECTS, host.concerns),
         ):
             await service.bus.consume(
