@@ -16,7 +16,10 @@ from shared.events import (
     CloudEvent,
     ExecutionProvider,
     FailureReason,
+    GpuHolder,
     GpuInfo,
+    GpuProcessUse,
+    GpuReading,
     GpuSample,
     GpuShare,
     JobCancelled,
@@ -126,14 +129,28 @@ EXAMPLES = {
     Subject.NODE_LOST: NodeLost(node="node-1", last_seen=T, message="heartbeat lost"),
     Subject.GPU_SAMPLE: GpuSample(
         node="node-1",
-        index=0,
-        uuid="GPU-8a1e…",
-        model="H100",
-        utilization_pct=87.0,
-        memory_used_bytes=61 * 2**30,
-        memory_total_bytes=80 * 2**30,
-        temperature_c=64,
-        power_w=512.5,
+        interval_seconds=1.0,
+        gpus=[
+            GpuReading(
+                index=0,
+                uuid="GPU-8a1e…",
+                model="H100",
+                pci_bus_id="00000000:1B:00.0",
+                utilization_pct=87.0,
+                memory_util_pct=41.0,
+                memory_used_bytes=61 * 2**30,
+                memory_total_bytes=80 * 2**30,
+                temperature_c=64,
+                power_w=512.5,
+                power_limit_w=700,
+                sm_clock_mhz=1980,
+                memory_clock_mhz=2619,
+                ecc_corrected=0,
+                ecc_uncorrected=0,
+                processes=[GpuProcessUse(pid=48213, used_bytes=61 * 2**30)],
+                holders=[GpuHolder(job_id=J, tenant="vision", user="ana")],
+            )
+        ],
     ),
     Subject.SERVICE_HEARTBEAT: ServiceHeartbeat(
         service="scheduler", instance="host-1234", pid=1234, host="host", started_at=T, version="0.1.0"
@@ -186,13 +203,17 @@ EXAMPLES = {
     Subject.ALERT_RAISED: AlertRaised(
         alert_id="gpu_idle/node-1/2",
         kind="gpu_idle",
-        message="GPU 2 on node-1 allocated to job 5f0c… but idle for 15 min",
+        message="GPU 2 on node-1 is allocated to job 5f0c… but has been idle for 15 min",
         node="node-1",
         gpu_index=2,
         job_id=J,
+        tenant="vision",
+        user="ana",
+        value=15,
+        threshold=10,
     ),
     Subject.ALERT_RESOLVED: AlertResolved(
-        alert_id="gpu_idle/node-1/2", kind="gpu_idle", message="busy again"
+        alert_id="gpu_idle/node-1/2", kind="gpu_idle", message="busy again", tenant="vision"
     ),
 }
 

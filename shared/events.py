@@ -484,18 +484,73 @@ class NodeLost(EventData):
     message: str = ""
 
 
-@event(Subject.GPU_SAMPLE)
-class GpuSample(EventData):
-    node: str
+class GpuProcessUse(BaseModel):
+    """One process on a GPU, as NVML reports it."""
+
+    model_config = ConfigDict(frozen=True)
+    pid: int
+    used_bytes: int | None = Field(None, description="Its GPU memory (None where the driver cannot say).")
+
+
+class GpuHolder(BaseModel):
+    """A job replica that holds a GPU, or a share of it, on the node."""
+
+    model_config = ConfigDict(frozen=True)
+    job_id: str
+    tenant: str
+    user: str = ""
+    replica: int = 0
+    fraction: float = Field(1.0, gt=0, le=1, description="1.0 for a whole GPU, less for a share.")
+    memory_bytes: int | None = Field(None, description="The memory slice of a share.")
+
+
+class GpuReading(BaseModel):
+    """One GPU's figures at one moment. A figure the GPU or its driver does not report is None."""
+
+    model_config = ConfigDict(frozen=True)
     index: int
     uuid: str
     model: str = ""
-    utilization_pct: float
+    pci_bus_id: str = ""
+    utilization_pct: float = Field(..., description="GPU (SM) utilization, percent: DCGM_FI_DEV_GPU_UTIL.")
+    memory_util_pct: float | None = Field(
+        None, description="Memory copy utilization, percent: DCGM_FI_DEV_MEM_COPY_UTIL."
+    )
     memory_used_bytes: int
     memory_total_bytes: int
     temperature_c: float | None = None
     power_w: float | None = None
-    simulated: bool = False
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    ecc_corrected: int | None = Field(None, description="Corrected ECC errors since the driver loaded.")
+    ecc_uncorrected: int | None = Field(None, description="Uncorrected ECC errors since the driver loaded.")
+    xids: list[int] = Field(
+        default_factory=list, description="XID errors the driver reported since the previous sample."
+    )
+    last_xid: int | None = Field(None, description="The last XID error seen: DCGM_FI_DEV_XID_ERRORS.")
+    lost: bool = Field(False, description="NVML reports the GPU lost (fallen off the bus).")
+    processes: list[GpuProcessUse] = Field(default_factory=list)
+    holders: list[GpuHolder] = Field(default_factory=list, description="The job replicas placed on it.")
+
+
+@event(Subject.GPU_SAMPLE, version=2)
+class GpuSample(EventData):
+    """Every GPU of one node at one moment, published by the node's monitor every `sample_interval`."""
+
+    node: str
+    gpus: list[GpuReading]
+    simulated: bool = Field(
+        False, description="Virtual GPUs (`--simulate-gpus`): utilization is the holder's CPU use."
+    )
+    interval_seconds: float = Field(1.0, gt=0, description="Seconds between this node's samples.")
+
+
+@upcaster(Subject.GPU_SAMPLE, from_version=1)
+def _gpu_sample_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 was one GPU per event."""
+    reading = {k: v for k, v in data.items() if k not in ("node", "simulated")}
+    return {"node": data.get("node"), "simulated": data.get("simulated", False), "gpus": [reading]}
 
 
 SERVICE_HEARTBEAT_SECONDS = 5.0
@@ -676,15 +731,34 @@ class ModelFailed(_ModelEvent):
     message: str = Field(..., description="Why, for people.")
 
 
+class AlertSeverity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
 @event(Subject.ALERT_RAISED)
 class AlertRaised(EventData):
+    """A condition that needs someone's attention began (after its rule's `for` time). `alert_id` names the
+    rule and its subject (e.g. `gpu_idle/node-1/2`): one alert is active per id at a time, until its
+    `alert.resolved`."""
+
     alert_id: str
-    kind: str = Field(..., description="gpu_idle, gpu_overheating, node_lost, job_stuck…")
-    severity: Literal["info", "warning", "critical"] = "warning"
-    message: str
+    kind: str = Field(
+        ..., description="The rule: gpu_idle, gpu_temperature, gpu_xid, node_lost, job_waiting…"
+    )
+    severity: AlertSeverity = AlertSeverity.WARNING
+    message: str = Field(..., description="What happened, in plain words.")
     node: str | None = None
     gpu_index: int | None = None
     job_id: str | None = None
+    tenant: str | None = Field(None, description="The tenant of the job it is about: who may see it.")
+    user: str | None = None
+    value: float | None = Field(None, description="The figure that raised it (°C, W, %, minutes…).")
+    threshold: float | None = Field(None, description="The rule's threshold that figure crossed.")
+
+    def entity(self) -> str | None:
+        return self.alert_id
 
 
 @event(Subject.ALERT_RESOLVED)
@@ -692,6 +766,10 @@ class AlertResolved(EventData):
     alert_id: str
     kind: str
     message: str = ""
+    tenant: str | None = Field(None, description="As in its `alert.raised`.")
+
+    def entity(self) -> str | None:
+        return self.alert_id
 
 
 # ---------------------------------------------------------------- the envelope

@@ -58,6 +58,16 @@ def _keep_for(value: object) -> object:
     return parse_duration(value)
 
 
+def _comma_list(value: object) -> object:
+    """'a,b' (or a JSON list, or a list) -> ['a', 'b']; empty items are dropped."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 KeepFor = Annotated[float, BeforeValidator(_keep_for)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]  # '7d', '12h' or a number of seconds
 Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
@@ -380,16 +390,35 @@ class ExecutorSettings(CommonSettings):
 
 
 class MonitorSettings(CommonSettings):
-    """The monitor."""
+    """The monitor: one per node. It samples the node's GPUs (NVML, or the virtual GPUs of `--simulate-gpus`),
+    publishes `gpu.sample`, serves Prometheus `/metrics` with the DCGM exporter's names, and raises and
+    resolves alerts (docs/monitor.md)."""
 
     node_name: str = Field(
-        default_factory=socket.gethostname, description="The node whose GPUs it samples (default: hostname)."
+        default_factory=socket.gethostname,
+        description="The node whose GPUs it samples: the executor's node name (default: hostname).",
     )
     simulate_gpus: int = Field(0, description="Virtual GPUs of the node when NVML finds none.")
-    sample_interval: float = Field(5.0, description="Seconds between GPU samples.")
+    sample_interval: Duration = Field(
+        1.0, gt=0, description="Seconds between two samples of the node's GPUs."
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
     metrics_port: int = Field(
-        9400,
-        description="Port of the Prometheus /metrics endpoint (reserved: the monitor does not serve it yet).",
+        9400, description="Port of the Prometheus /metrics endpoint (the DCGM exporter's)."
+    )
+    alert_rules: Path | None = Field(
+        None,
+        description="A YAML file of alert rules that replace the defaults' thresholds and times "
+        "(docs/monitor.md, 'Alerts'); default: the built-in rules.",
+    )
+    alert_webhooks: Annotated[list[str], NoDecode, BeforeValidator(_comma_list)] = Field(
+        default_factory=list,
+        description="URLs every alert.raised and alert.resolved is POSTed to (Slack-compatible JSON), "
+        "comma-separated.",
+    )
+    webhook_timeout: Duration = Field(5.0, gt=0, description="Seconds a webhook may take to answer.")
+    webhook_max_backoff: Duration = Field(
+        300.0, gt=0, description="Longest wait between two tries of a failing webhook (the wait doubles)."
     )
 
 

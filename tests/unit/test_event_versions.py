@@ -145,3 +145,30 @@ def test_a_version_without_its_upcaster_is_named(monkeypatch):
 def test_every_model_of_this_release_reads_all_its_versions():
     assert missing_upcasters() == []
     assert all(model.schema_version >= 1 for model in events.REGISTRY.values())
+
+
+def test_a_version_1_gpu_sample_reads_as_a_node_sample_of_one_gpu():
+    raw = {
+        "specversion": "1.0",
+        "id": "s1",
+        "source": "/monitor",
+        "type": "io.gpuyard.gpu.sample",
+        "subject": "node-1",
+        "time": "2026-11-20T10:00:00Z",
+        "data": {
+            "node": "node-1",
+            "index": 3,
+            "uuid": "GPU-1",
+            "model": "H100",
+            "utilization_pct": 42.0,
+            "memory_used_bytes": 10,
+            "memory_total_bytes": 80,
+            "temperature_c": 61.0,
+            "simulated": True,
+        },
+    }
+    sample = CloudEvent.model_validate(raw)
+    assert sample.dataversion == 2
+    assert sample.data.node == "node-1" and sample.data.simulated
+    [gpu] = sample.data.gpus
+    assert (gpu.index, gpu.uuid, gpu.utilization_pct, gpu.temperature_c) == (3, "GPU-1", 42.0, 61.0)
