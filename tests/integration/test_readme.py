@@ -53,7 +53,7 @@ def demo(tmp_path):
     )
     shell = tmp_path / "shell"
     shell.mkdir()
-    for name in (".venv", "examples"):
+    for name in (".venv", "examples", "train-and-serve-out"):  # (the last: what the example job writes)
         (shell / name).symlink_to(ROOT / name)
     try:
         wait_for(lambda: "demo job succeeded" in (tmp_path / "demo.log").read_text(), 120, 0.5, "make demo")
@@ -107,3 +107,26 @@ def test_every_quick_start_command_works_as_typed(demo):
             pytest.fail(f"the test does not know what to expect of {line!r}")
     server = re.search(r"API (http://\S+)", text).group(1)
     assert httpx.get(f"{server}/healthz").status_code == 200
+    train_and_serve(env, shell)
+
+
+def train_and_serve(env: dict, shell: Path) -> None:
+    """The README's train → publish → serve block, as typed, against the same `make demo`."""
+    commands = lines(BLOCKS[2])
+    assert "examples/train-and-serve/job.yaml" in commands[0]
+    for line in commands:
+        result = run(line, env, shell)
+        said = result.stdout + result.stderr
+        assert result.returncode == 0, f"{line}\n{said}"
+        if "job.yaml" in line:
+            assert "published blobs version 1" in said and "succeeded" in said, said
+        elif line.endswith(" ps"):
+            assert "blobs:1" in said and "0.25" in said, said
+        elif " describe " in line:
+            assert "blobs" in said and "1" in said, said
+        elif "infer.py" in line:
+            assert "the served answers match PyTorch's" in said, said
+        elif " undeploy " in line:
+            assert "blobs" in said, said
+        else:
+            pytest.fail(f"the test does not know what to expect of {line!r}")
