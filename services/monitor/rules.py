@@ -36,6 +36,8 @@ def _duration_or_zero(value: object) -> object:
         return 0.0
     if isinstance(value, str) and value.strip().lower() in ("0", "0s", "0m", "0h"):
         return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        raise ValueError("a duration must be 0 or more")
     return parse_duration(value)  # type: ignore[arg-type]
 
 
@@ -200,7 +202,7 @@ def load_rules(path: Path | None) -> Rules:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RulesError(f"alert rules {path}: not valid YAML: {' '.join(str(exc).split())}") from None
-    return parse_rules(data, str(path))
+    return parse_rules(data, f"alert rules {path}")
 
 
 def parse_rules(data: Any, origin: str = "alert rules") -> Rules:

@@ -130,7 +130,7 @@ class WebhookQueue:
                 await self.ready.wait()
                 continue
             item = self.queue[0]
-            backoff = FIRST_BACKOFF
+            backoff = min(FIRST_BACKOFF, self.max_backoff)
             while True:
                 item.tries += 1
                 try:
