@@ -1,4 +1,4 @@
-"""Alerts in the event store: one stream per occurrence of an alert (`alert:<alert id>@<raise>`), holding its
+"""Alerts in the event store: one stream per occurrence of an alert (`alert:<alert id>@<its raise event id>`), holding its
 `alert.raised` and, once it clears, its `alert.resolved`, with a projection (`AlertView`) for listing: the
 monitor writes them, the API lists them (`GET /v1/alerts`), after any restart.
 
@@ -34,7 +34,7 @@ PAGE = 500
 
 
 def stream_id(alert_id: str, raised_id: str) -> str:
-    return f"{STREAM_PREFIX}{alert_id}@{raised_id[:12]}"
+    return f"{STREAM_PREFIX}{alert_id}@{raised_id}"
 
 
 def is_alert_stream(stream: str) -> bool:
