@@ -47,9 +47,9 @@ EXAMPLES = 40  # per operation: about 30 s for the whole document on two cores
 
 
 def build_app(folder: Path):
-    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant, and a model store
-    holding one model (`mnist`, so that the model routes find one to answer about), and one alert; no bus (the routes that need
-    it answer 503, as documented)."""
+    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant, a model store
+    holding one model (`mnist`, so that the model routes find one to answer about) and one alert recorded; no
+    bus (the routes that need it answer 503, as documented)."""
     store = asyncio.run(open_store(f"sqlite:///{folder / 'events.db'}"))
     logs = asyncio.run(open_log_store(f"sqlite:///{folder / 'logs.db'}"))
     tokens_file = folder / "tokens.json"
