@@ -4,8 +4,8 @@ delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
 
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
   (`shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
-- It watches `gpu.sample` and `node.heartbeat` (telemetry) and `node.lost` (events); every JOB_POLL_SECONDS it
-  reads the jobs waiting and running from the event store, and how much output each running replica has in the
+- It watches `gpu.sample` and `node.heartbeat` (telemetry) and `node.lost` (events); every JOB_POLL_SECONDS (or
+  a quarter of a job rule's `for`, when shorter) it reads the jobs waiting and running from the event store, and how much output each running replica has in the
   log store (its extent: one indexed read, no bytes).
 - Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
   any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
@@ -113,14 +113,20 @@ class AlertService:
         if self.leading and isinstance(event.data, NodeLost):
             await self.apply(self.engine.node_lost(event.data.node, event.time, event.data.last_seen))
 
+    @property
+    def job_poll_seconds(self) -> float:
+        """JOB_POLL_SECONDS, or a quarter of a job rule's `for` when that is shorter (at least TICK_SECONDS)."""
+        shortest = min(self.rules.job_waiting.for_, self.rules.job_silent.for_)
+        return max(TICK_SECONDS, min(JOB_POLL_SECONDS, shortest / 4))
+
     async def poll(self) -> None:
-        """The jobs, every JOB_POLL_SECONDS; the time, every TICK_SECONDS."""
+        """The jobs, every `job_poll_seconds`; the time, every TICK_SECONDS."""
         polled = 0.0
         loop = asyncio.get_running_loop()
         while True:
             if self.leading:
                 try:
-                    if loop.time() - polled >= JOB_POLL_SECONDS:
+                    if loop.time() - polled >= self.job_poll_seconds:
                         queued, running = await self.jobs()
                         await self.apply(self.engine.jobs(queued, running, datetime.now(UTC)))
                         polled = loop.time()
