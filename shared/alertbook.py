@@ -15,6 +15,7 @@ recorded once.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +32,7 @@ RESOLVED = "alert-resolved"
 PLATFORM = ""
 """The tenant of an alert about no job: only admins see it."""
 PAGE = 500
+RECORDED_REMEMBERED = 10_000
 
 
 def stream_id(alert_id: str, raised_id: str) -> str:
@@ -83,6 +85,9 @@ class AlertBook:
     def __init__(self, store: EventStore):
         self.store = store
         self.active: dict[str, AlertView] = {}
+        self.recorded: OrderedDict[str, None] = OrderedDict()
+        """The ids of the events this book stored or found stored lately (a bounded memory): recorded again
+        (the monitor's own alerts come back on the bus), they cost no read."""
 
     async def load(self) -> list[AlertView]:
         """The active alerts, from the store."""
@@ -93,6 +98,15 @@ class AlertBook:
     async def record(self, event: CloudEvent, *, raised_id: str | None = None) -> bool:
         """Store an `alert.raised` or `alert.resolved` event; True when it is new (a first record). A resolve
         ends the occurrence `raised_id` names, or the active one of its alert id."""
+        if event.id in self.recorded:
+            return False
+        new = await self._record(event, raised_id)
+        self.recorded[event.id] = None
+        if len(self.recorded) > RECORDED_REMEMBERED:
+            self.recorded.popitem(last=False)
+        return new
+
+    async def _record(self, event: CloudEvent, raised_id: str | None) -> bool:
         data = event.data
         if isinstance(data, AlertRaised):
             view = AlertView(raised=data, raised_id=event.id, raised_at=event.time)

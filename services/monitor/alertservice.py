@@ -178,7 +178,10 @@ class AlertService:
                     change.data, source=self.service.source, id=change.event_id, time=change.at
                 )
                 raised_id = None if isinstance(change, Raise) else change.raised_id
-                await self.book.record(event, raised_id=raised_id)
+                try:
+                    await self.book.record(event, raised_id=raised_id)
+                except Exception as exc:  # published all the same: the consumer of alert.> records it later
+                    log.warning("recording %s %s failed: %s", event.type, event.id, exc)
                 log.log(
                     logging.WARNING if isinstance(change, Raise) else logging.INFO,
                     "%s %s: %s",
