@@ -98,6 +98,19 @@ class AlertService:
     async def lost(self) -> None:
         self.leading = False
 
+    async def lead(self) -> None:
+        """Hold the lease while this runs; a failure to take over (the store away) lets the lease go and tries
+        again a moment later."""
+        while True:
+            try:
+                await self.lease.keep(self.gained, self.lost)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.leading = False
+                log.warning("alert rules: cannot lead now, trying again: %s", exc)
+            await asyncio.sleep(1)
+
     # ------------------------------------------------------------------ observations
 
     async def on_telemetry(self, event: CloudEvent, _: Msg) -> None:
@@ -231,7 +244,7 @@ class AlertService:
     async def run(self, stopping: asyncio.Event) -> None:
         await self.start()
         tasks = [
-            asyncio.create_task(self.lease.keep(self.gained, self.lost), name="alerts-lease"),
+            asyncio.create_task(self.lead(), name="alerts-lease"),
             asyncio.create_task(self.poll(), name="alerts-poll"),
         ]
         try:
