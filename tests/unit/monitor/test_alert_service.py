@@ -14,7 +14,8 @@ from services.monitor.alerts import JobSnapshot
 from services.monitor.alertservice import AlertService
 from services.monitor.rules import parse_rules
 from shared.alertbook import active_alerts
-from shared.events import AlertRaised, make_event
+from shared.buspermissions import Role, permissions, publishers
+from shared.events import AlertRaised, Subject, make_event
 from shared.store import open_store
 
 
@@ -124,3 +125,18 @@ def test_job_rules_are_read_more_often_when_their_for_is_short(store):
     assert alert_service(store, Bus()).job_poll_seconds == 15
     short = parse_rules({"rules": {"job_silent": {"for": "20s"}}})
     assert alert_service(store, Bus(), short).job_poll_seconds == 5
+
+
+def test_the_monitors_bus_user_may_read_what_the_alerts_need_and_publish_only_its_own():
+    granted = permissions(Role.MONITOR).publish
+    for stream in (
+        "GPUYARD_EVENTS",
+        "GPUYARD_TELEMETRY",
+    ):  # alert.> and node.lost; gpu.sample, node.heartbeat
+        assert f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>" in granted and f"$JS.ACK.{stream}.>" in granted
+    assert "$KV.gpuyard-leases.>" in granted and "deadletter.>" in granted  # the lease; its durable consumer
+    assert {"alert.raised", "alert.resolved", "gpu.sample"} <= set(granted)
+    assert "node.lost" not in granted and not any(s.startswith("job.") for s in granted)
+    assert Role.MONITOR in publishers(Subject.ALERT_RAISED) and Role.MONITOR in publishers(
+        Subject.ALERT_RESOLVED
+    )
