@@ -28,6 +28,7 @@ from services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Ra
 from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from services.monitor.webhooks import Webhooks
 from shared.alertbook import AlertBook
+from shared.bus import entity_of
 from shared.buspermissions import publishes
 from shared.events import (
     EVENTS_STREAM,
@@ -121,6 +122,15 @@ class AlertService:
             await self.apply(self.engine.sample(data, event.time))
         elif isinstance(data, NodeHeartbeat):
             await self.apply(self.engine.node_heartbeat(data.node, event.time))
+
+    def wanted(self, msg: Msg) -> bool:
+        """Whether a telemetry message is worth decoding: none while another monitor leads, and a node's
+        heartbeat only while that node has a node_lost alert."""
+        if not self.leading:
+            return False
+        if msg.subject == Subject.NODE_HEARTBEAT.value:
+            return f"node_lost/{entity_of(msg)}" in self.engine.trackers
+        return True
 
     async def on_node_lost(self, event: CloudEvent, _: Msg) -> None:
         if self.leading and isinstance(event.data, NodeLost):
@@ -238,6 +248,7 @@ class AlertService:
             [Subject.GPU_SAMPLE.value, Subject.NODE_HEARTBEAT.value],
             self.on_telemetry,
             stream=TELEMETRY_STREAM.name,
+            wanted=self.wanted,
         )
         await self.bus.watch(Subject.NODE_LOST.value, self.on_node_lost, stream=EVENTS_STREAM.name)
 
