@@ -1,10 +1,10 @@
 """Alerts on the real platform (`gpuyard up`, its NATS server and event store): the alert service runs as a
 monitor process of its own (`python -m services.monitor.alertservice`, with the monitor's bus user), since the
 monitor's sampler is another piece of work: the test publishes `gpu.sample` itself with the monitor's
-credentials. Every rule it can drive here is raised and resolved: a job waiting, a running job silent, a GPU too
-hot, an allocated GPU idle, a node lost (a second executor that stops); the webhook receiver fails its first
-tries and still gets every alert, in order; a restarted alert service raises nothing twice; a tenant sees only
-the alerts about its own jobs."""
+credentials. Every rule is raised and resolved: a job waiting, a running job silent, a GPU too hot, over its
+power limit, with a fatal XID, an application XID, uncorrectable ECC errors, lost, an allocated GPU idle, a node
+lost (a second executor that stops); the webhook receiver fails its first tries and still gets every alert, in
+order; a restarted alert service raises nothing twice; a tenant sees only the alerts about its own jobs."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ rules:
   job_waiting: {for: 1s}
   job_silent: {for: 3s}
   node_lost: {keep_firing_for: 0}
+  gpu_power: {for: 0, keep_firing_for: 0}
+  gpu_xid: {keep_firing_for: 1s}
+  job_xid: {keep_firing_for: 1s}
+  gpu_lost: {keep_firing_for: 0}
 """
 FAILED_TRIES = 2
 
@@ -127,14 +131,18 @@ def resolved(client: Client, alert_id: str) -> bool:
     return occurrences(client, alert_id)[:1] == ["resolved"]
 
 
-def sample(node: str, *, temp: float, util: float, job_id: str) -> GpuSample:
+def sample(node: str, *, temp: float, util: float, job_id: str, broken: bool = False) -> GpuSample:
+    """Node-a's two GPUs, both held by the job: GPU 0 at `temp`; GPU 1, when `broken`, over its power limit,
+    with a fatal and an application XID, uncorrectable ECC errors, and lost."""
     holder = GpuHolder(job_id=job_id, tenant="vision", user="ana")
     return GpuSample(
         node=node,
         gpus=[
             GpuReading(
                 index=i, uuid=f"GPU-{i}", utilization_pct=util, memory_used_bytes=0, memory_total_bytes=1 << 30,
-                temperature_c=temp if i == 0 else 40, power_w=100, power_limit_w=300, holders=[holder],
+                temperature_c=temp if i == 0 else 40, power_w=350 if broken and i else 100, power_limit_w=300,
+                xids=[79, 13] if broken and i else [], ecc_uncorrected=2 if broken and i else 0,
+                lost=broken and i == 1, holders=[holder],
             )
             for i in (0, 1)
         ],
@@ -196,23 +204,31 @@ def test_every_rule_is_raised_and_resolved_on_the_bus_in_the_store_and_at_the_we
         assert occurrences(admin, waiting_id) == ["resolved"]
         assert occurrences(admin, silent_id) == ["active"]
 
-        # GPU 0 of node-a too hot, and both GPUs of the holder idle; then cool and busy
+        # GPU 0 of node-a too hot, GPU 1 broken every way, both GPUs of the holder idle; then all well again
         temp_id, idle_id = "gpu_temperature/node-a/0", f"gpu_idle/node-a/1/{holder}"
+        broken_ids = [f"{kind}/node-a/1" for kind in ("gpu_power", "gpu_xid", "gpu_ecc", "gpu_lost")]
+        app_xid_id = f"job_xid/node-a/1/{holder}"
+        gpu_ids = [temp_id, idle_id, app_xid_id, *broken_ids]
         publish_until(
             platform,
-            lambda: sample("node-a", temp=95, util=0, job_id=holder),
-            lambda: {temp_id, idle_id} <= active(admin),
-            "gpu_temperature and gpu_idle raised",
+            lambda: sample("node-a", temp=95, util=0, job_id=holder, broken=True),
+            lambda: set(gpu_ids) <= active(admin),
+            "the GPU alerts raised",
         )
-        hot = next(a for a in alerts(admin, "active") if a.alert_id == temp_id)
+        now = {a.alert_id: a for a in alerts(admin, "active")}
+        hot = now[temp_id]
         assert hot.severity == "warning" and hot.value == 95 and hot.threshold == 85 and hot.tenant is None
-        assert temp_id not in {a.alert_id for a in alerts(vision)}  # a GPU's alert: admins only
-        assert idle_id in {a.alert_id for a in alerts(vision)}  # the job's idle GPU: its tenant's
+        assert now["gpu_xid/node-a/1"].severity == "critical" and now["gpu_xid/node-a/1"].value == 79
+        assert now[app_xid_id].value == 13 and now[app_xid_id].tenant == "vision"
+        assert now["gpu_power/node-a/1"].value == 350 and now["gpu_power/node-a/1"].threshold == 300
+        theirs = {a.alert_id for a in alerts(vision)}
+        assert temp_id not in theirs and not theirs & set(broken_ids)  # a GPU's alerts: admins only
+        assert {idle_id, app_xid_id} <= theirs  # the job's idle GPU, its application error: its tenant's
         publish_until(
             platform,
             lambda: sample("node-a", temp=50, util=80, job_id=holder),
-            lambda: resolved(admin, temp_id) and resolved(admin, idle_id) and resolved(admin, silent_id),
-            "gpu_temperature, gpu_idle and job_silent resolved",
+            lambda: all(resolved(admin, a) for a in [*gpu_ids, silent_id]),
+            "the GPU alerts and job_silent resolved",
         )
 
         # a node lost, then back
@@ -234,7 +250,7 @@ def test_every_rule_is_raised_and_resolved_on_the_bus_in_the_store_and_at_the_we
         admin.cancel(holder)
 
         # the webhook failed its first tries and still got every alert and every resolve, each once
-        expected = [waiting_id, silent_id, temp_id, idle_id, "node_lost/node-b"]
+        expected = [waiting_id, silent_id, *gpu_ids, "node_lost/node-b"]
         wait_for(
             lambda: all(hook.got(a, "firing") and hook.got(a, "resolved") for a in expected),
             30,
