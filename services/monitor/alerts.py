@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from services.monitor.rules import GpuXidRule, Rule, Rules
@@ -378,7 +378,11 @@ class Engine:
             signs = self._jobs.get(job.job_id)
             if signs is None:  # first seen: silent since it started, or since the engine began watching
                 assert self._born is not None
-                signs = _JobSigns(job.output_bytes, max(job.since, self._born))
+                last = max(job.since, self._born)
+                raised = self.trackers.get(f"job_silent/{job.job_id}")
+                if raised is not None and raised.since is not None:  # silent already (restored): since then
+                    last = min(last, raised.since - timedelta(seconds=rule.for_))
+                signs = _JobSigns(job.output_bytes, last)
                 self._jobs[job.job_id] = signs
             elif job.output_bytes is not None and job.output_bytes != signs.output_bytes:
                 signs.output_bytes, signs.last_sign = job.output_bytes, at

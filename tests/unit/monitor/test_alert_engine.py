@@ -224,3 +224,17 @@ def test_each_raise_names_the_rule_and_subject_and_its_event_ids_are_stable():
     assert isinstance(change.data, AlertRaised) and change.data.kind == "gpu_ecc"
     other = Engine()
     assert feed(other, [(0, gpu(ecc=1))])[0][1].event_id == change.event_id
+
+
+def test_a_restored_silent_job_stays_silent_until_a_sign_of_life():
+    first = Engine(parse_rules({"rules": {"job_silent": {"for": "10m"}}}))
+    first.jobs([], [running("j1", 0, 0)], at(0))
+    [silent] = first.jobs([], [running("j1", 0, 0)], at(700))
+    restarted = Engine(parse_rules({"rules": {"job_silent": {"for": "10m"}}}))
+    restarted.restore([ActiveAlert(silent.data, silent.event_id, at(700))], at(800))
+    assert (
+        restarted.jobs([], [running("j1", 0, 0)], at(800)) == []
+    )  # first sight after the restart: still silent
+    assert restarted.jobs([], [running("j1", 0, 0)], at(900)) == []
+    [back] = restarted.jobs([], [running("j1", 0, 50)], at(1000))
+    assert isinstance(back, Resolve) and back.raised_id == silent.event_id
