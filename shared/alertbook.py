@@ -1,11 +1,12 @@
-"""Alerts in the event store: one stream per occurrence of an alert (`alert:<alert id>@<its raise event id>`), holding its
-`alert.raised` and, once it clears, its `alert.resolved`, with a projection (`AlertView`) for listing: the
-monitor writes them, the API lists them (`GET /v1/alerts`), after any restart.
+"""Alerts in the event store: one stream per occurrence of an alert (`/alerts/<alert id>@<its raise event id>`),
+holding its `alert.raised` and, once it clears, its `alert.resolved`, with a projection (`AlertView`) for
+listing: the monitor writes them, the API lists them (`GET /v1/alerts`), after any restart.
 
 An alert's projection is its tenant's (the tenant of the job it is about; `PLATFORM`, the empty tenant, for one
 about a node or a GPU: admins only), in the state `alert-active` or `alert-resolved`, none of a job's, so the
 readers of jobs, which ask for job states, never see an alert. Its document has no top-level `job_id`, which
-the job listing takes for a job's.
+the job listing takes for a job's, and its stream id begins with '/', which no job id (nor a prefix of one)
+holds.
 
 Writes are idempotent: a stream's first event is its raise, at version 1, and its resolve at version 2; the same
 event again changes nothing (the store refuses a known event id), so a redelivered or re-published alert is
@@ -26,7 +27,9 @@ from shared.store.base import encode_cursor
 
 log = logging.getLogger(__name__)
 
-STREAM_PREFIX = "alert:"
+STREAM_PREFIX = "/alerts/"
+"""Alert streams begin with '/', which no job id holds, nor any path segment: `GET /v1/jobs/{id}`, which takes
+a unique prefix of a job id for the job, can never name an alert."""
 ACTIVE = "alert-active"
 RESOLVED = "alert-resolved"
 PLATFORM = ""

@@ -122,3 +122,11 @@ def test_the_job_listing_never_shows_an_alert(api, ctx):  # noqa: F811
     record_some(ctx.store)
     answer = api.get("/v1/jobs", params={"tenant": "vision"}, headers=ADMIN)
     assert answer.status_code == 200 and answer.json()["items"] == []
+
+
+def test_no_job_id_nor_prefix_of_one_names_an_alert(api, ctx):  # noqa: F811
+    record_some(ctx.store)
+    for who in (ADMIN, NLP, VISION):
+        for prefix in ("alert", "/alerts", "gpu_idle"):
+            answer = api.get(f"/v1/jobs/{prefix}", headers=who)
+            assert answer.status_code == 404, (prefix, answer.status_code, answer.text)
