@@ -166,7 +166,9 @@ class Webhooks:
     ):
         self.client: httpx.AsyncClient | None = None
         if post is None:
-            logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per POST otherwise; failures are ours)
+            logging.getLogger("httpx").setLevel(
+                logging.WARNING
+            )  # (a line per POST otherwise; failures are ours)
             self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
             post = self._post
         self.queues = {
