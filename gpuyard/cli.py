@@ -27,7 +27,7 @@ from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
-from shared.api import JobOut, ReplicaOut, pending_text
+from shared.api import AlertOut, JobOut, ReplicaOut, pending_text
 from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.settings import CommonSettings
@@ -532,6 +532,46 @@ def cmd_models_rm(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def alert_subject(alert: AlertOut) -> str:
+    """What an alert is about, in a few words: 'node-1 GPU 3', 'job 4f2a… (vision)', 'node-2'."""
+    parts = [alert.node or "", f"GPU {alert.gpu_index}" if alert.gpu_index is not None else ""]
+    if alert.job_id:
+        parts.append(f"job {alert.job_id}" + (f" ({alert.tenant})" if alert.tenant else ""))
+    return " ".join(p for p in parts if p) or alert.alert_id
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    client = Client(args.server, args.token)
+    answer = client.alerts(
+        state="all" if args.all else "active", kind=args.kind, tenant=args.tenant, limit=args.limit
+    )
+    alerts = answer.items
+    if args.json:
+        _print_json(alerts)
+        return 0
+    if not alerts:
+        out.print("no alerts" + ("" if args.all else " active (use --all to see resolved ones)"))
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for col in ("SEVERITY", "SINCE", "SUBJECT", "MESSAGE", *(["RESOLVED"] if args.all else [])):
+        table.add_column(col, overflow="fold" if col == "MESSAGE" else "ellipsis", no_wrap=col != "MESSAGE")
+    for a in alerts:
+        row = [
+            Text(a.severity.value, style=SEVERITY_STYLE.get(a.severity.value, "")),
+            f"{_age(a.raised_at)} ago",
+            Text(alert_subject(a)),
+            Text(a.message),
+        ]
+        if args.all:
+            row.append(f"{_age(a.resolved_at)} ago" if a.resolved_at else "active")
+        table.add_row(*row)
+    out.print(table)
+    return 0
+
+
 def _data_dir(args: argparse.Namespace) -> Path:
     return Path(args.data_dir) if args.data_dir else CommonSettings().data_dir
 
@@ -653,6 +693,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     why_cmd.add_argument("job", help=JOB_ARGUMENT)
     why_cmd.set_defaults(func=cmd_why)
+
+    alerts = sub.add_parser(
+        "alerts", help="alerts active now (--all: and resolved ones), newest first", parents=[common]
+    )
+    alerts.add_argument("-a", "--all", action="store_true", help="include resolved alerts")
+    alerts.add_argument("--kind", help="only this rule's alerts: gpu_idle, gpu_temperature, node_lost…")
+    alerts.add_argument("--tenant", help="only this tenant's (admins; a tenant's token sees its own)")
+    alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (50)")
+    alerts.set_defaults(func=cmd_alerts)
 
     models = sub.add_parser("models", help="publish, list, describe, deploy and remove models (ONNX)")
     models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -13,6 +13,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from shared.api import (
+    AlertListOut,
     CancelOut,
     DeadLetterOut,
     DeploymentAccepted,
@@ -271,6 +272,20 @@ class Client:
             params={k: v for k, v in params.items() if v is not None},
             headers={"Content-Type": "application/octet-stream"},
             idempotent=True,
+        )
+
+    def alerts(
+        self,
+        state: str = "active",
+        kind: str | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AlertListOut:
+        """Alerts newest first: `state` active, resolved or all."""
+        params = {"state": state, "kind": kind, "tenant": tenant, "limit": limit, "cursor": cursor}
+        return self.answer(
+            AlertListOut, "GET", "/v1/alerts", params={k: v for k, v in params.items() if v is not None}
         )
 
     def models(self, tenant: str | None = None) -> ModelListOut:

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import FailureReason, ProcessState, TensorSpec
+from shared.alertbook import AlertView
+from shared.events import AlertSeverity, FailureReason, ProcessState, TensorSpec
 from shared.jobspec import (
     DEFAULT_PRIORITY,
     MAX_DEPLOYMENT_REPLICAS,
@@ -403,6 +404,47 @@ class ModelDeletedOut(Out):
     versions: list[int] = Field(description="The versions removed (their numbers are never given again).")
 
 
+# ---------------------------------------------------------------- alerts (docs/alerts.md)
+
+
+class AlertState(StrEnum):
+    ACTIVE = "active"
+    RESOLVED = "resolved"
+
+
+class AlertStates(StrEnum):
+    """Which alerts `GET /v1/alerts` lists."""
+
+    ACTIVE = "active"
+    RESOLVED = "resolved"
+    ALL = "all"
+
+
+class AlertOut(Out):
+    """One occurrence of an alert: raised, and resolved once its condition cleared."""
+
+    alert_id: str = Field(description="The rule and its subject, e.g. gpu_temperature/node-1/3.")
+    kind: str = Field(description="The rule: gpu_idle, gpu_temperature, gpu_xid, node_lost, job_waiting…")
+    severity: AlertSeverity
+    state: AlertState
+    message: str = Field(description="What happened, in plain words.")
+    node: str | None = None
+    gpu_index: int | None = None
+    job_id: str | None = None
+    tenant: str | None = Field(None, description="The tenant of the job it is about (none: admins only).")
+    user: str | None = None
+    value: float | None = Field(None, description="The figure that raised it (°C, W, %, minutes…).")
+    threshold: float | None = Field(None, description="The rule's threshold that figure crossed.")
+    raised_at: datetime
+    resolved_at: datetime | None = None
+    resolved_message: str = Field("", description="Why it was resolved.")
+
+
+class AlertListOut(Out):
+    items: list[AlertOut] = Field(description="Newest first (by when they were raised).")
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page.")
+
+
 # ---------------------------------------------------------------- from the internal views
 
 
@@ -432,6 +474,28 @@ def job_out(view: JobView) -> JobOut:
         failure=_failure(view) if view.state == JobState.FAILED else None,
         message=view.message,
         attempts=[_public(AttemptOut, a) for a in view.attempts],
+    )
+
+
+def alert_out(view: AlertView) -> AlertOut:
+    """The public form of an alert's stored view."""
+    raised = view.raised
+    return AlertOut(
+        alert_id=raised.alert_id,
+        kind=raised.kind,
+        severity=raised.severity,
+        state=AlertState.RESOLVED if view.resolved_at else AlertState.ACTIVE,
+        message=raised.message,
+        node=raised.node,
+        gpu_index=raised.gpu_index,
+        job_id=raised.job_id,
+        tenant=raised.tenant,
+        user=raised.user,
+        value=raised.value,
+        threshold=raised.threshold,
+        raised_at=view.raised_at,
+        resolved_at=view.resolved_at,
+        resolved_message=view.resolved_message,
     )
 
 

@@ -8,7 +8,7 @@ library sends for the JetStream calls a role makes (`shared.bus`, `shared.lease`
 - declaring the streams (every service does at start-up): `$JS.API.STREAM.CREATE|UPDATE|INFO.<stream>`;
 - following a stream (durable pull consumers, ordered watches): the consumer API of that stream, its acks
   (`$JS.ACK.<stream>.>`) and flow-control answers (`$JS.FC.<stream>.>`);
-- the scheduler's lease: the KV bucket's stream and `$KV.<bucket>.>`;
+- the leader leases (the scheduler's, the monitor's alerts'): the KV bucket's stream and `$KV.<bucket>.>`;
 - replies come to the role's own inbox prefix, `_INBOX.<role>.>` (`inbox_prefix`), not to every inbox.
 
 Job events are published on their subject followed by the job's tenant (`job.placed.vision`), so a role's
@@ -127,6 +127,10 @@ GRANTS: dict[Role, Grant] = {
     ),
     Role.MONITOR: Grant(
         publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
+        # the alert rules: gpu.sample and node.heartbeat (telemetry), node.lost and every alert (events)
+        follows=(EVENTS_STREAM, TELEMETRY_STREAM),
+        dead_letters=True,  # its durable consumer of alert.> (the webhooks and the alerts' record)
+        leases=True,  # one monitor evaluates the rules: the holder of the monitor-alerts lease
     ),
     Role.SERVING: Grant(  # hosts serve jobs: their placements, cancels and ends, and the replicas' readiness
         publishes=HEARTBEAT | ATTEMPT_EVENTS | REPLICA_EVENTS,

@@ -23,6 +23,8 @@ from schemathesis.specs.openapi.checks import (
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
+from shared.alertbook import AlertBook
+from shared.events import AlertRaised, make_event
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
 from shared.modelregistry import ModelRegistry
@@ -45,9 +47,9 @@ EXAMPLES = 40  # per operation: about 30 s for the whole document on two cores
 
 
 def build_app(folder: Path):
-    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant, and a model store
-    holding one model (`mnist`, so that the model routes find one to answer about); no bus (the routes that need
-    it answer 503, as documented)."""
+    """The real app on an embedded store in `folder`, with tokens of an admin and a tenant, a model store
+    holding one model (`mnist`, so that the model routes find one to answer about) and one alert recorded; no
+    bus (the routes that need it answer 503, as documented)."""
     store = asyncio.run(open_store(f"sqlite:///{folder / 'events.db'}"))
     logs = asyncio.run(open_log_store(f"sqlite:///{folder / 'logs.db'}"))
     tokens_file = folder / "tokens.json"
@@ -64,6 +66,15 @@ def build_app(folder: Path):
         publish_secret_file=folder / "publish.key",
     )
     asyncio.run(ctx.models.publish(tenant="ops", name="mnist", data=tiny_model()))
+    alert = AlertRaised(  # so that the alerts route has one to answer about
+        alert_id="gpu_idle/node-1/0/j1",
+        kind="gpu_idle",
+        message="idle",
+        tenant="vision",
+        job_id="j1",
+        value=1.5,
+    )
+    asyncio.run(AlertBook(store).record(make_event(alert, source="/fuzz")))
     return create_app(ctx), (store, logs)
 
 

@@ -1,0 +1,306 @@
+"""The monitor's alerts, as a service: feeds the engine (`services.monitor.alerts`) with what the bus and the
+stores say, records what it raises and resolves in the event store (`shared.alertbook`), publishes it, and
+delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
+
+- One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
+  (`shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
+- It watches `gpu.sample` and `node.heartbeat` (telemetry) and `node.lost` (events); every JOB_POLL_SECONDS (or
+  a quarter of a job rule's `for`, when shorter) it reads the jobs waiting and running from the event store, and how much output each running replica has in the
+  log store (its extent: one indexed read, no bytes).
+- Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
+  any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
+  webhook queues, then acknowledged.
+
+Entry: `run_alerts(service, settings)`, from the monitor's main; or `python -m services.monitor.alertservice`
+runs it alone as a monitor process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from datetime import UTC, datetime
+
+from nats.aio.msg import Msg
+
+from services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Raise
+from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
+from services.monitor.webhooks import Webhooks
+from shared.alertbook import AlertBook
+from shared.bus import entity_of
+from shared.buspermissions import publishes
+from shared.events import (
+    EVENTS_STREAM,
+    TELEMETRY_STREAM,
+    CloudEvent,
+    GpuSample,
+    NodeHeartbeat,
+    NodeLost,
+    Subject,
+    Wildcard,
+    make_event,
+)
+from shared.jobstate import JobState, JobView
+from shared.lease import Lease
+from shared.ledger import JobLedger
+from shared.logstore import LogKey, LogStore, open_log_store
+from shared.service import Service, run_service
+from shared.settings import EXIT_REFUSED, MonitorSettings
+from shared.store import EventStore, open_store
+
+log = logging.getLogger(__name__)
+
+LEASE = "monitor-alerts"
+DURABLE = "monitor-alerts"
+JOB_POLL_SECONDS = 15.0
+TICK_SECONDS = 5.0
+SENT_REMEMBERED = 10_000
+"""Alert event ids handed to the webhooks that are remembered, so that one recorded and re-published is sent
+once."""
+PAGE = 500
+
+
+class AlertService:
+    def __init__(
+        self,
+        service: Service,
+        rules: Rules,
+        store: EventStore,
+        logs: LogStore | None,
+        webhooks: Webhooks,
+        *,
+        instance: str,
+    ):
+        self.service = service
+        self.bus = service.bus
+        self.rules = rules
+        self.store = store
+        self.logs = logs
+        self.webhooks = webhooks
+        self.book = AlertBook(store)
+        self.engine = Engine(rules)
+        self.leading = False
+        self.sent: OrderedDict[str, None] = OrderedDict()
+        self.lease = Lease(self.bus, LEASE, instance, replicas=self.bus.replicas)
+        self.applying = asyncio.Lock()
+
+    # ------------------------------------------------------------------ leading
+
+    async def gained(self) -> None:
+        async with self.applying:
+            self.engine = Engine(self.rules)
+            active = await self.book.load()
+            now = datetime.now(UTC)
+            self.engine.restore((ActiveAlert(v.raised, v.raised_id, v.raised_at) for v in active), now)
+            self.leading = True
+        log.info("evaluating the alert rules (%d alert(s) active)", len(active))
+
+    async def lost(self) -> None:
+        self.leading = False
+
+    async def lead(self) -> None:
+        """Hold the lease while this runs; a failure to take over (the store away) lets the lease go and tries
+        again a moment later."""
+        while True:
+            try:
+                await self.lease.keep(self.gained, self.lost)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.leading = False
+                log.warning("alert rules: cannot lead now, trying again: %s", exc)
+            await asyncio.sleep(1)
+
+    # ------------------------------------------------------------------ observations
+
+    async def on_telemetry(self, event: CloudEvent, _: Msg) -> None:
+        if not self.leading:
+            return
+        data = event.data
+        if isinstance(data, GpuSample):
+            await self.apply(self.engine.sample(data, event.time))
+        elif isinstance(data, NodeHeartbeat):
+            await self.apply(self.engine.node_heartbeat(data.node, event.time))
+
+    def wanted(self, msg: Msg) -> bool:
+        """Whether a telemetry message is worth decoding: none while another monitor leads, and a node's
+        heartbeat only while that node has a node_lost alert."""
+        if not self.leading:
+            return False
+        if msg.subject == Subject.NODE_HEARTBEAT.value:
+            return f"node_lost/{entity_of(msg)}" in self.engine.trackers
+        return True
+
+    async def on_node_lost(self, event: CloudEvent, _: Msg) -> None:
+        if self.leading and isinstance(event.data, NodeLost):
+            await self.apply(self.engine.node_lost(event.data.node, event.time, event.data.last_seen))
+
+    @property
+    def job_poll_seconds(self) -> float:
+        """JOB_POLL_SECONDS, or a quarter of a job rule's `for` when that is shorter (at least TICK_SECONDS)."""
+        shortest = min(self.rules.job_waiting.for_, self.rules.job_silent.for_)
+        return max(TICK_SECONDS, min(JOB_POLL_SECONDS, shortest / 4))
+
+    async def poll(self) -> None:
+        """The jobs, every `job_poll_seconds`; the time, every TICK_SECONDS."""
+        polled = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.leading:
+                try:
+                    if loop.time() - polled >= self.job_poll_seconds:
+                        queued, running = await self.jobs()
+                        await self.apply(self.engine.jobs(queued, running, datetime.now(UTC)))
+                        polled = loop.time()
+                    await self.apply(self.engine.tick(datetime.now(UTC)))
+                except Exception as exc:  # the store away for a moment: the next turn tries again
+                    log.warning("alert rules: %s", exc)
+            await asyncio.sleep(TICK_SECONDS)
+
+    async def jobs(self) -> tuple[list[JobSnapshot], list[JobSnapshot]]:
+        queued: list[JobSnapshot] = []
+        running: list[JobSnapshot] = []
+        cursor = None
+        while True:
+            page = await self.store.list_projections(
+                states=[JobState.QUEUED, JobState.RUNNING], limit=PAGE, cursor=cursor
+            )
+            for doc in page.items:
+                view = JobView.model_validate(doc)
+                attempt = view.attempts[-1] if view.attempts else None
+                if view.state == JobState.QUEUED:
+                    since = attempt.queued_at if attempt else view.created_at
+                    queued.append(JobSnapshot(view.job_id, view.tenant, view.user, view.name, since))
+                elif view.spec.serve is None:  # a model server idle between requests is not stuck
+                    since = (attempt.started_at if attempt else None) or view.updated_at
+                    output = await self.output(view)
+                    running.append(JobSnapshot(view.job_id, view.tenant, view.user, view.name, since, output))
+            cursor = page.next_cursor
+            if not cursor:
+                return queued, running
+
+    async def output(self, view: JobView) -> int | None:
+        if self.logs is None:
+            return None
+        total = 0
+        for replica in range(view.spec.replicas):
+            extent = await self.logs.extent(LogKey(view.job_id, view.attempt, replica))
+            total += extent.end if extent else 0
+        return total
+
+    # ------------------------------------------------------------------ what the engine decided
+
+    async def apply(self, changes: list[Change]) -> None:
+        """Record each change in the store, then publish it (what is not published is the outbox relay's)."""
+        if not changes:
+            return
+        async with self.applying:
+            for change in changes:
+                event = make_event(
+                    change.data, source=self.service.source, id=change.event_id, time=change.at
+                )
+                raised_id = None if isinstance(change, Raise) else change.raised_id
+                try:
+                    await self.book.record(event, raised_id=raised_id)
+                except Exception as exc:  # published all the same: the consumer of alert.> records it later
+                    log.warning("recording %s %s failed: %s", event.type, event.id, exc)
+                log.log(
+                    logging.WARNING if isinstance(change, Raise) else logging.INFO,
+                    "%s %s: %s",
+                    "raised" if isinstance(change, Raise) else "resolved",
+                    change.data.alert_id,
+                    change.data.message,
+                )
+                try:
+                    await self.bus.publish(event)
+                    await self.store.mark_published([event.id])
+                except Exception as exc:
+                    log.warning(
+                        "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
+                    )
+
+    # ------------------------------------------------------------------ every alert on the bus
+
+    async def on_alert(self, event: CloudEvent, _: Msg) -> None:
+        """Any service's alert: recorded once, and to the webhooks once."""
+        await self.book.record(event)
+        if event.id in self.sent:
+            return
+        self.sent[event.id] = None
+        if len(self.sent) > SENT_REMEMBERED:
+            self.sent.popitem(last=False)
+        self.webhooks.send(event)
+
+    # ------------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        self.webhooks.start()
+        await self.lease.open()
+        await self.bus.consume(
+            DURABLE,
+            [Wildcard.ALERT.value],
+            self.on_alert,
+            stream=EVENTS_STREAM.name,
+            max_deliver=self.service.settings.max_deliver,
+        )
+        await self.bus.watch(
+            [Subject.GPU_SAMPLE.value, Subject.NODE_HEARTBEAT.value],
+            self.on_telemetry,
+            stream=TELEMETRY_STREAM.name,
+            wanted=self.wanted,
+        )
+        await self.bus.watch(Subject.NODE_LOST.value, self.on_node_lost, stream=EVENTS_STREAM.name)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await self.start()
+        tasks = [
+            asyncio.create_task(self.lead(), name="alerts-lease"),
+            asyncio.create_task(self.poll(), name="alerts-poll"),
+        ]
+        try:
+            await stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.webhooks.close()
+
+
+async def run_alerts(service: Service, settings: MonitorSettings) -> None:
+    """The monitor's alerts until the service stops: call it from the monitor's main (a task of its own)."""
+    try:
+        rules = load_rules(settings.alert_rules)
+    except RulesError as exc:
+        log.error("monitor refuses to start: %s", exc)
+        raise SystemExit(EXIT_REFUSED) from None
+    owned: list = []
+    store = service.store
+    if store is None:
+        store = await open_store(settings.store_url, durable_commits=settings.store_durable_commits)
+        owned.append(store)
+    logs = service.logs
+    if logs is None:
+        logs = await open_log_store(settings.log_store_url)
+        owned.append(logs)
+    relay = None
+    if service.ledger is None:  # what was stored and not published: published by this relay
+        relay = JobLedger(store, service.bus, service.source, publishes=publishes(service.name))
+        relay.start_relay()
+    webhooks = Webhooks(
+        settings.alert_webhooks, timeout=settings.webhook_timeout, max_backoff=settings.webhook_max_backoff
+    )
+    alerts = AlertService(service, rules, store, logs, webhooks, instance=settings.instance)
+    try:
+        await alerts.run(service.stopping)
+    finally:
+        if relay is not None:
+            await relay.close()
+        for closing in owned:
+            await closing.close()
+
+
+if __name__ == "__main__":
+    run_service(
+        "monitor", MonitorSettings, run_alerts, needs_store=True, needs_logs=True, preflight=rules_refusal
+    )
