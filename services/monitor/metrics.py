@@ -53,7 +53,6 @@ class GpuSeries:
     name: str
     help: str
     value: Callable[[GpuReading], float | int | None]
-    kind: str = "gauge"
 
 
 DCGM_SERIES = (
@@ -76,21 +75,20 @@ DCGM_SERIES = (
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "Total number of single-bit volatile ECC errors.",
         lambda g: g.ecc_corrected,
-        "counter",
     ),
     GpuSeries(
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         "Total number of double-bit volatile ECC errors.",
         lambda g: g.ecc_uncorrected,
-        "counter",
     ),
     GpuSeries("gpuyard_gpu_power_limit_watts", "Enforced power limit (in W).", lambda g: g.power_limit_w),
     GpuSeries(
         "gpuyard_gpu_lost", "1 when NVML reports the GPU lost (fallen off the bus).", lambda g: int(g.lost)
     ),
 )
-"""The GPU series: the DCGM exporter's (its names and help texts; ECC counters are counters, as it types
-them, under their own names), then GPUYard's."""
+"""The GPU series: the DCGM exporter's (its names and help texts), then GPUYard's. The ECC totals, which the
+exporter types `counter`, are typed `gauge` here: prometheus-client writes a counter's name with `_total`
+added, and the series must keep the exporter's exact names (PromQL's rate() works on either type)."""
 
 
 def _joined(values: list[str]) -> str:
@@ -107,7 +105,7 @@ class GpuCollector:
     def collect(self) -> Iterator[Metric]:
         families = []
         for series in DCGM_SERIES:
-            metric = Metric(series.name, series.help, series.kind)
+            metric = Metric(series.name, series.help, "gauge")
             families.append((series, metric))
         holders = GaugeMetricFamily(
             "gpuyard_gpu_holder_info",
