@@ -16,6 +16,7 @@ from services.monitor.jobs import LiveJobs
 from services.monitor.metrics import MetricsServer, make_registry
 from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler, choose_sampler
+from shared.bus import entity_of
 from shared.buspermissions import Role, permissions
 from shared.events import GpuSample, Subject, make_event
 from shared.nvml import Nvml
@@ -101,7 +102,7 @@ class Monitor:
             return
 
         async def received(msg) -> None:
-            if (msg.headers or {}).get("Gpuyard-Entity") == self.node:
+            if entity_of(msg) == self.node:
                 return  # our own, already taken in
             self.ingest.ingest_json(msg.data)
 

@@ -279,3 +279,62 @@ async def test_a_placed_job_holds_its_gpu_before_its_processes_start(h):
     await jobs.refresh()
     assert jobs.jobs[job].state == "placed"
     assert [(x.gpu_index, x.holder.job_id, x.attempt) for x in jobs.held_on("node-a")] == [(0, job, 1)]
+
+
+def test_the_monitor_subscribes_to_every_nodes_samples_only_where_its_bus_user_may(tmp_path, monkeypatch):
+    import shared.buspermissions as perms
+    from services.monitor.main import may_listen_to_samples, subject_matches
+    from shared.settings import MonitorSettings
+
+    assert subject_matches("gpu.sample", "gpu.sample") and subject_matches("gpu.>", "gpu.sample")
+    assert subject_matches("*.sample", "gpu.sample") and not subject_matches("gpu", "gpu.sample")
+    assert not subject_matches("gpu.sample.>", "gpu.sample") and not subject_matches("job.>", "gpu.sample")
+    assert may_listen_to_samples(MonitorSettings(nats_credentials=None))  # no bus users: anyone may
+    with_user = MonitorSettings(nats_credentials=tmp_path / "monitor.json")
+    granted = "gpu.sample" in perms.permissions(perms.Role.MONITOR).subscribe
+    assert may_listen_to_samples(with_user) == granted
+    grant = perms.GRANTS[perms.Role.MONITOR]
+    monkeypatch.setitem(
+        perms.GRANTS, perms.Role.MONITOR, perms.Grant(publishes=grant.publishes, listens=("gpu.>",))
+    )
+    assert may_listen_to_samples(with_user)
+
+
+class SentBus:
+    def __init__(self):
+        self.sent = []
+
+    async def send(self, event):
+        self.sent.append(event)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def test_each_sample_is_one_event_of_the_whole_node_taken_in_and_published(h):
+    from services.monitor.main import Monitor
+    from shared.settings import MonitorSettings
+
+    job = await h.submit(command="sleep 600", resources={"gpus": 1})
+    await h.ledger.append(
+        job,
+        JobPlaced(
+            job_id=job,
+            attempt=1,
+            placements=[ReplicaPlacement(replica=0, node="node-a", gpus=[GpuShare(index=1)])],
+        ),
+    )
+    service = type("S", (), {"store": h.store, "bus": SentBus(), "source": "/test/monitor"})()
+    settings = MonitorSettings(node_name="node-a", data_dir=h.data_dir, sample_interval=0.5)
+    fake = FakeNvml([FakeGpu(uuid="GPU-0"), FakeGpu(uuid="GPU-1")])
+    monitor = Monitor(service, settings, nvml=Nvml(fake).open())
+    await monitor.jobs.refresh()
+    await monitor.sample_once()
+    [event] = service.bus.sent
+    assert event.type == "io.gpuyard.gpu.sample" and event.subject == "node-a"
+    sample = event.data
+    assert sample.node == "node-a" and not sample.simulated and sample.interval_seconds == 0.5
+    assert [g.uuid for g in sample.gpus] == ["GPU-0", "GPU-1"]
+    assert [[x.job_id for x in g.holders] for g in sample.gpus] == [[], [job]]
+    assert [s.sample for s in monitor.ingest.snapshot()] == [sample]  # its own, without the bus
+    assert monitor.published == 1
