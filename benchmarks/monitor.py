@@ -12,7 +12,7 @@ Reports, as one JSON object at the end (benchmarks/rounds.py reads it):
   ingest does not keep up;
 - the ingest process's CPU over the measured window: % of one core, µs per node sample and per GPU reading;
 - `/metrics` with every GPU: scrape time (p50, max of `--scrapes` GETs, taken after the window while the
-  samples keep coming) and its size in bytes and series.
+  samples keep coming), the CPU one scrape costs the monitor, and its size in bytes and series.
 The target (issue 27): 1 Hz for 1,000 GPUs under 10 % of one core.
 """
 
@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -84,6 +85,7 @@ async def ingest_main(nats_url: str, metrics_port: int) -> None:
     )
     print("ready", flush=True)
     await stop.wait()
+    marks["stop"] = (time.time(), time.process_time())
     server.stop()
     await bus.close()
     print(
@@ -149,6 +151,11 @@ async def publish_nodes(bus: Bus, nodes: int, gpus: int, until: float) -> int:
 # ---------------------------------------------------------------------- the run
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def start_nats(folder: Path) -> tuple[subprocess.Popen, str]:
     binary = Path(sys.executable).parent / "nats-server"
     binary = str(binary) if binary.exists() else shutil.which("nats-server")
@@ -158,6 +165,11 @@ def start_nats(folder: Path) -> tuple[subprocess.Popen, str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 10
+    while not listening(port):
+        if time.monotonic() > deadline:
+            raise RuntimeError("nats-server did not start")
+        time.sleep(0.05)
     return proc, f"nats://127.0.0.1:{port}"
 
 
@@ -217,6 +229,7 @@ async def run(args: argparse.Namespace) -> dict:
 
     report = json.loads(out.decode().strip().splitlines()[-1])
     (t0, cpu0), (t1, cpu1) = report["marks"]["start"], report["marks"]["end"]
+    t2, cpu2 = report["marks"]["stop"]
     window = [(at, lag) for at, lag in report["arrivals"] if t0 <= at <= t1]
     lags = [lag for _, lag in window]
     tenth = max(1, len(lags) // 10)
@@ -244,6 +257,10 @@ async def run(args: argparse.Namespace) -> dict:
             "us_per_gpu_reading": round(cpu / max(1, len(window) * args.gpus) * 1e6, 2),
         },
         "metrics_scrape": {
+            # the ingest process's CPU while it served the scrapes, less what the ingest took meanwhile
+            "cpu_ms_each": round(
+                max(0.0, (cpu2 - cpu1) - cpu / (t1 - t0) * (t2 - t1)) / max(1, len(scrapes)) * 1e3, 1
+            ),
             "ms_p50": round(pct(scrapes, 50) * 1e3, 1),
             "ms_max": round(max(scrapes, default=0) * 1e3, 1),
             "bytes": len(body),
