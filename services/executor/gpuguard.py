@@ -1,6 +1,7 @@
 """The GPU slice guard: every `gpu_memory_interval`, the replicas of this executor's attempts that run on a
 fractional GPU are checked against their memory slices (`gpuwatch.SliceWatch` decides); an overrun raises an
-alert (with the job's tenant and user: who may see it), its end resolves it, and under the node policy `stop` an attempt that stays over is stopped."""
+alert (with the job's tenant and user: who may see it), its end resolves it, and under the node policy `stop`
+an attempt that stays over is stopped."""
 
 from __future__ import annotations
 
