@@ -505,19 +505,22 @@ class GpuHolder(BaseModel):
 
 
 class GpuReading(BaseModel):
-    """One GPU's figures at one moment. A figure the GPU or its driver does not report is None."""
+    """One GPU's figures at one moment. A figure the GPU or its driver does not report is None (all of them
+    but the GPU's identity when it is `lost`)."""
 
     model_config = ConfigDict(frozen=True)
     index: int
     uuid: str
     model: str = ""
     pci_bus_id: str = ""
-    utilization_pct: float = Field(..., description="GPU (SM) utilization, percent: DCGM_FI_DEV_GPU_UTIL.")
+    utilization_pct: float | None = Field(
+        None, description="GPU (SM) utilization, percent: DCGM_FI_DEV_GPU_UTIL."
+    )
     memory_util_pct: float | None = Field(
         None, description="Memory copy utilization, percent: DCGM_FI_DEV_MEM_COPY_UTIL."
     )
-    memory_used_bytes: int
-    memory_total_bytes: int
+    memory_used_bytes: int | None = Field(None, description="DCGM_FI_DEV_FB_USED (in bytes here).")
+    memory_total_bytes: int = 0
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None

@@ -1,58 +1,25 @@
-"""GPU discovery through NVML (nvidia-ml-py), with a virtual inventory for machines without NVIDIA GPUs.
+"""GPU discovery through NVML (`shared.nvml`, the one module that reads the GPUs), with a virtual inventory
+for machines without NVIDIA GPUs.
 
 Used by the executor (to announce its node) and the monitor (to sample). A machine with no NVIDIA driver
-reports no GPUs; it never fails.
+reports no GPUs (said once, by `shared.nvml`); it never fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 
 from shared.events import GpuInfo
+from shared.nvml import Nvml, short_model
 
-log = logging.getLogger(__name__)
-
-
-def nvml_gpus() -> list[GpuInfo]:
-    """The node's NVIDIA GPUs, or [] when NVML (the driver) is absent."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        log.debug("no NVIDIA GPU found (NVML: %s)", exc)  # (the services say what it means to them)
-        return []
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(
-                GpuInfo(
-                    index=i,
-                    uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
-                    model=short_model(name.decode() if isinstance(name, bytes) else name),
-                    memory_bytes=int(mem.total),
-                )
-            )
-        return gpus
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+__all__ = ["host_cpus", "host_memory", "node_gpus", "nvml_gpus", "short_model", "simulated_gpus"]
 
 
-def short_model(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'H100'; the model names users write in gpu_model constraints."""
-    for token in name.replace("NVIDIA", "").replace("Tesla", "").split():
-        if any(c.isdigit() for c in token) and token[0].isalpha():
-            return token.upper()
-    return name.strip()
+def nvml_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
+    """The node's NVIDIA GPUs, or [] when NVML (the driver) is absent: read through `shared.nvml`, the
+    process's one NVML (`nvml` for tests)."""
+    return (nvml or Nvml.shared()).devices()
 
 
 def simulated_gpus(node: str, count: int, model: str, memory_bytes: int) -> list[GpuInfo]:

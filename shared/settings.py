@@ -398,13 +398,38 @@ class MonitorSettings(CommonSettings):
         default_factory=socket.gethostname,
         description="The node whose GPUs it samples: the executor's node name (default: hostname).",
     )
-    simulate_gpus: int = Field(0, description="Virtual GPUs of the node when NVML finds none.")
+    simulate_gpus: int = Field(
+        0,
+        description="Virtual GPUs of the node when NVML finds none: each reports the CPU use of the job "
+        "replica placed on it as its utilization, and its slice as its memory (docs/monitor.md).",
+    )
+    simulated_gpu_model: str = Field(
+        "SIM-GPU", description="Model name of the simulated GPUs (the executor's)."
+    )
+    simulated_gpu_memory: Size = Field("16GiB", description="Memory of each simulated GPU (the executor's).")
     sample_interval: Duration = Field(
-        1.0, gt=0, description="Seconds between two samples of the node's GPUs."
+        1.0, gt=0, description="Seconds between two samples of the node's GPUs (one `gpu.sample` each)."
+    )
+    jobs_interval: Duration = Field(
+        2.0,
+        gt=0,
+        description="Seconds between two reads of the live jobs from the event store (only those that "
+        "changed are read): the holders of the node's GPUs and the platform figures of /metrics.",
     )
     metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
     metrics_port: int = Field(
-        9400, description="Port of the Prometheus /metrics endpoint (the DCGM exporter's)."
+        9400,
+        description="Port of the Prometheus /metrics endpoint (the DCGM exporter's); 0 picks a free one.",
+    )
+    metrics_scope: Literal["cluster", "node"] = Field(
+        "cluster",
+        description="cluster: /metrics shows every node's GPUs (their `gpu.sample` events) and the platform "
+        "figures; node: this node's GPUs only (one monitor per node, each scraped, as a DaemonSet is).",
+    )
+    quotas: TenantNumbers = Field(
+        default_factory=dict,
+        description="Guaranteed GPUs per tenant, as the scheduler's `quotas` (the same variable): the "
+        "guaranteed figure of /metrics.",
     )
     alert_rules: Path | None = Field(
         None,

@@ -1,6 +1,7 @@
 """The GPU slice guard: every `gpu_memory_interval`, the replicas of this executor's attempts that run on a
 fractional GPU are checked against their memory slices (`gpuwatch.SliceWatch` decides); an overrun raises an
-alert, its end resolves it, and under the node policy `stop` an attempt that stays over is stopped."""
+alert (with the job's tenant and user: who may see it), its end resolves it, and under the node policy `stop`
+an attempt that stays over is stopped."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ class SliceGuard:
         self.watch = SliceWatch(
             "warn" if policy == "off" else policy, settings.gpu_memory_grace, settings.gpu_memory_slack
         )
+        self.owners: dict[str, tuple[str | None, str | None]] = {}
+        """Alert id -> (tenant, user) of its job, from its raise to its resolve."""
 
     def watched(self) -> list[WatchedReplica]:
         watched = []
@@ -104,6 +107,7 @@ class SliceGuard:
         verdicts = self.watch.check(usage, watched)
         grace = self.settings.gpu_memory_grace
         for over in verdicts.over:
+            tenant, user = self.owners[over.alert_id] = await self.owner(over)
             then = (
                 f"it is stopped if it stays over for {grace:g}s"
                 if self.settings.gpu_memory_policy == "stop"
@@ -122,10 +126,17 @@ class SliceGuard:
                 node=self.settings.node_name,
                 gpu_index=over.gpu_index,
                 job_id=over.job_id,
+                tenant=tenant,
+                user=user,
+                value=over.used_bytes,
+                threshold=over.slice_bytes,
             )
             await self.publish(raised, derived_id(over.alert_id, "raised", over.since))
         for back in verdicts.back:
-            resolved = AlertResolved(alert_id=back.alert_id, kind=KIND, message="back in its slice")
+            tenant, _ = self.owners.pop(back.alert_id, (None, None))
+            resolved = AlertResolved(
+                alert_id=back.alert_id, kind=KIND, message="back in its slice", tenant=tenant
+            )
             await self.publish(resolved, derived_id(back.alert_id, "resolved", back.since))
         for over in verdicts.stop:
             self.stop(
@@ -133,6 +144,23 @@ class SliceGuard:
                 f"used {format_size(over.used_bytes)} of GPU {over.gpu_index}'s memory, over its slice of "
                 f"{format_size(over.slice_bytes)}, for more than {grace:g}s (node policy: stop)",
             )
+
+    async def owner(self, over: Overuse) -> tuple[str | None, str | None]:
+        """(tenant, user) of the job an alert is about: who may see it. The tenant is the attempt's; the user
+        is read from the store (an alert is rare), None when it cannot be."""
+        record = self.attempts.get(AttemptKey(over.job_id, over.attempt))
+        tenant = record.launch.tenant if record is not None and record.launch is not None else None
+        user = None
+        ledger = self.service.ledger
+        if ledger is not None:
+            try:
+                view = await ledger.load(over.job_id)
+            except Exception as exc:  # the store away: the alert still goes, without its user
+                log.warning("job %s: its user is not known for the alert: %s", over.job_id, exc)
+                view = None
+            if view is not None:
+                tenant, user = tenant or view.tenant, view.user
+        return tenant, user
 
     async def publish(self, data: EventData, event_id: str) -> None:
         with contextlib.suppress(Exception):

@@ -2,7 +2,7 @@
 
 A fractional GPU is advertised to the job (GPUYARD_GPU_MEMORY_FRACTION / _BYTES, MPS limits where MPS runs),
 but nothing in the driver stops a job that ignores it. So where NVML is present the executor reads every
-process's GPU memory (`nvmlDeviceGetComputeRunningProcesses`), adds up the processes of each replica (its
+process's GPU memory (`nvmlDeviceGetComputeRunningProcesses`, through `shared.nvml`), adds up the processes of each replica (its
 session: the replica's process group and everything it started), and compares the sum with the slice.
 
 A replica over its slice raises an alert (`alert.raised`, kind `gpu_memory_over_slice`) at once; under the
@@ -14,12 +14,13 @@ The reader is injectable (tests drive the watch with a fake); without NVML the w
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from shared.nvml import Nvml
 
 log = logging.getLogger(__name__)
 
@@ -37,44 +38,31 @@ GpuProcessReader = Callable[[], list[GpuProcess]]
 
 
 class NvmlProcessReader:
-    """Reads per-process GPU memory through NVML (nvidia-ml-py). `error` says why not, when it cannot."""
+    """Reads per-process GPU memory through `shared.nvml` (the process's one NVML). `error` says why not, when
+    it cannot. `nvml`: another NVML (a fake, in tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nvml: Nvml | None = None) -> None:
+        self.nvml: Nvml | None = nvml or Nvml.shared()
         self.error: str | None = None
-        self.nvml = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.count = pynvml.nvmlDeviceGetCount()
-            self.nvml = pynvml
-        except ImportError:
-            self.error = "nvidia-ml-py is not installed"
-        except Exception as exc:  # pynvml.NVMLError and its many subclasses: no driver, no GPU
-            self.error = f"NVML: {exc}"
+        if not self.nvml.available:
+            self.error = self.nvml.why or "NVML finds no GPU"
+            self.nvml = None
 
     @property
     def available(self) -> bool:
         return self.nvml is not None
 
     def __call__(self) -> list[GpuProcess]:
-        nvml = self.nvml
-        if nvml is None:
+        if self.nvml is None:
             return []
-        found = []
-        for index in range(self.count):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                used = getattr(proc, "usedGpuMemory", None)
-                if used is not None:  # None: NVML may not tell (e.g. no access to the process)
-                    found.append(GpuProcess(pid=int(proc.pid), gpu_index=index, used_bytes=int(used)))
-        return found
+        return [
+            GpuProcess(pid=p.pid, gpu_index=p.gpu_index, used_bytes=p.used_bytes)
+            for p in self.nvml.processes()
+            if p.used_bytes is not None  # None: NVML may not tell (e.g. no access to the process)
+        ]
 
     def close(self) -> None:
-        if self.nvml is not None:
-            with contextlib.suppress(Exception):
-                self.nvml.nvmlShutdown()
-            self.nvml = None
+        self.nvml = None  # (the process's NVML stays open for its other readers)
 
 
 @dataclass(frozen=True)

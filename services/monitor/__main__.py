@@ -3,4 +3,4 @@ from shared.service import run_service
 from shared.settings import MonitorSettings
 
 if __name__ == "__main__":
-    run_service("monitor", MonitorSettings, main, needs_store=False)
+    run_service("monitor", MonitorSettings, main, needs_store=True)

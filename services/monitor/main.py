@@ -1,24 +1,167 @@
-"""The monitor service. For now it announces itself (service heartbeat, health probes) and reports what
-NVML finds on its node; GPU sampling, Prometheus metrics and alerts come with the monitoring issue."""
+"""The monitor service, one per node: samples the node's GPUs every `sample_interval` and publishes each sample
+as one `gpu.sample` (every GPU of the node), takes in every node's samples (`ingest.py`), keeps the live jobs
+from the event store (`jobs.py`: the holders of each GPU, the platform figures), and serves Prometheus
+`/metrics` (`metrics.py`). docs/monitor.md says what it does and what it exports.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 
-from shared.gpus import nvml_gpus
+from services.monitor.ingest import SampleIngest
+from services.monitor.jobs import LiveJobs
+from services.monitor.metrics import MetricsServer, make_registry
+from services.monitor.platform import PlatformFigures
+from services.monitor.sampler import NodeSampler, choose_sampler
+from shared.bus import entity_of
+from shared.buspermissions import Role, permissions
+from shared.events import GpuSample, Subject, make_event
+from shared.nvml import Nvml
 from shared.service import Service
 from shared.settings import MonitorSettings
 
 log = logging.getLogger(__name__)
 
 
-async def main(service: Service, settings: MonitorSettings) -> None:
-    gpus = await asyncio.to_thread(nvml_gpus)
-    if gpus:
-        log.info(
-            "node %s: %d NVIDIA GPU(s): %s", settings.node_name, len(gpus), ", ".join(g.model for g in gpus)
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def may_listen_to_samples(settings: MonitorSettings) -> bool:
+    """Whether this monitor's bus user may subscribe to `gpu.sample` (any user may, without bus users)."""
+    if settings.nats_credentials is None:
+        return True
+    return any(subject_matches(p, Subject.GPU_SAMPLE.value) for p in permissions(Role.MONITOR).subscribe)
+
+
+class Monitor:
+    def __init__(self, service: Service, settings: MonitorSettings, *, nvml: Nvml | None = None):
+        self.service = service
+        self.settings = settings
+        self.node = settings.node_name
+        self.cluster = settings.metrics_scope == "cluster"
+        self.ingest = SampleIngest()
+        self.figures = PlatformFigures(settings.quotas) if self.cluster else None
+        self.jobs = (
+            LiveJobs(
+                service.store,
+                on_started=self.figures.started if self.figures else None,
+                on_ended=self.figures.job_ended if self.figures else None,
+            )
+            if service.store is not None
+            else None
         )
-    else:
-        log.info("node %s: no NVIDIA GPU (NVML unavailable); nothing to sample", settings.node_name)
-    await service.stopping.wait()
+        self.sampler: NodeSampler | None = choose_sampler(settings, nvml)
+        self.metrics: MetricsServer | None = None
+        self.published = 0
+
+    async def run(self) -> None:
+        self.serve_metrics()
+        if self.cluster:
+            await self.listen()
+        tasks = []
+        if self.jobs is not None:
+            tasks.append(self.service.spawn(self.follow_jobs(), "monitor-jobs"))
+        if self.sampler is not None:
+            tasks.append(self.service.spawn(self.sample_forever(), "monitor-sampling"))
+        try:
+            await self.service.stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            if self.metrics is not None:
+                await asyncio.to_thread(self.metrics.stop)
+
+    def serve_metrics(self) -> None:
+        registry = make_registry(self.ingest, self.figures, node=None if self.cluster else self.node)
+        host, port = self.settings.metrics_host, self.settings.metrics_port
+        try:
+            self.metrics = MetricsServer(registry, host, port).start()
+        except OSError as exc:  # the port is taken: sampling and publishing go on without /metrics
+            log.error("cannot serve /metrics on %s:%d: %s; samples are still published", host, port, exc)
+            return
+        log.info("Prometheus /metrics on http://%s:%d/metrics", host, self.metrics.port)
+
+    async def listen(self) -> None:
+        """Every node's samples from the bus (this node's own come straight from its sampler)."""
+        if not may_listen_to_samples(self.settings):
+            log.info(
+                "the monitor's bus user may not subscribe to %s: /metrics shows this node's GPUs only",
+                Subject.GPU_SAMPLE.value,
+            )
+            return
+
+        async def received(msg) -> None:
+            if entity_of(msg) == self.node:
+                return  # our own, already taken in
+            self.ingest.ingest_json(msg.data)
+
+        await self.service.bus.subscribe(Subject.GPU_SAMPLE.value, received)
+
+    async def follow_jobs(self) -> None:
+        interval = self.settings.jobs_interval
+        while True:
+            try:
+                await self.jobs.refresh()
+                if self.figures is not None:
+                    self.figures.update(self.jobs)
+            except Exception as exc:  # the store away for a moment: the next refresh catches up
+                log.warning("reading the live jobs failed: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def sample_forever(self) -> None:
+        """One sample every `sample_interval`, on a fixed beat: a late sample does not shift the next ones,
+        and the beats missed while one was late are skipped, not made up in a burst."""
+        interval = self.settings.sample_interval
+        beat = time.monotonic()
+        while True:
+            try:
+                await self.sample_once()
+            except Exception as exc:  # a driver hiccup must not stop the sampling
+                log.warning("sampling the GPUs failed: %s", exc)
+            beat += interval
+            now = time.monotonic()
+            if beat <= now:
+                beat += ((now - beat) // interval + 1) * interval
+            await asyncio.sleep(beat - now)
+
+    async def sample_once(self) -> None:
+        held = self.jobs.held_on(self.node) if self.jobs is not None and self.jobs.refreshed else []
+        readings = await asyncio.to_thread(self.sampler.read, held)
+        sample = GpuSample(
+            node=self.node,
+            gpus=readings,
+            simulated=self.sampler.is_simulated,
+            interval_seconds=self.settings.sample_interval,
+        )
+        event = make_event(sample, source=self.service.source)
+        self.ingest.ingest(event)
+        await self.publish(event)
+
+    async def publish(self, event) -> None:
+        try:
+            ack = await self.service.bus.send(event)
+        except Exception as exc:  # NATS away: the next sample tries again (samples are not kept)
+            log.debug("gpu.sample not published: %s", exc)
+            return
+        ack.add_done_callback(_quiet)
+        self.published += 1
+
+
+def _quiet(ack: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        ack.exception()  # (retrieved: a sample that was not acknowledged is simply not kept)
+
+
+async def main(service: Service, settings: MonitorSettings) -> None:
+    await Monitor(service, settings).run()

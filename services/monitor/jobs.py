@@ -1,0 +1,168 @@
+"""The live jobs (queued, placed, running), kept from the event store by what changed.
+
+Every `refresh` asks the store for the version of each live job (`EventStore.versions`: ids and numbers, no
+document decoded) and reads again only the jobs that are new or whose version moved; a job that left the live
+states is read once more, to see how it ended. So a refresh costs one small query when nothing changed, and
+one read per job that changed: never a scan of the whole store. From it come the holders of this node's GPUs
+(the placements of its placed and running jobs) and the platform figures (`services/monitor/platform.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from shared.events import GpuHolder, ReplicaPlacement
+from shared.jobstate import JobState, JobView
+from shared.store import EventStore
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = [JobState.QUEUED.value, JobState.PLACED.value, JobState.RUNNING.value]
+READS_AT_ONCE = 16
+READS_PER_REFRESH = 1000
+"""Most jobs read at one refresh: after a burst of submissions the view catches up over a few refreshes."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """What the monitor keeps of one live job."""
+
+    job_id: str
+    tenant: str
+    user: str
+    state: JobState
+    attempt: int
+    submitted_at: datetime
+    started_at: datetime | None
+    """When its first attempt started running (None: not yet)."""
+    borrowed: bool
+    placements: tuple[ReplicaPlacement, ...]
+
+    @classmethod
+    def of(cls, view: JobView) -> LiveJob:
+        first = view.attempts[0] if view.attempts else None
+        return cls(
+            job_id=view.job_id,
+            tenant=view.tenant,
+            user=view.user,
+            state=view.state,
+            attempt=view.attempt,
+            submitted_at=first.queued_at if first else view.created_at,
+            started_at=first.started_at if first else None,
+            borrowed=view.borrowed,
+            placements=tuple(view.placements) if view.state != JobState.QUEUED else (),
+        )
+
+    @property
+    def gpus(self) -> float:
+        """The GPUs its placement holds (shares counted as their fraction)."""
+        return sum(g.fraction for p in self.placements for g in p.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldGpu:
+    """One replica's hold on one GPU of the node."""
+
+    gpu_index: int
+    holder: GpuHolder
+    attempt: int
+
+
+class LiveJobs:
+    """The live jobs of the whole platform, refreshed from the store (`refresh`, every few seconds)."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        on_started: Callable[[LiveJob], None] | None = None,
+        on_ended: Callable[[LiveJob, JobView], None] | None = None,
+        reads_per_refresh: int = READS_PER_REFRESH,
+    ):
+        """`on_started(job)`: a job seen to start running (its first attempt) while the view watched;
+        `on_ended(job, view)`: a job seen live that reached a final state."""
+        self.store = store
+        self.on_started = on_started
+        self.on_ended = on_ended
+        self.reads_per_refresh = reads_per_refresh
+        self.versions: dict[str, int] = {}
+        self.jobs: dict[str, LiveJob] = {}
+        self.refreshed = False
+        self._started_seen: set[str] = set()
+        self._held: dict[str, list[HeldGpu]] = {}  # node -> its holds, until the jobs change
+
+    async def refresh(self) -> None:
+        current = await self.store.versions(states=LIVE_STATES)
+        gone = [job_id for job_id in self.versions if job_id not in current]
+        changed = [job_id for job_id, v in current.items() if self.versions.get(job_id) != v]
+        changed = changed[: self.reads_per_refresh]
+        gone = gone[: max(0, self.reads_per_refresh - len(changed))]
+        limit = asyncio.Semaphore(READS_AT_ONCE)
+
+        async def read(job_id: str) -> tuple[str, JobView | None]:
+            async with limit:
+                doc = await self.store.get_projection(job_id)
+            if doc is None:
+                return job_id, None
+            try:
+                return job_id, JobView.model_validate(doc)
+            except ValidationError as exc:
+                log.warning("job %s: its stored view cannot be read: %s", job_id, exc)
+                return job_id, None
+
+        results = await asyncio.gather(*(read(job_id) for job_id in [*changed, *gone]))
+        first = not self.refreshed
+        if results:
+            self._held.clear()
+        for job_id, view in results:
+            known = self.jobs.get(job_id)
+            if view is None or view.state.terminal or job_id not in current:
+                self.versions.pop(job_id, None)
+                self.jobs.pop(job_id, None)
+                if view is not None and known is not None:
+                    self._saw_start(LiveJob.of(view), quiet=first)
+                    if view.state.terminal and self.on_ended:
+                        self.on_ended(known, view)
+                self._started_seen.discard(job_id)
+                continue
+            job = LiveJob.of(view)
+            self.versions[job_id] = view.version or current[job_id]
+            self.jobs[job_id] = job
+            self._saw_start(job, quiet=first)
+        self.refreshed = True
+
+    def _saw_start(self, job: LiveJob, *, quiet: bool) -> None:
+        """Tell `on_started` once per job, unless it was already running when the view began (`quiet`)."""
+        if job.started_at is None or job.job_id in self._started_seen:
+            return
+        self._started_seen.add(job.job_id)
+        if not quiet and self.on_started:
+            self.on_started(job)
+
+    def held_on(self, node: str) -> list[HeldGpu]:
+        """Every GPU (or share) of `node` held by a placed or running job's replica."""
+        cached = self._held.get(node)
+        if cached is not None:
+            return cached
+        held = self._held[node] = []
+        for job in self.jobs.values():
+            for placement in job.placements:
+                if placement.node != node:
+                    continue
+                for share in placement.gpus:
+                    holder = GpuHolder(
+                        job_id=job.job_id,
+                        tenant=job.tenant,
+                        user=job.user,
+                        replica=placement.replica,
+                        fraction=share.fraction,
+                        memory_bytes=share.memory_bytes,
+                    )
+                    held.append(HeldGpu(share.index, holder, job.attempt))
+        return held

@@ -1,0 +1,122 @@
+"""The platform's figures for /metrics, from the live jobs (`services/monitor/jobs.py`): jobs by state and
+tenant, each tenant's queue (length, oldest wait), its quota (guaranteed, used, borrowed GPUs), the jobs seen
+ending, and a histogram of the wait from submit to running.
+
+`PlatformFigures.update` makes a new `PlatformSnapshot` after each refresh of the jobs; /metrics renders the
+latest snapshot (one object swapped whole, so a scrape in another thread never sees half of one).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prometheus_client.utils import floatToGoString
+
+from services.monitor.jobs import LiveJob, LiveJobs
+from shared.jobstate import JobState, JobView
+
+START_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+"""Seconds: the upper bounds of the submit→running histogram (+Inf after them)."""
+
+
+@dataclass
+class Histogram:
+    """Cumulative counts per upper bound, their sum and count: what Prometheus' histogram type carries."""
+
+    bounds: tuple[float, ...] = START_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(START_BUCKETS) + 1))
+    total: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(self, value: float) -> None:
+        with self.lock:
+            self.counts[bisect.bisect_left(self.bounds, value)] += 1
+            self.total += value
+
+    def buckets(self) -> tuple[list[tuple[str, int]], float]:
+        """([(le, cumulative count)...] ending with +Inf, sum)."""
+        with self.lock:
+            counts, total = list(self.counts), self.total
+        out, running = [], 0
+        for bound, count in zip([*map(floatToGoString, self.bounds), "+Inf"], counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out, total
+
+
+@dataclass(frozen=True)
+class TenantQueue:
+    length: int
+    oldest_wait_seconds: float
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    guaranteed: float
+    used: float
+    borrowed: float
+
+
+@dataclass(frozen=True)
+class PlatformSnapshot:
+    jobs: dict[tuple[str, str], int]
+    """(state, tenant) -> live jobs."""
+    queues: dict[str, TenantQueue]
+    quotas: dict[str, TenantQuota]
+    ended: dict[tuple[str, str], int]
+    """(state, tenant) -> jobs seen ending since the monitor started."""
+    taken_at: datetime
+
+
+EMPTY = PlatformSnapshot({}, {}, {}, {}, datetime.fromtimestamp(0, UTC))
+
+
+class PlatformFigures:
+    def __init__(self, quotas: dict[str, float]):
+        self.guaranteed = dict(quotas)
+        self.start_wait = Histogram()
+        self.ended: Counter[tuple[str, str]] = Counter()
+        self.snapshot = EMPTY
+
+    def started(self, job: LiveJob) -> None:
+        """`LiveJobs.on_started`: a job's wait from submit to running."""
+        if job.started_at is not None:
+            self.start_wait.observe(max(0.0, (job.started_at - job.submitted_at).total_seconds()))
+
+    def job_ended(self, job: LiveJob, view: JobView) -> None:
+        """`LiveJobs.on_ended`."""
+        self.ended[(view.state.value, view.tenant)] += 1
+
+    def update(self, jobs: LiveJobs, now: datetime | None = None) -> PlatformSnapshot:
+        now = now or datetime.now(UTC)
+        counts: Counter[tuple[str, str]] = Counter()
+        oldest: dict[str, datetime] = {}
+        used: defaultdict[str, float] = defaultdict(float)
+        borrowed: defaultdict[str, float] = defaultdict(float)
+        for job in list(jobs.jobs.values()):
+            counts[(job.state.value, job.tenant)] += 1
+            if job.state == JobState.QUEUED:
+                if job.tenant not in oldest or job.submitted_at < oldest[job.tenant]:
+                    oldest[job.tenant] = job.submitted_at
+            else:
+                gpus = job.gpus
+                used[job.tenant] += gpus
+                if job.borrowed:
+                    borrowed[job.tenant] += gpus
+        queues = {
+            tenant: TenantQueue(counts[(JobState.QUEUED.value, tenant)], (now - first).total_seconds())
+            for tenant, first in oldest.items()
+        }
+        tenants = set(self.guaranteed) | set(used)
+        quotas = {
+            t: TenantQuota(
+                self.guaranteed.get(t, 0.0), round(used.get(t, 0.0), 6), round(borrowed.get(t, 0.0), 6)
+            )
+            for t in tenants
+        }
+        self.snapshot = PlatformSnapshot(dict(counts), queues, quotas, dict(self.ended), now)
+        return self.snapshot
