@@ -127,6 +127,9 @@ GRANTS: dict[Role, Grant] = {
     ),
     Role.MONITOR: Grant(
         publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
+        listens=(
+            Subject.GPU_SAMPLE.value,
+        ),  # every node's samples: one monitor's /metrics covers the cluster
         # the alert rules: gpu.sample and node.heartbeat (telemetry), node.lost and every alert (events)
         follows=(EVENTS_STREAM, TELEMETRY_STREAM),
         dead_letters=True,  # its durable consumer of alert.> (the webhooks and the alerts' record)

@@ -434,7 +434,7 @@ class MonitorSettings(CommonSettings):
     alert_rules: Path | None = Field(
         None,
         description="A YAML file of alert rules that replace the defaults' thresholds and times "
-        "(docs/monitor.md, 'Alerts'); default: the built-in rules.",
+        "(docs/alerts.md); default: the built-in rules.",
     )
     alert_webhooks: Annotated[list[str], NoDecode, BeforeValidator(_comma_list)] = Field(
         default_factory=list,

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 
+from services.monitor.alertservice import run_alerts
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
 from services.monitor.metrics import MetricsServer, make_registry
@@ -164,4 +165,5 @@ def _quiet(ack: asyncio.Future) -> None:
 
 
 async def main(service: Service, settings: MonitorSettings) -> None:
+    service.spawn(run_alerts(service, settings), "alerts")  # the alert rules, their record, the webhooks
     await Monitor(service, settings).run()

@@ -1,10 +1,10 @@
-"""Alerts on the real platform (`gpuyard up`, its NATS server and event store): the alert service runs as a
-monitor process of its own (`python -m services.monitor.alertservice`, with the monitor's bus user), since the
-monitor's sampler is another piece of work: the test publishes `gpu.sample` itself with the monitor's
-credentials. Every rule is raised and resolved: a job waiting, a running job silent, a GPU too hot, over its
-power limit, with a fatal XID, an application XID, uncorrectable ECC errors, lost, an allocated GPU idle, a node
-lost (a second executor that stops); the webhook receiver fails its first tries and still gets every alert, in
-order; a restarted alert service raises nothing twice; a tenant sees only the alerts about its own jobs."""
+"""Alerts on the real platform (`gpuyard up`, its NATS server and event store): the platform's own monitor
+evaluates the rules (a rules file and a webhook given to `gpuyard up`); it samples its simulated GPUs once and
+then rarely, so that the test publishes node-a's `gpu.sample` itself with the monitor's credentials. Every rule
+is raised and resolved: a job waiting, a running job silent, a GPU too hot, over its power limit, with a fatal
+XID, an application XID, uncorrectable ECC errors, lost, an allocated GPU idle, a node lost (a second executor
+that stops); the webhook receiver fails its first tries and still gets every alert, in order; a monitor killed
+and restarted by `gpuyard up` raises nothing twice; a tenant sees only the alerts about its own jobs."""
 
 from __future__ import annotations
 
@@ -71,48 +71,44 @@ class Receiver:
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
+def hook():
+    receiver = Receiver()
+    yield receiver
+    receiver.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory, hook):
     base = tmp_path_factory.mktemp("alerts")
-    env = {"GPUYARD_NODE_TIMEOUT": "3", "GPUYARD_HEARTBEAT_INTERVAL": "0.5"}
+    rules = base / "rules.yaml"
+    rules.write_text(RULES)
+    env = {
+        "GPUYARD_NODE_TIMEOUT": "3",
+        "GPUYARD_HEARTBEAT_INTERVAL": "0.5",
+        "GPUYARD_ALERT_RULES": str(rules),
+        "GPUYARD_ALERT_WEBHOOKS": hook.url,
+        "GPUYARD_WEBHOOK_MAX_BACKOFF": "0.2",
+        "GPUYARD_SAMPLE_INTERVAL": "3600",  # node-a's samples are the test's (its monitor samples once)
+    }
     p = Platform(base / "data", base / "config", env=env).start()
     yield p
     if p.proc.poll() is None:
         p.stop()
 
 
-class AlertProcess:
-    """`python -m services.monitor.alertservice` joining the platform as a monitor."""
+def leading(platform: Platform) -> int:
+    """How many times a monitor of the platform took the alert rules on."""
+    return platform.log.read_text().count("evaluating the alert rules")
 
-    def __init__(self, platform: Platform, folder: Path, hook: str):
-        rules = folder / "rules.yaml"
-        rules.write_text(RULES)
-        self.log = folder / "alerts.log"
-        self.env = {
-            **platform.joining_env("monitor"),
-            "GPUYARD_ALERT_RULES": str(rules),
-            "GPUYARD_ALERT_WEBHOOKS": hook,
-            "GPUYARD_WEBHOOK_MAX_BACKOFF": "0.2",
-        }
-        self.proc: subprocess.Popen | None = None
 
-    def leading(self) -> int:
-        return self.log.read_text().count("evaluating the alert rules") if self.log.exists() else 0
-
-    def start(self) -> None:
-        before = self.leading()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.monitor.alertservice"],
-            env=self.env,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(lambda: self.leading() > before or self.proc.poll() is not None, 60, what="the alert lease")
-        assert self.proc.poll() is None, self.log.read_text()[-3000:]
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
+def monitor_pid(platform: Platform) -> int:
+    """The monitor's process among `gpuyard up`'s children."""
+    for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"services.monitor" in argv:
+                return int(pid)
+    raise AssertionError("no monitor process")
 
 
 def alerts(client: Client, state: str = "all"):
@@ -179,94 +175,89 @@ def start_node_b(platform: Platform, log: Path) -> subprocess.Popen:
     )
 
 
-def test_every_rule_is_raised_and_resolved_on_the_bus_in_the_store_and_at_the_webhook(platform, tmp_path):
+def test_every_rule_is_raised_and_resolved_on_the_bus_in_the_store_and_at_the_webhook(
+    platform, hook, tmp_path
+):
     admin = platform.client()
     vision = Client(platform.server, admin.create_token(tenant="vision", user="ana").token, timeout=30)
-    hook = Receiver()
-    service = AlertProcess(platform, tmp_path, hook.url)
-    service.start()
+    wait_for(lambda: leading(platform) >= 1, 60, what="the monitor evaluating the alert rules")
+    # a job holding both GPUs of node-a (silent: no output, no GPU activity) and one waiting behind it
+    holder = vision.submit({"name": "hold", "command": "sleep 600", "resources": {"gpus": 2}}).job_id
+    platform.wait_state(holder, {"running"})
+    waiting = vision.submit({"name": "behind", "command": "true", "resources": {"gpus": 2}}).job_id
+    silent_id, waiting_id = f"job_silent/{holder}", f"job_waiting/{waiting}"
+    wait_for(lambda: {silent_id, waiting_id} <= active(admin), 60, what="job_silent and job_waiting")
+    seen = {a.alert_id: a for a in alerts(vision, "active")}
+    assert seen[waiting_id].tenant == "vision" and seen[waiting_id].job_id == waiting
+    assert seen[silent_id].severity == "warning" and "wrote no output" in seen[silent_id].message
+
+    # a restarted monitor reads the active alerts first: none is raised again
+    before = leading(platform)
+    os.kill(monitor_pid(platform), signal.SIGKILL)
+    wait_for(lambda: leading(platform) > before, 60, what="the restarted monitor leading")
+    admin.cancel(waiting)
+    wait_for(lambda: resolved(admin, waiting_id), 60, what="job_waiting resolved after the restart")
+    assert occurrences(admin, waiting_id) == ["resolved"]
+    assert occurrences(admin, silent_id) == ["active"]
+
+    # GPU 0 of node-a too hot, GPU 1 broken every way, both GPUs of the holder idle; then all well again
+    temp_id, idle_id = "gpu_temperature/node-a/0", f"gpu_idle/node-a/1/{holder}"
+    broken_ids = [f"{kind}/node-a/1" for kind in ("gpu_power", "gpu_xid", "gpu_ecc", "gpu_lost")]
+    app_xid_id = f"job_xid/node-a/1/{holder}"
+    gpu_ids = [temp_id, idle_id, app_xid_id, *broken_ids]
+    publish_until(
+        platform,
+        lambda: sample("node-a", temp=95, util=0, job_id=holder, broken=True),
+        lambda: set(gpu_ids) <= active(admin),
+        "the GPU alerts raised",
+    )
+    now = {a.alert_id: a for a in alerts(admin, "active")}
+    hot = now[temp_id]
+    assert hot.severity == "warning" and hot.value == 95 and hot.threshold == 85 and hot.tenant is None
+    assert now["gpu_xid/node-a/1"].severity == "critical" and now["gpu_xid/node-a/1"].value == 79
+    assert now[app_xid_id].value == 13 and now[app_xid_id].tenant == "vision"
+    assert now["gpu_power/node-a/1"].value == 350 and now["gpu_power/node-a/1"].threshold == 300
+    theirs = {a.alert_id for a in alerts(vision)}
+    assert temp_id not in theirs and not theirs & set(broken_ids)  # a GPU's alerts: admins only
+    assert {idle_id, app_xid_id} <= theirs  # the job's idle GPU, its application error: its tenant's
+    publish_until(
+        platform,
+        lambda: sample("node-a", temp=50, util=80, job_id=holder),
+        lambda: all(resolved(admin, a) for a in [*gpu_ids, silent_id]),
+        "the GPU alerts and job_silent resolved",
+    )
+
+    # a node lost, then back
+    node_log = tmp_path / "node-b.log"
+    node_b = start_node_b(platform, node_log)
     try:
-        # a job holding both GPUs of node-a (silent: no output, no GPU activity) and one waiting behind it
-        holder = vision.submit({"name": "hold", "command": "sleep 600", "resources": {"gpus": 2}}).job_id
-        platform.wait_state(holder, {"running"})
-        waiting = vision.submit({"name": "behind", "command": "true", "resources": {"gpus": 2}}).job_id
-        silent_id, waiting_id = f"job_silent/{holder}", f"job_waiting/{waiting}"
-        wait_for(lambda: {silent_id, waiting_id} <= active(admin), 60, what="job_silent and job_waiting")
-        seen = {a.alert_id: a for a in alerts(vision, "active")}
-        assert seen[waiting_id].tenant == "vision" and seen[waiting_id].job_id == waiting
-        assert seen[silent_id].severity == "warning" and "wrote no output" in seen[silent_id].message
-
-        # a restarted alert service reads the active alerts first: none is raised again
-        service.stop()
-        service.start()
-        admin.cancel(waiting)
-        wait_for(lambda: resolved(admin, waiting_id), 60, what="job_waiting resolved after the restart")
-        assert occurrences(admin, waiting_id) == ["resolved"]
-        assert occurrences(admin, silent_id) == ["active"]
-
-        # GPU 0 of node-a too hot, GPU 1 broken every way, both GPUs of the holder idle; then all well again
-        temp_id, idle_id = "gpu_temperature/node-a/0", f"gpu_idle/node-a/1/{holder}"
-        broken_ids = [f"{kind}/node-a/1" for kind in ("gpu_power", "gpu_xid", "gpu_ecc", "gpu_lost")]
-        app_xid_id = f"job_xid/node-a/1/{holder}"
-        gpu_ids = [temp_id, idle_id, app_xid_id, *broken_ids]
-        publish_until(
-            platform,
-            lambda: sample("node-a", temp=95, util=0, job_id=holder, broken=True),
-            lambda: set(gpu_ids) <= active(admin),
-            "the GPU alerts raised",
-        )
-        now = {a.alert_id: a for a in alerts(admin, "active")}
-        hot = now[temp_id]
-        assert hot.severity == "warning" and hot.value == 95 and hot.threshold == 85 and hot.tenant is None
-        assert now["gpu_xid/node-a/1"].severity == "critical" and now["gpu_xid/node-a/1"].value == 79
-        assert now[app_xid_id].value == 13 and now[app_xid_id].tenant == "vision"
-        assert now["gpu_power/node-a/1"].value == 350 and now["gpu_power/node-a/1"].threshold == 300
-        theirs = {a.alert_id for a in alerts(vision)}
-        assert temp_id not in theirs and not theirs & set(broken_ids)  # a GPU's alerts: admins only
-        assert {idle_id, app_xid_id} <= theirs  # the job's idle GPU, its application error: its tenant's
-        publish_until(
-            platform,
-            lambda: sample("node-a", temp=50, util=80, job_id=holder),
-            lambda: all(resolved(admin, a) for a in [*gpu_ids, silent_id]),
-            "the GPU alerts and job_silent resolved",
-        )
-
-        # a node lost, then back
-        node_log = tmp_path / "node-b.log"
+        wait_for(lambda: any(n.node == "node-b" for n in admin.nodes()), 60, what="node-b")
+        node_b.send_signal(signal.SIGKILL)
+        node_b.wait(10)
+        wait_for(lambda: "node_lost/node-b" in active(admin), 60, what="node_lost raised")
+        lost = next(a for a in alerts(admin, "active") if a.alert_id == "node_lost/node-b")
+        assert lost.severity == "critical" and lost.node == "node-b"
         node_b = start_node_b(platform, node_log)
-        try:
-            wait_for(lambda: any(n.node == "node-b" for n in admin.nodes()), 60, what="node-b")
-            node_b.send_signal(signal.SIGKILL)
-            node_b.wait(10)
-            wait_for(lambda: "node_lost/node-b" in active(admin), 60, what="node_lost raised")
-            lost = next(a for a in alerts(admin, "active") if a.alert_id == "node_lost/node-b")
-            assert lost.severity == "critical" and lost.node == "node-b"
-            node_b = start_node_b(platform, node_log)
-            wait_for(lambda: resolved(admin, "node_lost/node-b"), 60, what="node_lost resolved")
-        finally:
-            if node_b.poll() is None:
-                os.kill(node_b.pid, signal.SIGTERM)
-                node_b.wait(30)
-        admin.cancel(holder)
-
-        # the webhook failed its first tries and still got every alert and every resolve, each once
-        expected = [waiting_id, silent_id, *gpu_ids, "node_lost/node-b"]
-        wait_for(
-            lambda: all(hook.got(a, "firing") and hook.got(a, "resolved") for a in expected),
-            30,
-            what="every alert at the webhook",
-        )
-        assert hook.tries >= len(hook.bodies) + FAILED_TRIES
-        ids = [b["event_id"] for b in hook.bodies]
-        assert len(ids) == len(set(ids))
-        first = {
-            a: next(i for i, b in enumerate(hook.bodies) if b["alert"]["alert_id"] == a) for a in expected
-        }
-        for alert_id in expected:
-            statuses = [b["status"] for b in hook.bodies if b["alert"]["alert_id"] == alert_id]
-            assert statuses[:2] == ["firing", "resolved"], (alert_id, statuses)
-        assert first[temp_id] < first["node_lost/node-b"]
-        assert all(b["text"] and b["blocks"][0]["type"] == "section" for b in hook.bodies)
+        wait_for(lambda: resolved(admin, "node_lost/node-b"), 60, what="node_lost resolved")
     finally:
-        service.stop()
-        hook.server.shutdown()
+        if node_b.poll() is None:
+            os.kill(node_b.pid, signal.SIGTERM)
+            node_b.wait(30)
+    admin.cancel(holder)
+
+    # the webhook failed its first tries and still got every alert and every resolve, each once
+    expected = [waiting_id, silent_id, *gpu_ids, "node_lost/node-b"]
+    wait_for(
+        lambda: all(hook.got(a, "firing") and hook.got(a, "resolved") for a in expected),
+        30,
+        what="every alert at the webhook",
+    )
+    assert hook.tries >= len(hook.bodies) + FAILED_TRIES
+    ids = [b["event_id"] for b in hook.bodies]
+    assert len(ids) == len(set(ids))
+    first = {a: next(i for i, b in enumerate(hook.bodies) if b["alert"]["alert_id"] == a) for a in expected}
+    for alert_id in expected:
+        statuses = [b["status"] for b in hook.bodies if b["alert"]["alert_id"] == alert_id]
+        assert statuses[:2] == ["firing", "resolved"], (alert_id, statuses)
+    assert first[temp_id] < first["node_lost/node-b"]
+    assert all(b["text"] and b["blocks"][0]["type"] == "section" for b in hook.bodies)

@@ -321,7 +321,7 @@ def test_executor_and_monitor_placement(objects):
 
 
 def monitor_serves_metrics() -> bool:
-    """Whether the monitor's code has a /metrics route (it does not yet: the port is reserved)."""
+    """Whether the monitor's code has a /metrics route."""
     return any('"/metrics"' in path.read_text() for path in (ROOT / "services" / "monitor").rglob("*.py"))
 
 
