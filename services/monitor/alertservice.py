@@ -5,8 +5,9 @@ delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
   (`shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
 - It watches `gpu.sample` and `node.heartbeat` (telemetry) and `node.lost` (events); every JOB_POLL_SECONDS (or
-  a quarter of a job rule's `for`, when shorter) it reads the jobs waiting and running from the event store, and how much output each running replica has in the
-  log store (its extent: one indexed read, no bytes).
+  a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
+  jobs (`services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
+  running replica has from the log store (its extent: one indexed read, no bytes).
 - Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
   any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
   webhook queues, then acknowledged.
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 from nats.aio.msg import Msg
 
 from services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Raise
+from services.monitor.jobs import LiveJob, LiveJobs
 from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from services.monitor.webhooks import Webhooks
 from shared.alertbook import AlertBook
@@ -41,7 +43,7 @@ from shared.events import (
     Wildcard,
     make_event,
 )
-from shared.jobstate import JobState, JobView
+from shared.jobstate import JobState
 from shared.lease import Lease
 from shared.ledger import JobLedger
 from shared.logstore import LogKey, LogStore, open_log_store
@@ -71,7 +73,9 @@ class AlertService:
         webhooks: Webhooks,
         *,
         instance: str,
+        live: LiveJobs | None = None,
     ):
+        """`live`: the monitor's live jobs, refreshed by the monitor; without it the service keeps its own."""
         self.service = service
         self.bus = service.bus
         self.rules = rules
@@ -79,6 +83,8 @@ class AlertService:
         self.logs = logs
         self.webhooks = webhooks
         self.book = AlertBook(store)
+        self.live = live or LiveJobs(store)
+        self.refreshes_live = live is None
         self.engine = Engine(rules)
         self.leading = False
         self.sent: OrderedDict[str, None] = OrderedDict()
@@ -159,33 +165,26 @@ class AlertService:
             await asyncio.sleep(TICK_SECONDS)
 
     async def jobs(self) -> tuple[list[JobSnapshot], list[JobSnapshot]]:
+        if self.refreshes_live:
+            await self.live.refresh()
         queued: list[JobSnapshot] = []
         running: list[JobSnapshot] = []
-        cursor = None
-        while True:
-            page = await self.store.list_projections(
-                states=[JobState.QUEUED, JobState.RUNNING], limit=PAGE, cursor=cursor
-            )
-            for doc in page.items:
-                view = JobView.model_validate(doc)
-                attempt = view.attempts[-1] if view.attempts else None
-                if view.state == JobState.QUEUED:
-                    since = attempt.queued_at if attempt else view.created_at
-                    queued.append(JobSnapshot(view.job_id, view.tenant, view.user, view.name, since))
-                elif view.spec.serve is None:  # a model server idle between requests is not stuck
-                    since = (attempt.started_at if attempt else None) or view.updated_at
-                    output = await self.output(view)
-                    running.append(JobSnapshot(view.job_id, view.tenant, view.user, view.name, since, output))
-            cursor = page.next_cursor
-            if not cursor:
-                return queued, running
+        for job in list(self.live.jobs.values()):
+            if job.state == JobState.QUEUED:
+                queued.append(JobSnapshot(job.job_id, job.tenant, job.user, job.name, job.since))
+            elif (
+                job.state == JobState.RUNNING and not job.serves
+            ):  # a model server idle between requests is not stuck
+                output = await self.output(job)
+                running.append(JobSnapshot(job.job_id, job.tenant, job.user, job.name, job.since, output))
+        return queued, running
 
-    async def output(self, view: JobView) -> int | None:
+    async def output(self, job: LiveJob) -> int | None:
         if self.logs is None:
             return None
         total = 0
-        for replica in range(view.spec.replicas):
-            extent = await self.logs.extent(LogKey(view.job_id, view.attempt, replica))
+        for replica in range(job.replicas):
+            extent = await self.logs.extent(LogKey(job.job_id, job.attempt, replica))
             total += extent.end if extent else 0
         return total
 
@@ -267,8 +266,9 @@ class AlertService:
             await self.webhooks.close()
 
 
-async def run_alerts(service: Service, settings: MonitorSettings) -> None:
-    """The monitor's alerts until the service stops: call it from the monitor's main (a task of its own)."""
+async def run_alerts(service: Service, settings: MonitorSettings, live: LiveJobs | None = None) -> None:
+    """The monitor's alerts until the service stops: call it from the monitor's main (a task of its own), with
+    the monitor's live jobs (`live`, which it refreshes); without them it reads its own."""
     try:
         rules = load_rules(settings.alert_rules)
     except RulesError as exc:
@@ -290,7 +290,7 @@ async def run_alerts(service: Service, settings: MonitorSettings) -> None:
     webhooks = Webhooks(
         settings.alert_webhooks, timeout=settings.webhook_timeout, max_backoff=settings.webhook_max_backoff
     )
-    alerts = AlertService(service, rules, store, logs, webhooks, instance=settings.instance)
+    alerts = AlertService(service, rules, store, logs, webhooks, instance=settings.instance, live=live)
     try:
         await alerts.run(service.stopping)
     finally:

@@ -2,8 +2,10 @@
 
 Every `refresh` asks the store for the version of each live job (`EventStore.versions`: ids and numbers, no
 document decoded) and reads again only the jobs that are new or whose version moved; a job that left the live
-states is read once more, to see how it ended. So a refresh costs one small query when nothing changed, and
-one read per job that changed: never a scan of the whole store. From it come the holders of this node's GPUs
+states is read once more, to see how it ended. A job still queued is not read again when only its version moved
+(what the monitor keeps of a queued job does not change while it waits: the scheduler's `job.pending` updates
+move its version), so a job is read about twice on its way: queued, then placed or running. A refresh costs
+two small queries when nothing changed, and one read per job that changed: never a scan of the whole store. From it come the holders of this node's GPUs
 (the placements of its placed and running jobs) and the platform figures (`services/monitor/platform.py`).
 """
 
@@ -23,7 +25,8 @@ from shared.store import EventStore
 
 log = logging.getLogger(__name__)
 
-LIVE_STATES = [JobState.QUEUED.value, JobState.PLACED.value, JobState.RUNNING.value]
+QUEUED_STATES = [JobState.QUEUED.value]
+HOLDING_STATES = [JobState.PLACED.value, JobState.RUNNING.value]
 READS_AT_ONCE = 16
 READS_PER_REFRESH = 1000
 """Most jobs read at one refresh: after a burst of submissions the view catches up over a few refreshes."""
@@ -36,27 +39,44 @@ class LiveJob:
     job_id: str
     tenant: str
     user: str
+    name: str
     state: JobState
     attempt: int
     submitted_at: datetime
     started_at: datetime | None
     """When its first attempt started running (None: not yet)."""
+    since: datetime
+    """Queued: when its current attempt was queued; placed or running: when it was placed or started."""
     borrowed: bool
     placements: tuple[ReplicaPlacement, ...]
+    replicas: int
+    serves: bool
+    """A serve job (a model's replica): idle between requests is not stuck."""
 
     @classmethod
     def of(cls, view: JobView) -> LiveJob:
         first = view.attempts[0] if view.attempts else None
+        current = view.attempts[-1] if view.attempts else None
+        if current is None:
+            since = view.created_at
+        elif view.state == JobState.QUEUED:
+            since = current.queued_at
+        else:
+            since = current.started_at or view.updated_at
         return cls(
             job_id=view.job_id,
             tenant=view.tenant,
             user=view.user,
+            name=view.name,
             state=view.state,
             attempt=view.attempt,
             submitted_at=first.queued_at if first else view.created_at,
             started_at=first.started_at if first else None,
+            since=since,
             borrowed=view.borrowed,
             placements=tuple(view.placements) if view.state != JobState.QUEUED else (),
+            replicas=view.spec.replicas,
+            serves=view.spec.serve is not None,
         )
 
     @property
@@ -98,9 +118,16 @@ class LiveJobs:
         self._held: dict[str, list[HeldGpu]] = {}  # node -> its holds, until the jobs change
 
     async def refresh(self) -> None:
-        current = await self.store.versions(states=LIVE_STATES)
+        queued = await self.store.versions(states=QUEUED_STATES)
+        holding = await self.store.versions(states=HOLDING_STATES)
+        current = {**queued, **holding}
         gone = [job_id for job_id in self.versions if job_id not in current]
-        changed = [job_id for job_id, v in current.items() if self.versions.get(job_id) != v]
+        changed = [
+            job_id
+            for job_id, v in current.items()
+            if self.versions.get(job_id) != v
+            and not (job_id in queued and (known := self.jobs.get(job_id)) and known.state == JobState.QUEUED)
+        ]
         changed = changed[: self.reads_per_refresh]
         gone = gone[: max(0, self.reads_per_refresh - len(changed))]
         limit = asyncio.Semaphore(READS_AT_ONCE)

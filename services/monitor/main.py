@@ -165,5 +165,7 @@ def _quiet(ack: asyncio.Future) -> None:
 
 
 async def main(service: Service, settings: MonitorSettings) -> None:
-    service.spawn(run_alerts(service, settings), "alerts")  # the alert rules, their record, the webhooks
-    await Monitor(service, settings).run()
+    monitor = Monitor(service, settings)
+    # the alert rules, their record, the webhooks; the jobs they watch are the monitor's live jobs
+    service.spawn(run_alerts(service, settings, monitor.jobs), "alerts")
+    await monitor.run()

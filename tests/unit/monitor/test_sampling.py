@@ -18,7 +18,16 @@ from services.monitor.jobs import LiveJobs
 from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler
 from services.monitor.simulated import ReplicaPids, SimulatedGpus
-from shared.events import GpuReading, GpuSample, GpuShare, JobPlaced, ReplicaPlacement, make_event
+from shared.events import (
+    GpuReading,
+    GpuSample,
+    GpuShare,
+    JobPending,
+    JobPlaced,
+    PendingReason,
+    ReplicaPlacement,
+    make_event,
+)
 from shared.gpus import simulated_gpus
 from shared.nvml import Nvml
 from tests.unit.executor.harness import Harness
@@ -130,6 +139,10 @@ async def test_the_live_jobs_are_read_again_only_when_they_change(h):
     store.reads.clear()
     await jobs.refresh()
     assert store.reads == []  # nothing changed: one query, no job read
+    reason = PendingReason(code="insufficient_gpus", message="waits")
+    await h.ledger.append(queued, JobPending(job_id=queued, attempt=1, reason=reason))
+    await jobs.refresh()
+    assert store.reads == []  # a queued job's new reason changes nothing the monitor keeps of it
 
     await h.place(ex, placed, gpus=[[GpuShare(index=0)]])
     await h.wait(placed, "running")
