@@ -129,7 +129,9 @@ def group(usages: Iterable[JobUsage], by: str) -> list[UsageRow]:
         row[2] += u.used
     return [
         UsageRow(tenant, user, job, int(n), allocated / 3600, used / 3600)
-        for (tenant, user, job), (n, allocated, used) in sorted(sums.items(), key=lambda kv: str(kv[0]))
+        for (tenant, user, job), (n, allocated, used) in sorted(
+            sums.items(), key=lambda kv: tuple(k or "" for k in kv[0])
+        )
     ]
 
 
