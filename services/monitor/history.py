@@ -45,18 +45,22 @@ class HistoryWriter:
 
     async def flush(self) -> int:
         """Write the buffered samples; returns how many points were written."""
-        samples = list(self.buffer)
-        if not samples:
+        if not self.buffer:
             return 0
+        samples, self.buffer = list(self.buffer), deque(maxlen=MAX_BUFFERED_SAMPLES)
         points = [
             GpuPoint.raw(s.sample.node, reading, s.taken_at, s.sample.interval_seconds)
             for s in samples
             for reading in s.sample.gpus
             if not reading.lost
         ]
-        await self.history.add(points)
-        for _ in samples:  # only now: a failed write keeps them for the next try
-            self.buffer.popleft()
+        try:
+            await self.history.add(points)
+        except (
+            Exception
+        ):  # kept for the next try, before those taken meanwhile (the oldest go past the bound)
+            self.buffer = deque([*samples, *self.buffer], maxlen=MAX_BUFFERED_SAMPLES)
+            raise
         self.written += len(points)
         return len(points)
 

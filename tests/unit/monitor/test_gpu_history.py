@@ -120,3 +120,29 @@ async def test_the_monitor_writes_its_own_nodes_samples_only(history):
     assert await writer.flush() == 2 and await writer.flush() == 0
     points = await history.points(since=0)
     assert {(p.node, p.gpu) for p in points} == {("n1", 0), ("n1", 1)}
+
+
+async def test_samples_not_written_are_kept_for_the_next_try_within_the_bound(history, monkeypatch):
+    writer = HistoryWriter(history, MonitorSettings(node_name="n1"))
+    monkeypatch.setattr("services.monitor.history.MAX_BUFFERED_SAMPLES", 3)
+    writer.buffer = type(writer.buffer)(maxlen=3)
+
+    def sample(i: int):
+        event = make_event(GpuSample(node="n1", gpus=[reading(0, 10.0 * i)]), source="/test")
+        return SampleIngest().ingest(event)
+
+    for i in range(2):
+        writer.take(sample(i))
+    real_add = history.add
+
+    async def failing(points):
+        writer.take(sample(9))  # one more comes while the write is under way
+        writer.take(sample(8))
+        raise OSError("disk away")
+
+    monkeypatch.setattr(history, "add", failing)
+    with pytest.raises(OSError):
+        await writer.flush()
+    assert [s.sample.gpus[0].utilization_pct for s in writer.buffer] == [10.0, 90.0, 80.0]  # the oldest went
+    monkeypatch.setattr(history, "add", real_add)
+    assert await writer.flush() == 3 and not writer.buffer
