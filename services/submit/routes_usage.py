@@ -64,8 +64,12 @@ async def history_of(request: Request, ctx) -> GpuHistory:
                 status.HTTP_503_SERVICE_UNAVAILABLE,
                 "the GPU history is kept beside a SQLite event store only",
             )
-        history = await GpuHistory.open(history_path_beside(ctx.store.path))
-        request.app.state.gpu_history = history
+        opened = await GpuHistory.open(history_path_beside(ctx.store.path))
+        history = getattr(request.app.state, "gpu_history", None)
+        if history is None:  # (else another request opened it meanwhile: that one is kept)
+            request.app.state.gpu_history = history = opened
+        else:
+            await opened.close()
     return history
 
 
