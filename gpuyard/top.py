@@ -2,7 +2,8 @@
 
 Each frame is one `GET /v1/nodes`: every node, each of its GPUs with a utilization bar, its memory and its
 holders, from the node's latest `gpu.sample`. It refreshes in place (`rich.live.Live`) every `--interval`;
-`--once` prints one frame and exits (for scripts and tests). Another tenant's job shows as `other`."""
+`--once` prints one frame and exits (for scripts and tests). Another tenant's job shows as `other`. Ctrl-C
+stops it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard.client import Client
+from gpuyard.client import Client, ClientError
 from shared.api import GpuHolderOut, GpuOut, NodeOut
 from shared.units import format_size
 
@@ -92,4 +93,12 @@ def run_top(client: Client, console: Console, *, interval: float, once: bool) ->
     with Live(frame(client.nodes()), console=console, auto_refresh=False, screen=False) as live:
         while True:
             time.sleep(interval)
-            live.update(frame(client.nodes()), refresh=True)
+            live.update(next_frame(client), refresh=True)
+
+
+def next_frame(client: Client) -> Group | Text:
+    """The next frame; the API away for a moment (a restart) is said in its place, and the next tries again."""
+    try:
+        return frame(client.nodes())
+    except ClientError as exc:
+        return Text(f"gpuyard top · {exc} (trying again)", style="red")

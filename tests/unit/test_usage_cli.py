@@ -11,8 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 
 from gpuyard import cli
+from gpuyard.client import ClientError
+from gpuyard.top import run_top
+from shared.api import GpuOut, NodeOut
 from shared.events import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat, make_event
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 from tests.unit.test_usage_api import two_tenants_ran  # noqa: F401 (fixture)
@@ -122,3 +126,33 @@ def test_describe_shows_the_jobs_mean_gpu_utilization_over_its_run(gpuyard, two_
     assert code == 0
     [line] = [line for line in out.splitlines() if line.startswith("GPU use")]
     assert "80% mean utilization over its run" in line and "0.40 of 0.50 GPU-hours used" in line
+
+
+def test_top_refreshes_in_place_and_rides_out_an_api_away_for_a_moment(monkeypatch):
+    answers = iter([10.0, ClientError("cannot reach the API"), 30.0, KeyboardInterrupt()])
+
+    class Nodes:
+        def nodes(self):
+            answer = next(answers)
+            if isinstance(answer, BaseException):
+                raise answer
+            gpu = GpuOut(index=0, uuid="G", model="M", memory_bytes=GIB, utilization_pct=answer)
+            return [
+                NodeOut(
+                    node="a",
+                    state="ready",
+                    last_seen_seconds_ago=1,
+                    gpus=[gpu],
+                    cpus=1,
+                    memory_bytes=1,
+                    simulated=True,
+                )
+            ]
+
+    monkeypatch.setattr("gpuyard.top.time.sleep", lambda _: None)
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    with pytest.raises(KeyboardInterrupt):
+        run_top(Nodes(), console, interval=1, once=False)
+    shown = console.file.getvalue()
+    assert shown.index(" 10%") < shown.index("cannot reach the API (trying again)") < shown.index(" 30%")
+    assert "\x1b[1A" in shown  # the cursor goes back up: the frame is redrawn in place
