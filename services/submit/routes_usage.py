@@ -38,7 +38,9 @@ router = APIRouter(prefix="/v1", tags=["usage"], responses=answers(400, 401, 413
 
 MAX_WINDOW_SECONDS = 400 * 86400.0
 POINTS_PER_GPU = 600
-"""A history answer holds at most about this many points per GPU: a longer window gets a coarser step."""
+"""A history answer holds about this many points per GPU by default: a longer window gets a coarser step."""
+MAX_POINTS_PER_GPU = 10_000
+"""The finest step a window may be asked in: at most this many points per GPU."""
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
 Since = Annotated[str, Query(max_length=32, description="How far back: `7d`, `1h`, `90m`, or seconds.")]
 
@@ -95,8 +97,14 @@ def point_out(principal: Principal, p: GpuPoint, *, only_job: str | None = None)
 
 
 def step_for(span: float, step: float | None) -> float:
-    """The step asked for, else one that keeps about POINTS_PER_GPU points per GPU (a whole second)."""
-    return float(step) if step is not None else max(1.0, math.ceil(span / POINTS_PER_GPU))
+    """The step asked for, else one that keeps about POINTS_PER_GPU points per GPU (a whole second); 400 for
+    a step that would give more than MAX_POINTS_PER_GPU."""
+    if step is None:
+        return max(1.0, math.ceil(span / POINTS_PER_GPU))
+    if span / step > MAX_POINTS_PER_GPU:
+        least = math.ceil(span / MAX_POINTS_PER_GPU)
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"step: at least {least} s for this window")
+    return float(step)
 
 
 @router.get("/usage", response_model=UsageOut, responses=answers(403))

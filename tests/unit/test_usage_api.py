@@ -191,6 +191,8 @@ def test_a_nodes_history_shows_another_tenants_holder_only_as_other(api, ctx, tw
     assert {h["job_id"] for p in admin["points"] for h in p["holders"]} == {"job-vis", "job-nlp"}
     assert len(admin["points"]) <= 2 * 601  # about 600 points per GPU at most
     assert api.get("/v1/gpus/history", params={"node": "n 1"}, headers=VISION).status_code == 422
+    too_fine = api.get("/v1/gpus/history", params={"node": "n1", "since": "7d", "step": 1}, headers=VISION)
+    assert too_fine.status_code == 400 and "step: at least 61 s" in too_fine.text  # 604800 s / 10,000 points
     empty = api.get("/v1/gpus/history", params={"node": "n9"}, headers=VISION).json()
     assert empty["points"] == []
 
