@@ -1,7 +1,8 @@
 """The monitor service, one per node: samples the node's GPUs every `sample_interval` and publishes each sample
 as one `gpu.sample` (every GPU of the node), takes in every node's samples (`ingest.py`), keeps the live jobs
-from the event store (`jobs.py`: the holders of each GPU, the platform figures), and serves Prometheus
-`/metrics` (`metrics.py`), and writes its node's samples to the GPU history (`history.py`). docs/monitor.md says what it does and what it exports.
+from the event store (`jobs.py`: the holders of each GPU, the platform figures), serves Prometheus `/metrics`
+(`metrics.py`), and writes its node's samples to the GPU history (`history.py`). docs/monitor.md says what it
+does and what it exports.
 """
 
 from __future__ import annotations
