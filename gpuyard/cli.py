@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import csv
 import importlib.util
 import json
 import os
@@ -25,9 +26,10 @@ from rich.text import Text
 from gpuyard import backup, busconfig, why
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
+from gpuyard.top import run_top
 from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
-from shared.api import AlertOut, JobOut, ReplicaOut, pending_text
+from shared.api import AlertOut, JobOut, ReplicaOut, UsageOut, pending_text
 from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.settings import CommonSettings
@@ -208,6 +210,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
             (f"Attempt {a.number}", f"{a.outcome or 'in progress'} · nodes {', '.join(a.nodes) or '-'}")
         )
         rows.extend(("", f"note: {note}") for note in a.notes)
+    gpu_use = _gpu_use_text(client, job)
+    if gpu_use:
+        rows.append(("GPU use", gpu_use))
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -217,6 +222,21 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if job.failure:
         _print_last_lines(client, job)
     return 0
+
+
+def _gpu_use_text(client: Client, job: JobOut) -> str | None:
+    """The job's mean GPU utilization over its run and its GPU-hours, when the GPU history knows them."""
+    if not job.gpus:
+        return None
+    with contextlib.suppress(ClientError):  # an older server, or no history: the rest is still shown
+        use = client.job_gpu(job.job_id)
+        if use.mean_utilization_pct is None:
+            return None
+        return (
+            f"{use.mean_utilization_pct:.0f}% mean utilization over its run · "
+            f"{use.used_gpu_hours:.2f} of {use.allocated_gpu_hours:.2f} GPU-hours used"
+        )
+    return None
 
 
 def _what_it_runs(spec: JobSpec) -> tuple[str, str]:
@@ -572,6 +592,65 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0
 
 
+USAGE_COLUMNS = (
+    "tenant",
+    "user",
+    "job_id",
+    "jobs",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "waste_gpu_hours",
+)
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    answer = Client(args.server, args.token).usage(since=args.since, by=args.by, tenant=args.tenant)
+    if args.json:
+        _print_json(answer)
+        return 0
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(USAGE_COLUMNS)
+        for r in answer.rows:
+            writer.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in USAGE_COLUMNS])
+        return 0
+    print_usage(answer)
+    return 0
+
+
+def print_usage(answer: UsageOut) -> None:
+    window = f"{answer.since:%Y-%m-%d %H:%M} to {answer.until:%Y-%m-%d %H:%M} UTC"
+    if not answer.rows:
+        out.print(f"no GPU use from {window}")
+        return
+    keys = {"tenant": ["TENANT"], "user": ["TENANT", "USER"], "job": ["TENANT", "USER", "JOB"]}[answer.by]
+    table = Table(box=None, pad_edge=False, title=f"GPU-hours from {window}", title_justify="left")
+    for col in (*keys, "JOBS", "ALLOCATED", "USED", "WASTE", "USED %"):
+        table.add_column(col, justify="right" if col not in keys else "left", no_wrap=True)
+    for r in answer.rows:
+        share = f"{100 * r.used_gpu_hours / r.allocated_gpu_hours:.0f}%" if r.allocated_gpu_hours else "-"
+        key = [r.tenant, r.user or "", r.job_id or ""][: len(keys)]
+        table.add_row(
+            *key,
+            str(r.jobs),
+            f"{r.allocated_gpu_hours:.2f}",
+            f"{r.used_gpu_hours:.2f}",
+            f"{r.waste_gpu_hours:.2f}",
+            share,
+        )
+    out.print(table)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise CliError("--interval must be more than 0 seconds")
+    client = Client(args.server, args.token)
+    if args.json:
+        _print_json(client.nodes())
+        return 0
+    return run_top(client, out, interval=args.interval, once=args.once)
+
+
 def _data_dir(args: argparse.Namespace) -> Path:
     return Path(args.data_dir) if args.data_dir else CommonSettings().data_dir
 
@@ -702,6 +781,22 @@ def build_parser() -> argparse.ArgumentParser:
     alerts.add_argument("--tenant", help="only this tenant's (admins; a tenant's token sees its own)")
     alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (50)")
     alerts.set_defaults(func=cmd_alerts)
+
+    usage = sub.add_parser(
+        "usage", help="GPU-hours allocated, used and wasted, per tenant, user or job", parents=[common]
+    )
+    usage.add_argument("--since", default="7d", help="how far back: 7d, 24h, 90m (7d)")
+    usage.add_argument(
+        "--by", choices=("tenant", "user", "job"), default="tenant", help="one row per (tenant)"
+    )
+    usage.add_argument("--tenant", help="only this tenant's (admins; a tenant's token sees its own)")
+    usage.add_argument("--csv", action="store_true", help="CSV, one row per line, for a spreadsheet")
+    usage.set_defaults(func=cmd_usage)
+
+    top = sub.add_parser("top", help="a live view of the cluster's GPUs (like nvtop)", parents=[common])
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    top.add_argument("--interval", type=float, default=2.0, help="seconds between two frames (2)")
+    top.set_defaults(func=cmd_top)
 
     models = sub.add_parser("models", help="publish, list, describe, deploy and remove models (ONNX)")
     models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -18,8 +18,10 @@ from shared.api import (
     DeadLetterOut,
     DeploymentAccepted,
     DeploymentListOut,
+    GpuHistoryOut,
     JobAccepted,
     JobEventOut,
+    JobGpuOut,
     JobListOut,
     JobOut,
     ModelDeletedOut,
@@ -32,6 +34,7 @@ from shared.api import (
     TokenCreated,
     TokenOut,
     UndeployedOut,
+    UsageOut,
 )
 from shared.jobstate import JobState
 from shared.settings import ClientSettings
@@ -213,6 +216,26 @@ class Client:
 
     def nodes(self) -> list[NodeOut]:
         return self.answer(list[NodeOut], "GET", "/v1/nodes")
+
+    def usage(self, since: str = "7d", by: str = "tenant", tenant: str | None = None) -> UsageOut:
+        """GPU-hours allocated and used over the window, per tenant, user or job."""
+        params = {"since": since, "by": by, "tenant": tenant}
+        return self.answer(
+            UsageOut, "GET", "/v1/usage", params={k: v for k, v in params.items() if v is not None}
+        )
+
+    def gpu_history(self, node: str, since: str = "1h", step: int | None = None) -> GpuHistoryOut:
+        params = {"node": node, "since": since, "step": step}
+        return self.answer(
+            GpuHistoryOut,
+            "GET",
+            "/v1/gpus/history",
+            params={k: v for k, v in params.items() if v is not None},
+        )
+
+    def job_gpu(self, job_id: str) -> JobGpuOut:
+        """A job's GPUs over its run: its mean utilization, GPU-hours allocated and used."""
+        return self.answer(JobGpuOut, "GET", f"/v1/jobs/{job_id}/gpu")
 
     def services(self) -> list[ServiceOut]:
         return self.answer(list[ServiceOut], "GET", "/v1/services")

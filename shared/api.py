@@ -164,11 +164,24 @@ class NodeState(StrEnum):
     LOST = "lost"
 
 
+class GpuHolderOut(Out):
+    """A job replica placed on a GPU (another tenant's shows only as `other`: no job, tenant or user)."""
+
+    job_id: str | None = None
+    tenant: str | None = None
+    user: str | None = None
+    fraction: float = Field(description="1.0 for a whole GPU, less for a share.")
+    other: bool = Field(False, description="Another tenant's job (its name is not shown to you).")
+
+
 class GpuOut(Out):
     index: int
     uuid: str
     model: str
     memory_bytes: int
+    utilization_pct: float | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
+    memory_used_bytes: int | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
+    holders: list[GpuHolderOut] = Field(default_factory=list, description="From the latest gpu.sample.")
 
 
 class NodeOut(Out):
@@ -179,6 +192,10 @@ class NodeOut(Out):
     cpus: float
     memory_bytes: int
     simulated: bool
+    sampled_seconds_ago: float | None = Field(
+        None,
+        description="Age of the node's latest gpu.sample (None: none fresh); GPUs' live figures from it.",
+    )
 
 
 class ServiceState(StrEnum):
@@ -551,4 +568,63 @@ def replica_out(job: JobOut) -> ReplicaOut:
         gpu_index=gpu.index if gpu else None,
         pending=job.pending,
         message=job.message,
+    )
+
+
+class UsageBy(StrEnum):
+    TENANT = "tenant"
+    USER = "user"
+    JOB = "job"
+
+
+class UsageRowOut(Out):
+    tenant: str
+    user: str | None = Field(None, description="With by=user or by=job.")
+    job_id: str | None = Field(None, description="With by=job.")
+    jobs: int = Field(description="Jobs counted in the row.")
+    allocated_gpu_hours: float = Field(description="GPU share × time placed or running, in the window.")
+    used_gpu_hours: float = Field(description="Allocated GPU time weighted by the GPUs' utilization.")
+    waste_gpu_hours: float = Field(description="Allocated − used (at least 0).")
+
+
+class UsageOut(Out):
+    since: datetime
+    until: datetime
+    by: UsageBy
+    rows: list[UsageRowOut]
+
+
+class GpuPointOut(Out):
+    """One GPU over `seconds` from `t`: its figures are means over them."""
+
+    node: str
+    gpu: int
+    t: datetime
+    seconds: float
+    utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int = 0
+    holders: list[GpuHolderOut] = Field(default_factory=list)
+
+
+class GpuHistoryOut(Out):
+    node: str
+    since: datetime
+    until: datetime
+    step_seconds: float = Field(description="Seconds each point stands for (at least the stored resolution).")
+    points: list[GpuPointOut]
+
+
+class JobGpuOut(Out):
+    job_id: str
+    allocated_gpu_hours: float
+    used_gpu_hours: float
+    mean_utilization_pct: float | None = Field(
+        None,
+        description="Mean utilization of its GPUs over its run, from the GPU history (None: no samples).",
+    )
+    peak_memory_used_bytes: int | None = None
+    step_seconds: float
+    points: list[GpuPointOut] = Field(
+        description="Its GPUs over its run (the history keeps 7 days by default)."
     )

@@ -445,6 +445,26 @@ class MonitorSettings(CommonSettings):
     webhook_max_backoff: Duration = Field(
         300.0, gt=0, description="Longest wait between two tries of a failing webhook (the wait doubles)."
     )
+    history_raw_keep: Duration = Field(
+        3600.0,
+        gt=0,
+        description="How long the GPU history keeps every sample of the node's GPUs (`gpu_history.db` beside "
+        "the SQLite event store); older ones are merged into one point per `history_bucket`.",
+    )
+    history_bucket: Duration = Field(
+        60.0,
+        gt=0,
+        description="Seconds each point of the older GPU history stands for (a minute by default).",
+    )
+    history_keep: Duration = Field(
+        7 * 86400.0,
+        gt=0,
+        description="How long the GPU history keeps its points at all (`7d`): the span of `gpuyard usage`'s "
+        "used GPU-hours and of a job's GPU figures.",
+    )
+    history_flush_interval: Duration = Field(
+        5.0, gt=0, description="Seconds between two writes of the node's samples to the GPU history."
+    )
 
 
 class ServingSettings(CommonSettings):

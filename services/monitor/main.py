@@ -1,7 +1,8 @@
 """The monitor service, one per node: samples the node's GPUs every `sample_interval` and publishes each sample
 as one `gpu.sample` (every GPU of the node), takes in every node's samples (`ingest.py`), keeps the live jobs
-from the event store (`jobs.py`: the holders of each GPU, the platform figures), and serves Prometheus
-`/metrics` (`metrics.py`). docs/monitor.md says what it does and what it exports.
+from the event store (`jobs.py`: the holders of each GPU, the platform figures), serves Prometheus `/metrics`
+(`metrics.py`), and writes its node's samples to the GPU history (`history.py`). docs/monitor.md says what it
+does and what it exports.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import time
 
 from services.monitor.alertservice import run_alerts
+from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
 from services.monitor.metrics import MetricsServer, make_registry
@@ -20,6 +22,7 @@ from services.monitor.sampler import NodeSampler, choose_sampler
 from shared.bus import entity_of
 from shared.buspermissions import Role, permissions
 from shared.events import GpuSample, Subject, make_event
+from shared.gpuhistory import GpuHistory, history_path_of_url
 from shared.nvml import Nvml
 from shared.service import Service
 from shared.settings import MonitorSettings
@@ -75,13 +78,33 @@ class Monitor:
             tasks.append(self.service.spawn(self.follow_jobs(), "monitor-jobs"))
         if self.sampler is not None:
             tasks.append(self.service.spawn(self.sample_forever(), "monitor-sampling"))
+        history = await self.open_history() if self.sampler is not None else None
+        if history is not None:
+            writer = HistoryWriter(history, self.settings)
+            writer.attach(self.ingest)
+            tasks.append(self.service.spawn(writer.run(), "monitor-history"))
         try:
             await self.service.stopping.wait()
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if history is not None:
+                await history.close()
             if self.metrics is not None:
                 await asyncio.to_thread(self.metrics.stop)
+
+    async def open_history(self) -> GpuHistory | None:
+        """The GPU history beside a SQLite event store; none beside MongoDB (no adapter yet)."""
+        path = history_path_of_url(self.settings.store_url)
+        if path is None:
+            log.info("no GPU history: it is kept beside a SQLite event store only (docs/monitor.md)")
+            return None
+        try:
+            return await GpuHistory.open(path)
+        except Exception as exc:  # sampling, /metrics and alerts go on without it
+            log.error("no GPU history: %s", exc)
+            return None
 
     def serve_metrics(self) -> None:
         registry = make_registry(self.ingest, self.figures, node=None if self.cluster else self.node)

@@ -11,7 +11,14 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.submit import routes_admin, routes_alerts, routes_jobs, routes_models, routes_platform
+from services.submit import (
+    routes_admin,
+    routes_alerts,
+    routes_jobs,
+    routes_models,
+    routes_platform,
+    routes_usage,
+)
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.docs_pages import add_docs_pages
@@ -99,6 +106,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_models.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)
+    app.include_router(routes_usage.router)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:

@@ -13,8 +13,9 @@ from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
 from services.submit.errors import answers
-from shared.api import DeadLetterOut, GpuOut, NodeOut, NodeState, ServiceOut
+from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut
 from shared.events import CloudEvent, Subject, tenant_of_subject
+from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
 
@@ -103,6 +104,13 @@ async def event_stream(
     return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
+def holder_out(principal: Principal, job_id: str, tenant: str, user: str, fraction: float) -> GpuHolderOut:
+    """A GPU's holder as `principal` may see it: another tenant's job only as `other`, with its share."""
+    if principal.admin or tenant == principal.tenant:
+        return GpuHolderOut(job_id=job_id, tenant=tenant, user=user, fraction=fraction)
+    return GpuHolderOut(fraction=fraction, other=True)
+
+
 @router.get("/deadletters", response_model=list[DeadLetterOut], responses=answers(403, 503))
 async def dead_letters(
     ctx: Context, _: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 50
@@ -114,23 +122,45 @@ async def dead_letters(
 
 
 @router.get("/nodes", response_model=list[NodeOut])
-async def nodes(ctx: Context, _: CurrentPrincipal) -> list[NodeOut]:
+async def nodes(ctx: Context, principal: CurrentPrincipal) -> list[NodeOut]:
+    """The nodes, each GPU with its live figures and holders from the node's latest `gpu.sample` (another
+    tenant's holder only as `other`, with its share)."""
     now = time.time()
     return [
-        NodeOut(
-            node=hb.node,
-            state=NodeState.LOST if hb.node in ctx.telemetry.lost else NodeState.READY,
-            last_seen_seconds_ago=round(now - seen, 1),
-            gpus=[
-                GpuOut(index=g.index, uuid=g.uuid, model=g.model, memory_bytes=g.memory_bytes)
-                for g in hb.gpus
-            ],
-            cpus=hb.cpus,
-            memory_bytes=hb.memory_bytes,
-            simulated=hb.simulated,
+        node_out(
+            hb, seen, ctx.telemetry.latest_sample(hb.node, now), principal, now, hb.node in ctx.telemetry.lost
         )
         for seen, hb in sorted(ctx.telemetry.nodes.values(), key=lambda x: x[1].node)
     ]
+
+
+def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: bool) -> NodeOut:
+    readings = {r.index: r for r in sampled[1].gpus} if sampled is not None else {}
+
+    def gpu_out(g) -> GpuOut:
+        r = readings.get(g.index)
+        if r is None:
+            return GpuOut(index=g.index, uuid=g.uuid, model=g.model, memory_bytes=g.memory_bytes)
+        return GpuOut(
+            index=g.index,
+            uuid=g.uuid,
+            model=g.model,
+            memory_bytes=g.memory_bytes,
+            utilization_pct=r.utilization_pct,
+            memory_used_bytes=r.memory_used_bytes,
+            holders=[holder_out(principal, h.job_id, h.tenant, h.user, h.fraction) for h in r.holders],
+        )
+
+    return NodeOut(
+        node=hb.node,
+        state=NodeState.LOST if lost else NodeState.READY,
+        last_seen_seconds_ago=round(now - seen, 1),
+        gpus=[gpu_out(g) for g in hb.gpus],
+        cpus=hb.cpus,
+        memory_bytes=hb.memory_bytes,
+        simulated=hb.simulated,
+        sampled_seconds_ago=round(now - sampled[0], 1) if sampled is not None else None,
+    )
 
 
 @router.get("/services", response_model=list[ServiceOut])

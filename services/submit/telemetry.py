@@ -1,5 +1,6 @@
 """The latest heartbeat of every node and service, kept from the bus for `GET /v1/nodes` and `/v1/services`,
-with what the services' supervisor (`gpuyard up`) says of each process it runs (`service.status`).
+with what the services' supervisor (`gpuyard up`) says of each process it runs (`service.status`), and the
+latest `gpu.sample` of every node (the GPUs' live figures of `/v1/nodes`, what `gpuyard top` shows).
 
 A service instance is named by its host and pid, so every restart is a new one: an instance silent for
 FORGET_SERVICE_AFTER is forgotten (nodes keep their names and stay listed, lost or not).
@@ -23,6 +24,7 @@ from shared.bus import Bus
 from shared.events import (
     SERVICE_HEARTBEAT_SECONDS,
     CloudEvent,
+    GpuSample,
     NodeHeartbeat,
     NodeLost,
     ProcessState,
@@ -32,6 +34,9 @@ from shared.events import (
 )
 
 FORGET_SERVICE_AFTER = 86400.0
+SAMPLE_STALE_INTERVALS = 5
+"""A node's latest gpu.sample is shown for this many of its intervals (and at least SAMPLE_STALE_MIN_SECONDS)."""
+SAMPLE_STALE_MIN_SECONDS = 10.0
 
 Supervised = tuple[str, str]
 """A supervised process: (host, the supervisor's name of it)."""
@@ -51,10 +56,28 @@ class Telemetry:
         """The latest status of each supervised process."""
         self.supervised: dict[tuple[str, int], Supervised] = {}
         """(host, pid) of every process a status named -> the supervised process it was."""
+        self.samples: dict[str, tuple[float, GpuSample]] = {}
+        """The latest gpu.sample of each node: (its time, the sample)."""
         self._pruned = 0.0
 
+    def latest_sample(self, node: str, now: float | None = None) -> tuple[float, GpuSample] | None:
+        """The node's latest gpu.sample and its time, unless stale (older than its stale time)."""
+        now = time.time() if now is None else now
+        found = self.samples.get(node)
+        if found is None:
+            return None
+        taken_at, sample = found
+        if now - taken_at > max(SAMPLE_STALE_MIN_SECONDS, SAMPLE_STALE_INTERVALS * sample.interval_seconds):
+            return None
+        return found
+
     def observe(self, event: CloudEvent) -> None:
-        if isinstance(event.data, NodeHeartbeat):
+        if isinstance(event.data, GpuSample):
+            taken_at = event.time.timestamp()
+            held = self.samples.get(event.data.node)
+            if held is None or taken_at > held[0]:  # (a duplicate or an overtaken one changes nothing)
+                self.samples[event.data.node] = (taken_at, event.data)
+        elif isinstance(event.data, NodeHeartbeat):
             self.nodes[event.data.node] = (time.time(), event.data)
             self.lost.discard(event.data.node)
         elif isinstance(event.data, NodeLost):
@@ -144,6 +167,7 @@ class Telemetry:
         await bus.subscribe(Subject.SERVICE_HEARTBEAT.value, on_msg)
         await bus.subscribe(Subject.SERVICE_STATUS.value, on_msg)
         await bus.subscribe(Subject.NODE_LOST.value, on_msg)
+        await bus.subscribe(Subject.GPU_SAMPLE.value, on_msg)
 
 
 def _state(status: ServiceStatus | None, *, silent: bool) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
 from shared.alertbook import AlertBook
-from shared.events import AlertRaised, make_event
+from shared.events import AlertRaised, GpuHolder, GpuReading, make_event
+from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
 from shared.modelregistry import ModelRegistry
@@ -75,7 +77,18 @@ def build_app(folder: Path):
         value=1.5,
     )
     asyncio.run(AlertBook(store).record(make_event(alert, source="/fuzz")))
+    asyncio.run(one_gpu_sample(folder / "events.db"))  # so that the history and usage routes have one
     return create_app(ctx), (store, logs)
+
+
+async def one_gpu_sample(events_db: Path) -> None:
+    holder = GpuHolder(job_id="j1", tenant="vision", user="ana", fraction=0.5)
+    reading = GpuReading(
+        index=0, uuid="GPU-0", utilization_pct=50.0, memory_used_bytes=1 << 30, holders=[holder]
+    )
+    history = await GpuHistory.open(history_path_beside(events_db))
+    await history.add([GpuPoint.raw("node-1", reading, time.time() - 10, 1.0)])
+    await history.close()
 
 
 # built when the module is collected: schemathesis.pytest.from_fixture does not work with pytest 9

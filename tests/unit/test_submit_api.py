@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +14,8 @@ from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from shared.events import (
     FailureReason,
+    GpuHolder,
+    GpuReading,
     GpuShare,
     JobFailed,
     JobPending,
@@ -24,6 +27,7 @@ from shared.events import (
     PendingReason,
     ReplicaPlacement,
 )
+from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.jobspec import JobSpec
 from shared.ledger import JobLedger
 from shared.logstore import LogKey, open_log_store, split
@@ -338,6 +342,9 @@ ERRORS = {
     ("/v1/models/{name}/deployments", "get"): {401, 404, 422, 503},
     ("/v1/models/{name}/deployments", "delete"): {401, 404, 409, 422, 503},
     ("/v1/alerts", "get"): {401, 403, 422, 503},
+    ("/v1/usage", "get"): {401, 403, 422, 503},
+    ("/v1/gpus/history", "get"): {401, 422, 503},
+    ("/v1/jobs/{job_id}/gpu", "get"): {401, 404, 409, 422, 503},
     ("/healthz", "get"): set(),
 }
 
@@ -389,6 +396,12 @@ NOT_YOURS = {
     ("/v1/models/{name}/deployments", "get"): 404,
     ("/v1/models/{name}/deployments", "delete"): 404,
     ("/v1/alerts", "get"): 403,  # ?tenant=nlp (and its own list holds none of nlp's: tests/unit/monitor)
+    (
+        "/v1/usage",
+        "get",
+    ): 403,  # ?tenant=nlp (and its own usage holds none of nlp's: tests/unit/test_usage_api.py)
+    ("/v1/gpus/history", "get"): 200,  # the node's GPUs, nlp's job on them only as `other`
+    ("/v1/jobs/{job_id}/gpu", "get"): 404,
     ("/healthz", "get"): 200,
 }
 THEIR_MODEL = "nlp-private"
@@ -397,6 +410,7 @@ THEIR_MODEL = "nlp-private"
 def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx):
     theirs = submit(api, headers=NLP)["job_id"]
     asyncio.run(ctx.logs.append(split(LogKey(theirs, 1, 0), 0, b"nlp's secret output\n")))
+    asyncio.run(held_gpu_sample(ctx, theirs, "nlp", "node-1"))
     token_id = next(e.id for e in ctx.tokens.entries() if e.tenant == "nlp")
     schema = api.get("/openapi.json").json()
     assert {(path, method) for path, method, _ in operations(schema)} == set(NOT_YOURS)
@@ -411,8 +425,9 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1")
         body = {**SPEC, "tenant": "nlp"} if method == "post" and path == "/v1/jobs" else None
         body = {"public": True} if method == "patch" else body
-        tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get")) or "/models" in path
-        params = {"tenant": "nlp"} if tenant_param else None
+        tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get"), ("/v1/usage", "get"))
+        params = {"tenant": "nlp"} if tenant_param or "/models" in path else None
+        params = {"node": "node-1"} if path == "/v1/gpus/history" else params
         if (path, method) == ("/v1/models", "post"):
             params = {"name": "mine", "tenant": "nlp"}
             answer = api.post(url, params=params, content=tiny_model(), headers=VISION)
@@ -429,6 +444,20 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         api.get(f"/v1/models/{THEIR_MODEL}", headers=NLP).json()["versions"][0]["version"] == 1
     )  # it is there
     assert api.get("/v1/models/mine", params={"tenant": "nlp"}, headers=ADMIN).status_code == 404
+
+
+async def held_gpu_sample(ctx, job_id: str, tenant: str, node: str) -> None:
+    """One sample in the GPU history of a GPU of `node` held by `job_id`."""
+    reading = GpuReading(
+        index=0,
+        uuid="GPU-0",
+        utilization_pct=80.0,
+        memory_used_bytes=1 << 30,
+        holders=[GpuHolder(job_id=job_id, tenant=tenant, user="secret-user")],
+    )
+    history = await GpuHistory.open(history_path_beside(ctx.store.path))
+    await history.add([GpuPoint.raw(node, reading, time.time() - 5, 1.0)])
+    await history.close()
 
 
 def test_the_schema_of_a_spec_refuses_what_the_api_refuses(api):
