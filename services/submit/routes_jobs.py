@@ -31,7 +31,7 @@ MIN_PREFIX = 4
 AMBIGUOUS_SHOWN = 5
 
 
-async def _visible_job(ctx, principal, job_id: str) -> JobView:
+async def visible_job(ctx, principal, job_id: str) -> JobView:
     """The job `job_id` names, if the caller may see it: its full id, or a unique prefix of it (at least
     MIN_PREFIX characters) among the jobs the caller may see. Routes use the view's `job_id` from here on."""
     doc = await ctx.store.get_projection(job_id) if not is_model_stream(job_id) else None
@@ -161,7 +161,7 @@ async def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut, responses=answers(404, 409))
 async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobOut:
-    return job_out(await _visible_job(ctx, principal, job_id))
+    return job_out(await visible_job(ctx, principal, job_id))
 
 
 @router.get("/{job_id}/events", response_model=list[JobEventOut], responses=answers(404, 409))
@@ -169,7 +169,7 @@ async def job_events(
     job_id: str, ctx: Context, principal: CurrentPrincipal, after: Annotated[int, Query(ge=0)] = 0
 ) -> list[JobEventOut]:
     """The job's events in order, each with its version; ?after=N returns only those after version N."""
-    job_id = (await _visible_job(ctx, principal, job_id)).job_id
+    job_id = (await visible_job(ctx, principal, job_id)).job_id
     return [
         JobEventOut(version=s.version, event=s.event.to_dict())
         for s in await ctx.store.read_stream(job_id)
@@ -186,7 +186,7 @@ async def job_events(
 async def cancel_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> CancelOut:
     """A queued job is cancelled at once; a placed or running one is stopped by its executor (a serve job: by
     the serving service that holds it)."""
-    return await cancel(ctx, principal, (await _visible_job(ctx, principal, job_id)).job_id)
+    return await cancel(ctx, principal, (await visible_job(ctx, principal, job_id)).job_id)
 
 
 async def cancel(ctx: SubmitContext, principal: Principal, job_id: str) -> CancelOut:
@@ -248,7 +248,7 @@ async def job_logs(
     """A replica's combined stdout and stderr, streamed from the log store (the executor that ran it ships it
     there as it comes), in pieces: memory stays bounded whatever the size. ?tail=N: the last N lines;
     ?follow=true: goes on until the job ends; a `Range: bytes=…` header: that part of it (206)."""
-    view = await _visible_job(ctx, principal, job_id)
+    view = await visible_job(ctx, principal, job_id)
     job_id = view.job_id
     if replica >= view.spec.replicas:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 
 from services.submit.auth import Context, CurrentPrincipal
 from services.submit.errors import answers
-from services.submit.routes_jobs import _visible_job
+from services.submit.routes_jobs import visible_job
 from services.submit.routes_platform import holder_out
 from shared.api import (
     GpuHistoryOut,
@@ -189,7 +189,7 @@ async def job_gpu(
 ) -> JobGpuOut:
     """A job's GPUs over its run, as the GPU history has them: utilization and memory per GPU, its mean
     utilization, and its GPU-hours allocated and used."""
-    view = await _visible_job(ctx, principal, job_id)
+    view = await visible_job(ctx, principal, job_id)
     history = await history_of(request, ctx)
     start = view.created_at.timestamp()
     end = view.finished_at.timestamp() if view.finished_at is not None else time.time()
