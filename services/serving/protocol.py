@@ -194,7 +194,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         for raw in raw_outputs:
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
                 raise BadRequest("each requested output needs a 'name'")
-            output_parameters = _object(raw.get("parameters"), f"output '{raw['name']}' parameters")
+            output_parameters = _object(raw.get("parameters"), "output '{}' parameters", raw["name"])
             if "classification" in output_parameters:
                 raise BadRequest("the classification extension is not supported")
             binary = output_parameters.get("binary_data")
@@ -207,12 +207,13 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     return InferRequest(inputs, datatypes, outputs, binary_output, request_id, parameters)
 
 
-def _object(value, what: str) -> dict:
+def _object(value, what: str, name: str = "") -> dict:
+    """`value` when it is a JSON object ({} for none); BadRequest naming `what` (formatted with `name`) else."""
+    if type(value) is dict:
+        return value
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    return value
+    raise BadRequest(f"{what.format(name)} must be a JSON object")
 
 
 def _tensor_header(raw) -> tuple[str, str, tuple[int, ...], dict]:
@@ -223,9 +224,9 @@ def _tensor_header(raw) -> tuple[str, str, tuple[int, ...], dict]:
     if datatype not in DATATYPES:
         raise BadRequest(f"input '{name}': unknown datatype {datatype!r} (one of {', '.join(DATATYPES)})")
     shape = raw.get("shape")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is not list or any(type(d) is not int or d < 0 for d in shape):
         raise BadRequest(f"input '{name}': shape must be a list of non-negative integers, not {shape!r}")
-    return name, datatype, tuple(shape), _object(raw.get("parameters"), f"input '{name}' parameters")
+    return name, datatype, tuple(shape), _object(raw.get("parameters"), "input '{}' parameters", name)
 
 
 def from_binary(chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
