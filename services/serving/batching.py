@@ -49,9 +49,9 @@ class _Queued:
 
 class RunTimes:
     """What a run is expected to take, learnt from the runs made: per size class (the inputs' elements,
-    rounded up to a power of two), the recent wall time. A run is assumed no faster than a run of fewer
-    elements, so a size class never run yet is expected to take what the next larger one known does (None:
-    none known)."""
+    rounded up to a power of two), the recent time of a run (which clock: `Batcher`). A run is assumed no
+    faster than a run of fewer elements, so a size class never run yet is expected to take what the next
+    larger one known does (None: none known)."""
 
     def __init__(self) -> None:
         self._seconds: dict[int, float] = {}
