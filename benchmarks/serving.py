@@ -26,7 +26,11 @@ own cost is small and the same for every server: p50 and p99 at concurrency 1, t
 concurrency `--concurrency` (16). tritonclient.http measures the binary path at concurrency 1 (GPUYard, the
 null endpoint, and peers that speak the binary extension). Inside GPUYard's server, an ASGI wrapper times
 each request from the app's call to its last body byte and a proxy session times each `session.run`: the
-difference at concurrency 1 is the time spent in the platform beyond the model, given as a histogram.
+difference at concurrency 1 is the time spent in the platform beyond the model, given as a histogram. At
+concurrency 16 the CPU time of the server's process (every thread, from /proc) and of the load generator is
+divided by the requests answered: the null endpoint's is the cost of HTTP alone, which batching cannot save, and
+no server carries more requests a second than the null endpoint, so the batching target's figures give that
+ceiling too (`ceiling_speedup`: the null endpoint's throughput over the unbatched server's).
 
 Issue 26's targets are checked at the end (`targets`), each with its figures and whether it holds. stderr has
 a progress bar; stdout has one JSON object (benchmarks/rounds.py reads its fields), with `--markdown` preceded by tables.
@@ -476,6 +480,20 @@ async def closed_loop(
     return latencies, time.perf_counter() - started
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) of every thread of process `pid` so far; None where /proc is not there (the
+    server's own process: a peer's other processes, such as Ray's, do not count)."""
+    try:
+        ticks = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
@@ -570,8 +588,14 @@ async def measure_http(server: Server, body: bytes, json_length, expected, bench
         figures = {"c1": c1}
         if server.platform_timer:
             figures["platform_beyond_run"] = histogram(await platform_time(server.port))
+        server_cpu, client_cpu = process_cpu_seconds(server.process.pid), time.process_time()
         latencies, wall = await closed_loop(connections, body, args.requests, args.seconds, bench.tick)
-        figures[f"c{args.concurrency}"] = latency_figures(latencies, wall)
+        heavy = figures[f"c{args.concurrency}"] = latency_figures(latencies, wall)
+        if server_cpu is not None and (after := process_cpu_seconds(server.process.pid)) is not None:
+            heavy["server_cpu_us_per_request"] = round((after - server_cpu) / len(latencies) * 1e6, 1)
+        heavy["client_cpu_us_per_request"] = round(
+            (time.process_time() - client_cpu) / len(latencies) * 1e6, 1
+        )
         return figures
     finally:
         for connection in connections:
@@ -736,30 +760,34 @@ def targets_of_model(name: str, model: dict, concurrency: int) -> dict:
         platform_checks.append(check({"path": kind, "p50_ms": p50, "limit_ms": 0.3}, p50 <= 0.3))
     out["platform_beyond_run_p50_le_0_3ms"] = {"checks": platform_checks, "holds": all_hold(platform_checks)}
 
-    if name == "mlp":  # "the small model"
-        c = f"c{concurrency}"
-        batching_checks = []
-        for kind in ("binary", "json"):
-            off, on = pick(gy, kind, c), pick(servers, "gpuyard_batched", kind, c)
-            speedup = round(on["throughput_per_s"] / off["throughput_per_s"], 2)
-            batching_checks.append(
-                check(
-                    {
-                        "path": kind,
-                        "unbatched_per_s": off["throughput_per_s"],
-                        "batched_per_s": on["throughput_per_s"],
-                        "speedup": speedup,
-                        "limit_speedup": 3.0,
-                        "unbatched_p95_ms": off["p95_ms"],
-                        "batched_p95_ms": on["p95_ms"],
-                    },
-                    speedup >= 3.0 and on["p95_ms"] < off["p95_ms"],
-                )
-            )
-        out[f"dynamic_batching_3x_throughput_lower_p95_at_{c}"] = {
-            "checks": batching_checks,
-            "holds": all_hold(batching_checks),
+    c = f"c{concurrency}"
+    batching_checks = []
+    for kind in ("binary", "json"):
+        off, on = pick(gy, kind, c), pick(servers, "gpuyard_batched", kind, c)
+        null = pick(servers, "null", kind, c) or {}
+        speedup = round(on["throughput_per_s"] / off["throughput_per_s"], 2)
+        figures = {
+            "path": kind,
+            "unbatched_per_s": off["throughput_per_s"],
+            "batched_per_s": on["throughput_per_s"],
+            "speedup": speedup,
+            "limit_speedup": 3.0,
+            "unbatched_p95_ms": off["p95_ms"],
+            "batched_p95_ms": on["p95_ms"],
         }
+        if "throughput_per_s" in null:  # no server carries more than the null endpoint, which does nothing
+            figures["null_per_s"] = null["throughput_per_s"]
+            figures["ceiling_speedup"] = round(null["throughput_per_s"] / off["throughput_per_s"], 2)
+        for label, f in (("null", null), ("unbatched", off), ("batched", on)):
+            if "server_cpu_us_per_request" in f:
+                figures[f"{label}_server_cpu_us_per_request"] = f["server_cpu_us_per_request"]
+        batching_checks.append(check(figures, speedup >= 3.0 and on["p95_ms"] < off["p95_ms"]))
+    batching = out[f"dynamic_batching_3x_throughput_lower_p95_at_{c}"] = {
+        "checks": batching_checks,
+        "holds": all_hold(batching_checks),
+    }
+    if name != "mlp":  # what batching does where the model, not HTTP, is most of a request's time
+        batching["note"] = "issue 26 sets this target on the small model (mlp) only"
     return out
 
 
@@ -773,12 +801,13 @@ def markdown(result: dict) -> str:
         run = model["session_run"]
         lines += [
             f"\n### {name} (session.run p50 {run['c1']['p50_ms']} ms, batch of 16 {run['batch16']['p50_ms']} ms)\n",
-            f"| server | path | c1 p50 ms | c1 p99 ms | {c} req/s | {c} p95 ms | beyond run p50 ms |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            f"| server | path | c1 p50 ms | c1 p99 ms | {c} req/s | {c} p95 ms | {c} server CPU µs/request "
+            "| beyond run p50 ms |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for label, figures in model["servers"].items():
             if "error" in figures:
-                lines.append(f"| {label} | failed: {figures['error'][:80]!r} | | | | | |")
+                lines.append(f"| {label} | failed: {figures['error'][:80]!r} | | | | | | |")
                 continue
             for kind, f in figures.items():
                 heavy = f.get(c, {})
@@ -786,7 +815,7 @@ def markdown(result: dict) -> str:
                 lines.append(
                     f"| {label} | {kind} | {f['c1']['p50_ms']} | {f['c1']['p99_ms']} | "
                     f"{heavy.get('throughput_per_s', '')} | {heavy.get('p95_ms', '')} | "
-                    f"{'' if beyond is None else beyond} |"
+                    f"{heavy.get('server_cpu_us_per_request', '')} | {'' if beyond is None else beyond} |"
                 )
     lines += ["\n### Targets (issue 26)\n", "| model | target | holds |", "| --- | --- | --- |"]
     for name, targets in result["targets"].items():

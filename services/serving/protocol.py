@@ -45,6 +45,10 @@ DATATYPE_OF: dict[np.dtype, str] = {dtype: name for name, dtype in DATATYPES.ite
 
 _INTEGER_RANGE = {name: np.iinfo(dtype) for name, dtype in DATATYPES.items() if dtype.kind in "iu"}
 _LITTLE = sys.byteorder == "little"
+_decode_json = json.JSONDecoder().decode
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+"""`json.loads` and `json.dumps` without their per-call argument handling (json.dumps with any option builds a
+new encoder on every call): a few microseconds a request on the hot path."""
 
 
 def datatype_of(dtype: np.dtype) -> str:
@@ -137,7 +141,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
                 f"Inference-Header-Content-Length is {json_end} but the body has {len(body)} bytes"
             )
     try:
-        request = json.loads(body[:json_end] if json_end != len(body) else body)
+        request = _decode_json((body[:json_end] if json_end != len(body) else body).decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the request's JSON is malformed: {exc}") from None
     if not isinstance(request, dict):
@@ -190,7 +194,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         for raw in raw_outputs:
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
                 raise BadRequest("each requested output needs a 'name'")
-            output_parameters = _object(raw.get("parameters"), f"output '{raw['name']}' parameters")
+            output_parameters = _object(raw.get("parameters"), "output '{}' parameters", raw["name"])
             if "classification" in output_parameters:
                 raise BadRequest("the classification extension is not supported")
             binary = output_parameters.get("binary_data")
@@ -203,12 +207,13 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     return InferRequest(inputs, datatypes, outputs, binary_output, request_id, parameters)
 
 
-def _object(value, what: str) -> dict:
+def _object(value, what: str, name: str = "") -> dict:
+    """`value` when it is a JSON object ({} for none); BadRequest naming `what` (formatted with `name`) else."""
+    if type(value) is dict:
+        return value
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    return value
+    raise BadRequest(f"{what.format(name)} must be a JSON object")
 
 
 def _tensor_header(raw) -> tuple[str, str, tuple[int, ...], dict]:
@@ -219,9 +224,9 @@ def _tensor_header(raw) -> tuple[str, str, tuple[int, ...], dict]:
     if datatype not in DATATYPES:
         raise BadRequest(f"input '{name}': unknown datatype {datatype!r} (one of {', '.join(DATATYPES)})")
     shape = raw.get("shape")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is not list or any(type(d) is not int or d < 0 for d in shape):
         raise BadRequest(f"input '{name}': shape must be a list of non-negative integers, not {shape!r}")
-    return name, datatype, tuple(shape), _object(raw.get("parameters"), f"input '{name}' parameters")
+    return name, datatype, tuple(shape), _object(raw.get("parameters"), "input '{}' parameters", name)
 
 
 def from_binary(chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -343,7 +348,7 @@ def encode_response(
             tensor["data"] = to_json(array, datatype, name)
         tensors.append(tensor)
     response["outputs"] = tensors
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = _encode_json(response).encode()
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)

@@ -66,6 +66,8 @@ class OnnxModel:
     provider: str
     """The execution provider the session actually uses: CUDAExecutionProvider or CPUExecutionProvider."""
     sha256: str | None = None
+    intra_op_threads: int = 1
+    """ONNX Runtime's threads per run; with one, a run computes in the thread that calls it."""
     runs: int = 0
     """`session.run` calls so far (a batch is one)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -148,7 +150,7 @@ def load_onnx(
         raise ModelLoadError(f"ONNX Runtime cannot load the model: {exc}") from None
     inputs = {arg.name: _spec(arg) for arg in session.get_inputs()}
     outputs = {arg.name: _spec(arg) for arg in session.get_outputs()}
-    return OnnxModel(session, inputs, outputs, session.get_providers()[0], actual)
+    return OnnxModel(session, inputs, outputs, session.get_providers()[0], actual, intra_op_threads)
 
 
 def check_inputs(model: OnnxModel, given: dict[str, np.ndarray], datatypes: dict[str, str]) -> None:

@@ -4,11 +4,13 @@ never mixed across shapes, and off where it must be."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from services.serving.batching import Batcher
+from services.serving.batching import Batcher, RunTimes
 from services.serving.errors import ServingError, Unavailable
 from services.serving.runtime import load_onnx
 
@@ -138,3 +140,133 @@ async def test_a_caller_that_went_away_is_skipped(batcher_of):
     result = await batcher.infer({"x": x}, ["y"])
     np.testing.assert_allclose(result["y"], mlp(x), rtol=1e-5, atol=1e-5)
     assert [call["x"][0] for call in calls] == [1]
+
+
+async def test_requests_of_one_loop_iteration_make_one_batch_without_a_delay(batcher_of):
+    model = load_onnx(Mlp().bytes)
+    calls = recorded(model)
+    batcher = batcher_of(model, max_batch_size=16, max_queue_delay_us=0)
+    requests = [rows(1) for _ in range(6)]
+    await asyncio.gather(*(batcher.infer({"x": x}, ["y"]) for x in requests))  # all queued in one iteration
+    assert [call["x"][0] for call in calls] == [6]
+
+
+async def test_requests_queued_during_a_run_in_a_thread_leave_together_when_it_ends(batcher_of):
+    model = load_onnx(Mlp().bytes)
+    started, release = threading.Event(), threading.Event()
+    run = model.run
+
+    def held(feeds, outputs=None):
+        if not started.is_set():
+            started.set()
+            release.wait(5)
+        return run(feeds, outputs)
+
+    model.run = held
+    calls = recorded(model)
+    batcher = batcher_of(model, max_batch_size=16, max_queue_delay_us=0, inline_run_us=0)
+    first = asyncio.ensure_future(batcher.infer({"x": rows(1)}, ["y"]))
+    await asyncio.to_thread(started.wait, 5)
+    later = [asyncio.ensure_future(batcher.infer({"x": rows(1)}, ["y"])) for _ in range(5)]
+    for _ in range(10):  # loop iterations enough for any look at the queue: they stay queued
+        await asyncio.sleep(0)
+    assert len(calls) == 1
+    release.set()
+    await asyncio.gather(first, *later)
+    assert [call["x"][0] for call in calls] == [1, 5]
+
+
+def on_threads(model) -> list[int]:
+    """Record the thread of every `run` of `model`."""
+    threads: list[int] = []
+    run = model.run
+
+    def recording(feeds, outputs=None):
+        threads.append(threading.get_ident())
+        return run(feeds, outputs)
+
+    model.run = recording
+    return threads
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 8])
+async def test_a_short_run_stays_on_the_event_loop_once_it_is_known_short(max_batch_size, batcher_of):
+    mlp = Mlp()
+    model = load_onnx(mlp.bytes)
+    threads = on_threads(model)
+    batcher = batcher_of(model, max_batch_size=max_batch_size, inline_run_us=50_000)
+    for _ in range(3):
+        x = rows(1)
+        np.testing.assert_allclose((await batcher.infer({"x": x}, ["y"]))["y"], mlp(x), rtol=1e-5, atol=1e-5)
+    loop_thread = threading.get_ident()
+    assert threads[0] != loop_thread  # never run yet: in a thread
+    assert threads[1:] == [loop_thread, loop_thread]
+    assert batcher.inline_runs == 2
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 8])
+async def test_a_long_run_stays_in_a_thread(max_batch_size, batcher_of):
+    model = load_onnx(Mlp().bytes)
+    threads = on_threads(model)
+    run = model.run
+
+    def slow(feeds, outputs=None):
+        spin_until = time.thread_time() + 0.005  # 5 ms of CPU, as a larger model's run
+        while time.thread_time() < spin_until:
+            pass
+        return run(feeds, outputs)
+
+    model.run = slow
+    batcher = batcher_of(model, max_batch_size=max_batch_size, inline_run_us=1_000)
+    for _ in range(3):
+        await batcher.infer({"x": rows(1)}, ["y"])
+    assert threading.get_ident() not in threads and len(threads) == 3
+    assert batcher.inline_runs == 0
+
+
+async def test_a_failed_inline_batch_fails_its_requests_and_the_next_batch_still_runs(batcher_of):
+    mlp = Mlp()
+    model = load_onnx(mlp.bytes)
+    run = model.run
+    failing = [False]
+
+    def flaky(feeds, outputs=None):
+        if failing[0]:
+            raise ServingError("the model failed: boom")
+        return run(feeds, outputs)
+
+    model.run = flaky
+    batcher = batcher_of(model, max_batch_size=8, inline_run_us=50_000)
+    await batcher.infer({"x": rows(3)}, ["y"])  # learnt short: batches of up to 3 rows run on the loop
+    failing[0] = True
+    results = await asyncio.gather(
+        *(batcher.infer({"x": rows(1)}, ["y"]) for _ in range(3)), return_exceptions=True
+    )
+    assert [str(r) for r in results] == ["the model failed: boom"] * 3
+    failing[0] = False
+    x = rows(2)
+    np.testing.assert_allclose((await batcher.infer({"x": x}, ["y"]))["y"], mlp(x), rtol=1e-5, atol=1e-5)
+    assert batcher.inline_runs == 2
+
+
+async def test_the_split_outputs_are_views_of_the_batch_output(batcher_of):
+    model = load_onnx(Mlp().bytes)
+    batcher = batcher_of(model, max_batch_size=8)
+    results = await asyncio.gather(*(batcher.infer({"x": rows(n)}, ["y"]) for n in (1, 2, 3)))
+    base = results[0]["y"].base
+    assert base is not None and all(result["y"].base is base for result in results)
+    assert [result["y"].shape[0] for result in results] == [1, 2, 3]
+
+
+def test_run_times_fall_at_once_rise_slowly_and_answer_for_smaller_sizes():
+    times = RunTimes()
+    assert times.expected(RunTimes.size_class({"x": np.zeros((3, 5))})) is None  # 15 elements: class 16
+    assert RunTimes.size_class({"x": np.zeros((3, 5))}) == 16
+    assert RunTimes.size_class({"x": np.zeros((2, 8)), "m": np.zeros((2, 8))}) == 32
+    times.record(16, 0.008)
+    times.record(16, 0.001)
+    assert times.expected(16) == 0.001  # a faster run: at once
+    times.record(16, 0.009)
+    assert times.expected(16) == pytest.approx(0.002)  # a slower one: an eighth of the way
+    assert times.expected(4) == pytest.approx(0.002)  # no faster than a run of more elements
+    assert times.expected(64) is None  # nor known from fewer
