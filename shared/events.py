@@ -336,7 +336,6 @@ class FailureReason(StrEnum):
     CUDA_OOM = "cuda_oom"
     TIMEOUT = "timeout"
     NODE_LOST = "node_lost"
-    GPU_UNHEALTHY = "gpu_unhealthy"
     GPU_MEMORY_EXCEEDED = "gpu_memory_exceeded"
     EXECUTOR_RESTARTED = "executor_restarted"
 
@@ -345,6 +344,7 @@ class RequeueReason(StrEnum):
     RETRY = "retry"
     PREEMPTED = "preempted"
     NODE_LOST = "node_lost"
+    GPU_UNHEALTHY = "gpu_unhealthy"
 
 
 @event(Subject.JOB_SUBMITTED)
