@@ -118,9 +118,10 @@ def _never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Bloc
 
 
 def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker:
-    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster). With
+    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster), with the GPUs
+    and nodes out of service said (`out_of_service`). With
     `index.restrict` set (`scarcity`: nodes kept for jobs that fit nowhere else), on the nodes it leaves."""
-    blocker = _no_room_now(index, job, demand)
+    blocker = out_of_service(index, _no_room_now(index, job, demand))
     if index.restrict is None:
         return blocker
     kept = int((index.schedulable & ~index.restrict).sum())

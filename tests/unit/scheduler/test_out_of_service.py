@@ -24,6 +24,7 @@ def test_an_unusable_gpu_is_skipped_and_the_nodes_other_gpus_still_take_work():
     assert where(result, "j1") == [("a", (0,))]
     assert "j2" not in {p.job_id for p in result.placements}
     assert result.pending["j2"].code == PendingCode.INSUFFICIENT_GPUS
+    assert "1 GPU unhealthy or cordoned" in result.pending["j2"].message  # (it waits for GPU 0 to free)
 
 
 def test_fractions_never_go_on_an_unusable_gpu():
