@@ -462,12 +462,13 @@ class SchedulerService:
         data = JobRequeued(
             job_id=job.job_id, attempt=job.attempt + 1, reason=RequeueReason.GPU_UNHEALTHY, message=message
         )
-        log.warning("job %s requeued: %s", job.job_id, message)
         outcome = await self.ledger.record(
             job.job_id,
             lambda v: data if v and v.state in ACTIVE_STATES and v.attempt + 1 == data.attempt else None,
             event_id=lambda _v: derived_id(job.job_id, job.attempt, "requeued"),
         )
+        if outcome.applied:
+            log.warning("job %s requeued: %s", job.job_id, message)
         if outcome.view is not None:
             self.view.put_job(outcome.view)
 

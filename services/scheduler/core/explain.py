@@ -50,7 +50,10 @@ def out_of_service(index: CapacityIndex, blocker: R.Blocker | None) -> R.Blocker
     a job that fits no more because of them says why."""
     if blocker is None:
         return None
-    gpus, nodes = index.blocked_gpus, int((~index.schedulable).sum())
+    counts = index.memo.get("out_of_service")  # (fixed for the index's life: a node change rebuilds it)
+    if counts is None:
+        counts = index.memo["out_of_service"] = (index.blocked_gpus, int((~index.schedulable).sum()))
+    gpus, nodes = counts
     if not gpus and not nodes:
         return blocker
     parts = []
