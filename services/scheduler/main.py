@@ -436,8 +436,10 @@ class SchedulerService:
         due, self.controls_due = self.controls_due, set()
         for name in sorted(due):
             control = self.view.controls.get(name)
-            if control is None:
-                continue
+            if control is None or not (
+                control.draining or any(g.unhealthy or g.draining for g in control.gpus.values())
+            ):
+                continue  # (a cordon alone stops nothing that runs)
             unhealthy = control.unhealthy
             for job in self.view.jobs_on_gpus(name, set(unhealthy)) if unhealthy else ():
                 why = "; ".join(

@@ -21,7 +21,9 @@ from shared.nodecontrol import NodeControl
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=answers(400, 401, 403, 404, 413))
-NodeName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+NodeName = Annotated[
+    str, Path(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", examples=["node-1"])
+]
 
 
 def control_out(control: NodeControl) -> NodeControlOut:
