@@ -185,7 +185,7 @@ class SchedulerService:
         while True:
             await asyncio.sleep(self.settings.resync_interval)
             await self.recheck()
-            self.controls_due.update(self.view.controls)  # (a job placed as a control arrived)
+            await self.load_controls()  # (a control the bus did not bring, a job placed as one arrived)
             self.wake.set()
 
     async def recheck(self) -> None:

@@ -161,3 +161,14 @@ async def test_a_drain_preempts_the_jobs_there_with_the_grace_period(store):
     preempted = s.view.jobs["j1"].preempt_requested
     assert preempted is not None and preempted.reason.startswith("drain")
     assert preempted.grace_seconds == s.settings.preemption_grace
+
+
+async def test_a_mark_the_bus_never_brought_is_read_at_the_next_resync(store):
+    await running_on(store, "j1", gpu=1)
+    s = await leader(store)
+    await nodecontrol.record(store, make_event(unhealthy, source="/monitor"))  # recorded, never published
+    await s.cycle()
+    assert s.view.jobs["j1"].state == JobState.RUNNING
+    await s.load_controls()  # what `resync` does every resync_interval
+    await s.cycle()
+    assert (await s.ledger.load("j1")).attempt == 2
