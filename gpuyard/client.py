@@ -29,6 +29,7 @@ from shared.api import (
     ModelOut,
     ModelPublishedOut,
     ModelVersionOut,
+    NodeControlOut,
     NodeOut,
     ServiceOut,
     TokenCreated,
@@ -216,6 +217,13 @@ class Client:
 
     def nodes(self) -> list[NodeOut]:
         return self.answer(list[NodeOut], "GET", "/v1/nodes")
+
+    def node_control(
+        self, node: str, action: str, gpu: int | None = None, reason: str = ""
+    ) -> NodeControlOut:
+        """Cordon, drain or uncordon a node, or one GPU of it (admin token)."""
+        body = {"gpu": gpu, "reason": reason}
+        return self.answer(NodeControlOut, "POST", f"/v1/nodes/{node}/{action}", json=body)
 
     def usage(self, since: str = "7d", by: str = "tenant", tenant: str | None = None) -> UsageOut:
         """GPU-hours allocated and used over the window, per tenant, user or job."""

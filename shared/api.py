@@ -162,6 +162,10 @@ class JobEventOut(Out):
 class NodeState(StrEnum):
     READY = "ready"
     LOST = "lost"
+    CORDONED = "cordoned"
+    """An admin's cordon: nothing new is placed on it, its running jobs stay."""
+    DRAINING = "draining"
+    """An admin's drain: cordoned, and its running jobs preempted and requeued."""
 
 
 class GpuHolderOut(Out):
@@ -182,11 +186,19 @@ class GpuOut(Out):
     utilization_pct: float | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
     memory_used_bytes: int | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
     holders: list[GpuHolderOut] = Field(default_factory=list, description="From the latest gpu.sample.")
+    healthy: bool = Field(
+        True, description="False once its monitor saw a fatal XID, uncorrected ECC, or lost."
+    )
+    unhealthy_reason: str | None = None
+    cordoned: bool = Field(False, description="Cordoned or drained on its own, or with its node.")
 
 
 class NodeOut(Out):
     node: str
-    state: NodeState = Field(description="ready, or lost (the scheduler gave up on its heartbeat)")
+    state: NodeState = Field(
+        description="ready; lost (the scheduler gave up on its heartbeat); cordoned or draining (an admin's)"
+    )
+    reason: str = Field("", description="The reason given with the node's last cordon, drain or uncordon.")
     last_seen_seconds_ago: float
     gpus: list[GpuOut]
     cpus: float
@@ -196,6 +208,26 @@ class NodeOut(Out):
         None,
         description="Age of the node's latest gpu.sample (None: none fresh); GPUs' live figures from it.",
     )
+
+
+class NodeControlIn(Strict):
+    """`POST /v1/nodes/{node}/cordon|drain|uncordon`: the whole node, or one GPU of it."""
+
+    gpu: int | None = Field(None, ge=0, le=1023, description="One GPU of the node (its index).")
+    reason: str = Field("", max_length=500)
+
+
+class NodeControlOut(Out):
+    """A node's cordons and unhealthy GPUs after the change."""
+
+    node: str
+    cordoned: bool
+    draining: bool
+    reason: str = ""
+    by: str = ""
+    cordoned_gpus: list[int] = Field(default_factory=list)
+    draining_gpus: list[int] = Field(default_factory=list)
+    unhealthy_gpus: dict[int, str] = Field(default_factory=dict, description="GPU index -> why.")
 
 
 class ServiceState(StrEnum):

@@ -97,7 +97,8 @@ GRANTS: dict[Role, Grant] = {
     Role.SUBMIT: Grant(
         publishes=HEARTBEAT
         | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED}  # a queued job's
-        | MODEL_EVENTS,  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
+        | MODEL_EVENTS  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
+        | {Subject.NODE_CONTROL},  # an admin's cordon, drain, uncordon
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE) and the nodes' and services' heartbeats
         reads_dead_letters=True,
     ),
@@ -126,7 +127,8 @@ GRANTS: dict[Role, Grant] = {
         dead_letters=True,
     ),
     Role.MONITOR: Grant(
-        publishes=HEARTBEAT | {Subject.GPU_SAMPLE, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
+        publishes=HEARTBEAT
+        | {Subject.GPU_SAMPLE, Subject.NODE_GPU_HEALTH, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
         listens=(
             Subject.GPU_SAMPLE.value,
         ),  # every node's samples: one monitor's /metrics covers the cluster

@@ -16,6 +16,7 @@ from shared.events import (
     CloudEvent,
     ExecutionProvider,
     FailureReason,
+    GpuHealthChanged,
     GpuHolder,
     GpuInfo,
     GpuProcessUse,
@@ -38,6 +39,8 @@ from shared.events import (
     ModelPublished,
     ModelReady,
     ModelVisibilityChanged,
+    NodeAction,
+    NodeControlChanged,
     NodeHeartbeat,
     NodeLost,
     PendingReason,
@@ -127,6 +130,17 @@ EXAMPLES = {
         memory_bytes=256 * 2**30,
     ),
     Subject.NODE_LOST: NodeLost(node="node-1", last_seen=T, message="heartbeat lost"),
+    Subject.NODE_GPU_HEALTH: GpuHealthChanged(
+        node="node-1",
+        index=1,
+        uuid="GPU-8a1e…",
+        reason="xid",
+        message="fatal XID 79 (fallen off the bus)",
+        xid=79,
+    ),
+    Subject.NODE_CONTROL: NodeControlChanged(
+        node="node-1", gpu=1, action=NodeAction.CORDON, by="admin", reason="replacing the fan"
+    ),
     Subject.GPU_SAMPLE: GpuSample(
         node="node-1",
         interval_seconds=1.0,

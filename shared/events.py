@@ -74,6 +74,8 @@ class Subject(StrEnum):
     JOB_REQUEUED = "job.requeued"
     NODE_HEARTBEAT = "node.heartbeat"
     NODE_LOST = "node.lost"
+    NODE_GPU_HEALTH = "node.gpu_health"
+    NODE_CONTROL = "node.control"
     GPU_SAMPLE = "gpu.sample"
     SERVICE_HEARTBEAT = "service.heartbeat"
     SERVICE_STATUS = "service.status"
@@ -184,9 +186,16 @@ class StreamDef(BaseModel):
 
 EVENTS_STREAM = StreamDef(
     name="GPUYARD_EVENTS",
-    subjects=[Wildcard.JOB, Wildcard.MODEL, Wildcard.ALERT, Subject.NODE_LOST],
+    subjects=[
+        Wildcard.JOB,
+        Wildcard.MODEL,
+        Wildcard.ALERT,
+        Subject.NODE_LOST,
+        Subject.NODE_GPU_HEALTH,
+        Subject.NODE_CONTROL,
+    ],
     max_age_seconds=30 * 86400,
-    description="State changes: jobs, models, alerts, lost nodes. Kept 30 days.",
+    description="State changes: jobs, models, alerts, lost nodes, GPU health, cordons. Kept 30 days.",
 )
 TELEMETRY_STREAM = StreamDef(
     name="GPUYARD_TELEMETRY",
@@ -335,6 +344,7 @@ class RequeueReason(StrEnum):
     RETRY = "retry"
     PREEMPTED = "preempted"
     NODE_LOST = "node_lost"
+    GPU_UNHEALTHY = "gpu_unhealthy"
 
 
 @event(Subject.JOB_SUBMITTED)
@@ -482,6 +492,40 @@ class NodeLost(EventData):
     node: str
     last_seen: datetime
     message: str = ""
+
+
+@event(Subject.NODE_GPU_HEALTH)
+class GpuHealthChanged(EventData):
+    """A GPU's health as its node's monitor judges it from its own samples: unhealthy after a fatal XID, an
+    uncorrected ECC error or the GPU lost (`services/monitor/health.py`). Only an admin's uncordon makes it
+    healthy again (a `node.control`): the monitor never publishes `healthy: true` on its own."""
+
+    node: str
+    index: int = Field(..., ge=0)
+    uuid: str = ""
+    healthy: bool = False
+    reason: str = Field(..., description="Why, for machines: xid, ecc_uncorrected, lost.")
+    message: str = Field("", description="Why, for people (the XID code, the error count).")
+    xid: int | None = None
+
+
+class NodeAction(StrEnum):
+    CORDON = "cordon"
+    DRAIN = "drain"
+    UNCORDON = "uncordon"
+
+
+@event(Subject.NODE_CONTROL)
+class NodeControlChanged(EventData):
+    """An admin cordoned, drained or uncordoned a node, or one GPU of it (`gpu` set). Cordon: nothing new is
+    placed there, running jobs stay. Drain: a cordon, and the running jobs there are stopped like preempted
+    ones and requeued. Uncordon: both undone, and an unhealthy mark cleared."""
+
+    node: str
+    gpu: int | None = Field(None, ge=0, description="One GPU of the node (its index); None: the whole node.")
+    action: NodeAction
+    by: str = Field("", description="Who asked (the admin's name).")
+    reason: str = ""
 
 
 class GpuProcessUse(BaseModel):

@@ -1,7 +1,8 @@
 """The monitor service, one per node: samples the node's GPUs every `sample_interval` and publishes each sample
 as one `gpu.sample` (every GPU of the node), takes in every node's samples (`ingest.py`), keeps the live jobs
 from the event store (`jobs.py`: the holders of each GPU, the platform figures), serves Prometheus `/metrics`
-(`metrics.py`), and writes its node's samples to the GPU history (`history.py`). docs/monitor.md says what it
+(`metrics.py`), writes its node's samples to the GPU history (`history.py`), and marks its node's GPUs
+unhealthy from their samples (`health.py`). docs/monitor.md says what it
 does and what it exports.
 """
 
@@ -13,13 +14,13 @@ import logging
 import time
 
 from services.monitor.alertservice import run_alerts
+from services.monitor.health import HealthMarker
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
 from services.monitor.metrics import MetricsServer, make_registry
 from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler, choose_sampler
-from shared.bus import entity_of
 from shared.buspermissions import Role, permissions
 from shared.events import GpuSample, Subject, make_event
 from shared.gpuhistory import GpuHistory, history_path_of_url
@@ -66,6 +67,8 @@ class Monitor:
             else None
         )
         self.sampler: NodeSampler | None = choose_sampler(settings, nvml)
+        self.health = HealthMarker(service, self.node)
+        self.health.attach(self.ingest)
         self.metrics: MetricsServer | None = None
         self.published = 0
 
@@ -73,7 +76,7 @@ class Monitor:
         self.serve_metrics()
         if self.cluster:
             await self.listen()
-        tasks = []
+        tasks = [self.service.spawn(self.health.run(), "monitor-health")]
         if self.jobs is not None:
             tasks.append(self.service.spawn(self.follow_jobs(), "monitor-jobs"))
         if self.sampler is not None:
@@ -126,8 +129,8 @@ class Monitor:
             return
 
         async def received(msg) -> None:
-            if entity_of(msg) == self.node:
-                return  # our own, already taken in
+            # our own samples too: the one taken in straight from the sampler is passed over (not newer),
+            # and one this node's monitor credentials published otherwise is judged for GPU health
             self.ingest.ingest_json(msg.data)
 
         await self.service.bus.subscribe(Subject.GPU_SAMPLE.value, received)

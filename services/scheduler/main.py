@@ -22,6 +22,7 @@ from services.scheduler.core import CycleResult, Pending, Placement, SchedulerCo
 from services.scheduler.core.reasons import Reason
 from services.scheduler.heartbeats import heartbeat_problem
 from services.scheduler.view import ClusterView, to_placement
+from shared import nodecontrol
 from shared.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
@@ -29,15 +30,17 @@ from shared.events import (
     JobPending,
     JobPlaced,
     JobPreempted,
+    JobRequeued,
     NodeHeartbeat,
     NodeLost,
     PendingReason,
+    RequeueReason,
     Subject,
     derived_id,
     make_event,
     subject_filter,
 )
-from shared.jobstate import JobState, JobView
+from shared.jobstate import ACTIVE_STATES, JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
 from shared.reasons import WAITING_ITS_TURN
@@ -71,6 +74,12 @@ NOT_FOLLOWED = {  # and why it needs no others (a test checks that every job eve
 `recheck` compares versions with the store: a follower misses nothing by not reading the leader's own events.
 Not following them spares NATS their delivery and the scheduler their decoding: in a deep drain, more than
 half of a job's events (its placement, the reasons it waits, its replicas' exits)."""
+
+NODE_CONTROLS = (Subject.NODE_GPU_HEALTH, Subject.NODE_CONTROL)
+"""The node events the scheduler follows (an unhealthy GPU, an admin's cordon, drain, uncordon): each says
+only which node's controls to read again from the event store (`shared.nodecontrol`)."""
+DRAIN_REASON = "drain"
+"""`job.preempted`'s reason for the jobs of a drained node or GPU (requeued like preempted ones)."""
 
 CHANGES_DECISIONS = {  # events after which a cycle may decide something new
     Subject.JOB_SUBMITTED,
@@ -123,6 +132,7 @@ class SchedulerService:
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
+        self.controls_due: set[str] = set()  # nodes whose unhealthy or drained GPUs' jobs the leader looks at
         self.lease = Lease(
             service.bus,
             "scheduler",
@@ -146,11 +156,36 @@ class SchedulerService:
             cursor = page.next_cursor
         self.dirty |= set(self.view.jobs) - listed  # ended (or changed) since: the ledger will say
         await self.refresh_dirty()
+        await self.load_controls()
+
+    async def load_controls(self) -> None:
+        """Every node's cordons and unhealthy GPUs from the event store (they outlive any process)."""
+        for control in (await nodecontrol.load_all(self.service.store)).values():
+            self.view.control(control)
+            self.controls_due.add(control.node)
+
+    async def on_node_control(self, event: CloudEvent, _msg=None) -> None:
+        """A GPU marked unhealthy, or an admin's cordon, drain, uncordon: the node's controls are read again
+        from the event store (an event it does not hold changes nothing)."""
+        node = getattr(event.data, "node", None)
+        if not node:
+            return
+        control = await nodecontrol.read(self.service.store, node)
+        self.view.control(control)
+        self.controls_due.add(node)
+        log.info(
+            "node %s: %s%s",
+            node,
+            "cordoned" if control.cordoned else "schedulable",
+            "".join(f"; GPU {i}: {why}" for i, why in sorted(control.unhealthy.items())),
+        )
+        self.wake.set()
 
     async def resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_interval)
             await self.recheck()
+            await self.load_controls()  # (a control the bus did not bring, a job placed as one arrived)
             self.wake.set()
 
     async def recheck(self) -> None:
@@ -230,6 +265,7 @@ class SchedulerService:
             self.view.waiting.prepare()
             return
         await self.check_nodes()
+        await self.act_on_controls()
         await self.decide_and_record()
 
     def forget_left(self) -> None:
@@ -393,6 +429,66 @@ class SchedulerService:
             for job in self.view.jobs_on(name):
                 await self.requeue_lost(job, name)
 
+    async def act_on_controls(self) -> None:
+        """The jobs on an unhealthy GPU are requeued (`gpu_unhealthy`); those on a drained node or GPU are
+        preempted with a grace period (then requeued as preempted jobs are). Idempotent: each is decided once
+        per attempt."""
+        due, self.controls_due = self.controls_due, set()
+        for name in sorted(due):
+            control = self.view.controls.get(name)
+            if control is None or not (
+                control.draining or any(g.unhealthy or g.draining for g in control.gpus.values())
+            ):
+                continue  # (a cordon alone stops nothing that runs)
+            unhealthy = control.unhealthy
+            for job in self.view.jobs_on_gpus(name, set(unhealthy)) if unhealthy else ():
+                why = "; ".join(
+                    f"GPU {i} of node {name} is unhealthy: {unhealthy[i]}"
+                    for p in job.placements
+                    if p.node == name
+                    for i in sorted({g.index for g in p.gpus} & set(unhealthy))
+                )
+                await self.requeue_unhealthy(job, why)
+            if control.draining:
+                drained = self.view.jobs_on(name)
+            else:
+                gpus = {i for i, g in control.gpus.items() if g.draining}
+                drained = self.view.jobs_on_gpus(name, gpus) if gpus else []
+            for job in drained:
+                if job.job_id in self.view.jobs and job.preempt_requested is None:
+                    await self.preempt_drained(job, name)
+
+    async def requeue_unhealthy(self, job: JobView, message: str) -> None:
+        """As a lost node's jobs are requeued: a new attempt, and the executor stops what is left of the old
+        one when it reads the requeue (SIGTERM, its grace period, then SIGKILL)."""
+        data = JobRequeued(
+            job_id=job.job_id, attempt=job.attempt + 1, reason=RequeueReason.GPU_UNHEALTHY, message=message
+        )
+        outcome = await self.ledger.record(
+            job.job_id,
+            lambda v: data if v and v.state in ACTIVE_STATES and v.attempt + 1 == data.attempt else None,
+            event_id=lambda _v: derived_id(job.job_id, job.attempt, "requeued"),
+        )
+        if outcome.applied:
+            log.warning("job %s requeued: %s", job.job_id, message)
+        if outcome.view is not None:
+            self.view.put_job(outcome.view)
+
+    async def preempt_drained(self, job: JobView, node: str) -> None:
+        data = JobPreempted(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            reason=f"{DRAIN_REASON}: node {node} is being drained",
+            grace_seconds=self.settings.preemption_grace,
+        )
+        outcome = await self.ledger.record(
+            job.job_id,
+            lambda v: data if v and v.state in ACTIVE_STATES and v.attempt == data.attempt else None,
+            event_id=lambda _v: derived_id(job.job_id, job.attempt, "preempted"),
+        )
+        if outcome.view is not None:
+            self.view.put_job(outcome.view)
+
     async def requeue_lost(self, job: JobView, node: str) -> None:
         outcome = await self.ledger.requeue_lost(job, f"node {node} stopped sending heartbeats")
         if outcome.view is not None:
@@ -409,6 +505,11 @@ async def main(service: Service, settings: SchedulerSettings) -> None:
     )
     await service.bus.watch(
         [subject_filter(subject) for subject in FOLLOWED], scheduler.on_job_event, stream=EVENTS_STREAM.name
+    )
+    await service.bus.watch(
+        [subject_filter(subject) for subject in NODE_CONTROLS],
+        scheduler.on_node_control,
+        stream=EVENTS_STREAM.name,
     )
     await scheduler.load()
     log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))

@@ -21,6 +21,7 @@ from services.scheduler.core import (
 )
 from shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
+from shared.nodecontrol import NodeControl
 
 
 @dataclass(slots=True)
@@ -48,12 +49,17 @@ def job_request(view: JobView) -> JobRequest:
     )
 
 
-def node_of(hb: NodeHeartbeat) -> Node:
+def node_of(hb: NodeHeartbeat, control: NodeControl | None = None) -> Node:
+    """The core's node: a cordoned node is not schedulable, an unhealthy or cordoned GPU not usable."""
     return Node(
         name=hb.node,
-        gpus=[Gpu(g.index, g.model, g.memory_bytes, g.uuid) for g in hb.gpus],
+        gpus=[
+            Gpu(g.index, g.model, g.memory_bytes, g.uuid, usable=control is None or control.usable(g.index))
+            for g in hb.gpus
+        ],
         cpus=hb.cpus,
         memory=hb.memory_bytes,
+        schedulable=control is None or not control.cordoned,
     )
 
 
@@ -84,6 +90,8 @@ def to_placement(a: ReplicaAssignment, node: NodeHeartbeat | None) -> ReplicaPla
 class ClusterView:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
+        self.controls: dict[str, NodeControl] = {}
+        """Each node's cordons and unhealthy GPUs (`shared.nodecontrol`), kept across its heartbeats."""
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
         self.queued_since: dict[str, float] = {}
@@ -98,8 +106,15 @@ class ClusterView:
         """Returns True when the node is new (or its inventory changed)."""
         old = self.nodes.get(hb.node)
         self.nodes[hb.node] = NodeRecord(hb, now or time.time())
-        self.held.put_node(node_of(hb))  # nothing happens when it is unchanged
+        self.held.put_node(node_of(hb, self.controls.get(hb.node)))  # nothing happens when it is unchanged
         return old is None or old.heartbeat.gpus != hb.gpus
+
+    def control(self, control: NodeControl) -> None:
+        """A node's controls as the event store holds them now (newer than any known before)."""
+        self.controls[control.node] = control
+        rec = self.nodes.get(control.node)
+        if rec is not None:
+            self.held.put_node(node_of(rec.heartbeat, control))
 
     def lost_nodes(self, timeout: float, now: float | None = None) -> list[NodeRecord]:
         now = now or time.time()
@@ -156,6 +171,14 @@ class ClusterView:
             j
             for j in self.jobs.values()
             if j.state in ACTIVE_STATES and any(p.node == node for p in j.placements)
+        ]
+
+    def jobs_on_gpus(self, node: str, gpus: set[int]) -> list[JobView]:
+        """The active jobs holding any of these GPUs of `node`."""
+        return [
+            j
+            for j in self.jobs_on(node)
+            if any(p.node == node and any(g.index in gpus for g in p.gpus) for p in j.placements)
         ]
 
     def queue(self) -> list[JobRequest]:

@@ -16,6 +16,7 @@ from services.submit import (
     routes_alerts,
     routes_jobs,
     routes_models,
+    routes_nodes,
     routes_platform,
     routes_usage,
 )
@@ -103,6 +104,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     )
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
+    app.include_router(routes_nodes.router)
     app.include_router(routes_models.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)

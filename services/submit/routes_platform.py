@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
 from services.submit.errors import answers
+from shared import nodecontrol
 from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut
 from shared.events import CloudEvent, Subject, tenant_of_subject
 from shared.tokens import Principal
@@ -124,23 +125,47 @@ async def dead_letters(
 @router.get("/nodes", response_model=list[NodeOut])
 async def nodes(ctx: Context, principal: CurrentPrincipal) -> list[NodeOut]:
     """The nodes, each GPU with its live figures and holders from the node's latest `gpu.sample` (another
-    tenant's holder only as `other`, with its share)."""
+    tenant's holder only as `other`, with its share), its health and cordon, and each node's state."""
     now = time.time()
+    controls = await nodecontrol.load_all(ctx.store)
     return [
         node_out(
-            hb, seen, ctx.telemetry.latest_sample(hb.node, now), principal, now, hb.node in ctx.telemetry.lost
+            hb,
+            seen,
+            ctx.telemetry.latest_sample(hb.node, now),
+            principal,
+            now,
+            hb.node in ctx.telemetry.lost,
+            controls.get(hb.node),
         )
         for seen, hb in sorted(ctx.telemetry.nodes.values(), key=lambda x: x[1].node)
     ]
 
 
-def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: bool) -> NodeOut:
+def node_state(lost: bool, control: nodecontrol.NodeControl | None) -> NodeState:
+    if lost:
+        return NodeState.LOST
+    if control is not None and control.draining:
+        return NodeState.DRAINING
+    if control is not None and control.cordoned:
+        return NodeState.CORDONED
+    return NodeState.READY
+
+
+def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: bool, control=None) -> NodeOut:
     readings = {r.index: r for r in sampled[1].gpus} if sampled is not None else {}
+    control = control or nodecontrol.NodeControl(node=hb.node)
 
     def gpu_out(g) -> GpuOut:
         r = readings.get(g.index)
+        c = control.gpu(g.index)
+        marks = {
+            "healthy": c.unhealthy is None,
+            "unhealthy_reason": c.unhealthy,
+            "cordoned": control.cordoned or c.cordoned,
+        }
         if r is None:
-            return GpuOut(index=g.index, uuid=g.uuid, model=g.model, memory_bytes=g.memory_bytes)
+            return GpuOut(index=g.index, uuid=g.uuid, model=g.model, memory_bytes=g.memory_bytes, **marks)
         return GpuOut(
             index=g.index,
             uuid=g.uuid,
@@ -149,11 +174,13 @@ def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: b
             utilization_pct=r.utilization_pct,
             memory_used_bytes=r.memory_used_bytes,
             holders=[holder_out(principal, h.job_id, h.tenant, h.user, h.fraction) for h in r.holders],
+            **marks,
         )
 
     return NodeOut(
         node=hb.node,
-        state=NodeState.LOST if lost else NodeState.READY,
+        state=node_state(lost, control),
+        reason=control.reason,
         last_seen_seconds_ago=round(now - seen, 1),
         gpus=[gpu_out(g) for g in hb.gpus],
         cpus=hb.cpus,

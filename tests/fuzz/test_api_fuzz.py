@@ -24,8 +24,9 @@ from schemathesis.specs.openapi.checks import (
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
+from shared import nodecontrol
 from shared.alertbook import AlertBook
-from shared.events import AlertRaised, GpuHolder, GpuReading, make_event
+from shared.events import AlertRaised, GpuHolder, GpuReading, NodeAction, NodeControlChanged, make_event
 from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
@@ -78,6 +79,8 @@ def build_app(folder: Path):
     )
     asyncio.run(AlertBook(store).record(make_event(alert, source="/fuzz")))
     asyncio.run(one_gpu_sample(folder / "events.db"))  # so that the history and usage routes have one
+    known = NodeControlChanged(node="node-1", action=NodeAction.UNCORDON, by="root")  # (the routes' example)
+    asyncio.run(nodecontrol.record(store, make_event(known, source="/fuzz")))  # a node for them to act on
     return create_app(ctx), (store, logs)
 
 

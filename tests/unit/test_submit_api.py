@@ -327,6 +327,9 @@ ERRORS = {
     ("/v1/events/stream", "get"): {401, 422, 503},
     ("/v1/deadletters", "get"): {401, 403, 422, 503},
     ("/v1/nodes", "get"): {401},
+    ("/v1/nodes/{node}/cordon", "post"): {401, 403, 404, 422},
+    ("/v1/nodes/{node}/drain", "post"): {401, 403, 404, 422},
+    ("/v1/nodes/{node}/uncordon", "post"): {401, 403, 404, 422},
     ("/v1/services", "get"): {401},
     ("/v1/admin/tokens", "post"): {401, 403, 409, 422},
     ("/v1/admin/tokens", "get"): {401, 403},
@@ -363,7 +366,7 @@ def test_every_route_documents_each_status_it_answers(api):
             assert content["schema"] == {"$ref": "#/components/schemas/ErrorOut"}, (path, method, code)
         # and what it answers to a request without a token, with another tenant's, with a body over the limit
         url = path.replace("{job_id}", "no-such-job").replace("{token_id}", "no-such-token")
-        url = url.replace("{name}", "no-such-model").replace("{version}", "1")
+        url = url.replace("{name}", "no-such-model").replace("{version}", "1").replace("{node}", "node-1")
         for headers, body in ((None, None), (VISION, None), (VISION, b"x" * 5000)):
             answer = api.request(method.upper(), url, headers=headers, content=body).status_code
             assert answer < 300 or answer in documented, (path, method, answer)
@@ -381,6 +384,9 @@ NOT_YOURS = {
     ("/v1/events/stream", "get"): None,  # needs the bus: tests/integration/test_platform.py walks it
     ("/v1/deadletters", "get"): 403,  # admins only (events of every tenant)
     ("/v1/nodes", "get"): 200,  # the cluster's machines: no tenant's data
+    ("/v1/nodes/{node}/cordon", "post"): 403,  # admins only (every tenant's jobs run there)
+    ("/v1/nodes/{node}/drain", "post"): 403,
+    ("/v1/nodes/{node}/uncordon", "post"): 403,
     ("/v1/services", "get"): 200,  # the platform's processes: no tenant's data
     ("/v1/admin/tokens", "post"): 403,
     ("/v1/admin/tokens", "get"): 403,
@@ -422,7 +428,7 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         if expected is None:
             continue
         url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
-        url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1")
+        url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1").replace("{node}", "node-1")
         body = {**SPEC, "tenant": "nlp"} if method == "post" and path == "/v1/jobs" else None
         body = {"public": True} if method == "patch" else body
         tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get"), ("/v1/usage", "get"))

@@ -25,23 +25,56 @@ def gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
     found = index.memo.get(key)
     if found is not None:
         return found
+    blocked = index.blocked
     if not demand.models and not demand.gpu_memory:
-        out = index.memo[key] = np.array([len(row) for row in index.free], dtype=np.int64)
+        out = np.array([len(row) for row in index.free], dtype=np.int64)
+        for i, slots in blocked.items():
+            out[i] -= len(slots)
+        index.memo[key] = out
         return out
     wanted = {index.states.model_id(m) for m in demand.models} if demand.models else None
     out = np.zeros(len(index), dtype=np.int64)
     for i, (models, mems) in enumerate(zip(index.gpu_models, index.gpu_memory_total, strict=True)):
+        out_of_service = blocked.get(i, ())
         out[i] = sum(
             1
-            for m, mem in zip(models, mems, strict=True)
-            if (wanted is None or m in wanted) and mem >= demand.gpu_memory
+            for s, (m, mem) in enumerate(zip(models, mems, strict=True))
+            if (wanted is None or m in wanted) and mem >= demand.gpu_memory and s not in out_of_service
         )
     index.memo[key] = out
     return out
 
 
+def out_of_service(index: CapacityIndex, blocker: R.Blocker | None) -> R.Blocker | None:
+    """`blocker` with the GPUs and nodes taken out of service (unhealthy, cordoned) said, when there are any:
+    a job that fits no more because of them says why."""
+    if blocker is None:
+        return None
+    counts = index.memo.get("out_of_service")  # (fixed for the index's life: a node change rebuilds it)
+    if counts is None:
+        counts = index.memo["out_of_service"] = (index.blocked_gpus, int((~index.schedulable).sum()))
+    gpus, nodes = counts
+    if not gpus and not nodes:
+        return blocker
+    parts = []
+    if gpus:
+        parts.append(f"{count_text(gpus, 'GPU')} unhealthy or cordoned")
+    if nodes:
+        parts.append(f"{count_text(nodes, 'node')} cordoned")
+    return R.Blocker(
+        blocker.code,
+        f"{blocker.text}; {' and '.join(parts)}",
+        {**blocker.details, "out_of_service_gpus": gpus, "cordoned_nodes": nodes},
+    )
+
+
 def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker | None:
-    """A blocker when the job cannot fit even on the empty cluster (as listed now), else None."""
+    """A blocker when the job cannot fit even on the empty cluster (as listed now, without its GPUs and nodes
+    out of service), else None."""
+    return out_of_service(index, _never_fits(index, job, demand))
+
+
+def _never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker | None:
     if not len(index):
         return R.Blocker(PendingCode.NO_NODES, "no node has joined yet (no executor has announced one)", {})
     mask = _matching(index, demand)
@@ -88,9 +121,10 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
 
 
 def no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker:
-    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster). With
+    """Why the job does not fit on the cluster as it is now (it would fit on the empty cluster), with the GPUs
+    and nodes out of service said (`out_of_service`). With
     `index.restrict` set (`scarcity`: nodes kept for jobs that fit nowhere else), on the nodes it leaves."""
-    blocker = _no_room_now(index, job, demand)
+    blocker = out_of_service(index, _no_room_now(index, job, demand))
     if index.restrict is None:
         return blocker
     kept = int((index.schedulable & ~index.restrict).sum())

@@ -44,6 +44,7 @@ class CapacityIndex:
         "state",
         "node_model",
         "schedulable",
+        "blocked",
         "states",
         "_model_masks",
         "memo",
@@ -68,6 +69,7 @@ class CapacityIndex:
         used_cpus: Sequence[float] | None = None,
         used_mem: Sequence[float] | None = None,
         schedulable: Sequence[bool] | None = None,
+        blocked: dict[int, frozenset[int]] | None = None,
         states: GpuStateTable = STATES,
         grouped: bool = True,
     ) -> None:
@@ -117,6 +119,12 @@ class CapacityIndex:
         self.schedulable = (
             np.asarray(schedulable, dtype=bool) if schedulable is not None else np.ones(n, dtype=bool)
         )
+        self.blocked: dict[int, frozenset[int]] = dict(blocked or {})
+        """Node position -> the GPU slots out of service (unhealthy or cordoned): their free share is held at
+        0, whatever is given back on them (a what-if release in a reservation or a preemption trial)."""
+        for i, slots in self.blocked.items():
+            for slot in slots:
+                self.free[i][slot] = 0
         kinds = {
             id(m): (m[0] if m and all(x == m[0] for x in m) else (MIXED if m else -1))
             for m in model_rows.values()
@@ -158,6 +166,7 @@ class CapacityIndex:
             used_cpus=[n.allocated_cpus for n in nodes],
             used_mem=[n.allocated_memory for n in nodes],
             schedulable=[n.schedulable for n in nodes],
+            blocked=_blocked(nodes),
         )
 
     def copy(self) -> CapacityIndex:
@@ -167,6 +176,7 @@ class CapacityIndex:
         clone.states = self.states
         clone.node_model = self.node_model
         clone.schedulable = self.schedulable
+        clone.blocked = self.blocked
         clone._model_masks = self._model_masks
         clone.memo = self.memo
         clone.restrict = self.restrict
@@ -185,6 +195,8 @@ class CapacityIndex:
     def set_node(self, i: int, node: Node) -> None:
         """Node i's free capacity as `from_state` reads it from `node` (the same node, its allocations applied)."""
         _models, _memory, _ids, free, used_memory = _columns(node)
+        for slot in self.blocked.get(i, ()):
+            free[slot] = 0
         self.free[i] = free
         self.gpu_memory_free[i] = _memory_free(self.gpu_memory_total[i], used_memory)
         self.cpu_free[i] = self.cpus[i] - float(node.allocated_cpus)
@@ -296,8 +308,20 @@ class CapacityIndex:
                 free[s] = min(MILLI, free[s] + demand.milli)
                 if not demand.whole:
                     mem[s] = min(self.gpu_memory_total[i][s], mem[s] + demand.gpu_memory)
+            if i in self.blocked:
+                self._hold_blocked(i)
             self.refresh(i)
         self.touched(i)
+
+    def _hold_blocked(self, i: int) -> None:
+        free = self.free[i]
+        for slot in self.blocked[i]:
+            free[slot] = 0
+
+    @property
+    def blocked_gpus(self) -> int:
+        """GPUs out of service (unhealthy or cordoned) on the schedulable nodes."""
+        return sum(len(slots) for i, slots in self.blocked.items() if self.schedulable[i])
 
     def slot_of(self, i: int, gpu_index: int) -> int:
         ids = self.gpu_ids[i]
@@ -321,6 +345,8 @@ class CapacityIndex:
                 free[s] = min(MILLI, free[s] + (MILLI if g.fraction >= 1 else share_to_milli(g.fraction)))
                 if g.memory:
                     mem[s] = min(self.gpu_memory_total[i][s], mem[s] + g.memory)
+            if i in self.blocked:
+                self._hold_blocked(i)
             self.refresh(i)
             self.touched(i)
             touched.append(i)
@@ -420,6 +446,15 @@ def _columns(node: Node) -> tuple[tuple, tuple, tuple, list[int], tuple]:
     else:
         free = [MILLI if a <= 0 else (0 if a >= 1 else MILLI - used_to_milli(a)) for a in allocated]
     return columns[0], columns[1], columns[2], free, columns[4]
+
+
+def _blocked(nodes: Sequence[Node]) -> dict[int, frozenset[int]]:
+    """Node position -> the slots of its GPUs that are not usable (none for most clusters: one pass)."""
+    return {
+        i: frozenset(s for s, g in enumerate(n.gpus) if not g.usable)
+        for i, n in enumerate(nodes)
+        if not all(g.usable for g in n.gpus)
+    }
 
 
 def _memory_free(total: list[float], taken: Sequence[float]) -> list[float]:

@@ -12,6 +12,8 @@ What the caller fills in (the live service or the trace simulator):
   is "borrowed" from idle capacity and is the first thing preempted when an owner reclaims. Tenants not listed
   are guaranteed 0 GPUs (everything they run is borrowed).
 - `ClusterState.now`: the caller's clock in seconds (the core never reads a clock).
+- `Node.schedulable` False (a cordoned node) and `Gpu.usable` False (an unhealthy or cordoned GPU): nothing
+  new is placed there; what runs there is still counted as allocated (and may be preempted as elsewhere).
 
 GPU shares are tracked in thousandths of a GPU (milli-GPU); a request is rounded UP to the next thousandth, so
 three jobs of 1/3 GPU fit on one GPU and nothing is ever over-allocated.
@@ -36,6 +38,7 @@ class Gpu:
     uuid: str = ""
     allocated: float = 0.0  # share of the GPU in use, 0..1
     allocated_memory: int = 0  # bytes of memory slices handed out
+    usable: bool = True  # False: unhealthy or cordoned; nothing new is placed on it (what runs there stays)
 
     @property
     def free(self) -> float:
@@ -58,7 +61,7 @@ class Node:
     memory: int
     allocated_cpus: float = 0.0
     allocated_memory: int = 0
-    schedulable: bool = True
+    schedulable: bool = True  # False: cordoned or drained; nothing new is placed on it
 
     @property
     def free_cpus(self) -> float:
