@@ -65,6 +65,7 @@ class StatusReporter:
         self.changes: deque[ServiceStatus] = deque(maxlen=PENDING_CHANGES)
         self._wake = asyncio.Event()
         self._bus: Bus | None = None
+        self._closing = False
 
     def update(self, status: ServiceStatus) -> None:
         """Record `status`; the reporting task publishes it at once. Never blocks, never raises."""
@@ -81,7 +82,7 @@ class StatusReporter:
             self.say(f"cannot report the services' states on the bus: {exc}")
             return
         due = asyncio.get_running_loop().time() + self.interval
-        while True:
+        while not self._closing:  # (also when a cancellation was lost: asyncio.wait_for can swallow one)
             timeout = max(0.0, due - asyncio.get_running_loop().time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -95,15 +96,20 @@ class StatusReporter:
     async def close(self, task: asyncio.Task | None = None) -> None:
         """Stop `task` (the one running `run`), publish the changes still waiting and close the connection,
         each step bounded in time. Again: nothing to do."""
+        self._closing = True
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            self._wake.set()
+            # never waited for without a bound: Python 3.11's asyncio.wait_for, inside the task, can swallow
+            # the cancellation when its own wait ends at the same moment (the task then ends at its next turn,
+            # by `_closing`), and the supervisor's stop must not hang on it
+            await asyncio.wait({task}, timeout=PUBLISH_SECONDS)
+            if task.done() and not task.cancelled():
+                with contextlib.suppress(Exception):
+                    task.result()
         if self._bus is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._publish_changes(), PUBLISH_SECONDS)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._bus.close(), PUBLISH_SECONDS)
+            await _within(self._publish_changes(), PUBLISH_SECONDS)
+            await _within(self._bus.close(), PUBLISH_SECONDS)
             self._bus = None
 
     async def _publish_changes(self) -> None:
@@ -132,3 +138,14 @@ class StatusReporter:
             await asyncio.wait_for(self._bus.publish(make_event(status, source=self.source)), PUBLISH_SECONDS)
         except Exception as exc:  # NATS away, no stream yet: said again next round
             log.debug("service.status of %s not published: %r", status.process, exc)
+
+
+async def _within(step, seconds: float) -> None:
+    """Run `step` for at most `seconds`, then cancel it without waiting for the cancellation to be honoured."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+    elif not task.cancelled():
+        with contextlib.suppress(Exception):
+            task.result()

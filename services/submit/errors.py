@@ -45,6 +45,25 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+REFUSED_422 = {
+    422: {
+        "description": "Invalid (a list of validation errors, one per field), or refused with one reason "
+        "(`detail` a string): a tenant its events cannot name, a job no node could ever hold.",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/HTTPValidationError"},
+                        {"$ref": "#/components/schemas/ErrorOut"},
+                    ]
+                }
+            }
+        },
+    }
+}
+"""The 422 of a route that also refuses a valid request with one reason (`POST /v1/jobs`)."""
+
+
 def json_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`answers` for a route whose own answer is not JSON (a `response_class` such as text): FastAPI would
     document its errors in that media type, but they are JSON (ErrorOut) like every other route's."""

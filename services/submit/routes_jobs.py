@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
-from services.submit.errors import answers, json_answers
+from services.submit.errors import REFUSED_422, answers, json_answers
 from services.submit.modelaccess import servable
 from services.submit.queuedepth import QueueFull
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
@@ -53,7 +53,10 @@ async def visible_job(ctx, principal, job_id: str) -> JobView:
 
 
 @router.post(
-    "", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=answers(403, 409, 429)
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobAccepted,
+    responses=answers(403, 409, 429) | REFUSED_422,
 )
 async def submit_job(
     spec: JobSpec,

@@ -26,7 +26,16 @@ from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
 from shared import nodecontrol
 from shared.alertbook import AlertBook
-from shared.events import AlertRaised, GpuHolder, GpuReading, NodeAction, NodeControlChanged, make_event
+from shared.events import (
+    AlertRaised,
+    GpuHolder,
+    GpuInfo,
+    GpuReading,
+    NodeAction,
+    NodeControlChanged,
+    NodeHeartbeat,
+    make_event,
+)
 from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.ledger import JobLedger
 from shared.logstore import open_log_store
@@ -81,6 +90,11 @@ def build_app(folder: Path):
     asyncio.run(one_gpu_sample(folder / "events.db"))  # so that the history and usage routes have one
     known = NodeControlChanged(node="node-1", action=NodeAction.UNCORDON, by="root")  # (the routes' example)
     asyncio.run(nodecontrol.record(store, make_event(known, source="/fuzz")))  # a node for them to act on
+    node = NodeHeartbeat(  # heard from: a job it could never hold is refused (422 with one reason)
+        node="node-1", gpus=[GpuInfo(index=0, uuid="GPU-0", model="H100", memory_bytes=80 << 30)], cpus=8,
+        memory_bytes=64 << 30, interval_seconds=3600,
+    )  # fmt: skip
+    ctx.telemetry.observe(make_event(node, source="/fuzz"))
     return create_app(ctx), (store, logs)
 
 
