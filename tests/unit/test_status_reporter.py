@@ -5,6 +5,7 @@ closing it is bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -18,13 +19,14 @@ class SlowBus:
     def __init__(self) -> None:
         self.published = 0
         self.closed = False
+        self.enough = asyncio.Event()
 
     async def publish(self, event) -> None:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):  # the lost cancellation
             await asyncio.sleep(0.05)
-        except asyncio.CancelledError:
-            pass  # the lost cancellation
         self.published += 1
+        if self.published >= 3:
+            self.enough.set()
 
     async def close(self) -> None:
         self.closed = True
@@ -42,8 +44,7 @@ async def test_a_reporting_task_that_swallows_its_cancellation_still_ends_and_cl
     reporter.latest = {f"p{i}": object() for i in range(3)}  # said again every interval
     monkeypatch.setattr(statusreport, "make_event", lambda status, source: status)
     task = asyncio.create_task(reporter.run())
-    while bus.published < 3:
-        await asyncio.sleep(0.01)
+    await bus.enough.wait()
     started = time.monotonic()
     closing = asyncio.create_task(reporter.close(task))
     done, _ = await asyncio.wait({closing}, timeout=5)
