@@ -14,21 +14,16 @@ seconds), so that merging points (compaction, a coarser `step` in the API) keeps
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import sqlite3
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shared.events import GpuReading
-from shared.paths import private_file
-from shared.store.base import StoreUnavailable
+from shared.sqlitefile import SqliteFile
 
 HISTORY_FILE = "gpu_history.db"
-BUSY_TIMEOUT_MS = 30_000
 COMPACT_BATCH = 50_000
 """Most raw points one compaction merges: a compaction's work is bounded; the next one takes the rest."""
 
@@ -214,43 +209,12 @@ class Compacted:
     """Points older than the history keeps, deleted."""
 
 
-class GpuHistory:
-    """The SQLite GPU history. Writes go through one thread, reads through another."""
+class GpuHistory(SqliteFile):
+    """The SQLite GPU history. Writes go through one thread, reads through another (`shared.sqlitefile`)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history-writer")
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history-reader")
-        self._write_conn: sqlite3.Connection | None = None
-        self._read_conn: sqlite3.Connection | None = None
-
-    @classmethod
-    async def open(cls, path: str | Path) -> GpuHistory:
-        history = cls(Path(path))
-        history._write_conn = await history._on(history._writer, history._connect, True)
-        history._read_conn = await history._on(history._reader, history._connect, False)
-        return history
-
-    def _connect(self, create: bool) -> sqlite3.Connection:
-        try:
-            if create:
-                private_file(self.path, "-wal", "-shm")
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            if create:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(SCHEMA)
-            conn.execute("PRAGMA synchronous=NORMAL")
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"cannot open the GPU history at {self.path}: {exc}") from exc
-        return conn
-
-    @staticmethod
-    async def _on(pool: ThreadPoolExecutor, fn, *args):
-        try:
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"the GPU history: {exc}") from exc
+    WHAT = "the GPU history"
+    SCHEMA = SCHEMA
+    THREAD = "history"
 
     async def add(self, points: list[GpuPoint]) -> None:
         """Store points; one already stored (same GPU, same time) is kept as it was (idempotent)."""
@@ -338,10 +302,3 @@ class GpuHistory:
             return {b: n for b, n in rows.fetchall()}
 
         return await self._on(self._reader, read)
-
-    async def close(self) -> None:
-        for conn, pool in ((self._write_conn, self._writer), (self._read_conn, self._reader)):
-            if conn is not None:
-                await asyncio.get_running_loop().run_in_executor(pool, conn.close)
-            pool.shutdown(wait=False)
-        self._write_conn = self._read_conn = None

@@ -1,19 +1,13 @@
 """The embedded log store: a SQLite file of its own (`logs.db` beside the event store), WAL journal.
 
-Writes go through one thread (SQLite takes one writer at a time; several processes queue up behind
-`busy_timeout`), reads through another, so a long read never holds up the executor's shipping.
+Writes go through one thread, reads through another (`shared.sqlitefile`), so a long read never holds up the
+executor's shipping.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
-from shared.paths import private_file
-from shared.store.base import StoreUnavailable
+from shared.sqlitefile import SqliteFile
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_chunks (
@@ -25,42 +19,13 @@ CREATE TABLE IF NOT EXISTS log_chunks (
     UNIQUE (job_id, attempt, replica, offset)
 );
 """
-BUSY_TIMEOUT_MS = 30_000
 _KEY = "job_id = ? AND attempt = ? AND replica = ?"
 
 
-class SqliteLogStore(LogStore):
-    def __init__(self, path: Path):
-        self.path = path
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs-writer")
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs-reader")
-        self._write_conn: sqlite3.Connection | None = None
-        self._read_conn: sqlite3.Connection | None = None
-
-    @classmethod
-    async def open(cls, path: str | Path) -> SqliteLogStore:
-        store = cls(Path(path))
-        store._write_conn = await store._on(store._writer, store._connect, True)
-        store._read_conn = await store._on(store._reader, store._connect, False)
-        return store
-
-    def _connect(self, create: bool) -> sqlite3.Connection:
-        try:
-            if create:
-                private_file(self.path, "-wal", "-shm")  # SQLite gives these two the file's own mode
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            if create:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(SCHEMA)
-            conn.execute("PRAGMA synchronous=NORMAL")
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"cannot open the log store at {self.path}: {exc}") from exc
-        return conn
-
-    @staticmethod
-    async def _on(pool: ThreadPoolExecutor, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+class SqliteLogStore(SqliteFile, LogStore):
+    WHAT = "the log store"
+    SCHEMA = SCHEMA
+    THREAD = "logs"
 
     async def append(self, chunks: list[Chunk]) -> None:
         if not chunks:
@@ -123,13 +88,6 @@ class SqliteLogStore(LogStore):
             self._write_conn.execute("DELETE FROM log_chunks WHERE job_id = ?", (job_id,))
 
         await self._on(self._writer, write)
-
-    async def close(self) -> None:
-        for conn, pool in ((self._write_conn, self._writer), (self._read_conn, self._reader)):
-            if conn is not None:
-                await self._on(pool, conn.close)
-            pool.shutdown(wait=False)
-        self._write_conn = self._read_conn = None
 
 
 def _args(key: LogKey) -> tuple[str, int, int]:
