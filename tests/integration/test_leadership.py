@@ -123,7 +123,7 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
 
         os.kill(primary, signal.SIGSTOP)  # frozen, not dead: it must not act on its old lease later
         try:
-            wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 5, what="the takeover")
+            wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 10, what="the takeover")
             second = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
             for job_id in second:
                 assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"
