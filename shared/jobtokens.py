@@ -20,19 +20,17 @@ import binascii
 import hashlib
 import hmac
 import json
-import secrets
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.paths import write_private
+from shared import secretfile
 
 PREFIX = "gyjob1."
 PUBLISH_SCOPE = "models:publish"
 SECRETS_DIR = "secrets"
 SECRET_FILE = "publish.key"
-MIN_SECRET_BYTES = 32
+WHAT = "publish secret"
 
 
 class JobTokenError(ValueError):
@@ -121,29 +119,14 @@ def secret_path(data_dir: Path | str, setting: Path | None = None) -> Path:
 def read_secret(path: Path) -> bytes:
     """The secret in `path`; JobTokenError (naming the file, never its content) when it cannot be used."""
     try:
-        mode = path.stat().st_mode
-        raw = path.read_bytes().strip()
-    except FileNotFoundError:
-        raise JobTokenError(f"publish secret file {path} does not exist") from None
-    except OSError as exc:
-        raise JobTokenError(f"publish secret file {path} cannot be read: {exc.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO) and not _mounted_secret(path):
-        raise JobTokenError(
-            f"publish secret file {path} is open to other users (mode {stat.S_IMODE(mode):o}): chmod 600 it"
-        )
-    if len(raw) < MIN_SECRET_BYTES:
-        raise JobTokenError(f"publish secret file {path} holds under {MIN_SECRET_BYTES} bytes")
-    return raw
-
-
-def _mounted_secret(path: Path) -> bool:
-    """A Kubernetes Secret mounted as a volume: its files are links into a `..data` folder, readable by the
-    pod's group (defaultMode): the mount itself keeps them from others."""
-    return any(part.startswith("..") for part in path.resolve().parts)
+        return secretfile.read_secret(path, WHAT)
+    except secretfile.SecretFileError as exc:
+        raise JobTokenError(str(exc)) from None
 
 
 def ensure_secret(path: Path) -> bytes:
     """The secret in `path`, made (random, mode 0600 from its first byte) when there is none."""
-    if not path.exists():
-        write_private(path, secrets.token_urlsafe(48) + "\n")
-    return read_secret(path)
+    try:
+        return secretfile.ensure_secret(path, WHAT)
+    except secretfile.SecretFileError as exc:
+        raise JobTokenError(str(exc)) from None

@@ -213,6 +213,14 @@ class SubmitSettings(CommonSettings):
         "too); `gpuyard admin tokens` manages it.",
     )
     tokens: str = Field("", description="Inline tokens: `token=tenant[:user][:admin],…`.")
+    session_secret_file: Path | None = Field(
+        None,
+        description="The key that signs the dashboard's login sessions; default `<data dir>/secrets/session.key`, "
+        "made at start (mode 0600). Every submit instance of one platform needs the same key.",
+    )
+    session_lifetime: Duration = Field(
+        12 * 3600.0, gt=0, description="How long a dashboard login lasts (`12h`); revoking its token ends it."
+    )
     max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")
     max_model_bytes: Size = Field(
         "1GiB",

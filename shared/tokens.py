@@ -61,6 +61,9 @@ class TokenEntry(Principal):
     def expired(self, now: datetime) -> bool:
         return self.expires is not None and now >= self.expires
 
+    def principal(self) -> Principal:
+        return Principal(tenant=self.tenant, user=self.user, admin=self.admin)
+
 
 class TokenRefused(Exception):
     """A token that stands for nobody now; the message says why (never the token)."""
@@ -174,12 +177,24 @@ class Tokens:
         return {**self._table, **self.inline}
 
     def authenticate(self, token: str, now: datetime | None = None) -> Principal:
-        entry = self.table().get(token_hash(token))
+        return self.valid(self.table().get(token_hash(token)), now).principal()
+
+    def entry(self, token: str, now: datetime | None = None) -> TokenEntry:
+        """The entry of a valid token (what a dashboard session keeps: its id)."""
+        return self.valid(self.table().get(token_hash(token)), now)
+
+    def authenticate_id(self, token_id: str, now: datetime | None = None) -> Principal:
+        """The principal of the valid token whose id is `token_id` (a dashboard session's): refused once the
+        token is revoked or expired."""
+        return self.valid(next((e for e in self.table().values() if e.id == token_id), None), now).principal()
+
+    @staticmethod
+    def valid(entry: TokenEntry | None, now: datetime | None) -> TokenEntry:
         if entry is None:
             raise TokenRefused(UNKNOWN)
         if entry.expired(now or datetime.now(UTC)):
             raise TokenRefused(f"token {entry.id} expired at {entry.expires.isoformat()}")  # type: ignore[union-attr]
-        return Principal(tenant=entry.tenant, user=entry.user, admin=entry.admin)
+        return entry
 
     def entries(self) -> list[TokenEntry]:
         return sorted(

@@ -22,6 +22,7 @@ from services.submit import (
 )
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
+from services.submit.dashboard import add_dashboard
 from services.submit.docs_pages import add_docs_pages
 from services.submit.errors import answers, too_many
 from services.submit.fastpath import FastSubmit
@@ -109,6 +110,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)
     app.include_router(routes_usage.router)
+    add_dashboard(app)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:

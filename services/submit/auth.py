@@ -1,4 +1,5 @@
-"""Bearer-token authentication: each token stands for a tenant (and a user); admins see every tenant."""
+"""Authentication: a bearer token, or a dashboard session's cookie (`sessions.py`) that stands for the token it
+logged in with. Each token stands for a tenant (and a user); admins see every tenant."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
 
+from services.submit import sessions
 from services.submit.context import SubmitContext
 from shared.bearer import bearer_token
 from shared.jobtokens import is_job_token
@@ -31,25 +33,43 @@ async def get_context(request: Request) -> SubmitContext:
 Context = Annotated[SubmitContext, Depends(get_context)]
 
 
-async def current_principal(ctx: Context, token: Annotated[str | None, Depends(_bearer)]) -> Principal:
+def _refused(reason: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def current_principal(
+    request: Request, ctx: Context, token: Annotated[str | None, Depends(_bearer)]
+) -> Principal:
     if token is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing bearer token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        cookie = request.cookies.get(sessions.COOKIE)
+        if cookie is not None and ctx.session_secret is not None:
+            return session_principal(ctx, request, cookie)
+        raise _refused("missing bearer token: send 'Authorization: Bearer <token>'")
     if is_job_token(token):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "a job's publish token is accepted by POST /v1/models only",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise _refused("a job's publish token is accepted by POST /v1/models only")
     try:
         return ctx.tokens.authenticate(token)
     except TokenRefused as exc:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
-        ) from None
+        raise _refused(str(exc)) from None
+
+
+def session_principal(ctx: SubmitContext, request: Request, cookie: str) -> Principal:
+    """Who a dashboard session's cookie stands for; a request that changes something must also carry the
+    session's CSRF token and come from the dashboard's own origin (403 otherwise)."""
+    assert ctx.session_secret is not None
+    try:
+        session = sessions.read(ctx.session_secret, cookie)
+        principal = ctx.tokens.authenticate_id(session.token_id)
+    except (sessions.SessionRefused, TokenRefused) as exc:
+        raise _refused(str(exc)) from None
+    if request.method not in sessions.SAFE_METHODS:
+        if not sessions.same_origin(request.headers.get("origin"), request.headers.get("host")):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "a request from another site's page")
+        if not sessions.csrf_ok(ctx.session_secret, session, request.headers.get(sessions.CSRF_HEADER)):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, "missing or wrong CSRF token: reload the page and try again"
+            )
+    return principal
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

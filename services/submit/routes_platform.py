@@ -13,9 +13,10 @@ from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
 from services.submit.errors import answers
+from services.submit.streamview import seen_by
 from shared import nodecontrol
 from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut
-from shared.events import CloudEvent, Subject, tenant_of_subject
+from shared.events import CloudEvent, Subject
 from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
@@ -55,7 +56,8 @@ async def event_stream(
     job: Annotated[str | None, Query(description="Only events about this job.")] = None,
 ):
     """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
-    cannot reach NATS. A tenant receives job events of its own jobs only, and model events of its own models. Job events' NATS subjects end with
+    cannot reach NATS (and the dashboard). A tenant receives the events of its own jobs and models, the alerts
+    about its jobs, and GPU samples with other tenants' holders blanked. Job events' NATS subjects end with
     their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
@@ -67,20 +69,6 @@ async def event_stream(
             queue.put_nowait((msg.subject, msg.data))
 
     subs = [await ctx.bus.subscribe(s, on_msg) for s in subjects]
-
-    def visible(event: CloudEvent, nats_subject: str) -> bool:
-        job_id = getattr(event.data, "job_id", None)
-        if job is not None and job_id != job:
-            return False
-        if principal.admin:
-            return True
-        subject_tenant = tenant_of_subject(nats_subject)
-        if subject_tenant is not None:
-            return subject_tenant == principal.tenant  # the job's tenant, as its publisher said
-        owner = getattr(event.data, "tenant", None)
-        if owner is not None:
-            return owner == principal.tenant  # a model's events: its tenant's
-        return job_id is None
 
     async def frames():
         try:
@@ -95,7 +83,10 @@ async def event_stream(
                     event = CloudEvent.from_json(raw)
                 except ValueError:
                     continue
-                if visible(event, nats_subject):
+                if job is not None and getattr(event.data, "job_id", None) != job:
+                    continue
+                event = seen_by(principal, event, nats_subject)
+                if event is not None:
                     yield f"id: {event.id}\nevent: {event.type}\ndata: {event.to_json().decode()}\n\n".encode()
         finally:
             for s in subs:

@@ -1,0 +1,41 @@
+"""The dashboard's pages: one entry each. A capability adds its page here (a path, a title, a script under
+`static/pages/`) and the layout gives it the navigation, the session and the live event stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.jobspec import PRIORITY_CLASSES
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str
+    """Its address; `{job_id}`-style parts are passed to the script as `data-*` attributes."""
+    title: str
+    script: str
+    """The module under static/pages/ that renders it."""
+    nav: str | None = None
+    """Its link in the navigation; None for a page reached from another (a job's page)."""
+    data: Callable[[], dict[str, str]] = field(default=dict)
+    """Facts of the platform the script needs, as `data-*` attributes of the page (one definition of them)."""
+
+
+PAGES = (
+    Page("/", "Cluster", "cluster.js", nav="Cluster"),
+    Page("/jobs", "Jobs", "jobs.js", nav="Jobs"),
+    Page("/jobs/{job_id}", "Job", "job.js"),
+    Page(
+        "/submit",
+        "Submit a job",
+        "submit.js",
+        nav="Submit",
+        data=lambda: {"priorities": ",".join(PRIORITY_CLASSES)},
+    ),
+    Page("/models", "Models", "models.js", nav="Models"),
+    Page("/alerts", "Alerts and usage", "alerts.js", nav="Alerts"),
+    Page("/tenants", "Tenants and quotas", "tenants.js", nav="Tenants"),
+    Page("/nodes", "Nodes", "nodes.js", nav="Nodes"),
+)
+NAV = tuple(p for p in PAGES if p.nav)

@@ -1,0 +1,273 @@
+// The dashboard's toolkit, shared by every page (static/pages/*.js): calls to the JSON API with the session,
+// the live event stream, and small DOM helpers. Written here; no third-party code.
+
+const csrf = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
+const who = document.querySelector(".who");
+
+/** Who is logged in: {tenant, admin}. */
+export const me = { tenant: who?.dataset.tenant ?? "", admin: who?.dataset.admin === "true" };
+
+/** The page's <main> element, its parameters in data-* attributes (data-job-id → params.jobId). */
+export const main = document.getElementById("page");
+export const params = main?.dataset ?? {};
+
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super(describe(detail) || `HTTP ${status}`);
+    this.status = status;
+    this.detail = detail;
+  }
+}
+
+/** An API answer's `detail` in words: a string, or FastAPI's list of refused fields with their place. */
+export function describe(detail) {
+  if (detail == null) return "";
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) {
+    return detail
+      .map((d) => {
+        const where = (d.loc ?? []).filter((p) => p !== "body").join(".");
+        return where ? `${where}: ${d.msg}` : d.msg;
+      })
+      .join("; ");
+  }
+  return JSON.stringify(detail);
+}
+
+/** Call the API as the logged-in user: JSON in and out; an ApiError with the API's reason otherwise. */
+export async function api(path, { method = "GET", body, contentType, signal } = {}) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = csrf;
+  if (body !== undefined) {
+    headers["Content-Type"] = contentType ?? "application/json";
+    if (typeof body !== "string") body = JSON.stringify(body);
+  }
+  const res = await fetch(path, { method, headers, body, signal, credentials: "same-origin" });
+  if (res.status === 401) {
+    location.assign(`/?next=${encodeURIComponent(location.pathname + location.search)}`);
+    throw new ApiError(401, "your session ended: log in again");
+  }
+  const text = await res.text();
+  let data = text;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    /* a text answer (logs) */
+  }
+  if (!res.ok) throw new ApiError(res.status, data?.detail ?? data?.error ?? text);
+  return data;
+}
+
+// ---------------------------------------------------------------- the live event stream
+
+const EVENT_TYPES = (document.querySelector('meta[name="event-types"]')?.content ?? "").split(",");
+const streams = new Map(); // subject filter -> {source, listeners}
+
+/** Call `fn(event)` for each CloudEvent of the platform's stream matching `subject` (a NATS filter) that the
+ *  user may see. One EventSource per filter and page, reconnecting by itself. */
+export function onEvent(fn, subject = ">") {
+  let stream = streams.get(subject);
+  if (!stream) {
+    stream = { listeners: new Set(), source: connect(subject) };
+    streams.set(subject, stream);
+  }
+  stream.listeners.add(fn);
+  return () => stream.listeners.delete(fn);
+}
+
+function connect(subject) {
+  const live = document.getElementById("live");
+  const source = new EventSource(`/v1/events/stream?subject=${encodeURIComponent(subject)}`);
+  source.onopen = () => {
+    if (live) {
+      live.textContent = "live";
+      live.className = "live on";
+    }
+  };
+  source.onerror = () => {
+    if (live) {
+      live.textContent = "reconnecting…";
+      live.className = "live off";
+    }
+  };
+  const deliver = (msg) => {
+    let event;
+    try {
+      event = JSON.parse(msg.data);
+    } catch {
+      return;
+    }
+    for (const fn of streams.get(subject)?.listeners ?? []) fn(event);
+  };
+  for (const type of EVENT_TYPES) if (type) source.addEventListener(type, deliver); // (named SSE events)
+  source.onmessage = deliver;
+  return source;
+}
+
+/** An event's kind without the CloudEvents prefix: "job.placed". */
+export function kind(event) {
+  return (event.type ?? "").replace(/^io\.gpuyard\./, "");
+}
+
+/** `fn` run at most once per `ms`, the last call always honoured: a burst of events, one refresh. */
+export function throttle(fn, ms = 500) {
+  let timer = null;
+  let again = false;
+  return (...args) => {
+    if (timer) {
+      again = true;
+      return;
+    }
+    fn(...args);
+    timer = setTimeout(() => {
+      timer = null;
+      if (again) {
+        again = false;
+        fn(...args);
+      }
+    }, ms);
+  };
+}
+
+/** Refresh with `load()` now, then whenever an event passes `filter` (throttled), and every `everyMs`. */
+export function keepFresh(load, { subject = ">", filter = () => true, everyMs = 0 } = {}) {
+  const run = throttle(load, 400);
+  run();
+  onEvent((e) => filter(e) && run(), subject);
+  if (everyMs) setInterval(run, everyMs);
+  return run;
+}
+
+// ---------------------------------------------------------------- DOM
+
+/** An element: h("a", {href: "/jobs"}, "Jobs"). Text is always text (never parsed as HTML). */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v == null || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
+    else if (k in el && typeof v !== "string") el[k] = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c == null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+/** Replace `el`'s content. */
+export function fill(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c != null && c !== false));
+  return el;
+}
+
+/** A section of the page under its title (created once, then refilled). */
+export function section(id, title) {
+  let el = document.getElementById(id);
+  if (!el) {
+    el = h("section", { id }, title ? h("h2", {}, title) : null, h("div", { class: "body" }));
+    main.append(el);
+  }
+  return el.querySelector(".body");
+}
+
+/** What an empty list says: what it waits for, and a hint. */
+export function empty(text, hint) {
+  return h("div", { class: "empty" }, h("p", {}, text), hint ? h("p", { class: "hint" }, hint) : null);
+}
+
+export function errorBox(err) {
+  return h("p", { class: "error", role: "alert" }, err instanceof Error ? err.message : String(err));
+}
+
+/** A table: columns [{title, cell: row => node|string, sort?: row => value, class?}]. */
+export function table(columns, rows, { rowClass, caption } = {}) {
+  const head = h("tr", {}, columns.map((c) => h("th", { scope: "col", class: c.class }, c.title)));
+  const body = rows.map((r) =>
+    h(
+      "tr",
+      { class: rowClass?.(r) },
+      columns.map((c) => h("td", { class: c.class }, c.cell(r))),
+    ),
+  );
+  return h("table", {}, caption ? h("caption", {}, caption) : null, h("thead", {}, head), h("tbody", {}, body));
+}
+
+// ---------------------------------------------------------------- words and numbers
+
+const rtf = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const UNITS = [
+  ["year", 31536000],
+  ["month", 2592000],
+  ["week", 604800],
+  ["day", 86400],
+  ["hour", 3600],
+  ["minute", 60],
+  ["second", 1],
+];
+
+/** "3 minutes ago" in the browser's language, the absolute time in the browser's zone on hover. */
+export function ago(when) {
+  if (!when) return h("span", { class: "muted" }, "—");
+  const date = new Date(when);
+  const seconds = (date.getTime() - Date.now()) / 1000;
+  const [unit, size] = UNITS.find(([, s]) => Math.abs(seconds) >= s) ?? ["second", 1];
+  return h("time", { datetime: date.toISOString(), title: date.toLocaleString() }, rtf.format(Math.round(seconds / size), unit));
+}
+
+/** A duration in seconds as people say it: 45 s, 3 min 20 s, 2 h 5 min, 3 d 4 h. */
+export function duration(seconds) {
+  if (seconds == null || !isFinite(seconds)) return "—";
+  seconds = Math.max(0, Math.round(seconds));
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+  return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
+}
+
+export function bytes(n) {
+  if (n == null) return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${n >= 10 || i === 0 ? Math.round(n) : n.toFixed(1)} ${units[i]}`;
+}
+
+export function num(n, digits = 2) {
+  if (n == null) return "—";
+  return Number.isInteger(n) ? String(n) : n.toFixed(digits).replace(/\.?0+$/, "");
+}
+
+/** A job state as a coloured badge. */
+export function stateBadge(state) {
+  return h("span", { class: `state state-${state}` }, state);
+}
+
+/** A job's link, by its short id and name. */
+export function jobLink(job) {
+  return h("a", { href: `/jobs/${encodeURIComponent(job.job_id)}`, title: job.job_id }, job.name || job.job_id.slice(0, 12));
+}
+
+/** Why a queued job waits, in words, with its place in line. */
+export function waitingText(pending) {
+  if (!pending) return "";
+  const place = pending.position ? `#${pending.position} in line · ` : "";
+  return place + pending.message;
+}
+
+/** Fill the query string with `values` (empty ones removed) without reloading. */
+export function setQuery(values) {
+  const q = new URLSearchParams(location.search);
+  for (const [k, v] of Object.entries(values)) {
+    if (v == null || v === "" || (Array.isArray(v) && !v.length)) q.delete(k);
+    else q.set(k, Array.isArray(v) ? v.join(",") : v);
+  }
+  const text = q.toString();
+  history.replaceState(null, "", location.pathname + (text ? `?${text}` : ""));
+}

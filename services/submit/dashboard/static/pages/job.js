@@ -1,0 +1,227 @@
+// A job's page: its state and why, the timeline of its events, placement and attempts, live logs per replica,
+// cancel and resubmit.
+import {
+  ApiError, ago, api, bytes, duration, empty, errorBox, fill, h, kind, num, onEvent, params, section,
+  stateBadge, throttle,
+} from "../app.js";
+
+const jobId = params.jobId;
+const TERMINAL = ["succeeded", "failed", "cancelled"];
+const LOG_KEEP = 512 * 1024; // characters of output kept on the page (the API has all of it)
+
+const headEl = section("job-head", null);
+const whyEl = section("job-why", "State and reason");
+const row = h("div", { class: "row" });
+const timelineSection = h("section", { id: "job-timeline" }, h("h2", {}, "Timeline"), h("div", { class: "body" }));
+const placementSection = h("section", { id: "job-placement" }, h("h2", {}, "Placement and attempts"), h("div", { class: "body" }));
+row.append(timelineSection, placementSection);
+whyEl.parentElement.after(row);
+const timelineEl = timelineSection.querySelector(".body");
+const placementEl = placementSection.querySelector(".body");
+const logsEl = section("job-logs", "Logs");
+
+let job = null;
+
+async function load() {
+  try {
+    job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+  } catch (err) {
+    fill(headEl, errorBox(err));
+    return;
+  }
+  drawHead();
+  drawPlacement();
+  loadWhy();
+  loadTimeline();
+  logs.sync();
+}
+
+function drawHead() {
+  const active = !TERMINAL.includes(job.state);
+  const cancel = h("button", { class: "danger", id: "cancel", disabled: !active || job.cancel_requested, onclick: cancelJob },
+    job.cancel_requested && active ? "Cancelling…" : "Cancel");
+  const resubmit = h("button", { id: "resubmit", onclick: resubmitJob }, "Resubmit");
+  fill(headEl,
+    h("div", { class: "row", style: { alignItems: "center", justifyContent: "space-between" } },
+      h("div", {},
+        h("h1", { style: { marginBottom: "4px" } }, job.name, " ", h("span", { id: "job-state" }, stateBadge(job.state))),
+        h("div", { class: "muted mono" }, job.job_id),
+        h("div", { class: "muted" }, `tenant ${job.tenant} · user ${job.user || "—"} · submitted `, ago(job.created_at),
+          ` · ${num(job.gpus)} GPU${job.gpus === 1 ? "" : "s"} · attempt ${job.attempt}`),
+      ),
+      h("div", { class: "row", style: { gap: "8px" } },
+        cancel, resubmit,
+        h("a", { class: "button", href: `/v1/jobs/${encodeURIComponent(job.job_id)}/events`, target: "_blank" }, "Events as JSON"),
+      ),
+    ),
+    h("div", { id: "action-result" }),
+  );
+}
+
+async function cancelJob() {
+  const out = document.getElementById("action-result");
+  try {
+    const answer = await api(`/v1/jobs/${encodeURIComponent(jobId)}/cancel`, { method: "POST" });
+    fill(out, h("p", { class: "ok" }, answer.message));
+    load();
+  } catch (err) {
+    fill(out, errorBox(err));
+  }
+}
+
+async function resubmitJob() {
+  const out = document.getElementById("action-result");
+  try {
+    const accepted = await api("/v1/jobs", { method: "POST", body: job.spec });
+    location.assign(`/jobs/${encodeURIComponent(accepted.job_id)}`);
+  } catch (err) {
+    fill(out, errorBox(err));
+  }
+}
+
+async function loadWhy() {
+  let why = null;
+  try {
+    why = await api(`/v1/jobs/${encodeURIComponent(jobId)}/why`);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+  }
+  const rows = why?.rows ?? [];
+  fill(whyEl,
+    why ? h("p", { id: "why-summary" }, why.summary) : null,
+    rows.length ? h("dl", { class: "kv", id: "why" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])) : null,
+  );
+}
+
+function drawPlacement() {
+  const parts = [];
+  if (job.placements?.length) {
+    parts.push(h("table", { id: "placements" },
+      h("thead", {}, h("tr", {}, ["Replica", "Node", "GPUs", "CPUs", "Memory"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, job.placements.map((p) => h("tr", {},
+        h("td", {}, p.replica), h("td", {}, p.node),
+        h("td", {}, p.gpus.map((g) => (g.fraction < 1 ? `#${g.index} × ${num(g.fraction)}` : `#${g.index}`)).join(", ") || "—"),
+        h("td", {}, num(p.cpus)), h("td", {}, bytes(p.memory_bytes)),
+      ))),
+    ));
+  } else if (!TERMINAL.includes(job.state)) {
+    parts.push(empty("Not placed yet.", "The scheduler places it when the GPUs it asks for are free: see the reason above."));
+  }
+  if (job.attempts?.length) {
+    parts.push(h("h2", { style: { marginTop: "12px" } }, "Attempts"), h("table", { id: "attempts" },
+      h("thead", {}, h("tr", {}, ["#", "Queued", "Started", "Ran", "Nodes", "Outcome", "Exit code"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, job.attempts.map((a) => h("tr", {},
+        h("td", {}, a.number), h("td", {}, ago(a.queued_at)), h("td", {}, ago(a.started_at)),
+        h("td", {}, a.started_at ? duration(((a.ended_at ? new Date(a.ended_at) : new Date()) - new Date(a.started_at)) / 1000) : "—"),
+        h("td", {}, a.nodes.join(", ") || "—"),
+        h("td", {}, a.outcome ?? "in progress", a.message ? h("div", { class: "muted" }, a.message) : null),
+        h("td", {}, a.exit_code ?? "—"),
+      ))),
+    ));
+  }
+  fill(placementEl, parts);
+}
+
+async function loadTimeline() {
+  try {
+    const events = await api(`/v1/jobs/${encodeURIComponent(jobId)}/events`);
+    let previous = null;
+    fill(timelineEl, h("ol", { class: "timeline", id: "timeline" }, events.map(({ event }) => {
+      const at = new Date(event.time);
+      const after = previous ? duration((at - previous) / 1000) : null;
+      previous = at;
+      return h("li", { "data-kind": kind(event) },
+        h("strong", {}, kind(event).replace(/^job\./, "").replace(/_/g, " ")),
+        h("span", { class: "t" }, ago(event.time), after ? ` · +${after}` : ""),
+        eventNote(event),
+      );
+    })));
+  } catch (err) {
+    fill(timelineEl, errorBox(err));
+  }
+}
+
+function eventNote(event) {
+  const d = event.data ?? {};
+  const note = d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
+  return note ? h("div", { class: "muted" }, typeof note === "string" ? note : JSON.stringify(note)) : null;
+}
+
+// ---------------------------------------------------------------- logs: one follower per replica
+
+const logs = {
+  replica: 0,
+  attempt: null,
+  controller: null,
+  pre: h("pre", { class: "log", id: "log", "aria-live": "off" }),
+  status: h("span", { class: "muted", id: "log-status" }),
+  tabs: h("div", { class: "row", style: { gap: "6px", marginBottom: "8px" } }),
+
+  /** Follow the current attempt's output of the chosen replica (again when the attempt changed). */
+  sync() {
+    if (!job) return;
+    if (!logsEl.contains(this.pre)) fill(logsEl, this.tabs, this.pre, this.status);
+    fill(this.tabs, Array.from({ length: job.spec.replicas }, (_, i) =>
+      h("button", { class: i === this.replica ? "primary" : "", onclick: () => this.show(i) }, `replica ${i}`)),
+      h("a", { class: "button", href: this.url(false), target: "_blank" }, "Whole log"));
+    if (this.attempt === job.attempt && this.controller) return;
+    if (job.state === "queued" && !job.attempts?.some((a) => a.started_at)) {
+      fill(this.pre, "");
+      this.status.textContent = "No output yet: the job has not started.";
+      return;
+    }
+    this.start();
+  },
+  show(replica) {
+    this.replica = replica;
+    this.attempt = null;
+    this.controller?.abort();
+    this.controller = null;
+    this.sync();
+  },
+  url(follow) {
+    const q = new URLSearchParams({ replica: this.replica, attempt: job.attempt });
+    if (follow) {
+      q.set("follow", "true");
+      q.set("tail", "2000");
+    }
+    return `/v1/jobs/${encodeURIComponent(job.job_id)}/logs?${q}`;
+  },
+  async start() {
+    this.controller?.abort();
+    const controller = new AbortController();
+    this.controller = controller;
+    this.attempt = job.attempt;
+    fill(this.pre, "");
+    this.status.textContent = TERMINAL.includes(job.state) ? "" : "following…";
+    try {
+      const res = await fetch(this.url(true), { signal: controller.signal, credentials: "same-origin" });
+      if (!res.ok) {
+        const detail = await res.json().catch(() => ({}));
+        throw new Error(detail.detail ?? `HTTP ${res.status}`);
+      }
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        this.append(value);
+      }
+      if (this.controller === controller) {
+        this.status.textContent = this.pre.textContent ? "end of output" : "This replica wrote nothing.";
+        this.controller = null;
+      }
+    } catch (err) {
+      if (err.name !== "AbortError") this.status.textContent = `Logs: ${err.message}`;
+    }
+  },
+  append(text) {
+    const atBottom = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 4;
+    this.pre.append(text);
+    if (this.pre.textContent.length > LOG_KEEP * 1.5) this.pre.textContent = this.pre.textContent.slice(-LOG_KEEP);
+    if (atBottom) this.pre.scrollTop = this.pre.scrollHeight;
+  },
+};
+
+load();
+const refresh = throttle(load, 300);
+onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>");
