@@ -1,5 +1,5 @@
 """A secret kept in a file of its own: the key that signs jobs' publish tokens (`shared.jobtokens`) and the one
-that signs dashboard sessions (`services/submit/sessions.py`). Mode 0600, at least 32 bytes; a Kubernetes
+that signs dashboard sessions (`shared/sessions.py`). Mode 0600, at least 32 bytes; a Kubernetes
 Secret mounted as a volume is accepted as it is mounted."""
 
 from __future__ import annotations

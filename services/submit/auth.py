@@ -1,4 +1,4 @@
-"""Authentication: a bearer token, or a dashboard session's cookie (`sessions.py`) that stands for the token it
+"""Authentication: a bearer token, or a dashboard session's cookie (`shared/sessions.py`) that stands for the token it
 logged in with. Each token stands for a tenant (and a user); admins see every tenant."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
 
-from services.submit import sessions
 from services.submit.context import SubmitContext
+from shared import sessions
 from shared.bearer import bearer_token
 from shared.jobtokens import is_job_token
 from shared.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)

@@ -35,5 +35,5 @@ class SubmitContext:
     publish_secret_file: Path | None = None
     """The secret that signs jobs' publish tokens (`shared.jobtokens`); None: no job may publish."""
     session_secret: bytes | None = None
-    """The key that signs dashboard sessions (`sessions.py`); None: no dashboard login."""
+    """The key that signs dashboard sessions (`shared/sessions.py`); None: no dashboard login."""
     session_lifetime: float = 12 * 3600.0

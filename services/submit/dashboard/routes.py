@@ -12,7 +12,6 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from services.submit import sessions
 from services.submit.context import SubmitContext
 from services.submit.dashboard.layout import (
     SECURITY_HEADERS,
@@ -23,6 +22,7 @@ from services.submit.dashboard.layout import (
 )
 from services.submit.dashboard.pages import PAGES, Page
 from services.submit.routes_jobs import visible_job
+from shared import sessions
 from shared.jobtokens import is_job_token
 from shared.tokens import Principal, TokenRefused
 

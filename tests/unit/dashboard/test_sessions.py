@@ -1,10 +1,10 @@
-"""Dashboard session cookies and CSRF tokens (services/submit/sessions.py)."""
+"""Dashboard session cookies and CSRF tokens (shared/sessions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.submit import sessions
+from shared import sessions
 
 SECRET = b"k" * 48
 

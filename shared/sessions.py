@@ -4,7 +4,8 @@ The session cookie is `gys1.<token id>.<expires>.<nonce>.<signature>`: the id of
 (never the token), when the session ends (Unix seconds), a random nonce, and an HMAC-SHA256 of the rest under
 the session secret (a file of the data dir, mode 0600, shared by every submit instance). A request with it
 stands for that token's tenant and user as long as the token itself is valid: revoking or expiring the token
-ends its sessions at the next request.
+ends its sessions at the next request. The submit service issues sessions; any service that reads the same
+key and tokens (the serving entry point) can accept them.
 
 CSRF: every request that changes something and comes with the cookie (not with a bearer token) must carry the
 session's CSRF token, an HMAC of its nonce, in the `X-CSRF-Token` header or a form's `csrf` field; the pages
