@@ -23,12 +23,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard import backup, busconfig, why
+from gpuyard import backup, busconfig
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.top import run_top
 from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
+from shared import why
 from shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
 from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState

@@ -156,6 +156,13 @@ class JobEventOut(Out):
     event: dict[str, Any] = Field(description="The CloudEvent as stored.")
 
 
+class WhyOut(Out):
+    """`GET /v1/jobs/{id}/why`: what `gpuyard why` prints."""
+
+    summary: str = Field(description="One sentence: where the job is and why.")
+    rows: list[list[str]] = Field(description="[label, value] pairs: reason, numbers, position, estimate…")
+
+
 # ---------------------------------------------------------------- platform
 
 

@@ -19,6 +19,7 @@ from services.submit import (
     routes_nodes,
     routes_platform,
     routes_usage,
+    routes_why,
 )
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
@@ -110,6 +111,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)
     app.include_router(routes_usage.router)
+    app.include_router(routes_why.router)
     add_dashboard(app)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))

@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from gpuyard import cli, why
+from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
+from shared import why
 from shared.api import JobOut, job_out
 from shared.events import (
     GpuShare,

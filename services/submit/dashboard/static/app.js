@@ -221,7 +221,9 @@ export function ago(when) {
 /** A duration in seconds as people say it: 45 s, 3 min 20 s, 2 h 5 min, 3 d 4 h. */
 export function duration(seconds) {
   if (seconds == null || !isFinite(seconds)) return "—";
-  seconds = Math.max(0, Math.round(seconds));
+  seconds = Math.max(0, seconds);
+  if (seconds < 10) return `${seconds.toFixed(1).replace(/\.0$/, "")} s`;
+  seconds = Math.round(seconds);
   if (seconds < 60) return `${seconds} s`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
   if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;

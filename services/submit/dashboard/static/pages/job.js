@@ -1,7 +1,7 @@
 // A job's page: its state and why, the timeline of its events, placement and attempts, live logs per replica,
 // cancel and resubmit.
 import {
-  ApiError, ago, api, bytes, duration, empty, errorBox, fill, h, kind, num, onEvent, params, section,
+  ApiError, ago, api, bytes, duration, empty, errorBox, fill, h, kind, main, num, onEvent, params, section,
   stateBadge, throttle,
 } from "../app.js";
 
@@ -26,30 +26,17 @@ async function load() {
   try {
     job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   } catch (err) {
-    fill(headEl, errorBox(err));
-    return;
-  }
-  drawHead();
-  drawPlacement();
-  loadWhy();
-  loadTimeline();
-  logs.sync();
-}
-
-function drawHead() {
-  const active = !TERMINAL.includes(job.state);
-  const cancel = h("button", { class: "danger", id: "cancel", disabled: !active || job.cancel_requested, onclick: cancelJob },
-    job.cancel_requested && active ? "Cancelling…" : "Cancel");
-  const resubmit = h("button", { id: "resubmit", onclick: resubmitJob }, "Resubmit");
+    const title = main.querySelector("h1");
+  fill(title, job.name, " ", h("span", { id: "job-state" }, stateBadge(job.state)));
+  document.title = `${job.name} · GPUYARD`;
   fill(headEl,
     h("div", { class: "row", style: { alignItems: "center", justifyContent: "space-between" } },
       h("div", {},
-        h("h1", { style: { marginBottom: "4px" } }, job.name, " ", h("span", { id: "job-state" }, stateBadge(job.state))),
-        h("div", { class: "muted mono" }, job.job_id),
+        h("div", { class: "mono" }, job.job_id),
         h("div", { class: "muted" }, `tenant ${job.tenant} · user ${job.user || "—"} · submitted `, ago(job.created_at),
           ` · ${num(job.gpus)} GPU${job.gpus === 1 ? "" : "s"} · attempt ${job.attempt}`),
       ),
-      h("div", { class: "row", style: { gap: "8px" } },
+      h("div", { class: "row", style: { gap: "8px", flex: "0 0 auto" } },
         cancel, resubmit,
         h("a", { class: "button", href: `/v1/jobs/${encodeURIComponent(job.job_id)}/events`, target: "_blank" }, "Events as JSON"),
       ),

@@ -1,4 +1,5 @@
-"""`gpuyard why JOB`: the whole explanation of why a job waits (or where it runs), from its public view.
+"""The whole explanation of why a job waits (or where it runs), from its public view: `gpuyard why JOB`, and
+the dashboard's job page through `GET /v1/jobs/{id}/why`.
 
 Pure functions of the `JobOut` that GET /v1/jobs/{id} answers and of the current time, so that `why`,
 `describe` and `ps` say the same thing and the formatting is testable without a server.
