@@ -62,14 +62,18 @@ async def test_a_warning_is_a_line_in_the_output_and_a_stop_ends_the_job_failed_
     await h.wait(job, "running")
     await h.wait_for(lambda: "started" in log_of(h, job), what="the job's first line")
     await recorded(h, ex, warning(job))
-    await h.wait_for(lambda: "[gpuyard] idle: GPUs below 5% for 10s" in log_of(h, job), what="the warning line")
+    await h.wait_for(
+        lambda: "[gpuyard] idle: GPUs below 5% for 10s" in log_of(h, job), what="the warning line"
+    )
     await recorded(h, ex, stop(job))
     view = await h.wait(job, "failed")
     assert view.failure_reason == FailureReason.IDLE
     assert view.message == "stopped for idle GPUs: every sample under 5% utilization for 15s"
     assert "requeued" not in await h.types(job) and view.attempt == 1
     text = log_of(h, job)
-    assert "checkpointed" in text and "[gpuyard] idle: stopped for idle GPUs" in text and "SIGTERM now" in text
+    assert (
+        "checkpointed" in text and "[gpuyard] idle: stopped for idle GPUs" in text and "SIGTERM now" in text
+    )
 
 
 async def test_forged_or_other_attempts_idle_events_change_nothing(h):

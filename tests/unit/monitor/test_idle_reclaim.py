@@ -44,7 +44,9 @@ def reclaim(jobs, **overrides) -> IdleReclaim:
 
 def sample(second: float, *utilizations: tuple[str, float], node="node-a") -> tuple[GpuSample, datetime]:
     gpus = [
-        GpuReading(index=i, uuid=f"GPU-{i}", utilization_pct=u, holders=[GpuHolder(job_id=j, tenant="vision")])
+        GpuReading(
+            index=i, uuid=f"GPU-{i}", utilization_pct=u, holders=[GpuHolder(job_id=j, tenant="vision")]
+        )
         for i, (j, u) in enumerate(utilizations)
     ]
     return GpuSample(node=node, gpus=gpus), T0 + timedelta(seconds=second)
@@ -86,13 +88,17 @@ def test_a_job_without_an_idle_timeout_or_a_serve_job_is_never_stopped():
 
 
 def test_the_tenant_default_applies_to_a_job_that_gives_none():
-    r = reclaim(live(job(idle_timeout=None, idle_grace=None)), tenant_timeouts={"vision": 10}, default_grace=3)
+    r = reclaim(
+        live(job(idle_timeout=None, idle_grace=None)), tenant_timeouts={"vision": 10}, default_grace=3
+    )
     assert kinds(feed(r, range(0, 30), ("j1", 0.0))) == ["IdleWarning", "Raise", "IdleStop", "Resolve"]
 
 
 def test_busy_again_during_the_grace_withdraws_the_warning():
     r = reclaim(live(job()))
-    actions = feed(r, range(0, 14), ("j1", 0.0)) + feed(r, [14], ("j1", 90.0)) + feed(r, range(15, 20), ("j1", 0))
+    actions = (
+        feed(r, range(0, 14), ("j1", 0.0)) + feed(r, [14], ("j1", 90.0)) + feed(r, range(15, 20), ("j1", 0))
+    )
     assert kinds(actions) == ["IdleWarning", "Raise", "Resolve"]
     assert actions[-1].data.message == "its GPUs are busy again: it is not stopped"
 
@@ -151,7 +157,9 @@ def store(tmp_path):
 
 
 def alert_service(store, jobs) -> AlertService:
-    service = SimpleNamespace(bus=Bus(), source="/gpuyard/monitor/test", settings=SimpleNamespace(max_deliver=5))
+    service = SimpleNamespace(
+        bus=Bus(), source="/gpuyard/monitor/test", settings=SimpleNamespace(max_deliver=5)
+    )
     hooks = SimpleNamespace(send=lambda event: None)
     alerts = AlertService(service, parse_rules(None), store, None, hooks, instance="test", live=jobs)
     alerts.idle = reclaim(jobs)
