@@ -307,9 +307,15 @@ class Executor:
         record.running = set(replicas)
         record.launch = await self.attempt_launch(view)
         unannounced = bool(set(replicas) - set(view.current.started))  # its executor died before it said so
+        idle = await self.idle_stop_of(key)
+        if idle is not None:  # its executor was stopping it for idle GPUs: it ends so, whenever it ends
+            record.stopping("idle", self.settings.grace_seconds)
+            record.stop_message = idle.message
         if not await self.backend.adopt(key, replicas, unannounced=unannounced):
             self.attempts.close(record)
             return False
+        if idle is not None and record.running:
+            await self.backend.stop(key, self.settings.grace_seconds)
         log.info("job %s attempt %d: watching its %d replica(s) again", *key, len(record.running))
         if view.spec.timeout:
             started = view.current.started_at or view.updated_at
@@ -424,6 +430,14 @@ class Executor:
         self.backend.note(key, f"{NOTE}idle: {data.message}; SIGTERM now, SIGKILL in {grace:g}s")
         record.stop_message = data.message
         await self.stop_attempt(key, "idle", grace)
+
+    async def idle_stop_of(self, key: AttemptKey) -> IdleStop | None:
+        """The monitor's `idle.stop` of the attempt, when the store holds one."""
+        for stored in await self.service.store.read_stream(idlebook.stream_id(key.job_id)):
+            data = stored.event.data
+            if isinstance(data, IdleStop) and data.attempt == key.attempt:
+                return data
+        return None
 
     async def enforce_timeout(self, key: AttemptKey, seconds: float) -> None:
         await asyncio.sleep(seconds)

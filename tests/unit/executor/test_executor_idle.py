@@ -13,6 +13,8 @@ from shared import idlebook
 from shared.events import FailureReason, IdleStop, IdleWarning, make_event
 from shared.paths import replica_files
 
+from .test_executor_local import crash
+
 FIGURES = {
     "tenant": "team",
     "user": "ana",
@@ -92,3 +94,21 @@ async def test_forged_or_other_attempts_idle_events_change_nothing(h):
     assert (await h.wait(job, "failed")).failure_reason == FailureReason.IDLE
     await recorded(h, ex, stop(job))  # repeated: nothing more
     assert (await h.types(job)).count("failed") == 1
+
+
+async def test_an_executor_restarted_while_it_stops_a_job_for_idleness_still_ends_it_idle(h):
+    ex = await h.executor()
+    stubborn = "trap 'while true; do sleep 0.05; done' TERM; echo started; while true; do sleep 0.05; done"
+    job = await h.submit(command=stubborn, max_retries=2, resources={"gpus": 1})
+    await h.place(ex, job)
+    await h.wait(job, "running")
+    await h.wait_for(lambda: "started" in log_of(h, job), what="the job's first line")
+    ex.settings = ex.settings.model_copy(update={"grace_seconds": 60})  # it would wait long for the SIGKILL
+    stopping = asyncio.create_task(recorded(h, ex, stop(job)))
+    await h.wait_for(lambda: ex.attempts.get((job, 1)).stop_reason == "idle", what="the stop")
+    crash(ex)  # between its SIGTERM and the job's end
+    stopping.cancel()
+    again = await h.executor()  # (grace 1 s)
+    await again.reconcile()
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == FailureReason.IDLE and view.attempt == 1
