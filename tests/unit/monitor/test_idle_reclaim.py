@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.monitor.alerts import ActiveAlert, Raise, Resolve
+from services.monitor.alerts import ActiveAlert
 from services.monitor.alertservice import AlertService
 from services.monitor.idlereclaim import IdleReclaim, Record
 from services.monitor.jobs import LiveJob
@@ -183,9 +183,3 @@ async def test_the_alert_service_records_then_publishes_and_a_successor_records_
     for s in range(0, 30):
         await successor.reclaim(successor.idle.sample(*sample(s, ("j1", 0.0))))
     assert len(await store.read_stream(idlebook.stream_id("j1"))) == 2
-
-
-def test_changes_are_alert_changes_or_records():
-    r = reclaim(live(job()))
-    for action in feed(r, range(0, 30), ("j1", 0.0)):
-        assert isinstance(action, Record | Raise | Resolve)
