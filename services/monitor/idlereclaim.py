@@ -138,11 +138,15 @@ class IdleReclaim:
     def sample(self, sample: GpuSample, at: datetime) -> list[Action]:
         """One node's GPUs at `at`: each running job's highest utilization on them, then its verdict."""
         highest: dict[str, float] = {}
+        unknown: set[str] = set()  # jobs holding a GPU that says nothing: this sample never makes them idle
         for gpu in sample.gpus:
-            if gpu.utilization_pct is None:
-                continue  # a GPU that says nothing never makes its job idle
             for holder in gpu.holders:
-                highest[holder.job_id] = max(highest.get(holder.job_id, 0.0), gpu.utilization_pct)
+                if gpu.utilization_pct is None:
+                    unknown.add(holder.job_id)
+                else:
+                    highest[holder.job_id] = max(highest.get(holder.job_id, 0.0), gpu.utilization_pct)
+        for job_id in unknown:
+            highest.pop(job_id, None)
         max_gap = GAP_SAMPLES * sample.interval_seconds
         actions: list[Action] = []
         for job_id, utilization in highest.items():

@@ -82,6 +82,11 @@ def test_one_busy_gpu_of_the_job_keeps_it_from_being_idle():
     assert feed(r, range(0, 30), ("j1", 0.0), ("j1", 60.0)) == []
 
 
+def test_a_gpu_of_the_job_that_reports_no_utilization_keeps_it_from_being_idle():
+    r = reclaim(live(job()))
+    assert feed(r, range(0, 30), ("j1", 0.0), ("j1", None)) == []
+
+
 def test_a_job_without_an_idle_timeout_or_a_serve_job_is_never_stopped():
     r = reclaim(live(job("a", idle_timeout=None), job("b", idle_timeout=0), job("c", serves=True)))
     assert feed(r, range(0, 60), ("a", 0.0), ("b", 0.0), ("c", 0.0)) == []
