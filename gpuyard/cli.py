@@ -189,6 +189,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         ("Priority", spec.priority),
         ("Created", f"{job.created_at.isoformat()} ({_age(job.created_at)} ago)"),
     ]
+    if spec.idle_timeout is not None or spec.idle_grace is not None:
+        rows.insert(-1, ("Idle timeout", _idle_text(spec)))
     if job.pending:
         rows.append(("Waiting", pending_text(job.pending)))
         if job.pending.details:
@@ -238,6 +240,15 @@ def _gpu_use_text(client: Client, job: JobOut) -> str | None:
             f"{use.used_gpu_hours:.2f} of {use.allocated_gpu_hours:.2f} GPU-hours used"
         )
     return None
+
+
+def _idle_text(spec: JobSpec) -> str:
+    """'30m, grace 10m', 'off', or the tenant's default (the monitor knows it, the spec does not)."""
+    if spec.idle_timeout == 0:
+        return "off (never stopped for idle GPUs)"
+    timeout = "its tenant's default" if spec.idle_timeout is None else format_duration(spec.idle_timeout)
+    grace = "" if spec.idle_grace is None else f", grace {format_duration(spec.idle_grace)}"
+    return f"{timeout}{grace} (stopped when its GPUs stay idle that long)"
 
 
 def _what_it_runs(spec: JobSpec) -> tuple[str, str]:

@@ -128,7 +128,8 @@ GRANTS: dict[Role, Grant] = {
     ),
     Role.MONITOR: Grant(
         publishes=HEARTBEAT
-        | {Subject.GPU_SAMPLE, Subject.NODE_GPU_HEALTH, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED},
+        | {Subject.GPU_SAMPLE, Subject.NODE_GPU_HEALTH, Subject.ALERT_RAISED, Subject.ALERT_RESOLVED}
+        | {Subject.IDLE_WARNING, Subject.IDLE_STOP},  # idle-GPU reclaim: the alert rules' monitor decides
         listens=(
             Subject.GPU_SAMPLE.value,
         ),  # every node's samples: one monitor's /metrics covers the cluster

@@ -23,6 +23,8 @@ from shared.events import (
     GpuReading,
     GpuSample,
     GpuShare,
+    IdleStop,
+    IdleWarning,
     JobCancelled,
     JobCancelRequested,
     JobFailed,
@@ -228,6 +230,30 @@ EXAMPLES = {
     ),
     Subject.ALERT_RESOLVED: AlertResolved(
         alert_id="gpu_idle/node-1/2", kind="gpu_idle", message="busy again", tenant="vision"
+    ),
+    Subject.IDLE_WARNING: IdleWarning(
+        job_id="8f14e45fceea167a5a36dedd4bea2543",
+        attempt=1,
+        tenant="vision",
+        user="ana",
+        threshold_pct=5,
+        window_seconds=1800,
+        max_utilization_pct=1.2,
+        message="GPUs below 5% for 30m (highest 1.2%); stopping in 10m unless they get busy",
+        grace_seconds=600,
+        stop_at=datetime(2026, 11, 1, 12, 10, tzinfo=UTC),
+    ),
+    Subject.IDLE_STOP: IdleStop(
+        job_id="8f14e45fceea167a5a36dedd4bea2543",
+        attempt=1,
+        tenant="vision",
+        user="ana",
+        threshold_pct=5,
+        window_seconds=1800,
+        max_utilization_pct=1.2,
+        message="stopped for idle GPUs: every sample under 5% utilization for 40m (idle timeout 30m, grace "
+        "10m; highest 1.2% over the last 30m)",
+        idle_seconds=2400,
     ),
 }
 

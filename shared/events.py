@@ -86,6 +86,8 @@ class Subject(StrEnum):
     MODEL_FAILED = "model.failed"
     ALERT_RAISED = "alert.raised"
     ALERT_RESOLVED = "alert.resolved"
+    IDLE_WARNING = "idle.warning"
+    IDLE_STOP = "idle.stop"
 
 
 class Wildcard(StrEnum):
@@ -97,6 +99,7 @@ class Wildcard(StrEnum):
     GPU = "gpu.>"
     SERVICE = "service.>"
     DEADLETTER = "deadletter.>"
+    IDLE = "idle.>"
 
 
 JOB_SUBJECTS = frozenset(s for s in Subject if s.value.startswith("job."))
@@ -193,6 +196,7 @@ EVENTS_STREAM = StreamDef(
         Subject.NODE_LOST,
         Subject.NODE_GPU_HEALTH,
         Subject.NODE_CONTROL,
+        Wildcard.IDLE,
     ],
     max_age_seconds=30 * 86400,
     description="State changes: jobs, models, alerts, lost nodes, GPU health, cordons. Kept 30 days.",
@@ -338,6 +342,7 @@ class FailureReason(StrEnum):
     NODE_LOST = "node_lost"
     GPU_MEMORY_EXCEEDED = "gpu_memory_exceeded"
     EXECUTOR_RESTARTED = "executor_restarted"
+    IDLE = "idle"
 
 
 class RequeueReason(StrEnum):
@@ -817,6 +822,44 @@ class AlertResolved(EventData):
 
     def entity(self) -> str | None:
         return self.alert_id
+
+
+# ---------------------------------------------------------------- idle-GPU reclaim
+
+
+class _IdleEvent(EventData):
+    job_id: str
+    attempt: int = Field(..., ge=1, description="The attempt that leaves its GPUs idle.")
+    tenant: str = Field(..., description="The job's tenant.")
+    user: str = ""
+    threshold_pct: float = Field(..., description="The idle threshold: GPU utilization under it is idle.")
+    window_seconds: float = Field(..., description="The job's idle timeout: the window every sample was in.")
+    max_utilization_pct: float = Field(
+        ..., description="The highest utilization of any of the job's GPUs in that window."
+    )
+    message: str = Field(..., description="The same, in plain words.")
+
+
+@event(Subject.IDLE_WARNING)
+class IdleWarning(_IdleEvent):
+    """A running job's GPUs stayed under the idle threshold in every sample for its idle timeout (after its
+    start-up allowance): it is stopped after `grace_seconds` unless they get busy. Recorded and published by
+    the monitor that evaluates the alert rules, which also raises a `job_idle` alert; the executor writes a
+    line into the job's output (docs/monitor.md, Idle-GPU reclaim)."""
+
+    grace_seconds: float = Field(
+        ..., description="How long the job has to use its GPUs before it is stopped."
+    )
+    stop_at: datetime = Field(..., description="When it is stopped unless its GPUs get busy.")
+
+
+@event(Subject.IDLE_STOP)
+class IdleStop(_IdleEvent):
+    """A warned job's GPUs stayed idle through its grace: the executor stops it as it stops a preempted job
+    (SIGTERM, `GPUYARD_GRACE_SECONDS` to checkpoint, SIGKILL) and it ends `failed` with the reason `idle`
+    and this message, never retried; its GPUs go back to the queue."""
+
+    idle_seconds: float = Field(..., description="How long its GPUs had been idle when it was stopped.")
 
 
 # ---------------------------------------------------------------- the envelope

@@ -97,6 +97,26 @@ def _duration(value: Any) -> float:
 Bytes = Annotated[int, BeforeValidator(_size), PlainSerializer(int, return_type=int)]
 Seconds = Annotated[float, BeforeValidator(_duration)]
 
+MAX_IDLE_SECONDS = 30 * 86400.0
+"""The longest `idle_timeout` and `idle_grace` a job may give (30 days)."""
+IDLE_OFF = ("off", "never", "0")
+
+
+def _idle_duration(value: Any) -> float:
+    """A duration of the idle-GPU reclaim: '30m', 1800…; 0, 'off' or 'never': 0 (off, for `idle_timeout`;
+    no wait, for `idle_grace`)."""
+    if isinstance(value, str) and value.strip().lower() in IDLE_OFF:
+        return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    seconds = parse_duration(value)
+    if seconds > MAX_IDLE_SECONDS:
+        raise ValueError("at most 30 days, or 'off'")
+    return seconds
+
+
+IdleSeconds = Annotated[float, BeforeValidator(_idle_duration)]
+
 
 def _priority_class(value: str) -> str:
     if value not in PRIORITY_CLASSES:
@@ -215,6 +235,17 @@ class JobSpec(Strict):
         description=f"Retries after a failure (default 0; {SERVE_MAX_RETRIES} for a serve job).",
     )
     timeout: Seconds | None = Field(None, description="Wall-clock limit of one attempt, e.g. '2h' or 3600.")
+    idle_timeout: IdleSeconds | None = Field(
+        None,
+        description="Stop the job when its GPUs stay under the idle threshold (5% by default) in every sample "
+        "for this long, e.g. '30m', after a warning and `idle_grace` (docs/monitor.md, Idle-GPU reclaim); it "
+        "ends `failed` with the reason `idle`. Unset: its tenant's default, if any; 0 or 'off': never.",
+    )
+    idle_grace: IdleSeconds | None = Field(
+        None,
+        description="Time between the idle warning and the stop, e.g. '10m' (unset: the platform's "
+        "`GPUYARD_IDLE_GRACE`); the job is not stopped if its GPUs get busy meanwhile.",
+    )
     serve: ServeSpec | None = Field(
         None,
         description="Serve a published model instead of running a command: one replica of a deployment "
@@ -240,6 +271,11 @@ class JobSpec(Strict):
                 raise ValueError(
                     "a serve job is one replica of a deployment: replicas must be 1 (a deployment of N "
                     "replicas is N serve jobs)"
+                )
+            if self.idle_timeout:
+                raise ValueError(
+                    "a serve job is never stopped for idle GPUs (a model server waits for requests): "
+                    "leave out idle_timeout"
                 )
         return self
 

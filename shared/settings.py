@@ -49,6 +49,22 @@ def _tenant_numbers(value: object) -> object:
 TenantNumbers = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_numbers)]
 
 
+def _tenant_durations(value: object) -> object:
+    """'vision=30m,*=2h' (or a JSON object, or a dict) -> {'vision': 1800.0, '*': 7200.0}; 0 or 'off': off."""
+    pairs = _tenant_numbers(value)
+    if not isinstance(pairs, dict):
+        return pairs
+    durations = {}
+    for name, text in pairs.items():
+        off = str(text).strip().lower() in ("0", "off", "never")
+        durations[name] = 0.0 if off else parse_duration(text)
+    return durations
+
+
+TenantDurations = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_durations)]
+"""A duration per tenant, `vision=30m,nlp=1h` (`*`: every other tenant's)."""
+
+
 def _keep_for(value: object) -> object:
     """'7d', '12h', a number of seconds; '0' or 'never': kept for ever (0)."""
     if isinstance(value, str) and value.strip().lower() in ("never", "0", "forever", ""):
@@ -472,6 +488,31 @@ class MonitorSettings(CommonSettings):
     )
     history_flush_interval: Duration = Field(
         5.0, gt=0, description="Seconds between two writes of the node's samples to the GPU history."
+    )
+    idle_timeouts: TenantDurations = Field(
+        default_factory=dict,
+        description="Idle-GPU reclaim: the `idle_timeout` of a tenant's jobs that give none, `vision=30m,nlp=1h` "
+        "(`*`: every other tenant; 0 or off: none); empty: only jobs that ask are stopped for idle GPUs "
+        "(docs/monitor.md).",
+    )
+    idle_threshold_pct: float = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="Idle-GPU reclaim: a job's GPUs are idle while every sample of each of them reads under "
+        "this utilization, in %.",
+    )
+    idle_grace: Duration = Field(
+        600.0,
+        gt=0,
+        description="Idle-GPU reclaim: time between a job's idle warning and its stop, for jobs that give no "
+        "`idle_grace`.",
+    )
+    idle_min_age: KeepFor = Field(
+        300.0,
+        ge=0,
+        description="Idle-GPU reclaim: the start-up allowance: samples of a job's first minutes (from its start) "
+        "do not count towards its idle timeout.",
     )
 
 

@@ -31,7 +31,7 @@ class Attempt:
     running: set[int] = field(default_factory=set)
     """Its replicas started (or adopted) here that have not ended yet."""
     stop_reason: str | None = None
-    """Why the executor stops it (cancelled, preempted, timeout, gpu_memory, peer_failed, ended): the first
+    """Why the executor stops it (cancelled, preempted, timeout, gpu_memory, idle, peer_failed, ended): the first
     reason given wins, and says how the attempt ends."""
     stop_grace: float | None = None
     stop_message: str = ""

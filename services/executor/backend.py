@@ -103,6 +103,10 @@ class Backend(ABC):
         they could not be listed (the executor announces nothing that round)."""
         return [own]
 
+    def note(self, key: AttemptKey, line: str) -> None:  # noqa: B027 (optional: no output to write to)
+        """Write `line` (the platform's word, e.g. an idle warning) into the output of the attempt's replicas
+        running here, as its own line. (Kubernetes: not done, a pod's output is its own.)"""
+
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         """Replica → session id of its processes on this host, for the GPU memory watch ({} when unknown)."""
         return {}

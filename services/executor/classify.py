@@ -2,8 +2,8 @@
 
 - `classify_log_tail`: failure causes that only a job's output reveals (both backends);
 - `classify_exit`: a local process's return code → its cause in plain words;
-- `exit_after_stop`: a replica the executor stopped (timeout, GPU memory slice) fails for that reason, not for
-  the signal that stopped it;
+- `exit_after_stop`: a replica the executor stopped (timeout, GPU memory slice, idle GPUs) fails for that
+  reason, not for the signal that stopped it;
 - `attempt_end`: from the job's view (its replicas' exits), the event that ends the attempt, if any.
 """
 
@@ -95,6 +95,10 @@ def exit_after_stop(
     if stop == "timeout":
         why = f"timed out after {timeout:g}s and was stopped" if timeout else "timed out"
         return ended.model_copy(update={"reason": FailureReason.TIMEOUT, "message": why})
+    if stop == "idle":
+        return ended.model_copy(
+            update={"reason": FailureReason.IDLE, "message": message or "stopped for idle GPUs"}
+        )
     if stop == "gpu_memory":
         return ended.model_copy(
             update={
@@ -120,6 +124,17 @@ def attempt_end(
         why = view.preempt_requested.reason if view.preempt_requested else "preempted"
         return JobRequeued(job_id=job_id, attempt=attempt + 1, reason=RequeueReason.PREEMPTED, message=why)
     failed = [e for e in view.exits if e.reason is not None]
+    idle = next((e for e in failed if e.reason == FailureReason.IDLE), None)
+    if idle is not None:  # stopped for idle GPUs: the job ends (a retry would hold them idle again)
+        return JobFailed(
+            job_id=job_id,
+            attempt=attempt,
+            reason=FailureReason.IDLE,
+            message=idle.message,
+            signal=idle.signal,
+            replica=idle.replica,
+            log_tail=view.log_tail,
+        )
     if failed:
         first = failed[0]
         if attempt <= view.spec.max_retries:

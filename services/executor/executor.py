@@ -35,10 +35,13 @@ from services.executor.exits import AttemptKey, attempt_key
 from services.executor.gpuguard import SliceGuard, choose_reader
 from services.executor.gpuwatch import GpuProcessReader, Overuse
 from services.executor.rendezvous import master_endpoint
-from shared.bus import concerns_holder
+from shared import idlebook
+from shared.bus import concerns_holder, entity_of
 from shared.events import (
     CloudEvent,
     EventData,
+    IdleStop,
+    IdleWarning,
     JobCancelled,
     JobCancelRequested,
     JobFailed,
@@ -49,6 +52,7 @@ from shared.events import (
     JobStarted,
     JobSucceeded,
     ReplicaPlacement,
+    Subject,
     derived_id,
 )
 from shared.gpus import node_gpus
@@ -63,6 +67,9 @@ from shared.units import parse_size
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
 LAUNCHES_AT_ONCE = 16
+IDLE_SUBJECTS = (Subject.IDLE_WARNING.value, Subject.IDLE_STOP.value)
+NOTE = "[gpuyard] "
+"""How a line the platform writes into a job's output begins."""
 
 
 class Executor:
@@ -148,6 +155,8 @@ class Executor:
                 if await self.ledger.stored(event) is None:
                     return self.ignored(event)
                 await self.stop_attempt(key, "preempted", data.grace_seconds)
+        elif isinstance(data, IdleWarning | IdleStop):
+            await self.on_idle(event)
         elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
             ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
             key = AttemptKey(data.job_id, ended)
@@ -159,6 +168,9 @@ class Executor:
     def concerns(self, msg: Msg) -> bool:
         """Whether a control event may concern this executor process (every executor process sees every
         job's end, and acts only on those of the attempts it holds): `concerns_holder`."""
+        if msg.subject in IDLE_SUBJECTS:
+            job_id = entity_of(msg)
+            return job_id is None or self.attempts.holds_job(job_id)
         return concerns_holder(msg, self.attempts.holds_job)
 
     @staticmethod
@@ -295,9 +307,15 @@ class Executor:
         record.running = set(replicas)
         record.launch = await self.attempt_launch(view)
         unannounced = bool(set(replicas) - set(view.current.started))  # its executor died before it said so
+        idle = await self.idle_stop_of(key)
+        if idle is not None:  # its executor was stopping it for idle GPUs: it ends so, whenever it ends
+            record.stopping("idle", self.settings.grace_seconds)
+            record.stop_message = idle.message
         if not await self.backend.adopt(key, replicas, unannounced=unannounced):
             self.attempts.close(record)
             return False
+        if idle is not None and record.running:
+            await self.backend.stop(key, self.settings.grace_seconds)
         log.info("job %s attempt %d: watching its %d replica(s) again", *key, len(record.running))
         if view.spec.timeout:
             started = view.current.started_at or view.updated_at
@@ -367,7 +385,7 @@ class Executor:
         if record is not None:
             stop = record.stop_reason
             if record.running:
-                if stop in ("cancelled", "preempted"):
+                if stop in ("cancelled", "preempted", "idle"):
                     return None  # wait until every local replica is gone
             else:
                 record.cancel_timer()
@@ -393,6 +411,33 @@ class Executor:
         elif view.state in (JobState.PLACED, JobState.RUNNING) and self.claims.take(key):
             # not started here: the claim keeps this node's other executor processes from starting it
             await self.finish(key, JobCancelled(job_id=job_id, attempt=view.attempt, by="executor"))
+
+    async def on_idle(self, event: CloudEvent) -> None:
+        """The monitor's idle warning (a line in the job's output) or stop (the attempt stopped as a preempted
+        one is, then ended `failed`, reason `idle`), for an attempt running here and recorded in the store."""
+        data = event.data
+        assert isinstance(data, IdleWarning | IdleStop)
+        key = AttemptKey(data.job_id, data.attempt)
+        record = self.attempts.get(key)
+        if record is None or not record.running or record.stop_reason is not None:
+            return  # not running here, or over, or already being stopped: a late or repeated event
+        if not await idlebook.holds(self.service.store, event):
+            return self.ignored(event)
+        if isinstance(data, IdleWarning):
+            self.backend.note(key, f"{NOTE}idle: {data.message}")
+            return
+        grace = self.settings.grace_seconds
+        self.backend.note(key, f"{NOTE}idle: {data.message}; SIGTERM now, SIGKILL in {grace:g}s")
+        record.stop_message = data.message
+        await self.stop_attempt(key, "idle", grace)
+
+    async def idle_stop_of(self, key: AttemptKey) -> IdleStop | None:
+        """The monitor's `idle.stop` of the attempt, when the store holds one."""
+        for stored in await self.service.store.read_stream(idlebook.stream_id(key.job_id)):
+            data = stored.event.data
+            if isinstance(data, IdleStop) and data.attempt == key.attempt:
+                return data
+        return None
 
     async def enforce_timeout(self, key: AttemptKey, seconds: float) -> None:
         await asyncio.sleep(seconds)

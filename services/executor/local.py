@@ -437,6 +437,16 @@ class LocalBackend(Backend):
         """Whether an earlier executor started processes of this attempt here (its pid files remain)."""
         return bool(read_pid_files(self.data_dir, key[0], key[1], self.node))
 
+    def note(self, key: AttemptKey, line: str) -> None:
+        data = f"\n{line}\n".encode()  # (a line of its own, even after a line the job left unfinished)
+        for rep in self.replicas.get(key, {}).values():
+            if rep.sink is None:
+                continue
+            try:
+                rep.sink.write(data)
+            except OSError as exc:  # a full disk: the job goes on
+                log.warning("cannot write to the log of job %s replica %d: %s", rep.job_id, rep.replica, exc)
+
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         return {r: rep.proc.pid for r, rep in self.replicas.get(key, {}).items()}
 

@@ -8,7 +8,7 @@
   next start adopts what runs);
 - after reconciling what an earlier executor left (`Executor.reconcile`), placements come from a durable
   consumer the node's executor processes share, and the control events (cancel, preemption, the attempt's
-  end) from a durable consumer of each.
+  end, the monitor's idle warning and stop) from a durable consumer of each.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import signal
 
 from services.executor import jobenv
-from services.executor.executor import Executor
+from services.executor.executor import IDLE_SUBJECTS, Executor
 from services.executor.nodelog import said_by
 from services.executor.retention import JobDirSweeper
 from shared.bus import placed_for
@@ -55,7 +55,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
         durable = f"executor-{settings.node_name}".replace(".", "-")
         for name, subjects, wanted in (
             (durable, [subject_filter(Subject.JOB_PLACED)], placed_for(HOLDER_EXECUTOR)),
-            (f"{durable}-{executor.worker}", CONTROL_SUBJECTS, executor.concerns),
+            (f"{durable}-{executor.worker}", [*CONTROL_SUBJECTS, *IDLE_SUBJECTS], executor.concerns),
         ):
             await service.bus.consume(
                 name,

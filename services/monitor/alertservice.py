@@ -8,6 +8,9 @@ delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
   a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
   jobs (`services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
   running replica has from the log store (its extent: one indexed read, no bytes).
+- The same leader decides the idle-GPU reclaim (`services.monitor.idlereclaim`) from the samples it watches:
+  it records and publishes `idle.warning` and `idle.stop` (`shared.idlebook`), and raises and resolves their
+  `job_idle` alerts like its own.
 - Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
   any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
   webhook queues, then acknowledged.
@@ -26,9 +29,11 @@ from datetime import UTC, datetime
 from nats.aio.msg import Msg
 
 from services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Raise
+from services.monitor.idlereclaim import Action, IdleReclaim, Record
 from services.monitor.jobs import LiveJob, LiveJobs
 from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from services.monitor.webhooks import Webhooks
+from shared import idlebook
 from shared.alertbook import AlertBook
 from shared.bus import entity_of
 from shared.buspermissions import publishes
@@ -74,8 +79,10 @@ class AlertService:
         *,
         instance: str,
         live: LiveJobs | None = None,
+        idle: IdleReclaim | None = None,
     ):
-        """`live`: the monitor's live jobs, refreshed by the monitor; without it the service keeps its own."""
+        """`live`: the monitor's live jobs, refreshed by the monitor; without it the service keeps its own.
+        `idle`: the idle-GPU reclaim, on those live jobs (none: no job is stopped for idle GPUs)."""
         self.service = service
         self.bus = service.bus
         self.rules = rules
@@ -86,6 +93,7 @@ class AlertService:
         self.live = live or LiveJobs(store)
         self.refreshes_live = live is None
         self.engine = Engine(rules)
+        self.idle = idle
         self.leading = False
         self.sent: OrderedDict[str, None] = OrderedDict()
         self.lease = Lease(self.bus, LEASE, instance, replicas=self.bus.replicas)
@@ -98,7 +106,10 @@ class AlertService:
             self.engine = Engine(self.rules)
             active = await self.book.load()
             now = datetime.now(UTC)
-            self.engine.restore((ActiveAlert(v.raised, v.raised_id, v.raised_at) for v in active), now)
+            restored = [ActiveAlert(v.raised, v.raised_id, v.raised_at) for v in active]
+            self.engine.restore(restored, now)
+            if self.idle is not None:
+                self.idle.restore(restored)
             self.leading = True
         log.info("evaluating the alert rules (%d alert(s) active)", len(active))
 
@@ -126,6 +137,8 @@ class AlertService:
         data = event.data
         if isinstance(data, GpuSample):
             await self.apply(self.engine.sample(data, event.time))
+            if self.idle is not None:
+                await self.reclaim(self.idle.sample(data, event.time))
         elif isinstance(data, NodeHeartbeat):
             await self.apply(self.engine.node_heartbeat(data.node, event.time))
 
@@ -160,6 +173,8 @@ class AlertService:
                         await self.apply(self.engine.jobs(queued, running, datetime.now(UTC)))
                         polled = loop.time()
                     await self.apply(self.engine.tick(datetime.now(UTC)))
+                    if self.idle is not None:
+                        await self.reclaim(self.idle.jobs(datetime.now(UTC)))
                 except Exception as exc:  # the store away for a moment: the next turn tries again
                     log.warning("alert rules: %s", exc)
             await asyncio.sleep(TICK_SECONDS)
@@ -218,6 +233,31 @@ class AlertService:
                     log.warning(
                         "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
                     )
+
+    async def reclaim(self, actions: list[Action]) -> None:
+        """What the idle-GPU reclaim decided, in order: an idle event is recorded in its job's idle stream, then
+        published (a failed publish is left to the outbox relay); an alert change is applied as the engine's."""
+        for action in actions:
+            if not isinstance(action, Record):
+                await self.apply([action])
+                continue
+            event = make_event(action.data, source=self.service.source, id=action.event_id, time=action.at)
+            try:
+                await idlebook.record(self.store, event)
+            except Exception as exc:  # the store away: a stop is decided again at the next sample
+                log.warning("recording %s %s failed: %s", event.type, event.id, exc)
+                if self.idle is not None:
+                    self.idle.unrecorded(action)
+                continue
+            log.warning("%s job %s attempt %d: %s", event.type, action.data.job_id, action.data.attempt,
+                        action.data.message)  # fmt: skip
+            try:
+                await self.bus.publish(event)
+                await self.store.mark_published([event.id])
+            except Exception as exc:
+                log.warning(
+                    "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
+                )
 
     # ------------------------------------------------------------------ every alert on the bus
 
@@ -291,6 +331,7 @@ async def run_alerts(service: Service, settings: MonitorSettings, live: LiveJobs
         settings.alert_webhooks, timeout=settings.webhook_timeout, max_backoff=settings.webhook_max_backoff
     )
     alerts = AlertService(service, rules, store, logs, webhooks, instance=settings.instance, live=live)
+    alerts.idle = IdleReclaim.of(alerts.live, settings)
     try:
         await alerts.run(service.stopping)
     finally:

@@ -52,6 +52,9 @@ class LiveJob:
     replicas: int
     serves: bool
     """A serve job (a model's replica): idle between requests is not stuck."""
+    idle_timeout: float | None = None
+    """Its spec's `idle_timeout` (None: its tenant's default; 0: never stopped for idle GPUs)."""
+    idle_grace: float | None = None
 
     @classmethod
     def of(cls, view: JobView) -> LiveJob:
@@ -77,6 +80,8 @@ class LiveJob:
             placements=tuple(view.placements) if view.state != JobState.QUEUED else (),
             replicas=view.spec.replicas,
             serves=view.spec.serve is not None,
+            idle_timeout=view.spec.idle_timeout,
+            idle_grace=view.spec.idle_grace,
         )
 
     @property
