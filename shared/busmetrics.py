@@ -2,8 +2,11 @@
 outcome), how long its handler took, and how far each of its JetStream consumers is behind.
 
 `shared.bus` counts, in one place for every service: each `PullConsumer` (a durable) and each `Watch` (an
-ordered consumer) gets a `ConsumerFigures` and tells it each event's outcome and handling time. The label
-children are resolved once per (subject, outcome), so a message costs a dict lookup and two increments.
+ordered consumer) gets the `ConsumerFigures` of its name and tells it each event's outcome and handling time.
+Those are plain numbers the event loop adds to (a dict entry, a histogram bucket: a fraction of a microsecond;
+prometheus-client's own Counter and Histogram, with their locks, cost several times more), rendered at each
+scrape by `BusMetrics.collect` (the registry's collector, as the monitor's are), from whatever thread scrapes:
+it reads copies, each taken whole.
 
 Series (`consumer`: the durable's name, or the watch's name):
 - `gpuyard_bus_events_handled_total{consumer, subject, outcome}`: `subject` is the event's subject without
@@ -18,11 +21,12 @@ Series (`consumer`: the durable's name, or the watch's name):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 OK = "ok"
 """The handler returned: the event is acknowledged."""
@@ -62,71 +66,92 @@ class ConsumerLag:
     """Delivered more than once and not acknowledged yet."""
 
 
-class LagCollector:
-    """The latest `ConsumerLag` of each consumer, rendered at each scrape (replaced whole: a scrape from another
-    thread sees one refresh or the next, never half of one)."""
-
-    def __init__(self) -> None:
-        self.lags: tuple[ConsumerLag, ...] = ()
-
-    def collect(self) -> Iterator[Metric]:
-        lags = self.lags
-        families = (
-            ("pending", "Events the consumer has not been delivered yet (JetStream num_pending)."),
-            ("ack_pending", "Events delivered to the consumer and not acknowledged yet (num_ack_pending)."),
-            ("redelivered", "Events delivered more than once and not acknowledged yet (num_redelivered)."),
-        )
-        for field, text in families:
-            family = GaugeMetricFamily(
-                f"gpuyard_bus_consumer_{field}_messages", text, labels=("consumer", "stream")
-            )
-            for lag in lags:
-                family.add_metric([lag.consumer, lag.stream], getattr(lag, field))
-            yield family
-
-
 class BusMetrics:
-    """The bus figures of one service, registered in its registry (`shared.servicemetrics`)."""
+    """The bus figures of one service, a collector of its registry (`shared.servicemetrics`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.handled = Counter(
+        self.consumers: dict[str, ConsumerFigures] = {}
+        self.lags: tuple[ConsumerLag, ...] = ()
+        """The latest backlog of each consumer, replaced whole at each refresh."""
+        self.registry.register(self)
+
+    def consumer(self, name: str) -> ConsumerFigures:
+        """The figures of the consumer `name` (the same ones for a consumer opened again under its name)."""
+        figures = self.consumers.get(name)
+        if figures is None:
+            figures = self.consumers[name] = ConsumerFigures(name)
+        return figures
+
+    def describe(self) -> list[Metric]:
+        return []  # (its series come and go with the consumers: nothing to check at registration)
+
+    def collect(self) -> Iterator[Metric]:
+        consumers = list(self.consumers.values())
+        handled = CounterMetricFamily(
             "gpuyard_bus_events_handled",
             "Events a consumer handled, by subject (without its tenant) and outcome: ok, redelivered, "
             "dead_lettered, skipped (passed over undecoded), failed (a watch's handler raised).",
-            ("consumer", "subject", "outcome"),
-            registry=self.registry,
+            labels=("consumer", "subject", "outcome"),
         )
-        self.handling = Histogram(
+        handling = HistogramMetricFamily(
             "gpuyard_bus_event_handling_seconds",
             "Seconds a consumer's handler took for one event.",
-            ("consumer",),
-            buckets=HANDLING_BUCKETS,
-            registry=self.registry,
+            labels=("consumer",),
         )
-        self.lag = LagCollector()
-        self.registry.register(self.lag)
-
-    def consumer(self, name: str) -> ConsumerFigures:
-        return ConsumerFigures(self, name)
+        for figures in consumers:
+            totals: dict[tuple[str, str], int] = {}
+            for (subject, outcome), n in figures.counts.copy().items():
+                key = (subject_label(subject), outcome)
+                totals[key] = totals.get(key, 0) + n
+            for (subject, outcome), n in sorted(totals.items()):
+                handled.add_metric([figures.name, subject, outcome], n)
+            buckets, total = figures.buckets.copy(), figures.seconds
+            cumulative, rendered = 0, []
+            for bound, n in zip((*HANDLING_BUCKETS, float("inf")), buckets, strict=True):
+                cumulative += n
+                rendered.append(("+Inf" if bound == float("inf") else f"{bound:g}", cumulative))
+            handling.add_metric([figures.name], rendered, total)
+        yield handled
+        yield handling
+        yield from lag_families(self.lags)
 
 
 class ConsumerFigures:
-    """One consumer's counters and histogram, each label set resolved at its first use."""
+    """One consumer's counts and handling times, added to by the event loop."""
 
-    __slots__ = ("_counts", "_handled", "name", "observe")
+    __slots__ = ("buckets", "counts", "name", "seconds")
 
-    def __init__(self, metrics: BusMetrics, name: str):
+    def __init__(self, name: str):
         self.name = name
-        self._handled = metrics.handled
-        self._counts: dict[tuple[str, str], Counter] = {}
-        self.observe = metrics.handling.labels(name).observe
-        """observe(seconds): one event's handling time."""
+        self.counts: dict[tuple[str, str], int] = {}
+        """(subject as delivered, outcome) -> events."""
+        self.buckets = [0] * (len(HANDLING_BUCKETS) + 1)
+        """Handlings per bucket of HANDLING_BUCKETS, not cumulative; the last: above the largest bound."""
+        self.seconds = 0.0
+        """The handlings' total time."""
 
     def count(self, subject: str, outcome: str) -> None:
         """One event on `subject` (as delivered, with its tenant) ended with `outcome`."""
-        child = self._counts.get((subject, outcome))
-        if child is None:
-            child = self._handled.labels(self.name, subject_label(subject), outcome)
-            self._counts[(subject, outcome)] = child
-        child.inc()
+        counts, key = self.counts, (subject, outcome)
+        counts[key] = counts.get(key, 0) + 1
+
+    def observe(self, seconds: float) -> None:
+        """One handling took `seconds`."""
+        self.buckets[bisect_left(HANDLING_BUCKETS, seconds)] += 1
+        self.seconds += seconds
+
+
+def lag_families(lags: tuple[ConsumerLag, ...]) -> Iterator[Metric]:
+    families = (
+        ("pending", "Events the consumer has not been delivered yet (JetStream num_pending)."),
+        ("ack_pending", "Events delivered to the consumer and not acknowledged yet (num_ack_pending)."),
+        ("redelivered", "Events delivered more than once and not acknowledged yet (num_redelivered)."),
+    )
+    for field, text in families:
+        family = GaugeMetricFamily(
+            f"gpuyard_bus_consumer_{field}_messages", text, labels=("consumer", "stream")
+        )
+        for lag in lags:
+            family.add_metric([lag.consumer, lag.stream], getattr(lag, field))
+        yield family

@@ -164,7 +164,7 @@ class Service:
     async def _consumer_lags(self) -> None:
         """The backlog of this process's consumers, for /metrics (`Bus.consumer_lags` never raises)."""
         while True:
-            self.bus_metrics.lag.lags = tuple(await self.bus.consumer_lags())
+            self.bus_metrics.lags = tuple(await self.bus.consumer_lags())
             await asyncio.sleep(self.settings.consumer_lag_interval)
 
     async def stop(self) -> bool:

@@ -184,7 +184,7 @@ async def test_a_consumers_lag_gauge_follows_its_consumer_info():
     js.infos["executor-n1"] = SimpleNamespace(num_pending=7, num_ack_pending=2, num_redelivered=1)
     js.infos["ephemeral-1"] = SimpleNamespace(num_pending=3, num_ack_pending=0, num_redelivered=0)
 
-    bus.metrics.lag.lags = tuple(await bus.consumer_lags())
+    bus.metrics.lags = tuple(await bus.consumer_lags())
     gauges = lag_gauges(bus.metrics)
     assert gauges[("gpuyard_bus_consumer_pending_messages", "executor-n1")] == 7
     assert gauges[("gpuyard_bus_consumer_ack_pending_messages", "executor-n1")] == 2
@@ -193,7 +193,7 @@ async def test_a_consumers_lag_gauge_follows_its_consumer_info():
 
     js.infos["executor-n1"] = SimpleNamespace(num_pending=0, num_ack_pending=0, num_redelivered=0)
     del js.infos["ephemeral-1"]  # its info cannot be read now: no figure rather than a stale one
-    bus.metrics.lag.lags = tuple(await bus.consumer_lags())
+    bus.metrics.lags = tuple(await bus.consumer_lags())
     gauges = lag_gauges(bus.metrics)
     assert gauges[("gpuyard_bus_consumer_pending_messages", "executor-n1")] == 0
     assert ("gpuyard_bus_consumer_pending_messages", "scheduler-heartbeats") not in gauges
@@ -242,3 +242,20 @@ def test_the_submit_api_serves_its_figures_without_a_token_and_outside_its_opena
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
     assert families(answer.text)["gpuyard_service_info"][0].labels["service"] == "submit"
     assert "/metrics" not in paths
+
+
+def test_the_handling_times_render_as_a_cumulative_histogram_per_consumer():
+    metrics = BusMetrics()
+    figures = metrics.consumer("executor-n1")
+    for seconds in (0.0001, 0.0005, 0.003, 0.003, 20.0):  # 0.0005 is in the bucket of le="0.0005"
+        figures.observe(seconds)
+    assert metrics.consumer("executor-n1") is figures  # opened again under its name: the same figures
+    [family] = [
+        f for f in text_string_to_metric_families(render(metrics.registry).decode()) if f.type == "histogram"
+    ]
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+    assert (buckets["0.0005"], buckets["0.001"], buckets["0.0025"], buckets["0.005"]) == (2, 2, 2, 4)
+    assert (buckets["10"], buckets["+Inf"]) == (4, 5)
+    [total] = [s.value for s in family.samples if s.name.endswith("_sum")]
+    [count] = [s.value for s in family.samples if s.name.endswith("_count")]
+    assert count == 5 and total == pytest.approx(20.0066)

@@ -121,7 +121,7 @@ def exported_names() -> set[str]:
     for outcome in OUTCOMES:
         figures.count("job.placed.vision", outcome)
     figures.observe(0.01)
-    metrics.lag.lags = (ConsumerLag("executor-n1", "EVENTS", 1, 1, 1),)
+    metrics.lags = (ConsumerLag("executor-n1", "EVENTS", 1, 1, 1),)
     text = render(registry).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
