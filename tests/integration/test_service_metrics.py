@@ -1,9 +1,10 @@
 """Every service's own /metrics through `gpuyard up --simulate-gpus 2`: the addresses it lists in the targets
 file, each scraped and parsed as Prometheus would, with the events the scheduler's and the executors'
-consumers handled for a few jobs, and each consumer's lag."""
+consumers handled for a few jobs, and each consumer's lag; and a consumer's lag against a real nats-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -11,7 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuyard.up import TARGETS_FILE
-from shared.events import EVENTS_STREAM
+from shared.bus import Bus
+from shared.busmetrics import ConsumerLag
+from shared.events import EVENTS_STREAM, JobSucceeded, make_event
 from shared.jobstate import JobState
 
 from .conftest import Platform, wait_for
@@ -119,3 +122,40 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
         what="the monitor's own figures",
     )
     assert "DCGM_FI_DEV_GPU_UTIL" in monitor  # with the GPUs' figures
+
+
+async def test_a_consumers_lag_is_what_jetstream_says_of_it(nats_url):
+    """Against a real server: events a consumer holds unacknowledged, then none once its handler goes on; a
+    watch's consumer is read under the watch's name."""
+    bus = await Bus.connect([nats_url], name="lag", source="/test/lag")
+    await bus.ensure_streams()
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def slow(event, msg):
+        started.set()
+        await release.wait()
+
+    async def quick(event, msg):
+        pass
+
+    def lag(name: str, lags) -> ConsumerLag | None:
+        return next((x for x in lags if x.consumer == name), None)
+
+    try:
+        await bus.consume("lagging", ["job.>"], slow, stream=EVENTS_STREAM.name, batch=4)
+        await bus.watch("job.>", quick, stream=EVENTS_STREAM.name, name="watching")
+        for i in range(3):
+            await bus.publish(make_event(JobSucceeded(job_id=f"j{i}", attempt=1), source="/test"), tenant="t")
+        await asyncio.wait_for(started.wait(), 10)
+        held = lag("lagging", await bus.consumer_lags())
+        assert held is not None and held.stream == EVENTS_STREAM.name
+        assert held.pending + held.ack_pending == 3 and held.ack_pending >= 1  # one handled at a time
+        assert lag("watching", await bus.consumer_lags()) is not None
+        release.set()
+        async with asyncio.timeout(10):
+            while (x := lag("lagging", await bus.consumer_lags())) is None or x.pending + x.ack_pending:  # noqa: ASYNC110 - the server's figure
+                await asyncio.sleep(0.05)  # acks leave a moment after each handling
+        assert bus.metrics.consumers["lagging"].counts == {("job.succeeded.t", "ok"): 3}
+    finally:
+        release.set()
+        await bus.close()
