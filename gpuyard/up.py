@@ -480,7 +480,7 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
         decided["api_url"] = f"http://{host}:{api.submit_port}"
     children = []
-    metrics_ports = iter(own_metrics_ports(opts, api.submit_host))
+    metrics_ports = iter(own_metrics_ports(opts, api.service_metrics_host))
     for name, model in SERVICES.items():
         own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
         argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, own)]
