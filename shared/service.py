@@ -1,5 +1,7 @@
 """What every service process does the same way: settings from flags and env, logging, connecting to NATS
-and the store (waiting for them at start-up), health probes, a heartbeat, and a clean stop on SIGTERM."""
+and the store (waiting for them at start-up), health probes, its own Prometheus figures (`shared.servicemetrics`:
+the registry, the backlog of its consumers read every `consumer_lag_interval`, and a /metrics port of its own
+when `service_metrics_port` is set), a heartbeat, and a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from datetime import UTC, datetime
 
 from shared.bus import Bus, BusRefused, BusUnavailable
 from shared.buscredentials import CredentialsError, read_credentials
+from shared.busmetrics import BusMetrics
 from shared.buspermissions import publishes
 from shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
+from shared.servicemetrics import MetricsServer, service_registry
 from shared.settings import EXIT_REFUSED, CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
 from shared.version import VERSION
@@ -53,6 +57,10 @@ class Service:
         """Jobs' output (`shared.logstore`), for the services that write or read it (needs_logs)."""
         self.ledger: JobLedger | None = None
         self.health: HealthServer | None = None
+        self.metrics = service_registry(name, settings.instance, VERSION)
+        """This process's Prometheus figures; its bus counts into it (`bus_metrics`)."""
+        self.bus_metrics = BusMetrics(self.metrics)
+        self.metrics_server: MetricsServer | None = None
         self.started_at = datetime.now(UTC)
         self.stopping = asyncio.Event()
         self.stop_signal: int | None = None
@@ -76,6 +84,7 @@ class Service:
                     connect_timeout=2,
                     credentials=credentials,
                     tls_ca=self.settings.nats_tls_ca,
+                    metrics=self.bus_metrics,
                 )
                 break
             except BusUnavailable as exc:
@@ -100,8 +109,23 @@ class Service:
             port=self.settings.health_port,
         )
         port = await self.health.start()
+        self.serve_metrics()
         log.info("%s %s started (pid %d, health on port %d)", self.name, VERSION, os.getpid(), port)
         self.spawn(self._heartbeat(), "service-heartbeat")
+        self.spawn(self._consumer_lags(), "consumer-lag")
+
+    def serve_metrics(self) -> None:
+        """/metrics on `service_metrics_port` when set; a port that is taken is said and the service goes on
+        without it (as the monitor's /metrics)."""
+        host, port = self.settings.service_metrics_host, self.settings.service_metrics_port
+        if port is None:
+            return
+        try:
+            self.metrics_server = MetricsServer(self.metrics, host, port).start()
+        except OSError as exc:
+            log.error("cannot serve /metrics on %s:%d: %s; going on without it", host, port, exc)
+            return
+        log.info("Prometheus /metrics on http://%s:%d/metrics", host, self.metrics_server.port)
 
     def stop_by(self, sig: int) -> None:
         if self.stop_signal is None:
@@ -137,6 +161,12 @@ class Service:
                 await self.bus.publish(make_event(data, source=self.source))
             await asyncio.sleep(interval)
 
+    async def _consumer_lags(self) -> None:
+        """The backlog of this process's consumers, for /metrics (`Bus.consumer_lags` never raises)."""
+        while True:
+            self.bus_metrics.lags = tuple(await self.bus.consumer_lags())
+            await asyncio.sleep(self.settings.consumer_lag_interval)
+
     async def stop(self) -> bool:
         """Let main return (it does once `stopping` is set), cancel the other tasks, close the connections,
         each step bounded (STOP_SECONDS in all). False: something did not end in time (a task that ignores
@@ -156,6 +186,7 @@ class Service:
             clean &= await _bounded(self.ledger.close(), STEP_SECONDS, "the outbox relay")
         closing = [c.close() for c in (self.bus, self.store, self.logs) if c is not None]
         closing += [self.health.stop()] if self.health else []
+        closing += [asyncio.to_thread(self.metrics_server.stop)] if self.metrics_server else []
         if closing:
             clean &= await _bounded(asyncio.gather(*closing), STEP_SECONDS, "the connections")
         return clean

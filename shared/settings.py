@@ -189,6 +189,23 @@ class CommonSettings(BaseSettings):
         description="Set by `gpuyard up`: the supervisor's pid; once it is no longer the service's parent, the "
         "service stops, and is ended if its stop is stuck. 0: not supervised.",
     )
+    service_metrics_host: str = Field(
+        "127.0.0.1", description="Address of the service's own Prometheus /metrics (service_metrics_port)."
+    )
+    service_metrics_port: int | None = Field(
+        None,
+        ge=0,
+        description="Port of the service's own Prometheus /metrics: its process figures and what its bus "
+        'consumers handle (docs/operations.md, "Metrics of each service"); 0 picks a free one; not set: no '
+        "port of its own (the submit API, the serving API and the monitor's /metrics serve them too). "
+        "`gpuyard up` gives the scheduler and each executor one.",
+    )
+    consumer_lag_interval: Duration = Field(
+        5.0,
+        gt=0,
+        description="Seconds between two reads of the backlog of the service's JetStream consumers (the "
+        "consumer figures of /metrics).",
+    )
 
     @property
     def log_store_url(self) -> str:

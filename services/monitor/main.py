@@ -18,7 +18,7 @@ from services.monitor.health import HealthMarker
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
-from services.monitor.metrics import MetricsServer, make_registry
+from services.monitor.metrics import METRICS_PATH, MetricsServer, make_registry
 from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler, choose_sampler
 from shared.buspermissions import Role, permissions
@@ -110,10 +110,15 @@ class Monitor:
             return None
 
     def serve_metrics(self) -> None:
-        registry = make_registry(self.ingest, self.figures, node=None if self.cluster else self.node)
+        registry = make_registry(
+            self.ingest,
+            self.figures,
+            node=None if self.cluster else self.node,
+            service=self.service.metrics,
+        )
         host, port = self.settings.metrics_host, self.settings.metrics_port
         try:
-            self.metrics = MetricsServer(registry, host, port).start()
+            self.metrics = MetricsServer(registry, host, port, path=METRICS_PATH).start()
         except OSError as exc:  # the port is taken: sampling and publishing go on without /metrics
             log.error("cannot serve /metrics on %s:%d: %s; samples are still published", host, port, exc)
             return

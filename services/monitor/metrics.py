@@ -13,10 +13,8 @@ when several share it). `gpuyard_gpu_holder_info` has one series per holder.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -25,17 +23,20 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from services.monitor.ingest import SampleIngest
 from services.monitor.platform import PlatformFigures
 from shared.events import GpuReading
+from shared.servicemetrics import MetricsServer
+
+__all__ = ["METRICS_PATH", "MetricsServer", "make_registry"]
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "job", "tenant", "user")
 METRICS_PATH = "/metrics"
+"""The DCGM exporter's path (`MetricsServer(registry, host, port, path=METRICS_PATH)`)."""
 
 
 def _mib(value: int | None) -> float | None:
@@ -239,48 +240,19 @@ class IngestCollector:
 
 
 def make_registry(
-    ingest: SampleIngest, figures: PlatformFigures | None, *, node: str | None = None
+    ingest: SampleIngest,
+    figures: PlatformFigures | None,
+    *,
+    node: str | None = None,
+    service: CollectorRegistry | None = None,
 ) -> CollectorRegistry:
-    """`figures` None: no platform figures; `node`: that node's GPUs only."""
+    """`figures` None: no platform figures; `node`: that node's GPUs only; `service`: the monitor process's
+    own figures (`shared.servicemetrics`: process, bus consumers), served with the rest."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(ingest, node=node))
     if figures is not None:
         registry.register(PlatformCollector(figures))
     registry.register(IngestCollector(ingest))
+    if service is not None:
+        registry.register(service)  # (a registry is a collector: its figures are collected at each scrape)
     return registry
-
-
-class MetricsServer:
-    """`GET /metrics` in the Prometheus text format, served by a thread (a scrape never waits for the event
-    loop, nor the loop for a scrape's rendering beyond the GIL)."""
-
-    def __init__(self, registry: CollectorRegistry, host: str, port: int):
-        self.registry = registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                if self.path.split("?")[0] != METRICS_PATH:
-                    self.send_error(404, f"only {METRICS_PATH} is served here")
-                    return
-                body = generate_latest(registry)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args) -> None:  # noqa: A002
-                pass  # (a scrape every few seconds is not news)
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True)
-
-    def start(self) -> MetricsServer:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -502,14 +502,19 @@ async def main(service: Service, settings: SchedulerSettings) -> None:
         scheduler.on_heartbeat,
         stream=TELEMETRY_STREAM.name,
         since=datetime.now(UTC) - timedelta(seconds=settings.node_timeout),
+        name="scheduler-heartbeats",  # (each watch's name in the bus figures of /metrics)
     )
     await service.bus.watch(
-        [subject_filter(subject) for subject in FOLLOWED], scheduler.on_job_event, stream=EVENTS_STREAM.name
+        [subject_filter(subject) for subject in FOLLOWED],
+        scheduler.on_job_event,
+        stream=EVENTS_STREAM.name,
+        name="scheduler-jobs",
     )
     await service.bus.watch(
         [subject_filter(subject) for subject in NODE_CONTROLS],
         scheduler.on_node_control,
         stream=EVENTS_STREAM.name,
+        name="scheduler-node-controls",
     )
     await scheduler.load()
     log.info("following job events (%d live jobs); leading once the lease is free", len(scheduler.view.jobs))

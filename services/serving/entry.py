@@ -1,10 +1,14 @@
 """The serving entry point (port 8000 by default): the Open Inference Protocol over the replicas this node
 holds (`v2app`), behind the API's bearer tokens (`access.py`), with one hop to another node for a version it
-does not hold (`proxy.py`), and `/metrics` (`metrics.py`). Health: `/v2/health/live` and `/v2/health/ready`
+does not hold (`proxy.py`), and `/metrics` (`metrics.py`, then the service's own figures:
+`shared.servicemetrics`). Health: `/v2/health/live` and `/v2/health/ready`
 (the service's own `/healthz` and `/readyz` are on its health port, as every service's)."""
 
 from __future__ import annotations
 
+import asyncio
+
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,18 +20,27 @@ from services.serving.proxy import Forwarder
 from services.serving.registry import ModelRegistry
 from services.serving.stats import Stats
 from services.serving.v2app import create_app
+from shared.servicemetrics import render
 
 
 def create_entry_app(
-    registry: ModelRegistry, access: Access, forwarder: Forwarder, stats: Stats | None = None
+    registry: ModelRegistry,
+    access: Access,
+    forwarder: Forwarder,
+    stats: Stats | None = None,
+    service_metrics: CollectorRegistry | None = None,
 ) -> Starlette:
+    """`service_metrics`: the serving process's own figures, served after the models' on /metrics."""
     stats = stats if stats is not None else Stats()
     app = create_app(
         registry, authorize=access.authorize, stats=stats, router=forwarder, repository_loads=False
     )
 
     async def prometheus(request: Request) -> Response:
-        return Response(metrics.render(stats), media_type=metrics.CONTENT_TYPE)
+        body = metrics.render(stats).encode()
+        if service_metrics is not None:
+            body += await asyncio.to_thread(render, service_metrics)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
 
     app.router.routes.append(Route("/metrics", prometheus, methods=["GET"]))
     return app

@@ -82,7 +82,7 @@ async def main(service: Service, settings: ServingSettings) -> None:
         intra_op_threads=settings.serving_threads,
     )
     config = uvicorn.Config(
-        create_entry_app(registry, access, forwarder, Stats()),
+        create_entry_app(registry, access, forwarder, Stats(), service_metrics=service.metrics),
         host=settings.serving_host,
         port=settings.serving_port,
         log_level="warning",

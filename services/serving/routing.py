@@ -106,8 +106,15 @@ class Routes:
             self.on_event,
             stream=EVENTS_STREAM.name,
             wanted=self.routes_job,  # every job's end comes: only those of the replicas it routes to are read
+            name="serving-routes-job-ends",
         )
-        await bus.watch(Wildcard.MODEL.value, self.on_event, stream=EVENTS_STREAM.name, since=EPOCH)
+        await bus.watch(
+            Wildcard.MODEL.value,
+            self.on_event,
+            stream=EVENTS_STREAM.name,
+            since=EPOCH,
+            name="serving-routes-models",
+        )
 
     async def prune(self, running: Callable[[list[str]], Awaitable[set[str]]]) -> None:
         """Forget the replicas whose job is not running (`running`: those of the given job ids that are, in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from services.submit import (
     routes_admin,
@@ -30,6 +31,7 @@ from services.submit.fastpath import FastSubmit
 from services.submit.queuedepth import QueueFull
 from shared.api import HealthOut
 from shared.bus import BusUnavailable
+from shared.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
 from shared.store import ConcurrencyError, StoreUnavailable
 from shared.version import VERSION
 
@@ -117,6 +119,13 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:
         return HealthOut(status="ok", service="submit")
+
+    @app.get(METRICS_PATH, include_in_schema=False)
+    async def metrics() -> Response:
+        """The submit service's own Prometheus figures (`shared.servicemetrics`), without a token as the
+        monitor's /metrics: a Prometheus scrape carries none (docs/operations.md, "Metrics of each service")."""
+        body = await asyncio.to_thread(render, ctx.bus.metrics.registry) if ctx.bus is not None else b""
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

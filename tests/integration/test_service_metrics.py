@@ -1,0 +1,161 @@
+"""Every service's own /metrics through `gpuyard up --simulate-gpus 2`: the addresses it lists in the targets
+file, each scraped and parsed as Prometheus would, with the events the scheduler's and the executors'
+consumers handled for a few jobs, and each consumer's lag; and a consumer's lag against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuyard.up import TARGETS_FILE
+from shared.bus import Bus
+from shared.busmetrics import ConsumerLag
+from shared.events import EVENTS_STREAM, JobSucceeded, make_event
+from shared.jobstate import JobState
+
+from .conftest import Platform, wait_for
+
+pytestmark = pytest.mark.integration
+
+JOBS = 3
+EXECUTORS = ("executor", "executor-1")
+
+
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory):
+    base = tmp_path_factory.mktemp("metered")
+    env = {"GPUYARD_CONSUMER_LAG_INTERVAL": "0.5"}  # the lag read twice a second: no waiting for it
+    p = Platform(base / "data", base / "config", simulate_gpus=2, env=env).start()
+    yield p
+    if p.proc.poll() is None:
+        p.stop()
+
+
+def scrape(address: str) -> dict[str, list]:
+    """Each family's samples, by sample name."""
+    text = httpx.get(f"http://{address}/metrics", timeout=10).raise_for_status().text
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    return samples
+
+
+def handled(
+    samples: dict[str, list], consumer: str, outcome: str = "ok", subject: str | None = None
+) -> float:
+    return sum(
+        s.value
+        for s in samples.get("gpuyard_bus_events_handled_total", [])
+        if s.labels["consumer"] == consumer
+        and s.labels["outcome"] == outcome
+        and subject in (None, s.labels["subject"])
+    )
+
+
+def lag_of(samples: dict[str, list], consumer: str) -> list:
+    return [
+        s
+        for s in samples.get("gpuyard_bus_consumer_pending_messages", [])
+        if s.labels["consumer"] == consumer
+    ]
+
+
+def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(metered):
+    targets = json.loads((metered.data_dir / TARGETS_FILE).read_text())
+    address = {t["labels"]["process"]: t["targets"][0] for t in targets}
+    assert set(address) == {"submit", "scheduler", "executor", "executor-1", "serving"}
+    assert address["submit"] == f"127.0.0.1:{metered.port}"
+    assert address["serving"] == f"127.0.0.1:{metered.serving_port}"
+    address["monitor"] = f"127.0.0.1:{metered.monitor_port}"  # its own figures are in its /metrics
+
+    client = metered.client()
+    jobs = [
+        client.submit({"name": f"m{i}", "command": "true", "resources": {"gpus": 1}}) for i in range(JOBS)
+    ]
+    for job in jobs:
+        metered.wait_state(job.job_id, {JobState.SUCCEEDED})
+
+    for process, where in address.items():
+        [info] = scrape(where)["gpuyard_service_info"]
+        assert info.labels["service"] == process.split("-")[0], process
+        assert scrape(where)["process_resident_memory_bytes"][0].value > 0
+
+    # the scheduler's watch of job events saw each job submitted, started and ended
+    followed = ("job.submitted", "job.started", "job.succeeded")
+    scheduler = wait_for(  # (the API answers from the store: the scheduler may see an end a moment later)
+        lambda: (
+            (s := scrape(address["scheduler"]))
+            and all(handled(s, "scheduler-jobs", subject=subject) >= JOBS for subject in followed)
+            and s
+        ),
+        10,
+        what="the scheduler's counts of each job's events",
+    )
+    assert handled(scheduler, "scheduler-heartbeats") > 0
+    assert scheduler["gpuyard_bus_event_handling_seconds_count"]
+    assert lag_of(scheduler, "scheduler-jobs")
+
+    # the executors share the node's placements: together they handled one per job
+    def placements_handled() -> float:
+        return sum(handled(scrape(address[p]), "executor-node-a", subject="job.placed") for p in EXECUTORS)
+
+    wait_for(lambda: placements_handled() >= JOBS, 10, what="the executors' counts of the placements")
+    for process in EXECUTORS:  # the lag of each one's consumers, read twice a second
+        samples = wait_for(
+            lambda process=process: (s := scrape(address[process])) and lag_of(s, "executor-node-a") and s,
+            10,
+            what=f"the lag gauges of {process}",
+        )
+        [placements] = lag_of(samples, "executor-node-a")
+        assert placements.labels["stream"] == EVENTS_STREAM.name and placements.value >= 0
+        ack_pending = samples["gpuyard_bus_consumer_ack_pending_messages"]
+        assert {s.labels["consumer"] for s in ack_pending} >= {"executor-node-a"}
+
+    monitor = wait_for(
+        lambda: (s := scrape(address["monitor"])) and lag_of(s, "monitor-alerts") and s,
+        10,
+        what="the monitor's own figures",
+    )
+    assert "DCGM_FI_DEV_GPU_UTIL" in monitor  # with the GPUs' figures
+
+
+async def test_a_consumers_lag_is_what_jetstream_says_of_it(nats_url):
+    """Against a real server: events a consumer holds unacknowledged, then none once its handler goes on; a
+    watch's consumer is read under the watch's name."""
+    bus = await Bus.connect([nats_url], name="lag", source="/test/lag")
+    await bus.ensure_streams()
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def slow(event, msg):
+        started.set()
+        await release.wait()
+
+    async def quick(event, msg):
+        pass
+
+    def lag(name: str, lags) -> ConsumerLag | None:
+        return next((x for x in lags if x.consumer == name), None)
+
+    try:
+        await bus.consume("lagging", ["job.>"], slow, stream=EVENTS_STREAM.name, batch=4)
+        await bus.watch("job.>", quick, stream=EVENTS_STREAM.name, name="watching")
+        for i in range(3):
+            await bus.publish(make_event(JobSucceeded(job_id=f"j{i}", attempt=1), source="/test"), tenant="t")
+        await asyncio.wait_for(started.wait(), 10)
+        held = lag("lagging", await bus.consumer_lags())
+        assert held is not None and held.stream == EVENTS_STREAM.name
+        assert held.pending + held.ack_pending == 3 and held.ack_pending >= 1  # one handled at a time
+        assert lag("watching", await bus.consumer_lags()) is not None
+        release.set()
+        async with asyncio.timeout(10):
+            while (x := lag("lagging", await bus.consumer_lags())) is None or x.pending + x.ack_pending:  # noqa: ASYNC110 - the server's figure
+                await asyncio.sleep(0.05)  # acks leave a moment after each handling
+        assert bus.metrics.consumers["lagging"].counts == {("job.succeeded.t", "ok"): 3}
+    finally:
+        release.set()
+        await bus.close()
