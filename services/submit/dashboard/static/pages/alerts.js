@@ -107,7 +107,9 @@ function drawUsage() {
     return;
   }
   if (!usage) return;
-  const when = h("p", { class: "hint" }, `${PERIODS[usageQuery.since]}: from `, ago(usage.since), " to ", ago(usage.until),
+  const since = new Date(usage.since);
+  const when = h("p", { class: "hint" }, `${PERIODS[usageQuery.since]}, since `,
+    h("time", { datetime: since.toISOString() }, since.toLocaleString()),
     ". Allocated: a job's GPU share × the time it held it. Used: that time weighted by the GPUs' utilization.");
   if (!usage.rows.length) {
     fill(usageEl, controls(), when, empty(`No GPU time allocated in ${PERIODS[usageQuery.since]}.`,

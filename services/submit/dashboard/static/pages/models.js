@@ -129,7 +129,8 @@ function drawList() {
       h("thead", {}, h("tr", {}, ["Model", "Tenant", "Visibility", "Latest", "Versions", "Deployed", "Requests", "Updated"]
         .map((t) => h("th", { scope: "col", class: ["Latest", "Versions", "Requests"].includes(t) ? "num" : null }, t)))),
       h("tbody", {}, rows)),
-    h("p", { class: "hint" }, "Click a model for its versions, its deployment and the inference form."));
+    h("p", { class: "hint" }, "Click a model for its versions, its deployment and the inference form."),
+    rateNote ? h("p", { class: "hint", id: "rate-note" }, rateNote) : null);
 }
 
 function select(m) {
@@ -339,6 +340,23 @@ function learnServing(endpoint) {
   }
 }
 
+let blockedByPolicy = ""; // the serving address this page's Content-Security-Policy kept it from
+
+document.addEventListener("securitypolicyviolation", (e) => {
+  if (e.violatedDirective.startsWith("connect-src") || e.effectiveDirective === "connect-src") blockedByPolicy = e.blockedURI;
+});
+
+function unreachable(base) {
+  if (blockedByPolicy) {
+    return `This dashboard's Content-Security-Policy (connect-src) does not let its pages call ${base}: the ` +
+      "submit service must name the serving entry point there.";
+  }
+  return `The serving entry point at ${base} did not answer: is it running there, and is this page's origin ` +
+    `(${location.origin}) among its dashboard_origins (GPUYARD_DASHBOARD_ORIGINS)?`;
+}
+
+const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 function servingBase() {
   return (document.getElementById("i-serving")?.value || defaultServing()).replace(/\/+$/, "");
 }
@@ -353,7 +371,8 @@ async function loadRates() {
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     text = await res.text();
   } catch {
-    rateNote = `request rates come from the serving entry point's /metrics (${servingBase()}), which did not answer`;
+    await tick();
+    rateNote = `request rates come from the serving entry point's /metrics: ${unreachable(servingBase())}`;
     rates = new Map();
     lastCounts = null;
     drawRates();
@@ -478,8 +497,8 @@ async function sendInference(m) {
       body: JSON.stringify(body),
     });
   } catch {
-    lastAnswer = errorBox(`The serving entry point at ${base} did not answer: is it running there, and is this page's ` +
-      `origin (${location.origin}) among its dashboard_origins (GPUYARD_DASHBOARD_ORIGINS)?`);
+    await tick(); // (the policy's violation event comes after the failed fetch)
+    lastAnswer = errorBox(unreachable(base));
     fill(result, lastAnswer);
     return;
   }

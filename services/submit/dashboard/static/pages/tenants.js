@@ -103,7 +103,7 @@ function tokenForm() {
   return h("form", { class: "filters", id: "token-form", onsubmit: (e) => (e.preventDefault(), createToken(e.target)) },
     h("div", {}, h("label", { for: "t-tenant" }, "Tenant"), h("input", { id: "t-tenant", name: "tenant", required: true, size: 12, pattern: "[a-z0-9][a-z0-9-]*", title: "lower-case letters, digits and dashes" })),
     h("div", {}, h("label", { for: "t-user" }, "User"), h("input", { id: "t-user", name: "user", size: 12 })),
-    h("div", {}, h("label", { for: "t-expires" }, "Expires in"), h("input", { id: "t-expires", name: "expires_in", size: 8, placeholder: "never, or 30d" })),
+    h("div", {}, h("label", { for: "t-expires" }, "Expires in"), h("input", { id: "t-expires", name: "expires_in", size: 14, placeholder: "never, or 30d" })),
     h("div", { class: "check" }, h("label", { for: "t-admin" }, h("input", { id: "t-admin", name: "admin", type: "checkbox" }), " admin")),
     h("button", { type: "submit", class: "primary", id: "token-create" }, "Create token"),
   );
