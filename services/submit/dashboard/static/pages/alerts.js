@@ -138,8 +138,8 @@ function ticks(top, count = 5) {
   const raw = top / count;
   const power = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
-  const out = [];
-  for (let t = 0; t <= top + step / 2; t += step) out.push(Number(t.toPrecision(6)));
+  const out = [0];
+  while (out.at(-1) < top * (1 - 1e-9)) out.push(Number((out.length * step).toPrecision(6)));
   return out;
 }
 
@@ -147,7 +147,7 @@ function ticks(top, count = 5) {
  *  the waste light, with the figures at its end. */
 function chart(rows) {
   const labelWidth = 170;
-  const figureWidth = 190;
+  const figureWidth = 260;
   const width = 1000;
   const barHeight = 20;
   const gap = 12;

@@ -81,6 +81,9 @@ async function loadTenants() {
   const total = items.reduce((s, t) => s + t.guaranteed_gpus, 0);
   fill(tenantsEl,
     tenantRows(items),
+    h("div", { class: "legend quota-legend" },
+      h("span", { class: "key own" }), "used within its quota", h("span", { class: "key borrowed" }), "borrowed",
+      h("span", { class: "key guaranteed" }), "guaranteed, free"),
     h("p", { class: "hint" }, me.admin
       ? `${num(total)} GPUs guaranteed in all. Borrowed GPUs are held on another tenant's idle quota: they are the first to be preempted when that tenant needs them.`
       : "Your tenant's quota and what it holds now. Borrowed GPUs are held on another tenant's idle quota: the first to be preempted."));
