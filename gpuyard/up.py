@@ -479,6 +479,8 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     if env_name("api_url") not in env:  # where jobs reach the API (their publish token's, docs/models.md)
         host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
         decided["api_url"] = f"http://{host}:{api.submit_port}"
+    if env_name("dashboard_origins") not in env:  # whose pages may call the serving entry point (its CORS)
+        decided["dashboard_origins"] = dashboard_origins(api.submit_host, api.submit_port)
     children = []
     metrics_ports = iter(own_metrics_ports(opts, api.service_metrics_host))
     for name, model in SERVICES.items():
@@ -519,6 +521,15 @@ def write_metrics_targets(platform: Plan) -> Path:
     partial.write_text(json.dumps(platform.metrics_targets(), indent=2) + "\n")
     partial.replace(path)
     return path
+
+
+def dashboard_origins(host: str, port: int) -> str:
+    """The dashboard's origins as a browser on this machine names them (the API's address, 127.0.0.1 and
+    localhost): the serving entry point answers their pages' calls (GPUYARD_DASHBOARD_ORIGINS, when set, names them instead)."""
+    names = ["127.0.0.1", "localhost"]
+    if host not in ("0.0.0.0", "::", "", *names):
+        names.insert(0, f"[{host}]" if ":" in host else host)
+    return ",".join(f"http://{name}:{port}" for name in names)
 
 
 def ensure_admin_token(data_dir: Path, saved: str | None) -> tuple[Path, str]:

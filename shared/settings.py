@@ -554,6 +554,16 @@ class ServingSettings(CommonSettings):
         description="The API's tokens file: inference takes the same bearer tokens (see the submit API).",
     )
     tokens: str = Field("", description="Inline tokens, as the API's: `token=tenant[:user][:admin],…`.")
+    session_secret_file: Path | None = Field(
+        None,
+        description="The key of the dashboard's login sessions, the submit service's (the dashboard's inference "
+        "form calls this entry point with its session cookie); default `<data dir>/secrets/session.key`.",
+    )
+    dashboard_origins: str = Field(
+        "http://127.0.0.1:8080,http://localhost:8080",
+        description="The dashboard's origins, comma-separated: their pages may call this entry point from the "
+        "browser (CORS, with the session cookie); `gpuyard up` passes its own.",
+    )
     retry_backoff: float = Field(
         5.0, description="Seconds before a serve job's first retry (the executor's setting, for serve jobs)."
     )
@@ -567,6 +577,10 @@ class ServingSettings(CommonSettings):
     max_queue_delay_us: int = Field(
         0, ge=0, description="Dynamic batching: microseconds a request may wait for others to join its batch."
     )
+
+    @property
+    def dashboard_origin_list(self) -> frozenset[str]:
+        return frozenset(o.strip().rstrip("/") for o in self.dashboard_origins.split(",") if o.strip())
 
     @property
     def advertised_url(self) -> str:

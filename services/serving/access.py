@@ -5,18 +5,24 @@ not leak.
 
 A name is a tenant's: `/v2/models/mnist` is the caller's own `mnist` when it has one deployed (or known),
 else a public `mnist` of another tenant (the first by tenant name when several tenants share one publicly).
-A model's visibility is read from the event store once and kept until a model event says it changed."""
+A model's visibility is read from the event store once and kept until a model event says it changed.
+
+The dashboard's inference form calls from the browser with its session cookie (`shared/sessions.py`, the submit
+service's key and the same tokens): it is read only when a request has no Authorization header (the hot path of
+a bearer token is untouched), stands for its token while that token is valid, and a request that changes
+something must carry the session's CSRF token and, when it says its origin, come from the dashboard's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from starlette.requests import Request
 
-from services.serving.errors import NotFound, Unauthorized, Unavailable
+from services.serving.errors import Forbidden, NotFound, Unauthorized, Unavailable
 from services.serving.held import model_key, split_key
 from services.serving.registry import ModelRegistry
 from services.serving.routing import Routes
+from shared import sessions
 from shared.bearer import bearer_token
 from shared.jobtokens import is_job_token
 from shared.modelregistry import ModelRegistry as ModelCatalog
@@ -25,18 +31,38 @@ from shared.tokens import Principal, TokenRefused, Tokens
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 JOB_TOKEN = "a job's publish token is accepted by POST /v1/models only"
+OTHER_ORIGIN = "a request from a page that is not the dashboard's: its session is not accepted there"
+BAD_CSRF = "missing or wrong CSRF token: reload the page and try again"
 
 
 class Access:
-    def __init__(self, tokens: Tokens, catalog: ModelCatalog, registry: ModelRegistry, routes: Routes):
+    def __init__(
+        self,
+        tokens: Tokens,
+        catalog: ModelCatalog,
+        registry: ModelRegistry,
+        routes: Routes,
+        *,
+        session_secret: bytes | None = None,
+        dashboard_origins: Iterable[str] = (),
+    ):
+        """`session_secret`: the dashboard sessions' key (None: no session is accepted);
+        `dashboard_origins`: the origins whose pages may send one (`http://127.0.0.1:8080`)."""
         self.tokens = tokens
         self.catalog = catalog
         self.registry = registry
         self.routes = routes
+        self.session_secret = session_secret
+        self.dashboard_origins = frozenset(dashboard_origins)
         self._views: dict[tuple[str, str], ModelView | None] = {}
 
     def principal(self, request: Request) -> Principal:
-        token = bearer_token(request.headers.get("authorization"))
+        header = request.headers.get("authorization")
+        if header is None and self.session_secret is not None:
+            cookie = request.cookies.get(sessions.COOKIE)
+            if cookie is not None:
+                return self.session_principal(request, self.session_secret, cookie)
+        token = bearer_token(header)
         if token is None:
             raise Unauthorized(MISSING_TOKEN)
         if is_job_token(token):
@@ -45,6 +71,21 @@ class Access:
             return self.tokens.authenticate(token)
         except TokenRefused as exc:
             raise Unauthorized(str(exc)) from None
+
+    def session_principal(self, request: Request, secret: bytes, cookie: str) -> Principal:
+        """Who a dashboard session stands for, as the API reads it (`services/submit/auth.py`)."""
+        try:
+            session = sessions.read(secret, cookie)
+            principal = self.tokens.authenticate_id(session.token_id)
+        except (sessions.SessionRefused, TokenRefused) as exc:
+            raise Unauthorized(str(exc)) from None
+        if request.method not in sessions.SAFE_METHODS:
+            origin = request.headers.get("origin")
+            if origin is not None and origin.rstrip("/") not in self.dashboard_origins:
+                raise Forbidden(OTHER_ORIGIN)
+            if not sessions.csrf_ok(secret, session, request.headers.get(sessions.CSRF_HEADER)):
+                raise Forbidden(BAD_CSRF)
+        return principal
 
     async def view(self, tenant: str, name: str) -> ModelView | None:
         key = (tenant, name)

@@ -2,14 +2,20 @@
 holds (`v2app`), behind the API's bearer tokens (`access.py`), with one hop to another node for a version it
 does not hold (`proxy.py`), and `/metrics` (`metrics.py`, then the service's own figures:
 `shared.servicemetrics`). Health: `/v2/health/live` and `/v2/health/ready`
-(the service's own `/healthz` and `/readyz` are on its health port, as every service's)."""
+(the service's own `/healthz` and `/readyz` are on its health port, as every service's).
+
+CORS: the dashboard's pages (`dashboard_origins`) may call it from the browser with their session cookie (the
+inference form, the request rates from `/metrics`); a preflight from any other origin is refused, and an answer
+to another origin carries no CORS header, so its page cannot read it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -22,6 +28,10 @@ from services.serving.stats import Stats
 from services.serving.v2app import create_app
 from shared.servicemetrics import render
 
+CORS_METHODS = ["GET", "POST"]
+CORS_HEADERS = ["content-type", "x-csrf-token", "inference-header-content-length"]
+CORS_MAX_AGE = 600
+
 
 def create_entry_app(
     registry: ModelRegistry,
@@ -29,6 +39,7 @@ def create_entry_app(
     forwarder: Forwarder,
     stats: Stats | None = None,
     service_metrics: CollectorRegistry | None = None,
+    dashboard_origins: Iterable[str] = (),
 ) -> Starlette:
     """`service_metrics`: the serving process's own figures, served after the models' on /metrics."""
     stats = stats if stats is not None else Stats()
@@ -43,4 +54,15 @@ def create_entry_app(
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     app.router.routes.append(Route("/metrics", prometheus, methods=["GET"]))
+    origins = sorted(dashboard_origins)
+    if origins:  # (a request without Origin, every client but a browser's page, passes straight through)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_credentials=True,
+            allow_methods=CORS_METHODS,
+            allow_headers=CORS_HEADERS,
+            expose_headers=["inference-header-content-length"],
+            max_age=CORS_MAX_AGE,
+        )
     return app

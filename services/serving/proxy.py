@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 HOP_HEADER = "gpuyard-hop"
 SENT_ON = ("authorization", "content-type", "inference-header-content-length", "accept")
+SENT_ON_SESSION = ("cookie", "x-csrf-token", "origin")
+"""A dashboard session's request (no Authorization) is checked again where it lands, as a token's is."""
 SENT_BACK = ("content-type", "inference-header-content-length")
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 
@@ -44,7 +46,8 @@ class Forwarder:
         path = request.url.path
         tail = next((t for t in ("/infer", "/ready") if path.endswith(t)), "")
         target = f"{route.endpoint}/v2/models/{request.path_params['name']}/versions/{version}{tail}"
-        headers = {h: v for h in SENT_ON if (v := request.headers.get(h)) is not None}
+        sent = SENT_ON if "authorization" in request.headers else SENT_ON + SENT_ON_SESSION
+        headers = {h: v for h in sent if (v := request.headers.get(h)) is not None}
         headers[HOP_HEADER] = "1"
         try:
             answer = await self.client.request(

@@ -1,0 +1,225 @@
+"""The dashboard's Models, Alerts and usage, and Tenants pages in a real browser (issue 28): deploy a published
+model from its page, see its replica go ready live, send one inference from the form (the browser calls the
+serving entry point itself with the session cookie) and undeploy; an alert raised shows without a reload, and
+only to whom it concerns; GPU-hours of a job that ran as bars, and their CSV; tenants' quotas, and an admin's
+tokens: one created (shown once, and it works), then revoked (and it no longer does)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import io
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("playwright")
+from playwright.sync_api import expect  # noqa: E402
+
+from gpuyard.client import Client, ClientError  # noqa: E402
+from shared.events import GpuReading, GpuSample, make_event  # noqa: E402
+from tests.unit.onnxmodels import tiny_model  # noqa: E402
+
+MODEL = "tiny-browser"
+BURN = "end=$(($(date +%s)+6)); while [ $(date +%s) -lt $end ]; do :; done; echo burnt"
+
+
+def top(page) -> None:
+    """Back to the top before a full-page screenshot (the sticky header would show where it was scrolled)."""
+    page.evaluate("window.scrollTo(0, 0)")
+
+
+def accept_dialogs(page) -> None:
+    page.on("dialog", lambda dialog: dialog.accept())
+
+
+def test_deploy_a_model_see_it_ready_infer_from_the_form_and_undeploy(dashboard, yard):
+    board = dashboard("vision")
+    page = board.page
+    accept_dialogs(page)
+    board.api(
+        "POST", "/v1/models", params={"name": MODEL}, content=tiny_model(3.0),
+        headers={"Content-Type": "application/octet-stream"},
+    )  # fmt: skip
+    try:
+        shown = page.goto(f"/models?model={MODEL}&tenant=vision")
+        policy = shown.headers.get("content-security-policy", "")
+        expect(page.locator(f"#models-table tr[data-model='{MODEL}']")).to_contain_text("not deployed")
+        expect(page.locator("#model-name")).to_contain_text(MODEL)
+        page.fill("#d-cpus", "0.1")
+        page.fill("#d-memory", "256MB")
+        page.click("#deploy")
+        expect(page.locator("#model-message")).to_contain_text("serve job queued")
+        ready = page.locator("#replicas-table tr[data-state='running'] .replica-status")
+        expect(ready).to_have_text("ready", timeout=60_000)  # live: model.ready and job.started, no reload
+        expect(page.locator(f"#models-table tr[data-model='{MODEL}']")).to_contain_text("v1 · 1/1 ready")
+        # the serving address the page learned from model.ready, on this page's host
+        expect(page.locator("#i-serving")).to_have_value(f"http://127.0.0.1:{yard.serving_port}")
+        editor = page.locator("#i-body")
+        expect(editor).to_have_value(prefilled("x", "FP32", [1, 3]))
+        page.click("#infer-send")
+        blocked = "connect-src" not in policy  # (pages that may call their own origin only)
+        if blocked:
+            expect(page.locator("#infer-result .error")).to_contain_text("Content-Security-Policy")
+        else:
+            answer = page.locator("#infer-outputs tr[data-output='y'] td.data")
+            expect(answer).to_have_text("[2.5, 2.8, 3.1]")  # y = 3x + 1 on the prefilled x = [0.5, 0.6, 0.7]
+            expect(page.locator("#infer-result .ok")).to_contain_text(f"Answered by {MODEL} v1")
+            rate = page.locator(f"#models-table tr[data-model='{MODEL}'] td.num").nth(2)
+            expect(rate).to_contain_text("/s", timeout=15_000)  # from the serving entry point's /metrics
+        top(page)
+        board.screenshot("models")
+        if not blocked:
+            page.fill(
+                "#i-body", '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1]}]}'
+            )
+            page.click("#infer-send")
+            expect(page.locator("#infer-result .error")).to_contain_text("Refused (400)")
+        page.click("#undeploy")
+        expect(page.locator("#model-message")).to_contain_text("stopping")
+        expect(page.locator("#model .empty")).to_contain_text("Not deployed.", timeout=30_000)
+        expect(page.locator(f"#models-table tr[data-model='{MODEL}']")).to_contain_text("not deployed")
+        if blocked:
+            pytest.xfail(
+                "the dashboard's Content-Security-Policy keeps its pages from the serving entry point"
+            )
+    finally:
+        with contextlib.suppress(ClientError):  # (none live: the test undeployed it)
+            board.api("DELETE", f"/v1/models/{MODEL}/deployments")
+
+
+def prefilled(name: str, datatype: str, shape: list[int]):
+    """The editor's prefilled request starts with the model's first input, its -1 dimensions as 1."""
+    return re.compile(
+        r'^\{\s*"inputs": \[\s*\{\s*"name": "' + name + r'",\s*"datatype": "' + datatype + r'",\s*"shape": \[\s*'
+        + r",\s*".join(map(str, shape)) + r"\s*\]",
+    )  # fmt: skip
+
+
+def raise_gpu_xid(yard, node: str) -> None:
+    """A fatal XID on a GPU of `node`, published as a node's monitor does: the monitor raises gpu_xid at once."""
+    sample = GpuSample(
+        node=node,
+        gpus=[GpuReading(index=0, uuid="GPU-ghost-0", utilization_pct=0, memory_used_bytes=0,
+                         memory_total_bytes=1 << 30, temperature_c=40, xids=[79])],
+    )  # fmt: skip
+
+    async def go():
+        bus = await yard.bus("monitor")
+        try:
+            await bus.publish(make_event(sample, source="/test/monitor"))
+        finally:
+            await bus.close()
+
+    with ThreadPoolExecutor(1) as thread:  # (Playwright's own loop runs in this one)
+        thread.submit(asyncio.run, go()).result(timeout=30)
+
+
+def test_an_alert_shows_live_to_admins_and_the_usage_chart_has_a_jobs_gpu_hours(dashboard, yard):
+    vision = dashboard("vision")
+    job = vision.api("POST", "/v1/jobs", json={"name": "burn", "command": BURN, "resources": {"gpus": 1}})
+    admin = dashboard("admin")
+    page = admin.page
+    page.goto("/alerts")
+    expect(page.locator("#alerts-active .empty, #alerts-active table")).to_be_visible()
+    page.evaluate("window.__stayed = true")
+    node = "node-ghost"
+    raise_gpu_xid(yard, node)
+    row = page.locator(f"#alerts-active tr[data-alert='gpu_xid/{node}/0']")
+    expect(row).to_contain_text("critical", timeout=10_000)  # live, from alert.raised
+    expect(row).to_contain_text(node)
+    assert page.evaluate("window.__stayed") is True
+
+    assert (
+        yard.wait_state(job["job_id"], {"succeeded", "failed", "cancelled"}, timeout=60).state == "succeeded"
+    )
+    vision.page.goto("/alerts?since=24h")
+    vpage = vision.page
+    expect(vpage.locator(f"#alerts-active tr[data-alert='gpu_xid/{node}/0']")).to_have_count(
+        0
+    )  # a node's: admins'
+    bar = vpage.locator("#usage-chart g.bar[data-key='vision'] rect.allocated")
+    expect(bar).to_have_count(1, timeout=15_000)
+    assert float(bar.get_attribute("width")) > 0
+    expect(vpage.locator("#usage-chart g.bar")).to_have_count(1)  # a tenant sees its own only
+    vpage.click(".seg button[data-value='user']")
+    expect(vpage.locator("#usage-chart g.bar[data-key='ana (vision)']")).to_have_count(1)
+    with vpage.expect_download() as download:
+        vpage.click("#usage-csv")
+    text = download.value.path().read_text()
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == [
+        "tenant",
+        "user",
+        "job_id",
+        "jobs",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "waste_gpu_hours",
+    ]
+    mine = [r for r in rows[1:] if r[:2] == ["vision", "ana"]]
+    assert mine and float(mine[0][4]) > 0, rows
+    top(vpage)
+    vision.screenshot("usage")
+    page.goto("/alerts")
+    expect(page.locator(f"#alerts-active tr[data-alert='gpu_xid/{node}/0']")).to_have_count(1)
+    top(page)
+    admin.screenshot("alerts")
+
+
+def test_tenants_and_quotas_and_an_admins_tokens(dashboard, yard):
+    admin = dashboard("admin")
+    page = admin.page
+    accept_dialogs(page)
+    has_tenants = _has_tenants_route(admin)
+    page.goto("/tenants")
+    if has_tenants:
+        head = page.locator("#tenants-table thead")
+        for title in ("Guaranteed GPUs", "Used", "Borrowed", "Queued"):
+            expect(head).to_contain_text(title)
+    else:
+        expect(page.locator("#no-quota")).to_contain_text("quota figures unavailable", ignore_case=True)
+    expect(page.locator("#tenants-table tr[data-tenant='vision']")).to_have_count(1)
+
+    page.fill("#t-tenant", "vision")
+    page.fill("#t-user", "made-in-browser")
+    page.click("#token-create")
+    expect(page.locator("#token-once")).to_contain_text("shown this once")
+    token = page.locator("#token-value").inner_text()
+    made = Client(yard.server, token, timeout=30, retries=0)
+    assert made.request("GET", "/v1/jobs")["items"] is not None  # it works
+    row = page.locator("#tokens-table tr", has_text="made-in-browser")
+    expect(row).to_have_count(1)
+    token_id = row.get_attribute("data-token")
+    top(page)
+    admin.screenshot("tenants")
+    page.reload()
+    expect(page.locator("#tokens-table")).to_be_visible()
+    expect(page.locator("#token-once")).to_have_count(0)  # shown once only
+    assert token not in page.content()
+    page.click(f"#tokens-table tr[data-token='{token_id}'] button.revoke")
+    expect(page.locator("#token-message .ok")).to_contain_text("revoked")
+    expect(page.locator(f"#tokens-table tr[data-token='{token_id}'] button.revoke")).to_have_count(0)
+    with pytest.raises(ClientError, match="401|revoked|unknown"):
+        made.request("GET", "/v1/jobs")
+
+    vision = dashboard("vision")
+    vision.page.goto("/tenants")
+    rows = vision.page.locator("#tenants-table tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-tenant", "vision")
+    expect(vision.page.locator("#tokens")).to_have_count(0)  # no token management
+    top(vision.page)
+    vision.screenshot("tenants-tenant")
+
+
+def _has_tenants_route(board) -> bool:
+    try:
+        board.api("GET", "/v1/tenants")
+    except ClientError as exc:
+        if "404" in str(exc) or "Not Found" in str(exc):
+            return False
+        raise
+    return True
