@@ -479,6 +479,11 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     if env_name("api_url") not in env:  # where jobs reach the API (their publish token's, docs/models.md)
         host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
         decided["api_url"] = f"http://{host}:{api.submit_port}"
+    if env_name("serving_url") not in env:  # where the dashboard's pages call the serving entry point
+        serving = settings_from_argv(
+            ServingSettings, settings_flags(ServingSettings, opts.given), "gpuyard up"
+        )
+        decided["serving_url"] = serving.advertised_url.replace(socket.gethostname(), "127.0.0.1")
     if env_name("dashboard_origins") not in env:  # whose pages may call the serving entry point (its CORS)
         decided["dashboard_origins"] = dashboard_origins(api.submit_host, api.submit_port)
     children = []

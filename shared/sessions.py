@@ -18,15 +18,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+from shared.jobtokens import SECRETS_DIR
+from shared.secretfile import SecretFileError, ensure_secret
+
+log = logging.getLogger(__name__)
 
 COOKIE = "gpuyard_session"
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf"
 PREFIX = "gys1"
+SECRET_FILE = "session.key"
+"""The key's default file, under the data dir's secrets/ (`session_secret_file` names another)."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _TOKEN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -91,3 +100,15 @@ def same_origin(origin: str | None, host: str | None) -> bool:
     if host is None or origin == "null":
         return False
     return origin.split("://", 1)[-1].rstrip("/") == host
+
+
+def load_key(data_dir: Path, setting: Path | None, *, without_it: str) -> bytes | None:
+    """The sessions' key, made (mode 0600) when there is none: every service that reads the same data dir
+    agrees on one. None when it cannot be read or made, logged with `without_it` (what the service then
+    refuses)."""
+    path = setting or Path(data_dir) / SECRETS_DIR / SECRET_FILE
+    try:
+        return ensure_secret(path, "session secret")
+    except (OSError, SecretFileError) as exc:
+        log.error("%s: %s", without_it, exc)
+        return None

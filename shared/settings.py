@@ -251,6 +251,11 @@ class SubmitSettings(CommonSettings):
         description="The key that signs the dashboard's login sessions; default `<data dir>/secrets/session.key`, "
         "made at start (mode 0600). Every submit instance of one platform needs the same key.",
     )
+    serving_url: str = Field(
+        "",
+        description="The serving entry point's address as the dashboard's pages call it (the Models page's "
+        "inference form); `gpuyard up` sets it; empty: the page's own host on port 8000.",
+    )
     session_lifetime: Duration = Field(
         12 * 3600.0, gt=0, description="How long a dashboard login lasts (`12h`); revoking its token ends it."
     )

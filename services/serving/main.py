@@ -24,11 +24,10 @@ from services.serving.routing import Routes
 from services.serving.stats import Stats
 from shared.bus import placed_for
 from shared.events import EVENTS_STREAM, HOLDER_SERVING
-from shared.jobtokens import SECRETS_DIR
 from shared.modelregistry import ModelRegistry as ModelCatalog
 from shared.modelstore import ModelStore
-from shared.secretfile import SecretFileError, ensure_secret
 from shared.service import Service
+from shared.sessions import load_key as load_session_key
 from shared.settings import ServingSettings
 from shared.store import EventStore
 from shared.tokens import Tokens
@@ -37,25 +36,12 @@ log = logging.getLogger(__name__)
 PRUNE_INTERVAL = 30.0
 """Seconds between checks of the routes' jobs against the event store."""
 CACHE_DIR = "serving"
-SESSION_SECRET_FILE = "session.key"
-"""The submit service's default name for the dashboard sessions' key, under the data dir's secrets/."""
 
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):  # the service runtime owns SIGTERM/SIGINT
         yield
-
-
-def session_secret(settings: ServingSettings) -> bytes | None:
-    """The dashboard sessions' key (made here when the submit service has not made it yet: both agree on one);
-    None, said once, when it cannot be read: the dashboard's inference form is then refused (401)."""
-    path = settings.session_secret_file or settings.data_dir / SECRETS_DIR / SESSION_SECRET_FILE
-    try:
-        return ensure_secret(path, "session secret")
-    except (OSError, SecretFileError) as exc:
-        log.error("the dashboard's sessions are not accepted: %s", exc)
-        return None
 
 
 def running_jobs(store: EventStore):
@@ -85,7 +71,16 @@ async def main(service: Service, settings: ServingSettings) -> None:
         log.warning("no tokens configured: every inference request will be refused (401)")
     origins = settings.dashboard_origin_list
     access = Access(
-        tokens, catalog, registry, routes, session_secret=session_secret(settings), dashboard_origins=origins
+        tokens,
+        catalog,
+        registry,
+        routes,
+        session_secret=load_session_key(
+            settings.data_dir,
+            settings.session_secret_file,
+            without_it="the dashboard's sessions are not accepted",
+        ),
+        dashboard_origins=origins,
     )
     routes.on_model_change = access.forget
     forwarder = Forwarder(registry, routes)

@@ -37,3 +37,5 @@ class SubmitContext:
     session_secret: bytes | None = None
     """The key that signs dashboard sessions (`shared/sessions.py`); None: no dashboard login."""
     session_lifetime: float = 12 * 3600.0
+    serving_url: str = ""
+    """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""

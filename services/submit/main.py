@@ -13,16 +13,15 @@ from services.submit import retention
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
-from shared.jobtokens import SECRETS_DIR, secret_path
+from shared import sessions
+from shared.jobtokens import secret_path
 from shared.modelregistry import ModelRegistry
 from shared.modelstore import ModelStore
-from shared.secretfile import SecretFileError, ensure_secret
 from shared.service import Service
 from shared.settings import SubmitSettings
 from shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
-SESSION_SECRET_FILE = "session.key"
 CACHED_JOBS = 1000
 """Job views the submit service's ledger keeps: it writes a job's first event and, rarely, its cancel; the
 other services write the rest, which it never sees, so a larger cache would only hold stale queued views."""
@@ -53,17 +52,6 @@ def preflight(settings: SubmitSettings) -> str | None:
     return None
 
 
-def session_secret(settings: SubmitSettings) -> bytes | None:
-    """The dashboard sessions' key, made when there is none; None (no dashboard login, said once) when it
-    cannot be read or made."""
-    path = settings.session_secret_file or settings.data_dir / SECRETS_DIR / SESSION_SECRET_FILE
-    try:
-        return ensure_secret(path, "session secret")
-    except (OSError, SecretFileError) as exc:
-        log.error("the dashboard's login is off: %s", exc)
-        return None
-
-
 async def main(service: Service, settings: SubmitSettings) -> None:
     service.ledger.cached_jobs = CACHED_JOBS
     tokens = Tokens(settings.tokens_file, settings.tokens)
@@ -83,8 +71,11 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         ),
         max_model_bytes=settings.max_model_bytes,
         publish_secret_file=secret_path(settings.data_dir, settings.publish_secret_file),
-        session_secret=session_secret(settings),
+        session_secret=sessions.load_key(
+            settings.data_dir, settings.session_secret_file, without_it="the dashboard's login is off"
+        ),
         session_lifetime=settings.session_lifetime,
+        serving_url=settings.serving_url,
     )
     await ctx.telemetry.follow(service.bus)
     service.spawn(ctx.queue.follow(service.store), "queue-depth")

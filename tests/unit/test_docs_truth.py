@@ -127,6 +127,7 @@ def known_variables() -> set[str]:
             names |= set(re.findall(r"GPUYARD_[A-Z0-9_]+", source.read_text()))
     for test_only in (
         "GPUYARD_TEST_MONGODB_URL",
+        "GPUYARD_TEST_CHROMIUM",
     ):  # read by the tests, documented for operators running them
         names.add(test_only)
     return names

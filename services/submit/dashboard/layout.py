@@ -23,6 +23,19 @@ SECURITY_HEADERS = {
 }
 
 
+def page_headers(scheme: str, hostname: str | None, serving_url: str = "") -> dict[str, str]:
+    """SECURITY_HEADERS for a page served to `scheme://hostname`: its scripts may also call the serving entry
+    point (the Models page's inference form and request rates): `serving_url`, and the other ports of the
+    page's own host."""
+    sources = [f"{scheme}://{f'[{hostname}]' if ':' in hostname else hostname}:*"] if hostname else []
+    if serving_url:
+        sources.append(serving_url.rstrip("/"))
+    if not sources:
+        return SECURITY_HEADERS
+    policy = SECURITY_HEADERS["Content-Security-Policy"] + f"; connect-src 'self' {' '.join(sources)}"
+    return {**SECURITY_HEADERS, "Content-Security-Policy": policy}
+
+
 @cache
 def asset_version() -> str:
     """A digest of the static files, appended to their addresses: a new release is never served stale."""

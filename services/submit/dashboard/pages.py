@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.submit.context import SubmitContext
 from shared.jobspec import PRIORITY_CLASSES
 
 
@@ -18,7 +19,7 @@ class Page:
     """The module under static/pages/ that renders it."""
     nav: str | None = None
     """Its link in the navigation; None for a page reached from another (a job's page)."""
-    data: Callable[[], dict[str, str]] = field(default=dict)
+    data: Callable[[SubmitContext], dict[str, str]] = field(default=lambda ctx: {})
     """Facts of the platform the script needs, as `data-*` attributes of the page (one definition of them)."""
 
 
@@ -31,9 +32,9 @@ PAGES = (
         "Submit a job",
         "submit.js",
         nav="Submit",
-        data=lambda: {"priorities": ",".join(PRIORITY_CLASSES)},
+        data=lambda ctx: {"priorities": ",".join(PRIORITY_CLASSES)},
     ),
-    Page("/models", "Models", "models.js", nav="Models"),
+    Page("/models", "Models", "models.js", nav="Models", data=lambda ctx: {"serving_url": ctx.serving_url}),
     Page("/alerts", "Alerts and usage", "alerts.js", nav="Alerts"),
     Page("/tenants", "Tenants and quotas", "tenants.js", nav="Tenants"),
     Page("/nodes", "Nodes", "nodes.js", nav="Nodes"),

@@ -18,6 +18,7 @@ from services.submit.dashboard.layout import (
     STATIC,
     login_html,
     message_html,
+    page_headers,
     page_html,
 )
 from services.submit.dashboard.pages import PAGES, Page
@@ -37,8 +38,8 @@ def add_dashboard(app: FastAPI) -> None:
         app.add_api_route(page.path, _shows(page), methods=["GET"], include_in_schema=False)
 
 
-def _html(text: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(text, status_code=status, headers=SECURITY_HEADERS)
+def _html(text: str, status: int = 200, headers: dict[str, str] = SECURITY_HEADERS) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers=headers)
 
 
 def local_path(next_path: str | None) -> str:
@@ -74,14 +75,16 @@ def _shows(page: Page):
                 response.delete_cookie(sessions.COOKIE, path="/")
             return response
         principal, session = found
-        params = {**page.data(), **request.path_params}
+        params = {**page.data(ctx), **request.path_params}
         if "job_id" in params:
             try:
                 params["job_id"] = (await visible_job(ctx, principal, params["job_id"])).job_id
             except HTTPException as exc:
                 return _html(message_html("Not found", str(exc.detail)), exc.status_code)
         assert ctx.session_secret is not None
-        return _html(page_html(page, principal, sessions.csrf_token(ctx.session_secret, session), params))
+        csrf = sessions.csrf_token(ctx.session_secret, session)
+        headers = page_headers(request.url.scheme, request.url.hostname, ctx.serving_url)
+        return _html(page_html(page, principal, csrf, params), headers=headers)
 
     show.__name__ = f"page_{page.script.removesuffix('.js')}"
     return show

@@ -144,6 +144,8 @@ def test_pages_forbid_framing_and_inline_scripts(client):
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
     assert "script-src" not in headers["content-security-policy"]  # default-src 'self': no inline script
     assert headers["x-content-type-options"] == "nosniff"
+    # the page's scripts may call the serving entry point on another port of the same host, nothing else
+    assert f"connect-src 'self' http://{HOST}:*" in headers["content-security-policy"]
 
 
 def test_static_files_are_served_and_versioned(client):
