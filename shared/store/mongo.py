@@ -29,6 +29,7 @@ from shared.store.base import (
     AppendResult,
     ConcurrencyError,
     EventStore,
+    Order,
     Page,
     Projection,
     StoredEvent,
@@ -52,6 +53,25 @@ PROJECTION_INDEXES = [
     IndexModel([("state", ASCENDING), ("tenant", ASCENDING)], name="state_tenant"),
     IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
+
+
+def _filters(
+    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+) -> dict[str, Any]:
+    """The query of a listing's filters (`EventStore.list_projections`)."""
+    query: dict[str, Any] = {}
+    if states:
+        query["state"] = {"$in": states}
+    if tenant is not None:
+        query["tenant"] = tenant
+    if user is not None:
+        query["doc.user"] = user
+    if name is not None:
+        query["doc.name"] = name
+    if search:
+        anywhere = {"$regex": re.escape(search), "$options": "i"}  # (a literal text, any case)
+        query["$or"] = [{field: anywhere} for field in ("_id", "doc.name", "doc.user", "tenant")]
+    return query
 
 
 class MongoEventStore(EventStore):
@@ -176,30 +196,50 @@ class MongoEventStore(EventStore):
         *,
         states: list[str] | None = None,
         tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+        order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        query: dict[str, Any] = {}
-        if states:
-            query["state"] = {"$in": states}
-        if tenant is not None:
-            query["tenant"] = tenant
+        query = _filters(states, tenant, user, name, search)
         if cursor:
-            created_at, stream_id = decode_cursor(cursor)
-            query["$or"] = [
-                {"created_at": {"$lt": created_at}},
-                {"created_at": created_at, "_id": {"$lt": stream_id}},
-            ]
+            created_at, stream_id = decode_cursor(cursor, order)
+            after = "$lt" if order == "newest" else "$gt"
+            query = {
+                "$and": [
+                    query,
+                    {
+                        "$or": [
+                            {"created_at": {after: created_at}},
+                            {"created_at": created_at, "_id": {after: stream_id}},
+                        ]
+                    },
+                ]
+            }
+        direction = DESCENDING if order == "newest" else ASCENDING
         found = (
             self.projections.find(query)
-            .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+            .sort([("created_at", direction), ("_id", direction)])
             .limit(limit + 1)
         )
         docs = await found.to_list()
         page = Page(items=[d["doc"] for d in docs[:limit]])
         if len(docs) > limit:
-            page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"])
+            page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"], order)
         return page
+
+    async def count_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        return await self.projections.count_documents(_filters(states, tenant, user, name, search))
 
     async def versions(self, *, states: list[str]) -> dict[str, int]:
         found = self.projections.find({"state": {"$in": states}}, projection={"version": 1})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from shared.store.base import (
     AppendResult,
     ConcurrencyError,
     EventStore,
+    Order,
     Page,
     Projection,
     StoredEvent,
@@ -76,6 +78,38 @@ RETENTION_INDEX = (
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
+
+
+def _filters(
+    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+) -> tuple[list[str], list[Any]]:
+    """The WHERE terms (and their arguments) of a listing's filters (`EventStore.list_projections`)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        args += states
+    if tenant is not None:
+        where.append("tenant = ?")
+        args.append(tenant)
+    if user is not None:
+        where.append("json_extract(doc, '$.user') = ?")
+        args.append(user)
+    if name is not None:
+        where.append("json_extract(doc, '$.name') = ?")
+        args.append(name)
+    if search:
+        pattern = like_pattern(search)
+        fields = ("stream_id", "json_extract(doc, '$.name')", "json_extract(doc, '$.user')", "tenant")
+        where.append("(" + " OR ".join(f"{f} LIKE ? ESCAPE '\\'" for f in fields) + ")")
+        args += [pattern] * len(fields)
+    return where, args
+
+
+def like_pattern(text: str) -> str:
+    """`%text%` for `LIKE ? ESCAPE '\\'`: `text` anywhere (LIKE folds the case of ASCII letters), its own
+    `%`, `_` and `\\` taken literally."""
+    return "%" + re.sub(r"([%_\\])", r"\\\1", text) + "%"
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:
@@ -303,30 +337,43 @@ class SqliteEventStore(EventStore):
         *,
         states: list[str] | None = None,
         tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+        order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        where, args = [], []
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args += states
-        if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
+        where, args = _filters(states, tenant, user, name, search)
         if cursor:
-            created_at, stream_id = decode_cursor(cursor)
-            where.append("(created_at < ? OR (created_at = ? AND stream_id < ?))")
+            created_at, stream_id = decode_cursor(cursor, order)
+            after = "<" if order == "newest" else ">"
+            where.append(f"(created_at {after} ? OR (created_at = ? AND stream_id {after} ?))")
             args += [created_at, created_at, stream_id]
+        direction = "DESC" if order == "newest" else "ASC"
         sql = "SELECT created_at, stream_id, doc FROM projections"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, stream_id DESC LIMIT ?"
+        sql += f" ORDER BY created_at {direction}, stream_id {direction} LIMIT ?"
         rows = await self._read(lambda: self.read_conn.execute(sql, [*args, limit + 1]).fetchall())
         page = Page(items=[json.loads(doc) for _, _, doc in rows[:limit]])
         if len(rows) > limit:
             created_at, stream_id, _ = rows[limit - 1]
-            page.next_cursor = encode_cursor(created_at, stream_id)
+            page.next_cursor = encode_cursor(created_at, stream_id, order)
         return page
+
+    async def count_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        where, args = _filters(states, tenant, user, name, search)
+        sql = "SELECT count(*) FROM projections" + (" WHERE " + " AND ".join(where) if where else "")
+        return (await self._read(lambda: self.read_conn.execute(sql, args).fetchone()))[0]
 
     async def versions(self, *, states: list[str]) -> dict[str, int]:
         sql = f"SELECT stream_id, version FROM projections WHERE state IN ({','.join('?' * len(states))})"
