@@ -131,7 +131,10 @@ class JobOut(Out):
 
 class JobListOut(Out):
     items: list[JobOut]
-    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next (older) page.")
+    next_cursor: str | None = Field(
+        None, description="Pass as ?cursor= (with the same filters and order) for the next page."
+    )
+    total: int = Field(description="The jobs of every page: those the filters keep.")
 
 
 class JobAccepted(Out):
@@ -142,6 +145,16 @@ class JobAccepted(Out):
     duplicate: bool = Field(
         False, description="True when this Idempotency-Key was seen before: nothing new queued."
     )
+
+
+class SpecCheckOut(Out):
+    valid: bool = Field(description="Always true: an invalid spec is answered 422, as a submit would be.")
+    spec: JobSpec = Field(description="The spec as it would be stored: its defaults filled in.")
+    tenant: str = Field(description="The tenant the job would run for.")
+    placeable: bool = Field(
+        description="Whether a node heard from could ever hold it (true too while no node is heard from)."
+    )
+    message: str
 
 
 class CancelOut(Out):
