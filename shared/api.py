@@ -169,6 +169,30 @@ class JobEventOut(Out):
     event: dict[str, Any] = Field(description="The CloudEvent as stored.")
 
 
+# ---------------------------------------------------------------- tenants
+
+
+class TenantOut(Out):
+    tenant: str
+    guaranteed_gpus: float = Field(
+        description="Its quota: the GPUs it is guaranteed (GPUYARD_QUOTAS); 0: none."
+    )
+    used_gpus: float = Field(description="GPUs its placed and running jobs hold (a share as its fraction).")
+    borrowed_gpus: float = Field(
+        description="Of those, the GPUs of its jobs placed on another tenant's idle quota: the first to go."
+    )
+    queued: int = Field(description="Its jobs waiting to be placed.")
+    placed: int = Field(description="Its jobs placed, not yet running.")
+    running: int = Field(description="Its jobs running.")
+    oldest_queued_seconds: float | None = Field(
+        description="How long its oldest queued job has waited since it was submitted; null: none queued."
+    )
+
+
+class TenantListOut(Out):
+    items: list[TenantOut] = Field(description="By tenant name.")
+
+
 # ---------------------------------------------------------------- platform
 
 

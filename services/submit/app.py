@@ -18,6 +18,7 @@ from services.submit import (
     routes_models,
     routes_nodes,
     routes_platform,
+    routes_tenants,
     routes_usage,
 )
 from services.submit.body import BodyTooLarge, read_body, replaying
@@ -109,6 +110,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)
     app.include_router(routes_usage.router)
+    app.include_router(routes_tenants.router)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:

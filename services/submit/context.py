@@ -34,3 +34,5 @@ class SubmitContext:
     max_model_bytes: int = 1 << 30
     publish_secret_file: Path | None = None
     """The secret that signs jobs' publish tokens (`shared.jobtokens`); None: no job may publish."""
+    quotas: dict[str, float] = field(default_factory=dict)
+    """Guaranteed GPUs per tenant (the scheduler's `GPUYARD_QUOTAS`): what `GET /v1/tenants` shows."""

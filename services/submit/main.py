@@ -70,6 +70,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         ),
         max_model_bytes=settings.max_model_bytes,
         publish_secret_file=secret_path(settings.data_dir, settings.publish_secret_file),
+        quotas=settings.quotas,
     )
     await ctx.telemetry.follow(service.bus)
     service.spawn(ctx.queue.follow(service.store), "queue-depth")

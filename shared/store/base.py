@@ -180,6 +180,11 @@ class EventStore(ABC):
         """Tenant -> how many of its projections are in one of `states` (tenants with none are left out)."""
 
     @abstractmethod
+    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
+        """Tenant -> the creation time (ISO 8601) of its oldest projection in one of `states` (tenants with
+        none are left out): how long its queue has waited."""
+
+    @abstractmethod
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
         """Up to `limit` stream ids that begin with `prefix` (of `tenant`'s streams only, when given), in
         order: a unique prefix names one stream, as a unique prefix of a commit names it to git."""

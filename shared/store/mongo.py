@@ -5,8 +5,9 @@ Collections and indexes (created idempotently on open):
   `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
   `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
 - `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
-  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first, `{state: 1, tenant: 1}`
-  for counting; `{ended_at: 1}` for
+  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first (or oldest first),
+  `{state: 1, tenant: 1, created_at: 1}` for counting and the oldest per tenant (a server that had the former
+  `{state: 1, tenant: 1}` keeps it: drop `state_tenant` by hand); `{ended_at: 1}` for
   retention (`expired`: the ended streams to compact, whose middle events `compact` deletes).
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
@@ -50,7 +51,9 @@ PROJECTION_INDEXES = [
     IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
     IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
     IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
-    IndexModel([("state", ASCENDING), ("tenant", ASCENDING)], name="state_tenant"),
+    IndexModel(
+        [("state", ASCENDING), ("tenant", ASCENDING), ("created_at", ASCENDING)], name="state_tenant_created"
+    ),
     IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
 
@@ -248,6 +251,13 @@ class MongoEventStore(EventStore):
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]
         return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
+
+    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
+        pipeline = [
+            {"$match": {"state": {"$in": states}}},
+            {"$group": {"_id": "$tenant", "oldest": {"$min": "$created_at"}}},
+        ]
+        return {d["_id"]: d["oldest"] async for d in await self.projections.aggregate(pipeline)}
 
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
         query: dict[str, Any] = {"_id": {"$regex": f"^{re.escape(prefix)}"}}  # (anchored: on the _id index)

@@ -8,6 +8,7 @@ which is missing (`tests/contract/conftest.py`).
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 import pytest
 
@@ -189,6 +190,25 @@ async def test_listing_by_user_name_and_searched_text(store):
     assert await every_page(store, search="\\") == []
     assert await store.count_projections() == 6
     assert await store.count_projections(states=["queued"], tenant="nlp") == 2
+
+
+async def test_the_oldest_of_each_tenants_projections_in_some_states(store):
+    await searched_store(store)
+    at = {d["job_id"]: d["created_at"] for d in (await store.list_projections(limit=10)).items}
+    stored = {job: (await store.get_projection(job))["created_at"] for job in at}
+    assert at == stored
+    queued = await store.oldest_by_tenant(states=["queued"])
+    assert {t: datetime.fromisoformat(v) for t, v in queued.items()} == {
+        "vision": datetime.fromisoformat(at["j0"]),
+        "nlp": datetime.fromisoformat(at["j1"]),
+    }
+    view = apply(None, job_submitted("j0", tenant="vision", user="ana", name="train-resnet", minute=0))
+    cancel = make_event(JobCancelled(job_id="j0", attempt=1, by="u"), source="/t")
+    await store.append("j0", 1, [cancel], projection_of(apply(view, cancel, version=2)))
+    queued = await store.oldest_by_tenant(states=["queued"])
+    assert datetime.fromisoformat(queued["vision"]) == datetime.fromisoformat(at["j2"])
+    assert list(await store.oldest_by_tenant(states=["cancelled"])) == ["vision"]
+    assert await store.oldest_by_tenant(states=["running"]) == {}
 
 
 async def test_versions_counts_and_id_prefixes_of_the_projections(store):
