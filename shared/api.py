@@ -134,7 +134,10 @@ class JobListOut(Out):
     next_cursor: str | None = Field(
         None, description="Pass as ?cursor= (with the same filters and order) for the next page."
     )
-    total: int = Field(description="The jobs of every page: those the filters keep.")
+    total: int | None = Field(
+        None,
+        description="The jobs of every page: those the filters keep (null: a server that does not count them).",
+    )
 
 
 class JobAccepted(Out):

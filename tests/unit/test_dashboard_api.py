@@ -262,3 +262,41 @@ def test_a_tenant_with_nothing_gets_its_own_empty_row(api):  # noqa: F811
     assert row["tenant"] == "vision" and row["queued"] == row["running"] == 0 and row["used_gpus"] == 0
     assert api.get("/v1/tenants", headers=ADMIN).json()["items"] == []
     assert api.get("/v1/tenants").status_code == 401
+
+
+@pytest.fixture
+def gpuyard(api, monkeypatch, capsys):  # noqa: F811
+    """Run `gpuyard ARGS` with a token, against the app; its exit status and output."""
+    from fastapi.testclient import TestClient
+
+    from gpuyard import cli
+
+    monkeypatch.setattr(
+        "gpuyard.client.httpx.Client",
+        lambda base_url, headers, timeout: TestClient(api.app, base_url=base_url, headers=headers),
+    )
+
+    def run(*args: str, token: str = "tok-admin") -> tuple[int, str]:
+        code = cli.main([*args, "--server", "http://testserver", "--token", token])
+        return code, capsys.readouterr().out
+
+    return run
+
+
+def test_ps_finds_jobs_by_user_name_and_text(gpuyard, jobs):
+    resnet, bert, eval50, sweep = jobs
+
+    def listed(*args: str, token: str = "tok-admin") -> list[str]:
+        code, out = gpuyard("ps", *args, token=token)
+        assert code == 0, out
+        return [line.split()[0] for line in out.splitlines()[1:] if line.strip() and " of " not in line]
+
+    assert listed("--user", "bo") == [bert]
+    assert listed("--name", "sweep") == [sweep]
+    assert listed("--search", "TRAIN") == [bert, resnet]
+    assert listed("--search", "train", token="tok-vision") == [resnet]
+    assert listed("--search", "train", "--user", "ana") == [resnet]
+    code, out = gpuyard("ps", "--limit", "1")
+    assert out.splitlines()[-1] == "1 of 4 jobs, the newest (--limit for more)"
+    code, out = gpuyard("ps", "--search", "x" * 201)
+    assert code == 1 and "Traceback" not in out
