@@ -58,9 +58,10 @@ CREATE TABLE IF NOT EXISTS projections (
     version    INTEGER NOT NULL,
     doc        TEXT NOT NULL,
     ended_at   TEXT,                       -- when it reached a final state (retention counts from it)
-    compacted  INTEGER NOT NULL DEFAULT 0  -- its events were collapsed to the first and the last
+    compacted  INTEGER NOT NULL DEFAULT 0, -- its events were collapsed to the first and the last
+    user       TEXT,                       -- the doc's `user` and `name` as first written (a job's never change)
+    name       TEXT
 );
-CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
 CREATE INDEX IF NOT EXISTS projections_state ON projections (state, created_at DESC);
 DROP INDEX IF EXISTS projections_state_tenant;  -- (state, tenant): the one below answers what it answered
@@ -72,39 +73,57 @@ MIGRATIONS = {  # columns added since the first release: added to an older file 
     " UPDATE projections SET ended_at = json_extract(doc, '$.finished_at')"
     " WHERE state IN ('succeeded', 'failed', 'cancelled');",
     "compacted": "ALTER TABLE projections ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;",
+    "user": "ALTER TABLE projections ADD COLUMN user TEXT; ALTER TABLE projections ADD COLUMN name TEXT;"
+    " UPDATE projections SET user = json_extract(doc, '$.user'), name = json_extract(doc, '$.name');",
 }
-RETENTION_INDEX = (
-    "CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at)"
-    " WHERE compacted = 0 AND ended_at IS NOT NULL"
-)
+INDEXES_OF_COLUMNS_ADDED = """
+CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at) WHERE compacted = 0 AND ended_at IS NOT NULL;
+DROP INDEX IF EXISTS projections_created;  -- (created_at DESC, stream_id DESC): the one below orders as it did
+CREATE INDEX IF NOT EXISTS projections_listing ON projections (created_at, stream_id, state, tenant, user, name);
+"""
+"""`projections_listing` holds every column a listing filters on: a listing in creation order (either way)
+reads it alone until its page is full, and the table only for the page's documents (a job's doc is a few KiB,
+over several pages); a search or a count by user reads no document at all."""
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
 
 
 def _filters(
-    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+    states: list[str] | None,
+    tenant: str | None,
+    user: str | None,
+    name: str | None,
+    search: str | None,
+    *,
+    ordered: bool,
 ) -> tuple[list[str], list[Any]]:
-    """The WHERE terms (and their arguments) of a listing's filters (`EventStore.list_projections`)."""
+    """The WHERE terms (and their arguments) of a listing's filters (`EventStore.list_projections`).
+
+    Several states are tested on `projections_listing` (`+state`: not through a state's index), whose order is
+    the listing's, when the rows come `ordered` by creation time or a user, name or search is asked for: a
+    state's index would have every row of those states read, their documents with them, to be sorted or
+    tested, where the listing's index is read in order until a page is full (or, counted, without a document).
+    One state, or a plain count, goes through the state's index."""
     where: list[str] = []
     args: list[Any] = []
     if states:
-        where.append(f"state IN ({','.join('?' * len(states))})")
+        by_listing = len(states) > 1 and (ordered or user is not None or name is not None or bool(search))
+        where.append(f"{'+' if by_listing else ''}state IN ({','.join('?' * len(states))})")
         args += states
     if tenant is not None:
         where.append("tenant = ?")
         args.append(tenant)
     if user is not None:
-        where.append("json_extract(doc, '$.user') = ?")
+        where.append("user = ?")
         args.append(user)
     if name is not None:
-        where.append("json_extract(doc, '$.name') = ?")
+        where.append("name = ?")
         args.append(name)
     if search:
-        pattern = like_pattern(search)
-        fields = ("stream_id", "json_extract(doc, '$.name')", "json_extract(doc, '$.user')", "tenant")
+        fields = ("stream_id", "name", "user", "tenant")
         where.append("(" + " OR ".join(f"{f} LIKE ? ESCAPE '\\'" for f in fields) + ")")
-        args += [pattern] * len(fields)
+        args += [like_pattern(search)] * len(fields)
     return where, args
 
 
@@ -161,7 +180,7 @@ class SqliteEventStore(EventStore):
         for column, script in MIGRATIONS.items():
             if column not in have:
                 conn.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
-        conn.execute(RETENTION_INDEX)
+        conn.executescript(INDEXES_OF_COLUMNS_ADDED)
 
     @staticmethod
     def _with_lock(fn: Callable[[], Any], wait: bool = True) -> Any:
@@ -298,11 +317,22 @@ class SqliteEventStore(EventStore):
         )
         if a.projection is not None:
             p = a.projection
+            user, name = (getattr(p.doc, field, None) for field in ("user", "name"))
             conn.execute(
-                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at)"
-                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
+                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at, user, name)"
+                " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
                 " state=excluded.state, version=excluded.version, doc=excluded.doc, ended_at=excluded.ended_at",
-                (p.stream_id, p.tenant, p.state, p.created_at, p.version, p.doc_json(), p.ended_at),
+                (
+                    p.stream_id,
+                    p.tenant,
+                    p.state,
+                    p.created_at,
+                    p.version,
+                    p.doc_json(),
+                    p.ended_at,
+                    user,
+                    name,
+                ),
             )
         return AppendResult(version=a.expected_version + len(rows))
 
@@ -346,7 +376,7 @@ class SqliteEventStore(EventStore):
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        where, args = _filters(states, tenant, user, name, search)
+        where, args = _filters(states, tenant, user, name, search, ordered=True)
         if cursor:
             created_at, stream_id = decode_cursor(cursor, order)
             after = "<" if order == "newest" else ">"
@@ -373,7 +403,7 @@ class SqliteEventStore(EventStore):
         name: str | None = None,
         search: str | None = None,
     ) -> int:
-        where, args = _filters(states, tenant, user, name, search)
+        where, args = _filters(states, tenant, user, name, search, ordered=False)
         sql = "SELECT count(*) FROM projections" + (" WHERE " + " AND ".join(where) if where else "")
         return (await self._read(lambda: self.read_conn.execute(sql, args).fetchone()))[0]
 
