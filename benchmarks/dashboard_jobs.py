@@ -12,6 +12,13 @@ it), a state filter, a search, a search that finds nothing (the whole table read
 tenant's own list; and `GET /v1/tenants` with `--running` of the jobs running (1,000 by default) beside the
 rest. Prints a markdown table of wall milliseconds (min / median / max of `--runs`), the machine's load average
 with it.
+
+    python benchmarks/dashboard_jobs.py --appends-only                   # what the listing's index costs writes
+    PYTHONPATH=/path/to/other/checkout python benchmarks/dashboard_jobs.py --appends-only   # to compare
+
+`--appends-only`: CPU microseconds per ledger append (`JobLedger.append`) over the life of 1,500 jobs
+(submitted, placed, started, succeeded: each a projection written, its indexes updated) on a fresh store
+without fsync, the best of three rounds; it needs only the store and the ledger, so an older checkout runs it.
 """
 
 from __future__ import annotations
@@ -211,6 +218,30 @@ async def main(jobs: int, runs: int, running_jobs: int) -> None:
     print("\n" + json.dumps({label: round(mid, 2) for label, _, mid, _ in rows}))
 
 
+async def append_cost(jobs: int = 1500, rounds: int = 3) -> float:
+    """CPU µs per ledger append over the life of `jobs` jobs, the best of `rounds` fresh stores."""
+    spec = JobSpec(command="true", resources={"gpus": 1})
+    best = float("inf")
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="gpuyard-appends-") as folder:
+            store = await open_store(f"sqlite:///{folder}/events.db", durable_commits=False)
+            ledger = JobLedger(store, None, "/bench")
+            begun = time.process_time()
+            for n in range(jobs):
+                job_id = f"job-{n:06d}"
+                placement = ReplicaPlacement(replica=0, node="n1", gpus=[GpuShare(index=0)])
+                for data in (
+                    JobSubmitted(job_id=job_id, name=f"train-{n % 97}", tenant="t", user="u", spec=spec),
+                    JobPlaced(job_id=job_id, attempt=1, placements=[placement]),
+                    JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0]),
+                    JobSucceeded(job_id=job_id, attempt=1),
+                ):
+                    await ledger.append(job_id, data)
+            best = min(best, (time.process_time() - begun) / (4 * jobs) * 1e6)
+            await store.close()
+    return best
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -218,5 +249,10 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--running", type=int, default=1000, help="jobs still running (the newest)")
+    parser.add_argument("--appends-only", action="store_true", help="only the CPU cost of a ledger append")
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.runs, args.running))
+    if args.appends_only:
+        cost = asyncio.run(append_cost())
+        print(f"{cost:.1f} µs of CPU per ledger append; load average {os.getloadavg()[0]:.1f}")
+    else:
+        asyncio.run(main(args.jobs, args.runs, args.running))
