@@ -154,9 +154,9 @@ class EventStore(ABC):
         cursor: str | None = None,
     ) -> Page:
         """Projections newest first (by creation time; `order="oldest"`: oldest first), paginated by cursor,
-        filtered by state, tenant, the document's `user` and `name` (exact), and `search`: a case-insensitive
-        substring (the case of ASCII letters folded at least) of the stream id, the document's name or user, or the tenant.
-        Raises ValueError for a cursor it did not make (or made for the other order)."""
+        filtered by state, tenant, the document's `user` and `name` (exact), and `search`: a substring of the
+        stream id, the document's name or user, or the tenant, the case of ASCII letters aside (`%` and `_`
+        are themselves). Raises ValueError for a cursor it did not make (or made for the other order)."""
 
     @abstractmethod
     async def count_projections(

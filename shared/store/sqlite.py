@@ -84,8 +84,8 @@ CREATE INDEX IF NOT EXISTS projections_state_listing
 """
 """`projections_state_listing` holds every column a listing orders by and filters on: a listing of some states
 finds its page's rows in it alone (for each state, its rows in order, until the page is full), then reads the
-table for their documents only (a job's is a KiB or more: sorting the rows of every job of those states with
-their documents took 30 ms at 10,000 jobs); a search, or a count by user, reads no document at all."""
+table for their documents only (a job's is a KiB or more, and sorting every job of those states with its
+document was most of a listing's time); a search, or a count by user, reads no document at all."""
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
