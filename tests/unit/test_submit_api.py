@@ -449,6 +449,7 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         assert "secret" not in answer.text
         assert THEIR_MODEL not in answer.text or answer.status_code == 404 and "no model" in answer.text
     assert theirs not in api.get("/v1/jobs", headers=VISION).text
+    assert [t["tenant"] for t in api.get("/v1/tenants", headers=VISION).json()["items"]] == ["vision"]
     assert api.get(f"/v1/jobs/{theirs}/logs", headers=NLP).text == "nlp's secret output\n"  # it is there
     assert THEIR_MODEL not in api.get("/v1/models", headers=VISION).text
     assert (
