@@ -88,7 +88,8 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
     """Check a spec as `POST /v1/jobs` would, and queue nothing: 200 with the spec as it would be stored
     (defaults filled in), or the 403 or 422 the submit would answer. `placeable`: whether a node heard from
     could ever hold it (false only where the platform queues such jobs, GPUYARD_ACCEPT_UNPLACEABLE; else it is
-    a 422). The spec in JSON, or in YAML (`Content-Type: application/yaml`)."""
+    a 422); `message` also says when the tenant's queue is at its limit (a submit would get 429). The spec in
+    JSON, or in YAML (`Content-Type: application/yaml`)."""
     tenant, why = await checked(ctx, principal, spec)
     if why:
         message = f"no node could ever hold it: {why}; it would be queued for a cluster that grows"
@@ -96,6 +97,9 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
         message = "valid; no node is heard from yet, so whether one could hold it is not known"
     else:
         message = "valid; POST /v1/jobs would queue it"
+    if (limit := ctx.queue.limit_of(tenant)) and ctx.queue.queued(tenant) >= limit:
+        retry = ctx.queue.full(tenant).retry_after
+        message += f"; but tenant {tenant!r} has {limit} jobs waiting, its limit: a submit now gets 429 (retry in {retry} s)"
     return SpecCheckOut(valid=True, spec=spec, tenant=tenant, placeable=why is None, message=message)
 
 

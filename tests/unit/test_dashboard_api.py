@@ -178,6 +178,18 @@ def test_validation_refuses_what_a_submit_refuses_for_the_tenant_and_the_nodes(a
     assert "largest node has 1" in answer.json()["message"]
 
 
+def test_validation_says_when_the_tenants_queue_is_at_its_limit(api, ctx):  # noqa: F811
+    from services.submit.queuedepth import QueueDepth
+
+    ctx.queue = QueueDepth(limit=1)
+    assert "limit" not in api.post("/v1/jobs/validate", json=SPEC, headers=VISION).json()["message"]
+    submit(api)
+    answer = api.post("/v1/jobs/validate", json=SPEC, headers=VISION)
+    assert answer.status_code == 200 and "a submit now gets 429" in answer.json()["message"]
+    assert api.post("/v1/jobs", json=SPEC, headers=VISION).status_code == 429
+    assert "limit" not in api.post("/v1/jobs/validate", json=SPEC, headers=NLP).json()["message"]
+
+
 def test_a_job_submitted_in_yaml_is_the_job_submitted_in_json(api):  # noqa: F811
     accepted = api.post("/v1/jobs", content=YAML_SPEC, headers={**VISION, **YAML})
     assert accepted.status_code == 202, accepted.text
