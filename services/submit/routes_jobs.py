@@ -99,7 +99,10 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
         message = "valid; POST /v1/jobs would queue it"
     if (limit := ctx.queue.limit_of(tenant)) and ctx.queue.queued(tenant) >= limit:
         retry = ctx.queue.full(tenant).retry_after
-        message += f"; but tenant {tenant!r} has {limit} jobs waiting, its limit: a submit now gets 429 (retry in {retry} s)"
+        message += (
+            f"; but tenant {tenant!r} has {limit} jobs waiting, its limit: a submit now gets 429"
+            f" (retry in {retry} s)"
+        )
     return SpecCheckOut(valid=True, spec=spec, tenant=tenant, placeable=why is None, message=message)
 
 
