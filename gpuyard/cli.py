@@ -120,7 +120,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_ps(args: argparse.Namespace) -> int:
     client = Client(args.server, args.token)
     states = args.state or (None if args.all else LIVE_STATES)
-    jobs = client.jobs(state=states, tenant=args.tenant, limit=args.limit).items
+    page = client.jobs(
+        state=states, tenant=args.tenant, limit=args.limit, user=args.user, name=args.name, search=args.search
+    )
+    jobs = page.items
     if args.json:
         _print_json(jobs)
         return 0
@@ -142,6 +145,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         out.print("no jobs" + ("" if args.all else " running or waiting (use --all to see finished ones)"))
     else:
         out.print(table)
+        if page.total is not None and page.total > len(jobs):
+            out.print(f"{len(jobs)} of {page.total} jobs, the newest (--limit for more)")
     return 0
 
 
@@ -840,6 +845,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"only jobs in this state (repeatable): {', '.join(JobState)}",
     )
     ps.add_argument("--tenant", help="only this tenant's jobs (admins; a tenant's token sees its own)")
+    ps.add_argument("--user", help="only the jobs this user submitted")
+    ps.add_argument("--name", help="only the jobs of this name")
+    ps.add_argument(
+        "--search",
+        metavar="TEXT",
+        help="only the jobs whose id, name, user or tenant holds TEXT (ASCII letters in either case)",
+    )
     ps.add_argument("--limit", type=int, default=50, help="at most this many jobs, newest first (50)")
     ps.set_defaults(func=cmd_ps)
 

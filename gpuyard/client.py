@@ -199,9 +199,15 @@ class Client:
         tenant: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
     ) -> JobListOut:
+        """A page of jobs, newest first: of these states, tenant, user and name (exact), whose id, name, user
+        or tenant holds `search` (ASCII letters in either case)."""
         states = [s.value for s in state] if state else None
         params = {"state": states, "tenant": tenant, "limit": limit, "cursor": cursor}
+        params |= {"user": user, "name": name, "q": search}
         return self.answer(
             JobListOut, "GET", "/v1/jobs", params={k: v for k, v in params.items() if v is not None}
         )

@@ -131,7 +131,13 @@ class JobOut(Out):
 
 class JobListOut(Out):
     items: list[JobOut]
-    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next (older) page.")
+    next_cursor: str | None = Field(
+        None, description="Pass as ?cursor= (with the same filters and order) for the next page."
+    )
+    total: int | None = Field(
+        None,
+        description="The jobs of every page: those the filters keep (null: a server that does not count them).",
+    )
 
 
 class JobAccepted(Out):
@@ -142,6 +148,16 @@ class JobAccepted(Out):
     duplicate: bool = Field(
         False, description="True when this Idempotency-Key was seen before: nothing new queued."
     )
+
+
+class SpecCheckOut(Out):
+    valid: bool = Field(description="Always true: an invalid spec is answered 422, as a submit would be.")
+    spec: JobSpec = Field(description="The spec as it would be stored: its defaults filled in.")
+    tenant: str = Field(description="The tenant the job would run for.")
+    placeable: bool = Field(
+        description="Whether a node heard from could ever hold it (true too while no node is heard from)."
+    )
+    message: str
 
 
 class CancelOut(Out):
@@ -161,6 +177,30 @@ class WhyOut(Out):
 
     summary: str = Field(description="One sentence: where the job is and why.")
     rows: list[list[str]] = Field(description="[label, value] pairs: reason, numbers, position, estimate…")
+
+
+# ---------------------------------------------------------------- tenants
+
+
+class TenantOut(Out):
+    tenant: str
+    guaranteed_gpus: float = Field(
+        description="Its quota: the GPUs it is guaranteed (GPUYARD_QUOTAS); 0: none."
+    )
+    used_gpus: float = Field(description="GPUs its placed and running jobs hold (a share as its fraction).")
+    borrowed_gpus: float = Field(
+        description="Of those, the GPUs of its jobs placed on another tenant's idle quota: the first to go."
+    )
+    queued: int = Field(description="Its jobs waiting to be placed.")
+    placed: int = Field(description="Its jobs placed, not yet running.")
+    running: int = Field(description="Its jobs running.")
+    oldest_queued_seconds: float | None = Field(
+        description="How long its oldest queued job has waited since it was submitted; null: none queued."
+    )
+
+
+class TenantListOut(Out):
+    items: list[TenantOut] = Field(description="By tenant name.")
 
 
 # ---------------------------------------------------------------- platform

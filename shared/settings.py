@@ -275,6 +275,11 @@ class SubmitSettings(CommonSettings):
         default_factory=dict,
         description="A tenant's own limit instead of max_queued_per_tenant, `vision=50000`; 0: no limit.",
     )
+    quotas: TenantNumbers = Field(
+        default_factory=dict,
+        description="Guaranteed GPUs per tenant, as the scheduler's `quotas` (the same variable): the "
+        "guaranteed figure of `GET /v1/tenants`.",
+    )
 
 
 class SchedulerSettings(CommonSettings):

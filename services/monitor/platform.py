@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -18,6 +18,7 @@ from prometheus_client.utils import floatToGoString
 
 from services.monitor.jobs import LiveJob, LiveJobs
 from shared.jobstate import JobState, JobView
+from shared.quotause import NOTHING, Holding, held_gpus, quota_use
 
 START_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
 """Seconds: the upper bounds of the submit→running histogram (+Inf after them)."""
@@ -95,28 +96,24 @@ class PlatformFigures:
         now = now or datetime.now(UTC)
         counts: Counter[tuple[str, str]] = Counter()
         oldest: dict[str, datetime] = {}
-        used: defaultdict[str, float] = defaultdict(float)
-        borrowed: defaultdict[str, float] = defaultdict(float)
+        holdings: list[Holding] = []
         for job in list(jobs.jobs.values()):
             counts[(job.state.value, job.tenant)] += 1
             if job.state == JobState.QUEUED:
                 if job.tenant not in oldest or job.submitted_at < oldest[job.tenant]:
                     oldest[job.tenant] = job.submitted_at
             else:
-                gpus = job.gpus
-                used[job.tenant] += gpus
-                if job.borrowed:
-                    borrowed[job.tenant] += gpus
+                holdings.append(Holding(job.tenant, held_gpus(job.placements), job.borrowed))
         queues = {
             tenant: TenantQueue(counts[(JobState.QUEUED.value, tenant)], (now - first).total_seconds())
             for tenant, first in oldest.items()
         }
-        tenants = set(self.guaranteed) | set(used)
+        use = quota_use(holdings)
         quotas = {
             t: TenantQuota(
-                self.guaranteed.get(t, 0.0), round(used.get(t, 0.0), 6), round(borrowed.get(t, 0.0), 6)
+                self.guaranteed.get(t, 0.0), use.get(t, NOTHING).used, use.get(t, NOTHING).borrowed
             )
-            for t in tenants
+            for t in set(self.guaranteed) | set(use)
         }
         self.snapshot = PlatformSnapshot(dict(counts), queues, quotas, dict(self.ended), now)
         return self.snapshot

@@ -19,6 +19,7 @@ from services.submit import (
     routes_models,
     routes_nodes,
     routes_platform,
+    routes_tenants,
     routes_usage,
     routes_why,
 )
@@ -115,6 +116,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_usage.router)
     app.include_router(routes_why.router)
     add_dashboard(app)
+    app.include_router(routes_tenants.router)
 
     @app.get("/healthz", tags=["health"], response_model=HealthOut, responses=answers(400, 413))
     async def healthz() -> HealthOut:

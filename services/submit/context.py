@@ -39,3 +39,5 @@ class SubmitContext:
     session_lifetime: float = 12 * 3600.0
     serving_url: str = ""
     """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""
+    quotas: dict[str, float] = field(default_factory=dict)
+    """Guaranteed GPUs per tenant (the scheduler's `GPUYARD_QUOTAS`): what `GET /v1/tenants` shows."""

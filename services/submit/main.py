@@ -76,6 +76,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         ),
         session_lifetime=settings.session_lifetime,
         serving_url=settings.serving_url,
+        quotas=settings.quotas,
     )
     await ctx.telemetry.follow(service.bus)
     service.spawn(ctx.queue.follow(service.store), "queue-depth")

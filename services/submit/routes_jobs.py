@@ -12,7 +12,8 @@ from services.submit.context import SubmitContext
 from services.submit.errors import REFUSED_422, answers, json_answers
 from services.submit.modelaccess import servable
 from services.submit.queuedepth import QueueFull
-from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, job_out
+from services.submit.yamlbody import SpecRoute, yaml_body
+from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, SpecCheckOut, job_out
 from shared.capacity import unplaceable
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
 from shared.jobspec import JobSpec
@@ -21,9 +22,14 @@ from shared.logstore import LogKey
 from shared.logstore.reading import follow as follow_log
 from shared.logstore.reading import read_range, tail_start
 from shared.modelregistry import is_model_stream
+from shared.store.base import SEARCH_MAX, Order
 from shared.tokens import Principal
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
+router = APIRouter(
+    prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503), route_class=SpecRoute
+)
+SPEC_BODY = yaml_body("#/components/schemas/JobSpec")
+"""A spec's body in YAML as well as JSON (`yamlbody.py`), as `gpuyard submit job.yaml` reads it."""
 
 
 MIN_PREFIX = 4
@@ -57,6 +63,7 @@ async def visible_job(ctx, principal, job_id: str) -> JobView:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobAccepted,
     responses=answers(403, 409, 429) | REFUSED_422,
+    openapi_extra=SPEC_BODY,
 )
 async def submit_job(
     spec: JobSpec,
@@ -66,8 +73,62 @@ async def submit_job(
 ) -> JobAccepted:
     """Queue a job. Answers at once with its id, once the job is stored; the job then moves through its states
     (see /events). With an `Idempotency-Key` a retry of the same request answers the same job (`duplicate`:
-    true) and queues nothing; the key with another request is refused (409)."""
+    true) and queues nothing; the key with another request is refused (409). The spec in JSON, or in YAML
+    (`Content-Type: application/yaml`) as `gpuyard submit` reads a file."""
     return await queue_job(ctx, principal, spec, idempotency_key)
+
+
+@router.post(
+    "/validate",
+    response_model=SpecCheckOut,
+    responses=answers(403) | REFUSED_422,
+    openapi_extra=SPEC_BODY,
+)
+async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal) -> SpecCheckOut:
+    """Check a spec as `POST /v1/jobs` would, and queue nothing: 200 with the spec as it would be stored
+    (defaults filled in), or the 403 or 422 the submit would answer. `placeable`: whether a node heard from
+    could ever hold it (false only where the platform queues such jobs, GPUYARD_ACCEPT_UNPLACEABLE; else it is
+    a 422); `message` also says when the tenant's queue is at its limit (a submit would get 429). The spec in
+    JSON, or in YAML (`Content-Type: application/yaml`)."""
+    tenant, why = await checked(ctx, principal, spec)
+    if why:
+        message = f"no node could ever hold it: {why}; it would be queued for a cluster that grows"
+    elif not ctx.telemetry.live_nodes():
+        message = "valid; no node is heard from yet, so whether one could hold it is not known"
+    else:
+        message = "valid; POST /v1/jobs would queue it"
+    if (limit := ctx.queue.limit_of(tenant)) and ctx.queue.queued(tenant) >= limit:
+        retry = ctx.queue.full(tenant).retry_after
+        message += (
+            f"; but tenant {tenant!r} has {limit} jobs waiting, its limit: a submit now gets 429"
+            f" (retry in {retry} s)"
+        )
+    return SpecCheckOut(valid=True, spec=spec, tenant=tenant, placeable=why is None, message=message)
+
+
+async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
+    """What `POST /v1/jobs` checks of a spec before it stores anything (its validation aside): the tenant's
+    (403: another tenant's without an admin's token; 422: one its events cannot name), that some node could
+    ever hold it (422, unless GPUYARD_ACCEPT_UNPLACEABLE), a serve job's model (422). Returns the job's tenant
+    and why no node could hold it (None: one could, or no node is heard from yet)."""
+    tenant = spec.tenant or principal.tenant
+    if tenant != principal.tenant and not principal.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
+        )
+    if (
+        bad_tenant := tenant_error(tenant)
+    ) is not None:  # the token's tenant: its job events could not be sent
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad_tenant} (the job's tenant)")
+    why = unplaceable(spec, ctx.telemetry.live_nodes())
+    if why and not ctx.accept_unplaceable:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            f"no node could ever hold this job: {why} (GPUYARD_ACCEPT_UNPLACEABLE=true queues such jobs)",
+        )
+    if spec.serve is not None:
+        await servable(ctx, principal, spec.serve, tenant)
+    return tenant, why
 
 
 async def queue_job(
@@ -79,22 +140,7 @@ async def queue_job(
     under that id (in the event store: the key lasts as long as the job, across restarts): the same request
     again answers the job already queued (`duplicate`), another request with the same key 409. Raises
     QueueFull when the tenant has as many jobs waiting as it may (a retry of a stored job is never refused)."""
-    tenant = spec.tenant or principal.tenant
-    if tenant != principal.tenant and not principal.admin:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {tenant!r}"
-        )
-    if (
-        bad_tenant := tenant_error(tenant)
-    ) is not None:  # the token's tenant: its job events could not be sent
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad_tenant} (the job's tenant)")
-    if not ctx.accept_unplaceable and (why := unplaceable(spec, ctx.telemetry.live_nodes())):
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
-            f"no node could ever hold this job: {why} (GPUYARD_ACCEPT_UNPLACEABLE=true queues such jobs)",
-        )
-    if spec.serve is not None:
-        await servable(ctx, principal, spec.serve, tenant)
+    tenant, _ = await checked(ctx, principal, spec)
     job_id = derived_id(tenant, "idempotency", idempotency_key)[:16] if idempotency_key else new_id()[:16]
     try:
         reserved = ctx.queue.admit(tenant, job_id)
@@ -136,29 +182,55 @@ def same_request(view: JobView, event: JobSubmitted) -> bool:
     return view.spec == event.spec and view.name == event.name and view.user == event.user
 
 
+JOB_STATES = [s.value for s in JobState]
+"""The states a listing of jobs asks the store for when none is given: the store holds models', alerts' and
+nodes' streams too, in states of their own."""
+
+
 @router.get("", response_model=JobListOut, responses=answers(403))
 async def list_jobs(
     ctx: Context,
     principal: CurrentPrincipal,
     state: Annotated[list[JobState] | None, Query(description="Repeat to ask for several states.")] = None,
     tenant: str | None = None,
+    user: Annotated[str | None, Query(description="Only the jobs this user submitted (exact).")] = None,
+    name: Annotated[str | None, Query(description="Only the jobs of this name (exact).")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=SEARCH_MAX,
+            description="Only the jobs whose id, name, user or tenant holds this text (the case of ASCII "
+            "letters aside; `%` and `_` are themselves).",
+        ),
+    ] = None,
+    order: Annotated[
+        Order, Query(description="newest (the default) or oldest first, by submission time.")
+    ] = "newest",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> JobListOut:
-    """Jobs newest first. A tenant sees its own jobs; an admin sees all, or one tenant's with ?tenant=."""
+    """Jobs newest first (or oldest first), a page at a time: pass `next_cursor` back as ?cursor= (with the
+    same filters and order) for the next one; `total` counts the jobs of every page. A tenant sees its own
+    jobs; an admin sees all, or one tenant's with ?tenant=."""
     if not principal.admin:
         if tenant not in (None, principal.tenant):
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}")
         tenant = principal.tenant
+    filters = {
+        "states": [s.value for s in state] if state else JOB_STATES,
+        "tenant": tenant,
+        "user": user,
+        "name": name,
+        "search": q or None,
+    }
     try:
-        page = await ctx.store.list_projections(
-            states=[s.value for s in state] if state else None, tenant=tenant, limit=limit, cursor=cursor
-        )
+        page = await ctx.store.list_projections(**filters, order=order, limit=limit, cursor=cursor)
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return JobListOut(
-        items=[job_out(JobView.model_validate(d)) for d in page.items if "job_id" in d],  # (not a model's)
+        items=[job_out(JobView.model_validate(d)) for d in page.items],
         next_cursor=page.next_cursor,
+        total=await ctx.store.count_projections(**filters),
     )
 
 

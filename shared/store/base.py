@@ -10,7 +10,7 @@ import base64
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -82,16 +82,28 @@ class Page:
     next_cursor: str | None = None
 
 
-def encode_cursor(created_at: str, stream_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at, stream_id]).encode()).decode()
+Order = Literal["newest", "oldest"]
+"""The order of a listing, by creation time (then stream id): newest first, or oldest first."""
+SEARCH_MAX = 200
+"""The longest `search` text a listing takes (the API refuses a longer one)."""
 
 
-def decode_cursor(cursor: str) -> tuple[str, str]:
+def encode_cursor(created_at: str, stream_id: str, order: Order = "newest") -> str:
+    """Where the next page starts: after (`created_at`, `stream_id`), in `order` (a cursor of one order is
+    refused by a listing in the other)."""
+    mark = [created_at, stream_id] if order == "newest" else [created_at, stream_id, order]
+    return base64.urlsafe_b64encode(json.dumps(mark).encode()).decode()
+
+
+def decode_cursor(cursor: str, order: Order = "newest") -> tuple[str, str]:
     try:
-        created_at, stream_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return str(created_at), str(stream_id)
+        created_at, stream_id, *rest = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        made_for = rest[0] if rest else "newest"
     except (ValueError, TypeError) as exc:
         raise ValueError("invalid page cursor") from exc
+    if rest[1:] or made_for != order:
+        raise ValueError(f"invalid page cursor (one of another order than {order!r})")
+    return str(created_at), str(stream_id)
 
 
 class EventStore(ABC):
@@ -134,10 +146,29 @@ class EventStore(ABC):
         *,
         states: list[str] | None = None,
         tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+        order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        """Projections newest first (by creation time), filtered by state and tenant, paginated by cursor."""
+        """Projections newest first (by creation time; `order="oldest"`: oldest first), paginated by cursor,
+        filtered by state, tenant, the document's `user` and `name` (exact), and `search`: a substring of the
+        stream id, the document's name or user, or the tenant, the case of ASCII letters aside (`%` and `_`
+        are themselves). Raises ValueError for a cursor it did not make (or made for the other order)."""
+
+    @abstractmethod
+    async def count_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        """How many projections `list_projections` with these filters lists over all its pages."""
 
     @abstractmethod
     async def versions(self, *, states: list[str]) -> dict[str, int]:
@@ -147,6 +178,11 @@ class EventStore(ABC):
     @abstractmethod
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         """Tenant -> how many of its projections are in one of `states` (tenants with none are left out)."""
+
+    @abstractmethod
+    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
+        """Tenant -> the creation time (ISO 8601) of its oldest projection in one of `states` (tenants with
+        none are left out): how long its queue has waited."""
 
     @abstractmethod
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:

@@ -5,8 +5,9 @@ Collections and indexes (created idempotently on open):
   `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
   `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
 - `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
-  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first, `{state: 1, tenant: 1}`
-  for counting; `{ended_at: 1}` for
+  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first (or oldest first),
+  `{state: 1, tenant: 1, created_at: 1}` for counting and the oldest per tenant (a server that had the former
+  `{state: 1, tenant: 1}` keeps it: drop `state_tenant` by hand); `{ended_at: 1}` for
   retention (`expired`: the ended streams to compact, whose middle events `compact` deletes).
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
@@ -29,6 +30,7 @@ from shared.store.base import (
     AppendResult,
     ConcurrencyError,
     EventStore,
+    Order,
     Page,
     Projection,
     StoredEvent,
@@ -49,9 +51,30 @@ PROJECTION_INDEXES = [
     IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
     IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
     IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
-    IndexModel([("state", ASCENDING), ("tenant", ASCENDING)], name="state_tenant"),
+    IndexModel(
+        [("state", ASCENDING), ("tenant", ASCENDING), ("created_at", ASCENDING)], name="state_tenant_created"
+    ),
     IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
+
+
+def _filters(
+    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+) -> dict[str, Any]:
+    """The query of a listing's filters (`EventStore.list_projections`)."""
+    query: dict[str, Any] = {}
+    if states:
+        query["state"] = {"$in": states}
+    if tenant is not None:
+        query["tenant"] = tenant
+    if user is not None:
+        query["doc.user"] = user
+    if name is not None:
+        query["doc.name"] = name
+    if search:
+        anywhere = {"$regex": re.escape(search), "$options": "i"}  # (a literal text, any case)
+        query["$or"] = [{field: anywhere} for field in ("_id", "doc.name", "doc.user", "tenant")]
+    return query
 
 
 class MongoEventStore(EventStore):
@@ -176,30 +199,50 @@ class MongoEventStore(EventStore):
         *,
         states: list[str] | None = None,
         tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+        order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        query: dict[str, Any] = {}
-        if states:
-            query["state"] = {"$in": states}
-        if tenant is not None:
-            query["tenant"] = tenant
+        query = _filters(states, tenant, user, name, search)
         if cursor:
-            created_at, stream_id = decode_cursor(cursor)
-            query["$or"] = [
-                {"created_at": {"$lt": created_at}},
-                {"created_at": created_at, "_id": {"$lt": stream_id}},
-            ]
+            created_at, stream_id = decode_cursor(cursor, order)
+            after = "$lt" if order == "newest" else "$gt"
+            query = {
+                "$and": [
+                    query,
+                    {
+                        "$or": [
+                            {"created_at": {after: created_at}},
+                            {"created_at": created_at, "_id": {after: stream_id}},
+                        ]
+                    },
+                ]
+            }
+        direction = DESCENDING if order == "newest" else ASCENDING
         found = (
             self.projections.find(query)
-            .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+            .sort([("created_at", direction), ("_id", direction)])
             .limit(limit + 1)
         )
         docs = await found.to_list()
         page = Page(items=[d["doc"] for d in docs[:limit]])
         if len(docs) > limit:
-            page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"])
+            page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"], order)
         return page
+
+    async def count_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        return await self.projections.count_documents(_filters(states, tenant, user, name, search))
 
     async def versions(self, *, states: list[str]) -> dict[str, int]:
         found = self.projections.find({"state": {"$in": states}}, projection={"version": 1})
@@ -208,6 +251,13 @@ class MongoEventStore(EventStore):
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]
         return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
+
+    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
+        pipeline = [
+            {"$match": {"state": {"$in": states}}},
+            {"$group": {"_id": "$tenant", "oldest": {"$min": "$created_at"}}},
+        ]
+        return {d["_id"]: d["oldest"] async for d in await self.projections.aggregate(pipeline)}
 
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
         query: dict[str, Any] = {"_id": {"$regex": f"^{re.escape(prefix)}"}}  # (anchored: on the _id index)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from shared.store.base import (
     AppendResult,
     ConcurrencyError,
     EventStore,
+    Order,
     Page,
     Projection,
     StoredEvent,
@@ -56,26 +58,69 @@ CREATE TABLE IF NOT EXISTS projections (
     version    INTEGER NOT NULL,
     doc        TEXT NOT NULL,
     ended_at   TEXT,                       -- when it reached a final state (retention counts from it)
-    compacted  INTEGER NOT NULL DEFAULT 0  -- its events were collapsed to the first and the last
+    compacted  INTEGER NOT NULL DEFAULT 0, -- its events were collapsed to the first and the last
+    user       TEXT,                       -- the doc's `user` and `name` as first written (a job's never change)
+    name       TEXT
 );
-CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
-CREATE INDEX IF NOT EXISTS projections_state ON projections (state, created_at DESC);
-CREATE INDEX IF NOT EXISTS projections_state_tenant ON projections (state, tenant);  -- count_by_tenant, whole
+CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
+DROP INDEX IF EXISTS projections_state_tenant;  -- (state, tenant): the one below answers what it answered
+CREATE INDEX IF NOT EXISTS projections_state_tenant_created ON projections (state, tenant, created_at);
+-- (count_by_tenant, oldest_by_tenant: from the index alone)
 """
 MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
     "ended_at": "ALTER TABLE projections ADD COLUMN ended_at TEXT;"
     " UPDATE projections SET ended_at = json_extract(doc, '$.finished_at')"
     " WHERE state IN ('succeeded', 'failed', 'cancelled');",
     "compacted": "ALTER TABLE projections ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;",
+    "user": "ALTER TABLE projections ADD COLUMN user TEXT; ALTER TABLE projections ADD COLUMN name TEXT;"
+    " UPDATE projections SET user = json_extract(doc, '$.user'), name = json_extract(doc, '$.name');",
 }
-RETENTION_INDEX = (
-    "CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at)"
-    " WHERE compacted = 0 AND ended_at IS NOT NULL"
-)
+INDEXES_OF_COLUMNS_ADDED = """
+CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at) WHERE compacted = 0 AND ended_at IS NOT NULL;
+DROP INDEX IF EXISTS projections_state;  -- (state, created_at DESC): the one below orders as it did
+CREATE INDEX IF NOT EXISTS projections_state_listing
+    ON projections (state, created_at, stream_id, tenant, user, name);
+"""
+"""`projections_state_listing` holds every column a listing orders by and filters on: a listing of some states
+finds its page's rows in it alone (for each state, its rows in order, until the page is full), then reads the
+table for their documents only (a job's is a KiB or more, and sorting every job of those states with its
+document was most of a listing's time); a search, or a count by user, reads no document at all."""
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
+
+
+def _filters(
+    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+) -> tuple[list[str], list[Any]]:
+    """The WHERE terms (and their arguments) of a listing's filters (`EventStore.list_projections`): on columns
+    of `projections_state_listing`, none on the document."""
+    where: list[str] = []
+    args: list[Any] = []
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        args += states
+    if tenant is not None:
+        where.append("tenant = ?")
+        args.append(tenant)
+    if user is not None:
+        where.append("user = ?")
+        args.append(user)
+    if name is not None:
+        where.append("name = ?")
+        args.append(name)
+    if search:
+        fields = ("stream_id", "name", "user", "tenant")
+        where.append("(" + " OR ".join(f"{f} LIKE ? ESCAPE '\\'" for f in fields) + ")")
+        args += [like_pattern(search)] * len(fields)
+    return where, args
+
+
+def like_pattern(text: str) -> str:
+    """`%text%` for `LIKE ? ESCAPE '\\'`: `text` anywhere (LIKE folds the case of ASCII letters), its own
+    `%`, `_` and `\\` taken literally."""
+    return "%" + re.sub(r"([%_\\])", r"\\\1", text) + "%"
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:
@@ -125,7 +170,7 @@ class SqliteEventStore(EventStore):
         for column, script in MIGRATIONS.items():
             if column not in have:
                 conn.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
-        conn.execute(RETENTION_INDEX)
+        conn.executescript(INDEXES_OF_COLUMNS_ADDED)
 
     @staticmethod
     def _with_lock(fn: Callable[[], Any], wait: bool = True) -> Any:
@@ -262,11 +307,22 @@ class SqliteEventStore(EventStore):
         )
         if a.projection is not None:
             p = a.projection
+            user, name = (getattr(p.doc, field, None) for field in ("user", "name"))
             conn.execute(
-                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at)"
-                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
+                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at, user, name)"
+                " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
                 " state=excluded.state, version=excluded.version, doc=excluded.doc, ended_at=excluded.ended_at",
-                (p.stream_id, p.tenant, p.state, p.created_at, p.version, p.doc_json(), p.ended_at),
+                (
+                    p.stream_id,
+                    p.tenant,
+                    p.state,
+                    p.created_at,
+                    p.version,
+                    p.doc_json(),
+                    p.ended_at,
+                    user,
+                    name,
+                ),
             )
         return AppendResult(version=a.expected_version + len(rows))
 
@@ -303,30 +359,43 @@ class SqliteEventStore(EventStore):
         *,
         states: list[str] | None = None,
         tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+        order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        where, args = [], []
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args += states
-        if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
+        where, args = _filters(states, tenant, user, name, search)
         if cursor:
-            created_at, stream_id = decode_cursor(cursor)
-            where.append("(created_at < ? OR (created_at = ? AND stream_id < ?))")
-            args += [created_at, created_at, stream_id]
-        sql = "SELECT created_at, stream_id, doc FROM projections"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, stream_id DESC LIMIT ?"
+            created_at, stream_id = decode_cursor(cursor, order)
+            where.append(f"(created_at, stream_id) {'<' if order == 'newest' else '>'} (?, ?)")
+            args += [created_at, stream_id]
+        direction = "DESC" if order == "newest" else "ASC"
+        by = f"ORDER BY created_at {direction}, stream_id {direction}"
+        page_rows = (  # the page's rows from the index, then their documents (`projections_state_listing`)
+            f"SELECT rowid FROM projections {'WHERE ' + ' AND '.join(where) if where else ''} {by} LIMIT ?"
+        )
+        sql = f"SELECT created_at, stream_id, doc FROM projections WHERE rowid IN ({page_rows}) {by}"
         rows = await self._read(lambda: self.read_conn.execute(sql, [*args, limit + 1]).fetchall())
         page = Page(items=[json.loads(doc) for _, _, doc in rows[:limit]])
         if len(rows) > limit:
             created_at, stream_id, _ = rows[limit - 1]
-            page.next_cursor = encode_cursor(created_at, stream_id)
+            page.next_cursor = encode_cursor(created_at, stream_id, order)
         return page
+
+    async def count_projections(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        where, args = _filters(states, tenant, user, name, search)
+        sql = "SELECT count(*) FROM projections" + (" WHERE " + " AND ".join(where) if where else "")
+        return (await self._read(lambda: self.read_conn.execute(sql, args).fetchone()))[0]
 
     async def versions(self, *, states: list[str]) -> dict[str, int]:
         sql = f"SELECT stream_id, version FROM projections WHERE state IN ({','.join('?' * len(states))})"
@@ -335,6 +404,13 @@ class SqliteEventStore(EventStore):
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         sql = (
             "SELECT tenant, count(*) FROM projections"
+            f" WHERE state IN ({','.join('?' * len(states))}) GROUP BY tenant"
+        )
+        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+
+    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
+        sql = (
+            "SELECT tenant, min(created_at) FROM projections"
             f" WHERE state IN ({','.join('?' * len(states))}) GROUP BY tenant"
         )
         return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))

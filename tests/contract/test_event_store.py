@@ -8,6 +8,7 @@ which is missing (`tests/contract/conftest.py`).
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 import pytest
 
@@ -114,6 +115,100 @@ async def test_listing_is_newest_first_filtered_and_paginated(store):
     assert len((await store.list_projections(states=["queued", "running"], limit=50)).items) == 7
     with pytest.raises(ValueError):
         await store.list_projections(cursor="not-a-cursor")
+
+
+def job_submitted(job_id: str, *, tenant: str, user: str, name: str, minute: int):
+    from datetime import UTC, datetime
+
+    data = JobSubmitted(job_id=job_id, name=name, tenant=tenant, user=user, spec=JobSpec(command="true"))
+    return make_event(
+        data, source="/test", id=f"{job_id}-sub", time=datetime(2026, 1, 1, 0, minute, tzinfo=UTC)
+    )
+
+
+SEARCHED = [  # (job id, tenant, user, name): created a minute apart, in this order
+    ("j0", "vision", "ana", "train-resnet"),
+    ("j1", "nlp", "bo", "train-bert"),
+    ("j2", "vision", "bo", "eval_50%"),
+    ("j3", "vision", "ana", "evalx50y"),
+    ("j4", "nlp", "Ana", "sweep"),
+    ("j5", "vision", "ana", "train-resnet"),
+]
+
+
+async def searched_store(store):
+    for minute, (job, tenant, user, name) in enumerate(SEARCHED):
+        event = job_submitted(job, tenant=tenant, user=user, name=name, minute=minute)
+        await store.append(job, 0, [event], projection_of(apply(None, event)))
+
+
+async def every_page(store, **filters) -> list[str]:
+    """The job ids of every page of a listing, in order, three to a page."""
+    page = await store.list_projections(limit=3, **filters)
+    seen = [d["job_id"] for d in page.items]
+    while page.next_cursor:
+        page = await store.list_projections(limit=3, cursor=page.next_cursor, **filters)
+        seen += [d["job_id"] for d in page.items]
+    assert (
+        len(seen)
+        == len(set(seen))
+        == await store.count_projections(**{k: v for k, v in filters.items() if k != "order"})
+    )
+    return seen
+
+
+async def test_listing_oldest_first_pages_through_every_projection_once(store):
+    await searched_store(store)
+    assert await every_page(store, order="oldest") == ["j0", "j1", "j2", "j3", "j4", "j5"]
+    assert await every_page(store) == ["j5", "j4", "j3", "j2", "j1", "j0"]
+    assert await every_page(store, tenant="vision", order="oldest") == ["j0", "j2", "j3", "j5"]
+    newest = await store.list_projections(limit=2)
+    with pytest.raises(ValueError):  # a cursor of the newest-first listing does not go on oldest first
+        await store.list_projections(limit=2, cursor=newest.next_cursor, order="oldest")
+    oldest = await store.list_projections(limit=2, order="oldest")
+    with pytest.raises(ValueError):
+        await store.list_projections(limit=2, cursor=oldest.next_cursor)
+
+
+async def test_listing_by_user_name_and_searched_text(store):
+    await searched_store(store)
+    assert await every_page(store, user="ana") == ["j5", "j3", "j0"]  # exact: not "Ana"
+    assert await every_page(store, name="train-resnet", order="oldest") == ["j0", "j5"]
+    assert await every_page(store, user="bo", tenant="vision") == ["j2"]
+    assert await every_page(store, user="nobody") == []
+    # search: in the id, the name, the user or the tenant, in any case
+    assert await every_page(store, search="ANA") == ["j5", "j4", "j3", "j0"]
+    assert await every_page(store, search="RESNET") == ["j5", "j0"]
+    assert await every_page(store, search="j3") == ["j3"]
+    assert await every_page(store, search="nlp") == ["j4", "j1"]
+    assert await every_page(store, search="train", states=["running"]) == []
+    # `%` and `_` are themselves, never wildcards (nor `.` and `*` a pattern)
+    assert await every_page(store, search="_50%") == ["j2"]
+    assert await every_page(store, search="l_5") == ["j2"]
+    assert await every_page(store, search="x50") == ["j3"]
+    assert await every_page(store, search=".*") == []
+    assert await every_page(store, search="\\") == []
+    assert await store.count_projections() == 6
+    assert await store.count_projections(states=["queued"], tenant="nlp") == 2
+
+
+async def test_the_oldest_of_each_tenants_projections_in_some_states(store):
+    await searched_store(store)
+    at = {d["job_id"]: d["created_at"] for d in (await store.list_projections(limit=10)).items}
+    stored = {job: (await store.get_projection(job))["created_at"] for job in at}
+    assert at == stored
+    queued = await store.oldest_by_tenant(states=["queued"])
+    assert {t: datetime.fromisoformat(v) for t, v in queued.items()} == {
+        "vision": datetime.fromisoformat(at["j0"]),
+        "nlp": datetime.fromisoformat(at["j1"]),
+    }
+    view = apply(None, job_submitted("j0", tenant="vision", user="ana", name="train-resnet", minute=0))
+    cancel = make_event(JobCancelled(job_id="j0", attempt=1, by="u"), source="/t")
+    await store.append("j0", 1, [cancel], projection_of(apply(view, cancel, version=2)))
+    queued = await store.oldest_by_tenant(states=["queued"])
+    assert datetime.fromisoformat(queued["vision"]) == datetime.fromisoformat(at["j2"])
+    assert list(await store.oldest_by_tenant(states=["cancelled"])) == ["vision"]
+    assert await store.oldest_by_tenant(states=["running"]) == {}
 
 
 async def test_versions_counts_and_id_prefixes_of_the_projections(store):

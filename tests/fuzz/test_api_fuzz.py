@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import (
 from services.submit.app import create_app
 from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
+from services.submit.yamlbody import YAML_TYPES
 from shared import nodecontrol
 from shared.alertbook import AlertBook
 from shared.events import (
@@ -120,6 +121,15 @@ def close_stores():
     for store in STORES:
         asyncio.run(store.close())
     shutil.rmtree(FOLDER, ignore_errors=True)
+
+
+def test_the_spec_routes_are_fuzzed_with_yaml_bodies_too():
+    """A spec may come in YAML (`services/submit/yamlbody.py`): the document says so, so the fuzzer sends
+    YAML bodies (schemathesis serializes each media type a body names) as well as JSON."""
+    paths = APP.openapi()["paths"]
+    for path in ("/v1/jobs", "/v1/jobs/validate"):
+        assert set(YAML_TYPES) | {"application/json"} == set(paths[path]["post"]["requestBody"]["content"])
+    assert "/v1/tenants" in paths
 
 
 @schema.parametrize()

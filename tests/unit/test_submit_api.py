@@ -320,6 +320,8 @@ def operations(schema: dict):
 ERRORS = {
     ("/v1/jobs", "post"): {401, 403, 409, 422, 429, 503},
     ("/v1/jobs", "get"): {401, 403, 422, 503},
+    ("/v1/jobs/validate", "post"): {401, 403, 422, 503},
+    ("/v1/tenants", "get"): {401, 503},
     ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
@@ -377,6 +379,8 @@ def test_every_route_documents_each_status_it_answers(api):
 NOT_YOURS = {
     ("/v1/jobs", "post"): 403,  # a spec for tenant nlp
     ("/v1/jobs", "get"): 403,  # ?tenant=nlp (and its own list holds none of nlp's: checked below)
+    ("/v1/jobs/validate", "post"): 403,  # a spec for tenant nlp
+    ("/v1/tenants", "get"): 200,  # its own row only (tests/unit/test_dashboard_api.py)
     ("/v1/jobs/{job_id}", "get"): 404,
     ("/v1/jobs/{job_id}/events", "get"): 404,
     ("/v1/jobs/{job_id}/cancel", "post"): 404,
@@ -411,6 +415,7 @@ NOT_YOURS = {
     ("/healthz", "get"): 200,
 }
 THEIR_MODEL = "nlp-private"
+SPEC_ROUTES = {("/v1/jobs", "post"), ("/v1/jobs/validate", "post")}
 
 
 def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx):
@@ -429,7 +434,7 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
             continue
         url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
         url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1").replace("{node}", "node-1")
-        body = {**SPEC, "tenant": "nlp"} if method == "post" and path == "/v1/jobs" else None
+        body = {**SPEC, "tenant": "nlp"} if (path, method) in SPEC_ROUTES else None
         body = {"public": True} if method == "patch" else body
         tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get"), ("/v1/usage", "get"))
         params = {"tenant": "nlp"} if tenant_param or "/models" in path else None
@@ -444,6 +449,7 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         assert "secret" not in answer.text
         assert THEIR_MODEL not in answer.text or answer.status_code == 404 and "no model" in answer.text
     assert theirs not in api.get("/v1/jobs", headers=VISION).text
+    assert [t["tenant"] for t in api.get("/v1/tenants", headers=VISION).json()["items"]] == ["vision"]
     assert api.get(f"/v1/jobs/{theirs}/logs", headers=NLP).text == "nlp's secret output\n"  # it is there
     assert THEIR_MODEL not in api.get("/v1/models", headers=VISION).text
     assert (
