@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from shared.events import GpuHolder, ReplicaPlacement
 from shared.jobstate import JobState, JobView
+from shared.quotause import held_gpus
 from shared.store import EventStore
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class LiveJob:
     @property
     def gpus(self) -> float:
         """The GPUs its placement holds (shares counted as their fraction)."""
-        return sum(g.fraction for p in self.placements for g in p.gpus)
+        return held_gpus(self.placements)
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,6 +324,7 @@ ERRORS = {
     ("/v1/tenants", "get"): {401, 503},
     ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},
+    ("/v1/jobs/{job_id}/why", "get"): {401, 404, 409, 422, 503},
     ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
     ("/v1/jobs/{job_id}/logs", "get"): {206, 401, 404, 416, 422, 503},
     ("/v1/events/stream", "get"): {401, 422, 503},
@@ -383,6 +384,7 @@ NOT_YOURS = {
     ("/v1/tenants", "get"): 200,  # its own row only (tests/unit/test_dashboard_api.py)
     ("/v1/jobs/{job_id}", "get"): 404,
     ("/v1/jobs/{job_id}/events", "get"): 404,
+    ("/v1/jobs/{job_id}/why", "get"): 404,
     ("/v1/jobs/{job_id}/cancel", "post"): 404,
     ("/v1/jobs/{job_id}/logs", "get"): 404,
     ("/v1/events/stream", "get"): None,  # needs the bus: tests/integration/test_platform.py walks it
