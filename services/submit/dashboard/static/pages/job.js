@@ -26,7 +26,22 @@ async function load() {
   try {
     job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   } catch (err) {
-    const title = main.querySelector("h1");
+    fill(headEl, errorBox(err));
+    return;
+  }
+  drawHead();
+  drawPlacement();
+  loadWhy();
+  loadTimeline();
+  logs.sync();
+}
+
+function drawHead() {
+  const active = !TERMINAL.includes(job.state);
+  const cancel = h("button", { class: "danger", id: "cancel", disabled: !active || job.cancel_requested, onclick: cancelJob },
+    job.cancel_requested && active ? "Cancelling…" : "Cancel");
+  const resubmit = h("button", { id: "resubmit", onclick: resubmitJob }, "Resubmit");
+  const title = main.querySelector("h1");
   fill(title, job.name, " ", h("span", { id: "job-state" }, stateBadge(job.state)));
   document.title = `${job.name} · GPUYARD`;
   fill(headEl,
