@@ -319,6 +319,20 @@ export function applySample(node, sample) {
   return true;
 }
 
+/** Carry over to a freshly read node (GET /v1/nodes) the figures only samples give (the temperature). */
+export function keepSampled(fresh, old) {
+  if (!old) return fresh;
+  fresh.gpus.forEach((gpu, i) => {
+    if (gpu.temperature_c === undefined && old.gpus[i]?.index === gpu.index) gpu.temperature_c = old.gpus[i].temperature_c;
+  });
+  return fresh;
+}
+
+/** Who holds a node's GPUs, as one string: to tell whether a sample changed it. */
+export function holdersKey(node) {
+  return node.gpus.map((g) => g.holders.map((x) => `${x.job_id ?? "other"}:${x.fraction}`).join(",")).join("|");
+}
+
 /** A holder in words: its job (a link where `asLink`) and share, or "another tenant's job". */
 export function holderText(holder, names = new Map(), asLink = false) {
   const share = holder.fraction < 1 ? ` (${num(holder.fraction)} GPU)` : "";

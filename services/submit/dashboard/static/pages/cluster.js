@@ -3,7 +3,7 @@
 // GPU model, and each tenant's queue. Live: a gpu.sample carries every GPU of its node, so the cells change
 // from the event itself; node events reload the node list.
 import {
-  GPU_STATES, api, applySample, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, keepFresh,
+  GPU_STATES, api, applySample, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, keepFresh, keepSampled,
   kind, liveJobs, num, onEvent, section, setQuery, throttle,
 } from "../app.js";
 
@@ -49,7 +49,7 @@ const controls = h("form", { class: "filters", role: "search", onsubmit: (e) => 
     (v) => change({ size: v })),
   h("div", {},
     h("label", { for: "node-filter" }, "Nodes"),
-    h("input", { id: "node-filter", type: "search", placeholder: "part of a node's name", size: 18, value: view.q,
+    h("input", { id: "node-filter", type: "search", placeholder: "part of a name", size: 16, value: view.q,
       oninput: throttle((e) => change({ q: e.target.value.trim() }), 250) }),
   ),
   h("div", { id: "legend", class: "legend", "aria-label": "Legend" }),
@@ -81,7 +81,7 @@ function cellClass(gpu, node) {
   const state = gpuState(gpu, node);
   if (view.colour === "allocation") return `cell a-${state}`;
   const marks = state === "unhealthy" || state === "cordoned" || state === "lost" ? ` mark-${state}` : "";
-  return `cell ${utilClass(gpu)}${marks}`;
+  return `cell ${utilClass(gpu)}${marks}${gpu.holders.length ? " held" : ""}`;
 }
 
 /** A node name's prefix: its number or letter at the end cut off (gpu-h100-0042 → gpu-h100, node-a → node). */
@@ -150,6 +150,7 @@ function legend() {
   }
   return [
     h("span", { class: "key" }, "0 %", Array.from({ length: 10 }, (_, i) => h("i", { class: `cell u${i}` })), "100 %"),
+    h("span", { class: "key" }, h("i", { class: "cell u0 held" }), "held by a job"),
     h("span", { class: "key" }, h("i", { class: "cell nodata" }), "no sample"),
     h("span", { class: "key" }, h("i", { class: "cell u0 mark-cordoned" }), "cordoned"),
     h("span", { class: "key" }, h("i", { class: "cell u0 mark-unhealthy" }), "unhealthy"),
@@ -382,7 +383,7 @@ function drawQueues() {
 async function loadNodes() {
   try {
     const list = await api("/v1/nodes");
-    nodes = new Map(list.map((n) => [n.node, n]));
+    nodes = new Map(list.map((n) => [n.node, keepSampled(n, nodes.get(n.node))]));
     loadError = null;
   } catch (err) {
     loadError = err;

@@ -3,7 +3,7 @@
 // or one GPU (a drain asks first: it evicts the jobs there). Live: node events reload the list, heartbeats and
 // samples change the figures in place.
 import {
-  api, applySample, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, kind, liveJobs, me,
+  api, applySample, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey, keepSampled, kind, liveJobs, me,
   num, onEvent, section, setQuery, throttle,
 } from "../app.js";
 
@@ -53,7 +53,8 @@ function restart(values) {
 
 function stateBadge(node) {
   const badge = h("span", { class: `state node-state-${node.state}`, "data-state": node.state }, node.state);
-  return h("span", {}, badge, node.reason ? h("div", { class: "hint" }, node.reason) : null);
+  const why = node.state !== "ready" && node.reason; // (the reason of its last cordon, drain or uncordon)
+  return h("span", {}, badge, why ? h("div", { class: "hint" }, why) : null);
 }
 
 function age(node) {
@@ -187,8 +188,9 @@ function toggle(name) {
 
 function gpuTable(node) {
   const titles = ["GPU", "Model", "Use", "Memory", "Temperature", "Held by", "State", me.admin ? "Actions" : null];
+  const numeric = new Set(["GPU", "Use", "Memory", "Temperature"]);
   return h("table", { class: "gpus", id: `gpus-${node.node}` },
-    h("thead", {}, h("tr", {}, titles.filter(Boolean).map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, titles.filter(Boolean).map((t) => h("th", { scope: "col", class: numeric.has(t) ? "num" : null }, t)))),
     h("tbody", {}, node.gpus.map((g) => h("tr", { "data-gpu": g.index, "data-state": gpuState(g, node) },
       h("td", { class: "num" }, g.index),
       h("td", {}, g.model, h("div", { class: "muted mono" }, g.uuid)),
@@ -282,7 +284,8 @@ async function act(node, gpu, action, reason) {
 
 async function loadNodes() {
   try {
-    nodes = (await api("/v1/nodes")).sort((a, b) => a.node.localeCompare(b.node, undefined, { numeric: true }));
+    const before = new Map(nodes.map((n) => [n.node, n]));
+    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, before.get(n.node))).sort((a, b) => a.node.localeCompare(b.node, undefined, { numeric: true }));
     const now = Date.now();
     seenAt = new Map(nodes.map((n) => [n.node, now - n.last_seen_seconds_ago * 1000]));
     loadError = null;
@@ -325,14 +328,13 @@ onEvent((e) => {
   reloadNodes();
 }, "node.>");
 
-const holdersChanged = (node, before) => JSON.stringify(node.gpus.map((g) => g.holders)) !== before;
 onEvent((e) => {
   if (kind(e) !== "gpu.sample") return;
   const node = nodes.find((n) => n.node === e.data.node);
   if (!node) return;
-  const before = JSON.stringify(node.gpus.map((g) => g.holders));
+  const before = holdersKey(node);
   applySample(node, e.data);
-  if (holdersChanged(node, before)) reloadJobs(); // its jobs changed: the "Running jobs" column follows
+  if (holdersKey(node) !== before) reloadJobs(); // its jobs changed: the "Running jobs" column follows
   else refreshFigures(node);
 }, "gpu.>");
 
