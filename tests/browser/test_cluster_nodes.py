@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
+from tests.browser.conftest import SCREENSHOTS  # noqa: E402
 
 NODE = "node-a"
 STAYED = """() => { window.__stayed = true; }"""
@@ -111,6 +112,45 @@ def test_the_tenants_queue_figures_or_the_word_that_there_are_none(dashboard):
     assert [t["tenant"] for t in tenants] == ["vision"]  # a tenant sees its own row only
 
 
+TENANTS = {  # GET /v1/tenants as TenantListOut gives it (the route lands with another change)
+    "items": [
+        {
+            "tenant": "nlp",
+            "guaranteed_gpus": 4,
+            "used_gpus": 1.5,
+            "borrowed_gpus": 0,
+            "queued": 0,
+            "placed": 0,
+            "running": 2,
+            "oldest_queued_seconds": None,
+        },
+        {
+            "tenant": "vision",
+            "guaranteed_gpus": 0,
+            "used_gpus": 2,
+            "borrowed_gpus": 2,
+            "queued": 3,
+            "placed": 1,
+            "running": 1,
+            "oldest_queued_seconds": 125.0,
+        },
+    ]
+}
+
+
+def test_the_queue_table_reads_the_tenants_route(dashboard):
+    page = dashboard("admin").page
+    page.route("**/v1/tenants", lambda route: route.fulfill(json=TENANTS))
+    page.goto("/")
+    vision = page.locator("#queues-table tr[data-tenant='vision'] td")
+    expect(vision.nth(1)).to_have_text("3")
+    expect(vision.nth(2)).to_have_text(re.compile(r"^2 min \d+ s$"))  # 125 s, and growing
+    expect(vision.nth(7)).to_have_text("2")
+    nlp = page.locator("#queues-table tr[data-tenant='nlp'] td")
+    expect(nlp.nth(2)).to_have_text("—")
+    expect(nlp.nth(6)).to_have_text("4")
+
+
 GENERATE = """(count) => {
   const models = ["H100", "A100", "L40S"];
   const nodes = [];
@@ -145,15 +185,8 @@ def test_a_thousand_nodes_draw_at_once_and_stay_a_few_screens_high(dashboard):
     assert drawn["height"] < 3 * drawn["screen"], drawn
     page.locator("#heatmap-groups .cell[data-node='gpu-a100-0001']").first.hover()
     expect(page.locator("#gpu-tip")).to_contain_text("gpu-a100-0001 · GPU 0")
-    dashboard_shot = page.locator("#heatmap")
-    dashboard_shot.screenshot(path=str(_shots() / "cluster-1000-nodes.png"))
-
-
-def _shots():
-    from tests.browser.conftest import SCREENSHOTS
-
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
+    page.locator("#heatmap").screenshot(path=str(SCREENSHOTS / "cluster-1000-nodes.png"))
 
 
 def gpu_row(page, index: int):
@@ -168,12 +201,24 @@ def test_nodes_page_and_an_admin_cordons_a_gpu_while_a_tenant_watches(dashboard)
     expect(watcher.locator("#nodes-table button.cordon, #nodes-table button.drain")).to_have_count(0)
     watcher.evaluate(STAYED)
 
+    sleeper = submit(tenant, "node-sleeper", "sleep 600", 1)
+    try:
+        expect(watcher.locator(f"tbody[data-node='{NODE}'] .running-jobs")).to_contain_text("node-sleeper")
+        cordon_and_uncordon(dashboard, tenant)
+    finally:
+        tenant.api("POST", f"/v1/jobs/{sleeper}/cancel")
+    expect(watcher.locator(f"tbody[data-node='{NODE}'] .running-jobs")).not_to_contain_text("node-sleeper")
+
+
+def cordon_and_uncordon(dashboard, tenant):
+    watcher = tenant.page
     admin = dashboard("admin")
     page = admin.page
     page.goto("/nodes")
     node = page.locator(f"#nodes-table tbody[data-node='{NODE}']")
     expect(node.locator(".node-state-ready")).to_have_text("ready")
     expect(node).to_contain_text("8 × SIM-GPU · 16 GiB")
+    expect(node.locator(".running-jobs")).to_contain_text("node-sleeper running · vision")
     expect(node.locator(".heartbeat")).to_have_text(re.compile(r"^\d+ s ago$"))
     node.locator("button.toggle").click()
     expect(page.locator(f"#gpus-{NODE} tbody tr")).to_have_count(8)

@@ -278,7 +278,7 @@ function drawModels() {
 // ---------------------------------------------------------------- the hover card and clicks
 
 function cellAt(target) {
-  const cell = target.closest?.(".cell[data-node]");
+  const cell = target?.closest?.(".cell[data-node]");
   if (!cell) return null;
   const node = nodes.get(cell.dataset.node) ?? window.gpuyardCluster?.shown?.get(cell.dataset.node);
   const gpu = node?.gpus[Number(cell.dataset.i)];
@@ -410,7 +410,10 @@ const flush = throttle(() => {
     if (members.length && stats) stats.textContent = groupStats(members);
   }
   drawModels();
-  if (hovered && !tip.hidden) showTip(hovered, pointer.x, pointer.y);
+  if (hovered && !tip.hidden) {
+    hovered = cellAt(hovered.cell); // (its node read afresh: a reload replaces the objects)
+    if (hovered) showTip(hovered, pointer.x, pointer.y);
+  }
 }, 500);
 
 onEvent((e) => {

@@ -16,6 +16,7 @@ const opened = new Set(query.get("node") ? [query.get("node")] : []); // nodes w
 let pageNo = 0;
 
 let nodes = []; // GET /v1/nodes, live figures applied
+let byName = new Map(); // the same nodes by name
 let seenAt = new Map(); // node -> when it was last heard of (ms, this browser's clock)
 let jobsByNode = new Map(); // node -> its running and placed jobs the user may see
 let names = new Map();
@@ -102,7 +103,7 @@ function health(node) {
 function running(node) {
   const jobs = jobsByNode.get(node.node) ?? [];
   const others = node.gpus.reduce((s, g) => s + g.holders.filter((x) => x.other).reduce((t, x) => t + x.fraction, 0), 0);
-  if (!jobs.length && !others) return h("span", { class: "muted" }, "none");
+  if (!jobs.length && !others) return h("span", { class: "running-jobs muted" }, "none");
   const links = jobs.slice(0, 4).map((j) => h("div", {}, h("a", { href: `/jobs/${encodeURIComponent(j.job_id)}`, title: j.job_id }, j.name),
     h("span", { class: "muted" }, ` ${j.state}${me.admin ? ` · ${j.tenant}` : ""}`)));
   return h("span", { class: "running-jobs" }, links,
@@ -284,9 +285,9 @@ async function act(node, gpu, action, reason) {
 
 async function loadNodes() {
   try {
-    const before = new Map(nodes.map((n) => [n.node, n]));
-    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, before.get(n.node))).sort((a, b) => a.node.localeCompare(b.node, undefined, { numeric: true }));
+    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, byName.get(n.node))).sort((a, b) => a.node.localeCompare(b.node, undefined, { numeric: true }));
     const now = Date.now();
+    byName = new Map(nodes.map((n) => [n.node, n]));
     seenAt = new Map(nodes.map((n) => [n.node, now - n.last_seen_seconds_ago * 1000]));
     loadError = null;
   } catch (err) {
@@ -321,7 +322,7 @@ onEvent((e) => {
   if (kind(e) === "node.heartbeat" && seenAt.has(name)) {
     seenAt.set(name, Date.now());
     const el = listEl.querySelector(`.heartbeat[data-node="${CSS.escape(name)}"]`);
-    const node = nodes.find((n) => n.node === name);
+    const node = byName.get(name);
     if (el && node) tickHeartbeat(el, node);
     return;
   }
@@ -330,7 +331,7 @@ onEvent((e) => {
 
 onEvent((e) => {
   if (kind(e) !== "gpu.sample") return;
-  const node = nodes.find((n) => n.node === e.data.node);
+  const node = byName.get(e.data.node);
   if (!node) return;
   const before = holdersKey(node);
   applySample(node, e.data);
@@ -342,7 +343,7 @@ onEvent((e) => ["job.placed", "job.started", "job.succeeded", "job.failed", "job
 
 setInterval(() => {
   for (const el of listEl.querySelectorAll(".heartbeat")) {
-    const node = nodes.find((n) => n.node === el.dataset.node);
+    const node = byName.get(el.dataset.node);
     if (node) tickHeartbeat(el, node);
   }
 }, 1000);
