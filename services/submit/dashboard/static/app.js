@@ -285,6 +285,9 @@ export const GPU_STATES = [
   ["lost", "node lost"],
 ];
 
+/** Node names in their natural order (node-2 before node-10). */
+export const byNodeName = new Intl.Collator(undefined, { numeric: true }).compare;
+
 export function gpuState(gpu, node) {
   if (node.state === "lost") return "lost";
   if (!gpu.healthy) return "unhealthy";

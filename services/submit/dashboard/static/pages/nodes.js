@@ -3,7 +3,7 @@
 // or one GPU (a drain asks first: it evicts the jobs there). Live: node events reload the list, heartbeats and
 // samples change the figures in place.
 import {
-  api, applySample, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey, keepSampled, kind, liveJobs, me,
+  api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey, keepSampled, kind, liveJobs, me,
   num, onEvent, section, setQuery, throttle,
 } from "../app.js";
 
@@ -285,7 +285,7 @@ async function act(node, gpu, action, reason) {
 
 async function loadNodes() {
   try {
-    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, byName.get(n.node))).sort((a, b) => a.node.localeCompare(b.node, undefined, { numeric: true }));
+    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, byName.get(n.node))).sort((a, b) => byNodeName(a.node, b.node));
     const now = Date.now();
     byName = new Map(nodes.map((n) => [n.node, n]));
     seenAt = new Map(nodes.map((n) => [n.node, now - n.last_seen_seconds_ago * 1000]));
