@@ -112,6 +112,26 @@ def test_the_tenants_queue_figures_or_the_word_that_there_are_none(dashboard):
     assert [t["tenant"] for t in tenants] == ["vision"]  # a tenant sees its own row only
 
 
+def test_the_heat_map_filters_folds_and_groups(dashboard):
+    page = dashboard("nlp").page
+    page.goto("/")
+    cells = page.locator(f".cell[data-node='{NODE}']")
+    expect(cells).to_have_count(8)
+    page.fill("#node-filter", "no-such-node")
+    expect(page.locator("#heatmap .empty")).to_contain_text("No node's name contains")
+    page.fill("#node-filter", "node-a")
+    expect(cells).to_have_count(8)
+    page.select_option("#group-by", "prefix")
+    expect(page.locator("#heatmap details.group[data-group='node'] summary")).to_contain_text(
+        "1 node · 8 GPUs"
+    )
+    page.locator("#heatmap details.group summary").click()  # folded: the group's GPUs hidden
+    expect(cells.first).to_be_hidden()
+    page.reload()  # the view's choices are in the address
+    expect(page.locator("#group-by")).to_have_value("prefix")
+    expect(page.locator("#node-filter")).to_have_value("node-a")
+
+
 TENANTS = {  # GET /v1/tenants as TenantListOut gives it (the route lands with another change)
     "items": [
         {
