@@ -3,8 +3,8 @@
 // GPU model, and each tenant's queue. Live: a gpu.sample carries every GPU of its node, so the cells change
 // from the event itself; node events reload the node list.
 import {
-  GPU_STATES, api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, keepFresh, keepSampled,
-  kind, liveJobs, num, onEvent, section, setQuery, throttle,
+  GPU_STATES, api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText,
+  keepFresh, keepSampled, kind, liveJobs, num, onEvent, section, setQuery, throttle,
 } from "../app.js";
 
 const AUTO_COMPACT_GPUS = 256; // more GPUs than this: small cells, node names on hover
@@ -136,7 +136,9 @@ function drawAll() {
 function drawTiles() {
   const t = tally([...nodes.values()]);
   const tile = (id, n, label, cls = "") =>
-    h("div", { class: `tile ${cls}`, id: `tile-${id}` }, h("div", { class: "n" }, typeof n === "number" ? num(n) : n), h("div", { class: "l" }, label));
+    h("div", { class: `tile ${cls}`, id: `tile-${id}` },
+      h("div", { class: "n" }, typeof n === "number" ? num(n) : n),
+      h("div", { class: "l" }, label));
   fill(tilesEl, h("div", { class: "tiles" },
     tile("total", t.gpus, `GPUs on ${t.nodes} node${t.nodes === 1 ? "" : "s"}`),
     GPU_STATES.filter(([s]) => s !== "lost" || t.lost).map(([s, label]) => tile(s, t[s], label, `t-${s}`)),
@@ -370,7 +372,9 @@ function drawQueues() {
     return;
   }
   const waited = (t) =>
-    t.oldest_queued_seconds == null ? h("span", { class: "muted" }, "—") : duration(t.oldest_queued_seconds + (Date.now() - queues.at) / 1000);
+    t.oldest_queued_seconds == null
+      ? h("span", { class: "muted" }, "—")
+      : duration(t.oldest_queued_seconds + (Date.now() - queues.at) / 1000);
   fill(queuesEl, h("table", { id: "queues-table" },
     h("thead", {}, h("tr", {}, ["Tenant", "Queued", "Oldest wait", "Placed", "Running", "GPUs used", "Guaranteed", "Borrowed"]
       .map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
@@ -435,7 +439,8 @@ onEvent((e) => {
 
 const reloadNodes = throttle(loadNodes, 1000);
 onEvent((e) => {
-  if (kind(e) === "node.heartbeat" && nodes.has(e.data.node)) return; // its figures come with its samples
+  const known = nodes.get(e.data.node);
+  if (kind(e) === "node.heartbeat" && known && known.state !== "lost") return; // its figures come with its samples
   reloadNodes();
 }, "node.>");
 

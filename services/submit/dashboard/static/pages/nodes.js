@@ -3,13 +3,14 @@
 // or one GPU (a drain asks first: it evicts the jobs there). Live: node events reload the list, heartbeats and
 // samples change the figures in place.
 import {
-  api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey, keepSampled, kind, liveJobs, me,
-  num, onEvent, section, setQuery, throttle,
+  api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey,
+  keepSampled, kind, liveJobs, me, num, onEvent, section, setQuery, throttle,
 } from "../app.js";
 
 const PAGE_SIZE = 50;
 const STATES = ["ready", "lost", "cordoned", "draining"];
 const STALE_HEARTBEATS = 3; // a heartbeat older than this many intervals reads as late
+const HEARTBEAT_SECONDS = 5; // a node's heartbeat interval until its next heartbeat event says
 const query = new URLSearchParams(location.search);
 const filters = { q: query.get("node") ?? query.get("q") ?? "", state: STATES.includes(query.get("state")) ? query.get("state") : "" };
 const opened = new Set(query.get("node") ? [query.get("node")] : []); // nodes whose GPUs are shown
@@ -18,6 +19,7 @@ let pageNo = 0;
 let nodes = []; // GET /v1/nodes, live figures applied
 let byName = new Map(); // the same nodes by name
 let seenAt = new Map(); // node -> when it was last heard of (ms, this browser's clock)
+const intervals = new Map(); // node -> its heartbeat interval (s), from its heartbeat events
 let jobsByNode = new Map(); // node -> its running and placed jobs the user may see
 let names = new Map();
 let loadError = null;
@@ -73,7 +75,8 @@ function tickHeartbeat(el, node) {
   const seconds = age(node);
   el.textContent = `${duration(seconds)} ago`;
   el.title = new Date(seenAt.get(node.node)).toLocaleString();
-  el.classList.toggle("late", node.state === "lost" || seconds > STALE_HEARTBEATS * 5);
+  const late = seconds > STALE_HEARTBEATS * (intervals.get(node.node) ?? HEARTBEAT_SECONDS);
+  el.classList.toggle("late", node.state === "lost" || late);
 }
 
 function inventory(node) {
@@ -285,7 +288,9 @@ async function act(node, gpu, action, reason) {
 
 async function loadNodes() {
   try {
-    nodes = (await api("/v1/nodes")).map((n) => keepSampled(n, byName.get(n.node))).sort((a, b) => byNodeName(a.node, b.node));
+    nodes = (await api("/v1/nodes"))
+      .map((n) => keepSampled(n, byName.get(n.node)))
+      .sort((a, b) => byNodeName(a.node, b.node));
     const now = Date.now();
     byName = new Map(nodes.map((n) => [n.node, n]));
     seenAt = new Map(nodes.map((n) => [n.node, now - n.last_seen_seconds_ago * 1000]));
@@ -319,8 +324,9 @@ const reloadJobs = throttle(loadJobs, 1000);
 
 onEvent((e) => {
   const name = e.data?.node;
-  if (kind(e) === "node.heartbeat" && seenAt.has(name)) {
+  if (kind(e) === "node.heartbeat" && seenAt.has(name) && byName.get(name)?.state !== "lost") {
     seenAt.set(name, Date.now());
+    intervals.set(name, e.data.interval_seconds);
     const el = listEl.querySelector(`.heartbeat[data-node="${CSS.escape(name)}"]`);
     const node = byName.get(name);
     if (el && node) tickHeartbeat(el, node);
@@ -339,7 +345,8 @@ onEvent((e) => {
   else refreshFigures(node);
 }, "gpu.>");
 
-onEvent((e) => ["job.placed", "job.started", "job.succeeded", "job.failed", "job.cancelled", "job.requeued"].includes(kind(e)) && reloadJobs(), "job.>");
+const JOB_MOVES = ["job.placed", "job.started", "job.succeeded", "job.failed", "job.cancelled", "job.requeued"];
+onEvent((e) => JOB_MOVES.includes(kind(e)) && reloadJobs(), "job.>");
 
 setInterval(() => {
   for (const el of listEl.querySelectorAll(".heartbeat")) {
