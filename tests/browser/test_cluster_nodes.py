@@ -75,6 +75,15 @@ def test_the_heat_map_follows_jobs_live(dashboard):
         expect(tip).to_contain_text(re.compile(r"memory\s*16 GiB of 16 GiB"))
         board.screenshot("cluster")
 
+        # another tenant sees the GPUs held, never whose
+        other = dashboard("nlp").page
+        other.goto("/")
+        theirs = other.locator(f".cell[data-node='{NODE}'][data-jobs='other']")
+        expect(theirs).to_have_count(2)
+        theirs.first.hover()
+        expect(other.locator("#gpu-tip")).to_contain_text("another tenant's job")
+        assert busy not in other.content() and "busy-loop" not in other.content()
+
         # by allocation: a 0.5-GPU job's GPU is shared
         half = submit(board, "half-gpu", "sleep 600", 0.5)
         try:
@@ -160,6 +169,7 @@ TENANTS = {  # GET /v1/tenants as TenantListOut gives it (the route lands with a
 
 def test_the_queue_table_reads_the_tenants_route(dashboard):
     page = dashboard("admin").page
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.route("**/v1/tenants", lambda route: route.fulfill(json=TENANTS))
     page.goto("/")
     vision = page.locator("#queues-table tr[data-tenant='vision'] td")
@@ -169,6 +179,7 @@ def test_the_queue_table_reads_the_tenants_route(dashboard):
     nlp = page.locator("#queues-table tr[data-tenant='nlp'] td")
     expect(nlp.nth(2)).to_have_text("—")
     expect(nlp.nth(6)).to_have_text("4")
+    page.locator("#queues").screenshot(path=str(SCREENSHOTS / "cluster-queues.png"))
 
 
 GENERATE = """(count) => {
