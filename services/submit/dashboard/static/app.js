@@ -273,3 +273,90 @@ export function setQuery(values) {
   const text = q.toString();
   history.replaceState(null, "", location.pathname + (text ? `?${text}` : ""));
 }
+
+// ---------------------------------------------------------------- GPUs and nodes (Cluster and Nodes pages)
+
+/** What a GPU is doing, the first that applies: its node lost, unhealthy, cordoned (or drained), shared
+ *  (held in shares), allocated (held whole), free. */
+export const GPU_STATES = [
+  ["free", "free"],
+  ["allocated", "allocated (whole)"],
+  ["shared", "fractionally shared"],
+  ["unhealthy", "unhealthy"],
+  ["cordoned", "cordoned or draining"],
+  ["lost", "node lost"],
+];
+
+/** Node names in their natural order (node-2 before node-10). */
+export const byNodeName = new Intl.Collator(undefined, { numeric: true }).compare;
+
+export function gpuState(gpu, node) {
+  if (node.state === "lost") return "lost";
+  if (!gpu.healthy) return "unhealthy";
+  if (gpu.cordoned || node.state === "cordoned" || node.state === "draining") return "cordoned";
+  if (gpu.holders.some((x) => x.fraction < 1)) return "shared";
+  return gpu.holders.length ? "allocated" : "free";
+}
+
+/** A GPU's holders from a gpu.sample reading, as GET /v1/nodes gives them: another tenant's (the stream blanks
+ *  its job) only as `other`, with its share. */
+export function sampleHolders(reading) {
+  return (reading.holders ?? []).map((x) =>
+    x.job_id
+      ? { job_id: x.job_id, tenant: x.tenant, user: x.user, fraction: x.fraction }
+      : { fraction: x.fraction, other: true },
+  );
+}
+
+/** Apply a gpu.sample's figures to the node (an item of GET /v1/nodes), in place: true when it changed it. */
+export function applySample(node, sample) {
+  if (!node || node.node !== sample.node) return false;
+  const byIndex = new Map(sample.gpus.map((r) => [r.index, r]));
+  for (const gpu of node.gpus) {
+    const r = byIndex.get(gpu.index);
+    if (!r) continue;
+    gpu.utilization_pct = r.utilization_pct;
+    gpu.memory_used_bytes = r.memory_used_bytes;
+    gpu.temperature_c = r.temperature_c;
+    gpu.holders = sampleHolders(r);
+  }
+  node.sampled_seconds_ago = 0;
+  return true;
+}
+
+/** Carry over to a freshly read node (GET /v1/nodes) the figures only samples give (the temperature). */
+export function keepSampled(fresh, old) {
+  if (!old) return fresh;
+  fresh.gpus.forEach((gpu, i) => {
+    if (gpu.temperature_c === undefined && old.gpus[i]?.index === gpu.index) gpu.temperature_c = old.gpus[i].temperature_c;
+  });
+  return fresh;
+}
+
+/** Who holds a node's GPUs, as one string: to tell whether a sample changed it. */
+export function holdersKey(node) {
+  return node.gpus.map((g) => g.holders.map((x) => `${x.job_id ?? "other"}:${x.fraction}`).join(",")).join("|");
+}
+
+/** A holder in words: its job (a link where `asLink`) and share, or "another tenant's job". */
+export function holderText(holder, names = new Map(), asLink = false) {
+  const share = holder.fraction < 1 ? ` (${num(holder.fraction)} GPU)` : "";
+  if (holder.other || !holder.job_id) return h("span", { class: "muted" }, `another tenant's job${share}`);
+  const job = { job_id: holder.job_id, name: names.get(holder.job_id) };
+  const who = me.admin && holder.tenant ? ` · ${holder.tenant}${holder.user ? `/${holder.user}` : ""}` : "";
+  return h("span", {}, asLink ? jobLink(job) : job.name || holder.job_id.slice(0, 12), who + share);
+}
+
+/** The running and placed jobs the user may see (the API gives a tenant its own), up to `pages` pages of 500. */
+export async function liveJobs(pages = 1) {
+  const jobs = [];
+  let cursor = null;
+  for (let i = 0; i < pages; i++) {
+    const q = new URLSearchParams([["state", "running"], ["state", "placed"], ["limit", "500"]]);
+    if (cursor) q.set("cursor", cursor);
+    const page = await api(`/v1/jobs?${q}`);
+    jobs.push(...page.items);
+    if (!(cursor = page.next_cursor)) break;
+  }
+  return jobs;
+}
