@@ -1,6 +1,7 @@
 """Every service's own /metrics through `gpuyard up --simulate-gpus 2`: the addresses it lists in the targets
 file, each scraped and parsed as Prometheus would, with the events the scheduler's and the executors'
-consumers handled for a few jobs, and each consumer's lag; and a consumer's lag against a real nats-server."""
+consumers handled for a few jobs, and each consumer's lag; `GET /v1/services` says each of those addresses; and
+a consumer's lag against a real nats-server."""
 
 from __future__ import annotations
 
@@ -122,6 +123,21 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
         what="the monitor's own figures",
     )
     assert "DCGM_FI_DEV_GPU_UTIL" in monitor  # with the GPUs' figures
+
+
+def test_the_services_list_says_where_each_process_serves_its_figures(metered):
+    """GET /v1/services gives each process's /metrics URL (its heartbeat's): the addresses scraped above."""
+    targets = json.loads((metered.data_dir / TARGETS_FILE).read_text())
+    scraped = [(t["labels"]["process"].split("-")[0], f"http://{t['targets'][0]}/metrics") for t in targets]
+    scraped.append(("monitor", f"http://127.0.0.1:{metered.monitor_port}/metrics"))
+    client = metered.client()
+
+    def listed() -> list[tuple[str, str | None]]:
+        return sorted((s.service, s.metrics) for s in client.services() if s.state == "running")
+
+    wait_for(  # (the API, the serving API and the monitor say theirs from their second heartbeat on)
+        lambda: listed() == sorted(scraped), 20, 0.5, what=f"/v1/services to list {sorted(scraped)}"
+    )
 
 
 async def test_a_consumers_lag_is_what_jetstream_says_of_it(nats_url):
