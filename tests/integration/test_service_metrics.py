@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 JOBS = 3
 EXECUTORS = ("executor", "executor-1")
+MONITOR_WATCHES = ("monitor-alerts-telemetry", "monitor-alerts-node-lost")
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +118,13 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
         ack_pending = samples["gpuyard_bus_consumer_ack_pending_messages"]
         assert {s.labels["consumer"] for s in ack_pending} >= {"executor-node-a"}
 
-    monitor = wait_for(
-        lambda: (s := scrape(address["monitor"])) and lag_of(s, "monitor-alerts") and s,
+    monitor = wait_for(  # its alert rules' consumer and watches, each by its name
+        lambda: (
+            (s := scrape(address["monitor"]))
+            and all(lag_of(s, name) for name in ("monitor-alerts", *MONITOR_WATCHES))
+            and handled(s, "monitor-alerts-telemetry", subject="gpu.sample") > 0
+            and s
+        ),
         10,
         what="the monitor's own figures",
     )
