@@ -313,6 +313,11 @@ class ServiceOut(Out):
     last_error: str | None = Field(
         None, description="The last line it wrote before that exit, when it is not running; null when none."
     )
+    metrics: str | None = Field(
+        None,
+        description="The URL of its Prometheus /metrics, as its heartbeat says (e.g. "
+        "http://10.0.0.7:9410/metrics); null where it serves none.",
+    )
 
 
 class DeadLetterOut(Out):

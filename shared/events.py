@@ -609,7 +609,7 @@ SERVICE_HEARTBEAT_SECONDS = 5.0
 """How often a service process sends its `service.heartbeat`."""
 
 
-@event(Subject.SERVICE_HEARTBEAT)
+@event(Subject.SERVICE_HEARTBEAT, version=2)
 class ServiceHeartbeat(EventData):
     service: str
     instance: str
@@ -617,9 +617,20 @@ class ServiceHeartbeat(EventData):
     host: str
     started_at: datetime
     version: str
+    metrics: str | None = Field(
+        None,
+        description="The URL of the process's Prometheus /metrics, e.g. http://10.0.0.7:9410/metrics; None "
+        "where it serves none.",
+    )
 
     def entity(self) -> str | None:
         return self.instance
+
+
+@upcaster(Subject.SERVICE_HEARTBEAT, from_version=1)
+def _service_heartbeat_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not say where the process's /metrics is."""
+    return {**data, "metrics": None}
 
 
 class ProcessState(StrEnum):

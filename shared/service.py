@@ -1,7 +1,8 @@
 """What every service process does the same way: settings from flags and env, logging, connecting to NATS
 and the store (waiting for them at start-up), health probes, its own Prometheus figures (`shared.servicemetrics`:
 the registry, the backlog of its consumers read every `consumer_lag_interval`, and a /metrics port of its own
-when `service_metrics_port` is set), a heartbeat, and a clean stop on SIGTERM."""
+when `service_metrics_port` is set), a heartbeat (which says where its /metrics is), and a clean stop on
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, 
 from shared.health import HealthServer
 from shared.ledger import JobLedger
 from shared.logstore import LogStore, open_log_store
-from shared.servicemetrics import MetricsServer, service_registry
+from shared.servicemetrics import METRICS_PATH, MetricsServer, service_registry
 from shared.settings import EXIT_REFUSED, CommonSettings, S, settings_from_argv
 from shared.store import EventStore, StoreUnavailable, open_store
 from shared.version import VERSION
@@ -61,6 +62,9 @@ class Service:
         """This process's Prometheus figures; its bus counts into it (`bus_metrics`)."""
         self.bus_metrics = BusMetrics(self.metrics)
         self.metrics_server: MetricsServer | None = None
+        self.metrics_url: str | None = None
+        """The URL of this process's /metrics, said in its heartbeat: its own port's (`serve_metrics`), or where
+        its service serves them (`metrics_served_on`); None: nowhere."""
         self.started_at = datetime.now(UTC)
         self.stopping = asyncio.Event()
         self.stop_signal: int | None = None
@@ -126,6 +130,14 @@ class Service:
             log.error("cannot serve /metrics on %s:%d: %s; going on without it", host, port, exc)
             return
         log.info("Prometheus /metrics on http://%s:%d/metrics", host, self.metrics_server.port)
+        self.metrics_url = metrics_url(host, self.metrics_server.port)
+
+    def metrics_served_on(self, host: str, port: int) -> None:
+        """The service serves this process's figures on `host:port` too, once it listens there (the submit API,
+        the serving API, the monitor's /metrics): its heartbeat says so, unless it has a /metrics port of its
+        own (`serve_metrics`)."""
+        if self.metrics_server is None:
+            self.metrics_url = metrics_url(host, port)
 
     def stop_by(self, sig: int) -> None:
         if self.stop_signal is None:
@@ -147,18 +159,22 @@ class Service:
             self.failed = True
             self.stopping.set()
 
-    async def _heartbeat(self, interval: float = SERVICE_HEARTBEAT_SECONDS) -> None:
-        data = ServiceHeartbeat(
+    def heartbeat(self) -> ServiceHeartbeat:
+        """What this process says of itself every SERVICE_HEARTBEAT_SECONDS."""
+        return ServiceHeartbeat(
             service=self.name,
             instance=self.settings.instance,
             pid=os.getpid(),
             host=socket.gethostname(),
             started_at=self.started_at,
             version=VERSION,
+            metrics=self.metrics_url,
         )
-        while True:
+
+    async def _heartbeat(self, interval: float = SERVICE_HEARTBEAT_SECONDS) -> None:
+        while True:  # (made anew each time: the service may say where its /metrics is after the first)
             with contextlib.suppress(Exception):
-                await self.bus.publish(make_event(data, source=self.source))
+                await self.bus.publish(make_event(self.heartbeat(), source=self.source))
             await asyncio.sleep(interval)
 
     async def _consumer_lags(self) -> None:
@@ -190,6 +206,16 @@ class Service:
         if closing:
             clean &= await _bounded(asyncio.gather(*closing), STEP_SECONDS, "the connections")
         return clean
+
+
+def metrics_url(host: str, port: int) -> str:
+    """The URL of a /metrics served on `host:port`, as other machines reach it: this host's name where it
+    listens on every address (as the serving API's advertised URL)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{METRICS_PATH}"
 
 
 MAIN_SECONDS = 6.0

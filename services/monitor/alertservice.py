@@ -4,7 +4,8 @@ delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
 
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
   (`shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
-- It watches `gpu.sample` and `node.heartbeat` (telemetry) and `node.lost` (events); every JOB_POLL_SECONDS (or
+- It watches `gpu.sample` and `node.heartbeat` (telemetry: `monitor-alerts-telemetry` in the bus figures of
+  /metrics) and `node.lost` (events: `monitor-alerts-node-lost`); every JOB_POLL_SECONDS (or
   a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
   jobs (`services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
   running replica has from the log store (its extent: one indexed read, no bytes).
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 
 LEASE = "monitor-alerts"
 DURABLE = "monitor-alerts"
+TELEMETRY_WATCH = "monitor-alerts-telemetry"
+NODE_LOST_WATCH = "monitor-alerts-node-lost"
+"""The names of the rules' watches: their `consumer` label in the bus figures of /metrics."""
 JOB_POLL_SECONDS = 15.0
 TICK_SECONDS = 5.0
 SENT_REMEMBERED = 10_000
@@ -288,8 +292,11 @@ class AlertService:
             self.on_telemetry,
             stream=TELEMETRY_STREAM.name,
             wanted=self.wanted,
+            name=TELEMETRY_WATCH,
         )
-        await self.bus.watch(Subject.NODE_LOST.value, self.on_node_lost, stream=EVENTS_STREAM.name)
+        await self.bus.watch(
+            Subject.NODE_LOST.value, self.on_node_lost, stream=EVENTS_STREAM.name, name=NODE_LOST_WATCH
+        )
 
     async def run(self, stopping: asyncio.Event) -> None:
         await self.start()

@@ -123,6 +123,7 @@ class Monitor:
             log.error("cannot serve /metrics on %s:%d: %s; samples are still published", host, port, exc)
             return
         log.info("Prometheus /metrics on http://%s:%d/metrics", host, self.metrics.port)
+        self.service.metrics_served_on(host, self.metrics.port)
 
     async def listen(self) -> None:
         """Every node's samples from the bus (this node's own come straight from its sampler)."""

@@ -105,6 +105,7 @@ async def main(service: Service, settings: ServingSettings) -> None:
     )
     server = _Server(config)
     http = service.spawn(server.serve(), "http")
+    service.metrics_served_on(settings.serving_host, settings.serving_port)  # (on the API's /metrics)
     try:
         await routes.follow(service.bus)
         service.spawn(routes.prune_every(running_jobs(service.store), PRUNE_INTERVAL), "routes")

@@ -93,6 +93,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     )
     server = _Server(config)
     serving = service.spawn(server.serve(), "http")
+    service.metrics_served_on(settings.submit_host, settings.submit_port)  # (on the API's /metrics)
     try:
         await service.stopping.wait()
     finally:

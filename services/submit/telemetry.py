@@ -139,6 +139,7 @@ class Telemetry:
                     pid=hb.pid,
                     version=hb.version,
                     last_seen_seconds_ago=round(now - seen, 1),
+                    metrics=hb.metrics,
                     **_state(status, silent=_stale(seen, SERVICE_HEARTBEAT_SECONDS, now)),
                 )
             )

@@ -1,6 +1,7 @@
 """Every service's own /metrics through `gpuyard up --simulate-gpus 2`: the addresses it lists in the targets
 file, each scraped and parsed as Prometheus would, with the events the scheduler's and the executors'
-consumers handled for a few jobs, and each consumer's lag; and a consumer's lag against a real nats-server."""
+consumers handled for a few jobs, and each consumer's lag; `GET /v1/services` says each of those addresses; and
+a consumer's lag against a real nats-server."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 JOBS = 3
 EXECUTORS = ("executor", "executor-1")
+MONITOR_WATCHES = ("monitor-alerts-telemetry", "monitor-alerts-node-lost")
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +118,32 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
         ack_pending = samples["gpuyard_bus_consumer_ack_pending_messages"]
         assert {s.labels["consumer"] for s in ack_pending} >= {"executor-node-a"}
 
-    monitor = wait_for(
-        lambda: (s := scrape(address["monitor"])) and lag_of(s, "monitor-alerts") and s,
+    monitor = wait_for(  # its alert rules' consumer and watches, each by its name
+        lambda: (
+            (s := scrape(address["monitor"]))
+            and all(lag_of(s, name) for name in ("monitor-alerts", *MONITOR_WATCHES))
+            and handled(s, "monitor-alerts-telemetry", subject="gpu.sample") > 0
+            and s
+        ),
         10,
         what="the monitor's own figures",
     )
     assert "DCGM_FI_DEV_GPU_UTIL" in monitor  # with the GPUs' figures
+
+
+def test_the_services_list_says_where_each_process_serves_its_figures(metered):
+    """GET /v1/services gives each process's /metrics URL (its heartbeat's): the addresses scraped above."""
+    targets = json.loads((metered.data_dir / TARGETS_FILE).read_text())
+    scraped = [(t["labels"]["process"].split("-")[0], f"http://{t['targets'][0]}/metrics") for t in targets]
+    scraped.append(("monitor", f"http://127.0.0.1:{metered.monitor_port}/metrics"))
+    client = metered.client()
+
+    def listed() -> list[tuple[str, str | None]]:
+        return sorted((s.service, s.metrics) for s in client.services() if s.state == "running")
+
+    wait_for(  # (the API, the serving API and the monitor say theirs from their second heartbeat on)
+        lambda: listed() == sorted(scraped), 20, 0.5, what=f"/v1/services to list {sorted(scraped)}"
+    )
 
 
 async def test_a_consumers_lag_is_what_jetstream_says_of_it(nats_url):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuyard.up import SERVICES as SERVICE_SETTINGS
+from shared.servicemetrics import METRICS_PATH
 from shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
 from shared.settingsdocs import TABLES, env_name
 
@@ -320,23 +323,116 @@ def test_executor_and_monitor_placement(objects):
     assert monitor["spec"]["nodeSelector"]
 
 
-def monitor_serves_metrics() -> bool:
-    """Whether the monitor's code has a /metrics route."""
-    return any('"/metrics"' in path.read_text() for path in (ROOT / "services" / "monitor").rglob("*.py"))
+def pod_environment(workload: Obj, config: dict[str, str]) -> dict[str, str]:
+    """The GPUYARD_* variables of a workload's service container with a value in the manifests: the ConfigMap's,
+    then its own (those from the downward API are left out: none of them says where /metrics is)."""
+    container = pod_spec(workload)["containers"][0]
+    env = dict(config) if any("configMapRef" in e for e in container.get("envFrom", [])) else {}
+    env |= {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+    return {k: v for k, v in env.items() if k.startswith("GPUYARD_")}
 
 
-def test_prometheus_scrapes_the_monitor_only_where_it_serves_metrics(objects):
-    """A scrape annotation on a pod that serves no /metrics would give Prometheus a target that is always
-    down; once the monitor serves it, the annotation must name its port."""
+def metrics_addresses(workload: Obj, config: dict[str, str]) -> set[tuple[str, int]]:
+    """(host, port) of each /metrics the pods of a workload serve, from the settings as their service reads
+    them: its own port (`service_metrics_port`), and the submit API's, the serving API's or the monitor's."""
+    container = pod_spec(workload)["containers"][0]
+    service = container.get("args", [None])[0]
+    if service not in SERVICE_SETTINGS:
+        return set()
+    with pytest.MonkeyPatch.context() as env:
+        for name in [k for k in os.environ if k.startswith("GPUYARD_")]:
+            env.delenv(name)
+        for name, value in pod_environment(workload, config).items():
+            env.setenv(name, value)
+        settings = SERVICE_SETTINGS[service]()
+    found = set()
+    if settings.service_metrics_port is not None:
+        found.add((settings.service_metrics_host, settings.service_metrics_port))
+    on_its_port = {
+        "submit": ("submit_host", "submit_port"),
+        "serving": ("serving_host", "serving_port"),
+        "monitor": ("metrics_host", "metrics_port"),
+    }.get(service)
+    if on_its_port:
+        found.add((getattr(settings, on_its_port[0]), getattr(settings, on_its_port[1])))
+    return found
+
+
+def scrape_problems(objects: list[Obj]) -> list[str]:
+    """What is wrong with the Prometheus annotations: a workload that serves /metrics and is not annotated, one
+    annotated that serves none (a target always down), or with a port its pods do not expose or where its
+    /metrics listens on loopback only (unreachable from Prometheus)."""
+    config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
+    problems = []
     for workload in (w for w in objects if w["kind"] in WORKLOADS):
-        template = workload["spec"]["template"]
-        annotations = template["metadata"].get("annotations", {})
-        scraped = annotations.get("prometheus.io/scrape") == "true"
-        is_monitor = workload["metadata"]["name"] == "gpuyard-monitor"
-        assert scraped == (is_monitor and monitor_serves_metrics()), workload["metadata"]["name"]
-        if scraped:
-            port = int(annotations["prometheus.io/port"])
-            assert port in {p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+        name = workload["metadata"]["name"]
+        annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+        addresses = metrics_addresses(workload, config)
+        if (annotations.get("prometheus.io/scrape") == "true") != bool(addresses):
+            problems.append(f"{name}: serves /metrics on {sorted(addresses)}, annotated {annotations}")
+            continue
+        if not addresses:
+            continue
+        port = int(annotations.get("prometheus.io/port", 0))
+        exposed = {p["containerPort"] for c in containers_of(workload) for p in c.get("ports", [])}
+        hosts = {host for host, served in addresses if served == port}
+        if port not in exposed:
+            problems.append(f"{name}: annotated with port {port}, which its pods do not expose ({exposed})")
+        elif not hosts & {"0.0.0.0", "::"}:
+            problems.append(f"{name}: its /metrics on port {port} does not listen on every address: {hosts}")
+        if annotations.get("prometheus.io/path") != METRICS_PATH:
+            problems.append(f"{name}: annotated with path {annotations.get('prometheus.io/path')}")
+    return problems
+
+
+def test_prometheus_scrapes_each_workload_that_serves_metrics_on_a_port_it_exposes(objects):
+    """Every service serves its own figures on /metrics (docs/operations.md, "Metrics of each service"), and
+    each of its workloads is annotated for Prometheus's pod discovery with the port they are on."""
+    assert not scrape_problems(objects)
+    config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
+    workloads = [w for w in objects if w["kind"] in WORKLOADS]
+    scraped = {w["metadata"]["name"]: metrics_addresses(w, config) for w in workloads}
+    assert {name: {port for _, port in found} for name, found in scraped.items() if found} == {
+        "gpuyard-submit": {8080},
+        "gpuyard-scheduler": {9410},
+        "gpuyard-executor": {9410},
+        "gpuyard-serving": {8000},
+        "gpuyard-monitor": {9400},
+    }
+
+
+def test_the_local_executor_alternative_is_scraped_on_its_own_port():
+    [daemonset] = load_yaml_documents(KUSTOMIZE / "alternatives" / "executor-local-daemonset.yaml")
+    objects = [*render(BASE), daemonset]
+    objects.remove(named(objects, "Deployment")["gpuyard-executor"])
+    assert not scrape_problems(objects)
+    assert {port for _, port in metrics_addresses(daemonset, {})} == {9410}
+
+
+def annotated(objects: list[Obj], name: str) -> Obj:
+    [workload] = [o for o in objects if o["kind"] in WORKLOADS and o["metadata"]["name"] == name]
+    return workload
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["annotated with a port it does not expose", "no port of its own", "not annotated", "on loopback"],
+)
+def test_a_wrong_scrape_annotation_is_found(breakage):
+    objects = render(BASE)
+    scheduler = annotated(objects, "gpuyard-scheduler")
+    template = scheduler["spec"]["template"]
+    env = template["spec"]["containers"][0]["env"]
+    if breakage == "annotated with a port it does not expose":
+        template["metadata"]["annotations"]["prometheus.io/port"] = "9999"
+    elif breakage == "no port of its own":
+        env[:] = [e for e in env if e["name"] != "GPUYARD_SERVICE_METRICS_PORT"]
+    elif breakage == "not annotated":
+        del template["metadata"]["annotations"]
+    else:
+        env[:] = [e for e in env if e["name"] != "GPUYARD_SERVICE_METRICS_HOST"]  # its default: 127.0.0.1
+    [problem] = scrape_problems(objects)
+    assert problem.startswith("gpuyard-scheduler: ")
 
 
 def host_of(url: str) -> str:

@@ -121,6 +121,7 @@ def test_stable_again_it_runs_with_its_restarts_and_no_error_and_the_old_process
         "restarts": 1,
         "exit_code": None,
         "last_error": None,
+        "metrics": None,
     }
     assert rows[10]["state"] == "silent"
 
