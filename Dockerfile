@@ -33,5 +33,5 @@ ENV GPUYARD_DATA_DIR=/var/lib/gpuyard \
     GPUYARD_HEALTH_PORT=8090
 WORKDIR /var/lib/gpuyard
 # submit API, serving API, health of every service, monitor's Prometheus metrics
-EXPOSE 8080 8000 8090 9400
+EXPOSE 8080 8000 8090 9400 9410
 ENTRYPOINT ["gpuyard-entrypoint"]

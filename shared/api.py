@@ -232,6 +232,7 @@ class GpuOut(Out):
     memory_bytes: int
     utilization_pct: float | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
     memory_used_bytes: int | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
+    temperature_c: float | None = Field(None, description="From the node's latest gpu.sample, if fresh.")
     holders: list[GpuHolderOut] = Field(default_factory=list, description="From the latest gpu.sample.")
     healthy: bool = Field(
         True, description="False once its monitor saw a fatal XID, uncorrected ECC, or lost."

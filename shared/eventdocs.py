@@ -169,7 +169,13 @@ EXAMPLES = {
         ],
     ),
     Subject.SERVICE_HEARTBEAT: ServiceHeartbeat(
-        service="scheduler", instance="host-1234", pid=1234, host="host", started_at=T, version="0.1.0"
+        service="scheduler",
+        instance="host-1234",
+        pid=1234,
+        host="host",
+        started_at=T,
+        version="0.1.0",
+        metrics="http://host:9410/metrics",
     ),
     Subject.SERVICE_STATUS: ServiceStatus(
         service="scheduler",

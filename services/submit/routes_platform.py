@@ -164,6 +164,7 @@ def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: b
             memory_bytes=g.memory_bytes,
             utilization_pct=r.utilization_pct,
             memory_used_bytes=r.memory_used_bytes,
+            temperature_c=r.temperature_c,
             holders=[holder_out(principal, h.job_id, h.tenant, h.user, h.fraction) for h in r.holders],
             **marks,
         )
