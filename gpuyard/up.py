@@ -639,6 +639,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             return await _refused(sup, platform, reporter, reporting, lock, console)
         lines = [
             f"\n[bold green]GPUYARD is up.[/] API {server_url} (OpenAPI at {server_url}/docs)",
+            f"  dashboard   {server_url}/  (log in with the admin token below)",
             f"  data dir    {data_dir}",
             f"  admin token {admin_token}  (saved for the CLI in {config_path})",
             f"  scheduler   policy {platform.settings['scheduler'].policy}",
