@@ -458,12 +458,13 @@ SHARED_FILES = {
     # setting: the services that must all read it from one Secret's file
     "session_secret_file": SESSION_KEY_READERS,
     "tokens_file": SESSION_KEY_READERS,  # a session stands for a token: each reader must know the same ones
-    "publish_secret_file": (
-        "submit",
-        "executor",
-    ),  # submit signs jobs' publish tokens, the executor gives them
+    # the submit service signs jobs' publish tokens, the executor hands them to the jobs
+    "publish_secret_file": ("submit", "executor"),
 }
 DEFAULT_FILE_MODE = 0o644  # a secret volume's defaultMode when it sets none
+IMAGE_USER, IMAGE_GROUP = map(
+    int, re.search(r"^USER (\d+):(\d+)", (ROOT / "Dockerfile").read_text(), re.M).groups()
+)
 
 
 def secret_behind(workload: Obj, path: Path) -> tuple[Obj, str] | str:
@@ -492,11 +493,14 @@ def secret_behind(workload: Obj, path: Path) -> tuple[Obj, str] | str:
 def readable_by_the_service(spec: Obj, container: Obj, mode: int) -> bool:
     """Whether the container's user reads a file of a secret volume: the kubelet makes it owned by root, its
     group the pod's fsGroup (root without one), which the container's processes also belong to."""
-    context = spec.get("securityContext", {}) | container.get("securityContext", {})
-    user, fs_group = context.get("runAsUser", 0), spec.get("securityContext", {}).get("fsGroup")
-    groups = {context.get("runAsGroup", 0), *spec.get("securityContext", {}).get("supplementalGroups", [])}
-    groups |= {fs_group} if fs_group is not None else set()
-    return user == 0 or bool(mode & 0o004) or ((fs_group or 0) in groups and bool(mode & 0o040))
+    pod = spec.get("securityContext", {})
+    context = pod | container.get("securityContext", {})
+    if context.get("runAsUser", IMAGE_USER) == 0:
+        return True
+    groups = {context.get("runAsGroup", IMAGE_GROUP), *pod.get("supplementalGroups", [])}
+    if "fsGroup" in pod:
+        groups.add(pod["fsGroup"])
+    return bool(mode & 0o004) or (pod.get("fsGroup", 0) in groups and bool(mode & 0o040))
 
 
 def shared_file_problems(objects: list[Obj]) -> list[str]:
@@ -582,7 +586,7 @@ def test_a_session_key_not_shared_is_found(breakage):
 def test_the_session_secret_as_shipped_turns_the_login_off_and_a_replaced_one_is_the_key(tmp_path, caplog):
     """The Secret is empty until replaced: the pods must start all the same, the dashboard's login off (the API
     and its bearer tokens work without it); with the key its comment says how to make, every pod reads it."""
-    [secret] = [o for o in load_yaml_documents(BASE / "session-secret.yaml")]
+    [secret] = load_yaml_documents(BASE / "session-secret.yaml")
     assert secret["metadata"]["name"] == "gpuyard-session"
     instruction = re.search(
         r'--from-literal=session\.key="\$\(openssl rand -base64 (\d+)\)"',
