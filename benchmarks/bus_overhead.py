@@ -7,7 +7,9 @@ handler (a store write, a process start) costs tens of microseconds to milliseco
     python benchmarks/bus_overhead.py [--messages 50000] [--rounds 5]
 
 Prints one JSON object: per path, the median ns per message of each variant over the rounds, and the
-difference; docs/operations.md ("Metrics of each service") quotes it.
+difference, and each variant's fastest and slowest round (`counted_ns_min`, `counted_ns_max`,
+`uncounted_ns_min`, `uncounted_ns_max`: how far the rounds spread on a shared machine); docs/operations.md
+("Metrics of each service") quotes it.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ async def measure(n: int, rounds: int) -> dict:
             "counting_ns_per_message": round(counted - uncounted),
             "counting_share": round((counted - uncounted) / uncounted, 3),
         }
+        for variant in ("counted", "uncounted"):
+            out[path][f"{variant}_ns_min"] = round(min(runs[variant]))
+            out[path][f"{variant}_ns_max"] = round(max(runs[variant]))
     return out
 
 

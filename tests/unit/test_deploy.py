@@ -8,8 +8,10 @@ half. Where `kubectl` is installed its real kustomize must render the same objec
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import logging
 import os
 import re
 import shutil
@@ -23,6 +25,8 @@ import pytest
 import yaml
 
 from gpuyard.up import SERVICES as SERVICE_SETTINGS
+from shared import sessions
+from shared.jobtokens import SECRETS_DIR
 from shared.servicemetrics import METRICS_PATH
 from shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
 from shared.settingsdocs import TABLES, env_name
@@ -332,19 +336,28 @@ def pod_environment(workload: Obj, config: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("GPUYARD_")}
 
 
-def metrics_addresses(workload: Obj, config: dict[str, str]) -> set[tuple[str, int]]:
-    """(host, port) of each /metrics the pods of a workload serve, from the settings as their service reads
-    them: its own port (`service_metrics_port`), and the submit API's, the serving API's or the monitor's."""
-    container = pod_spec(workload)["containers"][0]
-    service = container.get("args", [None])[0]
-    if service not in SERVICE_SETTINGS:
-        return set()
+def service_of(workload: Obj) -> str | None:
+    """The GPUYARD service a workload runs (its service container's first argument)."""
+    return pod_spec(workload)["containers"][0].get("args", [None])[0]
+
+
+def settings_from(service: str, variables: dict[str, str]) -> Any:
+    """The settings of `service` as it reads them from these GPUYARD_* variables (and no others)."""
     with pytest.MonkeyPatch.context() as env:
         for name in [k for k in os.environ if k.startswith("GPUYARD_")]:
             env.delenv(name)
-        for name, value in pod_environment(workload, config).items():
+        for name, value in variables.items():
             env.setenv(name, value)
-        settings = SERVICE_SETTINGS[service]()
+        return SERVICE_SETTINGS[service]()
+
+
+def metrics_addresses(workload: Obj, config: dict[str, str]) -> set[tuple[str, int]]:
+    """(host, port) of each /metrics the pods of a workload serve, from the settings as their service reads
+    them: its own port (`service_metrics_port`), and the submit API's, the serving API's or the monitor's."""
+    service = service_of(workload)
+    if service not in SERVICE_SETTINGS:
+        return set()
+    settings = settings_from(service, pod_environment(workload, config))
     found = set()
     if settings.service_metrics_port is not None:
         found.add((settings.service_metrics_host, settings.service_metrics_port))
@@ -433,6 +446,173 @@ def test_a_wrong_scrape_annotation_is_found(breakage):
         env[:] = [e for e in env if e["name"] != "GPUYARD_SERVICE_METRICS_HOST"]  # its default: 127.0.0.1
     [problem] = scrape_problems(objects)
     assert problem.startswith("gpuyard-scheduler: ")
+
+
+# ---------------------------------------------------------------- files the pods must share
+
+SESSION_KEY_READERS = tuple(
+    s for s, model in SERVICE_SETTINGS.items() if "session_secret_file" in model.model_fields
+)
+"""The services that sign or accept the dashboard's sessions: those with a `session_secret_file` setting."""
+SHARED_FILES = {
+    # setting: the services that must all read it from one Secret's file
+    "session_secret_file": SESSION_KEY_READERS,
+    "tokens_file": SESSION_KEY_READERS,  # a session stands for a token: each reader must know the same ones
+    # the submit service signs jobs' publish tokens, the executor hands them to the jobs
+    "publish_secret_file": ("submit", "executor"),
+}
+DEFAULT_FILE_MODE = 0o644  # a secret volume's defaultMode when it sets none
+IMAGE_USER, IMAGE_GROUP = map(
+    int, re.search(r"^USER (\d+):(\d+)", (ROOT / "Dockerfile").read_text(), re.M).groups()
+)
+
+
+def secret_behind(workload: Obj, path: Path) -> tuple[Obj, str] | str:
+    """The secret volume and the key of it whose file is `path` in the workload's service container, or what is
+    wrong: not on a mounted Secret, not read-only, or a file the service's user cannot read."""
+    spec = pod_spec(workload)
+    container = spec["containers"][0]
+    mounts = [m for m in container.get("volumeMounts", []) if path.is_relative_to(m["mountPath"])]
+    if not mounts:
+        return f"{path} is on no volume"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    if "secret" not in volume or "subPath" in mount:
+        return f"{path} is not a file of a mounted Secret: {volume}"
+    if not mount.get("readOnly"):
+        return f"{path}: the Secret {volume['secret']['secretName']} is mounted writable"
+    name = str(path.relative_to(mount["mountPath"]))
+    items = {i["path"]: i for i in volume["secret"].get("items", [])}
+    key = items[name]["key"] if name in items else name
+    mode = items.get(name, {}).get("mode", volume["secret"].get("defaultMode", DEFAULT_FILE_MODE))
+    if not readable_by_the_service(spec, container, mode):
+        return f"{path} (mode {mode:o}) cannot be read by the service's user"
+    return volume, key
+
+
+def readable_by_the_service(spec: Obj, container: Obj, mode: int) -> bool:
+    """Whether the container's user reads a file of a secret volume: the kubelet makes it owned by root, its
+    group the pod's fsGroup (root without one), which the container's processes also belong to."""
+    pod = spec.get("securityContext", {})
+    context = pod | container.get("securityContext", {})
+    if context.get("runAsUser", IMAGE_USER) == 0:
+        return True
+    groups = {context.get("runAsGroup", IMAGE_GROUP), *pod.get("supplementalGroups", [])}
+    if "fsGroup" in pod:
+        groups.add(pod["fsGroup"])
+    return bool(mode & 0o004) or (pod.get("fsGroup", 0) in groups and bool(mode & 0o040))
+
+
+def shared_file_problems(objects: list[Obj]) -> list[str]:
+    """What keeps the services of SHARED_FILES from reading one file: a service whose setting is not set (each
+    pod then reads or makes its own, in its own data dir), not on a Secret's file, or on another Secret or key
+    than the other services', or a Secret that is not in the tree or has no such key."""
+    config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
+    secrets = named(objects, "Secret")
+    problems = []
+    for setting, readers in SHARED_FILES.items():
+        read: dict[str, tuple[str, str]] = {}
+        for workload in (w for w in objects if w["kind"] in WORKLOADS and service_of(w) in readers):
+            name = workload["metadata"]["name"]
+            path = getattr(settings_from(service_of(workload), pod_environment(workload, config)), setting)
+            if path is None:
+                problems.append(f"{name}: {setting} is not set")
+                continue
+            found = secret_behind(workload, Path(path))
+            if isinstance(found, str):
+                problems.append(f"{name}: {setting}: {found}")
+                continue
+            volume, key = found
+            secret = secrets.get(volume["secret"]["secretName"])
+            if secret is None or key not in {**secret.get("data", {}), **secret.get("stringData", {})}:
+                problems.append(f"{name}: {setting}: no Secret {volume['secret']['secretName']} with {key}")
+                continue
+            read[name] = (secret["metadata"]["name"], key)
+        if len(set(read.values())) > 1:
+            problems.append(f"{setting} is read from different Secrets: {read}")
+        if {
+            service_of(w) for w in objects if w["kind"] in WORKLOADS and w["metadata"]["name"] in read
+        } != set(readers):
+            problems.append(f"{setting}: not every one of {readers} reads it from a Secret: {sorted(read)}")
+    return problems
+
+
+def test_the_services_that_share_a_key_mount_the_same_secret_at_the_path_their_setting_names(objects):
+    assert SESSION_KEY_READERS == ("submit", "serving")
+    assert not shared_file_problems(objects)
+    config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
+    assert config["GPUYARD_SESSION_SECRET_FILE"] == "/etc/gpuyard/session/session.key"  # read by both
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        "not mounted",
+        "another Secret",
+        "no such key",
+        "setting not set",
+        "writable",
+        "unreadable",
+        "no tokens",
+    ],
+)
+def test_a_session_key_not_shared_is_found(breakage):
+    objects = render(BASE)
+    serving = annotated(objects, "gpuyard-serving")
+    spec = serving["spec"]["template"]["spec"]
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "session"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "session"]
+    if breakage == "not mounted":
+        spec["containers"][0]["volumeMounts"].remove(mount)
+    elif breakage == "another Secret":
+        objects.append({**named(objects, "Secret")["gpuyard-session"], "metadata": {"name": "other"}})
+        volume["secret"]["secretName"] = "other"
+    elif breakage == "no such key":
+        volume["secret"]["items"] = [{"key": "other.key", "path": "session.key"}]
+    elif breakage == "setting not set":  # each pod would make its own key in its own data dir
+        del named(objects, "ConfigMap")["gpuyard-config"]["data"]["GPUYARD_SESSION_SECRET_FILE"]
+    elif breakage == "writable":
+        del mount["readOnly"]
+    elif breakage == "unreadable":  # mode 0440, root's: only the fsGroup makes it the service's
+        del spec["securityContext"]["fsGroup"]
+    else:
+        spec["containers"][0]["env"] = [
+            e for e in spec["containers"][0]["env"] if e["name"] != "GPUYARD_TOKENS_FILE"
+        ]
+    problems = shared_file_problems(objects)
+    assert any("gpuyard-serving" in p for p in problems), problems
+
+
+def test_the_session_secret_as_shipped_turns_the_login_off_and_a_replaced_one_is_the_key(tmp_path, caplog):
+    """The Secret is empty until replaced: the pods must start all the same, the dashboard's login off (the API
+    and its bearer tokens work without it); with the key its comment says how to make, every pod reads it."""
+    [secret] = load_yaml_documents(BASE / "session-secret.yaml")
+    assert secret["metadata"]["name"] == "gpuyard-session"
+    instruction = re.search(
+        r'--from-literal=session\.key="\$\(openssl rand -base64 (\d+)\)"',
+        (BASE / "session-secret.yaml").read_text(),
+    )
+    assert (
+        instruction and "create secret generic gpuyard-session" in (BASE / "session-secret.yaml").read_text()
+    )
+
+    def mount(content: str) -> Path:  # as the kubelet writes a secret volume: links into ..data, mode 0440
+        volume = tmp_path / f"mount-{len(content)}"
+        (volume / "..data").mkdir(parents=True)
+        (volume / "..data" / "session.key").write_text(content)
+        (volume / "..data" / "session.key").chmod(0o440)
+        (volume / "session.key").symlink_to("..data/session.key")
+        return volume / "session.key"
+
+    with caplog.at_level(logging.ERROR, logger="shared.sessions"):
+        assert (
+            sessions.load_key(tmp_path, mount(secret["stringData"]["session.key"]), without_it="login off")
+            is None
+        )
+    assert "login off" in caplog.text and "under 32 bytes" in caplog.text
+    replaced = base64.b64encode(os.urandom(int(instruction.group(1)))).decode()
+    assert sessions.load_key(tmp_path, mount(replaced), without_it="login off") == replaced.encode()
+    assert not (tmp_path / "secrets").exists()  # no key of its own made in the data dir
 
 
 def host_of(url: str) -> str:
@@ -530,6 +710,29 @@ def test_compose_infrastructure():
     assert host_of(env["GPUYARD_NATS_URL"]) == "nats" and host_of(env["GPUYARD_STORE"]) == "mongo"
     for volume in ("nats-data", "mongo-data"):
         assert volume in COMPOSE["volumes"]
+
+
+def test_compose_submit_and_serving_share_the_session_key_and_the_tokens():
+    """Their containers' data dirs are their own unless a volume joins them: the key of the dashboard's sessions
+    (made by the first to start where the setting or the data dir says) must be on one volume both mount."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image_env = dict(re.findall(r"\b(GPUYARD_\w+)=(\S+)", dockerfile))
+    where, tokens = {}, {}
+    for service in SESSION_KEY_READERS:
+        variables = image_env | {k: str(v) for k, v in COMPOSE["services"][service]["environment"].items()}
+        settings = settings_from(service, variables)
+        key = settings.session_secret_file or settings.data_dir / SECRETS_DIR / sessions.SECRET_FILE
+        mounts = [v.split(":") for v in COMPOSE["services"][service].get("volumes", [])]
+        on = [(source, target) for source, target, *_ in mounts if key.is_relative_to(target)]
+        assert on, f"{service}: {key} is on no volume: each container would make its own key"
+        source, target = max(on, key=lambda m: len(m[1]))
+        assert source in COMPOSE["volumes"], f"{service}: {source} is not a named volume"
+        # a new named volume takes its owner from the image's folder: the data dir is the service user's home
+        assert re.search(rf"--home-dir {re.escape(target)} --create-home", dockerfile), target
+        where[service] = (source, key.relative_to(target))
+        tokens[service] = (settings.tokens, settings.tokens_file)
+    assert len(set(where.values())) == 1, where
+    assert len(set(tokens.values())) == 1 and any(next(iter(tokens.values()))), tokens
 
 
 def test_compose_gives_the_executor_the_gpus():
