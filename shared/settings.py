@@ -249,7 +249,7 @@ class SubmitSettings(CommonSettings):
     session_secret_file: Path | None = Field(
         None,
         description="The key that signs the dashboard's login sessions; default `<data dir>/secrets/session.key`, "
-        "made at start (mode 0600). Every submit instance of one platform needs the same key.",
+        "made at start (mode 0600). Every submit instance and the serving entry point of one platform need the same key.",
     )
     serving_url: str = Field(
         "",
