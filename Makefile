@@ -24,6 +24,6 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -rs  # -rs: every skipped test with its reason
+	$(BIN)/pytest -q -rs --durations=30  # -rs: every skipped test with its reason; the 30 slowest
 
 .PHONY: install demo test
