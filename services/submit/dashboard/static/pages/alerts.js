@@ -160,7 +160,7 @@ function chart(rows) {
   const height = top + rows.length * (barHeight + gap) + 10;
   const grid = scale.map((t) => svg("g", { class: "tick" },
     svg("line", { x1: x(t), x2: x(t), y1: top - 4, y2: height - 8 }),
-    svg("text", { x: x(t), y: top - 10, "text-anchor": "middle" }, hours(t))));
+    svg("text", { x: x(t), y: top - 10, "text-anchor": "middle" }, String(Number(t.toPrecision(4))))));
   const bars = rows.map((r, i) => {
     const y = top + i * (barHeight + gap);
     const used = Math.min(r.used_gpu_hours, r.allocated_gpu_hours);

@@ -109,7 +109,7 @@ async function check() {
     lastValid = answer.spec;
     if (document.activeElement === editor) toForm(answer.spec);
     fill(verdict, h("p", { class: answer.placeable === false ? "error" : "ok" },
-      answer.placeable === false ? answer.message : `✓ valid${answer.message ? ` · ${answer.message}` : ""}`));
+      answer.placeable === false ? answer.message : `✓ ${answer.message || "valid"}`));
   } catch (err) {
     if (err.name === "AbortError") return;
     lastValid = null;
