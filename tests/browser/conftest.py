@@ -39,8 +39,10 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser():
+    """Chromium, for the browser tests only: Playwright's sync API holds an event loop while it runs, and the
+    asynchronous tests of the packages after this one need the thread's loop free."""
     missing = _missing()
     if missing:
         if os.environ.get("CI"):
@@ -54,9 +56,9 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def yard(tmp_path_factory):
-    """The platform every browser test uses: 8 simulated GPUs, and a token per tenant (`yard.tokens`)."""
+    """The platform every browser test uses (stopped once they ran): 8 simulated GPUs, and a token per tenant (`yard.tokens`)."""
     base = tmp_path_factory.mktemp("dashboard")
     platform = Platform(base / "data", base / "config", simulate_gpus=8, executors=1).start()
     admin = platform.client()
