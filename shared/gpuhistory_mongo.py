@@ -43,13 +43,13 @@ from shared.gpuhistory import (
     compact_cutoff,
     merge,
 )
+from shared.logstore.mongo import DUPLICATE_KEY
 from shared.store.base import StoreUnavailable
 
 RAW = "gpu_history_raw"
 BUCKETS = "gpu_history_buckets"
 RAW_GRACE = 86400.0
 """How long after `raw_keep` a raw sample expires on its own when no compaction has taken it."""
-DUPLICATE_KEY = 11000
 MAX_TRIES = 5
 """Times a compaction redoes a bucket that another writer changed meanwhile; the next compaction goes on."""
 INDEXES = [
