@@ -52,6 +52,22 @@ def may_listen_to_samples(settings: MonitorSettings) -> bool:
     return any(subject_matches(p, Subject.GPU_SAMPLE.value) for p in permissions(Role.MONITOR).subscribe)
 
 
+async def open_history(settings: MonitorSettings) -> GpuHistory:
+    """The GPU history of the event store (`gpu_history.db` beside SQLite, or collections of its MongoDB
+    database), tried again while it cannot be opened (MongoDB away when the monitor starts): sampling,
+    /metrics and alerts go on meanwhile."""
+    wait = 1.0
+    while True:
+        try:
+            return await open_gpu_history(
+                settings.store_url, raw_keep=settings.history_raw_keep, keep=settings.history_keep
+            )
+        except Exception as exc:
+            log.warning("no GPU history yet: %s; trying again in %.0f s", exc, wait)
+        await asyncio.sleep(wait)
+        wait = min(2 * wait, HISTORY_RETRY_MAX)
+
+
 class Monitor:
     def __init__(self, service: Service, settings: MonitorSettings, *, nvml: Nvml | None = None):
         self.service = service
@@ -97,7 +113,7 @@ class Monitor:
 
     async def keep_history(self) -> None:
         """Write this node's samples to the GPU history until stopped (`history.py`)."""
-        history = await self.open_history()
+        history = await open_history(self.settings)
         writer = HistoryWriter(history, self.settings)
         stop = writer.attach(self.ingest)
         try:
@@ -105,19 +121,6 @@ class Monitor:
         finally:
             stop()
             await history.close()
-
-    async def open_history(self) -> GpuHistory:
-        """The GPU history of the event store (`gpu_history.db` beside SQLite, or collections of its MongoDB
-        database), tried again while it cannot be opened (MongoDB away when the monitor starts): sampling,
-        /metrics and alerts go on meanwhile."""
-        s, wait = self.settings, 1.0
-        while True:
-            try:
-                return await open_gpu_history(s.store_url, raw_keep=s.history_raw_keep, keep=s.history_keep)
-            except Exception as exc:
-                log.warning("no GPU history yet: %s; trying again in %.0f s", exc, wait)
-            await asyncio.sleep(wait)
-            wait = min(2 * wait, HISTORY_RETRY_MAX)
 
     def serve_metrics(self) -> None:
         registry = make_registry(

@@ -15,6 +15,7 @@ from shared.events import GpuHolder, GpuReading, GpuSample, make_event
 from shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
 from shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
 from shared.settings import MonitorSettings
+from shared.store import StoreUnavailable
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
 HOUR = 3600.0
@@ -143,3 +144,31 @@ def test_only_duplicates_are_passed_over():
     for exc in (refused(11000, 121), refused(11000, concern=True)):  # another error; no majority
         with pytest.raises(BulkWriteError):
             _duplicates_only(exc)
+
+
+async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkeypatch):
+    from services.monitor import main
+
+    tries, waits = [], []
+
+    async def opening(url, **spans):
+        tries.append((url, spans))
+        if len(tries) < 4:
+            raise StoreUnavailable("MongoDB away")
+        return await open_gpu_history(url, **spans)
+
+    async def waiting(seconds):
+        waits.append(seconds)
+
+    monkeypatch.setattr(main, "open_gpu_history", opening)
+    monkeypatch.setattr(main.asyncio, "sleep", waiting)
+    monkeypatch.setattr(main, "HISTORY_RETRY_MAX", 3.0)
+    settings = MonitorSettings(node_name="n1", data_dir=tmp_path, history_raw_keep=600, history_keep=3600)
+    history = await main.open_history(settings)
+    try:
+        assert waits == [1.0, 2.0, 3.0] and len(tries) == 4
+        assert tries[0] == (settings.store_url, {"raw_keep": 600, "keep": 3600})
+        await history.add([GpuPoint.raw("n1", reading(0, 5.0), T0, 1.0)])
+        assert await history.count() == {0.0: 1}
+    finally:
+        await history.close()
