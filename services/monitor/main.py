@@ -100,7 +100,6 @@ class Monitor:
             tasks.append(self.service.spawn(self.follow_jobs(), "monitor-jobs"))
         if self.sampler is not None:
             tasks.append(self.service.spawn(self.sample_forever(), "monitor-sampling"))
-        if self.sampler is not None:
             tasks.append(self.service.spawn(self.keep_history(), "monitor-history"))
         try:
             await self.service.stopping.wait()
