@@ -307,9 +307,10 @@ class MongoGpuHistory(GpuHistory):
             return raw
         sizes = {b.bucket for b in buckets}
         end = max(b.t + b.bucket for b in buckets)
-        ids = [_bucket_id(p.node, p.gpu, s, math.floor(p.t / s) * s) for p in raw if p.t < end for s in sizes]
-        if not ids:
+        covering = {(p.node, p.gpu, s, math.floor(p.t / s) * s) for p in raw if p.t < end for s in sizes}
+        if not covering:
             return raw
+        ids = [_bucket_id(*key) for key in covering]
         merged: set[tuple[str, int, float]] = set()
         found = self.buckets.find({"_id": {"$in": ids}}, projection={"node": 1, "gpu": 1, "merged": 1})
         async for d in found:

@@ -172,3 +172,12 @@ async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkey
         assert await history.count() == {0.0: 1}
     finally:
         await history.close()
+
+
+async def test_an_unreachable_mongodb_is_unavailable_not_a_hang():
+    from shared.gpuhistory_mongo import MongoGpuHistory
+
+    with pytest.raises(StoreUnavailable, match="creating its indexes"):
+        await MongoGpuHistory.open("mongodb://127.0.0.1:1/gpuyard_none", timeout_ms=200)
+    with pytest.raises(ValueError, match="unknown event store URL"):
+        await open_gpu_history("postgres://db/x")
