@@ -153,7 +153,8 @@ class Compacted:
 
 
 def compact_cutoff(now: float, raw_keep: float, bucket: float) -> float:
-    """The start of the oldest bucket that may still take raw points: the raw points before it are merged."""
+    """The time before which a compaction merges raw points: the start of the bucket that `now - raw_keep`
+    falls in (a bucket is merged whole, once all of it is past `raw_keep`)."""
     return math.floor((now - raw_keep) / bucket) * bucket
 
 
