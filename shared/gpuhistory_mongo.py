@@ -74,6 +74,17 @@ def _bucket_id(node: str, gpu: int, bucket: float, t: float) -> dict[str, Any]:
     return {"node": node, "gpu": int(gpu), "bucket": float(bucket), "t": float(t)}
 
 
+def _holder_doc(h: HolderUse) -> dict[str, Any]:
+    return {
+        "job_id": h.job_id,
+        "tenant": h.tenant,
+        "user": h.user,
+        "fraction": h.fraction,
+        "seconds": h.seconds,
+        "used": h.used,
+    }
+
+
 def _doc(p: GpuPoint, expires: float) -> dict[str, Any]:
     """A point's document (without `_id`)."""
     return {
@@ -86,11 +97,7 @@ def _doc(p: GpuPoint, expires: float) -> dict[str, Any]:
         "util_seconds": p.util_seconds,
         "mem": p.memory_used_bytes,
         "mem_total": p.memory_total_bytes,
-        "holders": [
-            {"job_id": h.job_id, "tenant": h.tenant, "user": h.user, "fraction": h.fraction}
-            | {"seconds": h.seconds, "used": h.used}
-            for h in p.holders
-        ],
+        "holders": [_holder_doc(h) for h in p.holders],
         "jobs": sorted({h.job_id for h in p.holders}),
         "tenants": sorted({h.tenant for h in p.holders}),
         "expires": _at(expires),
