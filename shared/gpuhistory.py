@@ -1,11 +1,14 @@
 """The GPU history: a bounded, downsampled time series of every GPU's figures and holders (docs/monitor.md,
-"History and accounting").
+"History and accounting"), behind one interface (`GpuHistory`) with two backends, chosen from the event store
+the way `open_store` chooses: `gpu_history.db` beside a SQLite event store (`shared.gpuhistory_sqlite`), or
+collections of the event store's own MongoDB database (`shared.gpuhistory_mongo`). `open_gpu_history` opens
+it, for the monitors (which write) and the submit API (which reads).
 
-Each monitor writes its own node's samples (`GpuPoint.raw`, one point per GPU per sample) to `gpu_history.db`
-beside the SQLite event store, and compacts the history on a fixed beat (`GpuHistory.compact`): raw points
-older than `raw_keep` are merged into one point per GPU per `bucket` (a minute by default), and bucket points
-older than `keep` are dropped. Its size is bounded by the number of GPUs, not by time: at most `raw_keep`
-of samples and `keep / bucket` buckets per GPU.
+Each monitor writes its own node's samples (`GpuPoint.raw`, one point per GPU per sample), and compacts the
+history on a fixed beat (`GpuHistory.compact`): raw points older than `raw_keep` are merged into one point per
+GPU per `bucket` (a minute by default), and points older than `keep` are dropped. Its size is bounded by the
+number of GPUs, not by time: at most `raw_keep` of samples and `keep / bucket` buckets per GPU. Reads span
+every node.
 
 A point covers `seconds` of a GPU's time: its figures are means over those seconds, and each holder's
 `used` is its GPU-seconds weighted by utilization (the GPU's utilization × the holder's share × the
@@ -14,48 +17,28 @@ seconds), so that merging points (compaction, a coarser `step` in the API) keeps
 
 from __future__ import annotations
 
-import json
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.events import GpuReading
-from shared.sqlitefile import SqliteFile
+from shared.settings import MonitorSettings
+
+if TYPE_CHECKING:
+    from shared.store import EventStore
 
 HISTORY_FILE = "gpu_history.db"
 COMPACT_BATCH = 50_000
 """Most raw points one compaction merges: a compaction's work is bounded; the next one takes the rest."""
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS gpu_points (
-    bucket  REAL    NOT NULL,  -- 0: a raw sample; else the seconds of the bucket the point stands for
-    node    TEXT    NOT NULL,
-    gpu     INTEGER NOT NULL,
-    t       REAL    NOT NULL,  -- the sample's time, or the bucket's start (seconds since the epoch)
-    seconds REAL    NOT NULL,  -- the GPU time the point covers
-    util    REAL,              -- mean utilization, percent (NULL: not reported)
-    util_seconds REAL NOT NULL,  -- the seconds the utilization was reported for
-    mem     REAL,              -- mean memory used, bytes
-    mem_total INTEGER NOT NULL,
-    holders TEXT    NOT NULL,  -- JSON list of HolderUse
-    jobs    TEXT    NOT NULL,  -- ' job1 job2 ': the holders' job ids, for a job's points
-    PRIMARY KEY (bucket, node, gpu, t)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS gpu_points_t ON gpu_points (t);
-"""
-
-
-def history_path_beside(events_db: Path) -> Path:
-    """The GPU history of a SQLite event store: `gpu_history.db` in the same directory."""
-    return events_db.with_name(HISTORY_FILE)
-
-
-def history_path_of_url(store_url: str) -> Path | None:
-    """The history beside an event store URL; None for a MongoDB store (no MongoDB adapter yet)."""
-    if store_url.startswith("sqlite:///"):
-        return history_path_beside(Path(store_url.removeprefix("sqlite:///")))
-    return None
+ORPHAN_AFTER = 600.0
+"""A compaction takes its own node's raw points once they are past `raw_keep`, and another node's once they are
+this much older still: that node's monitor is gone (or stuck), and its points must not stay raw."""
+DEFAULT_RAW_KEEP: float = MonitorSettings.model_fields["history_raw_keep"].default
+DEFAULT_KEEP: float = MonitorSettings.model_fields["history_keep"].default
+"""The spans a history assumes when opened without them (to read): the settings' defaults."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,46 +144,6 @@ def downsample(points: Iterable[GpuPoint], step: float) -> list[GpuPoint]:
     return [merge(group, t=key[2], bucket=step) for key, group in sorted(groups.items())]
 
 
-def _holders_json(holders: tuple[HolderUse, ...]) -> str:
-    return json.dumps([[h.job_id, h.tenant, h.user, h.fraction, h.seconds, h.used] for h in holders])
-
-
-def _row(p: GpuPoint) -> tuple:
-    jobs = " " + " ".join(h.job_id for h in p.holders) + " " if p.holders else ""
-    return (
-        p.bucket,
-        p.node,
-        p.gpu,
-        p.t,
-        p.seconds,
-        p.utilization_pct,
-        p.util_seconds,
-        p.memory_used_bytes,
-        p.memory_total_bytes,
-        _holders_json(p.holders),
-        jobs,
-    )
-
-
-COLUMNS = "bucket, node, gpu, t, seconds, util, util_seconds, mem, mem_total, holders, jobs"
-
-
-def _point(row: tuple) -> GpuPoint:
-    bucket, node, gpu, t, seconds, util, util_seconds, mem, mem_total, holders, _ = row
-    return GpuPoint(
-        node=node,
-        gpu=gpu,
-        t=t,
-        seconds=seconds,
-        utilization_pct=util,
-        memory_used_bytes=mem,
-        memory_total_bytes=mem_total,
-        holders=tuple(HolderUse(*h) for h in json.loads(holders)),
-        bucket=bucket,
-        util_seconds=util_seconds,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Compacted:
     merged: int
@@ -209,65 +152,54 @@ class Compacted:
     """Points older than the history keeps, deleted."""
 
 
-class GpuHistory(SqliteFile):
-    """The SQLite GPU history. Writes go through one thread, reads through another (`shared.sqlitefile`)."""
+def compact_cutoff(now: float, raw_keep: float, bucket: float) -> float:
+    """The time before which a compaction merges raw points: the start of the bucket that `now - raw_keep`
+    falls in (a bucket is merged whole, once all of it is past `raw_keep`)."""
+    return math.floor((now - raw_keep) / bucket) * bucket
 
-    WHAT = "the GPU history"
-    SCHEMA = SCHEMA
-    THREAD = "history"
 
+def holds_tenant(point: GpuPoint, tenant: str | None) -> bool:
+    return tenant is None or any(h.tenant == tenant for h in point.holders)
+
+
+class GpuHistory(ABC):
+    """What the monitors and the submit API see of the GPU history, whatever the backend."""
+
+    @classmethod
+    async def open(
+        cls, where: str | Path, *, raw_keep: float = DEFAULT_RAW_KEEP, keep: float = DEFAULT_KEEP
+    ) -> GpuHistory:
+        """The history at `where`: a SQLite file (a path), or a MongoDB database (`mongodb://HOST/DB`).
+        `raw_keep` and `keep`: MongoDB's expiry of the points no compaction takes (SQLite has none)."""
+        if isinstance(where, str) and where.startswith(("mongodb://", "mongodb+srv://")):
+            from shared.gpuhistory_mongo import MongoGpuHistory
+
+            return await MongoGpuHistory.open(where, raw_keep=raw_keep, keep=keep)
+        from shared.gpuhistory_sqlite import SqliteGpuHistory
+
+        return await SqliteGpuHistory.open(Path(where))
+
+    @abstractmethod
     async def add(self, points: list[GpuPoint]) -> None:
-        """Store points; one already stored (same GPU, same time) is kept as it was (idempotent)."""
-        if not points:
-            return
-        rows = [_row(p) for p in points]
+        """Store points; one already stored (same GPU, same time, same bucket) is kept as it was (idempotent)."""
 
-        def write() -> None:
-            with self._write_conn:
-                self._write_conn.execute("BEGIN IMMEDIATE")
-                self._write_conn.executemany(
-                    f"INSERT OR IGNORE INTO gpu_points ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows
-                )
-
-        await self._on(self._writer, write)
-
+    @abstractmethod
     async def compact(
-        self, *, now: float, raw_keep: float, bucket: float, keep: float, limit: int = COMPACT_BATCH
+        self,
+        *,
+        now: float,
+        raw_keep: float,
+        bucket: float,
+        keep: float,
+        node: str | None = None,
+        limit: int = COMPACT_BATCH,
     ) -> Compacted:
-        """Raw points older than `raw_keep` merged into `bucket` points (up to `limit` of them; a bucket
-        already stored takes the new ones in), then every point older than `keep` dropped; one transaction."""
-        cutoff = math.floor((now - raw_keep) / bucket) * bucket
+        """Raw points older than `raw_keep` merged into `bucket` points, oldest first, up to `limit` of them (a
+        bucket already stored takes the new ones in, and a raw point is never counted twice in its bucket),
+        then every point older than `keep` dropped. With `node`: that node's raw points, and another node's
+        only once ORPHAN_AFTER older still."""
 
-        def work() -> Compacted:
-            conn = self._write_conn
-            with conn:
-                conn.execute("BEGIN IMMEDIATE")
-                rows = conn.execute(
-                    f"SELECT {COLUMNS} FROM gpu_points WHERE bucket = 0 AND t < ? ORDER BY t LIMIT ?",
-                    (cutoff, limit),
-                ).fetchall()
-                raw = [_point(r) for r in rows]
-                merged = downsample(raw, bucket)
-                for i, point in enumerate(merged):
-                    held = conn.execute(
-                        f"SELECT {COLUMNS} FROM gpu_points WHERE bucket = ? AND node = ? AND gpu = ? AND t = ?",
-                        (bucket, point.node, point.gpu, point.t),
-                    ).fetchone()
-                    if held is not None:
-                        merged[i] = merge([_point(held), point], t=point.t, bucket=bucket)
-                conn.executemany(
-                    f"INSERT OR REPLACE INTO gpu_points ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [_row(p) for p in merged],
-                )
-                conn.executemany(
-                    "DELETE FROM gpu_points WHERE bucket = 0 AND node = ? AND gpu = ? AND t = ?",
-                    [(p.node, p.gpu, p.t) for p in raw],
-                )
-                dropped = conn.execute("DELETE FROM gpu_points WHERE t < ?", (now - keep,)).rowcount
-            return Compacted(merged=len(raw), dropped=dropped)
-
-        return await self._on(self._writer, work)
-
+    @abstractmethod
     async def points(
         self,
         *,
@@ -275,30 +207,44 @@ class GpuHistory(SqliteFile):
         until: float | None = None,
         node: str | None = None,
         job_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[GpuPoint]:
-        """The points from `since` (to `until`), of one node or one job's GPUs when given, by time."""
-        where, args = ["t >= ?"], [since]
-        if until is not None:
-            where.append("t < ?")
-            args.append(until)
-        if node is not None:
-            where.append("node = ?")
-            args.append(node)
-        if job_id is not None:
-            where.append("instr(jobs, ?) > 0")
-            args.append(f" {job_id} ")
-        sql = f"SELECT {COLUMNS} FROM gpu_points WHERE {' AND '.join(where)} ORDER BY t, node, gpu"
+        """The points from `since` (to `until`), of every node, or only those of one node, of one job's GPUs,
+        or of the GPUs one tenant's jobs held, when given; by time, node and GPU."""
 
-        def read() -> list[GpuPoint]:
-            return [_point(r) for r in self._read_conn.execute(sql, args).fetchall()]
-
-        return await self._on(self._reader, read)
-
+    @abstractmethod
     async def count(self) -> dict[float, int]:
         """How many points are stored, by bucket (0: raw)."""
 
-        def read() -> dict[float, int]:
-            rows = self._read_conn.execute("SELECT bucket, COUNT(*) FROM gpu_points GROUP BY bucket")
-            return {b: n for b, n in rows.fetchall()}
+    @abstractmethod
+    async def close(self) -> None: ...
 
-        return await self._on(self._reader, read)
+
+def history_path_beside(events_db: Path) -> Path:
+    """The GPU history of a SQLite event store: `gpu_history.db` in the same directory."""
+    return events_db.with_name(HISTORY_FILE)
+
+
+async def open_gpu_history(
+    store: str | EventStore, *, raw_keep: float = DEFAULT_RAW_KEEP, keep: float = DEFAULT_KEEP
+) -> GpuHistory:
+    """The GPU history of an event store, given by its URL or open: `gpu_history.db` beside a SQLite store, or
+    the same MongoDB database (an open MongoDB store lends its client, which the history does not close).
+    `raw_keep`, `keep`: the writer's settings (MongoDB's backstop expiry of the points no compaction takes).
+    StoreUnavailable when it cannot be reached; ValueError for a URL of neither."""
+    if not isinstance(store, str):
+        from shared.store.sqlite import SqliteEventStore
+
+        if isinstance(store, SqliteEventStore):
+            return await GpuHistory.open(history_path_beside(Path(store.path)))
+        from shared.gpuhistory_mongo import MongoGpuHistory
+        from shared.store.mongo import MongoEventStore
+
+        if isinstance(store, MongoEventStore):
+            return await MongoGpuHistory.on(store.client, store.db.name, raw_keep=raw_keep, keep=keep)
+        raise ValueError(f"no GPU history for an event store of type {type(store).__name__}")
+    if store.startswith("sqlite:///"):
+        return await GpuHistory.open(history_path_beside(Path(store.removeprefix("sqlite:///"))))
+    if store.startswith(("mongodb://", "mongodb+srv://")):
+        return await GpuHistory.open(store, raw_keep=raw_keep, keep=keep)
+    raise ValueError(f"unknown event store URL {store!r}: use sqlite:///PATH or mongodb://HOST/DB")

@@ -4,9 +4,10 @@ Every monitor writes the samples of its own node only: each point has one writer
 point written twice by two monitors), the writes grow with the node, not with the cluster, and a node's
 history does not depend on the bus carrying its samples to another monitor. The samples come from the
 monitor's `SampleIngest` (`subscribe`): they are buffered, written every `history_flush_interval` in one
-transaction, and the history is compacted every `history_bucket` (the compaction takes every node's old
-points: a node gone for good leaves none behind). The buffer is bounded: if the history cannot be written for
-long, the oldest samples are dropped, never the sampling held up.
+write, and the history is compacted every `history_bucket`: this node's old samples, and another node's once
+they are older still (`ORPHAN_AFTER`: a node gone for good leaves none behind); with MongoDB, several monitors
+compacting the same samples never count one twice (`shared.gpuhistory_mongo`). The buffer is bounded: if the
+history cannot be written for long, the oldest samples are dropped, never the sampling held up.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ class HistoryWriter:
     async def compact(self) -> None:
         s = self.settings
         done = await self.history.compact(
-            now=self.clock(), raw_keep=s.history_raw_keep, bucket=s.history_bucket, keep=s.history_keep
+            now=self.clock(),
+            raw_keep=s.history_raw_keep,
+            bucket=s.history_bucket,
+            keep=s.history_keep,
+            node=self.node,
         )
         if done.merged or done.dropped:
             log.debug("GPU history: %d samples merged, %d old points dropped", done.merged, done.dropped)
@@ -83,7 +88,7 @@ class HistoryWriter:
                     if time.monotonic() - last_compact >= compact_every:
                         last_compact = time.monotonic()
                         await self.compact()
-                except Exception as exc:  # the file busy or away for a moment: the next beat tries again
+                except Exception as exc:  # the history busy or away for a moment: the next beat tries again
                     log.warning("writing the GPU history failed: %s", exc)
         finally:
             try:

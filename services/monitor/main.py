@@ -23,12 +23,15 @@ from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler, choose_sampler
 from shared.buspermissions import Role, permissions
 from shared.events import GpuSample, Subject, make_event
-from shared.gpuhistory import GpuHistory, history_path_of_url
+from shared.gpuhistory import GpuHistory, open_gpu_history
 from shared.nvml import Nvml
 from shared.service import Service
 from shared.settings import MonitorSettings
 
 log = logging.getLogger(__name__)
+
+HISTORY_RETRY_MAX = 60.0
+"""Most seconds between two tries to open the GPU history (the wait doubles from 1 s)."""
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -47,6 +50,22 @@ def may_listen_to_samples(settings: MonitorSettings) -> bool:
     if settings.nats_credentials is None:
         return True
     return any(subject_matches(p, Subject.GPU_SAMPLE.value) for p in permissions(Role.MONITOR).subscribe)
+
+
+async def open_history(settings: MonitorSettings) -> GpuHistory:
+    """The GPU history of the event store (`gpu_history.db` beside SQLite, or collections of its MongoDB
+    database), tried again while it cannot be opened (MongoDB away when the monitor starts): sampling,
+    /metrics and alerts go on meanwhile."""
+    wait = 1.0
+    while True:
+        try:
+            return await open_gpu_history(
+                settings.store_url, raw_keep=settings.history_raw_keep, keep=settings.history_keep
+            )
+        except Exception as exc:
+            log.warning("no GPU history yet: %s; trying again in %.0f s", exc, wait)
+        await asyncio.sleep(wait)
+        wait = min(2 * wait, HISTORY_RETRY_MAX)
 
 
 class Monitor:
@@ -81,33 +100,26 @@ class Monitor:
             tasks.append(self.service.spawn(self.follow_jobs(), "monitor-jobs"))
         if self.sampler is not None:
             tasks.append(self.service.spawn(self.sample_forever(), "monitor-sampling"))
-        history = await self.open_history() if self.sampler is not None else None
-        if history is not None:
-            writer = HistoryWriter(history, self.settings)
-            writer.attach(self.ingest)
-            tasks.append(self.service.spawn(writer.run(), "monitor-history"))
+            tasks.append(self.service.spawn(self.keep_history(), "monitor-history"))
         try:
             await self.service.stopping.wait()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if history is not None:
-                await history.close()
             if self.metrics is not None:
                 await asyncio.to_thread(self.metrics.stop)
 
-    async def open_history(self) -> GpuHistory | None:
-        """The GPU history beside a SQLite event store; none beside MongoDB (no adapter yet)."""
-        path = history_path_of_url(self.settings.store_url)
-        if path is None:
-            log.info("no GPU history: it is kept beside a SQLite event store only (docs/monitor.md)")
-            return None
+    async def keep_history(self) -> None:
+        """Write this node's samples to the GPU history until stopped (`history.py`)."""
+        history = await open_history(self.settings)
+        writer = HistoryWriter(history, self.settings)
+        stop = writer.attach(self.ingest)
         try:
-            return await GpuHistory.open(path)
-        except Exception as exc:  # sampling, /metrics and alerts go on without it
-            log.error("no GPU history: %s", exc)
-            return None
+            await writer.run()
+        finally:
+            stop()
+            await history.close()
 
     def serve_metrics(self) -> None:
         registry = make_registry(

@@ -1,10 +1,10 @@
 """GPU history and accounting (docs/monitor.md, "History and accounting"): `/v1/usage` (GPU-hours allocated and
 used), `/v1/gpus/history` (a node's GPUs over a window) and `/v1/jobs/{id}/gpu` (a job's GPUs over its run).
 
-The figures come from the job's events (allocated) and from the GPU history the monitors write beside the
-SQLite event store (used; `shared.gpuhistory`). A tenant sees its own jobs' usage, and on a node's GPUs the
-figures, but of another tenant's holder only its share (`other`); an admin sees everything, or one tenant's
-usage with `?tenant=`."""
+The figures come from the job's events (allocated) and from the GPU history the monitors write (used;
+`shared.gpuhistory`: beside a SQLite event store, or in its MongoDB database; 503 while it cannot be reached).
+A tenant sees its own jobs' usage, and on a node's GPUs the figures, but of another tenant's holder only its
+share (`other`); an admin sees everything, or one tenant's usage with `?tenant=`."""
 
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ from shared.api import (
     UsageOut,
     UsageRowOut,
 )
-from shared.gpuhistory import GpuHistory, GpuPoint, downsample, history_path_beside
+from shared.gpuhistory import GpuHistory, GpuPoint, downsample, open_gpu_history
 from shared.jobspec import NAME_PATTERN
-from shared.store.sqlite import SqliteEventStore
 from shared.tokens import Principal
 from shared.units import parse_duration
 from shared.usage import allocated_seconds, group, job_usages, jobs_in_window, used_by_job
@@ -58,15 +57,13 @@ def window(since: str) -> tuple[float, float]:
 
 
 async def history_of(request: Request, ctx) -> GpuHistory:
-    """The GPU history beside the SQLite event store, opened once per app; 503 without one."""
+    """The GPU history of the event store, opened once per app (StoreUnavailable, a 503, while it cannot be)."""
     history = getattr(request.app.state, "gpu_history", None)
     if history is None:
-        if not isinstance(ctx.store, SqliteEventStore):
-            raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE,
-                "the GPU history is kept beside a SQLite event store only",
-            )
-        opened = await GpuHistory.open(history_path_beside(ctx.store.path))
+        try:
+            opened = await open_gpu_history(ctx.store)
+        except ValueError as exc:  # (an event store that keeps no GPU history)
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"no GPU history: {exc}") from exc
         history = getattr(request.app.state, "gpu_history", None)
         if history is None:  # (else another request opened it meanwhile: that one is kept)
             request.app.state.gpu_history = history = opened
@@ -128,7 +125,7 @@ async def usage(
     start, now = window(since)
     history = await history_of(request, ctx)
     views = await jobs_in_window(ctx.store, since=start, tenant=tenant)
-    points = await history.points(since=start, until=now)
+    points = await history.points(since=start, until=now, tenant=tenant)
     usages = [u for u in job_usages(views, points, start, now) if tenant is None or u.tenant == tenant]
     return UsageOut(
         since=_at(start),

@@ -1,5 +1,6 @@
 """GPU-hours accounting (shared.usage) for jobs whose run is known, and the routes of history and usage
-(`/v1/usage`, `/v1/gpus/history`, `/v1/jobs/{id}/gpu`) with their tenant filters."""
+(`/v1/usage`, `/v1/gpus/history`, `/v1/jobs/{id}/gpu`) with their tenant filters, and their answer while the
+history cannot be reached. (Each history backend's own behaviour: tests/contract/test_gpu_history.py.)"""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
+from shared.gpuhistory import GpuPoint, open_gpu_history
 from shared.jobspec import JobSpec
 from shared.jobstate import fold
 from shared.ledger import projection_of
+from shared.store import StoreUnavailable
 from shared.usage import allocated_seconds, group, job_usages
 from tests.unit.test_submit_api import ADMIN, NLP, VISION, api, ctx  # noqa: F401 (fixtures)
 
@@ -126,7 +128,7 @@ def store_job(ctx, events) -> None:  # noqa: F811
 
 def add_points(ctx, points) -> None:  # noqa: F811
     async def go():
-        history = await GpuHistory.open(history_path_beside(ctx.store.path))
+        history = await open_gpu_history(ctx.store)  # (as the routes open it)
         await history.add(points)
         await history.close()
 
@@ -217,3 +219,17 @@ def test_a_job_with_no_samples_has_no_mean_utilization(api, ctx):  # noqa: F811
     body = api.get("/v1/jobs/job-quiet/gpu", headers=VISION).json()
     assert body["mean_utilization_pct"] is None and body["used_gpu_hours"] == 0 and body["points"] == []
     assert body["allocated_gpu_hours"] == pytest.approx(5 / 60, rel=1e-3)
+
+
+def test_the_routes_answer_503_only_while_the_history_cannot_be_reached(api, ctx, monkeypatch):  # noqa: F811
+    async def away(store):
+        raise StoreUnavailable("the GPU history: MongoDB reading failed: no primary")
+
+    monkeypatch.setattr("services.submit.routes_usage.open_gpu_history", away)
+    monkeypatch.delattr(api.app.state, "gpu_history", raising=False)
+    for path in ("/v1/usage", "/v1/gpus/history?node=n1"):
+        answer = api.get(path, headers=ADMIN)
+        assert answer.status_code == 503 and "no primary" in answer.text, path
+        assert answer.headers["Retry-After"]
+    monkeypatch.undo()
+    assert api.get("/v1/gpus/history?node=n1", headers=ADMIN).status_code == 200  # reached again

@@ -1,15 +1,21 @@
-"""The GPU history (shared.gpuhistory): raw samples, their compaction into minute buckets, its bounds, and
-the monitor's writer of its own node's samples."""
+"""The GPU history's pure parts (shared.gpuhistory: raw points, their merging; the MongoDB documents) and the
+monitor's writer of its own node's samples. What each backend stores, reads, compacts and drops is the
+contract suite's (tests/contract/test_gpu_history.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
+from pymongo.errors import BulkWriteError
 
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
 from shared.events import GpuHolder, GpuReading, GpuSample, make_event
-from shared.gpuhistory import GpuHistory, GpuPoint, downsample
+from shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
+from shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
 from shared.settings import MonitorSettings
+from shared.store import StoreUnavailable
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
 HOUR = 3600.0
@@ -32,7 +38,7 @@ def job(job_id: str, fraction: float = 1.0, tenant: str = "vision") -> GpuHolder
 
 @pytest.fixture
 async def history(tmp_path):
-    h = await GpuHistory.open(tmp_path / "gpu_history.db")
+    h = await open_gpu_history(f"sqlite:///{tmp_path / 'events.db'}")
     yield h
     await h.close()
 
@@ -58,55 +64,6 @@ def test_downsampling_keeps_every_sum_and_averages_over_the_seconds():
     [both] = downsample([first, second], 3600)
     assert both.seconds == 90 and both.holder("a").used == first.holder("a").used
     assert both.utilization_pct == pytest.approx(sum(p.utilization_pct for p in points) / 90)
-
-
-async def test_compaction_merges_samples_older_than_the_raw_span_and_drops_what_is_past_keeping(history):
-    samples = [  # two GPUs, one sample a second, for 3 hours
-        GpuPoint.raw("n1", reading(g, 50.0, job(f"j{g}")), T0 + s, 1.0)
-        for s in range(0, 3 * 3600)
-        for g in (0, 1)
-    ]
-    await history.add(samples)
-    await history.add(samples[:100])  # again: idempotent
-    now = T0 + 3 * HOUR
-    used_before = sum(h.used for p in await history.points(since=0) for h in p.holders)
-    done = await history.compact(now=now, raw_keep=HOUR, bucket=60, keep=7 * 86400)
-    assert done.merged == 2 * 2 * 3600 and done.dropped == 0
-    counts = await history.count()
-    assert counts == {0.0: 2 * 3600, 60.0: 2 * 2 * 60}  # the last hour raw, the two before by minute
-    after = await history.points(since=0)
-    assert sum(h.used for p in after for h in p.holders) == pytest.approx(used_before)
-    assert all(p.t >= now - HOUR for p in after if p.bucket == 0)
-    again = await history.compact(now=now, raw_keep=HOUR, bucket=60, keep=7 * 86400)
-    assert again.merged == 0 and await history.count() == counts
-    # a day later with a keep of 2 hours: only the last 2 hours' points are kept, the rest merged or dropped
-    later = now + 86400
-    await history.compact(now=later, raw_keep=HOUR, bucket=60, keep=2 * HOUR)
-    assert await history.count() == {}
-
-
-async def test_a_compaction_is_bounded_and_a_late_sample_joins_its_stored_bucket(history):
-    await history.add([GpuPoint.raw("n1", reading(0, 100.0, job("a")), T0 + s, 1.0) for s in range(60)])
-    first = await history.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=86400, limit=25)
-    assert first.merged == 25 and (await history.count()) == {0.0: 35, 60.0: 1}
-    await history.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=86400, limit=25)
-    await history.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=86400, limit=25)
-    [bucket] = await history.points(since=0)
-    assert bucket.bucket == 60 and bucket.seconds == 60 and bucket.holder("a").used == pytest.approx(60)
-
-
-async def test_points_of_a_node_or_a_job_in_a_window(history):
-    await history.add(
-        [
-            GpuPoint.raw("n1", reading(0, 10.0, job("job-1")), T0, 1.0),
-            GpuPoint.raw("n1", reading(1, 20.0, job("job-12")), T0, 1.0),
-            GpuPoint.raw("n2", reading(0, 30.0, job("job-1", 0.5), job("job-2", 0.5)), T0 + 5, 1.0),
-            GpuPoint.raw("n2", reading(0, 30.0), T0 + 10, 1.0),
-        ]
-    )
-    assert [(p.node, p.gpu) for p in await history.points(since=T0, job_id="job-1")] == [("n1", 0), ("n2", 0)]
-    assert len(await history.points(since=T0, node="n2")) == 2
-    assert len(await history.points(since=T0 + 1, until=T0 + 10)) == 1
 
 
 async def test_the_monitor_writes_its_own_nodes_samples_only(history):
@@ -146,3 +103,81 @@ async def test_samples_not_written_are_kept_for_the_next_try_within_the_bound(hi
     assert [s.sample.gpus[0].utilization_pct for s in writer.buffer] == [10.0, 90.0, 80.0]  # the oldest went
     monkeypatch.setattr(history, "add", real_add)
     assert await writer.flush() == 3 and not writer.buffer
+
+
+async def test_the_monitor_compacts_as_its_node(history, monkeypatch):
+    asked = []
+
+    async def compact(**kwargs):
+        asked.append(kwargs)
+        return Compacted(merged=0, dropped=0)
+
+    monkeypatch.setattr(history, "compact", compact)
+    settings = MonitorSettings(node_name="n1", history_raw_keep=600, history_bucket=30, history_keep=3600)
+    await HistoryWriter(history, settings, clock=lambda: T0).compact()
+    assert asked == [{"now": T0, "raw_keep": 600, "bucket": 30, "keep": 3600, "node": "n1"}]
+
+
+def test_a_point_is_the_same_after_its_mongodb_document():
+    point = GpuPoint.raw("n1", reading(3, 40.0, job("a", 0.5), job("b", 0.25, "nlp")), T0, 2.0)
+    doc = _doc(point, T0 + HOUR)
+    assert (doc["jobs"], doc["tenants"]) == (["a", "b"], ["nlp", "vision"])  # (what the indexes serve)
+    assert doc["expires"] == datetime.fromtimestamp(T0 + HOUR, UTC)
+    assert _point(doc) == point
+    [bucket] = downsample([point, GpuPoint.raw("n1", reading(3, None, job("a")), T0 + 2, 1.0)], 60)
+    assert _point(_doc(bucket, T0)) == bucket
+
+
+def test_an_embedded_id_is_built_one_way():
+    assert list(_bucket_id("n1", 2, 60, 120)) == ["node", "gpu", "bucket", "t"]
+    assert _bucket_id("n1", 2, 60, 120) == {"node": "n1", "gpu": 2, "bucket": 60.0, "t": 120.0}
+    assert all(isinstance(v, float) for v in (_raw_id("n1", 0, 5)["t"], _bucket_id("n", 0, 60, 0)["bucket"]))
+
+
+def test_only_duplicates_are_passed_over():
+    def refused(*codes, concern=False):
+        details = {"writeErrors": [{"index": i, "code": c} for i, c in enumerate(codes)]}
+        details["writeConcernErrors"] = [{"code": 64}] if concern else []
+        return BulkWriteError(details)
+
+    assert _duplicates_only(refused(11000, 11000)) == [0, 1]
+    for exc in (refused(11000, 121), refused(11000, concern=True)):  # another error; no majority
+        with pytest.raises(BulkWriteError):
+            _duplicates_only(exc)
+
+
+async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkeypatch):
+    from services.monitor import main
+
+    tries, waits = [], []
+
+    async def opening(url, **spans):
+        tries.append((url, spans))
+        if len(tries) < 4:
+            raise StoreUnavailable("MongoDB away")
+        return await open_gpu_history(url, **spans)
+
+    async def waiting(seconds):
+        waits.append(seconds)
+
+    monkeypatch.setattr(main, "open_gpu_history", opening)
+    monkeypatch.setattr(main.asyncio, "sleep", waiting)
+    monkeypatch.setattr(main, "HISTORY_RETRY_MAX", 3.0)
+    settings = MonitorSettings(node_name="n1", data_dir=tmp_path, history_raw_keep=600, history_keep=3600)
+    history = await main.open_history(settings)
+    try:
+        assert waits == [1.0, 2.0, 3.0] and len(tries) == 4
+        assert tries[0] == (settings.store_url, {"raw_keep": 600, "keep": 3600})
+        await history.add([GpuPoint.raw("n1", reading(0, 5.0), T0, 1.0)])
+        assert await history.count() == {0.0: 1}
+    finally:
+        await history.close()
+
+
+async def test_an_unreachable_mongodb_is_unavailable_not_a_hang():
+    from shared.gpuhistory_mongo import MongoGpuHistory
+
+    with pytest.raises(StoreUnavailable, match="creating its indexes"):
+        await MongoGpuHistory.open("mongodb://127.0.0.1:1/gpuyard_none", timeout_ms=200)
+    with pytest.raises(ValueError, match="unknown event store URL"):
+        await open_gpu_history("postgres://db/x")
