@@ -500,7 +500,7 @@ class MonitorSettings(CommonSettings):
         3600.0,
         gt=0,
         description="How long the GPU history keeps every sample of the node's GPUs (`gpu_history.db` beside "
-        "the SQLite event store); older ones are merged into one point per `history_bucket`.",
+        "a SQLite event store, or its MongoDB database); older ones are merged into one point per `history_bucket`.",
     )
     history_bucket: Duration = Field(
         60.0,
