@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import Platform
 
@@ -110,6 +112,8 @@ def ran(tmp_path_factory) -> dict:
         for name, job_id in ids.items():
             job = platform.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=240)
             out[name] = (job, client.logs(job_id))
+        out["metrics"] = httpx.get(f"http://127.0.0.1:{platform.monitor_port}/metrics", timeout=30).text
+        out["nodes_after"] = client.nodes()
         yield out
     finally:
         platform.stop()
@@ -148,3 +152,35 @@ def test_a_job_over_its_slice_is_stopped_by_the_executors_nvml_watch(ran):
     assert "holding 20GB" in log
     assert job.state == "failed" and job.failure.reason == "gpu_memory_exceeded", (job.message, log)
     assert "over its slice" in job.failure.message and "node policy: stop" in job.failure.message
+
+
+DCGM_READ = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+)
+
+
+def test_the_monitor_reads_every_gpu_through_nvml_under_the_dcgm_names(ran):
+    """The monitor's real NVML path (issue 27 §7): each GPU NVML sees is on /metrics under the DCGM exporter's
+    names and UUID label, with figures a working GPU gives; GET /v1/nodes shows the same sample."""
+    families = {f.name: f for f in text_string_to_metric_families(ran["metrics"])}
+    for uuid, memory in GPUS:
+        read = {}
+        for name in DCGM_READ:
+            values = [s.value for s in families[name].samples if s.labels.get("UUID") == uuid]
+            assert values, f"{name} has no series for {uuid}"
+            read[name] = values[0]
+        assert 0 <= read["DCGM_FI_DEV_GPU_UTIL"] <= 100 and 0 < read["DCGM_FI_DEV_GPU_TEMP"] < 120, read
+        assert read["DCGM_FI_DEV_POWER_USAGE"] > 0 and read["DCGM_FI_DEV_SM_CLOCK"] > 0, read
+        total_mib = read["DCGM_FI_DEV_FB_USED"] + read["DCGM_FI_DEV_FB_FREE"]
+        assert abs(total_mib - memory / 2**20) <= 0.02 * memory / 2**20, (total_mib, memory)
+        print(f"NVML via the monitor, {uuid}: {read}")  # (pytest -s: the figures docs/benchmarks.md records)
+    gpus = {g.uuid: g for n in ran["nodes_after"] for g in n.gpus}
+    for uuid, _ in GPUS:
+        assert gpus[uuid].temperature_c is not None and gpus[uuid].utilization_pct is not None
