@@ -99,7 +99,8 @@ GRANTS: dict[Role, Grant] = {
         | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED}  # a queued job's
         | MODEL_EVENTS  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
         | {Subject.NODE_CONTROL},  # an admin's cordon, drain, uncordon
-        listens=EVENT_FAMILIES,  # the API's live event stream (SSE) and the nodes' and services' heartbeats
+        listens=EVENT_FAMILIES,  # the API's live event stream (SSE), node.lost
+        follows=(TELEMETRY_STREAM,),  # the heartbeats and samples, the last few read again at start
         reads_dead_letters=True,
     ),
     Role.SCHEDULER: Grant(

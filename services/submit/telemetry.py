@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.api import ServiceOut, ServiceState
 from shared.bus import Bus
 from shared.events import (
     SERVICE_HEARTBEAT_SECONDS,
+    TELEMETRY_STREAM,
     CloudEvent,
     GpuSample,
     NodeHeartbeat,
@@ -34,6 +36,14 @@ from shared.events import (
 )
 
 FORGET_SERVICE_AFTER = 86400.0
+RECENT_SECONDS = 3 * SERVICE_HEARTBEAT_SECONDS
+"""Heartbeats, statuses and samples sent this long before the submit service starts are read again."""
+TELEMETRY_FOLLOWED = (
+    Subject.NODE_HEARTBEAT,
+    Subject.SERVICE_HEARTBEAT,
+    Subject.SERVICE_STATUS,
+    Subject.GPU_SAMPLE,
+)
 SAMPLE_STALE_INTERVALS = 5
 """A node's latest gpu.sample is shown for this many of its intervals (and at least SAMPLE_STALE_MIN_SECONDS)."""
 SAMPLE_STALE_MIN_SECONDS = 10.0
@@ -59,6 +69,8 @@ class Telemetry:
         self.samples: dict[str, tuple[float, GpuSample]] = {}
         """The latest gpu.sample of each node: (its time, the sample)."""
         self._pruned = 0.0
+        self._following_since: float | None = None
+        """When `follow` began: an event sent before it was read again from the stream."""
 
     def latest_sample(self, node: str, now: float | None = None) -> tuple[float, GpuSample] | None:
         """The node's latest gpu.sample and its time, unless stale (older than its stale time)."""
@@ -78,19 +90,28 @@ class Telemetry:
             if held is None or taken_at > held[0]:  # (a duplicate or an overtaken one changes nothing)
                 self.samples[event.data.node] = (taken_at, event.data)
         elif isinstance(event.data, NodeHeartbeat):
-            self.nodes[event.data.node] = (time.time(), event.data)
+            self.nodes[event.data.node] = (self._seen(event), event.data)
             self.lost.discard(event.data.node)
         elif isinstance(event.data, NodeLost):
             self.lost.add(event.data.node)
         elif isinstance(event.data, ServiceHeartbeat):
-            self.services[event.data.instance] = (time.time(), event.data)
+            self.services[event.data.instance] = (self._seen(event), event.data)
             self._prune()
         elif isinstance(event.data, ServiceStatus):
             status = event.data
             key = (status.host, status.process)
-            self.statuses[key] = (time.time(), status)
+            self.statuses[key] = (self._seen(event), status)
             self.supervised[status.host, status.pid] = key
             self._prune()
+
+    def _seen(self, event: CloudEvent) -> float:
+        """When an event was heard: now, or for one read again at start, when it was sent (never later than
+        now, whatever the sender's clock)."""
+        now = time.time()
+        sent = event.time.timestamp()
+        if self._following_since is not None and sent < self._following_since:
+            return min(now, sent)
+        return now
 
     def _prune(self) -> None:
         now = time.time()
@@ -160,15 +181,26 @@ class Telemetry:
         return sorted(found, key=lambda s: (s.service, s.instance))
 
     async def follow(self, bus: Bus) -> None:
+        """The heartbeats, statuses and samples of the last RECENT_SECONDS read again from the telemetry stream,
+        then every new one; node.lost as it comes. A submit service that just started knows the nodes and
+        services at once, not at their next heartbeat."""
+
+        async def on_event(event: CloudEvent, _msg=None) -> None:
+            self.observe(event)
+
         async def on_msg(msg) -> None:
             with contextlib.suppress(ValueError):
                 self.observe(CloudEvent.from_json(msg.data))
 
-        await bus.subscribe(Subject.NODE_HEARTBEAT.value, on_msg)
-        await bus.subscribe(Subject.SERVICE_HEARTBEAT.value, on_msg)
-        await bus.subscribe(Subject.SERVICE_STATUS.value, on_msg)
+        self._following_since = time.time()
+        await bus.watch(
+            [s.value for s in TELEMETRY_FOLLOWED],
+            on_event,
+            stream=TELEMETRY_STREAM.name,
+            since=datetime.fromtimestamp(self._following_since - RECENT_SECONDS, UTC),
+            name="submit-telemetry",
+        )
         await bus.subscribe(Subject.NODE_LOST.value, on_msg)
-        await bus.subscribe(Subject.GPU_SAMPLE.value, on_msg)
 
 
 def _state(status: ServiceStatus | None, *, silent: bool) -> dict[str, Any]:
