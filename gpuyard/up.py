@@ -299,29 +299,41 @@ class Supervisor:
         return False
 
     async def stop(self, order: list[str], grace: float = 15) -> None:
-        """Stop the children in `order`. Executors hear it first, all at once, by SIGINT: a deliberate stop,
-        which stops their jobs too (SIGTERM alone, as from a service manager's restart, would leave the jobs
-        running for the next executor to adopt), even if `up` itself is killed while it stops the others."""
+        """Stop the children: every service at once, then the rest of `order` (NATS) in turn, once no service
+        needs it. Executors hear it by SIGINT: a deliberate stop, which stops their jobs too (SIGTERM alone, as
+        from a service manager's restart, would leave the jobs running for the next executor to adopt), even if
+        `up` itself is killed while it stops the others."""
         self.stopping = True
-        for child in self.children.values():
-            if (child.service or child.name) == "executor" and child.proc and child.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGINT)
+        services = [n for n in order if n in self.children and self.children[n].name != "nats"]
+        for name in services:
+            child = self.children[name]
+            executor = (child.service or child.name) == "executor"
+            self._signal(child, signal.SIGINT if executor else signal.SIGTERM)
+        await asyncio.gather(*(self._stopped(name, grace) for name in services))
         for name in order:
-            child = self.children.get(name)
-            if child and child.proc and child.proc.returncode is None:
+            if name not in services:
+                self._signal(self.children.get(name), signal.SIGTERM)
+                await self._stopped(name, grace)
+
+    @staticmethod
+    def _signal(child: Child | None, sig: int) -> None:
+        if child and child.proc and child.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(sig)
+
+    async def _stopped(self, name: str, grace: float) -> None:
+        child = self.children.get(name)
+        if child and child.proc and child.proc.returncode is None:
+            try:
+                await asyncio.wait_for(child.proc.wait(), grace)
+            except TimeoutError:
+                self.say(name, "did not stop in time; killing it")
                 with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(child.proc.wait(), grace)
-                except TimeoutError:
-                    self.say(name, "did not stop in time; killing it")
-                    with contextlib.suppress(ProcessLookupError):
-                        child.proc.kill()
-                    await child.proc.wait()
-            if child and child.pump:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(child.pump, 2)
+                    child.proc.kill()
+                await child.proc.wait()
+        if child and child.pump:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(child.pump, 2)
 
 
 def _shorten(text: str, name: str) -> str:
