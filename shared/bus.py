@@ -815,3 +815,16 @@ class Watch:
             return
         self.figures.observe(time.perf_counter() - started)
         self.figures.count(msg.subject, OK)
+
+
+async def publish_recorded(bus, event: CloudEvent, store, *, version: int | None = None) -> bool:
+    """Publish an event the event store `store` already holds (None: none does), and mark it published there.
+    A failure is said and left to the outbox relay, which publishes what stays unmarked. True once published."""
+    try:
+        await (bus.publish(event) if version is None else bus.publish(event, version=version))
+        if store is not None:
+            await store.mark_published([event.id])
+    except Exception as exc:
+        log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
+        return False
+    return True

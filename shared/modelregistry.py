@@ -25,7 +25,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.bus import Bus
+from shared.bus import Bus, publish_recorded
 from shared.events import (
     CloudEvent,
     EventData,
@@ -235,11 +235,7 @@ class ModelRegistry:
     async def _send(self, event: CloudEvent, version: int) -> None:
         if self.bus is None:
             return
-        try:
-            await self.bus.publish(event, version=version)
-            await self.store.mark_published([event.id])
-        except Exception as exc:  # stored: the outbox relay publishes it
-            log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
+        await publish_recorded(self.bus, event, self.store, version=version)
 
     # ------------------------------------------------------------------ what the API does
 

@@ -36,7 +36,7 @@ from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from services.monitor.webhooks import Webhooks
 from shared import idlebook
 from shared.alertbook import AlertBook
-from shared.bus import entity_of
+from shared.bus import entity_of, publish_recorded
 from shared.buspermissions import publishes
 from shared.events import (
     EVENTS_STREAM,
@@ -230,13 +230,7 @@ class AlertService:
                     change.data.alert_id,
                     change.data.message,
                 )
-                try:
-                    await self.bus.publish(event)
-                    await self.store.mark_published([event.id])
-                except Exception as exc:
-                    log.warning(
-                        "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
-                    )
+                await publish_recorded(self.bus, event, self.store)
 
     async def reclaim(self, actions: list[Action]) -> None:
         """What the idle-GPU reclaim decided, in order: an idle event is recorded in its job's idle stream, then
@@ -255,13 +249,7 @@ class AlertService:
                 continue
             log.warning("%s job %s attempt %d: %s", event.type, action.data.job_id, action.data.attempt,
                         action.data.message)  # fmt: skip
-            try:
-                await self.bus.publish(event)
-                await self.store.mark_published([event.id])
-            except Exception as exc:
-                log.warning(
-                    "publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc
-                )
+            await publish_recorded(self.bus, event, self.store)
 
     # ------------------------------------------------------------------ every alert on the bus
 

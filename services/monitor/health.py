@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from services.monitor.ingest import NodeSample, SampleIngest
 from services.monitor.rules import APPLICATION_XIDS
 from shared import nodecontrol
+from shared.bus import publish_recorded
 from shared.events import GpuHealthChanged, GpuReading, GpuSample, derived_id, make_event
 
 log = logging.getLogger(__name__)
@@ -120,10 +121,5 @@ class HealthMarker:
                 await nodecontrol.record(store, event)
             except Exception as exc:  # published all the same; the scheduler reads the bus too
                 log.error("recording GPU %s/%d unhealthy failed: %s", mark.node, mark.index, exc)
-        try:
-            await bus.publish(event)
-            if store is not None:
-                await store.mark_published([event.id])
-        except Exception as exc:
-            log.warning("publish of %s failed, left to the outbox relay: %s", event.id, exc)
+        await publish_recorded(bus, event, store)
         self.recorded += 1

@@ -15,6 +15,7 @@ from services.submit.auth import Admin, Context
 from services.submit.errors import answers
 from shared import nodecontrol
 from shared.api import NodeControlIn, NodeControlOut
+from shared.bus import publish_recorded
 from shared.events import NodeAction, NodeControlChanged, make_event
 from shared.nodecontrol import NodeControl
 
@@ -57,11 +58,7 @@ async def _control(
         "node %s%s %s by %s", node, "" if body.gpu is None else f"/{body.gpu}", action.value, principal.name
     )
     if ctx.bus is not None:
-        try:
-            await ctx.bus.publish(event)
-            await ctx.store.mark_published([event.id])
-        except Exception as exc:  # recorded: the outbox relay publishes it
-            log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
+        await publish_recorded(ctx.bus, event, ctx.store)
     return control_out(control)
 
 
