@@ -35,6 +35,7 @@ from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.settings import CommonSettings
 from shared.units import format_duration
+from shared.usage import CSV_COLUMNS
 from shared.version import VERSION
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
@@ -609,17 +610,6 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0
 
 
-USAGE_COLUMNS = (
-    "tenant",
-    "user",
-    "job_id",
-    "jobs",
-    "allocated_gpu_hours",
-    "used_gpu_hours",
-    "waste_gpu_hours",
-)
-
-
 def cmd_usage(args: argparse.Namespace) -> int:
     answer = Client(args.server, args.token).usage(since=args.since, by=args.by, tenant=args.tenant)
     if args.json:
@@ -627,9 +617,9 @@ def cmd_usage(args: argparse.Namespace) -> int:
         return 0
     if args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(USAGE_COLUMNS)
+        writer.writerow(CSV_COLUMNS)
         for r in answer.rows:
-            writer.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in USAGE_COLUMNS])
+            writer.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in CSV_COLUMNS])
         return 0
     print_usage(answer)
     return 0

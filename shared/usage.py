@@ -26,6 +26,9 @@ LOOKBACK_SECONDS = 30 * 86400.0
 """A finished job is read from the store when it was created at most this long before the window starts."""
 PAGE = 500
 
+CSV_COLUMNS = ("tenant", "user", "job_id", "jobs", "allocated_gpu_hours", "used_gpu_hours", "waste_gpu_hours")
+"""The columns of the usage report as CSV: `gpuyard usage --csv` and the dashboard's download."""
+
 
 @dataclass(slots=True)
 class JobUsage:

@@ -20,6 +20,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 from gpuyard.client import Client, ClientError  # noqa: E402
 from shared.events import GpuReading, GpuSample, make_event  # noqa: E402
+from shared.usage import CSV_COLUMNS
 from tests.unit.onnxmodels import tiny_model  # noqa: E402
 
 MODEL = "tiny-browser"
@@ -150,15 +151,7 @@ def test_an_alert_shows_live_to_admins_and_the_usage_chart_has_a_jobs_gpu_hours(
         vpage.click("#usage-csv")
     text = download.value.path().read_text()
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == [
-        "tenant",
-        "user",
-        "job_id",
-        "jobs",
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "waste_gpu_hours",
-    ]
+    assert rows[0] == list(CSV_COLUMNS)  # gpuyard usage --csv's
     mine = [r for r in rows[1:] if r[:2] == ["vision", "ana"]]
     assert mine and float(mine[0][4]) > 0, rows
     top(vpage)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from services.submit.context import SubmitContext
 from shared.jobspec import PRIORITY_CLASSES
+from shared.usage import CSV_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,13 @@ PAGES = (
         data=lambda ctx: {"priorities": ",".join(PRIORITY_CLASSES)},
     ),
     Page("/models", "Models", "models.js", nav="Models", data=lambda ctx: {"serving_url": ctx.serving_url}),
-    Page("/alerts", "Alerts and usage", "alerts.js", nav="Alerts"),
+    Page(
+        "/alerts",
+        "Alerts and usage",
+        "alerts.js",
+        nav="Alerts",
+        data=lambda ctx: {"usage_columns": ",".join(CSV_COLUMNS)},
+    ),
     Page("/tenants", "Tenants and quotas", "tenants.js", nav="Tenants"),
     Page("/nodes", "Nodes", "nodes.js", nav="Nodes"),
 )

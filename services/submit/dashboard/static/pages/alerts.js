@@ -1,11 +1,11 @@
 // Alerts and usage: the alerts active and recent (live from alert events), and GPU-hours allocated against
 // GPU-hours used per tenant or user over a period, as a chart drawn here in SVG, with its CSV.
-import { ago, api, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, section, setQuery } from "../app.js";
+import { ago, api, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, params, section, setQuery } from "../app.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const PERIODS = { "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days" };
 const BYS = { tenant: "by tenant", user: "by user" };
-const CSV_COLUMNS = ["tenant", "user", "job_id", "jobs", "allocated_gpu_hours", "used_gpu_hours", "waste_gpu_hours"];
+const CSV_COLUMNS = (params.usageColumns ?? "").split(","); // gpuyard usage --csv's (shared/usage.py)
 const query = new URLSearchParams(location.search);
 const usageQuery = {
   since: PERIODS[query.get("since")] ? query.get("since") : "7d",
