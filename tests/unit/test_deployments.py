@@ -4,7 +4,6 @@ deploy their own models and public ones, nothing else."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -13,15 +12,9 @@ from fastapi.testclient import TestClient
 from gpuyard import cli
 from gpuyard.client import Client
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
 from services.submit.queuedepth import QueueDepth
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.modelregistry import ModelRegistry
-from shared.modelstore import ModelStore
-from shared.store import open_store
-from shared.tokens import Tokens
 from tests.unit.onnxmodels import tiny_model
+from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}
@@ -35,21 +28,10 @@ TOKENS = {
 
 @pytest.fixture
 def ctx(tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
-        queue=QueueDepth(limit=3),
-        models=ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models"))),
-        max_model_bytes=1 << 20,
-    )
-    yield context
-    asyncio.run(store.close())
-    asyncio.run(context.logs.close())
+    with submit_context(
+        tmp_path, TOKENS, queue=QueueDepth(limit=3), models=True, max_model_bytes=1 << 20
+    ) as c:
+        yield c
 
 
 @pytest.fixture

@@ -5,19 +5,14 @@ the node's stream of the event store."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 from fastapi.testclient import TestClient
 
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
 from shared import nodecontrol
 from shared.events import GpuHealthChanged, GpuInfo, NodeHeartbeat, make_event
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
-from shared.tokens import Tokens
+from tests.unit.submitctx import submit_context
 
 TOKENS = {
     "tok-nlp": {"tenant": "nlp", "user": "bo"},
@@ -29,18 +24,8 @@ ADMIN = {"Authorization": "Bearer tok-admin"}
 
 @pytest.fixture
 def ctx(tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
-    )
-    yield context
-    asyncio.run(store.close())
-    asyncio.run(context.logs.close())
+    with submit_context(tmp_path, TOKENS) as c:
+        yield c
 
 
 @pytest.fixture

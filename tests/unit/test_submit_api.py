@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 
@@ -11,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
 from shared.events import (
     FailureReason,
     GpuHolder,
@@ -29,13 +27,9 @@ from shared.events import (
 )
 from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.jobspec import JobSpec
-from shared.ledger import JobLedger
-from shared.logstore import LogKey, open_log_store, split
-from shared.modelregistry import ModelRegistry
-from shared.modelstore import ModelStore
-from shared.store import open_store
-from shared.tokens import Tokens
+from shared.logstore import LogKey, split
 from tests.unit.onnxmodels import tiny_model
+from tests.unit.submitctx import submit_context
 
 TOKENS = {  # as a tokens file of the format before tokens were hashed holds them
     "tok-vision": {"tenant": "vision", "user": "ana"},
@@ -51,22 +45,15 @@ SPEC = {"name": "train", "command": "python train.py", "resources": {"gpus": 1}}
 
 @pytest.fixture
 def ctx(tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
+    with submit_context(
+        tmp_path,
+        TOKENS,
+        models=True,
         max_body_bytes=4096,
-        models=ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models"))),
         max_model_bytes=1 << 20,
         publish_secret_file=tmp_path / "publish.key",
-    )
-    yield context
-    asyncio.run(store.close())
-    asyncio.run(context.logs.close())
+    ) as c:
+        yield c
 
 
 @pytest.fixture

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import pytest
 from fastapi.testclient import TestClient
 
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
-from shared.tokens import Tokens
+from tests.unit.submitctx import submit_context
 
 TOKENS = {
     "tok-vision": {"tenant": "vision", "user": "ana"},
@@ -25,20 +18,8 @@ HOST = "testserver"
 
 @pytest.fixture
 def ctx(tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
-        session_secret=b"s" * 48,
-        session_lifetime=3600,
-    )
-    yield context
-    asyncio.run(store.close())
-    asyncio.run(context.logs.close())
+    with submit_context(tmp_path, TOKENS, session_secret=b"s" * 48, session_lifetime=3600) as c:
+        yield c
 
 
 @pytest.fixture
