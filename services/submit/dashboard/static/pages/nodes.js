@@ -73,7 +73,7 @@ function heartbeat(node) {
 
 function tickHeartbeat(el, node) {
   const seconds = age(node);
-  el.textContent = `${duration(seconds)} ago`;
+  el.textContent = `${duration(Math.round(seconds))} ago`; // (whole seconds: it ticks every second)
   el.title = new Date(seenAt.get(node.node)).toLocaleString();
   const late = seconds > STALE_HEARTBEATS * (intervals.get(node.node) ?? HEARTBEAT_SECONDS);
   el.classList.toggle("late", node.state === "lost" || late);
