@@ -366,11 +366,21 @@ class JobLedger:
         return Outcome(view, event, refused=exc)
 
     async def append(
-        self, job_id: str, data: EventData, *, event_id: str | None = None, new: bool = False
+        self,
+        job_id: str,
+        data: EventData,
+        *,
+        event_id: str | None = None,
+        new: bool = False,
+        cached: bool = False,
     ) -> Outcome:
-        """Record one given event (no decision to make)."""
+        """Record one given event (no decision to make). `cached`, `new`: as for `record`."""
         return await self.record(
-            job_id, lambda _view: data, event_id=(lambda _view: event_id) if event_id else None, new=new
+            job_id,
+            lambda _view: data,
+            event_id=(lambda _view: event_id) if event_id else None,
+            new=new,
+            cached=cached,
         )
 
     async def requeue_lost(self, job: JobView, message: str) -> Outcome:

@@ -331,7 +331,9 @@ class Executor:
         notes = [f"cpu and memory limits {limits}"] if LIMITS_NOT_ENFORCED in limits else []
         started = JobStarted(job_id=job_id, attempt=attempt, node=node, replicas=replicas, notes=notes)
         event_id = derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas))))
-        await self.written(lambda: self.ledger.append(job_id, started, event_id=event_id))
+        # (on the view its launch read: should the job have moved on since, the store refuses the write and
+        # the ledger decides again on the newer view)
+        await self.written(lambda: self.ledger.append(job_id, started, event_id=event_id, cached=True))
 
     async def replica_ended(self, ended: JobReplicaExited) -> None:
         record = self.attempts.get(attempt_key(ended))

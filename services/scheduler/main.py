@@ -49,7 +49,8 @@ from shared.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
-PENDING_WRITES_PER_CYCLE = 200  # beyond this, the rest of a long queue is refreshed in later cycles
+PENDING_WRITES_PER_CYCLE = 200  # the head of the line: its reasons are looked at on every cycle
+PENDING_SWEEP_PER_SECOND = 400  # the rest of a long line: reasons looked at per second, going round it
 LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queued, placed, running
 MIN_GATHER_SECONDS = 0.002
 MAX_GATHER_SECONDS = 0.05
@@ -132,6 +133,7 @@ class SchedulerService:
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
+        self.swept_at = time.monotonic()  # ... and when it last moved
         self.controls_due: set[str] = set()  # nodes whose unhealthy or drained GPUs' jobs the leader looks at
         self.lease = Lease(
             service.bus,
@@ -336,9 +338,10 @@ class SchedulerService:
 
     def due(self, pending: Mapping[str, Reason]) -> list[tuple[str, Reason]]:
         """The reasons a cycle looks at to store, in order of position: those of the jobs the core looked at
-        one by one and the head of the line (`PENDING_WRITES_PER_CYCLE` jobs) every cycle, and as many more of
-        the rest of a long line in turn (`pending_cursor` goes round it), so that a cycle never reads the
-        reasons of the whole queue: each job's stored reason is refreshed once per turn."""
+        one by one and the head of the line (`PENDING_WRITES_PER_CYCLE` jobs) every cycle, and of the rest of a
+        long line `PENDING_SWEEP_PER_SECOND` a second in turn (`pending_cursor` goes round it), so that a cycle
+        never reads the reasons of the whole queue, and the many short cycles of a busy scheduler rewrite no
+        more of them than a few long ones: each job's stored reason is refreshed once per turn."""
         if not isinstance(pending, Pending):  # (a plain mapping: every reason)
             return sorted(pending.items(), key=lambda item: item[1].position or 0)
         head = max(PENDING_WRITES_PER_CYCLE, len(pending.known))
@@ -346,9 +349,13 @@ class SchedulerService:
         if len(pending) > head:
             if not head < self.pending_cursor <= len(pending):
                 self.pending_cursor = head + 1
-            last = self.pending_cursor + PENDING_WRITES_PER_CYCLE - 1
-            out += pending.window(self.pending_cursor, last)
-            self.pending_cursor = last + 1
+            now = time.monotonic()
+            sweep = min(PENDING_WRITES_PER_CYCLE, int((now - self.swept_at) * PENDING_SWEEP_PER_SECOND))
+            if sweep:
+                self.swept_at = now
+                last = self.pending_cursor + sweep - 1
+                out += pending.window(self.pending_cursor, last)
+                self.pending_cursor = last + 1
         return out
 
     def placed(self, placement: Placement) -> Decision | None:

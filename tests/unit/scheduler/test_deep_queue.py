@@ -4,8 +4,12 @@ no reason for the rest until one is read; the reasons read are those a cycle ove
 
 from __future__ import annotations
 
+import random
+from types import SimpleNamespace
+
 import pytest
 
+from services.scheduler import main as scheduler_main
 from services.scheduler.core import (
     Allocation,
     GpuAssignment,
@@ -15,8 +19,11 @@ from services.scheduler.core import (
     decide,
 )
 from services.scheduler.core import cycle as cycle_module
+from services.scheduler.core import queue as queue_module
 from services.scheduler.core.model import SchedulerConfig
 from services.scheduler.core.reasons import Blocker
+from services.scheduler.main import PENDING_SWEEP_PER_SECOND, PENDING_WRITES_PER_CYCLE, SchedulerService
+from shared.settings import SchedulerSettings
 from tests.unit.scheduler.builders import job, node
 
 TENANTS = 4
@@ -25,6 +32,9 @@ WAITING = 20_000
 
 def small(k: int, prefix: str = "wait"):
     return job(f"{prefix}-{k:06d}", gpus=0.125, tenant=f"t{k % TENANTS}", cpus=1, submitted_at=1000.0 + k)
+
+
+PRIORITY = small(0).priority
 
 
 def full_node() -> HeldCluster:
@@ -89,3 +99,55 @@ def test_the_reasons_read_are_those_of_a_cycle_that_looks_at_every_job(monkeypat
     assert lazy.placements == full.placements and len(lazy.placements) == 5
     assert dict(lazy.pending.items()) == dict(full.pending.items())
     assert lazy.pending.window(590, 600) == sorted(full.pending.items(), key=lambda kv: kv[1].position)[589:]
+
+
+def test_a_burst_of_new_jobs_joins_a_deep_queue_in_the_work_of_the_burst(monkeypatch) -> None:
+    queue = HeldQueue(small(k) for k in range(WAITING))
+    calls = [0]
+
+    def counted(job):
+        calls[0] += 1
+        return (job.submitted_at, job.job_id)
+
+    monkeypatch.setattr(queue_module, "ARRIVAL", counted)
+    for k in range(WAITING, WAITING + 100):
+        queue.put(small(k))
+    queue.prepare()
+    assert calls[0] < 2_000  # (sorting each list again would take a key of each of the 20,100 jobs)
+    ordered = sorted(queue.jobs.values(), key=lambda j: (j.submitted_at, j.job_id))
+    assert queue.classes[PRIORITY] == ordered
+
+
+def test_new_jobs_that_arrived_before_some_waiting_ones_take_their_places() -> None:
+    rng = random.Random(7)
+    queue = HeldQueue(small(k) for k in range(0, 4000, 2))
+    for _ in range(5):  # bursts of jobs anywhere in the order (requeued ones keep their first submission)
+        for k in rng.sample(range(1, 4000, 2), 100):
+            queue.put(small(k))
+        queue.prepare()
+        ordered = sorted(queue.jobs.values(), key=lambda j: (j.submitted_at, j.job_id))
+        assert queue.classes[PRIORITY] == ordered
+        for tenant, jobs in queue.tenants[PRIORITY].items():
+            assert jobs == [j for j in ordered if j.tenant == tenant]
+
+
+def test_the_reasons_behind_the_head_of_the_line_are_swept_by_the_second_not_by_the_cycle(
+    monkeypatch,
+) -> None:
+    held, queue = full_node(), HeldQueue(small(k) for k in range(WAITING))
+    pending = cycle(held, queue).pending
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_main.time, "monotonic", lambda: clock[0])
+    bus = SimpleNamespace(js=None, replicas=1)
+    service = SchedulerService(SimpleNamespace(ledger=None, bus=bus), SchedulerSettings())
+    head = max(PENDING_WRITES_PER_CYCLE, len(pending.known))
+    swept: list[str] = []
+    for _ in range(1000):  # ten seconds of cycles 10 ms apart
+        clock[0] += 0.01
+        looked_at = service.due(pending)
+        assert [job_id for job_id, _ in looked_at[:head]] == list(pending)[:head]  # the head: every cycle
+        swept += [job_id for job_id, _ in looked_at[head:]]
+    assert len(swept) == pytest.approx(10 * PENDING_SWEEP_PER_SECOND, abs=PENDING_SWEEP_PER_SECOND / 10)
+    assert swept == list(pending)[head : head + len(swept)]  # in turn, from the head on, none twice
+    clock[0] += 1000  # a long pause: still at most a cycle's worth
+    assert len(service.due(pending)) <= head + PENDING_WRITES_PER_CYCLE
