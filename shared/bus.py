@@ -73,7 +73,7 @@ from shared.events import (
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
+Handler = Callable[[CloudEvent, Msg], Awaitable[None]]  # (the event is None for a watch with decode=False)
 
 DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
@@ -95,6 +95,11 @@ def version_of(msg: Msg) -> int | None:
 def entity_of(msg: Msg) -> str | None:
     """The entity (a job's id) of a message's event, when its publisher said so."""
     return (msg.headers or {}).get(ENTITY_HEADER)
+
+
+def event_id_of(msg: Msg) -> str | None:
+    """The id of a message's event, when its publisher said so (`Nats-Msg-Id`, which `Bus.publish` sets)."""
+    return (msg.headers or {}).get("Nats-Msg-Id")
 
 
 def placed_for(holder: str) -> Callable[[Msg], bool]:
@@ -381,14 +386,17 @@ class Bus:
         since: datetime | None = None,
         wanted: Callable[[Msg], bool] | None = None,
         name: str | None = None,
+        decode: bool = True,
     ) -> None:
         """Every event on `subject` (a filter, or several) from now on (or stored `since` then), in order, to
         this process alone (no acks, no durable). Goes on after a NATS restart from the event after the last
         one it saw. `wanted(msg)`: False for an event the handler would do nothing with (told from its subject
-        and headers: `entity_of`), which is then passed over without a decode. `name`: the watch's `consumer`
-        label in the bus figures (default: `watch:` and its subjects)."""
+        and headers: `entity_of`), which is then passed over without a decode. `decode=False`: the handler
+        gets None for the event and reads what it needs from the message (`entity_of`, `event_id_of`), for a
+        handler that takes its facts from the event store anyway. `name`: the watch's `consumer` label in the
+        bus figures (default: `watch:` and its subjects)."""
         subjects = [subject] if isinstance(subject, str) else list(subject)
-        watch = Watch(self, stream, subjects, handler, since=since, wanted=wanted, name=name)
+        watch = Watch(self, stream, subjects, handler, since=since, wanted=wanted, name=name, decode=decode)
         try:
             await watch.open()
         except BaseException:
@@ -689,9 +697,10 @@ class Watch:
         since: datetime | None,
         wanted: Callable[[Msg], bool] | None = None,
         name: str | None = None,
+        decode: bool = True,
     ):
         self.bus, self.stream, self.subjects, self.handler = bus, stream, subjects, handler
-        self.wanted = wanted
+        self.wanted, self.decode = wanted, decode
         self.subject = ",".join(subjects)  # (for the logs)
         self.figures = bus.metrics.consumer(name or f"watch:{self.subject}")
         self.consumer_name: str | None = None
@@ -800,18 +809,22 @@ class Watch:
         if self.wanted is not None and not self.wanted(msg):
             self.figures.count(msg.subject, SKIPPED)
             return
-        try:
-            event = CloudEvent.from_json(msg.data)
-        except (ValidationError, ValueError):
-            self.figures.count(msg.subject, FAILED)
-            return  # a durable consumer of the same subject dead-letters it
+        event = None
+        if self.decode:
+            try:
+                event = CloudEvent.from_json(msg.data)
+            except (ValidationError, ValueError):
+                self.figures.count(msg.subject, FAILED)
+                return  # a durable consumer of the same subject dead-letters it
         started = time.perf_counter()
         try:
             await self.handler(event, msg)
         except Exception:
             self.figures.observe(time.perf_counter() - started)
             self.figures.count(msg.subject, FAILED)
-            log.exception("watch %s: handler failed on %s %s", self.subject, event.type, event.id)
+            log.exception(
+                "watch %s: handler failed on %s", self.subject, event.id if event else event_id_of(msg)
+            )
             return
         self.figures.observe(time.perf_counter() - started)
         self.figures.count(msg.subject, OK)

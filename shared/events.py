@@ -148,6 +148,16 @@ def subject_filter(subject: Subject, tenant: str | None = None) -> str:
     return f"{subject.value}.{_checked(tenant)}" if tenant is not None else f"{subject.value}.*"
 
 
+def job_subject(nats_subject: str) -> Subject | None:
+    """What kind of job event came on `nats_subject` (`job.placed.vision`: JOB_PLACED), told without decoding
+    the event; None for a subject that is not a job event's."""
+    try:
+        subject = Subject(nats_subject.rpartition(".")[0])
+    except ValueError:
+        return None
+    return subject if subject in JOB_SUBJECTS else None
+
+
 def tenant_wildcard(tenant: str) -> str:
     """Every job event of one tenant: `job.*.<tenant>` (what a tenant's integrator may subscribe to)."""
     return f"job.*.{_checked(tenant)}"

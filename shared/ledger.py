@@ -219,8 +219,12 @@ class JobLedger:
 
     def known(self, event: CloudEvent) -> JobView | None:
         """The cached view of the event's job when this process already knows the event (wrote or read it)."""
-        known = self._known.get(event.subject or "")
-        return known.view if known is not None and event.id in known.event_ids else None
+        return self.knows(event.subject or "", event.id)
+
+    def knows(self, job_id: str, event_id: str) -> JobView | None:
+        """`known` for an event given by its job's and its own id."""
+        known = self._known.get(job_id)
+        return known.view if known is not None and event_id in known.event_ids else None
 
     def _remember(self, job_id: str, known: _Known) -> None:
         if known.view.state.terminal:

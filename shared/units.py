@@ -27,15 +27,17 @@ _SIZE_UNITS = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
+_NUMBER = (int, float)  # (tuples: `int | float` would build a union on every call, and sizes are read often)
+_NUMBER_OR_TEXT = (int, float, str)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 
 def parse_size(value: int | float | str) -> int:
     """Return a size in bytes. Bare numbers are bytes; SI (GB) and binary (GiB, Gi) suffixes are accepted."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    if isinstance(value, bool) or not isinstance(value, _NUMBER_OR_TEXT):
         raise ValueError("a size must be a number of bytes or a string such as '16GB'")
-    if isinstance(value, int | float):
+    if isinstance(value, _NUMBER):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("a size must be a finite number")
         if value < 0:
@@ -57,9 +59,9 @@ def parse_size(value: int | float | str) -> int:
 
 def parse_duration(value: int | float | str) -> float:
     """Return a duration in seconds. Bare numbers are seconds; '1h30m', '90s', '2d' are accepted."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    if isinstance(value, bool) or not isinstance(value, _NUMBER_OR_TEXT):
         raise ValueError("a duration must be a number of seconds or a string such as '2h'")
-    if isinstance(value, int | float):
+    if isinstance(value, _NUMBER):
         seconds = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf
         if not math.isfinite(seconds):
             raise ValueError("a duration must be a finite number")

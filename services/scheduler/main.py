@@ -23,6 +23,7 @@ from services.scheduler.core.reasons import Reason
 from services.scheduler.heartbeats import heartbeat_problem
 from services.scheduler.view import ClusterView, to_placement
 from shared import nodecontrol
+from shared.bus import entity_of, event_id_of
 from shared.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
@@ -37,6 +38,7 @@ from shared.events import (
     RequeueReason,
     Subject,
     derived_id,
+    job_subject,
     make_event,
     subject_filter,
 )
@@ -212,16 +214,27 @@ class SchedulerService:
     async def lost(self) -> None:
         self.leading.clear()
 
-    async def on_job_event(self, event: CloudEvent, _msg=None) -> None:
+    async def on_job_event(self, event: CloudEvent | None, msg=None) -> None:
         """A job event from the bus says only which job to read again: the next cycle takes the job from the
         event store, so an event the store does not hold (forged, or about a job or attempt that does not
-        exist) changes nothing. Its own writes it knows already (no read)."""
-        view = self.ledger.known(event)
+        exist) changes nothing. Its own writes it knows already (no read). The watch does not decode the
+        events (`None`): their job, id and kind are in the message's headers and subject, and a message
+        without them is decoded here."""
+        if event is None:
+            job_id, event_id, kind = entity_of(msg), event_id_of(msg), job_subject(msg.subject)
+            if not (job_id and event_id and kind):
+                try:
+                    event = CloudEvent.from_json(msg.data)
+                except ValueError:  # (pydantic's ValidationError is one)
+                    return  # not an event: nothing to read again
+        if event is not None:
+            job_id, event_id, kind = event.subject or "", event.id, event.nats_subject
+        view = self.ledger.knows(job_id, event_id)
         if view is None:
-            self.dirty.add(event.subject)  # the store will say
+            self.dirty.add(job_id)  # the store will say
         else:
             self.view.put_job(view)
-        if event.nats_subject in CHANGES_DECISIONS:
+        if kind in CHANGES_DECISIONS:
             self.wake.set()  # the rest (started, exits, our own writes) waits for the timer's cycle
 
     async def on_heartbeat(self, event: CloudEvent, _msg=None) -> None:
@@ -516,6 +529,7 @@ async def main(service: Service, settings: SchedulerSettings) -> None:
         scheduler.on_job_event,
         stream=EVENTS_STREAM.name,
         name="scheduler-jobs",
+        decode=False,  # (it reads the jobs from the event store)
     )
     await service.bus.watch(
         [subject_filter(subject) for subject in NODE_CONTROLS],

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from services.scheduler.main import SchedulerService
+from shared.bus import ENTITY_HEADER, VERSION_HEADER
 from shared.events import (
     GpuInfo,
     JobCancelled,
@@ -21,6 +22,7 @@ from shared.events import (
     NodeHeartbeat,
     ReplicaPlacement,
     make_event,
+    subject_of,
 )
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState
@@ -48,12 +50,23 @@ def submitted(job_id: str) -> JobSubmitted:
     return JobSubmitted(job_id=job_id, name=job_id, tenant="t", user="u", spec=spec)
 
 
-def bus_message(version: int):
-    """A message as the bus delivers it, with the version header a forger can set as easily as anyone."""
-    return SimpleNamespace(headers={"Gpuyard-Version": str(version)})
+@pytest.fixture(params=["decoded", "undecoded", "undecoded, without headers"])
+def deliver(request):
+    """Hand an event to the scheduler as its watch does (undecoded: it reads the job, id and kind from the
+    message's headers and subject, and decodes a message without them), or decoded; with the version header a
+    forger can set as easily as anyone."""
+
+    async def deliver(s: SchedulerService, event, version: int) -> None:
+        headers = {VERSION_HEADER: str(version)}
+        if request.param != "undecoded, without headers":
+            headers.update({"Nats-Msg-Id": event.id, ENTITY_HEADER: event.subject})
+        msg = SimpleNamespace(headers=headers, subject=subject_of(event, "t"), data=event.to_json())
+        await s.on_job_event(event if request.param == "decoded" else None, msg)
+
+    return deliver
 
 
-async def test_a_forged_end_of_a_running_job_does_not_free_its_gpus(store):
+async def test_a_forged_end_of_a_running_job_does_not_free_its_gpus(store, deliver):
     s = scheduler(store)
     executor = JobLedger(store, None, "/executor")
     await JobLedger(store, None, "/submit").append("j1", submitted("j1"))
@@ -61,19 +74,19 @@ async def test_a_forged_end_of_a_running_job_does_not_free_its_gpus(store):
     await s.ledger.append("j1", JobPlaced(job_id="j1", attempt=1, placements=placement))  # its own write
     started = await executor.append("j1", JobStarted(job_id="j1", attempt=1, node="n", replicas=[0]))
     await s.load()
-    await s.on_job_event(started.event, bus_message(3))
+    await deliver(s, started.event, 3)
     forged = make_event(JobSucceeded(job_id="j1", attempt=1), source="/forger")
-    await s.on_job_event(forged, bus_message(4))  # the next version, as a real end would be
+    await deliver(s, forged, 4)  # the next version, as a real end would be
     await s.refresh_dirty()
     assert s.view.jobs["j1"].state == JobState.RUNNING
     assert [a.job.job_id for a in s.view.held.allocations()] == ["j1"]
     ended = await executor.append("j1", JobSucceeded(job_id="j1", attempt=1))  # the real end, at version 4
-    await s.on_job_event(ended.event, bus_message(4))
+    await deliver(s, ended.event, 4)
     await s.refresh_dirty()
     assert "j1" not in s.view.jobs and not s.view.held.allocations()
 
 
-async def test_a_forged_submission_or_placement_changes_no_queue(store):
+async def test_a_forged_submission_or_placement_changes_no_queue(store, deliver):
     await JobLedger(store, None, "/submit").append("j1", submitted("j1"))
     s = scheduler(store)
     await s.load()
@@ -82,8 +95,8 @@ async def test_a_forged_submission_or_placement_changes_no_queue(store):
         JobPlaced(job_id="j1", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")]),
         source="/forger",
     )
-    await s.on_job_event(ghost, bus_message(1))
-    await s.on_job_event(placed, bus_message(2))
+    await deliver(s, ghost, 1)
+    await deliver(s, placed, 2)
     await s.refresh_dirty()
     assert set(s.view.jobs) == {"j1"} and s.view.jobs["j1"].state == JobState.QUEUED
     assert [r.job_id for r in s.view.queue()] == ["j1"] and not s.view.held.allocations()
