@@ -1,5 +1,5 @@
 """The submit service's context in process, for the API's unit tests: a real embedded event store and log
-store, tokens from a file; no NATS (events are stored, not published)."""
+store, tokens from a file (or as given); no NATS (events are stored, not published)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from fastapi import FastAPI
+
+from services.submit.app import create_app
 from services.submit.context import SubmitContext
+from services.submit.fastpath import FastSubmit
 from shared.ledger import JobLedger
-from shared.logstore import open_log_store
+from shared.logstore import LogStore, open_log_store
 from shared.modelregistry import ModelRegistry
 from shared.modelstore import ModelStore
-from shared.store import open_store
+from shared.store import EventStore, open_store
 from shared.tokens import Tokens
 
 TOKENS = {
@@ -26,23 +30,42 @@ TOKENS = {
 
 @contextlib.contextmanager
 def submit_context(
-    tmp_path: Path, tokens: dict = TOKENS, *, models: bool = False, **fields
+    tmp_path: Path, tokens: dict | Tokens = TOKENS, *, models: bool = False, **fields
 ) -> Iterator[SubmitContext]:
-    """`models`: with a model registry (its files under tmp_path/models); `fields`: SubmitContext's others."""
+    """Its files in `tmp_path` (made if missing: two contexts can take two sub-folders of one tmp_path);
+    `tokens`: the table written to tmp_path/tokens.json, or a `Tokens` taken as it is; `models`: with a model
+    registry (its files under tmp_path/models); `fields`: SubmitContext's others. Its stores are closed after."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": tokens}))
+    logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
+    if not isinstance(tokens, Tokens):
+        tokens_file = tmp_path / "tokens.json"
+        tokens_file.write_text(json.dumps({"tokens": tokens}))
+        tokens = Tokens(tokens_file)
     if models:
         fields["models"] = ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models")))
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
-        **fields,
-    )
     try:
-        yield context
+        yield _context(store, logs, tokens, **fields)
     finally:
         asyncio.run(store.close())
-        asyncio.run(context.logs.close())
+        asyncio.run(logs.close())
+
+
+def another_instance(ctx: SubmitContext, tokens: Tokens) -> SubmitContext:
+    """A second submit instance on `ctx`'s stores (two on one machine): its own ledger, reading of the tokens,
+    queue count and telemetry. `ctx`'s `submit_context` closes the stores."""
+    return _context(ctx.store, ctx.logs, tokens)
+
+
+def _context(store: EventStore, logs: LogStore, tokens: Tokens, **fields) -> SubmitContext:
+    return SubmitContext(
+        store=store, ledger=JobLedger(store, None, "/test"), tokens=tokens, logs=logs, **fields
+    )
+
+
+def submit_app(ctx: SubmitContext, fast: bool = True) -> FastAPI:
+    """The submit API on `ctx`; `fast=False`: without its fast path for `POST /v1/jobs` (the route takes all)."""
+    app = create_app(ctx)
+    if not fast:
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not FastSubmit]
+    return app

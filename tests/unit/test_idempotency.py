@@ -4,19 +4,14 @@ key with another request is refused with a reason."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from services.submit.fastpath import FastSubmit
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
 from shared.tokens import Tokens
+from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-vision2=vision:bo,tok-nlp=nlp:cy")
 SPEC = {"name": "train", "command": ["python", "train.py"], "resources": {"gpus": 1}}
@@ -27,27 +22,17 @@ def headers(token: str = "tok-vision", key: str | None = "key-1") -> dict:
     return out | ({"Idempotency-Key": key} if key else {})
 
 
-class Service:
+class Service(contextlib.ExitStack):
     """The submit app on an embedded store in `tmp_path`; a new Service on the same path is a restart."""
 
     def __init__(self, tmp_path, fast: bool = True):
-        self.store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-        self.logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
-        ctx = SubmitContext(
-            store=self.store, ledger=JobLedger(self.store, None, "/test"), tokens=TOKENS, logs=self.logs
-        )
-        self.app = create_app(ctx)
-        if not fast:
-            self.app.user_middleware = [m for m in self.app.user_middleware if m.cls is not FastSubmit]
+        super().__init__()
+        self.tmp_path, self.fast = tmp_path, fast
 
     def __enter__(self) -> TestClient:
-        self.client = TestClient(self.app).__enter__()
-        return self.client
-
-    def __exit__(self, *exc) -> None:
-        self.client.__exit__(*exc)
-        asyncio.run(self.store.close())
-        asyncio.run(self.logs.close())
+        super().__enter__()
+        ctx = self.enter_context(submit_context(self.tmp_path, TOKENS))
+        return self.enter_context(TestClient(submit_app(ctx, self.fast)))
 
 
 def post(client: TestClient, body=SPEC, **kw):

@@ -19,18 +19,14 @@ from gpuyard import cli
 from gpuyard.client import Client
 from services.executor import jobenv
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
 from shared.events import JobPlaced, JobStarted, JobSubmitted, JobSucceeded, ReplicaPlacement
 from shared.jobspec import JobSpec
 from shared.jobtokens import JobTokenError, ensure_secret, sign, verify
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.modelregistry import ModelRegistry, stream_id
+from shared.modelregistry import stream_id
 from shared.modelstore import ChecksumMismatch, ModelStore, ModelStoreError, load, load_to, sha256_of
 from shared.onnxsig import InvalidModel, read_signature
-from shared.store import open_store
-from shared.tokens import Tokens
 from tests.unit.onnxmodels import tiny_model
+from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}
@@ -209,23 +205,16 @@ def test_each_replica_gets_its_jobs_token_and_the_api_url_never_the_secret(tmp_p
 
 @pytest.fixture
 def ctx(tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": TOKENS}))
     ensure_secret(tmp_path / "publish.key")
-    context = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=Tokens(tokens_file),
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")),
+    with submit_context(
+        tmp_path,
+        TOKENS,
+        models=True,
         max_body_bytes=4096,
-        models=ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models"))),
         max_model_bytes=1 << 20,
         publish_secret_file=tmp_path / "publish.key",
-    )
-    yield context
-    asyncio.run(store.close())
-    asyncio.run(context.logs.close())
+    ) as context:
+        yield context
 
 
 @pytest.fixture

@@ -9,9 +9,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
 from services.submit.context import SubmitContext
-from services.submit.fastpath import FastSubmit
 from services.submit.queuedepth import RETRY_AFTER_UNKNOWN, QueueDepth, QueueFull
 from shared.events import (
     JobCancelled,
@@ -24,9 +22,8 @@ from shared.events import (
 )
 from shared.jobspec import JobSpec
 from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
 from shared.tokens import Tokens
+from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-nlp=nlp:bo")
 SPEC = {"command": "true", "resources": {"gpus": 1}}
@@ -61,22 +58,11 @@ def cancelled(job_id: str):
 
 @pytest.fixture(params=[True, False], ids=["fast path", "route"])
 def service(request, tmp_path):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
-    ctx = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=TOKENS,
-        logs=logs,
-        queue=QueueDepth(limit=2, per_tenant={"nlp": 3}),
-    )
-    app = create_app(ctx)
-    if not request.param:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not FastSubmit]
-    with TestClient(app) as client:
+    with (
+        submit_context(tmp_path, TOKENS, queue=QueueDepth(limit=2, per_tenant={"nlp": 3})) as ctx,
+        TestClient(submit_app(ctx, request.param)) as client,
+    ):
         yield client, ctx
-    asyncio.run(store.close())
-    asyncio.run(logs.close())
 
 
 def post(client, token="tok-vision", key=None):

@@ -3,19 +3,15 @@ cannot take as it is to the route (which explains what is wrong)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from services.submit.context import SubmitContext
 from services.submit.fastpath import FastSubmit
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
 from shared.tokens import Tokens
+from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-admin=ops:root:admin")
 SPEC = {"name": "train", "command": ["python", "train.py"], "resources": {"gpus": 0.5}}
@@ -53,19 +49,10 @@ REQUESTS = [
 ]  # fmt: skip
 
 
-def build(tmp_path, name: str, fast: bool):
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / name}"))
-    ctx = SubmitContext(
-        store=store,
-        ledger=JobLedger(store, None, "/test"),
-        tokens=TOKENS,
-        logs=asyncio.run(open_log_store(f"sqlite:///{tmp_path / ('logs-' + name)}")),
-        max_body_bytes=65536,
-    )
-    app = create_app(ctx)
-    if not fast:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not FastSubmit]
-    return store, app
+@contextlib.contextmanager
+def build(tmp_path, fast: bool):
+    with submit_context(tmp_path, TOKENS, max_body_bytes=65536) as ctx:
+        yield submit_app(ctx, fast)
 
 
 @pytest.fixture
@@ -93,31 +80,27 @@ def send(client: TestClient, headers: dict, body):
 
 
 def test_the_fast_path_answers_as_the_route_and_leaves_the_rest_to_it(tmp_path, taken):
-    fast_store, fast_app = build(tmp_path, "fast.db", fast=True)
-    route_store, route_app = build(tmp_path, "route.db", fast=False)
-    try:
-        with TestClient(fast_app) as fast, TestClient(route_app) as route:
-            for what, headers, body, takes in REQUESTS:
-                seen = len(taken)
-                assert send(fast, headers, body) == send(route, headers, body), what
-                assert len(taken) == seen + 1 and (taken[-1] is not None) == takes, (
-                    what
-                )  # (route: no fast path)
-            jobs = [fast.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"]]
-            jobs.append(route.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"])
-            # the same jobs were queued (one per accepted request, the repeated key once), with the same content
-            assert [(j["tenant"], j["user"], j["spec"]) for j in jobs[0]] == [
-                (j["tenant"], j["user"], j["spec"]) for j in jobs[1]
-            ]
-            assert len(jobs[0]) == 5
-    finally:
-        asyncio.run(fast_store.close())
-        asyncio.run(route_store.close())
+    with (
+        build(tmp_path / "fast", fast=True) as fast_app,
+        build(tmp_path / "route", fast=False) as route_app,
+        TestClient(fast_app) as fast,
+        TestClient(route_app) as route,
+    ):
+        for what, headers, body, takes in REQUESTS:
+            seen = len(taken)
+            assert send(fast, headers, body) == send(route, headers, body), what
+            assert len(taken) == seen + 1 and (taken[-1] is not None) == takes, what  # (route: no fast path)
+        jobs = [fast.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"]]
+        jobs.append(route.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"])
+        # the same jobs were queued (one per accepted request, the repeated key once), with the same content
+        assert [(j["tenant"], j["user"], j["spec"]) for j in jobs[0]] == [
+            (j["tenant"], j["user"], j["spec"]) for j in jobs[1]
+        ]
+        assert len(jobs[0]) == 5
 
 
 def test_other_routes_and_methods_pass_through(tmp_path, taken):
-    store, app = build(tmp_path, "events.db", fast=True)
-    try:
+    with build(tmp_path, fast=True) as app:
         with TestClient(app) as client:
             assert client.get("/v1/jobs", headers={"Authorization": "Bearer tok-vision"}).status_code == 200
             assert (
@@ -126,5 +109,3 @@ def test_other_routes_and_methods_pass_through(tmp_path, taken):
             )
             assert client.get("/healthz").json()["status"] == "ok"
         assert taken == []
-    finally:
-        asyncio.run(store.close())

@@ -3,7 +3,6 @@ admins through the API and the CLI; a revocation or an expiry counts on the very
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -16,11 +15,8 @@ from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.up import ensure_admin_token
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.store import open_store
 from shared.tokens import TokenRefused, Tokens
+from tests.unit.submitctx import another_instance, submit_context
 
 LEGACY = {
     "tokens": {
@@ -47,20 +43,12 @@ def tokens_file(tmp_path):
 @pytest.fixture
 def instances(tmp_path, tokens_file):
     """Two submit apps, each with its own reading of the one tokens file (two instances on one machine)."""
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
-    apps = [
-        create_app(
-            SubmitContext(
-                store=store, ledger=JobLedger(store, None, "/test"), tokens=Tokens(tokens_file), logs=logs
-            )
-        )
-        for _ in range(2)
-    ]
-    with TestClient(apps[0]) as a, TestClient(apps[1]) as b:
+    with (
+        submit_context(tmp_path, Tokens(tokens_file)) as ctx,
+        TestClient(create_app(ctx)) as a,
+        TestClient(create_app(another_instance(ctx, Tokens(tokens_file)))) as b,
+    ):
         yield a, b
-    asyncio.run(store.close())
-    asyncio.run(logs.close())
 
 
 @pytest.fixture
@@ -189,18 +177,13 @@ def test_a_tokens_file_that_cannot_be_read_refuses_its_tokens_until_fixed(api, t
 
 def test_tokens_set_by_the_settings_are_not_revoked_here(tmp_path):
     settings_only = Tokens(None, "tok-admin=ops:root:admin")
-    store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
-    logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
-    ctx = SubmitContext(store=store, ledger=JobLedger(store, None, "/test"), tokens=settings_only, logs=logs)
-    with TestClient(create_app(ctx)) as api:
+    with submit_context(tmp_path, settings_only) as ctx, TestClient(create_app(ctx)) as api:
         [entry] = api.get("/v1/admin/tokens", headers=ADMIN).json()
         assert entry["inline"] is True
         refused = api.delete(f"/v1/admin/tokens/{entry['id']}", headers=ADMIN)
         assert refused.status_code == 409 and "GPUYARD_TOKENS" in refused.json()["detail"]
         no_file = api.post("/v1/admin/tokens", json={"tenant": "nlp"}, headers=ADMIN)
         assert no_file.status_code == 409 and "GPUYARD_TOKENS_FILE" in no_file.json()["detail"]
-    asyncio.run(store.close())
-    asyncio.run(logs.close())
 
 
 # ---------------------------------------------------------------- the CLI, against the real app
