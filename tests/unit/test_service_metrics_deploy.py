@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import httpx
@@ -25,6 +24,7 @@ from services.serving.routing import Routes
 from shared.busmetrics import OUTCOMES, BusMetrics, ConsumerLag
 from shared.servicemetrics import render, service_registry
 from shared.tokens import Tokens
+from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "gpuyard-services-dashboard.json"
@@ -128,9 +128,7 @@ def exported_names() -> set[str]:
 
 def test_the_services_dashboard_queries_only_what_the_services_export():
     dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    exprs += [v["definition"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
-    used = {name for e in exprs for name in re.findall(r"\b(?:gpuyard_\w+|process_\w+)", e)}
+    used = queried_metrics(dashboard, "gpuyard_", "process_")
     assert {
         "gpuyard_bus_events_handled_total",
         "gpuyard_bus_consumer_pending_messages",

@@ -4,7 +4,6 @@ config targets the monitor's port and the pods the DaemonSet annotates."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from services.monitor.metrics import make_registry
 from services.monitor.platform import PlatformFigures, PlatformSnapshot, TenantQueue, TenantQuota
 from shared.events import GpuHolder, GpuReading, GpuSample, make_event
 from shared.settings import MonitorSettings
+from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "gpuyard-dashboard.json"
@@ -59,9 +59,7 @@ def exported_names() -> set[str]:
 
 def test_the_dashboard_queries_only_what_the_monitor_exports():
     dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    exprs += [v["definition"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
-    used = {name for e in exprs for name in re.findall(r"\b(?:DCGM_FI_\w+|gpuyard_\w+)", e)}
+    used = queried_metrics(dashboard, "DCGM_FI_", "gpuyard_")
     assert {
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_FB_USED",
