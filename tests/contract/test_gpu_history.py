@@ -13,11 +13,12 @@ import math
 
 import pytest
 
-from shared.events import GpuHolder, GpuReading
+from shared.events import GpuHolder
 from shared.gpuhistory import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history
 from shared.store import open_store
 from shared.usage import group, job_usages
 from tests.contract.conftest import BACKENDS, fresh_mongo_url
+from tests.unit.gpureadings import reading
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
 HOUR = 3600.0
@@ -44,17 +45,6 @@ async def history(store_url) -> GpuHistory:
     h = await open_gpu_history(store_url)
     yield h
     await h.close()
-
-
-def reading(index: int, util: float | None, *holders: GpuHolder, mem: int = 1000) -> GpuReading:
-    return GpuReading(
-        index=index,
-        uuid=f"GPU-{index}",
-        utilization_pct=util,
-        memory_used_bytes=mem,
-        memory_total_bytes=4000,
-        holders=list(holders),
-    )
 
 
 def job(job_id: str, fraction: float = 1.0, tenant: str = "vision", user: str = "ana") -> GpuHolder:

@@ -11,25 +11,15 @@ from pymongo.errors import BulkWriteError
 
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
-from shared.events import GpuHolder, GpuReading, GpuSample, make_event
+from shared.events import GpuHolder, GpuSample, make_event
 from shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
 from shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
 from shared.settings import MonitorSettings
 from shared.store import StoreUnavailable
+from tests.unit.gpureadings import reading
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
 HOUR = 3600.0
-
-
-def reading(index: int, util: float | None, *holders: GpuHolder, mem: int = 1000) -> GpuReading:
-    return GpuReading(
-        index=index,
-        uuid=f"GPU-{index}",
-        utilization_pct=util,
-        memory_used_bytes=mem,
-        memory_total_bytes=4000,
-        holders=list(holders),
-    )
 
 
 def job(job_id: str, fraction: float = 1.0, tenant: str = "vision") -> GpuHolder:
