@@ -456,8 +456,11 @@ class Bus:
 
     async def subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Subscription:
         """Core NATS: every message on `subject` from now on, to this process alone, not stored, not acked
-        (heartbeats, live views). Unsubscribe with `await sub.unsubscribe()`."""
-        return await self.nc.subscribe(subject, cb=cb)
+        (heartbeats, live views). Unsubscribe with `await sub.unsubscribe()`. Returns once the server holds
+        the subscription (a flush's round trip): a message published after that reaches `cb`."""
+        sub = await self.nc.subscribe(subject, cb=cb)
+        await self.nc.flush()
+        return sub
 
     async def dead_letters(self, limit: int) -> list[DeadLetter]:
         """The newest dead letters first, at most `limit`, each with the consumer, subject and error."""

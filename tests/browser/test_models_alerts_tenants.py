@@ -11,6 +11,7 @@ import contextlib
 import csv
 import io
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -118,14 +119,31 @@ def raise_gpu_xid(yard, node: str) -> None:
         thread.submit(asyncio.run, go()).result(timeout=30)
 
 
+def wait_until_active(board, alert_id: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while alert_id not in {a["alert_id"] for a in board.api("GET", "/v1/alerts?state=active")["items"]}:
+        assert time.monotonic() < deadline, f"{alert_id} was not raised in {timeout} s"
+        time.sleep(0.2)
+
+
 def test_an_alert_shows_live_to_admins_and_the_usage_chart_has_a_jobs_gpu_hours(dashboard, yard):
     vision = dashboard("vision")
     job = vision.api("POST", "/v1/jobs", json={"name": "burn", "command": BURN, "resources": {"gpus": 1}})
     admin = dashboard("admin")
     page = admin.page
+    stream = "**/v1/events/stream*"
+    page.route(stream, lambda route: route.abort())  # the page's event stream is down at first
     page.goto("/alerts")
     expect(page.locator("#alerts-active .empty, #alerts-active table")).to_be_visible()
+    expect(page.locator("#live")).to_have_text("reconnecting…")
     page.evaluate("window.__stayed = true")
+    missed = "node-unseen"
+    raise_gpu_xid(yard, missed)  # while the stream is down: no alert.raised reaches the page
+    wait_until_active(admin, f"gpu_xid/{missed}/0")
+    page.unroute(stream)
+    expect(page.locator("#live")).to_have_text("live", timeout=10_000)
+    row = page.locator(f"#alerts-active tr[data-alert='gpu_xid/{missed}/0']")
+    expect(row).to_contain_text("critical")  # reloaded once the stream is back, not a minute later
     node = "node-ghost"
     raise_gpu_xid(yard, node)
     row = page.locator(f"#alerts-active tr[data-alert='gpu_xid/{node}/0']")

@@ -64,15 +64,20 @@ const EVENT_TYPES = (document.querySelector('meta[name="event-types"]')?.content
 const streams = new Map(); // subject filter -> {source, listeners}
 
 /** Call `fn(event)` for each CloudEvent of the platform's stream matching `subject` (a NATS filter) that the
- *  user may see. One EventSource per filter and page, reconnecting by itself. */
-export function onEvent(fn, subject = ">") {
+ *  user may see, and `opened()` each time the stream (re)connects: what happened before, or while it was
+ *  down, never comes through it. One EventSource per filter and page, reconnecting by itself. */
+export function onEvent(fn, subject = ">", opened = null) {
   let stream = streams.get(subject);
   if (!stream) {
-    stream = { listeners: new Set(), source: connect(subject) };
+    stream = { listeners: new Set(), openers: new Set(), source: connect(subject) };
     streams.set(subject, stream);
   }
   stream.listeners.add(fn);
-  return () => stream.listeners.delete(fn);
+  if (opened) stream.openers.add(opened);
+  return () => {
+    stream.listeners.delete(fn);
+    stream.openers.delete(opened);
+  };
 }
 
 function connect(subject) {
@@ -83,6 +88,7 @@ function connect(subject) {
       live.textContent = "live";
       live.className = "live on";
     }
+    for (const fn of streams.get(subject)?.openers ?? []) fn();
   };
   source.onerror = () => {
     if (live) {
@@ -133,7 +139,7 @@ export function throttle(fn, ms = 500) {
 export function keepFresh(load, { subject = ">", filter = () => true, everyMs = 0 } = {}) {
   const run = throttle(load, 400);
   run();
-  onEvent((e) => filter(e) && run(), subject);
+  onEvent((e) => filter(e) && run(), subject, run); // (and again once live: nothing missed before)
   if (everyMs) setInterval(run, everyMs);
   return run;
 }

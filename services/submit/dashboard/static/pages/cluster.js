@@ -442,7 +442,7 @@ onEvent((e) => {
   const known = nodes.get(e.data.node);
   if (kind(e) === "node.heartbeat" && known && known.state !== "lost") return; // its figures come with its samples
   reloadNodes();
-}, "node.>");
+}, "node.>", () => reloadNodes());
 
 loadNodes();
 setInterval(reloadNodes, 30_000); // (a missed event, a node's heartbeat age)

@@ -226,4 +226,4 @@ const logs = {
 
 load();
 const refresh = throttle(load, 300);
-onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>");
+onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>", () => refresh());

@@ -333,7 +333,7 @@ onEvent((e) => {
     return;
   }
   reloadNodes();
-}, "node.>");
+}, "node.>", () => reloadNodes());
 
 onEvent((e) => {
   if (kind(e) !== "gpu.sample") return;
@@ -346,7 +346,7 @@ onEvent((e) => {
 }, "gpu.>");
 
 const JOB_MOVES = ["job.placed", "job.started", "job.succeeded", "job.failed", "job.cancelled", "job.requeued"];
-onEvent((e) => JOB_MOVES.includes(kind(e)) && reloadJobs(), "job.>");
+onEvent((e) => JOB_MOVES.includes(kind(e)) && reloadJobs(), "job.>", () => reloadJobs());
 
 setInterval(() => {
   for (const el of listEl.querySelectorAll(".heartbeat")) {
