@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 Decide = Callable[[JobView | None], EventData | None]
 MAX_CONFLICT_RETRIES = 8
 CACHED_JOBS = 20_000
+ENDED_JOBS = 512
+"""Jobs that just ended whose views are kept apart (the least recently ended go first): a job's last events
+often come from the bus after a read that already found them (its start, its exit and its end, read at once),
+and each would otherwise cost a read of the job's whole stream."""
 
 
 @dataclass(slots=True)
@@ -154,6 +158,7 @@ class JobLedger:
         source: str,
         *,
         cached_jobs: int = CACHED_JOBS,
+        ended_jobs: int = ENDED_JOBS,
         publishes: frozenset[Subject] | None = None,
     ):
         """`publishes`: the subjects this service may publish (`shared.buspermissions`); its outbox relay
@@ -167,6 +172,9 @@ class JobLedger:
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
         self._known: OrderedDict[str, _Known] = OrderedDict()
+        self.ended_jobs = ended_jobs
+        self._ended: OrderedDict[str, _Known] = OrderedDict()
+        """Final views, apart from the live ones: never in the way of a live job, and few."""
         self._turns = _Turns()
 
     async def load(self, job_id: str) -> JobView | None:
@@ -176,8 +184,11 @@ class JobLedger:
     async def events(self, job_id: str) -> list[CloudEvent]:
         return [s.event for s in await self.store.read_stream(job_id)]
 
+    def _cached(self, job_id: str) -> _Known | None:
+        return self._known.get(job_id) or self._ended.get(job_id)
+
     async def _catch_up(self, job_id: str) -> _Known | None:
-        known = self._known.get(job_id)
+        known = self._cached(job_id)
         newer = await self.store.read_stream(job_id, after_version=known.view.version if known else 0)
         if newer:
             view, ids = (known.view, set(known.event_ids)) if known else (None, set())
@@ -212,7 +223,7 @@ class JobLedger:
         job_id = getattr(event.data, "job_id", None)
         if not job_id or job_id != event.subject:
             return None
-        known = self._known.get(job_id)
+        known = self._cached(job_id)
         if fresh or known is None or event.id not in known.event_ids:
             known = await self._catch_up(job_id)
         return known.view if known is not None and event.id in known.event_ids else None
@@ -223,12 +234,16 @@ class JobLedger:
 
     def knows(self, job_id: str, event_id: str) -> JobView | None:
         """`known` for an event given by its job's and its own id."""
-        known = self._known.get(job_id)
+        known = self._cached(job_id)
         return known.view if known is not None and event_id in known.event_ids else None
 
     def _remember(self, job_id: str, known: _Known) -> None:
         if known.view.state.terminal:
             self._known.pop(job_id, None)  # final: nothing more to decide on it; the store has it
+            self._ended[job_id] = known  # (but its last events may still come from the bus)
+            self._ended.move_to_end(job_id)
+            while len(self._ended) > self.ended_jobs:
+                self._ended.popitem(last=False)
             return
         self._known[job_id] = known
         self._known.move_to_end(job_id)
@@ -299,7 +314,7 @@ class JobLedger:
             staged: list[tuple[int, _Known | None, JobView | None, list[CloudEvent], JobView]] = []
             for i in pending:
                 d = decisions[i]
-                known = self._known.get(d.job_id) if cached and round_ == 0 else None
+                known = self._cached(d.job_id) if cached and round_ == 0 else None
                 if known is None and not (new and round_ == 0):
                     known = await self._catch_up(d.job_id)
                 decided = self._stage(d, known)
@@ -464,7 +479,7 @@ class JobLedger:
         job_id = event.subject or ""
         tenant = getattr(event.data, "tenant", None) or tenants.get(job_id)
         if tenant is None:
-            known = self._known.get(job_id)
+            known = self._cached(job_id)
             if known is not None:
                 tenant = known.view.tenant
             else:

@@ -429,3 +429,35 @@ async def test_the_cache_holds_live_jobs_up_to_its_size_and_no_final_one(store):
     assert all(int(job[1:]) % 2 == 0 for job in cached)  # live ones only
     assert (await ledger.load("j1")).state == JobState.CANCELLED  # a final job is read from the store
     assert "j1" not in ledger._known
+
+
+async def test_the_last_events_of_a_job_that_ended_cost_no_read_when_they_come_again(store):
+    """A reader often finds a job's start, exit and end in one read (they are written together), then gets each
+    of them from the bus: the job has ended and left the live cache, and its whole stream used to be read
+    again for each. The few that ended last are kept apart, so those events are known without a read."""
+    from shared.events import JobSucceeded
+
+    writer, reader = JobLedger(store, None, "/executor"), JobLedger(store, None, "/scheduler", ended_jobs=2)
+    counted = reader.store = CountingStore(store)
+    jobs = [f"job{k}" for k in range(3)]
+    ends = {}
+    for job in jobs:
+        spec = JobSpec(command="true")
+        await writer.append(
+            job, JobSubmitted(job_id=job, name="n", tenant="t", user="u", spec=spec), new=True
+        )
+        assert (await reader.load(job)).state == JobState.QUEUED  # (the scheduler reads the new job)
+        place = JobPlaced(job_id=job, attempt=1, placements=[ReplicaPlacement(replica=0, node="n1")])
+        await writer.append(job, place)
+        await writer.append(job, JobStarted(job_id=job, attempt=1, node="n1", replicas=[0]))
+        ends[job] = (await writer.append(job, JobSucceeded(job_id=job, attempt=1))).event
+        assert (await reader.load(job)).state == JobState.SUCCEEDED  # placed, started, ended: one read
+    reads = counted.reads
+    for job in jobs[1:]:  # the two that ended last: known, with their final view
+        assert reader.knows(job, ends[job].id).state == JobState.SUCCEEDED
+        assert (await reader.stored(ends[job])).state == JobState.SUCCEEDED
+        assert (await reader.load(job)).state == JobState.SUCCEEDED
+    assert counted.reads - reads == 2  # the two loads, each of nothing newer
+    assert counted.read == 3 * (1 + 3)  # every event read once: each submission, then the rest together
+    assert reader.knows(jobs[0], ends[jobs[0]].id) is None  # beyond the bound: the store will say
+    assert jobs[0] not in reader._known and list(reader._ended) == jobs[1:]

@@ -1,11 +1,12 @@
 """The executor's memory stays flat: what it keeps per attempt is dropped once the attempt is over, however
-many jobs the node has run."""
+many jobs the node has run (but the ledger's few jobs that ended last, a fixed number)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from shared.events import JobSucceeded
+from shared.ledger import ENDED_JOBS
 from tests.unit.containers import containers
 
 JOBS = 5000
@@ -30,5 +31,6 @@ async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
     sizes = containers(ex, "executor", ("services.executor", "shared.ledger", "shared.logstore"), 3)
     assert "executor.backend.replicas" in sizes  # the walk reaches the backend's state too
     assert "executor.ledger._known" in sizes  # and the ledger's cache of job views
+    assert sizes.pop("executor.ledger._ended") == ENDED_JOBS  # the last to end, however many did
     assert {path: n for path, n in sizes.items() if n > SMALL} == {}
     assert len(asyncio.all_tasks()) <= tasks_before

@@ -1,6 +1,6 @@
 """The scheduler's memory stays flat: after thousands of jobs have come and gone, nothing it keeps per job
 (its view, the core's held cluster and queue, the ledger's cache and turns, the reasons it sent) holds a
-finished job, for the leader and for a follower alike."""
+finished job, for the leader and for a follower alike, but the ledger's few that ended last (a fixed number)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from shared.bus import VERSION_HEADER
 from shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState
-from shared.ledger import Decision, JobLedger
+from shared.ledger import ENDED_JOBS, Decision, JobLedger
 from shared.settings import SchedulerSettings
 from shared.store import open_store
 from tests.unit.containers import containers
@@ -94,6 +94,7 @@ async def test_no_finished_job_stays_in_the_scheduler_after_5000_jobs(tmp_path):
     for scheduler in schedulers:
         sizes = containers(scheduler, "scheduler", ("services.scheduler", "shared.ledger"), 4)
         assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
+        assert sizes.pop("scheduler.ledger._ended") == ENDED_JOBS  # the last to end, however many did
         grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}
         assert grown == {}, "leader" if scheduler is leader else "follower"
     await store.close()
