@@ -83,6 +83,7 @@ HOLDER_HEADER = "Gpuyard-Holder"  # who holds a placement's replicas (JobPlaced.
 ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 CONSUMER_INFO_TIMEOUT = 2.0  # seconds a consumer's info may take to come (the backlog of /metrics)
+SUBSCRIBE_FLUSH_SECONDS = 2.0  # most a core subscription waits for the server to confirm it (`Bus.subscribe`)
 CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
 
 
@@ -457,9 +458,14 @@ class Bus:
     async def subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Subscription:
         """Core NATS: every message on `subject` from now on, to this process alone, not stored, not acked
         (heartbeats, live views). Unsubscribe with `await sub.unsubscribe()`. Returns once the server holds
-        the subscription (a flush's round trip): a message published after that reaches `cb`."""
+        the subscription (two round trips): a message published after that reaches `cb`. With the server away
+        it returns within twice SUBSCRIBE_FLUSH_SECONDS: the client subscribes again when it reconnects."""
         sub = await self.nc.subscribe(subject, cb=cb)
-        await self.nc.flush()
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            # nats-py writes a flush's PING ahead of what is still buffered (this SUB): the first round trip
+            # sends the SUB out, the second one's PONG comes after the server has taken it
+            for _ in range(2):
+                await self.nc.flush(timeout=SUBSCRIBE_FLUSH_SECONDS)
         return sub
 
     async def dead_letters(self, limit: int) -> list[DeadLetter]:

@@ -58,7 +58,9 @@ async def event_stream(
     """Server-Sent Events: every new event matching the filter, as CloudEvents JSON, for integrations that
     cannot reach NATS (and the dashboard). A tenant receives the events of its own jobs and models, the alerts
     about its jobs, and GPU samples with other tenants' holders blanked. Job events' NATS subjects end with
-    their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`."""
+    their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`. The response starts (`:
+    connected`) once the server listens: every event published after that comes; one from before never does,
+    so a client that shows state reads it again each time it (re)connects."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
     subjects = _subjects(subject)

@@ -6,6 +6,7 @@ These cannot be proven with an in-memory broker (acks would be no-ops), so they 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -456,3 +457,46 @@ async def test_a_watch_goes_on_after_nats_restarts(nats_server):
         await eventually(lambda: since == ["old", "after", "later"] and now == ["after", "later"])
     finally:
         await bus.close()
+
+
+async def test_a_core_subscription_is_held_when_subscribe_returns_and_comes_back_after_a_restart(nats_server):
+    """`Bus.subscribe` returns once the server holds the subscription, so a message published by another
+    connection right after it is delivered (the live event stream sends its headers only then); with the server
+    away it still returns, and the subscription is made again on reconnection."""
+    listener, sender = await connect(nats_server.url), await connect(nats_server.url)
+    got: list[bytes] = []
+
+    async def on_msg(msg) -> None:
+        got.append(msg.data)
+
+    try:
+        for k in range(5):  # each publish leaves before the event loop turns again
+            await listener.subscribe(f"node.test{k}", on_msg)
+            publish_now(nats_server.url, f"node.test{k}", str(k).encode())
+        await eventually(lambda: sorted(got) == [str(k).encode() for k in range(5)])
+
+        await asyncio.to_thread(nats_server.stop)
+        async with asyncio.timeout(10):  # (it does not wait for a server that is not there)
+            await listener.subscribe("node.later", on_msg)
+        await asyncio.to_thread(nats_server.start)
+        async with asyncio.timeout(20):
+            while b"later" not in got:  # once both have reconnected
+                with contextlib.suppress(Exception):
+                    await sender.nc.publish("node.later", b"later")
+                await asyncio.sleep(0.2)
+    finally:
+        await listener.close()
+        await sender.close()
+
+
+def publish_now(url: str, subject: str, data: bytes) -> None:
+    """Publish from a plain blocking socket, and return once the server has taken it: nothing else of the
+    test's event loop runs meanwhile (a subscription still waiting in a client's buffer gets nothing)."""
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock, sock.makefile("rb") as lines:
+        lines.readline()  # the server's INFO
+        sock.sendall(
+            b'CONNECT {"verbose":false}\r\nPUB %s %d\r\n%s\r\nPING\r\n' % (subject.encode(), len(data), data)
+        )
+        while lines.readline() not in (b"PONG\r\n", b""):
+            pass
