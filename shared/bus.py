@@ -73,10 +73,11 @@ from shared.events import (
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[CloudEvent, Msg], Awaitable[None]]  # (the event is None for a watch with decode=False)
+Handler = Callable[[CloudEvent | None, Msg], Awaitable[None]]  # (None: a watch with decode=False)
 
 DEADLETTER_PREFIX = "deadletter."
 VERSION_HEADER = "Gpuyard-Version"
+MSG_ID_HEADER = "Nats-Msg-Id"  # the event's id: JetStream drops a second publish of it (`publish`)
 _ATTEMPT_STOP_PREFIXES = tuple(f"{subject.value}." for subject in ATTEMPT_STOPS)
 ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer may pass over it undecoded
 HOLDER_HEADER = "Gpuyard-Holder"  # who holds a placement's replicas (JobPlaced.holder), told without a decode
@@ -100,7 +101,7 @@ def entity_of(msg: Msg) -> str | None:
 
 def event_id_of(msg: Msg) -> str | None:
     """The id of a message's event, when its publisher said so (`Nats-Msg-Id`, which `Bus.publish` sets)."""
-    return (msg.headers or {}).get("Nats-Msg-Id")
+    return (msg.headers or {}).get(MSG_ID_HEADER)
 
 
 def placed_for(holder: str) -> Callable[[Msg], bool]:
@@ -289,7 +290,7 @@ class Bus:
 
     @staticmethod
     def _headers(event: CloudEvent, version: int | None) -> dict[str, str]:
-        headers = {"Nats-Msg-Id": event.id, "Content-Type": CONTENT_TYPE}
+        headers = {MSG_ID_HEADER: event.id, "Content-Type": CONTENT_TYPE}
         if event.subject:
             headers[ENTITY_HEADER] = event.subject
         if version is not None:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from services.scheduler.main import SchedulerService
-from shared.bus import ENTITY_HEADER, VERSION_HEADER
+from shared.bus import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
 from shared.events import (
     GpuInfo,
     JobCancelled,
@@ -59,7 +59,7 @@ def deliver(request):
     async def deliver(s: SchedulerService, event, version: int) -> None:
         headers = {VERSION_HEADER: str(version)}
         if request.param != "undecoded, without headers":
-            headers.update({"Nats-Msg-Id": event.id, ENTITY_HEADER: event.subject})
+            headers.update({MSG_ID_HEADER: event.id, ENTITY_HEADER: event.subject})
         msg = SimpleNamespace(headers=headers, subject=subject_of(event, "t"), data=event.to_json())
         await s.on_job_event(event if request.param == "decoded" else None, msg)
 
