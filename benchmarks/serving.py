@@ -481,17 +481,15 @@ async def closed_loop(
 
 
 def process_cpu_seconds(pid: int) -> float | None:
-    """CPU time (user and system) of every thread of process `pid` so far; None where /proc is not there (the
-    server's own process: a peer's other processes, such as Ray's, do not count)."""
+    """CPU time (user and system) of process `pid` so far, all its threads included, those that have ended too
+    (/proc/PID/stat; the per-thread files would miss those); None where /proc is not there. Only the server's own
+    process counts: a peer's other processes, such as Ray's, do not."""
     try:
-        ticks = 0
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (OSError, IndexError, ValueError):
         return None
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
