@@ -95,6 +95,10 @@ class AlertService:
         self.webhooks = webhooks
         self.book = AlertBook(store)
         self.live = live or LiveJobs(store)
+        waiting = rules.job_waiting
+        self.live.waiting_after = (
+            waiting.for_ if waiting.enabled else None
+        )  # (the queued jobs it may concern)
         self.refreshes_live = live is None
         self.engine = Engine(rules)
         self.idle = idle

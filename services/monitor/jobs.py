@@ -1,12 +1,18 @@
-"""The live jobs (queued, placed, running), kept from the event store by what changed.
+"""The live jobs: those placed or running, and the queued jobs old enough to concern the job-waiting alert;
+kept from the event store by what changed.
 
-Every `refresh` asks the store for the version of each live job (`EventStore.versions`: ids and numbers, no
-document decoded) and reads again only the jobs that are new or whose version moved; a job that left the live
-states is read once more, to see how it ended. A job still queued is not read again when only its version moved
-(what the monitor keeps of a queued job does not change while it waits: the scheduler's `job.pending` updates
-move its version), so a job is read about twice on its way: queued, then placed or running. A refresh costs
-two small queries when nothing changed, and one read per job that changed: never a scan of the whole store. From it come the holders of this node's GPUs
-(the placements of its placed and running jobs) and the platform figures (`services/monitor/platform.py`).
+Every `refresh` asks the store for the version of each of those jobs (`EventStore.versions`: ids and numbers,
+no document decoded) and reads again only the jobs that are new or whose version moved. A job still queued is
+not read again when only its version moved (what the monitor keeps of a queued job does not change while it
+waits: the scheduler's `job.pending` updates move its version). A job that left those states is dropped
+unread: how jobs end comes from the store's feed of ends (`services/monitor/ended.py`), which also sees the
+jobs this view never held (cancelled while they waited, or run whole between two refreshes).
+
+A queued job is held only once it was created `waiting_after` seconds ago (the job-waiting rule's `for`; None:
+no queued job is held), so a refresh costs work in the jobs that hold resources and in those the alert may
+concern, never in the depth of the queue: the queues' lengths and oldest waits are the store's counts
+(`services/monitor/platform.py`). From it come the holders of this node's GPUs (the placements of its placed
+and running jobs) and the platform figures.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
@@ -108,61 +114,60 @@ class LiveJobs:
         store: EventStore,
         *,
         on_started: Callable[[LiveJob], None] | None = None,
-        on_ended: Callable[[LiveJob, JobView], None] | None = None,
         reads_per_refresh: int = READS_PER_REFRESH,
+        waiting_after: float | None = None,
     ):
-        """`on_started(job)`: a job seen to start running (its first attempt) while the view watched;
-        `on_ended(job, view)`: a job seen live that reached a final state."""
+        """`on_started(job)`: a job seen to start running (its first attempt) while the view watched; whoever
+        passes it tells `ended` of every job that ends. `waiting_after`: hold the queued jobs created at least
+        this many seconds ago (None: none)."""
         self.store = store
         self.on_started = on_started
-        self.on_ended = on_ended
         self.reads_per_refresh = reads_per_refresh
+        self.waiting_after = waiting_after
         self.versions: dict[str, int] = {}
         self.jobs: dict[str, LiveJob] = {}
         self.refreshed = False
-        self._started_seen: set[str] = set()
+        self._started_seen: set[str] = set()  # told to on_started (or running when the view began), not ended
         self._held: dict[str, list[HeldGpu]] = {}  # node -> its holds, until the jobs change
 
     async def refresh(self) -> None:
-        queued = await self.store.versions(states=QUEUED_STATES)
         holding = await self.store.versions(states=HOLDING_STATES)
+        queued: dict[str, int] = {}
+        if self.waiting_after is not None:
+            cutoff = datetime.now(UTC) - timedelta(seconds=self.waiting_after)
+            queued = await self.store.versions(states=QUEUED_STATES, created_before=cutoff.isoformat())
         current = {**queued, **holding}
         gone = [job_id for job_id in self.versions if job_id not in current]
+        for job_id in gone:  # (placed, running or queued no more: dropped unread)
+            del self.versions[job_id]
+            self.jobs.pop(job_id, None)
         changed = [
             job_id
             for job_id, v in current.items()
             if self.versions.get(job_id) != v
             and not (job_id in queued and (known := self.jobs.get(job_id)) and known.state == JobState.QUEUED)
-        ]
-        changed = changed[: self.reads_per_refresh]
-        gone = gone[: max(0, self.reads_per_refresh - len(changed))]
+        ][: self.reads_per_refresh]
         limit = asyncio.Semaphore(READS_AT_ONCE)
 
-        async def read(job_id: str) -> tuple[str, JobView | None]:
+        async def read(job_id: str) -> JobView | None:
             async with limit:
                 doc = await self.store.get_projection(job_id)
             if doc is None:
-                return job_id, None
+                return None
             try:
-                return job_id, JobView.model_validate(doc)
+                return JobView.model_validate(doc)
             except ValidationError as exc:
                 log.warning("job %s: its stored view cannot be read: %s", job_id, exc)
-                return job_id, None
+                return None
 
-        results = await asyncio.gather(*(read(job_id) for job_id in [*changed, *gone]))
+        views = await asyncio.gather(*(read(job_id) for job_id in changed))
         first = not self.refreshed
-        if results:
+        if gone or changed:
             self._held.clear()
-        for job_id, view in results:
-            known = self.jobs.get(job_id)
-            if view is None or view.state.terminal or job_id not in current:
+        for job_id, view in zip(changed, views, strict=True):
+            if view is None or view.state.terminal:  # (ended since it was listed: the feed of ends tells)
                 self.versions.pop(job_id, None)
                 self.jobs.pop(job_id, None)
-                if view is not None and known is not None:
-                    self._saw_start(LiveJob.of(view), quiet=first)
-                    if view.state.terminal and self.on_ended:
-                        self.on_ended(known, view)
-                self._started_seen.discard(job_id)
                 continue
             job = LiveJob.of(view)
             self.versions[job_id] = view.version or current[job_id]
@@ -170,12 +175,21 @@ class LiveJobs:
             self._saw_start(job, quiet=first)
         self.refreshed = True
 
+    def ended(self, job_id: str) -> bool:
+        """Forget a job that ended (the feed of ends says so); True when its start was seen here (told to
+        `on_started`, or already running when the view began)."""
+        if job_id in self._started_seen:
+            self._started_seen.discard(job_id)
+            return True
+        return False
+
     def _saw_start(self, job: LiveJob, *, quiet: bool) -> None:
-        """Tell `on_started` once per job, unless it was already running when the view began (`quiet`)."""
-        if job.started_at is None or job.job_id in self._started_seen:
+        """Tell `on_started` once per job, unless it was already running when the view began (`quiet`); the
+        job is kept as seen until `ended` forgets it (without `on_started`, nothing is kept)."""
+        if self.on_started is None or job.started_at is None or job.job_id in self._started_seen:
             return
         self._started_seen.add(job.job_id)
-        if not quiet and self.on_started:
+        if not quiet:
             self.on_started(job)
 
     def held_on(self, node: str) -> list[HeldGpu]:

@@ -14,6 +14,7 @@ import logging
 import time
 
 from services.monitor.alertservice import run_alerts
+from services.monitor.ended import EndedFeed
 from services.monitor.health import HealthMarker
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
@@ -24,9 +25,11 @@ from services.monitor.sampler import NodeSampler, choose_sampler
 from shared.buspermissions import Role, permissions
 from shared.events import GpuSample, Subject, make_event
 from shared.gpuhistory import GpuHistory, open_gpu_history
+from shared.jobstate import JobState
 from shared.nvml import Nvml
 from shared.service import Service
 from shared.settings import MonitorSettings
+from shared.store import EndedJob
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +80,12 @@ class Monitor:
         self.ingest = SampleIngest()
         self.figures = PlatformFigures(settings.quotas) if self.cluster else None
         self.jobs = (
-            LiveJobs(
-                service.store,
-                on_started=self.figures.started if self.figures else None,
-                on_ended=self.figures.job_ended if self.figures else None,
-            )
+            LiveJobs(service.store, on_started=self.figures.started if self.figures else None)
             if service.store is not None
             else None
+        )
+        self.ends = (
+            EndedFeed(service.store, self.job_ended) if self.figures and service.store is not None else None
         )
         self.sampler: NodeSampler | None = choose_sampler(settings, nvml)
         self.health = HealthMarker(service, self.node)
@@ -158,11 +160,18 @@ class Monitor:
         while True:
             try:
                 await self.jobs.refresh()
-                if self.figures is not None:
-                    self.figures.update(self.jobs)
+                if self.figures is not None and self.ends is not None:
+                    await self.ends.poll()
+                    queued = [JobState.QUEUED.value]
+                    counts = await self.service.store.count_by_tenant(states=queued)
+                    oldest = await self.service.store.oldest_by_tenant(states=queued)
+                    self.figures.update(self.jobs, counts, oldest)
             except Exception as exc:  # the store away for a moment: the next refresh catches up
                 log.warning("reading the live jobs failed: %s", exc)
             await asyncio.sleep(interval)
+
+    def job_ended(self, job: EndedJob) -> None:
+        self.figures.job_ended(job, start_seen=self.jobs.ended(job.stream_id))
 
     async def sample_forever(self) -> None:
         """One sample every `sample_interval`, on a fixed beat: a late sample does not shift the next ones,

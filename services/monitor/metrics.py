@@ -202,7 +202,7 @@ class PlatformCollector:
         yield from quota.values()
         ended = CounterMetricFamily(
             "gpuyard_jobs_ended",
-            "Jobs seen reaching a final state since the monitor started.",
+            "Jobs that reached a final state since the monitor started.",
             labels=("state", "tenant"),
         )
         for (state, tenant), n in sorted(snap.ended.items()):

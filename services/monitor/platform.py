@@ -1,6 +1,8 @@
-"""The platform's figures for /metrics, from the live jobs (`services/monitor/jobs.py`): jobs by state and
-tenant, each tenant's queue (length, oldest wait), its quota (guaranteed, used, borrowed GPUs), the jobs seen
-ending, and a histogram of the wait from submit to running.
+"""The platform's figures for /metrics: jobs by state and tenant, each tenant's queue (length, oldest wait),
+its quota (guaranteed, used, borrowed GPUs), the jobs seen ending, and a histogram of the wait from submit to
+running. The placed and running jobs come from the live jobs (`services/monitor/jobs.py`), the queues from the
+store's counts (`EventStore.count_by_tenant`, `oldest_by_tenant`: no queued job is walked), the ends from the
+feed of ends (`services/monitor/ended.py`).
 
 `PlatformFigures.update` makes a new `PlatformSnapshot` after each refresh of the jobs; /metrics renders the
 latest snapshot (one object swapped whole, so a scrape in another thread never sees half of one).
@@ -17,8 +19,9 @@ from datetime import UTC, datetime
 from prometheus_client.utils import floatToGoString
 
 from services.monitor.jobs import LiveJob, LiveJobs
-from shared.jobstate import JobState, JobView
+from shared.jobstate import JobState
 from shared.quotause import NOTHING, Holding, held_gpus, quota_use
+from shared.store import EndedJob
 
 START_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
 """Seconds: the upper bounds of the submit→running histogram (+Inf after them)."""
@@ -86,28 +89,40 @@ class PlatformFigures:
     def started(self, job: LiveJob) -> None:
         """`LiveJobs.on_started`: a job's wait from submit to running."""
         if job.started_at is not None:
-            self.start_wait.observe(max(0.0, (job.started_at - job.submitted_at).total_seconds()))
+            self.observe_start(job.submitted_at, job.started_at)
 
-    def job_ended(self, job: LiveJob, view: JobView) -> None:
-        """`LiveJobs.on_ended`."""
-        self.ended[(view.state.value, view.tenant)] += 1
+    def job_ended(self, job: EndedJob, *, start_seen: bool) -> None:
+        """`EndedFeed.on_ended`; `start_seen`: its start was told to `started` (or it ran before the monitor
+        began), else it is told here, if the job ran (it ran whole between two refreshes of the live jobs)."""
+        self.ended[(job.state, job.tenant)] += 1
+        if not start_seen and job.started_at is not None:
+            self.observe_start(
+                datetime.fromisoformat(job.submitted_at), datetime.fromisoformat(job.started_at)
+            )
 
-    def update(self, jobs: LiveJobs, now: datetime | None = None) -> PlatformSnapshot:
+    def observe_start(self, submitted_at: datetime, started_at: datetime) -> None:
+        self.start_wait.observe(max(0.0, (started_at - submitted_at).total_seconds()))
+
+    def update(
+        self,
+        jobs: LiveJobs,
+        queued: dict[str, int],
+        oldest: dict[str, str],
+        now: datetime | None = None,
+    ) -> PlatformSnapshot:
+        """`queued`, `oldest`: tenant -> its queued jobs, and when its oldest was created (the store's)."""
         now = now or datetime.now(UTC)
         counts: Counter[tuple[str, str]] = Counter()
-        oldest: dict[str, datetime] = {}
         holdings: list[Holding] = []
         for job in list(jobs.jobs.values()):
-            counts[(job.state.value, job.tenant)] += 1
-            if job.state == JobState.QUEUED:
-                if job.tenant not in oldest or job.submitted_at < oldest[job.tenant]:
-                    oldest[job.tenant] = job.submitted_at
-            else:
+            if job.state != JobState.QUEUED:  # (the queued jobs held for the waiting alert: counted below)
+                counts[(job.state.value, job.tenant)] += 1
                 holdings.append(Holding(job.tenant, held_gpus(job.placements), job.borrowed))
-        queues = {
-            tenant: TenantQueue(counts[(JobState.QUEUED.value, tenant)], (now - first).total_seconds())
-            for tenant, first in oldest.items()
-        }
+        queues = {}
+        for tenant, length in queued.items():
+            counts[(JobState.QUEUED.value, tenant)] = length
+            first = datetime.fromisoformat(oldest[tenant]) if tenant in oldest else now
+            queues[tenant] = TenantQueue(length, max(0.0, (now - first).total_seconds()))
         use = quota_use(holdings)
         quotas = {
             t: TenantQuota(

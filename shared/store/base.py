@@ -76,6 +76,20 @@ class AppendResult:
     duplicate: bool = False  # the events were already stored: nothing changed
 
 
+@dataclass(frozen=True, slots=True)
+class EndedJob:
+    """A job that reached a final state (`EventStore.ended_since`); times in ISO 8601."""
+
+    stream_id: str
+    tenant: str
+    state: str
+    ended_at: str
+    submitted_at: str
+    """When its first attempt was queued."""
+    started_at: str | None
+    """When its first attempt started running; None: it never ran."""
+
+
 @dataclass(slots=True)
 class Page:
     items: list[dict[str, Any]] = field(default_factory=list)
@@ -171,9 +185,10 @@ class EventStore(ABC):
         """How many projections `list_projections` with these filters lists over all its pages."""
 
     @abstractmethod
-    async def versions(self, *, states: list[str]) -> dict[str, int]:
-        """Stream id -> version of every projection in one of `states`: what a reader that holds the jobs
-        compares its own versions with, to re-read only those that changed (no document is decoded)."""
+    async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
+        """Stream id -> version of every projection in one of `states` (created before `created_before`, ISO
+        8601, when given): what a reader that holds the jobs compares its own versions with, to re-read only
+        those that changed (no document is decoded)."""
 
     @abstractmethod
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
@@ -183,6 +198,12 @@ class EventStore(ABC):
     async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
         """Tenant -> the creation time (ISO 8601) of its oldest projection in one of `states` (tenants with
         none are left out): how long its queue has waited."""
+
+    @abstractmethod
+    async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
+        """Up to `limit` jobs that reached a final state at `after` (ISO 8601) or later, in the order of that
+        time (then of id): the feed of jobs ending, whatever state they ended from (a reader that pages it
+        passes the last time it saw, and passes over the ids it saw at that time)."""
 
     @abstractmethod
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:

@@ -29,6 +29,7 @@ from shared.events import CloudEvent
 from shared.store.base import (
     AppendResult,
     ConcurrencyError,
+    EndedJob,
     EventStore,
     Order,
     Page,
@@ -244,9 +245,37 @@ class MongoEventStore(EventStore):
     ) -> int:
         return await self.projections.count_documents(_filters(states, tenant, user, name, search))
 
-    async def versions(self, *, states: list[str]) -> dict[str, int]:
-        found = self.projections.find({"state": {"$in": states}}, projection={"version": 1})
+    async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
+        query: dict[str, Any] = {"state": {"$in": states}}
+        if created_before is not None:  # (on `state_newest`)
+            query["created_at"] = {"$lt": created_before}
+        found = self.projections.find(query, projection={"version": 1})
         return {d["_id"]: int(d["version"]) async for d in found}
+
+    async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
+        fields = {"tenant": 1, "state": 1, "ended_at": 1, "created_at": 1}
+        fields |= {"doc.attempts.queued_at": 1, "doc.attempts.started_at": 1}
+        found = (
+            self.projections.find(
+                {"ended_at": {"$ne": None, "$gte": after}, "compacted": {"$ne": True}}, fields
+            )
+            .sort([("ended_at", ASCENDING), ("_id", ASCENDING)])  # (on `ended`)
+            .limit(limit)
+        )
+        out = []
+        for d in await found.to_list():
+            first = (d.get("doc", {}).get("attempts") or [{}])[0]
+            out.append(
+                EndedJob(
+                    stream_id=d["_id"],
+                    tenant=d["tenant"],
+                    state=d["state"],
+                    ended_at=d["ended_at"],
+                    submitted_at=first.get("queued_at") or d["created_at"],
+                    started_at=first.get("started_at"),
+                )
+            )
+        return out
 
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]

@@ -26,6 +26,7 @@ from shared.store.base import (
     Append,
     AppendResult,
     ConcurrencyError,
+    EndedJob,
     EventStore,
     Order,
     Page,
@@ -397,9 +398,24 @@ class SqliteEventStore(EventStore):
         sql = "SELECT count(*) FROM projections" + (" WHERE " + " AND ".join(where) if where else "")
         return (await self._read(lambda: self.read_conn.execute(sql, args).fetchone()))[0]
 
-    async def versions(self, *, states: list[str]) -> dict[str, int]:
+    async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
         sql = f"SELECT stream_id, version FROM projections WHERE state IN ({','.join('?' * len(states))})"
-        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+        args: list = list(states)
+        if created_before is not None:  # (a range of `projections_state_listing` per state)
+            sql += " AND created_at < ?"
+            args.append(created_before)
+        return dict(await self._read(lambda: self.read_conn.execute(sql, args).fetchall()))
+
+    async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
+        sql = (  # (on `projections_expiring`, whose condition the first two terms repeat)
+            "SELECT stream_id, tenant, state, ended_at,"
+            " coalesce(json_extract(doc, '$.attempts[0].queued_at'), created_at),"
+            " json_extract(doc, '$.attempts[0].started_at')"
+            " FROM projections WHERE compacted = 0 AND ended_at IS NOT NULL AND ended_at >= ?"
+            " ORDER BY ended_at, stream_id LIMIT ?"
+        )
+        rows = await self._read(lambda: self.read_conn.execute(sql, (after, limit)).fetchall())
+        return [EndedJob(*row) for row in rows]
 
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         sql = (

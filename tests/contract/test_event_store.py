@@ -232,6 +232,51 @@ async def test_versions_counts_and_id_prefixes_of_the_projections(store):
     assert await store.ids_starting("a.") == []  # (a prefix is taken literally, never as a pattern)
 
 
+async def test_versions_of_the_projections_created_before_a_time(store):
+    for minute, job in enumerate(["m0", "m1", "m2"]):
+        event = submitted(job, minute=minute)
+        await store.append(job, 0, [event], projection_of(apply(None, event)))
+    assert await store.versions(states=["queued"], created_before="2026-01-01T00:01:00+00:00") == {"m0": 1}
+    assert await store.versions(states=["queued"], created_before="2026-01-01T00:01:30+00:00") == {
+        "m0": 1,
+        "m1": 1,
+    }
+    assert await store.versions(states=["running"], created_before="2027-01-01T00:00:00+00:00") == {}
+
+
+async def test_the_feed_of_jobs_ending_whatever_state_they_ended_from(store):
+    from shared.events import JobStarted, JobSucceeded
+    from shared.ledger import JobLedger
+
+    ledger = JobLedger(store, None, "/test")
+    for job in ("ran", "dropped", "waits"):
+        spec = JobSpec(command="true")
+        await ledger.append(job, JobSubmitted(job_id=job, name="n", tenant=f"t-{job}", user="u", spec=spec))
+    await ledger.append("dropped", JobCancelled(job_id="dropped", attempt=1, by="u"))  # (from the queue)
+    await ledger.append(
+        "ran", JobPlaced(job_id="ran", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
+    )
+    await ledger.append("ran", JobStarted(job_id="ran", attempt=1, node="n", replicas=[0]))
+    await ledger.append("ran", JobSucceeded(job_id="ran", attempt=1))
+
+    ended = await store.ended_since("")
+    assert [(e.stream_id, e.tenant, e.state) for e in ended] == [
+        ("dropped", "t-dropped", "cancelled"),
+        ("ran", "t-ran", "succeeded"),
+    ]
+    views = {e.stream_id: await ledger.load(e.stream_id) for e in ended}
+    for e in ended:
+        view = views[e.stream_id]
+        assert datetime.fromisoformat(e.ended_at) == view.finished_at
+        assert datetime.fromisoformat(e.submitted_at) == view.attempts[0].queued_at
+    assert ended[0].started_at is None
+    assert datetime.fromisoformat(ended[1].started_at) == views["ran"].attempts[0].started_at
+    # paging: from the last time seen (that job again: the reader passes over it), and a limit
+    assert [e.stream_id for e in await store.ended_since(ended[1].ended_at)] == ["ran"]
+    assert [e.stream_id for e in await store.ended_since("", limit=1)] == ["dropped"]
+    assert await store.ended_since("9999") == []
+
+
 async def test_outbox_lists_unpublished_events_until_marked(store):
     e1, e2 = submitted("a"), placed("a")
     await store.append("a", 0, [e1])

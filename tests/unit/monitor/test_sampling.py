@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.monitor.cputime import CpuUse, session_cpu_seconds
+from services.monitor.ended import EndedFeed
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
 from services.monitor.platform import PlatformFigures
@@ -22,6 +23,7 @@ from shared.events import (
     GpuReading,
     GpuSample,
     GpuShare,
+    JobCancelled,
     JobPending,
     JobPlaced,
     PendingReason,
@@ -29,6 +31,8 @@ from shared.events import (
     make_event,
 )
 from shared.gpus import simulated_gpus
+from shared.jobstate import apply
+from shared.ledger import projection_of
 from shared.nvml import Nvml
 from tests.unit.executor.harness import Harness
 from tests.unit.monitor.test_nvml import FakeGpu, FakeNvml
@@ -113,14 +117,17 @@ async def test_simulated_gpus_follow_the_jobs_placed_on_them(h):
 
 
 class CountingStore:
-    """The store, counting the jobs read one by one."""
+    """The store, counting the jobs listed and those read one by one."""
 
     def __init__(self, store):
         self.store = store
         self.reads: list[str] = []
+        self.listed = 0
 
-    async def versions(self, *, states):
-        return await self.store.versions(states=states)
+    async def versions(self, *, states, created_before=None):
+        found = await self.store.versions(states=states, created_before=created_before)
+        self.listed += len(found)
+        return found
 
     async def get_projection(self, job_id):
         self.reads.append(job_id)
@@ -132,8 +139,8 @@ async def test_the_live_jobs_are_read_again_only_when_they_change(h):
     queued = await h.submit(command="true")
     placed = await h.submit(command="sleep 600", resources={"gpus": 1})
     store = CountingStore(h.store)
-    started, ended = [], []
-    jobs = LiveJobs(store, on_started=started.append, on_ended=lambda job, view: ended.append(view.state))
+    started = []
+    jobs = LiveJobs(store, on_started=started.append, waiting_after=0)  # (every queued job held)
     await jobs.refresh()
     assert sorted(store.reads) == sorted([queued, placed]) and set(jobs.jobs) == {queued, placed}
     store.reads.clear()
@@ -156,8 +163,28 @@ async def test_the_live_jobs_are_read_again_only_when_they_change(h):
     await h.wait(placed, "cancelled")
     store.reads.clear()
     await jobs.refresh()
-    assert store.reads == [placed] and placed not in jobs.jobs  # read once more, to see how it ended
-    assert ended == ["cancelled"] and jobs.held_on("node-a") == []
+    assert (
+        store.reads == [] and placed not in jobs.jobs
+    )  # dropped unread: the feed of ends tells how it ended
+    assert jobs.held_on("node-a") == []
+    assert jobs.ended(placed) and not jobs.ended(placed)  # its start was told, once
+    assert not jobs.ended(queued)
+
+
+async def test_a_deep_queue_costs_a_refresh_nothing_until_its_jobs_are_old_enough_to_alert(h):
+    store = CountingStore(h.store)
+    jobs = LiveJobs(store, waiting_after=3600)
+    for _ in range(300):
+        await h.submit(command="true")
+    await jobs.refresh()
+    await jobs.refresh()
+    assert (store.listed, store.reads, jobs.jobs) == (0, [], {})
+    jobs.waiting_after = 0  # now they are all old enough for the job-waiting alert to concern them
+    await jobs.refresh()
+    assert store.listed == 300 and len(store.reads) == 300 and len(jobs.jobs) == 300
+    jobs.waiting_after = None  # (no job-waiting alert: no queued job is held)
+    await jobs.refresh()
+    assert jobs.jobs == {}
 
 
 async def test_jobs_already_running_when_the_view_begins_are_not_counted_as_starting(h):
@@ -171,19 +198,21 @@ async def test_jobs_already_running_when_the_view_begins_are_not_counted_as_star
     assert started == []
 
 
-async def test_platform_figures_from_the_live_jobs(h):
+async def test_platform_figures_from_the_live_jobs_and_the_stores_counts(h):
     ex = await h.executor()
     waiting = [await h.submit(tenant="vision", command="true") for _ in range(2)]
     running = await h.submit(tenant="nlp", command="sleep 600", resources={"gpus": 0.5})
     await h.place(ex, running, gpus=[[GpuShare(index=0, fraction=0.5)]])
     await h.wait(running, "running")
     figures = PlatformFigures({"vision": 4, "nlp": 1})
-    jobs = LiveJobs(h.store, on_started=figures.started, on_ended=figures.job_ended)
+    jobs = LiveJobs(h.store, on_started=figures.started, waiting_after=0)
     await jobs.refresh()
     first = min(jobs.jobs[j].submitted_at for j in waiting)
     now = first + timedelta(seconds=90)
-    snap = figures.update(jobs, now)
-    assert snap.jobs == {("queued", "vision"): 2, ("running", "nlp"): 1}
+    counts = await h.store.count_by_tenant(states=["queued"])
+    oldest = await h.store.oldest_by_tenant(states=["queued"])
+    snap = figures.update(jobs, counts, oldest, now)
+    assert snap.jobs == {("queued", "vision"): 2, ("running", "nlp"): 1}  # (the queued jobs held: not twice)
     assert snap.queues["vision"].length == 2 and snap.queues["vision"].oldest_wait_seconds == 90
     assert "nlp" not in snap.queues
     assert (snap.quotas["nlp"].guaranteed, snap.quotas["nlp"].used, snap.quotas["nlp"].borrowed) == (
@@ -192,6 +221,58 @@ async def test_platform_figures_from_the_live_jobs(h):
         0,
     )
     assert (snap.quotas["vision"].guaranteed, snap.quotas["vision"].used) == (4, 0)
+
+
+async def test_every_end_is_counted_once_and_every_start_wait_once_whatever_the_view_saw(h):
+    figures = PlatformFigures({})
+    jobs = LiveJobs(h.store, on_started=figures.started)
+    feed = EndedFeed(h.store, lambda job: figures.job_ended(job, start_seen=jobs.ended(job.stream_id)))
+    ex = await h.executor()
+
+    async def refresh() -> None:
+        await jobs.refresh()
+        await feed.poll()
+
+    await refresh()
+    dropped = await h.submit(tenant="vision", command="true")  # cancelled while it waits: never held
+    await h.ledger.append(dropped, JobCancelled(job_id=dropped, attempt=1, by="ana"))
+    quick = await h.submit(
+        tenant="nlp", command="true", resources={"gpus": 1}
+    )  # runs whole between refreshes
+    await h.place(ex, quick, gpus=[[GpuShare(index=0)]])
+    await h.wait(quick, "succeeded")
+    seen = await h.submit(tenant="nlp", command="sleep 600", resources={"gpus": 1})  # seen running, then ends
+    await h.place(ex, seen, gpus=[[GpuShare(index=1)]])
+    await h.wait(seen, "running")
+    await refresh()
+    assert figures.ended == {("cancelled", "vision"): 1, ("succeeded", "nlp"): 1}
+    assert figures.start_wait.buckets()[0][-1] == ("+Inf", 2)  # quick's from the feed, seen's from the view
+    await ex.stop_attempt((seen, 1), "cancelled", 1)
+    await h.wait(seen, "cancelled")
+    await refresh()
+    await refresh()
+    assert figures.ended == {("cancelled", "vision"): 1, ("succeeded", "nlp"): 1, ("cancelled", "nlp"): 1}
+    assert figures.start_wait.buckets()[0][-1] == ("+Inf", 2)  # seen's start not counted again at its end
+
+
+async def test_the_feed_of_ends_tells_an_end_stored_late_once(h):
+    told = []
+    feed = EndedFeed(h.store, told.append)
+    early = datetime.now(UTC)
+    job = await h.submit(command="true")
+    later = await h.submit(command="true")
+    await h.ledger.append(later, JobCancelled(job_id=later, attempt=1, by="ana"))
+    assert [j.stream_id for j in told] == [] and await feed.poll() == 1
+    # an end whose time comes before the latest told, stored after it (another process's slower commit)
+    cancel = make_event(JobCancelled(job_id=job, attempt=1, by="ana"), source="/test", time=early)
+    view = await h.ledger.load(job)
+    await h.store.append(
+        job, view.version, [cancel], projection_of(apply(view, cancel, version=view.version + 1))
+    )
+    assert await feed.poll() == 1 and await feed.poll() == 0
+    assert [j.stream_id for j in told] == [later, job]
+    before = EndedFeed(h.store, told.append, since=datetime.now(UTC) + timedelta(seconds=1))
+    assert await before.poll() == 0  # (ends before the feed began are not its)
 
 
 def test_the_start_wait_histogram_counts_each_job_in_its_bucket():
