@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from shared.alertbook import AlertView
-from shared.events import AlertSeverity, FailureReason, ProcessState, TensorSpec
+from shared.events import AlertSeverity, FailureReason, PendingReason, ProcessState, TensorSpec
 from shared.jobspec import (
     DEFAULT_PRIORITY,
     MAX_DEPLOYMENT_REPLICAS,
@@ -31,7 +31,7 @@ from shared.jobspec import (
     Text,
 )
 from shared.jobstate import JobState, JobView
-from shared.reasons import PendingCode
+from shared.reasons import PendingCode, waiting_message
 
 
 class Out(BaseModel):
@@ -550,8 +550,9 @@ class AlertListOut(Out):
 # ---------------------------------------------------------------- from the internal views
 
 
-def job_out(view: JobView) -> JobOut:
-    """The public form of a job's view."""
+def job_out(view: JobView, place: int | None = None, now: datetime | None = None) -> JobOut:
+    """The public form of a job's view; `place`: a queued job's place in line now (the queue's line,
+    `shared/queueline.py`), said in its pending reason in place of the one it had when the reason was given."""
     queued = view.state == JobState.QUEUED
     active = not queued and not view.state.terminal
     return JobOut(
@@ -567,7 +568,7 @@ def job_out(view: JobView) -> JobOut:
         updated_at=view.updated_at,
         started_at=view.started_at,
         finished_at=view.finished_at,
-        pending=_public(PendingOut, view.pending) if queued and view.pending else None,
+        pending=pending_out(view.pending, place, now) if queued and view.pending else None,
         not_before=view.not_before if queued else None,
         placements=[_public(PlacementOut, p) for p in view.placements],
         borrowed=view.borrowed,
@@ -599,6 +600,19 @@ def alert_out(view: AlertView) -> AlertOut:
         resolved_at=view.resolved_at,
         resolved_message=view.resolved_message,
     )
+
+
+def pending_out(pending: PendingReason, place: int | None, now: datetime | None = None) -> PendingOut:
+    """A pending reason as the API says it: with the job's place in line now when the line holds it (a job
+    out of line has none), its sentence rendered again with that place and the estimate from now."""
+    out = _public(PendingOut, pending)
+    if place is None or pending.position is None or not pending.text:  # (`text`: absent from older events)
+        return out
+    start_in = None
+    if pending.estimated_start is not None:
+        start_in = (pending.estimated_start - (now or datetime.now(UTC))).total_seconds()
+    message = waiting_message(pending.text, place, start_in)
+    return out.model_copy(update={"position": place, "message": message})
 
 
 def _public(model: type[PublicModel], internal: BaseModel) -> PublicModel:

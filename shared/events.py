@@ -335,9 +335,18 @@ class PendingReason(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     code: PendingCode = Field(..., description="Why, for machines: one of the pending reason codes.")
-    message: str
+    message: str = Field(
+        description="The sentence with its numbers, the place in line and the estimate then."
+    )
+    text: str = Field(
+        "",
+        description="The sentence alone: the API renders the message again with the job's place in line now "
+        "(a new `job.pending` comes when the reason or the estimate changes, not when only the place does).",
+    )
     details: dict[str, Any] = Field(default_factory=dict)
-    position: int | None = Field(None, description="1-based place in the queue among waiting jobs.")
+    position: int | None = Field(
+        None, description="1-based place in the queue among waiting jobs, when the reason was given."
+    )
     estimated_start: datetime | None = None
 
 

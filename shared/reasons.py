@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
+from shared.units import format_rough_duration
+
 
 class Fit(IntEnum):
     """How close a waiting job is to running; a job's answer is the worst over its parts."""
@@ -92,3 +94,19 @@ RESOURCE_CODES = frozenset(
     }
 )
 GPU_SHORTAGES = frozenset({_C.INSUFFICIENT_GPUS, _C.INSUFFICIENT_GPU_SHARE, _C.GANG_DOES_NOT_FIT})
+
+
+def ordinal(n: int) -> str:
+    """'1st', '2nd', '3rd', '11th', '22nd'."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def waiting_message(text: str, position: int | None, start_in: float | None) -> str:
+    """A pending reason's sentence for people: its core (`text`), the job's place in line, and the estimated
+    start `start_in` seconds from now (each left out when not known). The scheduler's and the API's one
+    rendering: the API renders it again with the place the queue's line says now (`shared/queueline.py`)."""
+    message = text if position is None else f"{text}; {ordinal(position)} in line"
+    if start_in is not None:
+        message += f"; estimated start in about {format_rough_duration(start_in)}"
+    return message

@@ -13,6 +13,7 @@ from typing import Any
 from shared.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
 from shared.jobspec import JobSpec
 from shared.jobstate import JobState
+from shared.reasons import ordinal
 from shared.units import count_text, format_duration, format_rough_duration, format_size
 
 
@@ -36,11 +37,6 @@ def relative_start(when: datetime | None, now: datetime) -> str:
     if ahead > -1:
         return "now"
     return f"now (the estimate passed {format_rough_duration(-ahead)} ago)"
-
-
-def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def position_text(pending: PendingOut | None) -> str:

@@ -45,12 +45,13 @@ from shared.events import (
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
+from shared.queueline import LINE_KEY, LINE_SECONDS, line_doc
 from shared.reasons import WAITING_ITS_TURN
 from shared.service import Service
 from shared.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
-PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed numbers (position, estimate) are stored this often
+PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed estimated start is stored this often, at most
 PENDING_WRITES_PER_CYCLE = 200  # the head of the line: its reasons are looked at on every cycle
 PENDING_SWEEP_PER_SECOND = 400  # the rest of a long line: reasons looked at per second, going round it
 LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queued, placed, running
@@ -118,6 +119,30 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
     )
 
 
+Sent = tuple[str, str, float | None, float]
+"""A job's reason as stored last: code, sentence (`Reason.text`), estimated start, when it was stored."""
+
+
+def sent_of(pending: PendingReason, at: float) -> Sent:
+    start = pending.estimated_start.timestamp() if pending.estimated_start else None
+    return (pending.code, pending.text, start, at)
+
+
+def same_estimate(before: float | None, now_estimate: float | None, now: float) -> bool:
+    """Whether two estimated starts say the same: both unknown, or apart by less than a tenth of the wait
+    left (at least a second)."""
+    if before is None or now_estimate is None:
+        return before is None and now_estimate is None
+    return abs(before - now_estimate) < max(1.0, 0.1 * (now_estimate - now))
+
+
+def in_line(pending: Mapping[str, Reason]) -> list[str]:
+    """The ids of the jobs that have a place in line, in order (a plain mapping's: `Pending.line` otherwise)."""
+    return [
+        job_id for _, job_id in sorted((r.position, j) for j, r in pending.items() if r.position is not None)
+    ]
+
+
 class SchedulerService:
     """The live scheduler: follows the events, leads or follows, runs `decide` on the held cluster and records
     what it decides."""
@@ -131,7 +156,9 @@ class SchedulerService:
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
-        self.pending_sent: dict[str, tuple[str, str, int | None, float]] = {}
+        self.pending_sent: dict[str, Sent] = {}  # job -> its reason as stored last (`waiting`)
+        self.line_stored_at = 0.0  # when the queue's line was stored last (`store_line`)
+        self.line_held = True  # ... and whether it held jobs (at start: perhaps, from before)
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
@@ -297,6 +324,7 @@ class SchedulerService:
         queue.prepare()
         if not queue:
             self.gather_seconds = MIN_GATHER_SECONDS
+            await self.store_line({}, now)
             return  # nothing waits: nothing to place, and preemption is only ever for a waiting job
         held = self.view.held
         began = time.perf_counter()
@@ -340,21 +368,17 @@ class SchedulerService:
         for outcome in await self.ledger.record_many(waiting, cached=True):
             if outcome.view is not None:
                 self.view.put_job(outcome.view)
-                pending = outcome.view.pending
-                if pending is not None:
-                    self.pending_sent[outcome.view.job_id] = (
-                        pending.code,
-                        pending.message,
-                        pending.position,
-                        now,
-                    )
+                if outcome.view.pending is not None:
+                    self.pending_sent[outcome.view.job_id] = sent_of(outcome.view.pending, now)
+        await self.store_line(result.pending, now)
 
     def due(self, pending: Mapping[str, Reason]) -> list[tuple[str, Reason]]:
         """The reasons a cycle looks at to store, in order of position: those of the jobs the core looked at
         one by one and the head of the line (`PENDING_WRITES_PER_CYCLE` jobs) every cycle, and of the rest of a
         long line `PENDING_SWEEP_PER_SECOND` a second in turn (`pending_cursor` goes round it), so that a cycle
-        never reads the reasons of the whole queue, and the many short cycles of a busy scheduler rewrite no
-        more of them than a few long ones: each job's stored reason is refreshed once per turn."""
+        never reads the reasons of the whole queue, and the many short cycles of a busy scheduler look at no
+        more of them than a few long ones: each job's reason is looked at once per turn (and stored when it
+        changed: `waiting`)."""
         if not isinstance(pending, Pending):  # (a plain mapping: every reason)
             return sorted(pending.items(), key=lambda item: item[1].position or 0)
         head = max(PENDING_WRITES_PER_CYCLE, len(pending.known))
@@ -390,10 +414,11 @@ class SchedulerService:
         )
 
     def waiting(self, job_id: str, reason, now: float) -> Decision | None:
-        """Why a job waits, to store: at once when the reason is new, its changing numbers at most every
-        PENDING_REFRESH_SECONDS (a long queue would otherwise rewrite every job on every cycle). A job that
-        only waits its turn for busy resources gets its first reason once it has waited `pending_after`
-        seconds: a burst of jobs placed within that time writes no reasons at all."""
+        """Why a job waits, to store when it changed: its code or its sentence at once, its estimated start at
+        most every PENDING_REFRESH_SECONDS. Its place in line alone is no change: the queue's line, stored
+        once per turn, says it (`shared/queueline.py`); a long queue would otherwise rewrite every job as the
+        head moves. A job that only waits its turn for busy resources gets its first reason once it has
+        waited `pending_after` seconds: a burst of jobs placed within that time writes no reasons at all."""
         sent = self.pending_sent.get(job_id)
         if (
             sent is None
@@ -406,17 +431,24 @@ class SchedulerService:
         job = self.view.jobs.get(job_id)
         if job is None:
             return None
-        if sent is not None:
-            if sent[0] == reason.code and sent[2] == reason.position and sent[1] == reason.message:
-                return None  # (the message is rendered when read: compared last)
-            if sent[0] == reason.code and now - sent[3] < PENDING_REFRESH_SECONDS:
-                return None
+        if sent is None and job.pending is not None:  # (stored before this scheduler led)
+            sent = sent_of(job.pending, 0.0)
+        if (
+            sent is not None
+            and sent[0] == reason.code
+            and sent[1] == reason.text
+            and (
+                same_estimate(sent[2], reason.estimated_start, now) or now - sent[3] < PENDING_REFRESH_SECONDS
+            )
+        ):
+            return None
         data = JobPending(
             job_id=job_id,
             attempt=job.attempt,
             reason=PendingReason(
                 code=reason.code,
                 message=reason.message,
+                text=reason.text,
                 details=dict(reason.details),
                 position=reason.position,
                 estimated_start=datetime.fromtimestamp(reason.estimated_start, UTC)
@@ -427,6 +459,14 @@ class SchedulerService:
         return Decision(
             job_id, lambda v: data if v and v.state == JobState.QUEUED and v.attempt == data.attempt else None
         )
+
+    async def store_line(self, pending: Mapping[str, Reason], now: float) -> None:
+        """The queue's line, every LINE_SECONDS while jobs wait, and once more when none is left."""
+        if now - self.line_stored_at < LINE_SECONDS or (not pending and not self.line_held):
+            return
+        jobs = pending.line() if isinstance(pending, Pending) else in_line(pending)
+        await self.service.store.put_document(LINE_KEY, line_doc(jobs, datetime.fromtimestamp(now, UTC)))
+        self.line_stored_at, self.line_held = now, bool(jobs)
 
     def _hb(self, node: str):
         rec = self.view.nodes.get(node)

@@ -11,6 +11,7 @@ from shared.bus import Bus
 from shared.ledger import JobLedger
 from shared.logstore import LogStore
 from shared.modelregistry import ModelRegistry
+from shared.queueline import LineReader
 from shared.store import EventStore
 from shared.tokens import Tokens
 
@@ -41,3 +42,9 @@ class SubmitContext:
     """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""
     quotas: dict[str, float] = field(default_factory=dict)
     """Guaranteed GPUs per tenant (the scheduler's `GPUYARD_QUOTAS`): what `GET /v1/tenants` shows."""
+    line: LineReader | None = None
+    """The queue's line (queued jobs' places), read from the store (default: a reader of `store`)."""
+
+    def __post_init__(self) -> None:
+        if self.line is None:
+            self.line = LineReader(self.store)

@@ -228,7 +228,7 @@ async def list_jobs(
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return JobListOut(
-        items=[job_out(JobView.model_validate(d)) for d in page.items],
+        items=[await public_job(ctx, JobView.model_validate(d)) for d in page.items],
         next_cursor=page.next_cursor,
         total=await ctx.store.count_projections(**filters),
     )
@@ -236,7 +236,13 @@ async def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut, responses=answers(404, 409))
 async def get_job(job_id: str, ctx: Context, principal: CurrentPrincipal) -> JobOut:
-    return job_out(await visible_job(ctx, principal, job_id))
+    return await public_job(ctx, await visible_job(ctx, principal, job_id))
+
+
+async def public_job(ctx, view: JobView) -> JobOut:
+    """The public form of a job, a queued one's place in line from the queue's line."""
+    place = await ctx.line.place(view.job_id) if view.state == JobState.QUEUED else None
+    return job_out(view, place)
 
 
 @router.get("/{job_id}/events", response_model=list[JobEventOut], responses=answers(404, 409))

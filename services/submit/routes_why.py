@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from services.submit.auth import Context, CurrentPrincipal
 from services.submit.errors import answers
-from services.submit.routes_jobs import job_out, visible_job
+from services.submit.routes_jobs import public_job, visible_job
 from shared import why
 from shared.api import WhyOut
 
@@ -17,5 +17,5 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401,
 @router.get("/{job_id}/why", response_model=WhyOut, responses=answers(404, 409))
 async def job_why(job_id: str, ctx: Context, principal: CurrentPrincipal) -> WhyOut:
     """Why the job waits, where it runs or how it ended: a sentence and labelled rows, as `gpuyard why` says it."""
-    summary, rows = why.explain(job_out(await visible_job(ctx, principal, job_id)))
+    summary, rows = why.explain(await public_job(ctx, await visible_job(ctx, principal, job_id)))
     return WhyOut(summary=summary, rows=[[label, value] for label, value in rows])

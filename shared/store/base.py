@@ -217,6 +217,17 @@ class EventStore(ABC):
     @abstractmethod
     async def mark_published(self, event_ids: list[str]) -> None: ...
 
+    # ------------------------------------------------------------------ documents
+
+    @abstractmethod
+    async def put_document(self, key: str, doc: dict[str, Any]) -> None:
+        """Store `doc` whole under `key`, in place of what was there: state that one writer replaces as a
+        whole and that has no history worth keeping (the queue's line, `shared/queueline.py`)."""
+
+    @abstractmethod
+    async def get_document(self, key: str) -> dict[str, Any] | None:
+        """The document last stored under `key`; None when there is none."""
+
     # ------------------------------------------------------------------ retention (`shared/retention.py`)
 
     @abstractmethod

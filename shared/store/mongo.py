@@ -84,6 +84,7 @@ class MongoEventStore(EventStore):
         self.db = client[database]
         self.events = self.db["events"]
         self.projections = self.db["projections"]
+        self.documents = self.db["documents"]
         self.transactions = False
 
     @classmethod
@@ -251,6 +252,13 @@ class MongoEventStore(EventStore):
             query["created_at"] = {"$lt": created_before}
         found = self.projections.find(query, projection={"version": 1})
         return {d["_id"]: int(d["version"]) async for d in found}
+
+    async def put_document(self, key: str, doc: dict[str, Any]) -> None:
+        await self.documents.replace_one({"_id": key}, {"_id": key, "doc": doc}, upsert=True)
+
+    async def get_document(self, key: str) -> dict[str, Any] | None:
+        found = await self.documents.find_one({"_id": key})
+        return found["doc"] if found else None
 
     async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
         fields = {"tenant": 1, "state": 1, "ended_at": 1, "created_at": 1}

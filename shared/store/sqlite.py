@@ -67,6 +67,10 @@ CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at
 CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 DROP INDEX IF EXISTS projections_state_tenant;  -- (state, tenant): the one below answers what it answered
 CREATE INDEX IF NOT EXISTS projections_state_tenant_created ON projections (state, tenant, created_at);
+CREATE TABLE IF NOT EXISTS documents (  -- `put_document`: one writer's state, replaced whole
+    key TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
+);
 -- (count_by_tenant, oldest_by_tenant: from the index alone)
 """
 MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
@@ -405,6 +409,18 @@ class SqliteEventStore(EventStore):
             sql += " AND created_at < ?"
             args.append(created_before)
         return dict(await self._read(lambda: self.read_conn.execute(sql, args).fetchall()))
+
+    async def put_document(self, key: str, doc: dict[str, Any]) -> None:
+        text = json.dumps(doc, separators=(",", ":"))
+        sql = "INSERT INTO documents (key, doc) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET doc = excluded.doc"
+        await self._write(
+            lambda wait=True: self._with_lock(lambda: self.conn.execute(sql, (key, text)), wait)
+        )
+
+    async def get_document(self, key: str) -> dict[str, Any] | None:
+        sql = "SELECT doc FROM documents WHERE key = ?"
+        row = await self._read(lambda: self.read_conn.execute(sql, (key,)).fetchone())
+        return json.loads(row[0]) if row else None
 
     async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
         sql = (  # (on `projections_expiring`, whose condition the first two terms repeat)

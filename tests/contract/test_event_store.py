@@ -277,6 +277,15 @@ async def test_the_feed_of_jobs_ending_whatever_state_they_ended_from(store):
     assert await store.ended_since("9999") == []
 
 
+async def test_a_document_is_replaced_whole(store):
+    assert await store.get_document("queue-line") is None
+    await store.put_document("queue-line", {"at": "t1", "jobs": ["a", "b"]})
+    await store.put_document("other", {"n": 1})
+    await store.put_document("queue-line", {"at": "t2", "jobs": ["b"]})
+    assert await store.get_document("queue-line") == {"at": "t2", "jobs": ["b"]}
+    assert await store.get_document("other") == {"n": 1}
+
+
 async def test_outbox_lists_unpublished_events_until_marked(store):
     e1, e2 = submitted("a"), placed("a")
     await store.append("a", 0, [e1])

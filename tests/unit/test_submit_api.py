@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,6 +29,8 @@ from shared.events import (
 from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
 from shared.jobspec import JobSpec
 from shared.logstore import LogKey, split
+from shared.queueline import LINE_KEY, READ_SECONDS, line_doc
+from shared.reasons import waiting_message
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 
@@ -549,6 +552,37 @@ def test_a_waiting_job_shows_its_pending_reason_and_nothing_internal(api, ctx):
     assert not set(job) & INTERNAL_FIELDS
     listed = api.get("/v1/jobs", headers=VISION).json()["items"]
     assert listed == [job]
+
+
+def test_a_waiting_job_is_told_its_place_in_line_now_from_the_queues_line(api, ctx):
+    first, second, never = (submit(api)["job_id"] for _ in range(3))
+    start = datetime.now(UTC) + timedelta(minutes=30)
+    for job_id, position, start_at in ((first, 1, None), (second, 2, start), (never, None, None)):
+        text = "needs 1 GPU" if position else "needs 9 GPUs on one node; the largest node has 8"
+        rendered = waiting_message(text, position, None)
+        reason = PendingReason(
+            code="insufficient_gpus" if position else "too_large",
+            message=rendered, text=text, position=position, estimated_start=start_at,
+        )  # fmt: skip
+        record(ctx, job_id, JobPending(job_id=job_id, attempt=1, reason=reason))
+
+    def pending(job_id: str) -> dict:
+        return api.get(f"/v1/jobs/{job_id}", headers=VISION).json()["pending"]
+
+    assert (pending(second)["position"], pending(second)["message"]) == (2, "needs 1 GPU; 2nd in line")
+    # the scheduler stores its line: `first` was placed, `second` moved up with no reason of its own written
+    asyncio.run(ctx.store.put_document(LINE_KEY, line_doc([second])))
+    ctx.line.read_at = -READ_SECONDS  # (read again at the next question)
+    now = pending(second)
+    assert now["position"] == 1 and now["message"].startswith(
+        "needs 1 GPU; 1st in line; estimated start in about"
+    )
+    assert (pending(first)["position"], pending(never)["position"]) == (1, None)  # not in the line: as stored
+    listed = {
+        j["job_id"]: j["pending"]["position"] for j in api.get("/v1/jobs", headers=VISION).json()["items"]
+    }
+    assert listed == {first: 1, second: 1, never: None}
+    assert "1st in line" in api.get(f"/v1/jobs/{second}/why", headers=VISION).text
 
 
 def test_a_failed_job_shows_reason_message_exit_code_and_replica_not_raw_exits(api, ctx):

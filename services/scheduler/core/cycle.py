@@ -54,7 +54,7 @@ from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jo
 from services.scheduler.core.scarcity import Scarcity, drain_times
 from shared.policies import BackfillMode
 from shared.reasons import GPU_SHORTAGES, PendingCode
-from shared.units import count_text
+from shared.units import count_text, format_rough_duration
 
 BACKFILL_MODES = ("easy", "greedy", "off")
 NEVER = frozenset(
@@ -237,7 +237,7 @@ class _Cycle:
                 job,
                 R.Blocker(
                     PendingCode.RETRY_BACKOFF,
-                    f"waiting {R.duration(job.not_before - self.now)} before the next attempt (retry backoff)",
+                    f"waiting {format_rough_duration(job.not_before - self.now)} before the next attempt (retry backoff)",
                     {"not_before": job.not_before},
                 ),
             )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
@@ -243,6 +244,19 @@ class Pending(Mapping):
                 place += blocker.in_line
                 first += 1
             n += 1
+        return out
+
+    def line(self) -> list[str]:
+        """The ids of the waiting jobs that have a place in line, in the order of their places (the first is
+        1st): what the queue's line stores (`shared/queueline.py`). Work in the jobs, with no reason made."""
+        places = sorted((r.position, job_id) for job_id, r in self.known.items() if r.position is not None)
+        out = [job_id for _, job_id in places]
+        for (jobs, start, _owner), skips in zip(self.rest, self._skips, strict=True):
+            if skips:
+                skip = set(skips)
+                out.extend(jobs[i].job_id for i in range(start, len(jobs)) if i not in skip)
+            else:
+                out.extend(job.job_id for job in itertools.islice(jobs, start, None))
         return out
 
     def _place(self, n: int, i: int) -> int:

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from shared.reasons import PendingCode
-from shared.units import format_rough_duration as duration
+from shared.reasons import PendingCode, waiting_message
 
 
 class Reason:
@@ -45,10 +44,8 @@ class Reason:
 
     @property
     def message(self) -> str:
-        message = self.text if self.position is None else f"{self.text}; {ordinal(self.position)} in line"
-        if self.estimated_start is not None:
-            message += f"; estimated start in about {duration(self.estimated_start - self.now)}"
-        return message
+        start_in = None if self.estimated_start is None else self.estimated_start - self.now
+        return waiting_message(self.text, self.position, start_in)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Reason:
@@ -95,14 +92,6 @@ class Blocker:
 
 def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:
     return sorted(blockers, key=lambda b: (b.code.rank, b.code, b.text))
-
-
-_SUFFIX = {1: "st", 2: "nd", 3: "rd"}
-
-
-def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else _SUFFIX.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def gpus_text(gpus: float) -> str:

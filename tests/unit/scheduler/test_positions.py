@@ -14,9 +14,10 @@ from services.scheduler.core import cycle as cycle_module
 from services.scheduler.core.reasons import Blocker
 from services.scheduler.main import SchedulerService
 from shared.bus import VERSION_HEADER
-from shared.events import GpuInfo, JobSubmitted, NodeHeartbeat
+from shared.events import GpuInfo, JobCancelled, JobSubmitted, NodeHeartbeat
 from shared.jobspec import JobSpec
 from shared.ledger import Decision, JobLedger
+from shared.queueline import LINE_KEY
 from shared.settings import SchedulerSettings
 from shared.store import open_store
 from tests.unit.scheduler.builders import cluster, decide_snapshot, job, node, running
@@ -103,6 +104,7 @@ def test_a_long_queue_answered_from_the_order_skips_the_jobs_no_node_could_hold(
         j.job_id for j in sorted(queue.jobs.values(), key=lambda j: j.submitted_at)
     ]
     assert [r.position for _, r in in_order if r.position is not None] == list(range(1, 20_001))
+    assert pending.line() == [j for j, r in in_order if r.position is not None]  # (the line stored: places)
     assert pending.window(12_002, 12_005) == [  # (slots: never-0, wait-0, never-1, wait-1, wait-2, ...)
         ("wait-011999", pending["wait-011999"]),
         ("never-012000", pending["never-012000"]),
@@ -130,6 +132,8 @@ def test_the_places_from_the_order_are_those_of_a_cycle_that_looks_at_every_job(
     places = sorted(r.position for r in full.pending.values() if r.position is not None)
     assert places == list(range(1, len(full.pending) - len(never) + 1))
     assert {j for j, r in full.pending.items() if r.position is None} == {f"never-{k:06d}" for k in never}
+    in_line = sorted((r.position, j) for j, r in full.pending.items() if r.position is not None)
+    assert lazy.pending.line() == [j for _, j in in_line]
 
 
 async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could_hold(tmp_path) -> None:
@@ -181,6 +185,7 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     await submit("h100", gpus=1, gpu_model=["H100"])
     await submit("next", gpus=1)
     await submit("after", gpus=1)
+    scheduler.line_stored_at = 0.0  # (the line's turn: every LINE_SECONDS)
     await scheduler.decide_and_record()
     stored = {j: (await store.get_projection(j))["pending"] for j in ("huge", "h100", "next", "after")}
     assert {j: (p["code"], p["position"]) for j, p in stored.items()} == {
@@ -189,4 +194,30 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
         "next": ("insufficient_gpus", 1),
         "after": ("insufficient_gpus", 2),
     }
+    assert (await store.get_document(LINE_KEY))["jobs"] == ["next", "after"]  # (the line: places alone)
+
+    # the holder is cancelled and `next` takes its GPU: `after` moves up to 1st, which its reason is not rewritten
+    # for (the line says it), and the line is stored again at its next turn
+    versions = {j: (await store.get_projection(j))["version"] for j in ("huge", "h100", "after")}
+    await submitter.append("holder", JobCancelled(job_id="holder", attempt=1, by="u"))
+    await deliver()
+    scheduler.line_stored_at = 0.0  # (its turn has come)
+    scheduler.pending_sent = {
+        j: (*sent[:3], sent[3] - 60) for j, sent in scheduler.pending_sent.items()
+    }  # (long ago)
+    await scheduler.decide_and_record()
+    await deliver()
+    assert (await store.get_projection("next"))["state"] == "placed"
+    assert {j: (await store.get_projection(j))["version"] for j in versions} == versions
+    assert (await store.get_document(LINE_KEY))["jobs"] == ["after"]
+    pending = (await store.get_projection("after"))["pending"]
+    assert pending["text"] and pending["message"].startswith(pending["text"])
+    await scheduler.decide_and_record()
+    assert (await store.get_document(LINE_KEY))["jobs"] == ["after"]  # (not its turn yet: not stored again)
+    for job_id in ("huge", "h100", "after"):
+        await submitter.append(job_id, JobCancelled(job_id=job_id, attempt=1, by="u"))
+    await deliver()
+    scheduler.line_stored_at = 0.0
+    await scheduler.decide_and_record()
+    assert (await store.get_document(LINE_KEY))["jobs"] == []  # nothing waits: stored once more, empty
     await store.close()

@@ -21,6 +21,7 @@ const placementEl = placementSection.querySelector(".body");
 const logsEl = section("job-logs", "Logs");
 
 let job = null;
+const QUEUED_REFRESH_MS = 5_000;
 
 async function load() {
   try {
@@ -227,3 +228,5 @@ const logs = {
 load();
 const refresh = throttle(load, 300);
 onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>", () => refresh());
+// a queued job's place in line moves without events of its own (the queue's line says it): asked again
+setInterval(() => job?.state === "queued" && !document.hidden && refresh(), QUEUED_REFRESH_MS);
