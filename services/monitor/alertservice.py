@@ -95,10 +95,8 @@ class AlertService:
         self.webhooks = webhooks
         self.book = AlertBook(store)
         self.live = live or LiveJobs(store)
-        waiting = rules.job_waiting
-        self.live.waiting_after = (
-            waiting.for_ if waiting.enabled else None
-        )  # (the queued jobs it may concern)
+        waiting = rules.job_waiting  # (the queued jobs the job-waiting alert may concern)
+        self.live.waiting_after = waiting.for_ if waiting.enabled else None
         self.refreshes_live = live is None
         self.engine = Engine(rules)
         self.idle = idle

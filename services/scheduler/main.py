@@ -45,7 +45,7 @@ from shared.events import (
 from shared.jobstate import ACTIVE_STATES, JobState, JobView
 from shared.lease import Lease
 from shared.ledger import Decision, JobLedger
-from shared.queueline import LINE_KEY, LINE_SECONDS, line_doc
+from shared.queueline import LINE_KEY, LINE_MAX_JOBS, LINE_SECONDS, line_doc
 from shared.reasons import WAITING_ITS_TURN
 from shared.service import Service
 from shared.settings import SchedulerSettings
@@ -157,8 +157,8 @@ class SchedulerService:
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, Sent] = {}  # job -> its reason as stored last (`waiting`)
-        self.line_stored_at = 0.0  # when the queue's line was stored last (`store_line`)
-        self.line_held = True  # ... and whether it held jobs (at start: perhaps, from before)
+        self.line_stored_at = 0.0  # when the queue's line was looked at last (`store_line`)
+        self.line_stored: list[str] | None = None  # ... and the line stored (None: not known, from before)
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
@@ -461,12 +461,15 @@ class SchedulerService:
         )
 
     async def store_line(self, pending: Mapping[str, Reason], now: float) -> None:
-        """The queue's line, every LINE_SECONDS while jobs wait, and once more when none is left."""
-        if now - self.line_stored_at < LINE_SECONDS or (not pending and not self.line_held):
+        """The queue's line (its first LINE_MAX_JOBS), every LINE_SECONDS while jobs wait and it changed, and
+        once more when none is left."""
+        if now - self.line_stored_at < LINE_SECONDS or (not pending and self.line_stored == []):
             return
-        jobs = pending.line() if isinstance(pending, Pending) else in_line(pending)
-        await self.service.store.put_document(LINE_KEY, line_doc(jobs, datetime.fromtimestamp(now, UTC)))
-        self.line_stored_at, self.line_held = now, bool(jobs)
+        self.line_stored_at = now
+        jobs = pending.line(LINE_MAX_JOBS) if isinstance(pending, Pending) else in_line(pending)[:LINE_MAX_JOBS]
+        if jobs != self.line_stored:
+            await self.service.store.put_document(LINE_KEY, line_doc(jobs, datetime.fromtimestamp(now, UTC)))
+            self.line_stored = jobs
 
     def _hb(self, node: str):
         rec = self.view.nodes.get(node)

@@ -67,11 +67,11 @@ CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at
 CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
 DROP INDEX IF EXISTS projections_state_tenant;  -- (state, tenant): the one below answers what it answered
 CREATE INDEX IF NOT EXISTS projections_state_tenant_created ON projections (state, tenant, created_at);
+-- (count_by_tenant, oldest_by_tenant: from the index alone)
 CREATE TABLE IF NOT EXISTS documents (  -- `put_document`: one writer's state, replaced whole
     key TEXT PRIMARY KEY,
     doc TEXT NOT NULL
 );
--- (count_by_tenant, oldest_by_tenant: from the index alone)
 """
 MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
     "ended_at": "ALTER TABLE projections ADD COLUMN ended_at TEXT;"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuyard import ports
 from gpuyard.client import Client
 from shared.api import JobOut
 from shared.bus import Bus
@@ -25,13 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` different free ports: every socket stays bound until all are picked (closed one by one, the kernel
-    may hand out the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+    """`n` different free ports, as `gpuyard up` picks its own (below the kernel's ephemeral range)."""
+    return ports.free_ports("127.0.0.1", n)
 
 
 def free_port() -> int:

@@ -246,18 +246,18 @@ class Pending(Mapping):
             n += 1
         return out
 
-    def line(self) -> list[str]:
+    def line(self, limit: int | None = None) -> list[str]:
         """The ids of the waiting jobs that have a place in line, in the order of their places (the first is
-        1st): what the queue's line stores (`shared/queueline.py`). Work in the jobs, with no reason made."""
+        1st), the first `limit` of them: what the queue's line stores (`shared/queueline.py`). Work in the jobs
+        listed, with no reason made."""
+        return list(itertools.islice(self._in_line(), limit))
+
+    def _in_line(self) -> Iterator[str]:
         places = sorted((r.position, job_id) for job_id, r in self.known.items() if r.position is not None)
-        out = [job_id for _, job_id in places]
+        yield from (job_id for _, job_id in places)
         for (jobs, start, _owner), skips in zip(self.rest, self._skips, strict=True):
-            if skips:
-                skip = set(skips)
-                out.extend(jobs[i].job_id for i in range(start, len(jobs)) if i not in skip)
-            else:
-                out.extend(job.job_id for job in itertools.islice(jobs, start, None))
-        return out
+            skip = set(skips)
+            yield from (jobs[i].job_id for i in range(start, len(jobs)) if i not in skip)
 
     def _place(self, n: int, i: int) -> int:
         """The place in line of the first job in line from index i of rest segment n."""

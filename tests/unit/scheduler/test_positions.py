@@ -105,6 +105,7 @@ def test_a_long_queue_answered_from_the_order_skips_the_jobs_no_node_could_hold(
     ]
     assert [r.position for _, r in in_order if r.position is not None] == list(range(1, 20_001))
     assert pending.line() == [j for j, r in in_order if r.position is not None]  # (the line stored: places)
+    assert pending.line(12_001) == pending.line()[:12_001]
     assert pending.window(12_002, 12_005) == [  # (slots: never-0, wait-0, never-1, wait-1, wait-2, ...)
         ("wait-011999", pending["wait-011999"]),
         ("never-012000", pending["never-012000"]),
@@ -212,8 +213,14 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     assert (await store.get_document(LINE_KEY))["jobs"] == ["after"]
     pending = (await store.get_projection("after"))["pending"]
     assert pending["text"] and pending["message"].startswith(pending["text"])
+    stored = await store.get_document(LINE_KEY)
     await scheduler.decide_and_record()
-    assert (await store.get_document(LINE_KEY))["jobs"] == ["after"]  # (not its turn yet: not stored again)
+    assert await store.get_document(LINE_KEY) == stored  # (not its turn yet)
+    scheduler.line_stored_at = 0.0
+    await scheduler.decide_and_record()
+    assert (
+        await store.get_document(LINE_KEY) == stored
+    )  # (its turn, but the line is the same: not stored again)
     for job_id in ("huge", "h100", "after"):
         await submitter.append(job_id, JobCancelled(job_id=job_id, attempt=1, by="u"))
     await deliver()
