@@ -89,12 +89,14 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     platform.wait_state(blocker, {"running"})
     first = submit(client, "wants-all", GPUS, "true")
     second = submit(client, "wants-one", 1, "true")
+    third = submit(client, "wants-one-too", 1, "true")
 
-    def both_waiting():
-        jobs = [client.job(first), client.job(second)]
+    def all_waiting():
+        jobs = [client.job(first), client.job(second), client.job(third)]
         return all(j.pending and j.pending.position for j in jobs) and jobs
 
-    head, next_in_line = wait_for(both_waiting, 15, 0.1, "both jobs to have a place in line")
+    head, next_in_line, last = wait_for(all_waiting, 15, 0.1, "the jobs to have a place in line")
+    assert last.pending.position == 3
     assert head.state == next_in_line.state == "queued"
     assert (head.pending.position, next_in_line.pending.position) == (1, 2)
     # The head holds the backfill reservation: it starts when the blocker's 10 min time limit is over.
@@ -135,6 +137,14 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     assert f"{head.pending.code}: " in described and "(#1 in queue)" in described
     estimate_row = next(line for line in described.splitlines() if line.startswith("Estimated start"))
     assert estimate_row.split()[2:4] == ["in", "about"]
+
+    # the head leaves: the last job moves up from the queue's line, with no reason of its own written again
+    reasons = len(events(client, third, "pending"))
+    client.cancel(first)
+    moved = wait_for(
+        lambda: client.job(third).pending.position == 2 and client.job(third), 15, 0.2, "3rd → 2nd"
+    )
+    assert moved.pending.message.endswith("2nd in line") and len(events(client, third, "pending")) == reasons
 
 
 def test_jobs_no_node_could_hold_wait_without_a_place_in_line_and_take_none(platform):
