@@ -466,7 +466,9 @@ class SchedulerService:
         if now - self.line_stored_at < LINE_SECONDS or (not pending and self.line_stored == []):
             return
         self.line_stored_at = now
-        jobs = pending.line(LINE_MAX_JOBS) if isinstance(pending, Pending) else in_line(pending)[:LINE_MAX_JOBS]
+        jobs = (
+            pending.line(LINE_MAX_JOBS) if isinstance(pending, Pending) else in_line(pending)[:LINE_MAX_JOBS]
+        )
         if jobs != self.line_stored:
             await self.service.store.put_document(LINE_KEY, line_doc(jobs, datetime.fromtimestamp(now, UTC)))
             self.line_stored = jobs
