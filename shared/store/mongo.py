@@ -8,7 +8,9 @@ Collections and indexes (created idempotently on open):
   `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first (or oldest first),
   `{state: 1, tenant: 1, created_at: 1}` for counting and the oldest per tenant (a server that had the former
   `{state: 1, tenant: 1}` keeps it: drop `state_tenant` by hand); `{ended_at: 1}` for
-  retention (`expired`: the ended streams to compact, whose middle events `compact` deletes).
+  retention (`expired`: the ended streams to compact, whose middle events `compact` deletes) and the feed of
+  ends (`ended_since`).
+- `documents`: state one writer replaces whole (`put_document`: the queue's line), `_id` = its key.
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
 standalone server (no transactions) the projection is written after the events, guarded by its version so
