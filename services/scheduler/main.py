@@ -52,7 +52,7 @@ from shared.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed estimated start is stored this often, at most
-PENDING_WRITES_PER_CYCLE = 200  # the head of the line: its reasons are looked at on every cycle
+PENDING_WRITES_PER_CYCLE = 200  # the most reasons a cycle stores, and the most of the sweep it looks at
 PENDING_SWEEP_PER_SECOND = 400  # the rest of a long line: reasons looked at per second, going round it
 LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queued, placed, running
 MIN_GATHER_SECONDS = 0.002
@@ -373,15 +373,15 @@ class SchedulerService:
         await self.store_line(result.pending, now)
 
     def due(self, pending: Mapping[str, Reason]) -> list[tuple[str, Reason]]:
-        """The reasons a cycle looks at to store, in order of position: those of the jobs the core looked at
-        one by one and the head of the line (`PENDING_WRITES_PER_CYCLE` jobs) every cycle, and of the rest of a
-        long line `PENDING_SWEEP_PER_SECOND` a second in turn (`pending_cursor` goes round it), so that a cycle
-        never reads the reasons of the whole queue, and the many short cycles of a busy scheduler look at no
-        more of them than a few long ones: each job's reason is looked at once per turn (and stored when it
-        changed: `waiting`)."""
+        """The reasons a cycle looks at to store, in order of position: those of the jobs the core looked at one
+        by one (its own work) every cycle, and of the rest of the line `PENDING_SWEEP_PER_SECOND` a second in
+        turn (`pending_cursor` goes round it), so that a cycle never reads the reasons of the whole queue, and
+        the many short cycles of a busy scheduler look at no more of them than a few long ones. The rest's
+        reasons are their shapes' (a change of one reaches every job of the shape), and their places are the
+        queue's line's: looked at once per turn, each is stored when it changed (`waiting`)."""
         if not isinstance(pending, Pending):  # (a plain mapping: every reason)
             return sorted(pending.items(), key=lambda item: item[1].position or 0)
-        head = max(PENDING_WRITES_PER_CYCLE, len(pending.known))
+        head = len(pending.known)
         out = pending.window(1, head)
         if len(pending) > head:
             if not head < self.pending_cursor <= len(pending):
