@@ -119,6 +119,7 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
     )
 
 
+NO_LINE = hash(())  # the hash of an empty line (`store_line`)
 Sent = tuple[str, str, float | None, float]
 """A job's reason as stored last: code, sentence (`Reason.text`), estimated start, when it was stored."""
 
@@ -158,7 +159,9 @@ class SchedulerService:
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, Sent] = {}  # job -> its reason as stored last (`waiting`)
         self.line_stored_at = 0.0  # when the queue's line was looked at last (`store_line`)
-        self.line_stored: list[str] | None = None  # ... and the line stored (None: not known, from before)
+        self.line_stored: int | None = (
+            None  # ... and the hash of the line stored (None: not known, from before)
+        )
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
@@ -463,15 +466,16 @@ class SchedulerService:
     async def store_line(self, pending: Mapping[str, Reason], now: float) -> None:
         """The queue's line (its first LINE_MAX_JOBS), every LINE_SECONDS while jobs wait and it changed, and
         once more when none is left."""
-        if now - self.line_stored_at < LINE_SECONDS or (not pending and self.line_stored == []):
+        if now - self.line_stored_at < LINE_SECONDS or (not pending and self.line_stored == NO_LINE):
             return
         self.line_stored_at = now
         jobs = (
             pending.line(LINE_MAX_JOBS) if isinstance(pending, Pending) else in_line(pending)[:LINE_MAX_JOBS]
         )
-        if jobs != self.line_stored:
+        stored = hash(tuple(jobs))  # (not the list: the scheduler keeps nothing in the depth of the queue)
+        if stored != self.line_stored:
             await self.service.store.put_document(LINE_KEY, line_doc(jobs, datetime.fromtimestamp(now, UTC)))
-            self.line_stored = jobs
+            self.line_stored = stored
 
     def _hb(self, node: str):
         rec = self.view.nodes.get(node)
