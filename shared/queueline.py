@@ -1,6 +1,6 @@
 """The queue's line: the ids of the waiting jobs that have a place in line, in order, as one document that the
-scheduler stores every `LINE_SECONDS` while jobs wait and it changed (`EventStore.put_document`), and that the API reads to
-say each queued job's place (`LineReader`).
+scheduler stores every `LINE_SECONDS` while jobs wait and it changed (`EventStore.put_document`), and that
+the API reads to say each queued job's place (`LineReader`).
 
 A job's place moves with every job placed ahead of it. Kept in each job's view, it had to be rewritten for
 the whole queue as the head moved: one `job.pending` event per job and turn, a cost in the depth of the

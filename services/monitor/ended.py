@@ -30,9 +30,7 @@ class EndedFeed:
         self.on_ended = on_ended
         self.floor = (since or datetime.now(UTC)).isoformat()
         self.latest = self.floor  # the latest end told
-        self.told: OrderedDict[str, str] = (
-            OrderedDict()
-        )  # job id -> end, of those within LAG_SECONDS of latest
+        self.told: OrderedDict[str, str] = OrderedDict()  # job id -> end, of the ends within LAG_SECONDS
 
     async def poll(self) -> int:
         """Tell every job that ended since the last poll; returns how many."""

@@ -1,5 +1,5 @@
 """The platform's figures for /metrics: jobs by state and tenant, each tenant's queue (length, oldest wait),
-its quota (guaranteed, used, borrowed GPUs), the jobs seen ending, and a histogram of the wait from submit to
+its quota (guaranteed, used, borrowed GPUs), the jobs that ended, and a histogram of the wait from submit to
 running. The placed and running jobs come from the live jobs (`services/monitor/jobs.py`), the queues from the
 store's counts (`EventStore.count_by_tenant`, `oldest_by_tenant`: no queued job is walked), the ends from the
 feed of ends (`services/monitor/ended.py`).
@@ -72,7 +72,7 @@ class PlatformSnapshot:
     queues: dict[str, TenantQueue]
     quotas: dict[str, TenantQuota]
     ended: dict[tuple[str, str], int]
-    """(state, tenant) -> jobs seen ending since the monitor started."""
+    """(state, tenant) -> jobs that ended since the monitor started."""
     taken_at: datetime
 
 
