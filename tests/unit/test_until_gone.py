@@ -15,11 +15,25 @@ import pytest
 from shared import service
 
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = "import os, sys; from shared.service import until_gone; until_gone(os.getppid()); open(sys.argv[1], 'w').write('gone')"
-PARENT = (
-    "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); "
-    "print('up', flush=True); time.sleep(120)"
+# The supervisor's pid comes in argv, as `gpuyard up` passes it in the settings: a child that asked for its parent
+# after a slow start (a loaded machine) would wait for whoever adopted it.
+CHILD = (
+    "import os, sys; from pathlib import Path; from shared.service import until_gone; "
+    "marker = Path(sys.argv[1]); marker.write_text('waiting'); until_gone(int(sys.argv[2])); marker.write_text('gone')"
 )
+PARENT = (
+    "import os, subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2], str(os.getpid())]); time.sleep(120)"
+)
+
+
+def wait_for(marker: Path, text: str, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if marker.exists() and marker.read_text() == text:
+            break
+        time.sleep(0.05)
+    return marker.read_text() if marker.exists() else "(no file)"
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
@@ -27,19 +41,14 @@ def test_the_wait_ends_when_the_supervisor_is_killed(tmp_path, pidfd):
     marker = tmp_path / "gone"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     code = CHILD if pidfd else "import os; del os.pidfd_open; " + CHILD
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, code, str(marker)], env=env, stdout=subprocess.PIPE
-    )
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, code, str(marker)], env=env)
     try:
-        assert parent.stdout.readline() == b"up\n"
+        assert wait_for(marker, "waiting") == "waiting"
         time.sleep(0.5)
-        assert not marker.exists()  # the supervisor lives: the child waits
+        assert marker.read_text() == "waiting"  # the supervisor lives: the child waits
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 30
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.read_text() == "gone"
+        assert wait_for(marker, "gone") == "gone"
     finally:
         parent.kill()
         parent.wait()
