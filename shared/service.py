@@ -23,6 +23,7 @@ from shared.bus import Bus, BusRefused, BusUnavailable
 from shared.buscredentials import CredentialsError, read_credentials
 from shared.busmetrics import BusMetrics
 from shared.buspermissions import publishes
+from shared.collector import collect_less
 from shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
 from shared.health import HealthServer
 from shared.ledger import JobLedger
@@ -276,6 +277,7 @@ def run_service(
         code = 1
         try:
             await service.start()
+            collect_less()
             service.spawn(main(service, settings), "main")
             service.ready = True
             await service.stopping.wait()
