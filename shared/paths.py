@@ -106,14 +106,19 @@ PRIVATE_FILE = 0o600
 
 def private_dir(path: Path | str) -> None:
     """Make `path` and its missing parents 0700 (os.makedirs gives the parents the umask's mode); an existing
-    folder is left as it is."""
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path)
-    if parent and parent != path:
-        private_dir(parent)
-    with contextlib.suppress(FileExistsError):
+    folder is left as it is. The folder is made first and its parents only when it cannot be: one system call
+    where its parents exist (the executor makes an attempt's folder for each job it starts)."""
+    try:
         os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if not parent or parent == path:
+            raise
+        private_dir(parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
 
 
 def write_private(path: Path, text: str) -> None:

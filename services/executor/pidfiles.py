@@ -19,14 +19,10 @@ def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
 
 
 def make_replica_dirs(files: ReplicaFiles, *, work: bool = True) -> None:
-    """The job's, the attempt's and (unless not `work`) the replica's working directory: three mkdir calls
-    where os.makedirs would also stat each parent (and pathlib would make a path of each)."""
-    try:
-        for folder in (files.job, files.attempt, files.work) if work else (files.job, files.attempt):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(folder, 0o700)
-    except FileNotFoundError:  # no jobs/ folder yet
-        private_dir(files.work if work else files.attempt)
+    """The job's, the attempt's and (unless not `work`) the replica's working directory (0700), made from the
+    deepest up: where the attempt's claim made its folders (several executor processes on the node), one
+    mkdir call; otherwise one more per missing parent."""
+    private_dir(files.work if work else files.attempt)
 
 
 def make_job_workdir(path: str, uid: int, gid: int) -> None:
