@@ -27,9 +27,10 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def free_ports(host: str, n: int) -> list[int]:
+def free_ports(host: str, n: int, avoid: frozenset[int] = frozenset()) -> list[int]:
     """`n` different ports free on `host` now, below the kernel's ephemeral range (in it only when the range
-    leaves too little room below): every socket stays bound until all are picked."""
+    leaves too little room below), none of `avoid` (ports named for what is not bound yet): every socket stays
+    bound until all are picked."""
     low, _high = ephemeral_range()
     with contextlib.ExitStack() as stack:
         picked: list[int] = []
@@ -38,9 +39,13 @@ def free_ports(host: str, n: int) -> list[int]:
             s = stack.enter_context(socket.socket())
             port = random.randrange(LOWEST, low) if low - LOWEST >= 1000 and tries < 50 * n else 0
             tries += 1
+            if port in avoid:
+                continue
             try:
                 s.bind((host, port))
             except OSError:
+                continue
+            if s.getsockname()[1] in avoid:
                 continue
             picked.append(s.getsockname()[1])
         return picked

@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -343,7 +343,11 @@ DEFAULT_NATS_PORT = 4222
 
 
 def default_executors() -> int:
-    return min(2, os.cpu_count() or 1)
+    """Two executor processes where the cores can carry them (one process caps a node at a few hundred short
+    jobs a second), one on a machine of one or two cores: there the cores, not the process, are the limit, and a
+    second process costs CPU per job (every job's end reaches both; each has a reaper, claims, consumers). With
+    20,000 jobs queued on two cores, one drained 229.8 jobs/s against 205.3 with two (docs/benchmarks.md)."""
+    return 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -371,7 +375,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=default_executors(),
         metavar="N",
-        help="executor processes sharing this node's jobs (default: 2, or 1 on a single core)",
+        help="executor processes sharing this node's jobs (default: 2, or 1 on one or two cores)",
     )
     parser.add_argument(
         "--service-metrics-port",
@@ -481,14 +485,17 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     if env_name("dashboard_origins") not in env:  # whose pages may call the serving entry point (its CORS)
         decided["dashboard_origins"] = dashboard_origins(api.submit_host, api.submit_port)
     children = []
-    metrics_ports = iter(own_metrics_ports(opts, api.service_metrics_host))
+    named = named_ports(opts, api)
+    metrics = own_metrics_ports(opts, api.service_metrics_host, named)
+    metrics_ports = iter(metrics)
+    health_ports = iter(own_health_ports(opts, api.health_host, env, named | set(metrics)))
     for name, model in SERVICES.items():
         own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
         argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, own)]
         if name == "scheduler":
             argv += settings_flags(model, {"service_metrics_port": next(metrics_ports)})
         if name != "executor":
-            children.append(Child(name, argv, env))
+            children.append(Child(name, [*argv, *health_flags(model, health_ports)], env))
             continue
         for worker in range(max(opts.executors, 1)):  # --executors 0 is refused by the first one's settings
             workers = {
@@ -496,8 +503,9 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
                 "executor_worker": worker,
                 "service_metrics_port": next(metrics_ports),
             }
+            argv_worker = [*argv, *health_flags(model, health_ports)]
             label = name if worker == 0 else f"{name}-{worker}"
-            children.append(Child(label, [*argv, *settings_flags(model, workers)], env, service=name))
+            children.append(Child(label, [*argv_worker, *settings_flags(model, workers)], env, service=name))
     settings = {
         c.name: settings_from_argv(SERVICES[c.service or c.name], c.argv[3:], f"gpuyard up: {c.name}")
         for c in children
@@ -505,12 +513,48 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     return Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
 
 
-def own_metrics_ports(opts: UpOptions, host: str) -> list[int]:
+def named_ports(opts: UpOptions, api: SubmitSettings) -> frozenset[int]:
+    """The ports the platform's settings name (the API's, NATS', serving's, the monitor's): none of the ports
+    picked for the rest may be one of them, though nothing is bound there yet."""
+    given = {
+        model: settings_from_argv(model, settings_flags(model, opts.given), "gpuyard up")
+        for model in (ServingSettings, MonitorSettings)
+    }
+    return frozenset(
+        {
+            api.submit_port,
+            opts.nats_port,
+            given[ServingSettings].serving_port,
+            given[MonitorSettings].metrics_port,
+        }
+    )
+
+
+def own_metrics_ports(opts: UpOptions, host: str, named: frozenset[int]) -> list[int]:
     """The ports of the scheduler's and each executor's own /metrics, in that order."""
     count = 1 + max(opts.executors, 1)
     if opts.service_metrics_port is not None:
         return [opts.service_metrics_port + i for i in range(count)]
-    return free_ports("127.0.0.1" if host in ("0.0.0.0", "::", "") else host, count)
+    return free_ports(loopback_for(host), count, named)
+
+
+def own_health_ports(opts: UpOptions, host: str, env: dict[str, str], named: frozenset[int]) -> list[int]:
+    """A port of its own for each process's /healthz and /readyz, picked as the others (`gpuyard.ports`: below
+    the kernel's ephemeral range), so that no health endpoint bound to port 0 takes a port the user chose in
+    that range (`--port 40000`) before its owner binds it; none where the environment names the health port."""
+    if env_name("health_port") in env:
+        return []
+    count = len(SERVICES) - 1 + max(opts.executors, 1)
+    return free_ports(loopback_for(host), count, named)
+
+
+def loopback_for(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def health_flags(model: type, ports: Iterator[int]) -> list[str]:
+    port = next(ports, None)
+    return settings_flags(model, {"health_port": port}) if port is not None else []
 
 
 def write_metrics_targets(platform: Plan) -> Path:

@@ -142,7 +142,12 @@ class CommonSettings(BaseSettings):
         description="This process's name in events and heartbeats (default: hostname-pid).",
     )
     health_host: str = Field("127.0.0.1", description="Address of /healthz and /readyz.")
-    health_port: int = Field(0, description="Port of /healthz and /readyz; 0 picks a free one.")
+    health_port: int = Field(
+        0,
+        description="Port of /healthz and /readyz; 0 picks a free one. `gpuyard up` gives each process its own, "
+        "below the kernel's ephemeral range (where a port bound to 0 could take one the user chose), unless "
+        "this is set.",
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop", description="uvloop where installed; asyncio runs the service on the standard event loop."

@@ -49,6 +49,23 @@ def test_up_gives_the_scheduler_and_each_executor_a_free_port_of_their_own(tmp_p
     assert ports["submit"] is ports["serving"] is ports["monitor"] is None  # theirs is on their HTTP port
 
 
+def test_up_gives_each_process_a_health_port_of_its_own_apart_from_every_other_port(tmp_path):
+    platform = up_plan(tmp_path, "--port", "40000", executors=3)
+    settings = [platform.settings[c.name] for c in platform.children]
+    health = [s.health_port for s in settings]
+    metrics = {s.service_metrics_port for s in settings} - {None}
+    named = {40000, 4222, 8000, 9400}  # the API's (in the ephemeral range), NATS', serving's, the monitor's
+    assert len(health) == 7 and all(health) and len(set(health)) == 7  # none left to port 0
+    assert not set(health) & (metrics | named)
+
+
+def test_up_leaves_the_health_port_to_the_environment_that_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUYARD_HEALTH_PORT", "0")
+    args = build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--executors", "2"])
+    platform = plan(UpOptions.from_args(args), dict(os.environ))
+    assert {platform.settings[c.name].health_port for c in platform.children} == {0}
+
+
 def test_up_takes_the_ports_from_a_first_port_when_asked(tmp_path):
     ports = own_ports(up_plan(tmp_path, "--service-metrics-port", "19500", executors=2))
     assert (ports["scheduler"], ports["executor"], ports["executor-1"]) == (19500, 19501, 19502)

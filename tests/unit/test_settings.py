@@ -223,6 +223,15 @@ def up_plan(*flags: str, executors: int = 2):
     return plan(UpOptions.from_args(args), dict(os.environ))
 
 
+@pytest.mark.parametrize(("cores", "executors"), [(1, 1), (2, 1), (3, 2), (64, 2), (None, 1)])
+def test_up_starts_a_second_executor_only_where_more_than_two_cores_can_carry_it(
+    monkeypatch, cores, executors
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    args = build_parser().parse_args(["up"])
+    assert args.executors == UpOptions.from_args(args).executors == executors
+
+
 def as_the_child_reads_it(child, monkeypatch):
     """The settings a service process builds from its argv and environment, as `python -m services.X` does."""
     assert child.argv[:3] == [sys.executable, "-m", f"services.{child.service or child.name}"]
