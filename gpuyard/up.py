@@ -456,7 +456,7 @@ class Plan:
                 address = (settings.service_metrics_host, settings.service_metrics_port)
             else:
                 continue
-            host = "127.0.0.1" if address[0] in ("0.0.0.0", "::", "") else address[0]
+            host = loopback_for(address[0])
             host = f"[{host}]" if ":" in host else host
             targets.append({"targets": [f"{host}:{address[1]}"], "labels": {"process": c.name}})
         return targets
@@ -475,7 +475,7 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         "tokens_file": data_dir / TOKENS_FILE,
     }
     if env_name("api_url") not in env:  # where jobs reach the API (their publish token's, docs/models.md)
-        host = "127.0.0.1" if api.submit_host in ("0.0.0.0", "::", "") else api.submit_host
+        host = loopback_for(api.submit_host)
         decided["api_url"] = f"http://{host}:{api.submit_port}"
     if env_name("serving_url") not in env:  # where the dashboard's pages call the serving entry point
         serving = settings_from_argv(
@@ -549,6 +549,7 @@ def own_health_ports(opts: UpOptions, host: str, env: dict[str, str], named: fro
 
 
 def loopback_for(host: str) -> str:
+    """Where a process of this machine reaches a socket bound to `host` (an any-address: the loopback)."""
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
