@@ -34,8 +34,7 @@ def test_a_taken_port_is_not_free():
 
 def test_ports_named_for_what_is_not_bound_yet_are_never_picked():
     low, _high = ports.ephemeral_range()
-    named = frozenset(
-        range(ports.LOWEST, low - 3)
-    )  # all but three: random picks land there 1 time in thousands
+    # all of the range but three ports: a random pick lands on one of those once in thousands
+    named = frozenset(range(ports.LOWEST, low - 3))
     picked = ports.free_ports("127.0.0.1", 5, named)
     assert len(set(picked)) == 5 and not named & set(picked)
