@@ -9,7 +9,9 @@ collecting 50 times less often costs a few MB of pending garbage at most; with 2
 scheduler's CPU per job from 1.51 to 1.19 ms and an executor's from 2.91 to 2.54 (docs/benchmarks.md).
 
 `collect_less()` runs once a service has started: what was made by then (modules, settings, schemas,
-connections) lives as long as the process and is frozen out of every later collection (`gc.freeze`).
+connections) lives as long as the process and is frozen out of every later collection (`gc.freeze`). A
+service whose every request waits on it (serving: an inference's latency) keeps Python's thresholds: a
+collection of the youngest generation at 35,000 objects pauses it about 1 ms, against 0.07 ms at 700.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ OLDER_THRESHOLDS = (20, 20)
 a quarter of what it holds is new, as CPython always does)."""
 
 
-def collect_less() -> None:
+def collect_less(*, pauses_matter: bool = False) -> None:
     gc.collect()
     gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
+    if not pauses_matter:
+        gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)

@@ -252,9 +252,11 @@ def run_service(
     needs_store: bool = True,
     needs_logs: bool = False,
     preflight: Callable[[S], str | None] | None = None,
+    pauses_matter: bool = False,
 ) -> None:
     """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
-    `preflight(settings)` may refuse to start (it returns the reason) before anything is connected."""
+    `preflight(settings)` may refuse to start (it returns the reason) before anything is connected;
+    `pauses_matter`: requests wait on the service, so its garbage collections stay short (`shared.collector`)."""
     settings = settings_from_argv(settings_cls, argv, f"python -m services.{name}")
     setup_logging(name, settings.log_level)
     refusal = preflight(settings) if preflight else None
@@ -277,7 +279,7 @@ def run_service(
         code = 1
         try:
             await service.start()
-            collect_less()
+            collect_less(pauses_matter=pauses_matter)
             service.spawn(main(service, settings), "main")
             service.ready = True
             await service.stopping.wait()

@@ -45,3 +45,11 @@ def test_cyclic_garbage_made_after_the_start_is_still_collected(restored_collect
     for _ in range(YOUNG_THRESHOLD):  # more new containers than the threshold
         cycle()
     assert first() is None  # a collection ran on its own and took it
+
+
+def test_a_service_whose_requests_wait_on_it_keeps_short_collections(restored_collector):
+    gc.set_threshold(700, 10, 10)
+    started_with = [[object()] for _ in range(100)]
+    collect_less(pauses_matter=True)
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() >= len(started_with)  # what lived at the start is still left out
