@@ -159,9 +159,8 @@ class SchedulerService:
         self.leading = asyncio.Event()
         self.pending_sent: dict[str, Sent] = {}  # job -> its reason as stored last (`waiting`)
         self.line_stored_at = 0.0  # when the queue's line was looked at last (`store_line`)
-        self.line_stored: int | None = (
-            None  # ... and the hash of the line stored (None: not known, from before)
-        )
+        # ... and the hash of the line stored (None: not known, from before)
+        self.line_stored: int | None = None
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
