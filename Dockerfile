@@ -2,6 +2,13 @@
 # One image for the five GPUYARD services; the first argument picks one:
 #   docker run gpuyard:dev submit      → python -m services.submit
 # (scheduler, executor, serving, monitor likewise; any other command runs as given).
+
+# The executor's start helper (services/executor/replica_start.c), built where there is a C compiler: the
+# image below has none (without the helper its reaper forks each replica: docs/executor.md).
+FROM python:3.11 AS start-helper
+COPY services/executor/replica_start.c services/executor/start_helper.py /build/
+RUN python /build/start_helper.py /build/bin
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,6 +32,7 @@ COPY gpuyard ./gpuyard
 COPY shared ./shared
 COPY services ./services
 RUN pip install --no-deps . && rm -rf build
+COPY --from=start-helper /build/bin/ /usr/local/lib/python3.11/site-packages/services/executor/bin/
 COPY --chmod=755 deploy/docker/entrypoint.sh /usr/local/bin/gpuyard-entrypoint
 
 USER 10001:10001

@@ -3,11 +3,13 @@
     python benchmarks/start_costs.py [--starts 300] [--dir DIR]
 
 - starting a no-op child (`true`) with glibc's `posix_spawn` (`os.posix_spawnp`, what the executor used
-  before replicas were started by its reaper, issue 24) against `subprocess.Popen` and against a fork whose
+  before replicas were started by its reaper, issue 24) against `subprocess.Popen`, against a fork whose
   child takes the reaper's steps before its exec (a new session, a child subreaper, its output, its folder,
-  its other descriptors closed): the parent's CPU per start, the child's until it is reaped (its copy-on-write
-  faults, its exec and `true` itself), and the wall time of the call (mean and p90: with vfork the
-  caller waits until the child has reached exec, which on busy cores includes waiting for a CPU);
+  its other descriptors closed), and against the reaper's spawn of the start helper (`replica_start.c`, built
+  here with the machine's C compiler), which takes those steps in C and then execs `true`: the parent's CPU
+  per start, the child's until it is reaped (its copy-on-write faults, its exec or execs and `true` itself),
+  and the wall time of the call (mean and p90: with vfork the caller waits until the child has reached exec,
+  which on busy cores includes waiting for a CPU);
 - `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
   wall and CPU per call;
 - making a replica's path as a `pathlib.Path` against as a string (`shared.paths` uses strings);
@@ -34,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from services.executor.reaper import subreaper  # noqa: E402 (standard library only, as the reaper itself)
+from services.executor.reaper import spawn, subreaper  # noqa: E402 (standard library only, as the reaper)
 
 ROUNDS = 5
 
@@ -65,13 +67,19 @@ def fork_as_the_reaper(env: dict, out: int, folder: Path) -> int:
     return pid
 
 
-def starts(n: int, how: str, folder: Path) -> dict:
+def starts(n: int, how: str, folder: Path, helper: str = "") -> dict:
     env = {"PATH": os.environ.get("PATH", os.defpath)}
     walls, cpu, child_cpu = [], 0.0, 0.0
-    with open(os.devnull, "wb") as sink:
+    with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as nothing:
         for _ in range(n):
             w, c = time.perf_counter(), time.process_time()
-            if how == "posix_spawn":
+            error_r = -1
+            if how == "helper":  # (as the reaper: the helper's error pipe says when its exec happened)
+                error_r, error_w = os.pipe()
+                request = {"argv": ["true"], "env": env, "cwd": str(folder)}
+                pid = spawn(helper, request, nothing.fileno(), sink.fileno(), error_w)
+                os.close(error_w)
+            elif how == "posix_spawn":
                 os.chdir(folder)
                 out = [(os.POSIX_SPAWN_DUP2, sink.fileno(), 1), (os.POSIX_SPAWN_DUP2, sink.fileno(), 2)]
                 pid = os.posix_spawnp("true", ["true"], env, file_actions=out, setsid=True)
@@ -83,6 +91,9 @@ def starts(n: int, how: str, folder: Path) -> dict:
             cpu += time.process_time() - c
             walls.append(time.perf_counter() - w)
             before = children_cpu()
+            if error_r >= 0:
+                assert os.read(error_r, 512) == b"", "the helper could not start `true`"
+                os.close(error_r)
             os.waitpid(pid, 0)  # (not timed)
             child_cpu += children_cpu() - before
             if how == "popen":
@@ -115,11 +126,12 @@ def per_call(fn, n: int = 20000) -> float:
     return round((time.perf_counter() - c) / n * 1e6, 2)
 
 
-def spawn_figures(n: int, folder: Path) -> dict:
+def spawn_figures(n: int, folder: Path, helper: str) -> dict:
     return {
         "spawn_posix_spawn": best(lambda: starts(n, "posix_spawn", folder)),
         "spawn_popen": best(lambda: starts(n, "popen", folder)),
         "spawn_fork_as_the_reaper": best(lambda: starts(n, "fork", folder)),
+        **({"spawn_start_helper": best(lambda: starts(n, "helper", folder, helper))} if helper else {}),
     }
 
 
@@ -128,10 +140,12 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=300)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--spawns-only", action="store_true", help=argparse.SUPPRESS)  # (the lean process)
+    parser.add_argument("--helper", default="", help=argparse.SUPPRESS)  # (the lean process's start helper)
     args = parser.parse_args()
     if args.spawns_only:
-        print(json.dumps(spawn_figures(args.starts, args.dir)))
+        print(json.dumps(spawn_figures(args.starts, args.dir, args.helper)))
         return
+    from services.executor.start_helper import start_helper
     from shared.events import _ID_NAMESPACE, derived_id
 
     base = str(args.dir)
@@ -148,8 +162,13 @@ def main() -> None:
         "--dir",
         base,
     ]
+    with tempfile.TemporaryDirectory() as built:
+        helper = start_helper(Path(built))
+        lean_figures = subprocess.run(
+            [*lean, "--helper", helper or ""], check=True, capture_output=True, text=True
+        )
     result = {
-        **json.loads(subprocess.run(lean, check=True, capture_output=True, text=True).stdout),
+        **json.loads(lean_figures.stdout),
         "mkdir": best(lambda: mkdirs(500, args.dir)),
         "pathlib_path_us": min(
             per_call(lambda k: Path(base) / "jobs" / f"j{k}" / "attempt-1" / "replica-0" / "out.log")

@@ -386,6 +386,11 @@ class ExecutorSettings(CommonSettings):
         "64MiB", description="Size of a replica's log file before it is rotated (0: never rotated)."
     )
     log_backups: int = Field(4, ge=0, description="Rotated log files kept per replica and attempt.")
+    replica_start: Literal["helper", "fork"] = Field(
+        "helper",
+        description="How the reaper starts a replica: helper (a small C program built at the start with the "
+        "node's C compiler; without one, fork) or fork (its child takes the steps in Python: ~1.1 ms more CPU).",
+    )
     cgroup_limits: bool = Field(True, description="Enforce cpus and memory through cgroup v2 where writable.")
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Mount point of the cgroup v2 hierarchy.")
     cgroup_parent: str = Field(

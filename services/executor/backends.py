@@ -53,4 +53,5 @@ def make_backend(
         shipper=shipper,
         job_users=JobUsers.from_setting(settings.job_users, settings.job_uid_base),
         job_root=settings.job_root,
+        start_helper=settings.replica_start == "helper",
     )

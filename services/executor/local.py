@@ -46,6 +46,7 @@ from services.executor.reaper_client import (
     read_exit_file,
     watch_adopted,
 )
+from services.executor.start_helper import start_helper
 from shared.events import FailureReason, JobPlaced, JobReplicaExited
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
@@ -97,6 +98,7 @@ class LocalBackend(Backend):
         shipper: LogShipper | None = None,
         job_users: JobUsers | None = None,
         job_root: Path | None = None,
+        start_helper: bool = True,
     ):
         self.node = node
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
@@ -113,6 +115,7 @@ class LocalBackend(Backend):
         self.events: BackendEvents | None = None
         self.watchers: set[asyncio.Task] = set()
         self.reaper = ReaperClient()
+        self.start_helper = start_helper
 
     @property
     def limits(self) -> str:
@@ -128,7 +131,8 @@ class LocalBackend(Backend):
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)
         await asyncio.to_thread(self.cgroups.setup)
-        self.reaper.open()  # (after the set-up: it lives in the executor's leaf cgroup)
+        helper = await asyncio.to_thread(start_helper, self.data_dir / "bin") if self.start_helper else None
+        self.reaper.open(helper)  # (after the set-up: it lives in the executor's leaf cgroup)
 
     async def run(self) -> None:
         await self.reaper.until_gone()

@@ -17,6 +17,12 @@ output pipe, so a replica whose executor died never gets SIGPIPE: its output wai
 blocks when the pipe is full) until the next executor opens the pipe through `/proc/<reaper>/fd/<n>`. What a
 replica printed last while no executor read its pipe, the reaper appends to the replica's log file itself.
 
+Where the executor built the start helper (`replica_start.c`, `start_helper.py`; its path is the reaper's
+second argument), the reaper spawns it with `posix_spawn` (a vfork: nothing of the reaper's memory is
+copied): it is the replica's first process, takes the steps that only the process itself can take, then execs
+the command. Without it (no C compiler on the node, or a helper that cannot run), the reaper forks and its
+child takes the same steps in Python: about 1.1 ms more CPU per replica (`benchmarks/start_costs.py`).
+
 Every replica's first process is a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec): a descendant
 whose parent ends (`setsid sleep 1000 &`, a double fork) is re-parented to it, not to init, so nothing of the
 replica escapes while it runs. When that first process ends, its remaining descendants are re-parented to the
@@ -56,6 +62,17 @@ import warnings  # noqa: F401 (os.execvpe imports it on first use: in a child th
 from collections import deque
 
 PR_SET_CHILD_SUBREAPER = 36
+DEFAULT_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGPIPE,
+    signal.SIGCHLD,
+    signal.SIGXFSZ,
+)
+"""What a replica's first process gets back to the default: the reaper ignores (or handles) them."""
+HELPER_UNUSABLE = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EPERM, errno.ENOTDIR, errno.ELOOP}
+"""posix_spawn's errors that say the start helper itself cannot be executed (a data directory mounted noexec)."""
 SOCKET_FD = 3
 MAX_MESSAGE = 4 * 1024 * 1024
 DRAIN_CHUNK = 64 * 1024
@@ -82,6 +99,28 @@ def start_time(pid: int) -> int | None:
     finally:
         os.close(fd)
     return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+def spawn(helper: str, request: dict, stdin: int, output: int, error_w: int) -> int:
+    """The start helper (replica_start.c) in a new session, with the replica's stdin, stdout and stderr and
+    every signal the reaper ignores back to its default; it takes the other steps of a start itself."""
+    user = request.get("user")
+    uid, gid = (str(user[0]), str(user[1])) if user else ("-", "-")
+    argv = [helper, str(error_w), request.get("cgroup") or "-", uid, gid, request["cwd"]]
+    os.set_inheritable(error_w, True)  # (closed on the helper's own exec, which sets it back)
+    return os.posix_spawn(
+        helper,
+        argv + request["argv"],
+        request["env"],
+        file_actions=[
+            (os.POSIX_SPAWN_DUP2, stdin, 0),
+            (os.POSIX_SPAWN_DUP2, output, 1),
+            (os.POSIX_SPAWN_DUP2, output, 2),
+        ],
+        setsid=True,
+        setsigmask=(),
+        setsigdef=DEFAULT_SIGNALS,
+    )
 
 
 def write_atomically(path: str, doc: dict) -> None:
@@ -160,8 +199,9 @@ class Starting:
 
 
 class Reaper:
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, helper: str = ""):
         self.sock = sock
+        self.helper = helper  # the start helper's path; empty: fork
         self.connected = True
         self.replicas: dict[int, Replica] = {}
         self.finishing: dict[int, tuple[Replica, int]] = {}
@@ -276,12 +316,13 @@ class Reaper:
         start = Starting(request)
         error_r, error_w = os.pipe()  # both close on exec: the child's exec closes error_w
         try:
-            start.pid = os.fork()
-            if start.pid == 0:  # pragma: no cover (the child: it execs or exits)
-                self.child(request, write_fd, error_w)
-        except BaseException:
+            start.pid = self.launch(request, write_fd, error_w)
+        except (OSError, ValueError) as exc:  # (ValueError: a NUL byte, or an `=` in a variable's name)
             os.close(error_r)
-            raise
+            step = "exec" if isinstance(exc, ValueError) else "spawn"
+            code = exc.errno or 0 if isinstance(exc, OSError) else 0
+            self.starting.append(Starting(request, {"error": code, "step": step, "message": str(exc)}))
+            return
         finally:
             os.close(error_w)
         start.started = start_time(start.pid)
@@ -292,6 +333,22 @@ class Reaper:
         self.forked[start.pid] = start
         self.waiting_exec[error_r] = start
         self.poll.register(error_r, select.POLLIN)
+
+    def launch(self, request: dict, write_fd: int, error_w: int) -> int:
+        """The replica's first process: the start helper, spawned, or a fork of the reaper (no helper, or one
+        that cannot run: the reaper then forks from this start on)."""
+        if self.helper:
+            try:
+                return spawn(self.helper, request, self.devnull, write_fd, error_w)
+            except OSError as exc:
+                if exc.errno not in HELPER_UNUSABLE:
+                    raise
+                print(f"gpuyard reaper: cannot run {self.helper} ({exc}); forking instead", file=sys.stderr)
+                self.helper = ""
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child: it execs or exits)
+            self.child(request, write_fd, error_w)
+        return pid
 
     def exec_news(self, start: Starting) -> None:
         """The child's error pipe has something: why it could not start, or its end (the exec happened, or
@@ -356,9 +413,8 @@ class Reaper:
         step = "setup"
         try:
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
+            for sig in DEFAULT_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             os.setsid()
             subreaper()
             if request.get("cgroup"):
@@ -476,7 +532,7 @@ def main() -> None:
     fd = int(sys.argv[1]) if len(sys.argv) > 1 else SOCKET_FD
     os.set_inheritable(fd, False)
     sock = socket.socket(fileno=fd)
-    Reaper(sock).run()
+    Reaper(sock, helper=sys.argv[2] if len(sys.argv) > 2 else "").run()
 
 
 if __name__ == "__main__":

@@ -77,14 +77,15 @@ class ReaperClient:
         self.gone: asyncio.Future[None] | None = None
         self.closing = False
 
-    def open(self) -> None:
-        """Start the reaper (a process in its own session, so that nothing aimed at the executor reaches it)."""
+    def open(self, helper: str | None = None) -> None:
+        """Start the reaper (a process in its own session, so that nothing aimed at the executor reaches it),
+        with the start helper's path where there is one (start_helper.py)."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with open(os.devnull, "rb") as null:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", REAPER, str(theirs.fileno())],
+                    [sys.executable, "-I", "-S", REAPER, str(theirs.fileno()), *([helper] if helper else [])],
                     stdin=null,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

@@ -33,9 +33,10 @@ def fake_cgroup_tree(root, parent="gy", procs=""):
 # ---------------------------------------------------------------------- cgroups
 
 
-async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path):
+@pytest.mark.parametrize("start", ["helper", "fork"])
+async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path, start):
     parent = fake_cgroup_tree(tmp_path / "cgroup")
-    ex = await h.executor(cgroup_root=tmp_path / "cgroup", cgroup_parent="gy")
+    ex = await h.executor(cgroup_root=tmp_path / "cgroup", cgroup_parent="gy", replica_start=start)
     assert ex.backend.limits == f"enforced through cgroup v2 under {parent}"
     assert (parent / "cgroup.subtree_control").read_text() == "+cpu +memory"
     job = await h.submit(command="sleep 60", resources={"cpus": 0.5, "memory": "256MiB"})
@@ -58,9 +59,10 @@ async def test_cpu_and_memory_limits_go_into_the_replicas_cgroup(h, tmp_path):
     assert view.message == "replica 0: killed for exceeding its memory limit (256 MiB)"
 
 
-async def test_a_replica_that_cannot_enter_its_cgroup_fails_to_start_with_that_reason(h, tmp_path):
+@pytest.mark.parametrize("start", ["helper", "fork"])  # (the helper's C, or the reaper's forked child)
+async def test_a_replica_that_cannot_enter_its_cgroup_fails_to_start_with_that_reason(h, tmp_path, start):
     parent = fake_cgroup_tree(tmp_path / "cgroup")
-    ex = await h.executor(cgroup_root=tmp_path / "cgroup", cgroup_parent="gy")
+    ex = await h.executor(cgroup_root=tmp_path / "cgroup", cgroup_parent="gy", replica_start=start)
     job = await h.submit(command="true")
     (parent / f"gpuyard-{job}-a1-r0" / "cgroup.procs").mkdir(parents=True)  # writing it fails
     await h.place(ex, job)

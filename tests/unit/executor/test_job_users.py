@@ -60,9 +60,12 @@ def job_root():
 
 
 @root_only
-async def test_a_job_runs_as_its_tenants_user_and_cannot_read_the_platforms_files(h, tmp_path, job_root):
+@pytest.mark.parametrize("start", ["helper", "fork"])  # (the start helper's C, or the reaper's forked child)
+async def test_a_job_runs_as_its_tenants_user_and_cannot_read_the_platforms_files(
+    h, tmp_path, job_root, start
+):
     Tokens(h.data_dir / "tokens.json").create(tenant="admin", admin=True)
-    ex = await h.executor(job_users="", job_root=job_root)
+    ex = await h.executor(job_users="", job_root=job_root, replica_start=start)
     tokens, events = h.data_dir / "tokens.json", h.tmp_path / "events.db"
     job = await h.submit(
         command=f"id -u; id -G; cat {tokens} || echo no-tokens; cat {events} || echo no-events; "
@@ -83,10 +86,11 @@ async def test_a_job_runs_as_its_tenants_user_and_cannot_read_the_platforms_file
 
 
 @root_only
-async def test_a_command_looked_up_on_the_path_starts_as_the_tenants_user(h, job_root):
-    """`["id", "-u"]` is found on the PATH by the reaper's child after it became the job's user, who may not
-    read the platform's Python (a private /root): the child must not import anything then."""
-    ex = await h.executor(job_users="", job_root=job_root)
+@pytest.mark.parametrize("start", ["helper", "fork"])
+async def test_a_command_looked_up_on_the_path_starts_as_the_tenants_user(h, job_root, start):
+    """`["id", "-u"]` is found on the PATH by the replica's first process after it became the job's user, who
+    may not read the platform's Python (a private /root): a forked child must not import anything then."""
+    ex = await h.executor(job_users="", job_root=job_root, replica_start=start)
     job = await h.submit(command=["id", "-u"], tenant="vision")
     await h.place(ex, job)
     await h.wait(job, "succeeded")

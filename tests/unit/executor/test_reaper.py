@@ -1,7 +1,8 @@
 """The reaper (`services/executor/reaper.py`) starts a replica's process as Popen would (same session,
 descriptors, signals, directory and environment, the command found on the environment's PATH), says which
 step of a start failed, writes each end to the replica's exit file even after its executor is gone, and lets
-nothing of a replica outlive its first process."""
+nothing of a replica outlive its first process. Each test runs twice: with the start helper
+(`replica_start.c`, spawned) and without it (the reaper forks)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from services.executor.processes import process_start_time
 from services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
+from services.executor.start_helper import start_helper
 
 REPORT = """
 import json, os, sys
@@ -46,14 +48,28 @@ async def eventually(check, within: float) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.fixture(scope="module")
+def built_helper(tmp_path_factory) -> str:
+    helper = start_helper(tmp_path_factory.mktemp("bin"))
+    if helper is None:
+        pytest.skip("no C compiler to build the start helper with")
+    return helper
+
+
+@pytest.fixture(params=["helper", "fork"])
+def helper(request) -> str | None:
+    return request.getfixturevalue("built_helper") if request.param == "helper" else None
+
+
 class Started:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, helper: str | None):
         self.tmp_path = tmp_path
+        self.helper = helper
         self.reaper = ReaperClient()
         self.count = 0
 
     async def __aenter__(self) -> Started:
-        self.reaper.open()
+        self.reaper.open(self.helper)
         return self
 
     async def __aexit__(self, *_exc) -> None:
@@ -81,7 +97,7 @@ class Started:
         return await asyncio.wait_for(proc.wait(), 10), output, proc.pid
 
 
-async def test_the_child_gets_what_popen_gives_it(tmp_path):
+async def test_the_child_gets_what_popen_gives_it(tmp_path, helper):
     argv = [sys.executable, "-c", REPORT, "a b", "ü"]
     env = {"PATH": os.environ["PATH"], "GPUYARD_JOB": "j1", "GPUYARD_ODD": "x=y ü"}
     read_fd, write_fd = os.pipe()
@@ -90,7 +106,7 @@ async def test_the_child_gets_what_popen_gives_it(tmp_path):
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as out:
         by_popen = json.loads(out.read())
-    async with Started(tmp_path) as started:
+    async with Started(tmp_path, helper) as started:
         status, output, _pid = await started.run(argv, env=env)
     assert status == 0, output
     by_reaper = json.loads(output)
@@ -104,8 +120,8 @@ async def test_the_child_gets_what_popen_gives_it(tmp_path):
     assert by_reaper["fds"] == [0, 1, 2, 3]  # (3: the listing's own descriptor)
 
 
-async def test_each_end_is_written_to_the_exit_file_and_reported(tmp_path):
-    async with Started(tmp_path) as started:
+async def test_each_end_is_written_to_the_exit_file_and_reported(tmp_path, helper):
+    async with Started(tmp_path, helper) as started:
         assert (await started.run(["sh", "-c", "echo hi; exit 3"]))[:2] == (3, b"hi\n")
         assert (await started.run(["sh", "-c", "kill -TERM $$"]))[0] == -15
     for name in ("r1.exit", "r2.exit"):  # (written once the replica's output has been read to its end)
@@ -129,9 +145,9 @@ async def test_each_end_is_written_to_the_exit_file_and_reported(tmp_path):
         (["true"], None, {"A=B": "c"}, "exec", 0),
     ],
 )
-async def test_a_start_that_fails_says_at_which_step(tmp_path, argv, cwd, env, step, code):
+async def test_a_start_that_fails_says_at_which_step(tmp_path, helper, argv, cwd, env, step, code):
     (tmp_path / "data.txt").write_text("not a program")
-    async with Started(tmp_path) as started:
+    async with Started(tmp_path, helper) as started:
         with pytest.raises(StartRefused) as refused:
             await started.run(argv, cwd=tmp_path / cwd if cwd else None, env=env)
         assert (refused.value.step, refused.value.errno) == (step, code)
@@ -151,9 +167,9 @@ def descendants_alive(marker: str) -> list[int]:
     return found
 
 
-async def test_nothing_of_a_replica_outlives_its_first_process_even_out_of_its_session(tmp_path):
+async def test_nothing_of_a_replica_outlives_its_first_process_even_out_of_its_session(tmp_path, helper):
     marker = f"{time.time_ns() % 100000 + 1000}.5"  # a unique sleep length names the escaped process
-    async with Started(tmp_path) as started:
+    async with Started(tmp_path, helper) as started:
         status, _, _ = await started.run(
             ["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; exit 0"]
         )
@@ -161,9 +177,9 @@ async def test_nothing_of_a_replica_outlives_its_first_process_even_out_of_its_s
         await eventually(lambda: not descendants_alive(f"sleep\0{marker}"), 5)
 
 
-async def test_a_replica_outlives_its_executor_and_its_end_is_still_written(tmp_path):
+async def test_a_replica_outlives_its_executor_and_its_end_is_still_written(tmp_path, helper):
     """The executor goes (its socket closes): the replica goes on; its end is written; the reaper ends after."""
-    started = Started(tmp_path)
+    started = Started(tmp_path, helper)
     await started.__aenter__()
     read_fd, write_fd = os.pipe()
     proc = await started.reaper.start(
@@ -185,3 +201,39 @@ async def test_a_replica_outlives_its_executor_and_its_end_is_still_written(tmp_
     assert (tmp_path / "r.log").read_bytes() == b"late\n"  # what no executor read, the reaper kept
     assert process_start_time(proc.pid) is None
     await eventually(lambda: process_start_time(reaper) is None, 10)  # nothing left to reap, nobody to tell
+
+
+async def test_an_orphan_of_a_running_replica_is_its_first_processs_until_it_ends(tmp_path, helper):
+    """The first process is the subreaper of the replica's descendants: one whose parent ended is re-parented
+    to it, not to the reaper, while it runs; what is left when it ends is killed."""
+    marker = f"{time.time_ns() % 100000 + 1000}.75"
+    async with Started(tmp_path, helper) as started:
+        read_fd, write_fd = os.pipe()
+        proc = await started.reaper.start(
+            ["sh", "-c", f"(setsid sleep {marker} >/dev/null 2>&1 &); exec sleep 30"],
+            cwd=str(tmp_path),
+            env={"PATH": os.environ["PATH"]},
+            output=(write_fd, read_fd),
+            pid_file=str(tmp_path / "r.pid"),
+            exit_file=str(tmp_path / "r.exit"),
+            log_file="",
+            record={},
+        )
+        os.close(write_fd)
+        await eventually(lambda: descendants_alive(f"sleep\0{marker}"), 5)
+        (orphan,) = descendants_alive(f"sleep\0{marker}")
+        stat = Path(f"/proc/{orphan}/stat").read_text()
+        assert int(stat[stat.rindex(")") + 2 :].split()[1]) == proc.pid
+        os.kill(proc.pid, 15)
+        assert await asyncio.wait_for(proc.wait(), 10) == -15
+        os.close(read_fd)
+        await eventually(lambda: not descendants_alive(f"sleep\0{marker}"), 5)
+
+
+async def test_a_helper_that_cannot_run_leaves_the_reaper_forking(tmp_path):
+    """A data directory mounted noexec: the reaper starts the replicas itself, from the first on."""
+    helper = tmp_path / "not-executable"
+    helper.write_text("")
+    async with Started(tmp_path, str(helper)) as started:
+        assert (await started.run(["sh", "-c", "echo one"]))[:2] == (0, b"one\n")
+        assert (await started.run(["sh", "-c", "echo two"]))[:2] == (0, b"two\n")
