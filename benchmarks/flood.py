@@ -32,7 +32,7 @@ from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline import Submitter, Tap, pct, platform_processes, start_platform  # noqa: E402
+from pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform  # noqa: E402
 
 from gpuyard.client import Client  # noqa: E402
 from shared.buscredentials import credentials_path  # noqa: E402
@@ -300,8 +300,7 @@ def main() -> int:
         result["memory"] = memory.report()
         result["limits"] = {"per_tenant": args.limit, GREEDY: args.greedy_limit}
     finally:
-        proc.send_signal(2)
-        proc.wait(120)
+        stop_platform(proc, tmp)
     print(json.dumps(result, indent=2))
     return 0 if result["nothing_accepted_lost"] else 1
 

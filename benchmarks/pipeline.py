@@ -63,10 +63,32 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
 
 
+def job_root_of(tmp: Path) -> Path:
+    """The benchmark's own job root (the working directories of jobs that run as other users, outside the
+    private data directory, in a folder every user may pass through), removed with it: the default,
+    /var/lib/gpuyard-jobs, is every platform's of the machine, and runs that leave thousands of folders each
+    in one directory slow down every later run's mkdir there."""
+    return Path(f"{tmp}-jobs")
+
+
+def stop_platform(proc: subprocess.Popen, tmp: Path, keep: bool = False) -> None:
+    """Stop `gpuyard up` (as Ctrl-C does), then remove its folders unless `keep`."""
+    proc.send_signal(2)
+    proc.wait(120)
+    if keep:
+        print(f"the platform's data dir: {tmp / 'data'}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)  # (20,000 jobs leave about 0.5 GB)
+        shutil.rmtree(job_root_of(tmp), ignore_errors=True)
+
+
 def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path, str]:
     """`gpuyard up` on free ports (API, NATS, serving, monitor): the process, a client, its folder, its NATS URL."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
-    env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config")}
+    jobs = job_root_of(tmp)
+    jobs.mkdir(0o711)
+    jobs.chmod(0o711)  # (whatever the umask: the jobs' users pass through it)
+    env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config"), "GPUYARD_JOB_ROOT": str(jobs / "jobs")}
     port, nats_port, serving_port, monitor_port = free_ports(4)
     proc = subprocess.Popen(
         [
@@ -378,12 +400,7 @@ def main() -> int:
             )
     finally:
         if proc:
-            proc.send_signal(2)
-            proc.wait(60)
-            if args.keep:
-                print(f"the platform's data dir: {tmp / 'data'}", file=sys.stderr)
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)  # (20,000 jobs leave about 0.5 GB)
+            stop_platform(proc, tmp, args.keep)
     print(json.dumps(result, indent=2))
     return 0
 
