@@ -491,7 +491,7 @@ class Reaper:
                 self.finish(replica, status)
 
     def finish(self, replica: Replica, status: int) -> None:
-        if replica.log_file and not read_elsewhere(replica.exit_file):
+        if replica.log_file and unread(replica.read_fd) and not read_elsewhere(replica.exit_file):
             self.drain(replica)  # (before the exit file: once it exists, the log file holds all the output)
         try:
             write_atomically(replica.exit_file, {"pid": replica.pid, "status": status, "ended": time.time()})
