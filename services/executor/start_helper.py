@@ -3,7 +3,8 @@ reaper spawns it (posix_spawn, a vfork) instead of forking itself (reaper.py).
 
 It is built from its source with the node's C compiler (`$CC`, else `cc` or `gcc`) at the executor's start,
 once per data directory and version of the source: its name carries the source's hash, so that a reaper
-started before an upgrade keeps running the helper it was given. Static where the C library allows it (one
+started before an upgrade never runs another version's; the build of a new version removes the older ones
+(a reaper that still names one forks instead). Static where the C library allows it (one
 exec without the dynamic loader: about 0.1 ms less per start), else dynamic. A helper built beforehand in
 `bin/` beside this file is taken first (the image has no compiler: the Dockerfile builds it in a stage of
 its own, `python start_helper.py DIR`, which is why this file imports only the standard library). Without a
@@ -27,10 +28,11 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("replica_start.c")
 PREBUILT = Path(__file__).with_name("bin")
 BUILD_SECONDS = 120
+NAME = "gpuyard-replica-start"
 
 
 def helper_name(source: bytes) -> str:
-    return f"gpuyard-replica-start-{hashlib.sha256(source).hexdigest()[:16]}"
+    return f"{NAME}-{hashlib.sha256(source).hexdigest()[:16]}"
 
 
 def compiler() -> list[str] | None:
@@ -38,6 +40,14 @@ def compiler() -> list[str] | None:
         return shlex.split(cc)
     found = shutil.which("cc") or shutil.which("gcc")
     return [found] if found else None
+
+
+def remove_older(folder: Path, keep: str) -> None:
+    """The helpers of earlier versions of the source: a reaper that outlived an upgrade and still names one
+    forks instead once it is gone (reaper.py)."""
+    for old in folder.glob(f"{NAME}-*"):
+        if old.name != keep:
+            old.unlink(missing_ok=True)
 
 
 def start_helper(folder: Path) -> str | None:
@@ -64,6 +74,7 @@ def start_helper(folder: Path) -> str | None:
             if result.returncode == 0:
                 os.chmod(temporary, 0o700)  # (the platform's own, as every file of its data directory)
                 os.replace(temporary, target)  # (another executor building it at once: the same file)
+                remove_older(folder, keep=target.name)
                 return str(target)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("cannot build the start helper: %s; replicas are started by a fork of the reaper", exc)

@@ -230,10 +230,12 @@ async def test_an_orphan_of_a_running_replica_is_its_first_processs_until_it_end
         await eventually(lambda: not descendants_alive(f"sleep\0{marker}"), 5)
 
 
-async def test_a_helper_that_cannot_run_leaves_the_reaper_forking(tmp_path):
-    """A data directory mounted noexec: the reaper starts the replicas itself, from the first on."""
-    helper = tmp_path / "not-executable"
-    helper.write_text("")
+@pytest.mark.parametrize("helper_is", ["not executable", "gone"])
+async def test_a_helper_that_cannot_run_leaves_the_reaper_forking(tmp_path, helper_is):
+    """A data directory mounted noexec, or a helper an upgrade removed: the reaper starts the replicas itself."""
+    helper = tmp_path / "helper"
+    if helper_is == "not executable":
+        helper.write_text("")
     async with Started(tmp_path, str(helper)) as started:
         assert (await started.run(["sh", "-c", "echo one"]))[:2] == (0, b"one\n")
         assert (await started.run(["sh", "-c", "echo two"]))[:2] == (0, b"two\n")

@@ -24,10 +24,12 @@ needs_cc = pytest.mark.skipif(
 @needs_cc
 def test_it_is_built_once_in_a_private_folder_under_its_sources_hash(tmp_path, monkeypatch):
     folder = tmp_path / "bin"
+    folder.mkdir(0o700)
+    (folder / "gpuyard-replica-start-0123456789abcdef").write_text("an earlier version's")
     helper = start_helper(folder)
     assert helper == str(folder / helper_name(module.SOURCE.read_bytes()))
     assert stat.S_IMODE(os.stat(helper).st_mode) == 0o700 and stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert os.listdir(folder) == [os.path.basename(helper)]  # (no temporary file left)
+    assert os.listdir(folder) == [os.path.basename(helper)]  # (no temporary file, no earlier version left)
 
     def no_build(*_args, **_kwargs):
         raise AssertionError("built again")
