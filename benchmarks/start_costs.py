@@ -5,9 +5,10 @@
 - starting a no-op child (`true`) with glibc's `posix_spawn` (`os.posix_spawnp`, what the executor used
   before replicas were started by its reaper, issue 24) against `subprocess.Popen`, against a fork whose
   child takes the reaper's steps before its exec (a new session, a child subreaper, its output, its folder,
-  its other descriptors closed), and against the reaper's spawn of the start helper (`replica_start.c`, built
-  here with the machine's C compiler), which takes those steps in C and then execs `true`: the parent's CPU
-  per start, the child's until it is reaped (its copy-on-write faults, its exec or execs and `true` itself),
+  its other descriptors closed), and against the reaper's start through the start helper (`replica_start.c`,
+  a library built here with the machine's C compiler), whose vfork child takes those steps in C and execs
+  `true`: the parent's CPU per start, the child's until it is reaped (its copy-on-write faults, its exec and
+  `true` itself),
   and the wall time of the call (mean and p90: with vfork the caller waits until the child has reached exec,
   which on busy cores includes waiting for a CPU);
 - `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
@@ -36,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from services.executor.reaper import spawn, subreaper  # noqa: E402 (standard library only, as the reaper)
+from services.executor.reaper import load_helper, spawn, subreaper  # noqa: E402 (standard library only, as it)
 
 ROUNDS = 5
 
@@ -67,7 +68,7 @@ def fork_as_the_reaper(env: dict, out: int, folder: Path) -> int:
     return pid
 
 
-def starts(n: int, how: str, folder: Path, helper: str = "") -> dict:
+def starts(n: int, how: str, folder: Path, helper=None) -> dict:
     env = {"PATH": os.environ.get("PATH", os.defpath)}
     walls, cpu, child_cpu = [], 0.0, 0.0
     with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as nothing:
@@ -126,7 +127,8 @@ def per_call(fn, n: int = 20000) -> float:
     return round((time.perf_counter() - c) / n * 1e6, 2)
 
 
-def spawn_figures(n: int, folder: Path, helper: str) -> dict:
+def spawn_figures(n: int, folder: Path, path: str) -> dict:
+    helper = load_helper(path) if path else None
     return {
         "spawn_posix_spawn": best(lambda: starts(n, "posix_spawn", folder)),
         "spawn_popen": best(lambda: starts(n, "popen", folder)),

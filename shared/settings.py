@@ -388,8 +388,8 @@ class ExecutorSettings(CommonSettings):
     log_backups: int = Field(4, ge=0, description="Rotated log files kept per replica and attempt.")
     replica_start: Literal["helper", "fork"] = Field(
         "helper",
-        description="How the reaper starts a replica: helper (a small C program built at the start with the "
-        "node's C compiler; without one, fork) or fork (its child takes the steps in Python: ~1.1 ms more CPU).",
+        description="How the reaper starts a replica: helper (a small C library built at the start with the "
+        "node's C compiler; without one, fork) or fork (its child takes the steps in Python: ~1.4 ms more CPU).",
     )
     cgroup_limits: bool = Field(True, description="Enforce cpus and memory through cgroup v2 where writable.")
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Mount point of the cgroup v2 hierarchy.")

@@ -1,11 +1,12 @@
 """The reaper: one small process per executor process, the parent of every replica that executor starts, which
 outlives the executor so that no replica's end is ever lost (issue 24).
 
-The executor starts it at its own start (`reaper_client.py`) and asks it, over a socket pair (its descriptor's number is its argument), to start
-each replica; the reaper forks, and the child makes itself the replica's first process: a new session, the
-cgroup of its limits, its user (issue 24 item 2: an unprivileged one when the platform is root), stdin from
-/dev/null, stdout and stderr to the executor's pipe, its working directory, then exec. The reaper does not
-wait for one child's exec before forking the next or reaping others (a burst of starts execs in parallel);
+The executor starts it at its own start (`reaper_client.py`) and asks it, over a socket pair (its
+descriptor's number is its argument), to start each replica; the reaper starts a child (below), which makes
+itself the replica's first process: a new session, the cgroup of its limits, its user (issue 24 item 2: an
+unprivileged one when the platform is root), stdin from /dev/null, stdout and stderr to the executor's pipe,
+its working directory, then exec. The reaper does not wait for a forked child's exec before starting the
+next or reaping others (a burst of starts execs in parallel);
 each child's error pipe says, at its end, that the exec succeeded, or why the child could not start. Before
 it answers with the pid, the reaper writes the replica's pid file (pid and start time), so an attempt is never
 started twice, even when the executor dies right after asking. Answers go in the order of the requests.
@@ -17,11 +18,11 @@ output pipe, so a replica whose executor died never gets SIGPIPE: its output wai
 blocks when the pipe is full) until the next executor opens the pipe through `/proc/<reaper>/fd/<n>`. What a
 replica printed last while no executor read its pipe, the reaper appends to the replica's log file itself.
 
-Where the executor built the start helper (`replica_start.c`, `start_helper.py`; its path is the reaper's
-second argument), the reaper spawns it with `posix_spawn` (a vfork: nothing of the reaper's memory is
-copied): it is the replica's first process, takes the steps that only the process itself can take, then execs
-the command. Without it (no C compiler on the node, or a helper that cannot run), the reaper forks and its
-child takes the same steps in Python: about 1.1 ms more CPU per replica (`benchmarks/start_costs.py`).
+Where the executor built the start helper (`replica_start.c`, a shared library, `start_helper.py`; its path
+is the reaper's second argument), the reaper starts a replica through it: a vfork (nothing of the reaper's
+memory is copied) whose child takes the steps that only the process itself can take, in C, then execs the
+command. Without it (no C compiler on the node, or a library that cannot be loaded), the reaper forks and
+its child takes the same steps in Python: about 1.4 ms more CPU per replica (`benchmarks/start_costs.py`).
 
 Every replica's first process is a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec): a descendant
 whose parent ends (`setsid sleep 1000 &`, a double fork) is re-parented to it, not to init, so nothing of the
@@ -71,8 +72,6 @@ DEFAULT_SIGNALS = (
     signal.SIGXFSZ,
 )
 """What a replica's first process gets back to the default: the reaper ignores (or handles) them."""
-HELPER_UNUSABLE = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EPERM, errno.ENOTDIR, errno.ELOOP}
-"""posix_spawn's errors that say the start helper itself cannot be executed (a data directory mounted noexec)."""
 SOCKET_FD = 3
 MAX_MESSAGE = 4 * 1024 * 1024
 DRAIN_CHUNK = 64 * 1024
@@ -101,26 +100,78 @@ def start_time(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
-def spawn(helper: str, request: dict, stdin: int, output: int, error_w: int) -> int:
-    """The start helper (replica_start.c) in a new session, with the replica's stdin, stdout and stderr and
-    every signal the reaper ignores back to its default; it takes the other steps of a start itself."""
+class StartRequest(ctypes.Structure):
+    """`struct gpuyard_start` of replica_start.c."""
+
+    _fields_ = [
+        ("paths", ctypes.POINTER(ctypes.c_char_p)),
+        ("argv", ctypes.POINTER(ctypes.c_char_p)),
+        ("envp", ctypes.POINTER(ctypes.c_char_p)),
+        ("stdin_fd", ctypes.c_int),
+        ("output_fd", ctypes.c_int),
+        ("error_fd", ctypes.c_int),
+        ("cgroup_procs", ctypes.c_char_p),
+        ("uid", ctypes.c_long),
+        ("gid", ctypes.c_long),
+        ("cwd", ctypes.c_char_p),
+    ]
+
+
+def load_helper(path: str) -> ctypes.CDLL | None:
+    """The start helper's library; None where it cannot be loaded (gone, or a folder mounted noexec)."""
+    if not path:
+        return None
+    try:
+        library = ctypes.CDLL(path)
+        library.gpuyard_start.argtypes = [ctypes.POINTER(StartRequest)]
+        library.gpuyard_start.restype = ctypes.c_long
+    except (OSError, AttributeError) as exc:
+        print(f"gpuyard reaper: cannot load {path} ({exc}); forking instead", file=sys.stderr)
+        return None
+    return library
+
+
+def c_strings(items: list[bytes]) -> ctypes.Array:
+    """A NULL-terminated `char *[]`; ValueError for a NUL byte in one (as os.execve)."""
+    for item in items:
+        if b"\0" in item:
+            raise ValueError("embedded null byte")
+    return (ctypes.c_char_p * (len(items) + 1))(*items, None)
+
+
+def spawn(helper: ctypes.CDLL, request: dict, stdin: int, output: int, error_w: int) -> int:
+    """Start the replica through the start helper (replica_start.c): its pid once its child has exec'd or
+    failed (then `error_w` holds why). The command is looked up here on the replica's own PATH, as
+    os.execvpe does."""
+    argv, env = request["argv"], request["env"]
+    names = [os.fsencode(key) for key in env]
+    if any(not name or b"=" in name for name in names):
+        raise ValueError("illegal environment variable name")
+    command = os.fsencode(argv[0])
+    if b"/" in command:
+        paths = [command]
+    else:
+        paths = [os.path.join(os.fsencode(folder), command) for folder in os.get_exec_path(env)]
     user = request.get("user")
-    uid, gid = (str(user[0]), str(user[1])) if user else ("-", "-")
-    argv = [helper, str(error_w), request.get("cgroup") or "-", uid, gid, request["cwd"]]
-    os.set_inheritable(error_w, True)  # (closed on the helper's own exec, which sets it back)
-    return os.posix_spawn(
-        helper,
-        argv + request["argv"],
-        request["env"],
-        file_actions=[
-            (os.POSIX_SPAWN_DUP2, stdin, 0),
-            (os.POSIX_SPAWN_DUP2, output, 1),
-            (os.POSIX_SPAWN_DUP2, output, 2),
-        ],
-        setsid=True,
-        setsigmask=(),
-        setsigdef=DEFAULT_SIGNALS,
+    cgroup = request.get("cgroup")
+    start = StartRequest(
+        paths=c_strings(paths),
+        argv=c_strings([os.fsencode(arg) for arg in argv]),
+        envp=c_strings(
+            [name + b"=" + os.fsencode(value) for name, value in zip(names, env.values(), strict=True)]
+        ),
+        stdin_fd=stdin,
+        output_fd=output,
+        error_fd=error_w,
+        cgroup_procs=os.fsencode(os.path.join(cgroup, "cgroup.procs")) if cgroup else None,
+        uid=user[0] if user else -1,
+        gid=user[1] if user else -1,
+        cwd=os.fsencode(request["cwd"]),
     )
+    pid = helper.gpuyard_start(ctypes.byref(start))
+    if pid < 0:
+        raise OSError(-pid, os.strerror(-pid))
+    return pid
 
 
 def write_atomically(path: str, doc: dict) -> None:
@@ -201,7 +252,7 @@ class Starting:
 class Reaper:
     def __init__(self, sock: socket.socket, helper: str = ""):
         self.sock = sock
-        self.helper = helper  # the start helper's path; empty: fork
+        self.helper = load_helper(helper)  # None: fork
         self.connected = True
         self.replicas: dict[int, Replica] = {}
         self.finishing: dict[int, tuple[Replica, int]] = {}
@@ -335,16 +386,10 @@ class Reaper:
         self.poll.register(error_r, select.POLLIN)
 
     def launch(self, request: dict, write_fd: int, error_w: int) -> int:
-        """The replica's first process: the start helper, spawned, or a fork of the reaper (no helper, or one
-        that cannot run: the reaper then forks from this start on)."""
-        if self.helper:
-            try:
-                return spawn(self.helper, request, self.devnull, write_fd, error_w)
-            except OSError as exc:
-                if exc.errno not in HELPER_UNUSABLE:
-                    raise
-                print(f"gpuyard reaper: cannot run {self.helper} ({exc}); forking instead", file=sys.stderr)
-                self.helper = ""
+        """The replica's first process: started through the start helper, or a fork of the reaper (no helper,
+        or one that could not be loaded)."""
+        if self.helper is not None:
+            return spawn(self.helper, request, self.devnull, write_fd, error_w)
         pid = os.fork()
         if pid == 0:  # pragma: no cover (the child: it execs or exits)
             self.child(request, write_fd, error_w)

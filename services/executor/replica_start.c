@@ -1,28 +1,26 @@
-/* gpuyard-replica-start: a replica's first process takes its last steps, then becomes the replica's command.
+/* The start helper: a shared library the reaper (reaper.py) loads, whose one function starts a replica's first
+   process with vfork, as CPython's _posixsubprocess does for subprocess: nothing of the reaper's memory is
+   copied, and the child takes, in C, the steps that only the process itself can take before its exec:
 
-   The reaper (reaper.py) starts it with posix_spawn, which has already made it a new session's leader, reset
-   the signals the reaper ignores and given it stdin, stdout and stderr. It adds what only the process itself
-   can do, in the order of the reaper's own forked child (its fallback):
+   - every signal the reaper catches or ignores back to its default action;
+   - a new session (its own process group);
+   - a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec), so that no descendant of the replica
+     escapes it while it runs;
+   - the cgroup `cgroup_procs` names (NULL: none);
+   - stdin, stdout and stderr;
+   - no supplementary group, then `gid` and `uid` (-1: its own), with the raw system calls: the C library's
+     wrappers would synchronise with the parent's threads, whose memory a vfork child shares;
+   - its working directory; every other descriptor closed but `error_fd`; no signal blocked;
+   - exec of each of `paths` in turn (the parent looked the command up on the replica's PATH), with `argv`
+     and `envp`.
 
-     gpuyard-replica-start ERROR_FD CGROUP_DIR UID GID CWD COMMAND [ARG...]
-
-   - becomes a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec), so that no descendant of the
-     replica escapes it while it runs;
-   - joins the cgroup CGROUP_DIR ("-": none);
-   - drops every supplementary group and takes GID and UID ("-": keeps its own);
-   - enters CWD, closes every descriptor above 2 but ERROR_FD, and execs COMMAND, looked up in the PATH of
-     its environment (the replica's).
-
-   A step that fails writes "STEP:ERRNO:MESSAGE" to ERROR_FD and exits 127; the exec closes ERROR_FD (close on
-   exec), which tells the reaper that the replica has started. It is one process with the replica: no fork,
-   nothing left running of its own. */
+   The child allocates nothing and returns to no caller: it execs, or writes "STEP:ERRNO:MESSAGE" to
+   `error_fd` and exits 127. `error_fd` is closed on exec, which tells the reaper the replica has started.
+   The parent blocks every signal around vfork, so that none of the reaper's handlers runs in the child. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -31,75 +29,138 @@
 #ifndef PR_SET_CHILD_SUBREAPER
 #define PR_SET_CHILD_SUBREAPER 36
 #endif
+#ifdef SYS_setresuid32 /* (32-bit ABIs: the calls of 32-bit ids) */
+#define SETRESUID SYS_setresuid32
+#define SETRESGID SYS_setresgid32
+#define SETGROUPS SYS_setgroups32
+#else
+#define SETRESUID SYS_setresuid
+#define SETRESGID SYS_setresgid
+#define SETGROUPS SYS_setgroups
+#endif
 
-static int error_fd = -1;
+struct gpuyard_start {
+    char *const *paths; /* the command's candidates, in order, NULL-terminated */
+    char *const *argv;
+    char *const *envp;
+    int stdin_fd, output_fd, error_fd;
+    const char *cgroup_procs;
+    long uid, gid;
+    const char *cwd;
+};
 
-static void fail(const char *step, int err) {
-    char line[512];
-    int n = snprintf(line, sizeof line, "%s:%d:%s", step, err, strerror(err));
-    if (error_fd >= 0 && n > 0) {
-        ssize_t ignored = write(error_fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-        (void)ignored;
-    }
+static size_t append(char *line, size_t at, size_t size, const char *text) {
+    while (*text && at + 1 < size) line[at++] = *text++;
+    line[at] = '\0';
+    return at;
+}
+
+static void fail(int error_fd, const char *step, int err) __attribute__((noreturn));
+static void fail(int error_fd, const char *step, int err) {
+    char line[256], digits[16];
+    int n = 0, value = err < 0 ? 0 : err;
+    do digits[n++] = (char)('0' + value % 10), value /= 10;
+    while (value && n < (int)sizeof digits);
+    char number[16];
+    for (int i = 0; i < n; i++) number[i] = digits[n - 1 - i];
+    number[n] = '\0';
+    size_t at = append(line, 0, sizeof line, step);
+    at = append(line, at, sizeof line, ":");
+    at = append(line, at, sizeof line, number);
+    at = append(line, at, sizeof line, ":");
+    at = append(line, at, sizeof line, strerror(err)); /* (glibc: a constant table, no allocation) */
+    ssize_t ignored = write(error_fd, line, at);
+    (void)ignored;
     _exit(127);
 }
 
-static int number(const char *text, long *value) {
-    char *end;
-    errno = 0;
-    *value = strtol(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0';
-}
-
-static void join_cgroup(const char *dir) {
-    char path[4096], pid[32];
-    if (snprintf(path, sizeof path, "%s/cgroup.procs", dir) >= (int)sizeof path) fail("cgroup", ENAMETOOLONG);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) fail("cgroup", errno);
-    int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
-    if (write(fd, pid, (size_t)n) != n) fail("cgroup", errno);
-    close(fd);
-}
-
-/* Every descriptor above 2 but error_fd: close_range where the kernel has it (5.9), else /proc/self/fd. */
-static void close_others(void) {
-    unsigned int keep = (unsigned int)error_fd;
+/* Every descriptor above 2 but `keep`: close_range where the kernel has it (5.9), else the open ones listed
+   by getdents64 into a buffer on the stack. */
+static int close_others(int keep) {
 #ifdef SYS_close_range
-    if ((keep <= 3 || syscall(SYS_close_range, 3u, keep - 1, 0u) == 0) &&
-        syscall(SYS_close_range, keep + 1, ~0u, 0u) == 0)
-        return;
+    if ((keep <= 3 || syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) == 0) &&
+        syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0)
+        return 0;
 #endif
-    DIR *fds = opendir("/proc/self/fd");
-    if (fds == NULL) fail("setup", errno);
-    int own = dirfd(fds);
-    struct dirent *entry;
-    while ((entry = readdir(fds)) != NULL) {
-        long fd;
-        if (number(entry->d_name, &fd) && fd > 2 && fd != error_fd && fd != own) close((int)fd);
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return -1;
+    char buffer[4096];
+    for (;;) {
+        long got = syscall(SYS_getdents64, dir, buffer, sizeof buffer);
+        if (got <= 0) break;
+        for (long at = 0; at < got;) {
+            struct {
+                unsigned long long ino;
+                long long off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *entry = (void *)(buffer + at);
+            int fd = 0, digits = 0;
+            for (const char *c = entry->name; *c >= '0' && *c <= '9'; c++, digits++) fd = fd * 10 + (*c - '0');
+            if (digits && entry->name[digits] == '\0' && fd > 2 && fd != keep && fd != dir) close(fd);
+            at += entry->reclen;
+        }
     }
-    closedir(fds);
+    close(dir);
+    return 0;
 }
 
-int main(int argc, char **argv) {
-    long value;
-    if (argc < 7 || !number(argv[1], &value) || value < 3) {
-        fprintf(stderr, "usage: gpuyard-replica-start ERROR_FD CGROUP_DIR UID GID CWD COMMAND [ARG...]\n");
-        return 127;
+static void child(const struct gpuyard_start *s) __attribute__((noreturn));
+static void child(const struct gpuyard_start *s) {
+    int err = 0;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction now;
+        if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_DFL)
+            sigaction(sig, &dfl, NULL);
     }
-    error_fd = (int)value;
-    if (fcntl(error_fd, F_SETFD, FD_CLOEXEC) != 0) fail("setup", errno);
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) fail("setup", errno);
-    if (strcmp(argv[2], "-") != 0) join_cgroup(argv[2]);
-    if (strcmp(argv[3], "-") != 0) {
-        long uid, gid;
-        if (!number(argv[3], &uid) || !number(argv[4], &gid)) fail("user", EINVAL);
-        if (setgroups(0, NULL) != 0) fail("user", errno);
-        if (setgid((gid_t)gid) != 0) fail("user", errno);
-        if (setuid((uid_t)uid) != 0) fail("user", errno);
+    if (setsid() < 0) fail(s->error_fd, "setup", errno);
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) fail(s->error_fd, "setup", errno);
+    if (s->cgroup_procs != NULL) {
+        int fd = open(s->cgroup_procs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0) fail(s->error_fd, "cgroup", errno);
+        char pid[16];
+        int n = 0, value = (int)getpid();
+        char digits[16];
+        do digits[n++] = (char)('0' + value % 10), value /= 10;
+        while (value);
+        for (int i = 0; i < n; i++) pid[i] = digits[n - 1 - i];
+        if (write(fd, pid, (size_t)n) != n) fail(s->error_fd, "cgroup", errno);
+        close(fd);
     }
-    if (chdir(argv[5]) != 0) fail("cwd", errno);
-    close_others();
-    execvp(argv[6], argv + 6);
-    fail("exec", errno);
-    return 127;
+    if (dup2(s->stdin_fd, 0) < 0 || dup2(s->output_fd, 1) < 0 || dup2(s->output_fd, 2) < 0)
+        fail(s->error_fd, "setup", errno);
+    if (s->uid >= 0) {
+        if (syscall(SETGROUPS, 0, NULL) != 0 || syscall(SETRESGID, s->gid, s->gid, s->gid) != 0 ||
+            syscall(SETRESUID, s->uid, s->uid, s->uid) != 0)
+            fail(s->error_fd, "user", errno);
+    }
+    if (chdir(s->cwd) != 0) fail(s->error_fd, "cwd", errno);
+    if (close_others(s->error_fd) != 0 || fcntl(s->error_fd, F_SETFD, FD_CLOEXEC) != 0)
+        fail(s->error_fd, "setup", errno);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (char *const *path = s->paths; *path != NULL; path++) {
+        execve(*path, s->argv, s->envp);
+        if (err == 0 && errno != ENOENT && errno != ENOTDIR) err = errno; /* (as os.execvpe: the first
+                                                                              other error, else the last) */
+        if (path[1] == NULL && err == 0) err = errno;
+    }
+    fail(s->error_fd, "exec", err ? err : ENOENT);
+}
+
+/* The child's pid, or -errno when vfork failed. */
+long gpuyard_start(const struct gpuyard_start *s) {
+    sigset_t all, before;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &before);
+    pid_t pid = vfork();
+    if (pid == 0) child(s);
+    int err = errno;
+    sigprocmask(SIG_SETMASK, &before, NULL);
+    return pid < 0 ? -(long)err : (long)pid;
 }

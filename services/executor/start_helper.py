@@ -1,15 +1,14 @@
-"""The start helper (`replica_start.c`): a replica's first process that takes its last steps in C, so that the
-reaper spawns it (posix_spawn, a vfork) instead of forking itself (reaper.py).
+"""The start helper (`replica_start.c`): a shared library whose one function starts a replica's first process
+with vfork and takes its last steps in C, so that the reaper neither forks itself nor runs Python in the
+child (reaper.py).
 
 It is built from its source with the node's C compiler (`$CC`, else `cc` or `gcc`) at the executor's start,
 once per data directory and version of the source: its name carries the source's hash, so that a reaper
-started before an upgrade never runs another version's; the build of a new version removes the older ones
-(a reaper that still names one forks instead). Static where the C library allows it (one
-exec without the dynamic loader: about 0.1 ms less per start), else dynamic. A helper built beforehand in
-`bin/` beside this file is taken first (the image has no compiler: the Dockerfile builds it in a stage of
-its own, `python start_helper.py DIR`, which is why this file imports only the standard library). Without a
-compiler, or where the build fails, there is no helper and the reaper forks, as before: slower, the same in
-every other way.
+started before an upgrade never loads another version's; the build of a new version removes the older ones
+(a reaper loaded its own at its start). A helper built beforehand in `bin/` beside this file is taken first
+(the image has no compiler: the Dockerfile builds it in a stage of its own, `python start_helper.py DIR`,
+which is why this file imports only the standard library). Without a compiler, or where the build fails,
+there is no helper and the reaper forks, as before: slower, the same in every other way.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ NAME = "gpuyard-replica-start"
 
 
 def helper_name(source: bytes) -> str:
-    return f"{NAME}-{hashlib.sha256(source).hexdigest()[:16]}"
+    return f"{NAME}-{hashlib.sha256(source).hexdigest()[:16]}.so"
 
 
 def compiler() -> list[str] | None:
@@ -43,8 +42,8 @@ def compiler() -> list[str] | None:
 
 
 def remove_older(folder: Path, keep: str) -> None:
-    """The helpers of earlier versions of the source: a reaper that outlived an upgrade and still names one
-    forks instead once it is gone (reaper.py)."""
+    """The helpers of earlier versions of the source (a reaper that outlived an upgrade loaded its own at its
+    start: what it mapped stays with it)."""
     for old in folder.glob(f"{NAME}-*"):
         if old.name != keep:
             old.unlink(missing_ok=True)
@@ -61,21 +60,19 @@ def start_helper(folder: Path) -> str | None:
     cc = compiler()
     if cc is None:
         log.warning(
-            "no C compiler (cc): replicas are started by a fork of the reaper, ~1.1 ms more CPU per start"
+            "no C compiler (cc): replicas are started by a fork of the reaper, ~1.4 ms more CPU per start"
         )
         return None
     os.makedirs(folder, 0o700, exist_ok=True)
     temporary = folder / f".{target.name}.{os.getpid()}"
-    result = None
+    command = [*cc, "-O2", "-shared", "-fPIC", "-o", str(temporary), str(SOURCE)]
     try:
-        for static in (["-static"], []):
-            command = [*cc, "-O2", *static, "-o", str(temporary), str(SOURCE)]
-            result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_SECONDS)
-            if result.returncode == 0:
-                os.chmod(temporary, 0o700)  # (the platform's own, as every file of its data directory)
-                os.replace(temporary, target)  # (another executor building it at once: the same file)
-                remove_older(folder, keep=target.name)
-                return str(target)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        if result.returncode == 0:
+            os.chmod(temporary, 0o700)  # (the platform's own, as every file of its data directory)
+            os.replace(temporary, target)  # (another executor building it at once: the same file)
+            remove_older(folder, keep=target.name)
+            return str(target)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("cannot build the start helper: %s; replicas are started by a fork of the reaper", exc)
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.executor.processes import process_start_time
+from services.executor.reaper import load_helper, spawn
 from services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
 from services.executor.start_helper import start_helper
 
@@ -62,14 +63,18 @@ def helper(request) -> str | None:
 
 
 class Started:
-    def __init__(self, tmp_path: Path, helper: str | None):
+    def __init__(self, tmp_path: Path, helper: str | None, *, loads: bool = True):
         self.tmp_path = tmp_path
         self.helper = helper
+        self.loads = loads
         self.reaper = ReaperClient()
         self.count = 0
 
     async def __aenter__(self) -> Started:
         self.reaper.open(self.helper)
+        if self.helper and self.loads:  # it loaded it (one that could not would fork: no test would tell)
+            maps = Path(f"/proc/{self.reaper.pid}/maps")
+            await eventually(lambda: self.helper in maps.read_text(), 10)
         return self
 
     async def __aexit__(self, *_exc) -> None:
@@ -236,6 +241,40 @@ async def test_a_helper_that_cannot_run_leaves_the_reaper_forking(tmp_path, help
     helper = tmp_path / "helper"
     if helper_is == "not executable":
         helper.write_text("")
-    async with Started(tmp_path, str(helper)) as started:
+    async with Started(tmp_path, str(helper), loads=False) as started:
         assert (await started.run(["sh", "-c", "echo one"]))[:2] == (0, b"one\n")
         assert (await started.run(["sh", "-c", "echo two"]))[:2] == (0, b"two\n")
+
+
+def test_the_helper_starts_a_subreaper_in_a_new_session_from_any_process(tmp_path, built_helper):
+    """The library alone, called from this (threaded) test process: the child execs (its error pipe closes
+    empty), leads a new session, keeps its orphans, and the command was found on the PATH given."""
+    helper = load_helper(built_helper)
+    marker = f"{time.time_ns() % 100000 + 1000}.25"
+    read_fd, write_fd = os.pipe()
+    error_r, error_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    request = {
+        "argv": ["sh", "-c", f"(setsid sleep {marker} >/dev/null 2>&1 &); echo started; exec sleep 30"],
+        "env": {"PATH": os.environ["PATH"]},
+        "cwd": str(tmp_path),
+    }
+    pid = spawn(helper, request, null, write_fd, error_w)
+    for fd in (write_fd, error_w, null):
+        os.close(fd)
+    try:
+        assert os.read(error_r, 512) == b""
+        assert os.read(read_fd, 64) == b"started\n"
+        assert os.getsid(pid) == pid and Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
+        deadline = time.monotonic() + 5
+        while not descendants_alive(f"sleep\0{marker}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (orphan,) = descendants_alive(f"sleep\0{marker}")
+        stat = Path(f"/proc/{orphan}/stat").read_text()
+        assert int(stat[stat.rindex(")") + 2 :].split()[1]) == pid
+    finally:
+        for leftover in [pid, *descendants_alive(f"sleep\0{marker}")]:
+            os.kill(leftover, 9)
+        for fd in (read_fd, error_r):
+            os.close(fd)
+        os.waitpid(pid, 0)
