@@ -371,7 +371,7 @@ class Reaper:
         except (OSError, ValueError) as exc:  # (ValueError: a NUL byte, or an `=` in a variable's name)
             os.close(error_r)
             step = "exec" if isinstance(exc, ValueError) else "spawn"
-            code = exc.errno or 0 if isinstance(exc, OSError) else 0
+            code = (exc.errno or 0) if isinstance(exc, OSError) else 0
             self.starting.append(Starting(request, {"error": code, "step": step, "message": str(exc)}))
             return
         finally:
