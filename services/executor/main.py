@@ -30,7 +30,7 @@ CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]  # of
 
 
 JOB_UMASK = 0o022
-"""Jobs inherit the executor's umask (posix_spawn cannot set one for the child): they get the usual one, while
+"""Jobs inherit the executor's umask, through its reaper (whose child sets none): they get the usual one, while
 the executor creates its own files with explicit private modes (pid files, logs, stores: `shared.paths`)."""
 
 

@@ -55,15 +55,21 @@ static size_t append(char *line, size_t at, size_t size, const char *text) {
     return at;
 }
 
+/* `value` (>= 0) in decimal into `out` (room for 24 characters), without the C library's formatting. */
+static size_t decimal(char *out, long value) {
+    char digits[24];
+    size_t n = 0;
+    do digits[n++] = (char)('0' + value % 10), value /= 10;
+    while (value && n < sizeof digits - 1);
+    for (size_t i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
 static void fail(int error_fd, const char *step, int err) __attribute__((noreturn));
 static void fail(int error_fd, const char *step, int err) {
-    char line[256], digits[16];
-    int n = 0, value = err < 0 ? 0 : err;
-    do digits[n++] = (char)('0' + value % 10), value /= 10;
-    while (value && n < (int)sizeof digits);
-    char number[16];
-    for (int i = 0; i < n; i++) number[i] = digits[n - 1 - i];
-    number[n] = '\0';
+    char line[256], number[24];
+    decimal(number, err < 0 ? 0 : err);
     size_t at = append(line, 0, sizeof line, step);
     at = append(line, at, sizeof line, ":");
     at = append(line, at, sizeof line, number);
@@ -122,13 +128,9 @@ static void child(const struct gpuyard_start *s) {
     if (s->cgroup_procs != NULL) {
         int fd = open(s->cgroup_procs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0) fail(s->error_fd, "cgroup", errno);
-        char pid[16];
-        int n = 0, value = (int)getpid();
-        char digits[16];
-        do digits[n++] = (char)('0' + value % 10), value /= 10;
-        while (value);
-        for (int i = 0; i < n; i++) pid[i] = digits[n - 1 - i];
-        if (write(fd, pid, (size_t)n) != n) fail(s->error_fd, "cgroup", errno);
+        char pid[24];
+        size_t n = decimal(pid, (long)getpid());
+        if (write(fd, pid, n) != (ssize_t)n) fail(s->error_fd, "cgroup", errno);
         close(fd);
     }
     if (dup2(s->stdin_fd, 0) < 0 || dup2(s->output_fd, 1) < 0 || dup2(s->output_fd, 2) < 0)
