@@ -89,14 +89,17 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     platform.wait_state(blocker, {"running"})
     first = submit(client, "wants-all", GPUS, "true")
     second = submit(client, "wants-one", 1, "true")
-    third = submit(client, "wants-one-too", 1, "true")
+    # The last asks for every GPU too: when the head leaves, it waits behind the new head, whose end no time limit
+    # bounds, so its estimated start stays unknown and its reason unchanged (a 1-GPU job would get the blocker's
+    # end as its estimate, stored again once PENDING_REFRESH_SECONDS had passed: a race with the test's pace).
+    third = submit(client, "wants-all-too", GPUS, "true")
 
     def all_waiting():
         jobs = [client.job(first), client.job(second), client.job(third)]
         return all(j.pending and j.pending.position for j in jobs) and jobs
 
     head, next_in_line, last = wait_for(all_waiting, 15, 0.1, "the jobs to have a place in line")
-    assert last.pending.position == 3
+    assert last.pending.position == 3 and last.pending.estimated_start is None
     assert head.state == next_in_line.state == "queued"
     assert (head.pending.position, next_in_line.pending.position) == (1, 2)
     # The head holds the backfill reservation: it starts when the blocker's 10 min time limit is over.
@@ -144,6 +147,7 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     moved = wait_for(
         lambda: client.job(third).pending.position == 2 and client.job(third), 15, 0.2, "3rd → 2nd"
     )
+    assert moved.pending.estimated_start is None
     assert moved.pending.message.endswith("2nd in line") and len(events(client, third, "pending")) == reasons
 
 
