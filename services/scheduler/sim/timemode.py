@@ -46,6 +46,7 @@ from services.scheduler.sim.trace import NodeTable, PodTable
 from shared.reasons import RESOURCE_CODES, PendingCode
 
 FULL_CYCLES = False  # every cycle looks at every waiting job (the shortcut below off)
+LONG_WAIT_S = 3600.0  # a wait longer than this is counted on its own (`waits_over_1h`): nobody waits an hour unseen
 ARRIVAL_WINDOW = (1.0, 99.0)  # percentiles of the arrival times between which allocation is measured
 
 
@@ -83,7 +84,10 @@ class TimeRun:
             "avg_wait_s": stat(self.wait, np.mean),
             "median_wait_s": stat(self.wait, np.median),
             "p95_wait_s": stat(self.wait, lambda a: np.percentile(a, 95)),
+            "p99_wait_s": stat(self.wait, lambda a: np.percentile(a, 99)),
+            "p99_9_wait_s": stat(self.wait, lambda a: np.percentile(a, 99.9)),
             "longest_wait_s": stat(self.wait, np.max),
+            "waits_over_1h": int(np.count_nonzero(self.wait > LONG_WAIT_S)),
             "makespan_s": self.makespan,
             "gpu_allocation_mean_pct": self.allocation_mean,
             "gpu_allocation_makespan_pct": self.allocation_makespan,

@@ -104,6 +104,20 @@ def test_time_mode_reports_its_activity_window(tmp_path) -> None:
     assert (s["first_arrival_s"], s["last_arrival_s"], s["last_start_s"]) == (0.0, 5.0, 100.0)
 
 
+def test_time_mode_reports_wait_percentiles_and_long_waits(tmp_path) -> None:
+    """One 8-GPU node and five 8-GPU jobs of 1,000 s each arriving at 0 s: they run one after the other, so the
+    waits are 0, 1,000, 2,000, 3,000 and 4,000 s; two of them exceed an hour."""
+    (tmp_path / "n.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n")
+    rows = "".join(f"j{k},4000,8192,8,1000,,LS,Running,0,{1000 * (k + 1)},{1000 * k}\n" for k in range(5))
+    (tmp_path / "p.csv").write_text(POD_HEADER + rows)
+    nodes, pods = read_nodes(tmp_path / "n.csv"), read_pods(tmp_path / "p.csv")
+    s = run_time(nodes, pods, "fifo", presets.config_for("fifo")).summary()
+    waits = np.array([0.0, 1000.0, 2000.0, 3000.0, 4000.0])
+    for key, q in (("p95_wait_s", 95), ("p99_wait_s", 99), ("p99_9_wait_s", 99.9)):
+        assert s[key] == pytest.approx(np.percentile(waits, q)), key
+    assert (s["longest_wait_s"], s["waits_over_1h"]) == (pytest.approx(4000.0), 1)
+
+
 def time_results(policies: dict[str, tuple[float, float, float]]) -> dict:
     """A time replay's results as `run` returns them: per policy (first arrival, last arrival, last start)
     in hours, and a timeline that goes on to 3,500 h (the longest jobs running out)."""
