@@ -7,8 +7,8 @@
 The default pod file is replayed in time (`services/scheduler/sim/timemode.py`: arrivals at creation_time /
 speed-up, trace runtimes, time limit = runtime) on every (1/F)-th node of the openb GPU node list. The time
 replay has no randomness; what varies between "seeds" is which nodes make the sub-cluster: offset k keeps the
-nodes k, k + 1/F, k + 2/F, ... Each row: mean and p95 JCT, mean wait, longest wait (starvation), jobs never
-started, and the GPU allocation over the arrival window (1st to 99th percentile of the arrivals), which must exceed 70% for
+nodes k, k + 1/F, k + 2/F, ... Each row: mean and p95 JCT; mean, p95, p99 and p99.9 wait, longest wait
+(starvation) and waits over an hour; jobs never started, and the GPU allocation over the arrival window (1st to 99th percentile of the arrivals), which must exceed 70% for
 the replay to say anything about contention. Policies are the simulator's presets
 (`services/scheduler/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
 firstfit (GPUYard's queueing with first fit), gpuyard (the default configuration); `name:depth=K` runs a
@@ -35,9 +35,24 @@ from services.scheduler.sim.cluster import popularity  # noqa: E402
 from services.scheduler.sim.timemode import run_time  # noqa: E402
 from services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
 
-SETUP = {"cluster_fraction": 0.1, "speedup": 200.0}  # 122 nodes / 626 GPUs; offered load ~97% of the window
+SETUP = {
+    "cluster_fraction": 0.1,
+    "speedup": 200.0,
+    "limit_factor": 1.0,
+}  # 122 nodes / 626 GPUs; offered load ~97% of the window
 POLICIES = "fifo,fifo-backfill,firstfit,gpuyard"
-SHOWN = ("avg_jct_s", "p95_jct_s", "avg_wait_s", "longest_wait_s", "never_started", "gpu_allocation_mean_pct")
+SHOWN = (
+    "avg_jct_s",
+    "p95_jct_s",
+    "avg_wait_s",
+    "p95_wait_s",
+    "p99_wait_s",
+    "p99_9_wait_s",
+    "longest_wait_s",
+    "waits_over_1h",
+    "never_started",
+    "gpu_allocation_mean_pct",
+)
 
 
 def sub_cluster(nodes: NodeTable, fraction: float, offset: int = 0) -> NodeTable:
@@ -69,7 +84,14 @@ def config(spec: str, shapes: tuple):
     return cfg
 
 
-def replay(trace: str, fraction: float, speedup: float, specs: list[str], offsets: list[int]) -> dict:
+def replay(
+    trace: str,
+    fraction: float,
+    speedup: float,
+    specs: list[str],
+    offsets: list[int],
+    limit_factor: float = 1.0,
+) -> dict:
     all_nodes = read_nodes(SHIPPED_DIR / "openb_node_list_gpu_node.csv")
     pods = read_pods(SHIPPED_DIR / f"openb_pod_list_{trace}.csv")
     shapes = popularity(pods)
@@ -78,7 +100,9 @@ def replay(trace: str, fraction: float, speedup: float, specs: list[str], offset
         nodes = sub_cluster(all_nodes, fraction, offset)
         for spec in specs:
             cpu = time.process_time()
-            run = run_time(nodes, pods, spec, config(spec, shapes), speedup=speedup)
+            run = run_time(
+                nodes, pods, spec, config(spec, shapes), limit_factor=limit_factor, speedup=speedup
+            )
             summary = {**run.summary(), "offset": offset, "gpus": nodes.total_gpus}
             summary["cpu_seconds"] = time.process_time() - cpu
             runs[spec].append(summary)
@@ -93,6 +117,7 @@ def replay(trace: str, fraction: float, speedup: float, specs: list[str], offset
             "trace": trace,
             "cluster_fraction": fraction,
             "speedup": speedup,
+            "limit_factor": limit_factor,
             "offsets": offsets,
             "full_cycles": timemode.FULL_CYCLES,
         },
@@ -104,7 +129,9 @@ def replay(trace: str, fraction: float, speedup: float, specs: list[str], offset
 def _cells(row: dict) -> str:
     return (
         f"avg JCT {row['avg_jct_s']:.0f} s, p95 JCT {row['p95_jct_s']:.0f} s, avg wait {row['avg_wait_s']:.0f} s, "
-        f"longest wait {row['longest_wait_s']:.0f} s, never started {row['never_started']:.0f}, "
+        f"p95/p99/p99.9 wait {row['p95_wait_s']:.0f} / {row['p99_wait_s']:.0f} / {row['p99_9_wait_s']:.0f} s, "
+        f"longest wait {row['longest_wait_s']:.0f} s, waits over 1 h {row['waits_over_1h']:.0f}, "
+        f"never started {row['never_started']:.0f}, "
         f"GPU allocation (arrival window) {row['gpu_allocation_mean_pct']:.1f}%"
         + (f", {row['cpu_seconds']:.0f} CPU s" if "cpu_seconds" in row else "")
     )
@@ -115,6 +142,9 @@ def main() -> int:
     parser.add_argument("--trace", default="default", help="pod file: openb_pod_list_NAME.csv")
     parser.add_argument("--cluster-fraction", type=float, default=SETUP["cluster_fraction"])
     parser.add_argument("--speedup", type=float, default=SETUP["speedup"])
+    parser.add_argument(
+        "--limit-factor", type=float, default=SETUP["limit_factor"], help="time limit = runtime x this"
+    )
     parser.add_argument(
         "--policies", default=POLICIES, help="presets, comma-separated; NAME:depth=K, NAME:scarce=off"
     )
@@ -133,6 +163,7 @@ def main() -> int:
         args.speedup,
         [s.strip() for s in args.policies.split(",") if s.strip()],
         [int(k) for k in args.offsets.split(",")],
+        args.limit_factor,
     )
     text = json.dumps(result, indent=2)
     if args.json:
