@@ -20,6 +20,7 @@ import re
 import uuid
 from pathlib import Path
 
+from shared.installhint import install_command
 from shared.jobspec import NAME_PATTERN
 
 CHUNK = 1 << 20
@@ -52,7 +53,7 @@ def _filesystem(url: str):
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:
         protocol = url.split("://", 1)[0]
-        extra = " (pip install 'gpuyard[s3]')" if protocol in ("s3", "s3a") else ""
+        extra = f" ({install_command('s3')})" if protocol in ("s3", "s3a") else ""
         raise ModelStoreError(
             f"the model store {_shown(url)} needs a package that is not installed{extra}: {exc}"
         ) from None

@@ -1,7 +1,7 @@
 """What README.md and docs/*.md tell a user to type, or say the platform serves, is what the code accepts and
 serves: every `gpuyard` command in them parses with the CLI's own parser, every API path is a route of the
-OpenAPI document, every GPUYARD_* variable is one the code reads, and every local address's port is one a
-setting or `gpuyard up` gives."""
+OpenAPI document, every GPUYARD_* variable is one the code reads, every local address's port is one a
+setting or `gpuyard up` gives, and every job spec they show is one the platform accepts."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from gpuyard.cli import build_parser
 from gpuyard.up import DEFAULT_NATS_PORT
 from services.scheduler.sim.cli import add_arguments as add_sim_arguments
+from shared.jobspec import JobSpec
 from shared.settingsdocs import TABLES, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +153,21 @@ def test_every_local_port_in_the_docs_is_one_the_platform_listens_on():
     assert claimed
     wrong = [f"{doc}: port {port}" for doc, port in claimed if int(port) not in ports]
     assert not wrong, "\n".join(wrong)
+
+
+def job_specs(text: str) -> list[dict]:
+    """The YAML blocks of a document that are job specs (they have a `command`)."""
+    blocks = re.findall(r"^```ya?ml\n(.*?)^```", text, re.M | re.S)
+    return [spec for spec in map(yaml.safe_load, blocks) if isinstance(spec, dict) and "command" in spec]
+
+
+def test_every_job_spec_the_docs_show_is_accepted():
+    specs = [(doc.name, spec) for doc in DOCS for spec in job_specs(doc.read_text())]
+    assert any(name == "README.md" for name, _ in specs)
+    refused = []
+    for name, spec in specs:
+        try:
+            JobSpec.model_validate(spec)
+        except ValueError as exc:  # (pydantic's ValidationError is one)
+            refused.append(f"{name}: {spec.get('name')}: {exc}")
+    assert not refused, "\n".join(refused)

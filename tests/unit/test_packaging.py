@@ -1,9 +1,11 @@
-"""Dependencies: the core installs what the core imports; ONNX Runtime and matplotlib are extras, and the
-Makefile's test target installs every extra the tests exercise."""
+"""Dependencies: the core installs what the core imports; ONNX Runtime and matplotlib are extras, the
+Makefile's test target installs every extra the tests exercise, the examples import only what the core and
+the extras the README has the user install provide, and the wheel's install hint names the installed gpuyard."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import json
 import os
 import re
@@ -120,3 +122,146 @@ def test_the_readme_sim_command_works_from_the_installed_files_alone(wheel, tmp_
     result = json.loads(run.stdout)
     assert result["gpus"] == 6212 and set(result["policies"]) == {"fifo", "bestfit"}
     assert result["policies"]["bestfit"]["pods_mean"] > 8000  # drawn from the gpushare40 file
+
+
+def test_from_a_wheel_the_plot_hint_names_the_installed_gpuyard(wheel, tmp_path):
+    """Where gpuyard was installed from a wheel, `pip install 'gpuyard[sim]'` is the hint: pip finds gpuyard
+    installed and adds the extra's packages (no registry has gpuyard itself)."""
+    installed = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(installed)
+    hide_matplotlib = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'sim'; "
+        "runpy.run_module('services.scheduler.sim', run_name='__main__')"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", hide_matplotlib, "--plot", str(tmp_path / "out.png")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("gpuyard sim: --plot needs matplotlib: ")
+    assert run.stderr.rstrip().endswith(" install 'gpuyard[sim]'"), run.stderr
+
+
+# ------------------------------------------------------------------------ the examples' dependencies
+
+EXAMPLES = ROOT / "examples"
+SPELLED_EXTRAS = re.compile(r"'\.\[([a-z0-9,_-]+)\]'")  # '.[train,serving]', as the README writes them
+OPTIONAL_IMPORT = {"ImportError", "ModuleNotFoundError"}
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def readme_steps(text: str) -> list[str]:
+    """The README as a reader follows it: every paragraph, and each code block with the paragraph just before
+    it (which says what the block needs)."""
+    pieces = re.split(r"(^```[^\n]*\n.*?^```[^\n]*$)", text, flags=re.M | re.S)
+    steps = []
+    paragraphs = [[p for p in re.split(r"\n\s*\n", piece) if p.strip()] for piece in pieces[::2]]
+    for i, block in enumerate(pieces[1::2]):
+        steps.append("\n".join([*paragraphs[i][-1:], block]))
+    return steps + [p for prose in paragraphs for p in prose]
+
+
+def example_scripts() -> list[Path]:
+    return sorted(p for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def names_of(script: Path) -> set[str]:
+    """How the README may name a script: its path, or that of a job file whose command runs it."""
+    path = script.relative_to(ROOT).as_posix()
+    jobs = [p for p in EXAMPLES.rglob("*.yaml") if path in p.read_text()]
+    return {path, *(job.relative_to(ROOT).as_posix() for job in jobs)}
+
+
+def readme_extras(script: Path, readme: str) -> set[str] | None:
+    """The extras the README tells the user to install for `script` (None: the README never names it)."""
+    steps = [step for step in readme_steps(readme) if any(name in step for name in names_of(script))]
+    if not steps:
+        return None
+    return {extra for step in steps for group in SPELLED_EXTRAS.findall(step) for extra in group.split(",")}
+
+
+def third_party_imports(script: Path) -> set[str]:
+    """The top-level modules `script` imports that are neither the standard library, nor GPUYARD's own, nor a
+    file beside it; an import guarded by `except ImportError` is optional and left out."""
+    tree = ast.parse(script.read_text())
+    optional = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try)
+        and any(
+            h.type is not None
+            and {getattr(t, "id", None) for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
+            & OPTIONAL_IMPORT
+            for h in node.handlers
+        )
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    modules = set()
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules.add(node.module.split(".")[0])
+    return {
+        m
+        for m in modules
+        if m not in sys.stdlib_module_names and m not in PACKAGES and not (script.parent / f"{m}.py").exists()
+    }
+
+
+def unprovided_imports(script: Path, project: dict, readme: str) -> list[str]:
+    """The third-party modules of `script` that no distribution of the core dependencies and of the extras
+    the README names for it provides."""
+    extras = readme_extras(script, readme) or set()
+    unknown = extras - set(project["optional-dependencies"])
+    if unknown:
+        return [f"the README names extras the project lacks: {sorted(unknown)}"]
+    provided = {normalized(n) for n in names(project["dependencies"])}
+    for extra in extras:
+        provided |= {normalized(n) for n in names(project["optional-dependencies"][extra])}
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for module in sorted(third_party_imports(script)):
+        dists = {normalized(d) for d in providers.get(module, [])}
+        if not dists:
+            missing.append(f"{module}: not installed here, so no distribution can be named for it")
+        elif not dists & provided:
+            extras_said = ",".join(sorted(extras)) or "none"
+            missing.append(
+                f"{module} ({', '.join(sorted(dists))}): not in the core nor in extras {extras_said}"
+            )
+    return missing
+
+
+@pytest.mark.parametrize("script", example_scripts(), ids=lambda p: p.relative_to(EXAMPLES).as_posix())
+def test_every_example_imports_only_what_the_readme_has_the_user_install(script):
+    readme = (ROOT / "README.md").read_text()
+    assert readme_extras(script, readme) is not None, f"the README never names {sorted(names_of(script))}"
+    missing = unprovided_imports(script, PROJECT, readme)
+    assert not missing, "\n".join(missing)
+
+
+def test_the_examples_check_finds_a_client_missing_from_the_extras():
+    """The train extra as it was before it carried Triton's client: infer.py's import is found wanting."""
+    infer = EXAMPLES / "train-and-serve" / "infer.py"
+    readme = (ROOT / "README.md").read_text()
+    assert readme_extras(infer, readme) == {"train", "serving"}
+    assert third_party_imports(infer) == {"numpy", "torch", "tritonclient"}
+    extras = PROJECT["optional-dependencies"]
+    before = {**PROJECT, "optional-dependencies": {**extras, "train": ["torch==2.13.0", "onnxscript"]}}
+    assert unprovided_imports(infer, before, readme) == [
+        "tritonclient (tritonclient): not in the core nor in extras serving,train"
+    ]
+    assert third_party_imports(EXAMPLES / "ddp_train.py") == {"torch"}  # (gpuyard.training: optional)
+    assert readme_extras(EXAMPLES / "ddp_train.py", readme) >= {"train"}

@@ -6,7 +6,7 @@
 This module is the whole simulator command line: `gpuyard sim ARGS` runs `python -m services.scheduler.sim
 ARGS` (the client package imports no service). The FIFO/first-fit baseline ("fifo") is always included. An
 argument that cannot work is one line on stderr and exit status 2; `--plot` needs matplotlib, the optional
-extra `gpuyard[sim]`.
+extra `sim` (the error names the pip command that adds it to this installation: `shared/installhint.py`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import numpy as np
 
 from services.scheduler.sim import presets
 from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, SHIPPED, read_nodes, read_pods
+from shared.installhint import install_command
 
 PROG = "gpuyard sim"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-PLOT_NEEDS = "--plot needs matplotlib: pip install 'gpuyard[sim]'"
 POSITIVE = {"seeds": "--seeds", "ratio": "--ratio", "speedup": "--speedup", "limit_factor": "--limit-factor"}
 PUBLISHED_AT_100 = {  # FGD paper / artifact, mean unallocated GPUs (%) at arrived = 100%: BestFit, FGD
     "openb_pod_list_default": (7.14, 4.77),
@@ -78,10 +78,14 @@ def argument_error(args: argparse.Namespace) -> str | None:
         if args.plot.suffix.lower() not in PLOT_SUFFIXES:
             return f"--plot {args.plot}: the file name must end in {', '.join(PLOT_SUFFIXES)}"
         try:
-            import matplotlib  # noqa: F401  (the optional extra gpuyard[sim])
+            import matplotlib  # noqa: F401  (the optional extra `sim`)
         except ImportError:
-            return PLOT_NEEDS
+            return plot_needs()
     return None
+
+
+def plot_needs() -> str:
+    return f"--plot needs matplotlib: {install_command('sim')}"
 
 
 def fail(message: str) -> int:

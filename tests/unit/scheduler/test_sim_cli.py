@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.scheduler.sim import cli
+from shared.installhint import install_command
 
 ROOT = Path(__file__).resolve().parents[3]
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
@@ -132,7 +133,7 @@ def test_missing_columns_are_named_in_one_line(capsys, trace):
 def test_plot_without_matplotlib_names_the_extra(capsys, trace, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails as when not installed
     code, out, err = sim(capsys, trace, "--trace", str(trace / "pods.csv"), "--plot", str(trace / "out.png"))
-    assert one_line_error(code, err) == "gpuyard sim: --plot needs matplotlib: pip install 'gpuyard[sim]'"
+    assert one_line_error(code, err) == f"gpuyard sim: --plot needs matplotlib: {install_command('sim')}"
     assert out == "" and not (trace / "out.png").exists()  # refused before the replay
 
 
