@@ -4,9 +4,9 @@ serving service, while a command placed beside it runs as ever."""
 
 from __future__ import annotations
 
-import asyncio
+from shared.events import JobCancelRequested, JobPlaced, ReplicaPlacement
 
-from shared.events import JobCancelRequested
+from .witnesses import job_sessions
 
 SERVE = {"serve": {"model": "mnist", "version": 1}, "resources": {"gpus": 0.25}}
 
@@ -16,11 +16,11 @@ async def test_the_executor_never_starts_a_serve_job_but_runs_a_command_beside_i
     serve_job = await h.submit(**SERVE)
     await h.place(executor, serve_job)
     command = await h.submit(command=f"echo ran > {tmp_path / 'ran'}")
-    await h.place(executor, command)
+    await h.place(executor, command)  # placed after the serve job: its run is the witness
     await h.wait(command, "succeeded")
-    await asyncio.sleep(0.1)
     assert await h.types(serve_job) == ["submitted", "placed"]  # nothing started, nothing recorded
-    assert not executor.attempts.get((serve_job, 1))
+    assert not executor.attempts.get((serve_job, 1)) and job_sessions(serve_job) == set()
+    assert not (h.data_dir / "jobs" / serve_job).exists()
 
 
 async def test_a_restarted_executor_leaves_serve_jobs_to_the_serving_service(h):
@@ -29,16 +29,26 @@ async def test_a_restarted_executor_leaves_serve_jobs_to_the_serving_service(h):
     await h.place(first, serve_job)
     await first.shutdown()
     h.executors.remove(first)
+    command = await h.submit(command="true")  # placed while no executor ran: the restart launches it
+    await h.ledger.append(
+        command, JobPlaced(job_id=command, attempt=1, placements=[ReplicaPlacement(replica=0, node="node-a")])
+    )
     again = await h.executor()
-    await again.reconcile()  # placed here and never started: a command's would be launched now
-    await asyncio.sleep(0.1)
+    await again.reconcile()  # both placed here and never started
+    await h.wait(command, "succeeded")  # the witness: the same reconciliation launched the command's
     assert await h.types(serve_job) == ["submitted", "placed"]
+    assert not again.attempts.get((serve_job, 1)) and job_sessions(serve_job) == set()
 
 
 async def test_the_cancel_of_a_serve_job_is_the_serving_services_to_record(h):
     executor = await h.executor()
     serve_job = await h.submit(**SERVE)
     await h.place(executor, serve_job)
+    command = await h.submit(command="sleep 60")
+    await h.place(executor, command)
+    await h.wait(command, "running")
     await h.record(executor, JobCancelRequested(job_id=serve_job, by="ana"))
-    await asyncio.sleep(0.1)
+    # the witness: a cancel delivered after it, of the command running beside it, is carried out
+    await h.record(executor, JobCancelRequested(job_id=command, by="ana"))
+    assert (await h.wait(command, "cancelled")).message == "cancelled while running"
     assert await h.types(serve_job) == ["submitted", "placed", "cancel_requested"]

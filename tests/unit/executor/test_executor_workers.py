@@ -12,6 +12,8 @@ from services.executor.pidfiles import pid_file
 from services.executor.processes import process_start_time
 from shared.events import JobCancelRequested, JobPlaced, ReplicaPlacement
 
+from .witnesses import job_sessions
+
 TWO = {"executor_workers": 2}
 
 
@@ -38,10 +40,10 @@ async def test_a_placement_redelivered_to_another_worker_starts_nothing(h, tmp_p
     await h.deliver(other, placed)  # JetStream gives it to the other worker after an ack was lost
     assert Claims(h.data_dir, "node-a", 0, shared=True).holder((job, 1)) == 1
     assert (job, 1) not in other.attempts and (job, 1) in first.attempts
-    await h.wait_for(lambda: runs.exists(), 5, "the start")
-    await asyncio.sleep(0.2)
+    # a start by `other` would be a second session of the job's, there once its delivery returned
+    assert job_sessions(job) == {pid}
+    await h.wait_for(lambda: runs.exists() and runs.read_text(), 5, "the start")
     assert runs.read_text() == "run\n" and (await h.types(job)).count("started") == 1
-    assert process_start_time(pid) is not None
 
 
 async def test_a_cancel_is_carried_out_by_the_worker_that_runs_the_job(h):
@@ -52,11 +54,13 @@ async def test_a_cancel_is_carried_out_by_the_worker_that_runs_the_job(h):
     pid = await started_pid(h, job)
     cancel = JobCancelRequested(job_id=job, by="ana")
     await h.record(bystander, cancel)  # every worker sees it; this one does not run the job
-    await asyncio.sleep(0.3)
-    assert (await h.view(job)).state.value == "running" and process_start_time(pid) is not None
+    assert (job, 1) not in bystander.attempts and job_sessions(job) == {pid}
     await h.deliver(runner, cancel)
     view = await h.wait(job, "cancelled")
+    # its replica's exit: stopped by the runner, which still ran it when the cancel reached it (a cancel the
+    # bystander had carried out would have ended the attempt without one)
     assert view.message == "cancelled while running" and [e.replica for e in view.exits] == [0]
+    assert (await h.types(job)).count("cancelled") == 1
     await h.wait_for(lambda: process_start_time(pid) is None, 5, "the replica to be stopped")
 
 
@@ -80,11 +84,11 @@ async def test_workers_reconciling_at_once_start_a_placed_job_once(h, tmp_path):
     await h.ledger.append(job, placement(job))  # placed while every executor process was down
     workers = [await h.executor(**TWO, executor_worker=w) for w in (0, 1)]
     await asyncio.gather(*(ex.reconcile() for ex in workers))
-    await started_pid(h, job)
-    await h.wait_for(lambda: runs.exists(), 5, "the start")
-    await asyncio.sleep(0.2)
-    assert runs.read_text() == "run\n"
+    pid = await started_pid(h, job)
     assert sum((job, 1) in ex.attempts for ex in workers) == 1
+    assert job_sessions(job) == {pid}  # (a second start would be a session of its own, there by now)
+    await h.wait_for(lambda: runs.exists() and runs.read_text(), 5, "the start")
+    assert runs.read_text() == "run\n"
 
 
 async def test_a_restarted_worker_leaves_the_other_workers_jobs_alone(h):
@@ -94,8 +98,12 @@ async def test_a_restarted_worker_leaves_the_other_workers_jobs_alone(h):
     pid = await started_pid(h, job)
     restarted = await h.executor(**TWO, executor_worker=0)  # worker 0 crashed and came back
     await restarted.reconcile()
-    await asyncio.sleep(0.3)
-    assert (await h.view(job)).state.value == "running" and process_start_time(pid) is not None
+    assert (job, 1) not in restarted.attempts and job_sessions(job) == {pid}
+    # the witness: the job is still the runner's to stop, its replica still running when the cancel comes
+    await h.record(runner, JobCancelRequested(job_id=job, by="ana"))
+    view = await h.wait(job, "cancelled")
+    assert view.message == "cancelled while running" and [e.replica for e in view.exits] == [0]
+    assert view.attempt == 1 and "requeued" not in await h.types(job)
 
 
 def test_claims(tmp_path):
