@@ -24,6 +24,8 @@ from shared.events import (
 )
 from shared.paths import log_files, log_path, replica_files
 
+from .witnesses import job_sessions, running_marker_job, runs_unstopped
+
 
 async def test_a_replica_runs_in_its_own_dir_with_its_env_and_its_output_is_logged(h):
     ex = await h.executor()
@@ -146,15 +148,30 @@ async def test_retry_requeues_with_backoff_then_fails(h):
     assert (await h.types(job)).count("started") == 2
 
 
+def waits_for(go) -> str:
+    """A command that runs until `go` appears, and takes it away as it ends: started a second time, while the
+    first start runs or once it has ended, it would run on as a session of its own (`job_sessions`)."""
+    return f"while [ ! -e {go} ]; do sleep 0.05; done; rm {go}"
+
+
 async def test_a_redelivered_placement_starts_nothing_twice(h, tmp_path):
     ex = await h.executor()
-    runs = tmp_path / "runs"
-    job = await h.submit(command=f"echo run >> {runs}")
+    go = tmp_path / "go"
+    job = await h.submit(command=waits_for(go))
     placed = await h.place(ex, job)
-    await h.deliver(ex, placed)
+    await h.wait(job, "running")
+    first = job_sessions(job)
+    assert len(first) == 1
+    await h.deliver(ex, placed)  # redelivered while its replica runs
+    await runs_unstopped(h, ex, job)  # a marker delivered after it: the first start runs on, unstopped
+    await running_marker_job(h, ex)  # and a placement after it starts: a second start would be there by now
+    assert job_sessions(job) == first
+    go.touch()
     await h.wait(job, "succeeded")
-    await h.deliver(ex, placed)
-    assert runs.read_text() == "run\n"
+    await h.deliver(ex, placed)  # redelivered once the attempt is over
+    await running_marker_job(h, ex)
+    assert job_sessions(job) == set()  # (a second start would wait for `go`, taken away by the first)
+    assert (await h.types(job)).count("started") == 1
 
 
 async def test_a_gang_fails_as_one_when_a_replica_fails(h):
@@ -292,10 +309,11 @@ async def test_distributed_env_is_torchrun_style(h):
     assert lines[0][5] == lines[1][5] and int(lines[0][5]) > 0
 
 
-async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_first(h):
+async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_first(h, tmp_path):
     ex = await h.executor()  # node-a
     ex.nodes.addresses["node-b"] = "10.0.0.7"  # the master's address, from node-b's heartbeats
-    job = await h.submit(command="echo here", replicas=2)
+    go = tmp_path / "go"
+    job = await h.submit(command=waits_for(go), replicas=2)
     view = await h.view(job)
     placed = JobPlaced(
         job_id=job,
@@ -308,9 +326,13 @@ async def test_a_gang_replica_starts_even_when_another_nodes_replica_started_fir
     await h.ledger.append(job, JobReplicaExited(job_id=job, attempt=1, node="node-b", replica=0, exit_code=0))
     assert (await h.view(job)).state.value == "running" and view.version == 1
     await h.deliver(ex, placed)
+    assert (await h.view(job)).current.started == [0, 1] and len(job_sessions(job)) == 1
+    go.touch()
     done = await h.wait(job, "succeeded")
     assert done.current.started == [0, 1] and sorted(e.replica for e in done.exits) == [0, 1]
     await h.deliver(ex, placed)  # redelivered: this node's replica is not started again
+    await running_marker_job(h, ex)  # placed after it, and started: a second start would be there by now
+    assert job_sessions(job) == set()  # (a second start would wait for `go`, taken away by the first)
     assert (await h.types(job)).count("started") == 2
 
 
