@@ -51,6 +51,21 @@ def test_a_tiny_run_prints_json(capsys, trace):
     assert list(results["policies"]) == ["fifo", "bestfit"]
 
 
+def test_a_time_replay_gives_the_wait_tail_in_its_table_and_json(capsys, trace):
+    args = ("--trace", str(trace / "pods.csv"), "--mode", "time", "--policy", "gpuyard")
+    code, out, err = sim(capsys, trace, *args, "--json")
+    assert code == 0, err
+    for summary in json.loads(out)["policies"].values():
+        keys = ("p95_wait_s", "p99_wait_s", "p99_9_wait_s", "longest_wait_s")
+        assert all(summary[a] <= summary[b] for a, b in zip(keys, keys[1:], strict=False)), summary
+        assert summary["waits_over_1h"] == 0
+    code, out, err = sim(capsys, trace, *args)
+    assert code == 0 and out == ""
+    header = next(line for line in err.splitlines() if "p99.9" in line)
+    columns = ("policy", "avg", "p95", "p99", "p99.9", "longest", "over 1 h")
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == list(columns)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
