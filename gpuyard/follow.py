@@ -22,6 +22,10 @@ from shared.events import (
 )
 from shared.jobstate import IllegalTransition, JobState, apply
 
+OUTPUT_WAIT = 30.0
+"""Seconds the job's end waits for its replicas' output streams, which end as soon as the API sees the job
+ended: only an API that stops answering meanwhile makes it wait that long."""
+
 
 def parse_event(raw: dict[str, Any]) -> CloudEvent | None:
     """A stored event as its typed model; None for one this CLI does not know (a newer server's)."""
@@ -83,8 +87,9 @@ class ReplicaOutput:
     def __init__(self, client: Client, job_id: str, console: Console, replicas: int):
         self.client, self.job_id, self.console, self.replicas = client, job_id, console, replicas
         self.lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
+        self.threads: list[tuple[int, threading.Thread]] = []
         self.attempts: set[int] = set()
+        self.closed = False  # once the job's end is printed, a late line would come after it: none is printed
 
     def start(self, attempt: int) -> None:
         """Follow every replica of `attempt` (once); each stream ends when the attempt does."""
@@ -94,7 +99,7 @@ class ReplicaOutput:
         for replica in range(self.replicas):
             t = threading.Thread(target=self._follow, args=(attempt, replica), daemon=True)
             t.start()
-            self.threads.append(t)
+            self.threads.append((replica, t))
 
     def _follow(self, attempt: int, replica: int) -> None:
         prefix = f"r{replica} | " if self.replicas > 1 else ""
@@ -110,15 +115,31 @@ class ReplicaOutput:
 
     def _print(self, prefix: str, lines: list[bytes]) -> None:
         with self.lock:
+            if self.closed:
+                return
             for raw in lines:
                 text = raw.decode(errors="replace")
                 self.console.print(f"{prefix}{text}", markup=False, highlight=False, soft_wrap=True)
 
-    def wait(self, timeout: float = 10) -> None:
-        """Until the output shipped before the job ended has been printed."""
+    def wait(self, timeout: float = OUTPUT_WAIT) -> None:
+        """Until every replica's output shipped before the job ended has been printed: the caller prints the
+        job's end after it. A stream still open after `timeout` (the API unreachable meanwhile) is said, and
+        what it brings later is not printed, so that nothing comes after the job's end."""
+        if self.closed:
+            return
         deadline = time.monotonic() + timeout
-        for t in self.threads:
+        for _, t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self.closed = True
+            late = sorted({replica for replica, t in self.threads if t.is_alive()})
+            for replica in late:
+                self.console.print(
+                    f"(replica {replica}: the rest of its output has not come yet; "
+                    f"`gpuyard logs {self.job_id} --replica {replica}` shows it)",
+                    markup=False,
+                    highlight=False,
+                )
 
 
 def follow_job(
@@ -131,18 +152,25 @@ def follow_job(
 ) -> JobState:
     """Print each event of the job, up to and including the one that ends it, and returns the final state. The
     job's state is folded from the events printed (the state machine's own `apply`), so no event that came
-    before the end is missed. `logs`: also print the replicas' output as it comes."""
+    before the end is missed. `logs`: also print the replicas' output as it comes, all of it before the event
+    that ends the job (the replicas' streams are read by threads, which may be behind the events)."""
     after, view, output, known = 0, None, None, True
+
+    def show(raw: dict[str, Any], ends: bool = False) -> None:
+        if ends and output is not None:
+            output.wait()
+        if not quiet:
+            console.print(f"  {event_line(raw)}", highlight=False)
+
     while True:
         for item in client.events(job_id, after=after):
             after = item.version
-            if not quiet:
-                console.print(f"  {event_line(item.event)}", highlight=False)
             event = parse_event(item.event)
             try:
                 view = apply(view, event, version=item.version) if event is not None else view
             except IllegalTransition:
                 event = None
+            show(item.event, ends=event is not None and known and view.state.terminal)
             if event is None:  # a newer server's event: from here on, the server says when the job ends
                 known = False
                 continue
@@ -151,11 +179,12 @@ def follow_job(
                 output.start(event.data.attempt)
         state = view.state if known and view is not None else None
         if not known and (state := client.job(job_id).state).terminal:
-            for item in client.events(job_id, after=after):  # what came before the state was read
-                if not quiet:
-                    console.print(f"  {event_line(item.event)}", highlight=False)
-        if state is not None and state.terminal:
             if output is not None:
                 output.wait()
+            for item in client.events(job_id, after=after):  # what came before the state was read
+                show(item.event)
+        if state is not None and state.terminal:
+            if output is not None:
+                output.wait()  # (done already, unless the job ended by an event this CLI does not know)
             return state
         time.sleep(poll)

@@ -5,6 +5,7 @@ Unknown fields are errors, not ignored: a typo such as `gpu: 2` must not silentl
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from shared.units import parse_duration, parse_size
 
@@ -129,15 +131,62 @@ Priority = Annotated[str, AfterValidator(_priority_class)]
 MAX_DEPLOYMENT_REPLICAS = 64
 
 
+MAX_GPUS_PER_REPLICA = 64
+"""The most GPUs one replica may ask for: the schema's maximum, which the submit API enforces with the cluster's
+own size in its answer ("needs 100 GPUs on one node; the largest node has 4"), which a spec alone cannot know."""
+
+
 class Strict(BaseModel):
+    """A spec or a request body: unknown fields are refused, each with the closest known one ("did you mean
+    `gpus`?")."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_fields(cls, data: Any, handler) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(e["type"] == "extra_forbidden" and len(e["loc"]) == 1 for e in errors):
+                raise
+            raise ValidationError.from_exception_data(
+                exc.title, [_suggested(cls, e) for e in errors]
+            ) from None
+
+
+def unknown_field_message(field: str, known: list[str]) -> str:
+    """Pydantic's words for an unknown field, with the closest known one ('Extra inputs are not permitted; did
+    you mean `gpus`?'), or the known fields when none is close."""
+    close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
+    if close:
+        return f"Extra inputs are not permitted; did you mean `{close[0]}`?"
+    return f"Extra inputs are not permitted; the fields here are {', '.join(known)}"
+
+
+def _suggested(model: type[BaseModel], error: Any) -> InitErrorDetails:
+    """`error` as it was, but an unknown field of `model` itself said with the closest known field. (Raised
+    again as a new ValidationError: the errors keep their type, place and message; a rebuilt one loses its
+    `ctx`, which only `unknown field` errors at the same level cause.)"""
+    if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+        message = unknown_field_message(str(error["loc"][0]), list(model.model_fields))
+    else:
+        message = error["msg"]
+    template = message.replace("{", "{{").replace("}", "}}")
+    return InitErrorDetails(
+        type=PydanticCustomError(error["type"], template), loc=error["loc"], input=error["input"]
+    )
 
 
 class Resources(Strict):
     """Resources of ONE replica. `gpus` is a whole number (1, 2, 8) or a fraction of one GPU (0.25, 0.46)."""
 
     gpus: float = Field(
-        0, ge=0, le=64, description="Whole GPUs (1, 2, 8) or a fraction of one GPU (0 < gpus < 1)."
+        0,
+        ge=0,
+        description="Whole GPUs (1, 2, 8) or a fraction of one GPU (0 < gpus < 1).",
+        json_schema_extra={"maximum": MAX_GPUS_PER_REPLICA},  # (enforced by the submit API, with the nodes')
     )
     gpu_memory: Bytes | None = Field(
         None,
@@ -295,18 +344,47 @@ class SpecError(ValueError):
 
 
 def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
-    """Parse YAML or JSON text into a dict (not yet validated)."""
+    """Parse YAML or JSON text into a dict (not yet validated). A SpecError names `filename` and where in it
+    the text went wrong ('job.yaml, line 2, column 5: not valid YAML: ...'), its cause the parser's error."""
     try:
         data = json.loads(text) if filename.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except json.JSONDecodeError as exc:
         raise SpecError(
-            f"{filename}: not valid {'JSON' if filename.endswith('.json') else 'YAML'}: {exc}"
+            f"{filename}, line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
         ) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(yaml_error_text(filename, exc)) from exc
     except RecursionError:
         raise SpecError(f"{filename}: nested too deeply to be a job spec") from None
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a job spec must be a mapping of fields, got {type(data).__name__}")
     return data
+
+
+def yaml_error_text(filename: str, exc: yaml.YAMLError) -> str:
+    """A YAML error in one line, at the file the user named (PyYAML's own text says `"<unicode string>"`):
+    'job.yaml, line 4, column 1: not valid YAML: expected ...'."""
+    mark, why = yaml_problem(exc)
+    where = f"{filename}, line {mark.line + 1}, column {mark.column + 1}" if mark else filename
+    return f"{where}: not valid YAML: {why}"
+
+
+def yaml_problem(exc: yaml.YAMLError) -> tuple[yaml.Mark | None, str]:
+    """Where a YAML text went wrong, and why in words: "expected ',' or ']', but got '<stream end>' (while
+    parsing a flow sequence from line 2, column 12)"."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return None, str(exc)
+    mark = exc.problem_mark or exc.context_mark
+    why = exc.problem or exc.context or "not valid YAML"
+    if exc.problem and exc.context:
+        context = exc.context_mark
+        at = (
+            f" from line {context.line + 1}, column {context.column + 1}"
+            if context and context != mark
+            else ""
+        )
+        why += f" ({exc.context}{at})"
+    return mark, why
 
 
 def load_spec_file(path: str | Path) -> dict[str, Any]:

@@ -219,7 +219,8 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
         case JobPending():
             changes["pending"] = data.reason
         case JobPlaced():
-            changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None)
+            # the message said why the previous attempt ended (a drain, a preemption): stale once placed again
+            changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None, message="")
             attempt.update(placed_at=at, nodes=data.nodes)
         case JobStarted():
             if current.started_at is None:

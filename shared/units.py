@@ -82,16 +82,21 @@ _WRITTEN_UNITS = (
 )  # fmt: skip
 
 
+_WRITTEN_DIGITS = 10_000  # '1536 MiB' was written so; '24683652 KiB' (a node's memory, read in KiB) was not
+
+
 def format_size(num_bytes: float) -> str:
     """Bytes as people write them, the one rendering everywhere: in the unit they were most likely written in
-    when it divides them ('256 MB', '16 GiB'), else three figures in binary units ('1.5 GiB', '900 B')."""
+    when it divides them into at most four digits ('256 MB', '16 GiB', '1536 MiB'), else three figures in
+    binary units ('1.5 GiB', '23.5 GiB', '900 B')."""
     num_bytes = int(num_bytes)
     for unit, factor in _WRITTEN_UNITS:
-        if num_bytes >= factor and num_bytes % factor == 0:
+        if num_bytes >= factor and num_bytes % factor == 0 and num_bytes // factor < _WRITTEN_DIGITS:
             return f"{num_bytes // factor} {unit}"
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= factor:
-            return f"{num_bytes / factor:.3g} {unit}"
+            value = num_bytes / factor
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
     return f"{num_bytes} B"
 
 

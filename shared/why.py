@@ -44,18 +44,37 @@ def position_text(pending: PendingOut | None) -> str:
     return f"#{pending.position}" if pending is not None and pending.position else ""
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:g}"
+SIZE_KEYS = ("memory", "bytes")
+"""A detail whose name is one of these, or ends in `_` and one of them (`gpu_memory`, `free_memory`), counts
+bytes: it is shown as a size ('2 GiB'), never as a number of bytes."""
+
+
+def _is_size(key: str) -> bool:
+    return any(key == k or key.endswith(f"_{k}") for k in SIZE_KEYS)
+
+
+def _number(v: float) -> str:
+    """A number as people read it: '3', '0.25', '1.5', '12345' (no exponent, at most three decimals)."""
+    if float(v).is_integer():
+        return str(int(v))
+    return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1e15 else f"{v:g}"
+
+
+def _value(v: Any, size: bool = False) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int | float):
+        return format_size(v) if size and v >= 0 else _number(v)
     if isinstance(v, list | tuple):
-        return ", ".join(_value(x) for x in v) or "-"
+        return ", ".join(_value(x, size) for x in v) or "-"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_value(x, size or _is_size(str(k)))}" for k, x in v.items()) + "}"
     return str(v)
 
 
 def details_text(details: dict[str, Any]) -> str:
-    return " · ".join(f"{k}={_value(v)}" for k, v in details.items())
+    """A reason's numbers, 'cpus=2 · memory=256 MB · node=n0': byte counts as sizes (`SIZE_KEYS`)."""
+    return " · ".join(f"{k}={_value(v, _is_size(k))}" for k, v in details.items())
 
 
 def gpus_text(spec: JobSpec) -> str:

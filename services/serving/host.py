@@ -55,6 +55,7 @@ from shared.events import (
     make_event,
     subject_filter,
 )
+from shared.installhint import install_command
 from shared.jobstate import ACTIVE_STATES, JobView
 from shared.ledger import JobLedger, Outcome
 from shared.modelregistry import ModelRegistry as ModelCatalog
@@ -217,7 +218,8 @@ class Host:
         except ImportError as exc:  # the node, not the model: another placement may do
             raise LoadFailure(
                 NO_RUNTIME,
-                f"ONNX Runtime is not installed on node {self.node} (pip install 'gpuyard[serving]'): {exc}",
+                f"ONNX Runtime is not installed on node {self.node} ({install_command('serving')}; on GPU nodes "
+                f"{install_command('gpu')} instead): {exc}",
                 retry=True,
             ) from None
         except ModelLoadError as exc:

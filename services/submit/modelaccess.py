@@ -26,7 +26,7 @@ def registry_of(ctx: SubmitContext) -> ModelRegistry:
 
 def model_name(name: str) -> str:
     if tenant_error(name) is not None:  # the same rule as a tenant's (and a job's) name
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"model name {name!r}: use {NAME_RULE}")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"model name {name!r}: use {NAME_RULE}")
     return name
 
 
@@ -73,4 +73,4 @@ async def servable(ctx: SubmitContext, principal: Principal, serve: ServeSpec, j
     except HTTPException as exc:
         if exc.status_code != status.HTTP_404_NOT_FOUND:
             raise
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"serve: {exc.detail}") from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"serve: {exc.detail}") from None

@@ -16,7 +16,7 @@ from services.submit.yamlbody import SpecRoute, yaml_body
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, SpecCheckOut, job_out
 from shared.capacity import unplaceable
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
-from shared.jobspec import JobSpec
+from shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec
 from shared.jobstate import JobState, JobView
 from shared.logstore import LogKey
 from shared.logstore.reading import follow as follow_log
@@ -109,7 +109,8 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
 async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
     """What `POST /v1/jobs` checks of a spec before it stores anything (its validation aside): the tenant's
     (403: another tenant's without an admin's token; 422: one its events cannot name), that some node could
-    ever hold it (422, unless GPUYARD_ACCEPT_UNPLACEABLE), a serve job's model (422). Returns the job's tenant
+    ever hold it (422, unless GPUYARD_ACCEPT_UNPLACEABLE; always past MAX_GPUS_PER_REPLICA GPUs a replica), a
+    serve job's model (422). Returns the job's tenant
     and why no node could hold it (None: one could, or no node is heard from yet)."""
     tenant = spec.tenant or principal.tenant
     if tenant != principal.tenant and not principal.admin:
@@ -119,11 +120,19 @@ async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tu
     if (
         bad_tenant := tenant_error(tenant)
     ) is not None:  # the token's tenant: its job events could not be sent
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad_tenant} (the job's tenant)")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{bad_tenant} (the job's tenant)")
     why = unplaceable(spec, ctx.telemetry.live_nodes())
+    if spec.resources.gpus > MAX_GPUS_PER_REPLICA:  # the schema's bound, said with the cluster's own size
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"no node could ever hold this job: {why}"
+            if why
+            else f"needs {spec.resources.gpus:g} GPUs on one node; a replica may have at most "
+            f"{MAX_GPUS_PER_REPLICA}",
+        )
     if why and not ctx.accept_unplaceable:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"no node could ever hold this job: {why} (GPUYARD_ACCEPT_UNPLACEABLE=true queues such jobs)",
         )
     if spec.serve is not None:

@@ -165,7 +165,7 @@ def serve_query(
             f"serve_{'.'.join(map(str, e['loc'])) or 'serve'}: {e['msg'].removeprefix('Value error, ')}"
             for e in exc.errors()
         )
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, reasons) from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons) from None
 
 
 # ---------------------------------------------------------------- routes
@@ -210,7 +210,7 @@ async def publish_model(
             status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}, not {owner!r}"
         )
     if (bad := tenant_error(owner)) is not None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{bad} (the model's tenant)")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{bad} (the model's tenant)")
     registry = registry_of(ctx)
     data = await request.body()
     try:
@@ -220,7 +220,7 @@ async def publish_model(
         )  # fmt: skip
     except InvalidModel as exc:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY, f"not a publishable ONNX model: {exc}"
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"not a publishable ONNX model: {exc}"
         ) from None
     except ModelError as exc:
         raise refused(exc) from None

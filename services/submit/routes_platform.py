@@ -31,13 +31,13 @@ def _subjects(subject: str) -> list[str]:
     """The NATS subscriptions of a filter. Job events carry their tenant as a last token: a filter that names
     a job event's kind without it (`job.failed`, `job.*`) means every tenant's (`job.failed.*`)."""
     if not SUBJECT_RE.match(subject):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"invalid subject filter {subject!r}")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid subject filter {subject!r}")
     if subject == ">":
         return [f"{p}.>" for p in PUBLIC_PREFIXES]
     tokens = subject.split(".")
     if tokens[0] not in PUBLIC_PREFIXES:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"subject must start with one of {', '.join(PUBLIC_PREFIXES)} (or be '>')",
         )
     if tokens[0] == JOB_PREFIX and len(tokens) == 2 and tokens[1] != ">":

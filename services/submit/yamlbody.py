@@ -13,7 +13,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from shared.jobspec import SpecError, load_spec_text
+from shared.jobspec import SpecError, load_spec_text, yaml_problem
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 """The media types read as YAML (any other goes to FastAPI's JSON reading)."""
@@ -58,9 +58,9 @@ def parsed(body: bytes) -> dict[str, Any]:
         return load_spec_text(text, filename="<body>")
     except SpecError as exc:
         cause = exc.__cause__
-        if isinstance(cause, yaml.MarkedYAMLError):
-            why = " ".join(filter(None, (cause.context, cause.problem))) or "not valid YAML"
-            raise yaml_error(f"not valid YAML: {why}", cause.problem_mark) from None
+        if isinstance(cause, yaml.YAMLError):
+            mark, why = yaml_problem(cause)
+            raise yaml_error(f"not valid YAML: {why}", mark) from None
         raise yaml_error(str(exc).removeprefix("<body>: ")) from None
 
 

@@ -43,6 +43,11 @@ class LogShipper:
         self.max_buffer = max_buffer
         self._buffers: dict[LogKey, _Buffer] = {}
         self._wake = asyncio.Event()
+        # One flush at a time: the flusher and the executor (which flushes when a replica exits) may call at
+        # once, and a second flush running while the first awaits the store would see a closed buffer already
+        # emptied and forget it, then the first would forget it again (KeyError) or put a failed append's bytes
+        # back into a buffer no longer shipped.
+        self._flushing = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -106,7 +111,12 @@ class LogShipper:
 
     async def flush(self) -> None:
         """Send every buffered byte in one append; forget closed replicas once sent. Output written while
-        the append is under way stays for the next flush; an append that fails puts its bytes back."""
+        the append is under way stays for the next flush; an append that fails puts its bytes back. A flush
+        called while another runs waits for it, then sends what is left."""
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         chunks: list[Chunk] = []
         taken: list[tuple[LogKey, _Buffer, bytes]] = []
         for key, buffer in list(self._buffers.items()):
@@ -131,7 +141,7 @@ class LogShipper:
         for key, buffer, _ in taken:
             if self.max_bytes and buffer.offset > self.max_bytes:
                 await self.store.trim(key, buffer.offset - self.max_bytes)
-            if buffer.closed and not buffer.size:
+            if buffer.closed and not buffer.size and self._buffers.get(key) is buffer:
                 del self._buffers[key]
 
     @staticmethod

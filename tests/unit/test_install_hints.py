@@ -166,7 +166,6 @@ NOT_YET_THROUGH_THE_HELPER = {
     "gpuyard/cli.py",
     "gpuyard/up.py",
     "shared/settings.py",
-    "services/serving/host.py",
 }
 
 

@@ -105,6 +105,16 @@ def test_requeue_starts_a_new_attempt_and_old_attempt_events_are_stale():
     assert apply(view, placed(attempt=2)).state == JobState.PLACED
 
 
+def test_why_the_last_attempt_ended_is_said_while_queued_and_not_once_placed_again():
+    drained = JobRequeued(
+        job_id=J, attempt=2, reason=RequeueReason.PREEMPTED, message="drain: node vm is being drained"
+    )
+    view = fold([submitted(), placed(), started(), ev(drained, 3)])
+    assert view.message == "drain: node vm is being drained"
+    again = apply(view, placed(attempt=2))
+    assert again.message == "" and again.attempts[0].message == "drain: node vm is being drained"
+
+
 def test_a_job_that_succeeds_on_a_later_attempt_carries_no_word_of_the_earlier_failure():
     requeued = ev(
         JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY, message="exit code 3; retry 1/1"), 3

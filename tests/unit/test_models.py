@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpuyard.client import Client
 from services.executor import jobenv
 from services.submit.app import create_app
 from shared.events import JobPlaced, JobStarted, JobSubmitted, JobSucceeded, ReplicaPlacement
+from shared.installhint import install_command
 from shared.jobspec import JobSpec
 from shared.jobtokens import JobTokenError, ensure_secret, sign, verify
 from shared.modelregistry import stream_id
@@ -124,7 +126,7 @@ def test_an_fsspec_url_is_a_store_and_s3_without_s3fs_says_what_to_install(tmp_p
     try:
         import s3fs  # noqa: F401
     except ImportError:
-        with pytest.raises(ModelStoreError, match=r"gpuyard\[s3\]"):
+        with pytest.raises(ModelStoreError, match=re.escape(install_command("s3"))):
             ModelStore("s3://bucket/models")
 
 

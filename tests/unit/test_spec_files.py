@@ -16,6 +16,10 @@ BAD_FILES = [  # (file name, its bytes, words of the error)
     ("surrogate.json", b'{"command": "\\ud800"}', "lone surrogate"),
     ("latin1.yaml", b"command: caf\xe9\n", "not UTF-8"),
     ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("broken.yaml", b"command: x\nresources: [\n  gpus: 2\n", "line 4, column 1: not valid YAML"),
+    ("tab.yaml", b"command: x\n\tresources: {}\n", "line 2, column 1: not valid YAML: found character"),
+    ("broken.json", b'{"command": "x",\n "resources": {gpus: 1}}', "line 2, column 16: not valid JSON"),
+    ("typo.yaml", b"command: x\nresources:\n  gpu: 2\n", "resources.gpu: Extra inputs are not permitted"),
 ]
 
 
@@ -28,3 +32,46 @@ def test_a_job_file_that_cannot_be_a_spec_is_one_line_and_exit_1(tmp_path, capsy
     assert code == 1 and out == "" and "Traceback" not in err
     assert err.startswith(f"error: {path}") and words in err
     assert len(err.strip().splitlines()) == 1
+
+
+def error_of(tmp_path, capsys, name: str, content: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert cli.main(["submit", str(path)]) == 1
+    return capsys.readouterr().err.strip().removeprefix(f"error: {path}")
+
+
+def test_a_yaml_error_names_the_file_where_and_why_in_one_line(tmp_path, capsys):
+    said = error_of(tmp_path, capsys, "job.yaml", b"command: x\nresources: [\n  gpus: 2\n")
+    assert said == (
+        ", line 4, column 1: not valid YAML: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence from line 2, column 12)"
+    )
+    assert "unicode string" not in error_of(tmp_path, capsys, "job.yaml", b"a: b: c\n")
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (
+            b"command: x\nresources:\n  gpu: 2\n",
+            "resources.gpu: Extra inputs are not permitted; did you mean `gpus`?",
+        ),
+        (b"command: x\nreplica: 2\n", "replica: Extra inputs are not permitted; did you mean `replicas`?"),
+        (b"comand: x\n", "comand: Extra inputs are not permitted; did you mean `command`?"),
+        (
+            b"command: x\nresources: {gpus: 1, zzz: 1}\n",
+            "resources.zzz: Extra inputs are not permitted; the fields here are gpus, gpu_memory, gpu_model, "
+            "cpus, memory",
+        ),
+    ],
+)
+def test_an_unknown_field_is_told_the_closest_known_one(tmp_path, capsys, content, said):
+    assert error_of(tmp_path, capsys, "job.yaml", content) == f": {said}"
+
+
+def test_an_unknown_field_beside_other_errors_keeps_them_all(tmp_path, capsys):
+    said = error_of(tmp_path, capsys, "job.yaml", b"command: x\nresources: {gpu: 1, gpus: 1.5}\nfoo: 1\n")
+    assert "resources.gpus: more than one GPU must be a whole number" in said
+    assert "resources.gpu: Extra inputs are not permitted; did you mean `gpus`?" in said
+    assert "foo: Extra inputs are not permitted; the fields here are name, tenant, command" in said

@@ -62,6 +62,25 @@ def test_the_api_refuses_a_job_no_node_could_hold_and_queues_it_when_asked(api, 
     )
 
 
+def test_more_gpus_than_a_replica_may_have_is_refused_with_the_clusters_size_even_when_queued(api, ctx):  # noqa: F811
+    def submit(gpus):
+        return api.post("/v1/jobs", json={"command": "true", "resources": {"gpus": gpus}}, headers=VISION)
+
+    no_node_yet = submit(100)
+    assert no_node_yet.status_code == 422
+    assert no_node_yet.json()["detail"] == "needs 100 GPUs on one node; a replica may have at most 64"
+    ctx.telemetry.observe(make_event(node("vm", 4), source="/test"))
+    ctx.accept_unplaceable = True  # a cluster that grows: still not past the schema's bound
+    refused = submit(100)
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "no node could ever hold this job: needs 100 GPUs on one node; the largest node has 4 (vm)"
+    )
+    checked = api.post("/v1/jobs/validate", json={"command": "x", "resources": {"gpus": 65}}, headers=VISION)
+    assert checked.status_code == 422 and "the largest node has 4 (vm)" in checked.json()["detail"]
+    assert submit(64).status_code == 202  # (queued, as the platform keeps such jobs)
+
+
 gpu_counts = st.integers(0, 8)
 nodes_strategy = st.lists(
     st.builds(

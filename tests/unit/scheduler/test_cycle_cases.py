@@ -30,6 +30,12 @@ def ff(**kw) -> SchedulerConfig:
     return SchedulerConfig(policy="firstfit", **kw)
 
 
+def cordoned(n):
+    """A node cordoned or drained by an admin: nothing new goes there until it is uncordoned."""
+    n.schedulable = False
+    return n
+
+
 def two_half_busy_nodes():
     """n0 and n1, each with 4 of its 8 GPUs held by a job that ends after 100 s (n0) or 200 s (n1)."""
     return cluster(
@@ -103,7 +109,84 @@ CASES = [
         pending={
             "g": (
                 "gang_does_not_fit",
-                "needs 2 workers × 8 whole GPUs placed together; only about 1 fit now; 1st in line",
+                "needs 2 workers × 8 whole GPUs placed together; only about 1 fits now, short of GPUs: 15 GPUs "
+                "idle, at most 8 on one node; 1st in line",
+            )
+        },
+    ),
+    Case(
+        "a gang short of CPUs says so, and how many are free",
+        lambda: cluster(
+            node("n0", 8, cpus=8),
+            node("n1", 8, cpus=8),
+            running=[running(job("x", 1, cpus=6), "n0", [0], 0)],
+        ),
+        [job("g", 1, replicas=4, cpus=4)],
+        ff(preemption=False),
+        pending={
+            "g": (
+                "gang_does_not_fit",
+                "needs 4 workers × 1 whole GPU placed together; only about 2 fit now, short of CPUs: 10 CPUs "
+                "free, at most 8 CPUs on one node; 1st in line",
+            )
+        },
+    ),
+    Case(
+        "a gang of shares short of memory, none fitting now",
+        lambda: cluster(
+            node("n0", 2, memory=64 * GIB),
+            running=[running(job("x", 0.5, memory=60 * GIB), "n0", [0], 0)],
+        ),
+        [job("g", 0.5, replicas=2, memory=8 * GIB)],
+        ff(preemption=False),
+        pending={
+            "g": (
+                "gang_does_not_fit",
+                "needs 2 workers × 0.5 of a GPU placed together; none fits now, short of memory: 4 GiB free; "
+                "1st in line",
+            )
+        },
+    ),
+    Case(
+        "a job only a cordoned or drained node could hold waits in line for it, not too large",
+        lambda: cluster(cordoned(node("vm", 4, cpus=2, memory=24683652 * 1024))),
+        [job("serve", 0.25, cpus=1, memory=2 * GIB, submitted_at=1), job("train", 2, submitted_at=2)],
+        pending={
+            "serve": (
+                "insufficient_gpu_share",
+                "needs 0.25 of a GPU; the nodes that could hold it are out of service: 1 node cordoned or "
+                "drained (vm); 1st in line",
+            ),
+            "train": (
+                "insufficient_gpus",
+                "needs 2 GPUs on one node; the nodes that could hold it are out of service: 1 node cordoned or "
+                "drained (vm); 2nd in line",
+            ),
+        },
+    ),
+    Case(
+        "beside a cordoned node, a job only it could hold names it; one no node could hold is too large",
+        lambda: cluster(node("small", 2), cordoned(node("big", 8))),
+        [job("four", 4, submitted_at=1), job("huge", 16, submitted_at=2), job("one", 1, submitted_at=3)],
+        ff(),
+        placed={"one": [("small", (0,))]},
+        pending={
+            "four": (
+                "insufficient_gpus",
+                "needs 4 GPUs on one node; the nodes that could hold it are out of service: 1 node cordoned or "
+                "drained (big); 1st in line",
+            ),
+            "huge": ("too_large", "needs 16 GPUs on one node; the largest node has 8 (big)"),
+        },
+    ),
+    Case(
+        "a job too large for its CPUs and memory says the node's memory as a size",
+        lambda: cluster(node("vm", 4, cpus=2, memory=24683652 * 1024)),
+        [job("big", 0.25, cpus=4, memory=32 * GIB)],
+        pending={
+            "big": (
+                "too_large",
+                "needs 4 CPUs and 32 GiB per replica; the largest node has 2 CPUs and 23.5 GiB",
             )
         },
     ),
