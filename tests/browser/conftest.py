@@ -7,13 +7,16 @@ missing the tests skip and say so; in CI (`CI=true`) that is a failure instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from gpuyard.client import Client
+from shared.events import GpuReading, GpuSample, make_event
 from tests.integration.conftest import Platform
 
 CHROMIUM = os.environ.get("GPUYARD_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -71,18 +74,47 @@ def yard(tmp_path_factory):
         platform.stop()
 
 
-class Dashboard:
-    """One logged-in browser context on the dashboard, with helpers the tests share."""
+def raise_gpu_xid(yard, node: str) -> None:
+    """A fatal XID on a GPU of `node`, published as a node's monitor does: the monitor raises gpu_xid at once."""
+    sample = GpuSample(
+        node=node,
+        gpus=[GpuReading(index=0, uuid="GPU-ghost-0", utilization_pct=0, memory_used_bytes=0,
+                         memory_total_bytes=1 << 30, temperature_c=40, xids=[79])],
+    )  # fmt: skip
 
-    def __init__(self, browser, yard, who: str):
+    async def go():
+        bus = await yard.bus("monitor")
+        try:
+            await bus.publish(make_event(sample, source="/test/monitor"))
+        finally:
+            await bus.close()
+
+    with ThreadPoolExecutor(1) as thread:  # (Playwright's own loop runs in this one)
+        thread.submit(asyncio.run, go()).result(timeout=30)
+
+
+class Dashboard:
+    """One logged-in browser context on the dashboard, with helpers the tests share. `console` collects what
+    the pages wrote to the console as errors or warnings (a test that wants none asserts it empty)."""
+
+    def __init__(self, browser, yard, who: str, width: int = 1366, height: int = 860):
         self.yard = yard
         self.token = yard.tokens[who]
-        self.context = browser.new_context(base_url=yard.server, viewport={"width": 1366, "height": 860})
+        self.context = browser.new_context(base_url=yard.server, viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.errors: list[str] = []
+        self.console: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("console", self._console)
         self.page.set_default_timeout(15_000)
         self.login(who)
+
+    def _console(self, message) -> None:
+        if message.type in ("error", "warning"):
+            where = message.location
+            self.console.append(
+                f"{message.type}: {message.text} ({where.get('url')}:{where.get('lineNumber')})"
+            )
 
     def login(self, who: str) -> None:
         self.page.goto("/")
@@ -105,11 +137,12 @@ class Dashboard:
 
 @pytest.fixture
 def dashboard(browser, yard):
-    """`dashboard("vision")`: a browser logged in as that tenant's user (or "admin")."""
+    """`dashboard("vision")`: a browser logged in as that tenant's user (or "admin"); `width=390` for a phone's
+    viewport."""
     opened: list[Dashboard] = []
 
-    def open_as(who: str) -> Dashboard:
-        board = Dashboard(browser, yard, who)
+    def open_as(who: str, **viewport) -> Dashboard:
+        board = Dashboard(browser, yard, who, **viewport)
         opened.append(board)
         return board
 

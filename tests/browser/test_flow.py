@@ -1,10 +1,11 @@
 """The dashboard's main flow in a real browser (issue 28): log in, submit from the form and watch the job run
-without reloading, its logs, cancel, a bad spec's error in place, a waiting job's reason, tenants kept apart,
-log out."""
+without reloading, its logs, cancel, a bad spec's error in place, a waiting job's reason, a running job's times
+counting on while nothing happens to it, sizes written as the API writes them, tenants kept apart, log out."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -23,9 +24,44 @@ WATCH_STATES = """() => {
 }"""
 
 
-def sleeper(board, name: str, gpus: float = 1, seconds: int = 600) -> str:
-    spec = {"name": name, "command": f"sleep {seconds}", "resources": {"gpus": gpus}}
+def sleeper(board, name: str, gpus: float = 1, seconds: int = 600, **resources) -> str:
+    spec = {"name": name, "command": f"sleep {seconds}", "resources": {"gpus": gpus, **resources}}
     return board.api("POST", "/v1/jobs", json=spec)["job_id"]
+
+
+def api_seconds(text: str) -> int:
+    """The seconds of the API's "running on node-a for 1m05s" (shared/units.py, format_duration)."""
+    found = re.search(r"\bfor ((?:\d+[dhms])+)", text)
+    assert found, text
+    return sum(
+        int(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u]
+        for n, u in re.findall(r"(\d+)([dhms])", found[1])
+    )
+
+
+def page_seconds(text: str) -> float:
+    """The seconds of the page's "4.2 s", "1 min 5 s" (app.js, duration)."""
+    parts = re.findall(r"([\d.]+) (d|h|min|s)\b", text)
+    assert parts, text
+    return sum(float(n) * {"d": 86400, "h": 3600, "min": 60, "s": 1}[u] for n, u in parts)
+
+
+def ago_seconds(text: str) -> float:
+    """The seconds of the page's "12 seconds ago", "now" (app.js, ago: Intl.RelativeTimeFormat in English)."""
+    if text == "now":
+        return 0
+    found = re.fullmatch(r"(\d+) (second|minute|hour|day)s? ago", text)
+    assert found, text
+    return int(found[1]) * {"second": 1, "minute": 60, "hour": 3600, "day": 86400}[found[2]]
+
+
+def wait_until_it_advances(locator, seconds_of, timeout: float = 60) -> None:
+    """Until the duration the element shows is more than it is now."""
+    first = seconds_of(locator.inner_text())
+    deadline = time.monotonic() + timeout
+    while seconds_of(locator.inner_text()) <= first:
+        assert time.monotonic() < deadline, f"{locator} still says {locator.inner_text()!r} after {timeout} s"
+        locator.page.wait_for_timeout(200)
 
 
 def test_submit_from_the_form_and_watch_it_run_without_reloading(dashboard):
@@ -63,6 +99,53 @@ def test_cancel_a_running_job(dashboard):
     page.click("#cancel")
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=20_000)
     assert page.evaluate("window.__stayed") is True
+
+
+def test_a_running_jobs_times_count_on_while_nothing_happens_to_it(dashboard):
+    board = dashboard("vision")
+    job_id = sleeper(board, "runs-quietly", gpus=0, cpus=0.1, memory="100MB")
+    try:
+        board.yard.wait_state(job_id, {"running"})
+        page = board.page
+        explained = []
+        page.on("response", lambda r: r.url.endswith(f"/jobs/{job_id}/why") and explained.append(r.status))
+        page.goto(f"/jobs/{job_id}")
+        expect(page.locator("#live")).to_have_text("live")
+        # read on opening, and again once its event stream opened: after that, only the clock moves
+        deadline = time.monotonic() + 30
+        while len(explained) < 2:
+            assert time.monotonic() < deadline, f"the job's explanation was read {len(explained)} times"
+            page.wait_for_timeout(100)
+        summary = page.locator("#why-summary")
+        expect(summary).to_contain_text(re.compile(r"running on \S+ for \d"))
+        wait_until_it_advances(summary, api_seconds)
+        ran = page.locator("#attempts tbody tr td:nth-child(4)")  # the attempt's "Ran"
+        wait_until_it_advances(ran, page_seconds)
+        submitted = page.locator("#job-head time").first  # "submitted 12 seconds ago"
+        wait_until_it_advances(submitted, ago_seconds, timeout=150)  # (a minute's step, once past the first)
+        expect(page.locator("#job-state")).to_have_text("running")
+    finally:
+        board.api("POST", f"/v1/jobs/{job_id}/cancel")
+
+
+def test_sizes_are_written_as_the_api_writes_them(dashboard):
+    board = dashboard("vision")
+    job_id = sleeper(board, "sized", gpus=0, cpus=0.1, memory="256MB")
+    try:
+        board.yard.wait_state(job_id, {"running"})
+        page = board.page
+        page.goto(f"/jobs/{job_id}")
+        expect(page.locator("#why")).to_contain_text("256 MB memory")  # the API's words (shared/units.py)
+        expect(page.locator("#placements tbody td").nth(4)).to_have_text("256 MB")  # the page's, alike
+    finally:
+        board.api("POST", f"/v1/jobs/{job_id}/cancel")
+
+
+def test_the_submit_page_shows_its_event_stream_live(dashboard):
+    page = dashboard("vision").page
+    page.goto("/submit")
+    expect(page.locator("#verdict")).to_contain_text("valid")
+    expect(page.locator("#live")).to_have_text("live")  # (it checks the spec again as nodes come and go)
 
 
 def test_a_bad_spec_shows_the_apis_reason_in_place(dashboard):

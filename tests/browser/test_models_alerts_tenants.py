@@ -6,13 +6,11 @@ tokens: one created (shown once, and it works), then revoked (and it no longer d
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import csv
 import io
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -20,8 +18,8 @@ pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
 from gpuyard.client import Client, ClientError  # noqa: E402
-from shared.events import GpuReading, GpuSample, make_event  # noqa: E402
-from shared.usage import CSV_COLUMNS
+from shared.usage import CSV_COLUMNS  # noqa: E402
+from tests.browser.conftest import raise_gpu_xid  # noqa: E402
 from tests.unit.onnxmodels import tiny_model  # noqa: E402
 
 MODEL = "tiny-browser"
@@ -47,7 +45,8 @@ def test_deploy_a_model_see_it_ready_infer_from_the_form_and_undeploy(dashboard,
     )  # fmt: skip
     try:
         shown = page.goto(f"/models?model={MODEL}&tenant=vision")
-        policy = shown.headers.get("content-security-policy", "")
+        # the page may call the serving entry point: its Content-Security-Policy names it (connect-src)
+        assert f"http://127.0.0.1:{yard.serving_port}" in connect_sources(shown, yard.serving_port)
         expect(page.locator(f"#models-table tr[data-model='{MODEL}']")).to_contain_text("not deployed")
         expect(page.locator("#model-name")).to_contain_text(MODEL)
         page.fill("#d-cpus", "0.1")
@@ -62,34 +61,30 @@ def test_deploy_a_model_see_it_ready_infer_from_the_form_and_undeploy(dashboard,
         editor = page.locator("#i-body")
         expect(editor).to_have_value(prefilled("x", "FP32", [1, 3]))
         page.click("#infer-send")
-        blocked = "connect-src" not in policy  # (pages that may call their own origin only)
-        if blocked:
-            expect(page.locator("#infer-result .error")).to_contain_text("Content-Security-Policy")
-        else:
-            answer = page.locator("#infer-outputs tr[data-output='y'] td.data")
-            expect(answer).to_have_text("[2.5, 2.8, 3.1]")  # y = 3x + 1 on the prefilled x = [0.5, 0.6, 0.7]
-            expect(page.locator("#infer-result .ok")).to_contain_text(f"Answered by {MODEL} v1")
-            rate = page.locator(f"#models-table tr[data-model='{MODEL}'] td.num").nth(2)
-            expect(rate).to_contain_text("/s", timeout=15_000)  # from the serving entry point's /metrics
+        answer = page.locator("#infer-outputs tr[data-output='y'] td.data")
+        expect(answer).to_have_text("[2.5, 2.8, 3.1]")  # y = 3x + 1 on the prefilled x = [0.5, 0.6, 0.7]
+        expect(page.locator("#infer-result .ok")).to_contain_text(f"Answered by {MODEL} v1")
+        rate = page.locator(f"#models-table tr[data-model='{MODEL}'] td.num").nth(2)
+        expect(rate).to_contain_text("/s", timeout=15_000)  # from the serving entry point's /metrics
         top(page)
         board.screenshot("models")
-        if not blocked:
-            page.fill(
-                "#i-body", '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1]}]}'
-            )
-            page.click("#infer-send")
-            expect(page.locator("#infer-result .error")).to_contain_text("Refused (400)")
+        page.fill("#i-body", '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1]}]}')
+        page.click("#infer-send")
+        expect(page.locator("#infer-result .error")).to_contain_text("Refused (400)")
         page.click("#undeploy")
         expect(page.locator("#model-message")).to_contain_text("stopping")
         expect(page.locator("#model .empty")).to_contain_text("Not deployed.", timeout=30_000)
         expect(page.locator(f"#models-table tr[data-model='{MODEL}']")).to_contain_text("not deployed")
-        if blocked:
-            pytest.xfail(
-                "the dashboard's Content-Security-Policy keeps its pages from the serving entry point"
-            )
     finally:
         with contextlib.suppress(ClientError):  # (none live: the test undeployed it)
             board.api("DELETE", f"/v1/models/{MODEL}/deployments")
+
+
+def connect_sources(response, port: int) -> set[str]:
+    """The page's connect-src sources, with `scheme://host:*` spelled out for `port`."""
+    policy = response.headers.get("content-security-policy", "")
+    directive = next((d.split()[1:] for d in policy.split(";") if d.split()[:1] == ["connect-src"]), [])
+    return {s.replace(":*", f":{port}") if s.endswith(":*") else s for s in directive}
 
 
 def prefilled(name: str, datatype: str, shape: list[int]):
@@ -98,25 +93,6 @@ def prefilled(name: str, datatype: str, shape: list[int]):
         r'^\{\s*"inputs": \[\s*\{\s*"name": "' + name + r'",\s*"datatype": "' + datatype + r'",\s*"shape": \[\s*'
         + r",\s*".join(map(str, shape)) + r"\s*\]",
     )  # fmt: skip
-
-
-def raise_gpu_xid(yard, node: str) -> None:
-    """A fatal XID on a GPU of `node`, published as a node's monitor does: the monitor raises gpu_xid at once."""
-    sample = GpuSample(
-        node=node,
-        gpus=[GpuReading(index=0, uuid="GPU-ghost-0", utilization_pct=0, memory_used_bytes=0,
-                         memory_total_bytes=1 << 30, temperature_c=40, xids=[79])],
-    )  # fmt: skip
-
-    async def go():
-        bus = await yard.bus("monitor")
-        try:
-            await bus.publish(make_event(sample, source="/test/monitor"))
-        finally:
-            await bus.close()
-
-    with ThreadPoolExecutor(1) as thread:  # (Playwright's own loop runs in this one)
-        thread.submit(asyncio.run, go()).result(timeout=30)
 
 
 def wait_until_active(board, alert_id: str, timeout: float = 15) -> None:

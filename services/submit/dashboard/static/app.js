@@ -80,22 +80,32 @@ export function onEvent(fn, subject = ">", opened = null) {
   };
 }
 
+const LIVE_STATES = {
+  on: ["live", "live on", "Live updates from the event stream"],
+  reconnecting: ["reconnecting…", "live off", "The event stream broke off: reconnecting (what it missed is read again)"],
+  closed: ["not live", "live off", "The event stream was refused: reload the page"],
+  none: ["not live", "live", "This page does not follow the event stream: reload it for what changed"],
+};
+
+/** The dot at the top right: the state of the page's event stream, in words. */
+function showLive(state) {
+  const dot = document.getElementById("live");
+  if (!dot) return;
+  const [text, className, title] = LIVE_STATES[state];
+  dot.textContent = text;
+  dot.className = className;
+  dot.title = title;
+  dot.dataset.state = state;
+}
+
 function connect(subject) {
-  const live = document.getElementById("live");
   const source = new EventSource(`/v1/events/stream?subject=${encodeURIComponent(subject)}`);
   source.onopen = () => {
-    if (live) {
-      live.textContent = "live";
-      live.className = "live on";
-    }
+    showLive("on");
     for (const fn of streams.get(subject)?.openers ?? []) fn();
   };
-  source.onerror = () => {
-    if (live) {
-      live.textContent = "reconnecting…";
-      live.className = "live off";
-    }
-  };
+  // (the browser retries a broken stream by itself; one answered with an error status it gives up)
+  source.onerror = () => showLive(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   const deliver = (msg) => {
     let event;
     try {
@@ -109,6 +119,9 @@ function connect(subject) {
   source.onmessage = deliver;
   return source;
 }
+
+// A page's script runs right after this module: a page that opened no stream by the next task says so.
+setTimeout(() => streams.size || showLive("none"), 0);
 
 /** An event's kind without the CloudEvents prefix: "job.placed". */
 export function kind(event) {
@@ -180,16 +193,29 @@ export function section(id, title) {
   return el.querySelector(".body");
 }
 
+/** Text with its `quoted` parts (commands, fields: the API's messages quote them so too) as <code>. */
+export function prose(text) {
+  return String(text)
+    .split(/`([^`\n]+)`/)
+    .map((part, i) => (i % 2 ? h("code", {}, part) : part))
+    .filter((part) => part !== "");
+}
+
 /** What an empty list says: what it waits for, and a hint. */
 export function empty(text, hint) {
-  return h("div", { class: "empty" }, h("p", {}, text), hint ? h("p", { class: "hint" }, hint) : null);
+  return h("div", { class: "empty" }, h("p", {}, prose(text)), hint ? h("p", { class: "hint" }, prose(hint)) : null);
 }
 
 export function errorBox(err) {
-  return h("p", { class: "error", role: "alert" }, err instanceof Error ? err.message : String(err));
+  return h("p", { class: "error", role: "alert" }, prose(err instanceof Error ? err.message : String(err)));
 }
 
-/** A table: columns [{title, cell: row => node|string, sort?: row => value, class?}]. */
+/** A table in its own box: on a narrow screen a wide table scrolls sideways there, and the page does not. */
+export function tableBox(tableEl) {
+  return h("div", { class: "table-box" }, tableEl);
+}
+
+/** A table (in its own box: `tableBox`): columns [{title, cell: row => node|string, sort?: row => value, class?}]. */
 export function table(columns, rows, { rowClass, caption } = {}) {
   const head = h("tr", {}, columns.map((c) => h("th", { scope: "col", class: c.class }, c.title)));
   const body = rows.map((r) =>
@@ -199,7 +225,7 @@ export function table(columns, rows, { rowClass, caption } = {}) {
       columns.map((c) => h("td", { class: c.class }, c.cell(r))),
     ),
   );
-  return h("table", {}, caption ? h("caption", {}, caption) : null, h("thead", {}, head), h("tbody", {}, body));
+  return tableBox(h("table", {}, caption ? h("caption", {}, caption) : null, h("thead", {}, head), h("tbody", {}, body)));
 }
 
 // ---------------------------------------------------------------- words and numbers
@@ -215,14 +241,44 @@ const UNITS = [
   ["second", 1],
 ];
 
-/** "3 minutes ago" in the browser's language, the absolute time in the browser's zone on hover. */
+/** `date` relative to now: "3 minutes ago", "in 2 hours", in the browser's language. */
+function relative(date) {
+  const seconds = (date.getTime() - Date.now()) / 1000;
+  const [unit, size] = UNITS.find(([, s]) => Math.abs(seconds) >= s) ?? ["second", 1];
+  return rtf.format(Math.round(seconds / size), unit);
+}
+
+/** "3 minutes ago" in the browser's language, the absolute time in the browser's zone on hover; it advances
+ *  by itself (see `tick`). */
 export function ago(when) {
   if (!when) return h("span", { class: "muted" }, "—");
   const date = new Date(when);
-  const seconds = (date.getTime() - Date.now()) / 1000;
-  const [unit, size] = UNITS.find(([, s]) => Math.abs(seconds) >= s) ?? ["second", 1];
-  return h("time", { datetime: date.toISOString(), title: date.toLocaleString() }, rtf.format(Math.round(seconds / size), unit));
+  return h("time", { datetime: date.toISOString(), title: date.toLocaleString(), "data-ago": "" }, relative(date));
 }
+
+/** The time from `start` to `end` as a duration ("3 min 20 s"); without an end, to now, and it keeps counting
+ *  (see `tick`). "—" without a start. */
+export function elapsed(start, end = null) {
+  if (!start) return h("span", { class: "muted" }, "—");
+  const from = new Date(start);
+  if (end) return h("span", { class: "elapsed" }, duration((new Date(end) - from) / 1000));
+  return h("span", { class: "elapsed", "data-since": from.toISOString() }, duration((Date.now() - from) / 1000));
+}
+
+/** Every relative time and running duration on the page, brought up to now: nothing else redraws them while
+ *  no event comes (a job running quietly, a token's age). */
+function tick() {
+  if (document.hidden) return;
+  for (const el of document.querySelectorAll("time[data-ago]")) {
+    const text = relative(new Date(el.dateTime));
+    if (el.textContent !== text) el.textContent = text;
+  }
+  for (const el of document.querySelectorAll("[data-since]")) {
+    const text = duration((Date.now() - new Date(el.dataset.since)) / 1000);
+    if (el.textContent !== text) el.textContent = text;
+  }
+}
+setInterval(tick, 1000);
 
 /** A duration in seconds as people say it: 45 s, 3 min 20 s, 2 h 5 min, 3 d 4 h. */
 export function duration(seconds) {
@@ -236,15 +292,28 @@ export function duration(seconds) {
   return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
 }
 
+// Sizes as the API and the CLI write them (shared/units.py, format_size: mirrored here, keep them alike): in
+// the unit they were most likely written in when it divides them into at most four digits ("256 MB",
+// "16 GiB", "1536 MiB"), else three figures in binary units ("1.5 GiB", "23.5 GiB", "900 B").
+const WRITTEN_UNITS = [
+  ["TiB", 2 ** 40], ["TB", 1e12], ["GiB", 2 ** 30], ["GB", 1e9], ["MiB", 2 ** 20], ["MB", 1e6], ["KiB", 2 ** 10], ["kB", 1e3],
+];
+const WRITTEN_DIGITS = 10_000;
+const BINARY_UNITS = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+
 export function bytes(n) {
   if (n == null) return "—";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i++;
+  n = Math.trunc(n);
+  for (const [unit, factor] of WRITTEN_UNITS) {
+    if (n >= factor && n % factor === 0 && n / factor < WRITTEN_DIGITS) return `${n / factor} ${unit}`;
   }
-  return `${n >= 10 || i === 0 ? Math.round(n) : n.toFixed(1)} ${units[i]}`;
+  for (const [unit, factor] of BINARY_UNITS) {
+    if (n >= factor) {
+      const value = n / factor;
+      return `${value < 1000 ? Number(value.toPrecision(3)) : Math.round(value)} ${unit}`;
+    }
+  }
+  return `${n} B`;
 }
 
 export function num(n, digits = 2) {
@@ -262,11 +331,9 @@ export function jobLink(job) {
   return h("a", { href: `/jobs/${encodeURIComponent(job.job_id)}`, title: job.job_id }, job.name || job.job_id.slice(0, 12));
 }
 
-/** Why a queued job waits, in words, with its place in line. */
+/** Why a queued job waits, in words, with its place in line (the API's message says it: "…; 2nd in line"). */
 export function waitingText(pending) {
-  if (!pending) return "";
-  const place = pending.position ? `#${pending.position} in line · ` : "";
-  return place + pending.message;
+  return pending?.message ?? "";
 }
 
 /** Fill the query string with `values` (empty ones removed) without reloading. */

@@ -1,8 +1,11 @@
 // Alerts and usage: the alerts active and recent (live from alert events), and GPU-hours allocated against
 // GPU-hours used per tenant or user over a period, as a chart drawn here in SVG, with its CSV.
-import { ago, api, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, params, section, setQuery } from "../app.js";
+import {
+  ago, api, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, params, section, setQuery, tableBox,
+} from "../app.js";
 
 const SVG = "http://www.w3.org/2000/svg";
+const CHART_MIN_WIDTH = 560; // (app.css: .usage-chart svg's min-width)
 const PERIODS = { "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days" };
 const BYS = { tenant: "by tenant", user: "by user" };
 const CSV_COLUMNS = (params.usageColumns ?? "").split(","); // gpuyard usage --csv's (shared/usage.py)
@@ -37,7 +40,7 @@ function figure(a) {
 
 function alertTable(items, resolved) {
   const head = ["Severity", "Alert", "What happened", "About", "Figure", "Raised", ...(resolved ? ["Resolved"] : [])];
-  return h("table", { class: "alerts" },
+  return tableBox(h("table", { class: "alerts" },
     h("thead", {}, h("tr", {}, head.map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, items.map((a) => h("tr", { "data-alert": a.alert_id, "data-kind": a.kind, class: `alert-${a.severity}` },
       h("td", {}, severity(a)),
@@ -48,7 +51,7 @@ function alertTable(items, resolved) {
       h("td", {}, ago(a.raised_at)),
       resolved ? h("td", {}, ago(a.resolved_at), a.resolved_message ? h("div", { class: "muted" }, a.resolved_message) : null) : null,
     ))),
-  );
+  ));
 }
 
 async function loadAlerts() {
@@ -146,9 +149,10 @@ function ticks(top, count = 5) {
 /** Horizontal bars, one per tenant or user: the allocated GPU-hours as the whole bar, the used part dark and
  *  the waste light, with the figures at its end. */
 function chart(rows) {
-  const labelWidth = 170;
-  const figureWidth = 260;
-  const width = 1000;
+  // drawn at the box's own width (from 560 px: narrower, it scrolls in its box), so that its text keeps its size
+  const width = Math.round(Math.min(1000, Math.max(CHART_MIN_WIDTH, usageEl.clientWidth)));
+  const labelWidth = width < 760 ? 120 : 170;
+  const figureWidth = width < 760 ? 230 : 260;
   const barHeight = 20;
   const gap = 12;
   const top = 24;
@@ -169,7 +173,7 @@ function chart(rows) {
       `${hours(r.waste_gpu_hours)} wasted (${r.jobs} job${r.jobs === 1 ? "" : "s"})`;
     return svg("g", { class: "bar", "data-key": rowLabel(r) },
       svg("title", {}, title),
-      svg("text", { class: "label", x: labelWidth - 10, y: y + barHeight / 2 + 4, "text-anchor": "end" }, clip(rowLabel(r), 24)),
+      svg("text", { class: "label", x: labelWidth - 10, y: y + barHeight / 2 + 4, "text-anchor": "end" }, clip(rowLabel(r), Math.floor(labelWidth / 7))),
       svg("rect", { class: "allocated", x: x(0), y, width: Math.max(x(r.allocated_gpu_hours) - x(0), r.allocated_gpu_hours ? 2 : 0), height: barHeight, rx: 3 }),
       svg("rect", { class: "used", x: x(0), y, width: Math.max(x(used) - x(0), used ? 2 : 0), height: barHeight, rx: 3 }),
       svg("text", { class: "figure", x: x(r.allocated_gpu_hours) + 8, y: y + barHeight / 2 + 4 },
@@ -190,7 +194,7 @@ function clip(text, n) {
 
 function usageTable(rows) {
   const who = usageQuery.by === "user" ? ["Tenant", "User"] : ["Tenant"];
-  return h("table", { id: "usage-table" },
+  return tableBox(h("table", { id: "usage-table" },
     h("thead", {}, h("tr", {}, [...who, "Jobs", "Allocated GPU-h", "Used GPU-h", "Waste GPU-h", "Used %"]
       .map((t, i) => h("th", { scope: "col", class: i >= who.length ? "num" : null }, t)))),
     h("tbody", {}, rows.map((r) => h("tr", {},
@@ -202,7 +206,7 @@ function usageTable(rows) {
       h("td", { class: "num" }, hours(r.waste_gpu_hours)),
       h("td", { class: "num" }, r.allocated_gpu_hours ? `${Math.round((100 * r.used_gpu_hours) / r.allocated_gpu_hours)}%` : "—"),
     ))),
-  );
+  ));
 }
 
 /** The rows as `gpuyard usage --csv` writes them: the same columns, an empty cell for a missing value. */

@@ -3,8 +3,8 @@
 // GPU model, and each tenant's queue. Live: a gpu.sample carries every GPU of its node, so the cells change
 // from the event itself; node events reload the node list.
 import {
-  GPU_STATES, api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText,
-  keepFresh, keepSampled, kind, liveJobs, num, onEvent, section, setQuery, throttle,
+  GPU_STATES, api, applySample, byNodeName, bytes, elapsed, empty, errorBox, fill, gpuState, h, holderText,
+  keepFresh, keepSampled, kind, liveJobs, num, onEvent, section, setQuery, tableBox, throttle,
 } from "../app.js";
 
 const AUTO_COMPACT_GPUS = 256; // more GPUs than this: small cells, node names on hover
@@ -269,7 +269,7 @@ function drawModels() {
     t.nodes = new Set(parts.map((p) => p.node)).size;
     return { model, t };
   });
-  fill(modelsEl, h("table", { id: "models-table" },
+  fill(modelsEl, tableBox(h("table", { id: "models-table" },
     h("thead", {}, h("tr", {}, ["Model", "Nodes", "GPUs", "Free", "Held", "Out of service", "Mean use", "Memory used"]
       .map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
     h("tbody", {}, rows.map(({ model, t }) => h("tr", { "data-model": model },
@@ -283,7 +283,7 @@ function drawModels() {
       h("td", { class: "num" }, pct(t.meanUtil)),
       h("td", { class: "num" }, `${bytes(t.used)} of ${bytes(t.memory)}`),
     ))),
-  ));
+  )));
 }
 
 // ---------------------------------------------------------------- the hover card and clicks
@@ -374,8 +374,8 @@ function drawQueues() {
   const waited = (t) =>
     t.oldest_queued_seconds == null
       ? h("span", { class: "muted" }, "—")
-      : duration(t.oldest_queued_seconds + (Date.now() - queues.at) / 1000);
-  fill(queuesEl, h("table", { id: "queues-table" },
+      : elapsed(new Date(queues.at - t.oldest_queued_seconds * 1000)); // (counting on: app.js)
+  fill(queuesEl, tableBox(h("table", { id: "queues-table" },
     h("thead", {}, h("tr", {}, ["Tenant", "Queued", "Oldest wait", "Placed", "Running", "GPUs used", "Guaranteed", "Borrowed"]
       .map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
     h("tbody", {}, queues.items.map((t) => h("tr", { "data-tenant": t.tenant },
@@ -388,7 +388,7 @@ function drawQueues() {
       h("td", { class: "num" }, t.guaranteed_gpus ? num(t.guaranteed_gpus) : h("span", { class: "muted" }, "none")),
       h("td", { class: "num" }, num(t.borrowed_gpus)),
     ))),
-  ));
+  )));
 }
 
 // ---------------------------------------------------------------- loading and live updates
@@ -447,9 +447,8 @@ onEvent((e) => {
 loadNodes();
 setInterval(reloadNodes, 30_000); // (a missed event, a node's heartbeat age)
 keepFresh(() => Promise.all([loadQueues(), loadNames()]), { subject: "job.>", everyMs: 15_000 });
-setInterval(() => queues?.items && drawQueues(), 5_000); // the oldest wait grows
 
-// The browser test draws 1,000 generated nodes with this (GET /v1/nodes' shape) and times it.
+// The browser test draws 1,000 generated nodes with this (GET /v1/nodes' shape).
 window.gpuyardCluster = {
   drawHeatmap(list) {
     this.shown = new Map(list.map((n) => [n.node, n]));

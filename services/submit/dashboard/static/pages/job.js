@@ -1,8 +1,8 @@
 // A job's page: its state and why, the timeline of its events, placement and attempts, live logs per replica,
 // cancel and resubmit.
 import {
-  ApiError, ago, api, bytes, duration, empty, errorBox, fill, h, kind, main, num, onEvent, params, section,
-  stateBadge, throttle,
+  ApiError, ago, api, bytes, duration, elapsed, empty, errorBox, fill, h, kind, main, num, onEvent, params,
+  section, stateBadge, tableBox, throttle,
 } from "../app.js";
 
 const jobId = params.jobId;
@@ -21,7 +21,7 @@ const placementEl = placementSection.querySelector(".body");
 const logsEl = section("job-logs", "Logs");
 
 let job = null;
-const QUEUED_REFRESH_MS = 5_000;
+const WHY_REFRESH_MS = 5_000;
 
 async function load() {
   try {
@@ -99,28 +99,28 @@ async function loadWhy() {
 function drawPlacement() {
   const parts = [];
   if (job.placements?.length) {
-    parts.push(h("table", { id: "placements" },
+    parts.push(tableBox(h("table", { id: "placements" },
       h("thead", {}, h("tr", {}, ["Replica", "Node", "GPUs", "CPUs", "Memory"].map((t) => h("th", {}, t)))),
       h("tbody", {}, job.placements.map((p) => h("tr", {},
         h("td", {}, p.replica), h("td", {}, p.node),
         h("td", {}, p.gpus.map((g) => (g.fraction < 1 ? `#${g.index} × ${num(g.fraction)}` : `#${g.index}`)).join(", ") || "—"),
         h("td", {}, num(p.cpus)), h("td", {}, bytes(p.memory_bytes)),
       ))),
-    ));
+    )));
   } else if (!TERMINAL.includes(job.state)) {
     parts.push(empty("Not placed yet.", "The scheduler places it when the GPUs it asks for are free: see the reason above."));
   }
   if (job.attempts?.length) {
-    parts.push(h("h2", { style: { marginTop: "12px" } }, "Attempts"), h("table", { id: "attempts" },
+    parts.push(h("h2", { style: { marginTop: "12px" } }, "Attempts"), tableBox(h("table", { id: "attempts" },
       h("thead", {}, h("tr", {}, ["#", "Queued", "Started", "Ran", "Nodes", "Outcome", "Exit code"].map((t) => h("th", {}, t)))),
       h("tbody", {}, job.attempts.map((a) => h("tr", {},
         h("td", {}, a.number), h("td", {}, ago(a.queued_at)), h("td", {}, ago(a.started_at)),
-        h("td", {}, a.started_at ? duration(((a.ended_at ? new Date(a.ended_at) : new Date()) - new Date(a.started_at)) / 1000) : "—"),
+        h("td", {}, elapsed(a.started_at, a.ended_at)),
         h("td", {}, a.nodes.join(", ") || "—"),
         h("td", {}, a.outcome ?? "in progress", a.message ? h("div", { class: "muted" }, a.message) : null),
         h("td", {}, a.exit_code ?? "—"),
       ))),
-    ));
+    )));
   }
   fill(placementEl, parts);
 }
@@ -147,7 +147,12 @@ async function loadTimeline() {
 function eventNote(event) {
   const d = event.data ?? {};
   const note = d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
-  return note ? h("div", { class: "muted" }, typeof note === "string" ? note : JSON.stringify(note)) : null;
+  return note ? h("div", { class: "muted" }, typeof note === "string" ? note : reasonText(note)) : null;
+}
+
+/** A structured reason (a job.pending's) in words: the API's own sentence for it, else its fields. */
+function reasonText(reason) {
+  return reason.text || reason.message || JSON.stringify(reason);
 }
 
 // ---------------------------------------------------------------- logs: one follower per replica
@@ -228,5 +233,11 @@ const logs = {
 load();
 const refresh = throttle(load, 300);
 onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>", () => refresh());
-// a queued job's place in line moves without events of its own (the queue's line says it): asked again
-setInterval(() => job?.state === "queued" && !document.hidden && refresh(), QUEUED_REFRESH_MS);
+// What the API words from the clock moves without events of the job's own: a queued job's place in line and
+// wait (the whole job is read again), a running job's "running on node-a for 40s" (its explanation). The
+// page's own relative times and durations advance by themselves (app.js).
+setInterval(() => {
+  if (!job || TERMINAL.includes(job.state) || document.hidden) return;
+  if (job.state === "queued") refresh();
+  else loadWhy();
+}, WHY_REFRESH_MS);

@@ -1,7 +1,7 @@
 // Jobs: the list, filtered and paginated on the server, live from the job events.
 import {
-  ago, api, duration, empty, errorBox, fill, h, jobLink, keepFresh, me, num, section, setQuery,
-  stateBadge, waitingText,
+  ago, api, elapsed, empty, errorBox, fill, h, jobLink, keepFresh, me, num, section, setQuery, stateBadge,
+  tableBox, waitingText,
 } from "../app.js";
 
 const STATES = ["queued", "placed", "running", "succeeded", "failed", "cancelled"];
@@ -84,8 +84,7 @@ function seconds(j) {
 }
 
 function ranFor(j) {
-  const s = seconds(j);
-  return s == null ? h("span", { class: "muted" }, "—") : duration(s);
+  return elapsed(j.started_at, j.finished_at);
 }
 
 function where(j) {
@@ -133,7 +132,7 @@ function draw() {
       : empty("No jobs yet.", "Submit one from the Submit page, or with `gpuyard submit job.yaml`."));
     return;
   }
-  const tableEl = h("table", { id: "jobs-table" },
+  const tableEl = tableBox(h("table", { id: "jobs-table" },
     h("thead", {}, h("tr", {}, COLUMNS.map((c) => {
       const th = h("th", { scope: "col", class: [c.class, c.sort ? "sortable" : ""].join(" ") }, c.title);
       if (c.sort) {
@@ -146,7 +145,7 @@ function draw() {
       return th;
     }))),
     h("tbody", {}, rows.map((j) => h("tr", { "data-job": j.job_id, "data-state": j.state }, COLUMNS.map((c) => h("td", { class: c.class }, c.cell(j)))))),
-  );
+  ));
   const pageNo = cursors.length;
   const pager = h("div", { class: "pager" },
     h("button", { disabled: pageNo === 1, onclick: () => (cursors.pop(), refresh()) }, "← Previous"),

@@ -2,8 +2,8 @@
 // request rate), deploy, roll back and undeploy, and a form that sends one inference request to the serving
 // entry point (another port: the browser calls it directly, with the session cookie and the CSRF token).
 import {
-  ago, api, bytes, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, onEvent, params, section, setQuery,
-  waitingText,
+  ago, api, bytes, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, onEvent, params, section,
+  setQuery, tableBox, waitingText,
 } from "../app.js";
 
 const csrf = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
@@ -108,7 +108,7 @@ function rateCell(key, version) {
 function drawList() {
   if (!models.length) {
     fill(listEl, empty("No model published yet.",
-      "Publish an ONNX file with `gpuyard models publish model.onnx --name NAME`, or from a job with gpuyard.publish_model."));
+      "Publish an ONNX file with `gpuyard models publish model.onnx --name NAME`, or from a job with `gpuyard.publish_model`."));
     return;
   }
   const rows = models.map((m) => {
@@ -125,10 +125,10 @@ function drawList() {
     );
   });
   fill(listEl,
-    h("table", { id: "models-table" },
+    tableBox(h("table", { id: "models-table" },
       h("thead", {}, h("tr", {}, ["Model", "Tenant", "Visibility", "Latest", "Versions", "Deployed", "Requests", "Updated"]
         .map((t) => h("th", { scope: "col", class: ["Latest", "Versions", "Requests"].includes(t) ? "num" : null }, t)))),
-      h("tbody", {}, rows)),
+      h("tbody", {}, rows))),
     h("p", { class: "hint" }, "Click a model for its versions, its deployment and the inference form."),
     rateNote ? h("p", { class: "hint", id: "rate-note" }, rateNote) : null);
 }
@@ -224,16 +224,16 @@ function drawDetail() {
     rollback && rollback.key === key ? h("p", { class: "hint", id: "rollback-note" },
       `Rolling back to v${rollback.version}: the newer versions are undeployed once it is ready.`) : null,
     keptDeployForm(m),
-    h("table", { id: "versions-table" },
+    tableBox(h("table", { id: "versions-table" },
       h("thead", {}, h("tr", {}, ["Version", "Published", "Size", "Inputs → outputs", "Replicas", "Requests", ""]
         .map((t) => h("th", { scope: "col", class: ["Version", "Size", "Requests"].includes(t) ? "num" : null }, t)))),
-      h("tbody", {}, versionRows)),
+      h("tbody", {}, versionRows))),
     h("h3", {}, "Replicas"),
     live.length
-      ? h("table", { id: "replicas-table" },
+      ? tableBox(h("table", { id: "replicas-table" },
         h("thead", {}, h("tr", {}, ["Serve job", "Version", "Status", "Where", "GPU share", "Why", ""]
           .map((t) => h("th", { scope: "col", class: ["Version", "GPU share"].includes(t) ? "num" : null }, t)))),
-        h("tbody", {}, replicaRows))
+        h("tbody", {}, replicaRows)))
       : empty("Not deployed.", "Deploy a version above: each replica is a serve job the scheduler places like any job."),
     failed.length ? h("div", { id: "failures" }, h("h3", {}, "Recent failures"),
       h("ul", { class: "failures" }, failed.map((f) => h("li", {},
@@ -515,14 +515,14 @@ async function sendInference(m) {
   } else {
     lastAnswer = h("div", { class: "infer-answer" },
       h("p", { class: "ok", role: "status" }, `Answered by ${data.model_name} v${data.model_version} in ${num(ms, 0)} ms`),
-      h("table", { id: "infer-outputs" },
+      tableBox(h("table", { id: "infer-outputs" },
         h("thead", {}, h("tr", {}, ["Output", "Datatype", "Shape", "Data"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, (data.outputs ?? []).map((o) => h("tr", { "data-output": o.name },
           h("td", { class: "mono" }, o.name),
           h("td", {}, o.datatype),
           h("td", { class: "mono" }, `[${(o.shape ?? []).join(", ")}]`),
           h("td", { class: "mono data" }, dataText(o.data))))),
-      ),
+      )),
     );
   }
   fill(result, lastAnswer);

@@ -4,7 +4,7 @@
 // samples change the figures in place.
 import {
   api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey,
-  keepSampled, kind, liveJobs, me, num, onEvent, section, setQuery, throttle,
+  keepSampled, kind, liveJobs, me, num, onEvent, section, setQuery, tableBox, throttle,
 } from "../app.js";
 
 const PAGE_SIZE = 50;
@@ -157,7 +157,7 @@ function draw() {
   const rows = shown.slice(pageNo * PAGE_SIZE, (pageNo + 1) * PAGE_SIZE);
   const titles = ["Node", "State", "Heartbeat", "Inventory", "Health", "Running jobs", me.admin ? "Actions" : null];
   fill(listEl,
-    h("table", { id: "nodes-table" },
+    tableBox(h("table", { id: "nodes-table" },
       h("thead", {}, h("tr", {}, titles.filter(Boolean).map((t) => h("th", { scope: "col" }, t)))),
       rows.map((node) => h("tbody", { "data-node": node.node },
         h("tr", { class: "node-row" },
@@ -174,7 +174,7 @@ function draw() {
         ),
         opened.has(node.node) ? h("tr", { class: "gpus-row" }, h("td", { colspan: titles.filter(Boolean).length }, gpuTable(node))) : null,
       )),
-    ),
+    )),
     h("div", { class: "pager" },
       h("button", { disabled: pageNo === 0, onclick: () => (pageNo--, draw()) }, "← Previous"),
       h("span", { class: "muted" }, `page ${pageNo + 1} of ${pages} · ${shown.length} of ${nodes.length} nodes`),

@@ -1,7 +1,7 @@
 // Submit: a form for the common fields and a YAML editor for the whole spec. The YAML is what is submitted; the
 // form writes into it. Each change is checked by the API itself (POST /v1/jobs/validate), so the page never
 // holds a second copy of the rules, and the API's reason is shown in place.
-import { api, describe, errorBox, fill, h, params, section, throttle } from "../app.js";
+import { api, describe, errorBox, fill, h, kind, onEvent, params, prose, section, throttle } from "../app.js";
 
 const priorities = (params.priorities ?? "normal").split(",");
 const START = {
@@ -36,27 +36,27 @@ const formEl = section("submit-form", "Common fields");
 const editorEl = section("submit-yaml", "The whole spec (YAML)");
 const f = {
   name: h("input", { id: "name", name: "name", placeholder: "my-training" }),
-  command: h("input", { id: "command", name: "command", placeholder: "python train.py", size: 60 }),
+  command: h("input", { id: "command", name: "command", placeholder: "python train.py" }),
   gpus: h("input", { id: "gpus", name: "gpus", type: "number", min: 0, step: "any" }),
   replicas: h("input", { id: "replicas", name: "replicas", type: "number", min: 1, step: 1 }),
   cpus: h("input", { id: "cpus", name: "cpus", type: "number", min: 0, step: "any" }),
-  memory: h("input", { id: "memory", name: "memory", placeholder: "16GB", size: 8 }),
+  memory: h("input", { id: "memory", name: "memory", placeholder: "16GB" }),
   priority: h("select", { id: "priority", name: "priority" }, priorities.map((p) => h("option", { value: p }, p))),
-  timeout: h("input", { id: "timeout", name: "timeout", placeholder: "2h", size: 8 }),
+  timeout: h("input", { id: "timeout", name: "timeout", placeholder: "2h" }),
 };
-const field = (label, el, hint) => h("div", {}, h("label", { for: el.id }, label), el, hint ? h("div", { class: "hint" }, hint) : null);
-fill(formEl,
-  h("div", { class: "filters" }, field("Name", f.name), field("Command", f.command, "Runs through /bin/sh -c.")),
-  h("div", { class: "filters" },
-    field("GPUs per replica", f.gpus, "0.25 for a quarter of one"), field("Replicas", f.replicas), field("CPUs", f.cpus),
-    field("Memory", f.memory), field("Priority", f.priority), field("Timeout", f.timeout)),
-);
+const field = (label, el, hint, span = null) =>
+  h("div", { class: span }, h("label", { for: el.id }, label), el, hint ? h("div", { class: "hint" }, hint) : null);
+fill(formEl, h("div", { class: "fields" },
+  field("Name", f.name, null, "span-2"), field("Command", f.command, "Runs through /bin/sh -c.", "span-4"),
+  field("GPUs per replica", f.gpus, "0.25 for a quarter of one"), field("Replicas", f.replicas), field("CPUs", f.cpus),
+  field("Memory", f.memory), field("Priority", f.priority), field("Timeout", f.timeout),
+));
 const editor = h("textarea", { id: "spec", rows: 16, spellcheck: false, class: "mono", "aria-describedby": "verdict" });
 const verdict = h("div", { id: "verdict", role: "status", "aria-live": "polite" });
 const submitButton = h("button", { class: "primary", id: "submit", type: "button", onclick: submit }, "Submit");
 const result = h("div", { id: "submit-result" });
 fill(editorEl, editor, verdict, h("div", { class: "pager" }, submitButton, h("span", { class: "hint" },
-  "The same spec as `gpuyard submit job.yaml`; the API checks it as you type.")), result);
+  prose("The same spec as `gpuyard submit job.yaml`; the API checks it as you type."))), result);
 
 function fromForm() {
   const spec = {
@@ -135,3 +135,14 @@ for (const el of Object.values(f)) el.addEventListener("input", throttle(fromFor
 editor.value = yaml(START) + "\n";
 toForm(START);
 check();
+
+// Live: whether a node could hold the spec changes when a node comes (its first heartbeat seen here), is lost,
+// or changes health or cordon; the API's verdict is asked again then, and once the stream (re)opens.
+const nodesSeen = new Set();
+const recheck = throttle(check, 2000);
+onEvent((e) => {
+  const node = e.data?.node;
+  if (kind(e) === "node.heartbeat" && nodesSeen.has(node)) return;
+  nodesSeen.add(node);
+  recheck();
+}, "node.>", () => recheck());

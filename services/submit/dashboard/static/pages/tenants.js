@@ -1,6 +1,8 @@
 // Tenants and quotas: each tenant's guaranteed, used and borrowed GPUs and its jobs waiting (a tenant: its own
 // row); for admins, the tokens: create (shown once), revoke.
-import { ApiError, ago, api, duration, empty, errorBox, fill, h, keepFresh, kind, me, num, section } from "../app.js";
+import {
+  ApiError, ago, api, elapsed, empty, errorBox, fill, h, keepFresh, kind, me, num, section, tableBox,
+} from "../app.js";
 
 const tenantsEl = section("tenants", "Tenants and quotas");
 const tokensEl = me.admin ? section("tokens", "Tokens") : null;
@@ -17,6 +19,11 @@ function waitingLink(tenant, count) {
   return h("a", { href: `/jobs?${q}`, class: "waiting", title: `${tenant}'s queued jobs` }, `${num(count)} waiting`);
 }
 
+/** How long the oldest queued job has waited (`seconds` when read), counting on. */
+function waitingSince(seconds) {
+  return elapsed(new Date(Date.now() - seconds * 1000));
+}
+
 /** Used against guaranteed: the guaranteed part as the track, used inside it, borrowed beyond it. */
 function quotaBar(t) {
   const scale = Math.max(t.guaranteed_gpus, t.used_gpus, 1);
@@ -30,7 +37,7 @@ function quotaBar(t) {
 }
 
 function tenantRows(items) {
-  return h("table", { id: "tenants-table" },
+  return tableBox(h("table", { id: "tenants-table" },
     h("thead", {}, h("tr", {}, ["Tenant", "Guaranteed GPUs", "Used", "Borrowed", "", "Queued", "Placed", "Running", "Oldest wait"]
       .map((t, i) => h("th", { scope: "col", class: i && i !== 4 ? "num" : null }, t)))),
     h("tbody", {}, items.map((t) => h("tr", { "data-tenant": t.tenant },
@@ -42,9 +49,9 @@ function tenantRows(items) {
       h("td", { class: "num" }, t.queued ? waitingLink(t.tenant, t.queued) : h("span", { class: "muted" }, "0")),
       h("td", { class: "num" }, num(t.placed)),
       h("td", { class: "num" }, num(t.running)),
-      h("td", { class: "num" }, t.oldest_queued_seconds == null ? h("span", { class: "muted" }, "—") : duration(t.oldest_queued_seconds)),
+      h("td", { class: "num" }, t.oldest_queued_seconds == null ? h("span", { class: "muted" }, "—") : waitingSince(t.oldest_queued_seconds)),
     ))),
-  );
+  ));
 }
 
 /** Without /v1/tenants (an older API): the tenants known otherwise, and where their waiting jobs are. */
@@ -53,11 +60,11 @@ function withoutFigures() {
   return [
     h("p", { class: "error", id: "no-quota", role: "status" },
       "Quota figures unavailable: this platform's API does not answer GET /v1/tenants (guaranteed, used and borrowed GPUs)."),
-    names.length ? h("table", { id: "tenants-table" },
+    names.length ? tableBox(h("table", { id: "tenants-table" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Tenant"), h("th", { scope: "col" }, "Its jobs"))),
       h("tbody", {}, names.map((n) => h("tr", { "data-tenant": n },
         h("td", {}, h("strong", {}, n)),
-        h("td", {}, h("a", { href: `/jobs?${new URLSearchParams(me.admin ? { state: "queued", tenant: n } : { state: "queued" })}` }, "queued jobs")))))) : null,
+        h("td", {}, h("a", { href: `/jobs?${new URLSearchParams(me.admin ? { state: "queued", tenant: n } : { state: "queued" })}` }, "queued jobs"))))))) : null,
   ];
 }
 
@@ -104,7 +111,7 @@ async function loadTokens(draw = true) {
 
 function tokenForm() {
   return h("form", { class: "filters", id: "token-form", onsubmit: (e) => (e.preventDefault(), createToken(e.target)) },
-    h("div", {}, h("label", { for: "t-tenant" }, "Tenant"), h("input", { id: "t-tenant", name: "tenant", required: true, size: 12, pattern: "[a-z0-9][a-z0-9-]*", title: "lower-case letters, digits and dashes" })),
+    h("div", {}, h("label", { for: "t-tenant" }, "Tenant"), h("input", { id: "t-tenant", name: "tenant", required: true, size: 12, pattern: "[a-z0-9][a-z0-9\\-]*", title: "lower-case letters, digits and dashes" })),
     h("div", {}, h("label", { for: "t-user" }, "User"), h("input", { id: "t-user", name: "user", size: 12 })),
     h("div", {}, h("label", { for: "t-expires" }, "Expires in"), h("input", { id: "t-expires", name: "expires_in", size: 14, placeholder: "never, or 30d" })),
     h("div", { class: "check" }, h("label", { for: "t-admin" }, h("input", { id: "t-admin", name: "admin", type: "checkbox" }), " admin")),
@@ -160,9 +167,9 @@ function drawTokens() {
     shownOnce(),
     h("div", { id: "token-message" }, tokenMessage),
     rows.length
-      ? h("table", { id: "tokens-table" },
+      ? tableBox(h("table", { id: "tokens-table" },
         h("thead", {}, h("tr", {}, ["Id", "Tenant", "User", "", "Created", "Expires", ""].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, rows))
+        h("tbody", {}, rows)))
       : empty("No token yet.", "Create one above, or with `gpuyard admin tokens create --tenant NAME`."),
   );
 }
