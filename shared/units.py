@@ -96,7 +96,8 @@ def format_size(num_bytes: float) -> str:
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= factor:
             value = num_bytes / factor
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+            figures = f"{value:.3g}"  # (999.7 rounds to '1e+03': then the whole number, '1000 MiB')
+            return f"{figures if 'e' not in figures else f'{value:.0f}'} {unit}"
     return f"{num_bytes} B"
 
 

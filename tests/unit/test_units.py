@@ -24,6 +24,7 @@ def test_a_size_is_shown_in_the_unit_it_was_written_in(written, shown):
 
 def test_a_size_no_unit_divides_has_three_figures():
     assert format_size(1234567) == "1.18 MiB"
+    assert format_size(int(999.7 * 2**20)) == "1000 MiB"  # three figures would round to '1e+03'
 
 
 @pytest.mark.parametrize(
