@@ -10,7 +10,7 @@ $(BIN)/.installed: pyproject.toml
 
 # The tests also need the test tools, and the extras they exercise: `train` (PyTorch, for the distributed
 # example), `sim` (matplotlib, for `gpuyard sim --plot`) and `serving` (ONNX Runtime).
-$(BIN)/.installed-test: $(BIN)/.installed
+$(BIN)/.installed-test: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install -q -e '.[test,train,sim,serving]'
 	touch $@
 

@@ -23,13 +23,12 @@ samples that their bucket has merged, so a read never counts one twice either.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient, IndexModel, ReplaceOne
-from pymongo.errors import BulkWriteError, PyMongoError
+from pymongo.errors import BulkWriteError
 
 from shared.gpuhistory import (
     COMPACT_BATCH,
@@ -45,6 +44,7 @@ from shared.gpuhistory import (
 )
 from shared.logstore.mongo import DUPLICATE_KEY
 from shared.store.base import StoreUnavailable
+from shared.store.mongo import unavailable_on_failure
 
 RAW = "gpu_history_raw"
 BUCKETS = "gpu_history_buckets"
@@ -131,14 +131,6 @@ def _duplicates_only(exc: BulkWriteError) -> list[int]:
     return [e["index"] for e in errors]
 
 
-@contextlib.contextmanager
-def _reachable(what: str):
-    try:
-        yield
-    except PyMongoError as exc:
-        raise StoreUnavailable(f"the GPU history: MongoDB {what} failed: {exc}") from exc
-
-
 class MongoGpuHistory(GpuHistory):
     def __init__(
         self, client: AsyncMongoClient, database: str, *, raw_keep: float, keep: float, owns_client: bool
@@ -187,7 +179,7 @@ class MongoGpuHistory(GpuHistory):
 
     @classmethod
     async def _ready(cls, history: MongoGpuHistory) -> MongoGpuHistory:
-        with _reachable("creating its indexes"):
+        async with unavailable_on_failure("the GPU history: MongoDB creating its indexes"):
             await history.raw.create_indexes(INDEXES)
             await history.buckets.create_indexes(INDEXES)
         return history
@@ -208,7 +200,7 @@ class MongoGpuHistory(GpuHistory):
             for p in points
             if p.bucket
         ]
-        with _reachable("writing samples"):
+        async with unavailable_on_failure("the GPU history: MongoDB writing samples"):
             for collection, docs in ((self.raw, raw), (self.buckets, buckets)):
                 if not docs:
                     continue
@@ -231,7 +223,7 @@ class MongoGpuHistory(GpuHistory):
         query: dict[str, Any] = {"t": {"$lt": cutoff}}
         if node is not None:
             query["$or"] = [{"node": node}, {"t": {"$lt": cutoff - ORPHAN_AFTER}}]
-        with _reachable("compacting"):
+        async with unavailable_on_failure("the GPU history: MongoDB compacting"):
             found = self.raw.find(query, sort=[("t", ASCENDING)], limit=limit)
             raw = [_point(d) async for d in found]
             groups: dict[tuple[str, int, float], list[GpuPoint]] = {}
@@ -301,7 +293,7 @@ class MongoGpuHistory(GpuHistory):
             query["jobs"] = job_id
         if tenant is not None:
             query["tenants"] = tenant
-        with _reachable("reading"):
+        async with unavailable_on_failure("the GPU history: MongoDB reading"):
             raw = [_point(d) async for d in self.raw.find(query, projection={"expires": 0})]
             found = self.buckets.find(query, projection={"merged": 0, "expires": 0})
             buckets = [_point(d) async for d in found]
@@ -325,7 +317,7 @@ class MongoGpuHistory(GpuHistory):
         return [p for p in raw if (p.node, p.gpu, p.t) not in merged]
 
     async def count(self) -> dict[float, int]:
-        with _reachable("counting"):
+        async with unavailable_on_failure("the GPU history: MongoDB counting"):
             counts = {0.0: await self.raw.count_documents({})}
             grouped = await self.buckets.aggregate([{"$group": {"_id": "$bucket", "n": {"$sum": 1}}}])
             counts |= {float(d["_id"]): int(d["n"]) async for d in grouped}

@@ -9,6 +9,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 
 from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
 from shared.store.base import StoreUnavailable
+from shared.store.mongo import unavailable_on_failure
 
 INDEXES = [
     IndexModel(
@@ -36,6 +37,7 @@ class MongoLogStore(LogStore):
             raise StoreUnavailable(f"cannot reach MongoDB at {url}: {exc}") from exc
         return store
 
+    @unavailable_on_failure("MongoDB writing log chunks")
     async def append(self, chunks: list[Chunk]) -> None:
         if not chunks:
             return
@@ -48,6 +50,7 @@ class MongoLogStore(LogStore):
             if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
                 raise
 
+    @unavailable_on_failure("MongoDB reading a log's extent")
     async def extent(self, key: LogKey) -> Extent | None:
         first = await self.chunks.find_one(_match(key), sort=[("offset", ASCENDING)])
         if first is None:
@@ -55,12 +58,14 @@ class MongoLogStore(LogStore):
         last = await self.chunks.find_one(_match(key), sort=[("offset", -1)])
         return Extent(first["offset"], last["end"])
 
+    @unavailable_on_failure("MongoDB reading a log")
     async def read(self, key: LogKey, start: int, end: int) -> list[Chunk]:
         cursor = self.chunks.find(
             {**_match(key), "end": {"$gt": start}, "offset": {"$lt": end}}, sort=[("offset", ASCENDING)]
         )
         return cut([Chunk(key, d["offset"], bytes(d["data"])) async for d in cursor], start, end)
 
+    @unavailable_on_failure("MongoDB listing a job's logs")
     async def keys(self, job_id: str) -> list[LogKey]:
         pairs = await self.chunks.aggregate(
             [
@@ -71,9 +76,11 @@ class MongoLogStore(LogStore):
         found = [LogKey(job_id, d["_id"]["attempt"], d["_id"]["replica"]) async for d in pairs]
         return sorted(found)
 
+    @unavailable_on_failure("MongoDB trimming a log")
     async def trim(self, key: LogKey, before: int) -> None:
         await self.chunks.delete_many({**_match(key), "end": {"$lte": before}})
 
+    @unavailable_on_failure("MongoDB deleting a job's logs")
     async def delete_job(self, job_id: str) -> None:
         await self.chunks.delete_many({"job_id": job_id})
 

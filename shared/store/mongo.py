@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
@@ -59,6 +60,17 @@ PROJECTION_INDEXES = [
     ),
     IndexModel([("ended_at", ASCENDING)], name="ended"),
 ]
+
+
+@contextlib.asynccontextmanager
+async def unavailable_on_failure(what: str) -> AsyncIterator[None]:
+    """A PyMongoError (no server, no primary, a command refused) as StoreUnavailable saying what failed
+    ("`what` failed: why"): the API answers it with a 503 and a service waits it out (`shared.service`), as
+    for the embedded stores. Also a decorator, for a whole method."""
+    try:
+        yield
+    except PyMongoError as exc:
+        raise StoreUnavailable(f"{what} failed: {exc}") from exc
 
 
 def _filters(
@@ -106,6 +118,7 @@ class MongoEventStore(EventStore):
             raise StoreUnavailable(f"cannot reach MongoDB at {url}: {exc}") from exc
         return store
 
+    @unavailable_on_failure("MongoDB append")
     async def append(
         self,
         stream_id: str,
@@ -145,15 +158,10 @@ class MongoEventStore(EventStore):
                 await self._put_projection(projection, session)
             return AppendResult(version=expected_version + len(docs))
 
-        try:
-            if not self.transactions:
-                return await write()
-            async with self.client.start_session() as session:
-                return await session.with_transaction(write)
-        except ConcurrencyError:
-            raise
-        except PyMongoError as exc:
-            raise StoreUnavailable(f"MongoDB append failed: {exc}") from exc
+        if not self.transactions:
+            return await write()
+        async with self.client.start_session() as session:
+            return await session.with_transaction(write)
 
     async def _version(self, stream_id: str, session) -> int:
         last = await self.events.find_one(
@@ -183,10 +191,12 @@ class MongoEventStore(EventStore):
                 session=session,
             )
 
+    @unavailable_on_failure("MongoDB marking events published")
     async def mark_published(self, event_ids: list[str]) -> None:
         if event_ids:
             await self.events.update_many({"_id": {"$in": event_ids}}, {"$set": {"published": True}})
 
+    @unavailable_on_failure("MongoDB reading a stream")
     async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         query = {"stream_id": stream_id, "version": {"$gt": after_version}}
         cursor = self.events.find(query).sort("version", ASCENDING)
@@ -194,10 +204,12 @@ class MongoEventStore(EventStore):
             StoredEvent(stream_id, d["version"], CloudEvent.model_validate(d["event"])) async for d in cursor
         ]
 
+    @unavailable_on_failure("MongoDB reading a projection")
     async def get_projection(self, stream_id: str) -> dict[str, Any] | None:
         doc = await self.projections.find_one({"_id": stream_id})
         return doc["doc"] if doc else None
 
+    @unavailable_on_failure("MongoDB listing projections")
     async def list_projections(
         self,
         *,
@@ -237,6 +249,7 @@ class MongoEventStore(EventStore):
             page.next_cursor = encode_cursor(docs[limit - 1]["created_at"], docs[limit - 1]["_id"], order)
         return page
 
+    @unavailable_on_failure("MongoDB counting projections")
     async def count_projections(
         self,
         *,
@@ -248,6 +261,7 @@ class MongoEventStore(EventStore):
     ) -> int:
         return await self.projections.count_documents(_filters(states, tenant, user, name, search))
 
+    @unavailable_on_failure("MongoDB reading projections' versions")
     async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
         query: dict[str, Any] = {"state": {"$in": states}}
         if created_before is not None:  # (on `state_newest`)
@@ -255,13 +269,16 @@ class MongoEventStore(EventStore):
         found = self.projections.find(query, projection={"version": 1})
         return {d["_id"]: int(d["version"]) async for d in found}
 
+    @unavailable_on_failure("MongoDB writing a document")
     async def put_document(self, key: str, doc: dict[str, Any]) -> None:
         await self.documents.replace_one({"_id": key}, {"_id": key, "doc": doc}, upsert=True)
 
+    @unavailable_on_failure("MongoDB reading a document")
     async def get_document(self, key: str) -> dict[str, Any] | None:
         found = await self.documents.find_one({"_id": key})
         return found["doc"] if found else None
 
+    @unavailable_on_failure("MongoDB reading the ended jobs")
     async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
         fields = {"tenant": 1, "state": 1, "ended_at": 1, "created_at": 1}
         fields |= {"doc.attempts.queued_at": 1, "doc.attempts.started_at": 1}
@@ -287,10 +304,12 @@ class MongoEventStore(EventStore):
             )
         return out
 
+    @unavailable_on_failure("MongoDB counting projections by tenant")
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]
         return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
 
+    @unavailable_on_failure("MongoDB finding each tenant's oldest projection")
     async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
         pipeline = [
             {"$match": {"state": {"$in": states}}},
@@ -298,6 +317,7 @@ class MongoEventStore(EventStore):
         ]
         return {d["_id"]: d["oldest"] async for d in await self.projections.aggregate(pipeline)}
 
+    @unavailable_on_failure("MongoDB finding ids by prefix")
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
         query: dict[str, Any] = {"_id": {"$regex": f"^{re.escape(prefix)}"}}  # (anchored: on the _id index)
         if tenant is not None:
@@ -305,11 +325,13 @@ class MongoEventStore(EventStore):
         found = self.projections.find(query, projection={"_id": 1}).sort("_id", ASCENDING).limit(limit)
         return [d["_id"] async for d in found]
 
+    @unavailable_on_failure("MongoDB reading the outbox")
     async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
         cutoff = time.time() - older_than
         found = self.events.find({"published": False, "recorded_at": {"$lte": cutoff}}).sort("recorded_at", 1)
         return [CloudEvent.model_validate(d["event"]) for d in await found.limit(limit).to_list()]
 
+    @unavailable_on_failure("MongoDB finding the streams to compact")
     async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
         found = (
             self.projections.find(
@@ -320,6 +342,7 @@ class MongoEventStore(EventStore):
         )
         return [d["_id"] for d in await found.to_list()]
 
+    @unavailable_on_failure("MongoDB compaction")
     async def compact(self, stream_id: str) -> int:
         async def write(session=None) -> int:
             p = await self.projections.find_one({"_id": stream_id}, session=session)
@@ -338,13 +361,10 @@ class MongoEventStore(EventStore):
             )
             return deleted.deleted_count
 
-        try:
-            if not self.transactions:
-                return await write()
-            async with self.client.start_session() as session:
-                return await session.with_transaction(write)
-        except PyMongoError as exc:
-            raise StoreUnavailable(f"MongoDB compaction failed: {exc}") from exc
+        if not self.transactions:
+            return await write()
+        async with self.client.start_session() as session:
+            return await session.with_transaction(write)
 
     async def close(self) -> None:
         await self.client.close()

@@ -1,8 +1,8 @@
 """One contract suite for every event store adapter.
 
-The embedded SQLite store always runs. MongoDB runs on the server of GPUYARD_TEST_MONGODB_URL, or where a Docker
-engine answers on one that testcontainers starts (a single-node replica set); otherwise its cases skip and say
-which is missing (`tests/contract/conftest.py`).
+The embedded SQLite store always runs, and so does MongoDB's adapter on the stand-in, as a replica set
+(`mongo-standin`) and as a standalone server (`mongo-standin-standalone`); on a real server (`mongo-real`)
+where `tests/contract/conftest.py` finds or starts one, else those cases skip and say which is missing.
 """
 
 from __future__ import annotations
@@ -16,18 +16,25 @@ from shared.events import JobCancelled, JobPlaced, JobSubmitted, ReplicaPlacemen
 from shared.jobspec import JobSpec
 from shared.jobstate import apply
 from shared.ledger import projection_of
-from shared.store import Append, ConcurrencyError, EventStore, open_store
-from tests.contract.conftest import BACKENDS, fresh_mongo_url
+from shared.store import Append, ConcurrencyError, EventStore, StoreUnavailable, open_store
+from tests.contract.conftest import (
+    EVENT_STORE_BACKENDS,
+    SQLITE,
+    failing,
+    fresh_database,
+    refused_url,
+    server_url,
+)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=EVENT_STORE_BACKENDS)
 async def store(request, tmp_path) -> EventStore:
-    if request.param == "sqlite":
+    if request.param == SQLITE:
         s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
     else:
-        s = await open_store(fresh_mongo_url(request.getfixturevalue("mongo_url")))
+        s = await open_store(server_url(request, request.param))
     yield s
-    if request.param == "mongodb":
+    if request.param != SQLITE:
         await s.client.drop_database(s.db.name)
     await s.close()
 
@@ -293,6 +300,7 @@ async def test_outbox_lists_unpublished_events_until_marked(store):
     assert [e.id for e in await store.unpublished(older_than=0)] == [e1.id, e2.id]
     assert await store.unpublished(older_than=3600) == []
     await store.mark_published([e1.id])
+    await store.mark_published([])
     assert [e.id for e in await store.unpublished(older_than=0)] == [e2.id]
 
 
@@ -399,3 +407,84 @@ async def test_the_ledger_reads_a_compacted_job_from_its_projection(store):
     assert await ledger.load("old") == whole
     outcome = await ledger.append("old", before[0].event.data, event_id=before[0].event.id)
     assert outcome.duplicate and not outcome.applied  # the submit's id is still known
+
+
+# MongoDB's own: a server that is not there or refuses, and the race between a writer's check and its insert
+
+
+@pytest.fixture(params=[backend for backend in EVENT_STORE_BACKENDS if backend != SQLITE])
+async def mongo_store_url(request) -> str:
+    async with fresh_database(request, request.param) as url:
+        yield url
+
+
+async def test_mongodb_an_unreachable_server_is_store_unavailable():
+    from shared.store.mongo import MongoEventStore
+
+    with refused_url() as url, pytest.raises(StoreUnavailable, match=f"cannot reach MongoDB at {url}"):
+        await MongoEventStore.open(url, timeout_ms=200)
+
+
+async def test_mongodb_a_server_that_refuses_is_store_unavailable_for_every_method(mongo_store_url):
+    """What the API answers with a 503 and a service waits out (`shared.service`), never a driver's error."""
+    async with await open_store(mongo_store_url) as store:
+        await ended_job(store, "old")
+    async with failing(mongo_store_url) as url, await open_store(url) as store:
+        calls = {
+            "append": lambda: store.append("new", 0, [submitted("new")]),
+            "read_stream": lambda: store.read_stream("old"),
+            "get_projection": lambda: store.get_projection("old"),
+            "list_projections": lambda: store.list_projections(),
+            "count_projections": lambda: store.count_projections(),
+            "versions": lambda: store.versions(states=["queued"]),
+            "count_by_tenant": lambda: store.count_by_tenant(states=["queued"]),
+            "oldest_by_tenant": lambda: store.oldest_by_tenant(states=["queued"]),
+            "ended_since": lambda: store.ended_since(""),
+            "ids_starting": lambda: store.ids_starting("o"),
+            "unpublished": lambda: store.unpublished(older_than=0),
+            "mark_published": lambda: store.mark_published(["old-sub"]),
+            "put_document": lambda: store.put_document("line", {}),
+            "get_document": lambda: store.get_document("line"),
+            "expired": lambda: store.expired(ended_before="9999"),
+            "compact": lambda: store.compact("old"),
+        }
+        wrong = {}
+        for method, call in calls.items():
+            try:
+                await call()
+                wrong[method] = "no error"
+            except StoreUnavailable as exc:
+                if "MongoDB" not in str(exc):
+                    wrong[method] = f"StoreUnavailable without saying MongoDB: {exc}"
+            except Exception as exc:
+                wrong[method] = repr(exc)
+        assert wrong == {}
+
+
+async def test_mongodb_a_writer_that_loses_the_race_after_its_check_gets_a_conflict(mongo_store_url):
+    """A writer checks the stream's version, then inserts: another can append in between. The unique (stream,
+    version) index refuses the later insert (in a transaction, the conflict runs it again, and its check then
+    fails): a ConcurrencyError naming the winner's version, and nothing of the loser's is kept."""
+    async with await open_store(mongo_store_url) as store, await open_store(mongo_store_url) as other:
+        view = apply(None, submitted("a"))
+        await store.append("a", 0, [submitted("a")], projection_of(view))
+        winner = placed("a", "winner")
+        events = store.events
+
+        class RacedBeforeItsInsert:
+            def __getattr__(self, name):
+                return getattr(events, name)
+
+            async def insert_many(self, docs, **kwargs):
+                store.events = events  # (once)
+                await other.append("a", 1, [winner], projection_of(apply(view, winner, version=2)))
+                return await events.insert_many(docs, **kwargs)
+
+        store.events = RacedBeforeItsInsert()
+        loser = make_event(JobCancelled(job_id="a", attempt=1, by="u"), source="/t", id="loser")
+        with pytest.raises(ConcurrencyError) as exc:
+            await store.append("a", 1, [loser], projection_of(apply(view, loser, version=2)))
+        assert (exc.value.expected, exc.value.actual) == (1, 2)
+        assert [s.event.id for s in await store.read_stream("a")] == ["a-sub", "winner"]
+        assert (await store.get_projection("a"))["state"] == apply(view, winner, version=2).state
+        assert [e.id for e in await store.unpublished(older_than=0)] == ["a-sub", "winner"]

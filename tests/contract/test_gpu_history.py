@@ -2,8 +2,8 @@
 window, the compaction into buckets (bounded, idempotent, never counting a sample twice, also with two monitors
 at once), retention, and the usage sums read from it.
 
-The SQLite file always runs; MongoDB runs where `tests/contract/conftest.py` finds or starts a server
-(GPUYARD_TEST_MONGODB_URL, or testcontainers on a Docker engine), and its cases skip saying which is missing.
+The SQLite file always runs, and so does MongoDB's adapter on the stand-in (`mongo-standin`); on a real server
+(`mongo-real`) where `tests/contract/conftest.py` finds or starts one, else those cases skip saying why.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 
 from shared.events import GpuHolder
 from shared.gpuhistory import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history
-from shared.store import open_store
+from shared.store import StoreUnavailable, open_store
 from shared.usage import group, job_usages
-from tests.contract.conftest import BACKENDS, fresh_mongo_url
+from tests.contract.conftest import BACKENDS, SQLITE, failing, fresh_database, refused_url
 from tests.unit.gpureadings import reading
 
-T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
+T0 = 4_102_444_800.0  # 2100-01-01, a whole hour; far ahead, so that no point is due for a TTL monitor
 HOUR = 3600.0
 WEEK = 7 * 86400.0
 
@@ -28,16 +28,11 @@ WEEK = 7 * 86400.0
 @pytest.fixture(params=BACKENDS)
 async def store_url(request, tmp_path) -> str:
     """An event store's URL: the history lives beside it (SQLite) or in its database (MongoDB)."""
-    if request.param == "sqlite":
+    if request.param == SQLITE:
         yield f"sqlite:///{tmp_path / 'events.db'}"
         return
-    url = fresh_mongo_url(request.getfixturevalue("mongo_url"))
-    yield url
-    from pymongo import AsyncMongoClient
-
-    client: AsyncMongoClient = AsyncMongoClient(url)
-    await client.drop_database(client.get_default_database().name)
-    await client.close()
+    async with fresh_database(request, request.param) as url:
+        yield url
 
 
 @pytest.fixture
@@ -220,9 +215,8 @@ async def test_usage_sums_per_tenant_and_user_from_raw_and_compacted_points(hist
 async def mongo_history(mongo_url):
     from shared.gpuhistory_mongo import MongoGpuHistory
 
-    h = await MongoGpuHistory.open(fresh_mongo_url(mongo_url), raw_keep=HOUR, keep=WEEK)
+    h = await MongoGpuHistory.open(mongo_url, raw_keep=HOUR, keep=WEEK)
     yield h
-    await h.client.drop_database(h.db.name)
     await h.close()
 
 
@@ -254,3 +248,83 @@ async def test_mongodb_points_expire_on_their_own(mongo_history):
     assert raw["expires"].timestamp() == T0 + 60 + HOUR + RAW_GRACE
     bucket = await h.buckets.find_one({})
     assert bucket["expires"].timestamp() == T0 + WEEK and bucket["merged"] == [T0 + s for s in range(60)]
+
+
+async def test_mongodb_a_bucket_that_changes_under_every_try_is_left_for_the_next_compaction(mongo_history):
+    """Each try finds the bucket changed since it read it (another monitor's compaction, here forced before
+    every write): after MAX_TRIES the compaction gives up on it and keeps its samples raw, and the next one
+    merges them, each once."""
+    from shared.gpuhistory_mongo import MAX_TRIES
+
+    h = mongo_history
+    samples = per_second("n1", 0, 50.0, job("a"), T0, 60)
+    await h.add(samples)
+    await h.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=WEEK, limit=30)  # a bucket of 30
+    buckets, writes = h.buckets, []
+
+    class ChangedBeforeEachWrite:
+        def __getattr__(self, name):
+            return getattr(buckets, name)
+
+        async def bulk_write(self, requests, **kwargs):
+            writes.append(len(requests))
+            await buckets.update_many({}, {"$inc": {"version": 1}})  # (another writer got there first)
+            return await buckets.bulk_write(requests, **kwargs)
+
+    h.buckets = ChangedBeforeEachWrite()
+    given_up = await h.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=WEEK)
+    assert writes == [1] * MAX_TRIES and given_up.merged == 0
+    assert await h.count() == {0.0: 30, 60.0: 1}
+    assert used(await h.points(since=0)) == pytest.approx(used(samples))  # (read meanwhile: each once)
+    h.buckets = buckets
+    assert (await h.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=WEEK)).merged == 30
+    [bucket] = await h.points(since=0)
+    assert bucket.seconds == 60 and bucket.holder("a").used == pytest.approx(used(samples))
+
+
+async def test_mongodb_a_sample_the_server_refuses_is_an_error_and_the_rest_is_stored(mongo_history):
+    """A refusal other than a duplicate (here a document validator's) is never taken for a sample stored
+    already; the other samples of the write are stored all the same (unordered)."""
+    h = mongo_history
+    await h.db.command("collMod", h.raw.name, validator={"node": {"$ne": "refused"}})
+    kept = per_second("n1", 0, 50.0, job("a"), T0, 2)
+    await h.add(kept[:1])
+    with pytest.raises(StoreUnavailable, match="the GPU history: MongoDB writing samples failed"):
+        await h.add(kept + per_second("refused", 0, 50.0, job("a"), T0, 1))
+    assert [(p.node, p.t) for p in await h.points(since=0)] == [("n1", T0), ("n1", T0 + 1)]
+
+
+async def test_mongodb_an_unreachable_server_is_store_unavailable():
+    from shared.gpuhistory_mongo import MongoGpuHistory
+
+    with (
+        refused_url() as url,
+        pytest.raises(StoreUnavailable, match="the GPU history: MongoDB creating its indexes failed"),
+    ):
+        await MongoGpuHistory.open(url, timeout_ms=200)
+
+
+async def test_mongodb_a_server_that_refuses_is_store_unavailable_for_every_method(mongo_url):
+    from shared.gpuhistory_mongo import MongoGpuHistory
+
+    async with failing(mongo_url) as url:
+        h = await MongoGpuHistory.open(url, raw_keep=HOUR, keep=WEEK)
+        calls = {
+            "add": lambda: h.add(per_second("n1", 0, 50.0, job("a"), T0, 1)),
+            "compact": lambda: h.compact(now=T0 + 2 * HOUR, raw_keep=HOUR, bucket=60, keep=WEEK),
+            "points": lambda: h.points(since=0),
+            "count": lambda: h.count(),
+        }
+        wrong = {}
+        try:
+            for method, call in calls.items():
+                try:
+                    await call()
+                    wrong[method] = "no error"
+                except StoreUnavailable:
+                    pass
+                except Exception as exc:
+                    wrong[method] = repr(exc)
+        finally:
+            await h.close()
+        assert wrong == {}

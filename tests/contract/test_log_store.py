@@ -1,7 +1,8 @@
 """One contract suite for every log store adapter, and the readers and shipper built on it.
 
-The embedded SQLite store always runs; MongoDB runs where `tests/contract/conftest.py` finds or starts a server
-(GPUYARD_TEST_MONGODB_URL, or testcontainers on a Docker engine), and its cases skip saying which is missing.
+The embedded SQLite store always runs, and so does MongoDB's adapter on the stand-in (`mongo-standin`); on a
+real server (`mongo-real`) where `tests/contract/conftest.py` finds or starts one, else those cases skip saying
+why.
 """
 
 from __future__ import annotations
@@ -13,19 +14,20 @@ import pytest
 from shared.logstore import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, log_store_url, open_log_store, split
 from shared.logstore.reading import follow, read_range, tail_start
 from shared.logstore.shipper import LogShipper
-from tests.contract.conftest import BACKENDS, fresh_mongo_url
+from shared.store import StoreUnavailable
+from tests.contract.conftest import BACKENDS, SQLITE, failing, refused_url, server_url
 
 A = LogKey("job-a", 1, 0)
 
 
 @pytest.fixture(params=BACKENDS)
 async def store(request, tmp_path) -> LogStore:
-    if request.param == "sqlite":
+    if request.param == SQLITE:
         s = await open_log_store(f"sqlite:///{tmp_path / 'logs.db'}")
     else:
-        s = await open_log_store(fresh_mongo_url(request.getfixturevalue("mongo_url")))
+        s = await open_log_store(server_url(request, request.param))
     yield s
-    if request.param == "mongodb":
+    if request.param != SQLITE:
         await s.client.drop_database(s.chunks.database.name)
     await s.close()
 
@@ -64,6 +66,11 @@ async def test_trim_and_delete_forget_old_output(store):
     assert await text(store, A) == data[2 * MAX_CHUNK :]
     await store.delete_job("job-a")
     assert await store.keys("job-a") == []
+
+
+async def test_appending_nothing_changes_nothing(store):
+    await store.append([])
+    assert await store.keys("job-a") == [] and await store.extent(A) is None
 
 
 async def test_oversized_chunks_are_refused(store):
@@ -157,3 +164,57 @@ async def test_the_shipper_keeps_output_while_the_store_is_down(store):
 def test_the_log_store_sits_beside_the_event_store():
     assert log_store_url("sqlite:////data/gpuyard/events.db") == "sqlite:////data/gpuyard/logs.db"
     assert log_store_url("mongodb://db/gpuyard?replicaSet=rs0") == "mongodb://db/gpuyard?replicaSet=rs0"
+
+
+# MongoDB's own: a server that is not there or refuses
+
+
+async def test_mongodb_an_unreachable_server_is_store_unavailable():
+    from shared.logstore.mongo import MongoLogStore
+
+    with refused_url() as url, pytest.raises(StoreUnavailable, match=f"cannot reach MongoDB at {url}"):
+        await MongoLogStore.open(url, timeout_ms=200)
+
+
+async def test_mongodb_a_server_that_refuses_is_store_unavailable_for_every_method(mongo_url):
+    """What the API answers with a 503, and the shipper keeps its output for (never a driver's error)."""
+    async with failing(mongo_url) as url:
+        store = await open_log_store(url)
+        calls = {
+            "append": lambda: store.append([Chunk(A, 0, b"x")]),
+            "extent": lambda: store.extent(A),
+            "read": lambda: store.read(A, 0, 10),
+            "keys": lambda: store.keys("job-a"),
+            "trim": lambda: store.trim(A, 10),
+            "delete_job": lambda: store.delete_job("job-a"),
+        }
+        wrong = {}
+        try:
+            for method, call in calls.items():
+                try:
+                    await call()
+                    wrong[method] = "no error"
+                except StoreUnavailable:
+                    pass
+                except Exception as exc:
+                    wrong[method] = repr(exc)
+        finally:
+            await store.close()
+        assert wrong == {}
+
+
+async def test_mongodb_a_chunk_the_server_refuses_is_an_error_and_the_rest_is_stored(mongo_url):
+    """A refusal other than a duplicate (here a document validator's) is never taken for a chunk stored
+    already; the batch's other chunks are stored all the same (unordered)."""
+    store = await open_log_store(mongo_url)
+    try:
+        await store.chunks.database.command("collMod", "log_chunks", validator={"job_id": {"$ne": "refused"}})
+        await store.append([Chunk(A, 0, b"kept\n")])
+        with pytest.raises(StoreUnavailable, match="MongoDB writing log chunks failed"):
+            await store.append(
+                [Chunk(A, 0, b"kept\n"), Chunk(LogKey("refused", 1, 0), 0, b"x"), Chunk(A, 5, b"also\n")]
+            )
+        assert await text(store, A) == b"kept\nalso\n"
+        assert await store.keys("refused") == []
+    finally:
+        await store.close()
