@@ -11,9 +11,15 @@ from benchmarks.chaos import TARGETS, run_chaos
 
 pytestmark = pytest.mark.integration
 
+UNFINISHED_AFTER = 1800
+"""Seconds after which a job that has not ended counts as stuck: a generous bound on the wait (the wait ends as
+soon as every job has), not a speed claim; how long the run takes is benchmarks/chaos.py's figure."""
+
 
 def test_every_job_succeeds_once_while_services_and_nats_are_killed(tmp_path):
-    result = run_chaos(jobs=1000, kills=2, gang_every=100, seed=24, deadline=240, workdir=tmp_path)
+    result = run_chaos(
+        jobs=1000, kills=2, gang_every=100, seed=24, deadline=UNFINISHED_AFTER, workdir=tmp_path
+    )
     summary = result.summary()
     print(summary)
     assert [k.target for k in result.kills].count("executor") == 2 and len(result.kills) == 2 * len(TARGETS)
@@ -22,6 +28,6 @@ def test_every_job_succeeds_once_while_services_and_nats_are_killed(tmp_path):
     assert result.gangs == 10, summary
     assert not result.lost, f"accepted, unknown to the API: {result.lost[:10]}"
     assert not result.twice, f"replicas that ran more than once: {result.twice[:10]}"
-    assert not result.stuck, f"not finished within the deadline: {result.stuck[:10]}"
+    assert not result.stuck, f"still open when the wait gave up: {result.stuck[:10]}"
     assert not result.failed, f"finished without success: {result.failed[:10]}"
     assert result.succeeded == 1000

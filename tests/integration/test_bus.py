@@ -29,6 +29,7 @@ from shared.events import (
     make_event,
 )
 from tests.integration.conftest import BIN, free_port, wait_for
+from tests.integration.witness import ACK_WITNESS_SECONDS, acknowledged
 
 pytestmark = pytest.mark.integration
 TENANT = "t"  # job events are published on job.<kind>.<tenant>
@@ -94,10 +95,9 @@ async def test_a_failed_handler_gets_the_event_again_and_acks_once_it_works(nats
     try:
         await bus.consume("flaky", ["job.>"], flaky, stream=EVENTS_STREAM.name, max_deliver=5)
         event = done("b")
-        await bus.publish(event, tenant=TENANT)
-        await eventually(lambda: len(calls) >= 3)
-        await asyncio.sleep(1.0)
-        assert calls == [event.id] * 3  # acked after the third: no fourth delivery
+        published = await bus.publish(event, tenant=TENANT)
+        await acknowledged(bus, ["flaky"], published.seq)  # acked: JetStream never delivers it again
+        assert calls == [event.id] * 3  # acked after the third, and only then
         info = await bus.js.consumer_info(EVENTS_STREAM.name, "flaky")
         assert info.num_ack_pending == 0 and info.num_pending == 0
     finally:
@@ -151,9 +151,8 @@ async def test_consumers_sharing_a_durable_share_the_work(nats_url):
         await a.consume("workers", ["job.>"], handler("a"), stream=EVENTS_STREAM.name, batch=4)
         await b.consume("workers", ["job.>"], handler("b"), stream=EVENTS_STREAM.name, batch=4)
         for i in range(40):
-            await a.publish(done(f"j{i}"), tenant=TENANT)
-        await eventually(lambda: len(seen["a"]) + len(seen["b"]) >= 40)
-        await asyncio.sleep(0.5)
+            last = await a.publish(done(f"j{i}"), tenant=TENANT)
+        await acknowledged(a, ["workers"], last.seq)  # every one handled, and never to be delivered again
         everything = seen["a"] + seen["b"]
         assert sorted(everything) == sorted(f"j{i}" for i in range(40))  # each exactly once
         assert seen["a"] and seen["b"]
@@ -275,8 +274,7 @@ async def test_a_watch_of_several_subjects_gets_theirs_in_stream_order_and_nothi
             JobSucceeded(job_id="d", attempt=1),
         ]:
             await bus.publish(make_event(data, source="/test"), tenant=TENANT)
-        await eventually(lambda: len(seen) == 3)
-        await asyncio.sleep(0.2)  # (a failed event would have come before the last one)
+        await eventually(lambda: ("succeeded", "d") in seen)  # the last one: in stream order, after the rest
         assert seen == [("succeeded", "a"), ("cancelled", "c"), ("succeeded", "d")]
     finally:
         await bus.close()
@@ -369,7 +367,8 @@ async def test_a_durable_jetstream_cannot_update_is_recreated_after_its_last_ack
 
 
 async def acked(bus: Bus, durable: str) -> None:
-    async with asyncio.timeout(5):  # acks leave coalesced, a moment after the handler returns
+    # acks leave coalesced, a moment after the handler returns
+    async with asyncio.timeout(ACK_WITNESS_SECONDS):
         while (await bus.js.consumer_info(EVENTS_STREAM.name, durable)).num_ack_pending:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 

@@ -9,7 +9,7 @@ import contextlib
 import json
 import stat
 import subprocess
-import time
+from pathlib import Path
 
 import nats
 import pytest
@@ -33,9 +33,12 @@ from shared.events import (
 )
 
 from .conftest import BIN, free_port, wait_for
+from .witness import acknowledged
 
 pytestmark = pytest.mark.integration
 TENANT = "vision"
+EXECUTOR_CONTROL_DURABLES = ("executor-node-a-0", "executor-node-a-1")
+"""The control events' durable consumer of each of node-a's two executor processes (cancels, ends)."""
 
 
 @pytest.fixture
@@ -216,23 +219,31 @@ def test_the_platform_runs_a_job_with_users_on_the_bus(platform):
     assert "Violation" not in nats_log and "Violation" not in platform.log.read_text(), nats_log[-3000:]
 
 
-def test_a_forged_cancel_request_leaves_a_running_job_running(platform):
+def test_a_forged_cancel_request_leaves_a_running_job_running(platform, tmp_path):
     client = platform.client()
-    job_id = client.submit({"command": "sleep 300", "resources": {"gpus": 1}}).job_id
+    pidfile = tmp_path / "pid"
+    job_id = client.submit(
+        {"command": f"echo $$ > {pidfile}; exec sleep 300", "resources": {"gpus": 1}}
+    ).job_id
     platform.wait_state(job_id, {"running"})
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what="the job's pid"))
 
     async def forge() -> None:
         bus = await platform.bus("submit")  # even a user that may publish cancel requests
+        executor = await platform.bus("executor")  # (may read the consumers of the events' stream)
         try:
             forged = make_event(JobCancelRequested(job_id=job_id, by="mallory"), source="/forger")
-            await bus.publish(forged, tenant=client.job(job_id).tenant)
+            published = await bus.publish(forged, tenant=client.job(job_id).tenant)
+            # every executor process has handled it: had it acted, it would have stopped the job by now
+            await acknowledged(executor, EXECUTOR_CONTROL_DURABLES, published.seq)
         finally:
             await bus.close()
+            await executor.close()
 
     asyncio.run(forge())
-    time.sleep(2)  # the executors have seen it
     job = client.job(job_id)
-    assert job.state == "running", job
+    assert job.state == "running" and not job.cancel_requested, job
+    assert Path(f"/proc/{pid}").exists()  # the job's process was not stopped
     client.cancel(job_id)
     platform.wait_state(job_id, {"cancelled"})
 

@@ -21,6 +21,24 @@ from tests.integration.conftest import Platform, wait_for
 pytestmark = pytest.mark.integration
 
 TTL = 2.0
+RENEWALS_PAST_TWO_TTLS = 6
+"""A holder renews every third of the lease's length (`Lease.keep`): six renewals span two lengths."""
+LOST_LEASE = "lost the scheduler lease"  # what a leader that finds its lease taken logs (`Lease.keep`)
+
+
+async def eventually(check, *, within: float = 10, what: str) -> None:
+    """Ask `check` (a function, or a coroutine function) again and again until it says yes: an
+    AssertionError after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = check()
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if answer:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 async def lease(url: str, holder: str, ttl: float = 1.5) -> tuple[Bus, Lease]:
@@ -37,8 +55,8 @@ async def test_one_holder_at_a_time_and_a_lapsed_lease_passes_on(nats_url):
         assert not await b.acquire()
         assert await b.holder_now() == "a"
         assert await a.renew() and a.held
-        await asyncio.sleep(a.ttl + 1.0)  # a stops renewing, as a frozen or dead process would
-        assert await b.acquire()
+        # a stops renewing, as a frozen or dead process would: its key ages out and b's next try takes it
+        await eventually(b.acquire, within=a.ttl * 20, what="b to take the lease a stopped renewing")
         assert await b.holder_now() == "b"
         assert not await a.renew() and not a.held  # the old holder learns it lost, never overwrites
     finally:
@@ -62,20 +80,36 @@ async def test_keep_hands_over_when_the_leader_stops_and_never_overlaps(nats_url
 
         return gained, lost
 
+    renew_a, acquire_b = a.renew, b.acquire
+    renewed: list[bool] = []  # each renewal of a: whether it kept the lease
+    # each try of b: whether it took the lease, and after how many renewals of a it began
+    tries: list[tuple[bool, int]] = []
+
+    async def renew_counted() -> bool:
+        renewed.append(await renew_a())
+        return renewed[-1]
+
+    async def acquire_counted() -> bool:
+        after = sum(renewed)
+        tries.append((await acquire_b(), after))
+        return tries[-1][0]
+
+    a.renew, b.acquire = renew_counted, acquire_counted
     try:
         task_a = asyncio.create_task(a.keep(*callbacks("a")))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: leading == {"a"}, what="a to lead")
         task_b = asyncio.create_task(b.keep(*callbacks("b")))
-        async with asyncio.timeout(5):
-            while leading != {"a"}:  # noqa: ASYNC110 - polling a plain set
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(a.ttl * 1.5)
-        assert leading == {"a"}  # renewals keep it; b keeps trying and failing
+        # renewals keep it: b tries again after a has renewed for twice the lease's length (a renewal every
+        # third of it), when the key a wrote at first would long have aged out without them
+        await eventually(
+            lambda: any(after >= RENEWALS_PAST_TWO_TTLS for _, after in tries),
+            within=a.ttl * 20,
+            what="b to try after a has renewed for twice the lease's length",
+        )
+        assert leading == {"a"} and all(renewed) and not any(took for took, _ in tries)
         task_a.cancel()  # a stops and releases: b takes over within one try
         leading.discard("a")
-        async with asyncio.timeout(5):
-            while leading != {"b"}:  # noqa: ASYNC110 - polling a plain set
-                await asyncio.sleep(0.05)
+        await eventually(lambda: leading == {"b"}, within=a.ttl * 20, what="b to take over")
         assert overlaps == []
         task_b.cancel()
     finally:
@@ -121,6 +155,8 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
         assert "took the scheduler lease" not in log.read_text()  # the leader is alive: standby waits
         assert all(len(placed_by(platform, j)) == 1 for j in first)
 
+        primary_log = platform.data_dir / "logs" / "scheduler.log"
+        lost_before = primary_log.read_text().count(LOST_LEASE)
         os.kill(primary, signal.SIGSTOP)  # frozen, not dead: it must not act on its old lease later
         try:
             wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 10, what="the takeover")
@@ -130,7 +166,11 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
                 assert placed_by(platform, job_id) == ["/gpuyard/scheduler/standby"]
         finally:
             os.kill(primary, signal.SIGCONT)
-        time.sleep(TTL)  # the old leader wakes up, finds its lease gone and follows
+        wait_for(  # the old leader wakes up, finds its lease gone and follows
+            lambda: primary_log.read_text().count(LOST_LEASE) > lost_before,
+            TTL * 20,
+            what="the old leader to say it lost the lease",
+        )
         third = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
         for job_id in first + second + third:
             assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -87,12 +86,16 @@ def test_an_executor_killed_while_its_jobs_run_and_end_neither_loses_nor_reruns_
         wait_for(lambda: len(list(marks.iterdir())) == 8, 10, what="every job's first line")
         [executor] = executor_processes(p.proc.pid)
 
-        os.kill(executor, signal.SIGKILL)
-        short_go.touch()  # the short jobs end while no executor runs
-        attempts = p.data_dir / "jobs"
-        exits = [attempts / job_id / "attempt-1" / "replica-0.exit" for job_id in short]
-        wait_for(lambda: all(f.exists() for f in exits), 10, what="the short jobs' exit files")
-        assert executor_processes(p.proc.pid) == []  # (`gpuyard up` restarts it after a second)
+        os.kill(p.proc.pid, signal.SIGSTOP)  # `gpuyard up` held: it restarts no executor until it goes on
+        try:
+            os.kill(executor, signal.SIGKILL)
+            short_go.touch()  # the short jobs end while no executor runs
+            attempts = p.data_dir / "jobs"
+            exits = [attempts / job_id / "attempt-1" / "replica-0.exit" for job_id in short]
+            wait_for(lambda: all(f.exists() for f in exits), 30, what="the short jobs' exit files")
+            assert executor_processes(p.proc.pid) == []
+        finally:
+            os.kill(p.proc.pid, signal.SIGCONT)
 
         def ended(job_id: str, code: int) -> None:
             done = p.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
@@ -109,13 +112,18 @@ def test_an_executor_killed_while_its_jobs_run_and_end_neither_loses_nor_reruns_
         long_go.touch()
         for job_id, code in long.items():
             ended(job_id, code)
-        time.sleep(1)
-        for job_id in [*short, *long]:
+        for job_id in [*short, *long]:  # each is over: its history is complete
             kinds = [e.event["type"].rsplit(".", 1)[1] for e in client.events(job_id)]
             assert kinds.count("started") == 1 and "requeued" not in kinds, kinds
             name = client.job(job_id).name
             assert (marks / name).read_text() == "1\n", name  # its command ran exactly once
-            output = client.logs(job_id)
-            assert f"{name} says hello" in output and f"{name} ends" in output, output
+            output = wait_for(  # (its output reaches the log store a moment after its end)
+                lambda job_id=job_id, name=name: (
+                    (text := client.logs(job_id)) and f"{name} ends" in text and text
+                ),
+                30,
+                what=f"{name}'s last line in its logs",
+            )
+            assert output.count(f"{name} says hello") == 1 and output.count(f"{name} ends") == 1, output
     finally:
         p.stop()

@@ -1,5 +1,5 @@
 """A real service process (`run_service`): one whose main task crashes answers not ready from the crash on
-and exits non-zero within seconds, even with a task that ignores cancellation, so its supervisor restarts it;
+and exits non-zero, even with a task that ignores cancellation, so its supervisor restarts it;
 one whose supervisor dies ends too, even with its event loop stuck."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import httpx
 from tests.integration.conftest import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+CRASH_LINE = "background task main crashed; stopping the service"  # (`Service._guard`)
 
 
 def readyz(port: int) -> int | None:
@@ -30,28 +30,30 @@ def service_argv(nats_url: str, tmp_path: Path, port: int) -> list[str]:
     return [*argv, "--data-dir", str(tmp_path / "data"), "--health-port", str(port)]
 
 
-def test_a_crashed_main_is_not_ready_and_exits_nonzero_within_seconds(nats_url, tmp_path):
+def test_a_crashed_main_is_not_ready_from_the_crash_on_and_exits_nonzero(nats_url, tmp_path):
     port = free_port()
     trigger = tmp_path / "crash-now"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUYARD_TEST_CRASH": str(trigger)}
-    log = (tmp_path / "service.log").open("wb")
+    output = tmp_path / "service.log"
     argv = service_argv(nats_url, tmp_path, port)
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=output.open("wb"), stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: readyz(port) == 200, 30, what="the service ready")
         trigger.touch()
-        crashed = time.monotonic()
-        answers = []
-        while proc.poll() is None and time.monotonic() - crashed < 30:
-            answers.append(readyz(port))
-            time.sleep(0.05)
-        took = time.monotonic() - crashed
-        output = (tmp_path / "service.log").read_text()
-        assert proc.returncode is not None, f"still running {took:.0f}s after its main crashed:\n{output}"
-        assert proc.returncode != 0, output
-        assert took < 10, f"exited {took:.1f}s after the crash:\n{output}"
-        assert 503 in answers and 200 not in answers[answers.index(503) :], answers
-        assert answers.count(200) <= 2, f"ready after the crash: {answers}"  # the probe may race the crash
+        answers: list[tuple[bool, int | None]] = []  # (the crash was in its log before the probe, the answer)
+
+        def exited() -> bool:
+            crash_said = CRASH_LINE in output.read_text()
+            answers.append((crash_said, readyz(port)))
+            return proc.poll() is not None
+
+        # (a generous bound: it exits at most STOP_SECONDS + 3 after the crash, whatever ignores its cancel)
+        wait_for(exited, 60, 0.05, "the service to exit after its main crashed")
+        said = output.read_text()
+        assert proc.returncode != 0, said
+        after_crash = [answer for crash_said, answer in answers if crash_said]
+        assert 503 in after_crash, answers  # not ready while it stops (its stubborn task holds it a while)
+        assert 200 not in after_crash, answers  # and never ready again
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,19 +6,16 @@ a consumer's lag against a real nats-server."""
 from __future__ import annotations
 
 import asyncio
-import json
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.up import TARGETS_FILE
 from shared.bus import Bus
-from shared.busmetrics import ConsumerLag
+from shared.busmetrics import OUTCOMES, ConsumerLag
 from shared.events import EVENTS_STREAM, JobSucceeded, make_event
 from shared.jobstate import JobState
 
 from .conftest import Platform, wait_for
+from .servicemetrics import ack_pending_of, handled, handling_count, lag_of, metrics_addresses, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -37,39 +34,8 @@ def metered(tmp_path_factory):
         p.stop()
 
 
-def scrape(address: str) -> dict[str, list]:
-    """Each family's samples, by sample name."""
-    text = httpx.get(f"http://{address}/metrics", timeout=10).raise_for_status().text
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def handled(
-    samples: dict[str, list], consumer: str, outcome: str = "ok", subject: str | None = None
-) -> float:
-    return sum(
-        s.value
-        for s in samples.get("gpuyard_bus_events_handled_total", [])
-        if s.labels["consumer"] == consumer
-        and s.labels["outcome"] == outcome
-        and subject in (None, s.labels["subject"])
-    )
-
-
-def lag_of(samples: dict[str, list], consumer: str) -> list:
-    return [
-        s
-        for s in samples.get("gpuyard_bus_consumer_pending_messages", [])
-        if s.labels["consumer"] == consumer
-    ]
-
-
 def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(metered):
-    targets = json.loads((metered.data_dir / TARGETS_FILE).read_text())
-    address = {t["labels"]["process"]: t["targets"][0] for t in targets}
+    address = metrics_addresses(metered)
     assert set(address) == {"submit", "scheduler", "executor", "executor-1", "serving"}
     assert address["submit"] == f"127.0.0.1:{metered.port}"
     assert address["serving"] == f"127.0.0.1:{metered.serving_port}"
@@ -87,36 +53,52 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
         assert info.labels["service"] == process.split("-")[0], process
         assert scrape(where)["process_resident_memory_bytes"][0].value > 0
 
-    # the scheduler's watch of job events saw each job submitted, started and ended
+    # the scheduler's watch of job events saw each job submitted, started and ended: these jobs' events are the
+    # only job events there are, and a watch sees each event of its subjects once
     followed = ("job.submitted", "job.started", "job.succeeded")
-    scheduler = wait_for(  # (the API answers from the store: the scheduler may see an end a moment later)
+    # (the API answers from the store: the scheduler may see an end a moment later, and its lag is read twice a
+    # second: it says 0 once every event of its subjects was delivered)
+    scheduler = wait_for(
         lambda: (
             (s := scrape(address["scheduler"]))
             and all(handled(s, "scheduler-jobs", subject=subject) >= JOBS for subject in followed)
+            and [lag.value for lag in lag_of(s, "scheduler-jobs")] == [0]
             and s
         ),
-        10,
-        what="the scheduler's counts of each job's events",
+        20,
+        what="the scheduler's counts of each job's events, and its lag once it has them all",
     )
-    assert handled(scheduler, "scheduler-heartbeats") > 0
-    assert scheduler["gpuyard_bus_event_handling_seconds_count"]
-    assert lag_of(scheduler, "scheduler-jobs")
+    assert {subject: handled(scheduler, "scheduler-jobs", subject=subject) for subject in followed} == {
+        subject: JOBS for subject in followed
+    }
+    every_outcome = sum(handled(scheduler, "scheduler-jobs", outcome) for outcome in OUTCOMES)
+    assert every_outcome == handled(scheduler, "scheduler-jobs") == len(followed) * JOBS  # all ok
+    assert handling_count(scheduler, "scheduler-jobs") == every_outcome  # one handling time for each
+    [jobs_lag] = lag_of(scheduler, "scheduler-jobs")
+    assert jobs_lag.labels["stream"] == EVENTS_STREAM.name
+    heartbeats = handled(scheduler, "scheduler-heartbeats", subject="node.heartbeat")
+    assert heartbeats >= 1 and handled(scheduler, "scheduler-heartbeats") == heartbeats  # the node's only
 
     # the executors share the node's placements: together they handled one per job
     def placements_handled() -> float:
         return sum(handled(scrape(address[p]), "executor-node-a", subject="job.placed") for p in EXECUTORS)
 
     wait_for(lambda: placements_handled() >= JOBS, 10, what="the executors' counts of the placements")
-    for process in EXECUTORS:  # the lag of each one's consumers, read twice a second
+    assert placements_handled() == JOBS  # each placement to one of them, once
+    # the lag of each one's consumers, read twice a second: every placement delivered and acknowledged
+    for process in EXECUTORS:
         samples = wait_for(
-            lambda process=process: (s := scrape(address[process])) and lag_of(s, "executor-node-a") and s,
-            10,
-            what=f"the lag gauges of {process}",
+            lambda process=process: (
+                (s := scrape(address[process]))
+                and [lag.value for lag in lag_of(s, "executor-node-a")] == [0]
+                and [a.value for a in ack_pending_of(s, "executor-node-a")] == [0]
+                and s
+            ),
+            20,
+            what=f"the lag gauges of {process} to say every placement was delivered and acknowledged",
         )
         [placements] = lag_of(samples, "executor-node-a")
-        assert placements.labels["stream"] == EVENTS_STREAM.name and placements.value >= 0
-        ack_pending = samples["gpuyard_bus_consumer_ack_pending_messages"]
-        assert {s.labels["consumer"] for s in ack_pending} >= {"executor-node-a"}
+        assert placements.labels["stream"] == EVENTS_STREAM.name
 
     monitor = wait_for(  # its alert rules' consumer and watches, each by its name
         lambda: (
@@ -133,8 +115,10 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
 
 def test_the_services_list_says_where_each_process_serves_its_figures(metered):
     """GET /v1/services gives each process's /metrics URL (its heartbeat's): the addresses scraped above."""
-    targets = json.loads((metered.data_dir / TARGETS_FILE).read_text())
-    scraped = [(t["labels"]["process"].split("-")[0], f"http://{t['targets'][0]}/metrics") for t in targets]
+    scraped = [
+        (process.split("-")[0], f"http://{where}/metrics")
+        for process, where in metrics_addresses(metered).items()
+    ]
     scraped.append(("monitor", f"http://127.0.0.1:{metered.monitor_port}/metrics"))
     client = metered.client()
 

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from shared.reasons import PendingCode
 from tests.integration.conftest import free_port, wait_for
 from tests.unit.serving.models import Mlp, unloadable
 
@@ -169,8 +169,12 @@ def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(plat
             "name": "after-undeploy",
         }
     ).job_id
-    time.sleep(2)  # two scheduling cycles: the replicas' shares keep it waiting
-    assert api.job(whole).state == "queued"
+    waiting = wait_for(  # the scheduler has judged it: the replicas' shares keep it waiting
+        lambda: (job := api.job(whole)).pending and job, 30, what="the scheduler's reason it waits"
+    )
+    assert waiting.state == "queued" and waiting.pending.code == PendingCode.INSUFFICIENT_GPUS, (
+        waiting.pending
+    )
     done = platform.cli("models", "undeploy", "mnist")
     assert done.returncode == 0, done.stderr
     for job in (v1_job, v2_job):
