@@ -100,6 +100,7 @@ class Lease:
     ) -> None:
         """Hold the lease for as long as this runs: try to take it, renew it, and report each change."""
         leading = False
+        standing_by = False  # said once per spell of waiting: another holder answered this one's try
         try:
             while True:
                 if leading:
@@ -112,11 +113,17 @@ class Lease:
                         log.warning("lost the %s lease", self.name)
                         await on_lost()
                 else:
+                    answered = False
                     with contextlib.suppress(Exception):
                         leading = await asyncio.wait_for(self.acquire(), self.ttl / 3)
+                        answered = True
                     if leading:
+                        standing_by = False
                         log.info("took the %s lease as %s", self.name, self.holder)
                         await on_gained()
+                    elif answered and not standing_by:
+                        standing_by = True
+                        log.info("the %s lease is held by another: %s stands by", self.name, self.holder)
                 await asyncio.sleep(self.ttl / 3)
         finally:
             await self.release()

@@ -152,7 +152,11 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
         first = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
         for job_id in first:
             assert platform.wait_state(job_id, {"succeeded"}, timeout=40).state == "succeeded"
-        assert "took the scheduler lease" not in log.read_text()  # the leader is alive: standby waits
+        # the leader is alive: the standby tried the lease, found it held, and waits
+        wait_for(
+            lambda: "lease is held by another" in log.read_text(), TTL * 10, what="the standby's first try"
+        )
+        assert "took the scheduler lease" not in log.read_text()
         assert all(len(placed_by(platform, j)) == 1 for j in first)
 
         primary_log = platform.data_dir / "logs" / "scheduler.log"
