@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard import backup, busconfig
-from gpuyard.client import Client, ClientError
+from gpuyard import backup, busconfig, contexts
+from gpuyard.client import CHOSEN_CONTEXT, Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.top import run_top
 from gpuyard.up import UpOptions, run_up
@@ -33,7 +33,7 @@ from shared import why
 from shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
 from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
-from shared.settings import CommonSettings
+from shared.settings import ClientSettings, CommonSettings
 from shared.units import format_duration
 from shared.usage import CSV_COLUMNS
 from shared.version import VERSION
@@ -64,11 +64,11 @@ def _gpus(job: JobOut) -> str:
     return f"{replicas}×{per:g}" if replicas > 1 else f"{per:g}"
 
 
-def _print_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
+def _print_json(data: BaseModel | Sequence[BaseModel | dict[str, Any]] | dict[str, Any]) -> None:
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
     elif isinstance(data, Sequence):
-        data = [item.model_dump(mode="json") for item in data]
+        data = [item.model_dump(mode="json") if isinstance(item, BaseModel) else item for item in data]
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -782,6 +782,66 @@ def cmd_bus_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_context_ls(args: argparse.Namespace) -> int:
+    saved = contexts.load()
+    if args.json:
+        _print_json(
+            [
+                {
+                    "name": c.name,
+                    "server": c.server,
+                    "data_dir": c.data_dir or None,
+                    "current": c.name == saved.current,
+                }
+                for c in saved.entries.values()
+            ]
+        )
+        return 0
+    if not saved.entries:
+        out.print(
+            f"no contexts in {contexts.config_path()}: `gpuyard up` saves one for each platform it runs"
+        )
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for col in ("CURRENT", "NAME", "SERVER", "DATA DIR"):
+        table.add_column(col, no_wrap=True)
+    for c in saved.entries.values():
+        table.add_row("*" if c.name == saved.current else "", c.name, c.server, c.data_dir or "(unknown)")
+    out.print(table)
+    chosen = ClientSettings().context
+    if chosen and chosen != saved.current:
+        out.print(f"GPUYARD_CONTEXT picks {chosen!r} for the commands of this shell")
+    return 0
+
+
+def cmd_context_use(args: argparse.Namespace) -> int:
+    with contexts.editing() as saved:
+        chosen = _context(saved, args.name)
+        saved.current = chosen.name
+    out.print(f"now talking to {chosen.server} (context {chosen.name!r})")
+    return 0
+
+
+def cmd_context_rm(args: argparse.Namespace) -> int:
+    with contexts.editing() as saved:
+        gone = saved.entries.pop(_context(saved, args.name).name)
+        if saved.current == gone.name:
+            saved.current = None
+    out.print(
+        f"forgot context {gone.name!r} ({gone.server}); its token stays valid on its platform until the next "
+        "`gpuyard up` there replaces it"
+        + ("; no context is current now: `gpuyard context use NAME`" if saved.current is None else "")
+    )
+    return 0
+
+
+def _context(saved: contexts.Contexts, name: str) -> contexts.Context:
+    try:
+        return saved.pick(name)
+    except contexts.ContextError as exc:
+        raise CliError(str(exc)) from None
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     try:
         done = backup.restore(Path(args.archive), Path(args.data_dir))
@@ -801,8 +861,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", help="API URL (default: GPUYARD_SERVER, or what `gpuyard up` saved)")
-    common.add_argument("--token", help="bearer token (default: GPUYARD_TOKEN, or what `gpuyard up` saved)")
+    common.add_argument(
+        "--context",
+        metavar="NAME",
+        help="the platform to talk to, as `gpuyard context ls` lists them (default: GPUYARD_CONTEXT, else the "
+        "current one)",
+    )
+    common.add_argument("--server", help="API URL (default: GPUYARD_SERVER, else the context's)")
+    common.add_argument("--token", help="bearer token (default: GPUYARD_TOKEN, else the context's)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(prog="gpuyard", description="GPUYARD: a GPU training platform.")
@@ -996,6 +1062,23 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--json", action="store_true", help="machine-readable output")
     load.set_defaults(func=cmd_restore)
 
+    context = sub.add_parser(
+        "context",
+        help="the platforms this CLI knows (one context each, saved by `gpuyard up`) and the current one",
+    )
+    context_sub = context.add_subparsers(dest="action", required=True, metavar="ACTION")
+    context_ls = context_sub.add_parser(
+        "ls", help="each context: name, server, data dir; * marks the current one"
+    )
+    context_ls.add_argument("--json", action="store_true", help="machine-readable output")
+    context_ls.set_defaults(func=cmd_context_ls)
+    use = context_sub.add_parser("use", help="make a context the current one: commands talk to its platform")
+    use.add_argument("name", metavar="NAME")
+    use.set_defaults(func=cmd_context_use)
+    forget = context_sub.add_parser("rm", help="forget a context (its platform and token stay as they are)")
+    forget.add_argument("name", metavar="NAME")
+    forget.set_defaults(func=cmd_context_rm)
+
     sub.add_parser(  # listed here for `gpuyard --help`; main() hands `gpuyard sim ARGS` to the simulator
         "sim",
         help="replay a trace through the scheduler, one result row per policy (gpuyard sim --help)",
@@ -1009,6 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sim"]:
         return run_sim(argv[1:])
     args = build_parser().parse_args(argv)
+    chosen = CHOSEN_CONTEXT.set(getattr(args, "context", None))  # (for the clients this command makes)
     try:
         return args.func(args)
     except (CliError, ClientError) as exc:
@@ -1023,6 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        CHOSEN_CONTEXT.reset(chosen)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from gpuyard import contexts
+from gpuyard.contexts import Context, ContextError
 from shared.api import (
     AlertListOut,
     CancelOut,
@@ -41,6 +43,9 @@ from shared.jobstate import JobState
 from shared.settings import ClientSettings
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+CHOSEN_CONTEXT: ContextVar[str | None] = ContextVar("chosen_context", default=None)
+"""The context the CLI's `--context` names, for the clients of the command it runs (made with a server and a
+token only); None: GPUYARD_CONTEXT's, else the current one."""
 
 
 class ClientError(Exception):
@@ -48,23 +53,7 @@ class ClientError(Exception):
 
 
 def config_dir() -> Path:
-    return ClientSettings().config_dir
-
-
-def saved_config() -> dict[str, str]:
-    path = config_dir() / "config.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def save_config(server: str, token: str) -> Path:
-    path = config_dir() / "config.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"server": server, "token": token}, indent=2))
-    path.chmod(0o600)
-    return path
+    return contexts.config_dir()
 
 
 def new_idempotency_key() -> str:
@@ -108,14 +97,30 @@ class Client:
         token: str | None = None,
         timeout: float = 30,
         *,
+        context: str | None = None,
         retries: int = RETRIES,
         on_retry: Callable[[str, float], None] | None = None,
     ):
         """`retries`: how many more times a request that got no answer, or a 429/5xx answer worth repeating,
-        is sent (see `request`); `on_retry(why, seconds)` is told before each wait."""
-        saved, env = saved_config(), ClientSettings()
-        self.server = (server or env.server or saved.get("server") or DEFAULT_SERVER).rstrip("/")
-        self.token = token or env.token or saved.get("token")
+        is sent (see `request`); `on_retry(why, seconds)` is told before each wait. The server and the token:
+        those given, else GPUYARD_SERVER and GPUYARD_TOKEN, else those of the context (`context`, else the
+        CLI's --context, else GPUYARD_CONTEXT, else the current one), else the default server."""
+        env = ClientSettings()
+        saved, chosen = contexts.Contexts(), None
+        if not (server and token):  # (given both, no context matters: `gpuyard up`'s own clients)
+            try:
+                saved = contexts.load(env.config_dir)
+                chosen = saved.pick(context or CHOSEN_CONTEXT.get() or env.context or None)
+            except ContextError as exc:
+                raise ClientError(str(exc)) from None
+        self.server = (server or env.server or (chosen and chosen.server) or DEFAULT_SERVER).rstrip("/")
+        self.token = token or env.token or (chosen and chosen.token) or None
+        self.origin = "GPUYARD_SERVER" if env.server and not server else ""
+        self.context: Context | None = None if server or env.server else chosen
+        """The context whose server this client talks to (for errors: which platform it tried)."""
+        self.known_contexts = len(saved.entries)
+        self.token_of = chosen.name if chosen and not (token or env.token) and chosen.token else None
+        """The context whose token this client sends, if any (for a refusal: whose token it was)."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
         self.retries = retries
@@ -139,9 +144,7 @@ class Client:
                 response = self.http.request(method, path, **kwargs)
             except httpx.ConnectError:
                 if last:
-                    raise ClientError(
-                        f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?"
-                    ) from None
+                    raise ClientError(self.unreachable()) from None
                 self._wait(f"cannot reach {self.server}", wait)
                 continue
             except httpx.HTTPError as exc:
@@ -158,6 +161,22 @@ class Client:
             return self._answer(response)
         raise AssertionError("unreachable")
 
+    def unreachable(self) -> str:
+        """The one line said when the server cannot be reached: which one, whence, and how to pick another."""
+        where = f"cannot reach GPUYARD at {self.server}"
+        if self.context is not None:
+            return (
+                f"{where}, the server of context {self.context.name!r}: is its `gpuyard up` running? "
+                "`gpuyard context ls` lists the platforms this CLI knows, `gpuyard context use NAME` switches"
+            )
+        if self.origin:
+            return f"{where} ({self.origin}): is `gpuyard up` running?"
+        if self.known_contexts:
+            return (
+                f"{where}: is `gpuyard up` running? `gpuyard context ls` lists the platforms this CLI knows"
+            )
+        return f"{where}: is `gpuyard up` running?"
+
     def _wait(self, why: str, seconds: float) -> None:
         if self.on_retry is not None:
             self.on_retry(why, seconds)
@@ -165,7 +184,10 @@ class Client:
 
     def _answer(self, response: httpx.Response) -> Any:
         if response.status_code == 401:
-            raise ClientError(f"not authorised ({_detail(response)}); pass --token or set GPUYARD_TOKEN")
+            whose = f" (the token of context {self.token_of!r})" if self.token_of else ""
+            raise ClientError(
+                f"not authorised ({_detail(response)}){whose}; pass --token or set GPUYARD_TOKEN"
+            )
         if response.status_code >= 400:
             asked = retry_after(response)
             later = f"; retry after {asked:g} s" if asked is not None else ""
@@ -281,7 +303,7 @@ class Client:
                     raise ClientError(f"{_detail(response)} (HTTP {response.status_code})")
                 yield from response.iter_bytes()
         except httpx.ConnectError:
-            raise ClientError(f"cannot reach GPUYARD at {self.server}: is `gpuyard up` running?") from None
+            raise ClientError(self.unreachable()) from None
 
     # ------------------------------------------------------------------ models (docs/models.md)
 

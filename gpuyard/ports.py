@@ -1,5 +1,7 @@
-"""Free TCP ports picked ahead of the process that will bind them: `gpuyard up`'s service /metrics ports, and
-the test suite's and benchmarks' platforms.
+"""TCP ports ahead of the processes that will bind them: free ones picked for `gpuyard up`'s service /metrics
+and health ports and for the test suite's and benchmarks' platforms; and the check `gpuyard up` makes of every
+port it will have bound before it starts anything (`conflict`), so that a port in use is one line at once, not a
+service crash-looping behind a banner that says the platform is up.
 
 A port picked by binding port 0 comes from the kernel's ephemeral range, where any socket bound to port 0 in
 the meantime (a service's health endpoint, an outgoing connection) may take it before its owner binds it: a
@@ -12,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+ANY_ADDRESS = ("0.0.0.0", "::", "")
 LOWEST = 10_000
 """The lowest port picked (below it, the well-known and registered services' usual ports)."""
 
@@ -59,3 +64,39 @@ def port_free(host: str, port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A port a process of the platform will listen on, and what to tell the user when it cannot."""
+
+    what: str
+    """What listens there: `the API`, `the health endpoints of executor-1`."""
+    host: str
+    port: int
+    source: str
+    """What set it: `gpuyard up`'s flag (`--serving-port`), a variable (`GPUYARD_HEALTH_PORT`), or `gpuyard up`
+    itself (`a port gpuyard up picked`)."""
+    remedy: str
+    """What the user can do about it: `pass --serving-port`."""
+
+
+def _overlap(a: Wanted, b: Wanted) -> bool:
+    """Whether both cannot listen at once: one port on one address, or on every address and one of them."""
+    return a.port == b.port and (a.host == b.host or a.host in ANY_ADDRESS or b.host in ANY_ADDRESS)
+
+
+def conflict(wanted: Sequence[Wanted]) -> str | None:
+    """Why the ports `wanted` cannot all be bound now, as the one line to show: two of them on one port, or
+    one in use by another process; None when every one of them is free."""
+    for i, a in enumerate(wanted):
+        for b in wanted[i + 1 :]:
+            if not _overlap(a, b):
+                continue
+            if a.source == b.source:
+                return f"{a.source} is {a.port} for both {a.what} and {b.what}: {a.remedy}"
+            return f"{a.source} and {b.source} are both {a.port}: {a.what} and {b.what} need a port each"
+    for w in wanted:
+        if not port_free(w.host, w.port):
+            return f"port {w.port} for {w.what} is in use on {w.host}: stop what uses it or {w.remedy}"
+    return None

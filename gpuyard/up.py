@@ -27,16 +27,17 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
+from gpuyard import contexts
 from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
-from gpuyard.client import Client, save_config, saved_config
-from gpuyard.ports import free_ports, port_free
+from gpuyard.client import Client
+from gpuyard.ports import Wanted, conflict, free_ports, port_free
 from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
@@ -54,7 +55,7 @@ from shared.settings import (
     settings_from_argv,
 )
 from shared.settingsdocs import default_text, env_name, flag_name
-from shared.tokens import TokenRefused, Tokens
+from shared.tokens import Tokens, TokensFixed
 from shared.version import VERSION
 
 SERVICES: dict[str, type[CommonSettings]] = {  # in start order
@@ -340,6 +341,9 @@ SETTING_FLAGS: dict[str, tuple[type[CommonSettings], str]] = {
 }
 UP_NOTES = {"--host": "The embedded NATS server listens there too."}
 DEFAULT_NATS_PORT = 4222
+HIGHEST_PORT = 65535
+PICKED = "a port `gpuyard up` picked"
+PICKED_REMEDY = "start it again (the port was free when it was picked)"
 
 
 def default_executors() -> int:
@@ -432,6 +436,8 @@ class Plan:
     children: list[Child]
     settings: dict[str, CommonSettings]
     """By child name, read exactly as the child will: its flags over this environment."""
+    ports: list[Wanted] = field(default_factory=list)
+    """Every port its processes will listen on (`wanted_ports`), checked before anything starts."""
 
     @property
     def submit(self) -> SubmitSettings:
@@ -466,6 +472,7 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     """The services' processes, in start order (one of each, `executors` executors), with their settings.
     `env` is what each process gets: this process's environment (plus what changes no setting), so the settings
     read here from it are theirs. A bad setting ends `gpuyard up` with one line before anything starts."""
+    check_port_flags(opts)
     api = settings_from_argv(SubmitSettings, settings_flags(SubmitSettings, opts.given), "gpuyard up")
     data_dir = api.data_dir.expanduser().resolve()
     decided = {
@@ -510,7 +517,69 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
         c.name: settings_from_argv(SERVICES[c.service or c.name], c.argv[3:], f"gpuyard up: {c.name}")
         for c in children
     }
-    return Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
+    platform = Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
+    platform.ports = wanted_ports(platform, opts, env)
+    return platform
+
+
+def check_port_flags(opts: UpOptions) -> None:
+    """`gpuyard up`'s own port flags (the others are settings, checked as each service checks them)."""
+    if not 1 <= opts.nats_port <= HIGHEST_PORT:
+        raise SystemExit(f"--nats-port {opts.nats_port} is not a port: 1 to {HIGHEST_PORT}")
+    first, count = opts.service_metrics_port, 1 + max(opts.executors, 1)
+    if first is not None and not 1 <= first <= HIGHEST_PORT - count + 1:
+        raise SystemExit(
+            f"--service-metrics-port {first} is not a port for {count} processes: 1 to {HIGHEST_PORT - count + 1}"
+        )
+
+
+def wanted_ports(platform: Plan, opts: UpOptions, env: dict[str, str]) -> list[Wanted]:
+    """Every port the platform's processes will listen on, with what sets it: the API's, NATS', serving's and
+    the monitor's, then each process's own /metrics and health ports (those that name 0, any free port, bind
+    whatever is free and are left out)."""
+    s = platform.settings
+    api, serving = s["submit"], s["serving"]
+    wanted = [
+        Wanted("the API", api.submit_host, api.submit_port, "--port", "pass --port"),
+        Wanted("NATS", platform.nats_host, platform.nats_port, "--nats-port", "pass --nats-port"),
+        Wanted(
+            "the serving API",
+            serving.serving_host,
+            serving.serving_port,
+            "--serving-port",
+            "pass --serving-port",
+        ),
+    ]
+    monitor = s["monitor"]
+    if monitor.metrics_port:  # (0: any free port)
+        what = "the monitor's /metrics"
+        wanted.append(
+            Wanted(what, monitor.metrics_host, monitor.metrics_port, "--monitor-port", "pass --monitor-port")
+        )
+    for c in platform.children:
+        own = s[c.name]
+        if own.service_metrics_port:
+            if (c.service or c.name) not in OWN_METRICS:  # only the variable gives it one
+                source = env_name("service_metrics_port")
+                remedy = f"unset {source} (the APIs and the monitor serve their figures on their own port)"
+            elif opts.service_metrics_port is not None:
+                source, remedy = "--service-metrics-port", "pass another --service-metrics-port"
+            else:
+                source, remedy = PICKED, PICKED_REMEDY
+            what = f"the /metrics of {c.name}"
+            wanted.append(Wanted(what, own.service_metrics_host, own.service_metrics_port, source, remedy))
+    for c in platform.children:
+        own = s[c.name]
+        if own.health_port:
+            if env_name("health_port") in env:
+                source = env_name("health_port")
+                remedy = f"unset {source}: `gpuyard up` gives each process a port of its own"
+            else:
+                source, remedy = PICKED, PICKED_REMEDY
+            wanted.append(
+                Wanted(f"the health endpoints of {c.name}", own.health_host, own.health_port, source, remedy)
+            )
+    return wanted
 
 
 def named_ports(opts: UpOptions, api: SubmitSettings) -> frozenset[int]:
@@ -576,17 +645,62 @@ def dashboard_origins(host: str, port: int) -> str:
     return ",".join(f"http://{name}:{port}" for name in names)
 
 
-def ensure_admin_token(data_dir: Path, saved: str | None) -> tuple[Path, str]:
-    """The admin token saved for the CLI when the tokens file still takes it, else a new one (the file keeps
-    tokens hashed: one it holds cannot be shown again)."""
-    path = data_dir / TOKENS_FILE
-    tokens = Tokens(path)
-    if saved and path.exists():
-        with contextlib.suppress(TokenRefused):
-            if tokens.authenticate(saved).admin:
-                return path, saved
-    admin, _ = tokens.create(tenant="default", user="admin", admin=True)
-    return path, admin
+def ensure_admin_token(data_dir: Path, saved: Sequence[str]) -> tuple[str, bool]:
+    """The data dir's admin token for the CLI, and whether it is new: the first of the tokens the CLI saved
+    (`saved`, this data dir's context's first) that its tokens file still takes as an admin's, else a new one;
+    the one before it, if any, is revoked (`Tokens.keep_up_admin`)."""
+    try:
+        return Tokens(data_dir / TOKENS_FILE).keep_up_admin(saved)
+    except TokensFixed as exc:
+        raise SystemExit(f"the admin token: {exc}") from None
+
+
+def save_context(data_dir: Path, server: str, token: str) -> tuple[contexts.Context, Path]:
+    """The CLI's context of `data_dir` names `server` and `token` and is current (gpuyard/contexts.py)."""
+    try:
+        with contexts.editing() as saved:
+            context = saved.record(data_dir, server, token)
+    except OSError as exc:
+        raise SystemExit(f"the CLI's contexts cannot be saved in {contexts.config_path()}: {exc}") from None
+    return context, contexts.config_path()
+
+
+def job_rights(root: bool, job_users: str) -> list[str]:
+    """The banner's lines on whose rights jobs run with: the platform's own (not root, or tenants that
+    GPUYARD_JOB_USERS maps to `platform`: then root's), else unprivileged users'."""
+    if not root:
+        return [
+            "  [bold yellow]jobs share this platform's rights[/]: they run as its own user and can read its data "
+            "dir (tokens, event store, other jobs' logs); run it as root to run jobs as unprivileged users "
+            "(GPUYARD_JOB_USERS)"
+        ]
+    pairs = [
+        [part.strip() for part in item.partition("=")[::2]] for item in job_users.split(",") if "=" in item
+    ]
+    own = [tenant for tenant, user in pairs if user == "platform"]
+    lines = []
+    if "*" in own:
+        others = [tenant for tenant, user in pairs if user != "platform"]
+        who = f"jobs of every tenant but {', '.join(others)}" if others else "jobs"
+        demo = " (as `make demo` sets it)" if job_users.replace(" ", "") == "*=platform" else ""
+        lines.append(
+            f"  [bold yellow]{who} run as root[/], this platform's own user: GPUYARD_JOB_USERS="
+            f"{escape(job_users)!r}{demo} gives them its rights, over its data dir and the whole machine; unset "
+            "it to run each tenant's jobs as an unprivileged user of its own"
+        )
+        if not others:
+            return lines
+    elif own:
+        lines.append(
+            f"  [bold yellow]jobs of {', '.join(own)} run as root[/], with this platform's rights "
+            "(`platform` in GPUYARD_JOB_USERS); the other tenants' run as unprivileged users"
+        )
+    else:
+        lines.append("  jobs        run as unprivileged users, one per tenant (GPUYARD_JOB_USERS)")
+    if (closed := unreachable_to_others(Path(sys.executable))) is not None:
+        warning = PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed)
+        lines.append(f"  [bold yellow]{warning}[/]")
+    return lines
 
 
 async def wait_until(check, within: float, what: str) -> None:
@@ -610,31 +724,19 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"another `gpuyard up` is already running on {data_dir}") from None
-    if api_port == nats_port:
-        raise SystemExit(f"--port and --nats-port are both {api_port}: the API and NATS need a port each")
-    for what, port, flag in (("the API", api_port, "--port"), ("NATS", nats_port, "--nats-port")):
-        if not port_free(host, port):
-            raise SystemExit(f"port {port} for {what} is in use on {host}: stop what uses it or pass {flag}")
-    if opts.service_metrics_port is not None:
-        for c in platform.children:
-            s = platform.settings[c.name]
-            if (c.service or c.name) in OWN_METRICS and not port_free(
-                s.service_metrics_host, s.service_metrics_port
-            ):
-                raise SystemExit(
-                    f"port {s.service_metrics_port} for the /metrics of {c.name} is in use on "
-                    f"{s.service_metrics_host}: stop what uses it or pass another --service-metrics-port"
-                )
+    # Every port, before anything starts: one line now, not a service crash-looping behind the banner.
+    if (problem := conflict(platform.ports)) is not None:
+        raise SystemExit(problem)
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     log_dir.chmod(0o700)
-    _, admin_token = ensure_admin_token(data_dir, saved_config().get("token"))
+    admin_token, _ = ensure_admin_token(data_dir, contexts.load().saved_tokens(data_dir))
     try:  # signs jobs' publish tokens: the submit service and the executors read it (docs/models.md)
         ensure_secret(secret_path(data_dir, platform.submit.publish_secret_file))
     except (OSError, JobTokenError) as exc:
         raise SystemExit(f"the publish secret: {exc}") from None
     server_url = f"http://{host}:{api_port}"
-    config_path = save_config(server_url, admin_token)
+    context, config_path = save_context(data_dir, server_url, admin_token)
     targets_path = write_metrics_targets(platform)
 
     logging.getLogger("shared.bus").setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
@@ -680,24 +782,15 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             f"\n[bold green]GPUYARD is up.[/] API {server_url} (OpenAPI at {server_url}/docs)",
             f"  dashboard   {server_url}/  (log in with the admin token below)",
             f"  data dir    {data_dir}",
-            f"  admin token {admin_token}  (saved for the CLI in {config_path})",
+            f"  admin token {admin_token}  (saved for the CLI in {config_path} as context {context.name!r}, now "
+            "the current one; `gpuyard context ls` lists every context)",
             f"  scheduler   policy {platform.settings['scheduler'].policy}",
         ]
         executor = platform.executor
         if executor.simulate_gpus:
             lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
         lines.append(f"  metrics     {metrics_line(platform)}  (Prometheus file_sd: {targets_path})")
-        if os.geteuid() != 0 or "=platform" in executor.job_users.replace(" ", ""):
-            lines.append(
-                "  [bold yellow]jobs share this platform's rights[/]: they run as its own user and can read "
-                "its data dir (tokens, event store, other jobs' logs); run it as root to run jobs as "
-                "unprivileged users (GPUYARD_JOB_USERS)"
-            )
-        else:
-            lines.append("  jobs        run as unprivileged users, one per tenant (GPUYARD_JOB_USERS)")
-            if (closed := unreachable_to_others(Path(sys.executable))) is not None:
-                warning = PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed)
-                lines.append(f"  [bold yellow]{warning}[/]")
+        lines += job_rights(os.geteuid() == 0, executor.job_users)
         cli = cli_command()
         lines.append(
             f"  Try: {cli} submit examples/hello.yaml --follow  ·  {cli} ps  ·  Ctrl-C stops everything\n"

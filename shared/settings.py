@@ -87,6 +87,10 @@ def _comma_list(value: object) -> object:
 KeepFor = Annotated[float, BeforeValidator(_keep_for)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]  # '7d', '12h' or a number of seconds
 Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
+Port = Annotated[int, Field(ge=1, le=65535)]
+"""A TCP port to listen on: a bad one (99999, -1) is refused at start, never wrapped into some other port."""
+PortOrAny = Annotated[int, Field(ge=0, le=65535)]
+"""A TCP port, or 0 where the setting's description says that it picks any free one."""
 
 
 EXIT_REFUSED = 2
@@ -142,7 +146,7 @@ class CommonSettings(BaseSettings):
         description="This process's name in events and heartbeats (default: hostname-pid).",
     )
     health_host: str = Field("127.0.0.1", description="Address of /healthz and /readyz.")
-    health_port: int = Field(
+    health_port: PortOrAny = Field(
         0,
         description="Port of /healthz and /readyz; 0 picks a free one. `gpuyard up` gives each process its own, "
         "below the kernel's ephemeral range (where a port bound to 0 could take one the user chose), unless "
@@ -197,9 +201,8 @@ class CommonSettings(BaseSettings):
     service_metrics_host: str = Field(
         "127.0.0.1", description="Address of the service's own Prometheus /metrics (service_metrics_port)."
     )
-    service_metrics_port: int | None = Field(
+    service_metrics_port: PortOrAny | None = Field(
         None,
-        ge=0,
         description="Port of the service's own Prometheus /metrics: its process figures and what its bus "
         'consumers handle (docs/operations.md, "Metrics of each service"); 0 picks a free one; not set: no '
         "port of its own (the submit API, the serving API and the monitor's /metrics serve them too). "
@@ -235,7 +238,7 @@ class SubmitSettings(CommonSettings):
     submit_host: str = Field(
         "127.0.0.1", description="Address the API listens on; another than loopback needs tokens."
     )
-    submit_port: int = Field(8080, description="Port of the API.")
+    submit_port: Port = Field(8080, description="Port of the API.")
     store_durable_commits: bool = Field(
         True, description="As for every service, on here: a job is accepted (202) once it is on disk."
     )
@@ -478,7 +481,7 @@ class MonitorSettings(CommonSettings):
         "changed are read): the holders of the node's GPUs and the platform figures of /metrics.",
     )
     metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
-    metrics_port: int = Field(
+    metrics_port: PortOrAny = Field(
         9400,
         description="Port of the Prometheus /metrics endpoint (the DCGM exporter's); 0 picks a free one.",
     )
@@ -558,7 +561,7 @@ class ServingSettings(CommonSettings):
     sessions) and answers the Open Inference Protocol (docs/serving.md)."""
 
     serving_host: str = Field("127.0.0.1", description="Address the serving API listens on.")
-    serving_port: int = Field(8000, description="Port of the serving API, Triton's HTTP port.")
+    serving_port: Port = Field(8000, description="Port of the serving API, Triton's HTTP port.")
     serving_advertise: str = Field(
         "",
         description="The serving API's URL as the other nodes' serving services reach it (`model.ready`'s "
@@ -621,17 +624,24 @@ class ClientSettings(BaseSettings):
 
     server: str = Field(
         "",
-        description="URL of the submit API (default: what `gpuyard up` saved, else http://127.0.0.1:8080).",
+        description="URL of the submit API, over the context's (default: the context's, else "
+        "http://127.0.0.1:8080).",
     )
-    token: str = Field("", description="Bearer token (default: what `gpuyard up` saved).")
+    token: str = Field("", description="Bearer token, over the context's (default: the context's).")
     publish_token: str = Field(
         "",
         description="Set by the executor in a job's environment, never by hand: the job's token for "
         "`gpuyard.publish_model` (`POST /v1/models` only; see docs/models.md).",
     )
+    context: str = Field(
+        "",
+        description="The context (a platform `gpuyard up` saved: `gpuyard context ls`) whose server and token "
+        "commands use, as `--context`; default: the current one (`gpuyard context use`).",
+    )
     config_dir: Path = Field(
         default_factory=lambda: Path.home() / ".config" / "gpuyard",
-        description="Where `gpuyard up` saves the server URL and admin token for the CLI (config.json).",
+        description="Where `gpuyard up` saves each platform's context for the CLI (config.json): its server URL, "
+        "admin token and data dir.",
     )
 
 

@@ -106,7 +106,8 @@ TABLES = (
     Table("Model serving", "`python -m services.serving`", ServingSettings, skip=COMMON),
     Table(
         "The `gpuyard` CLI",
-        "Variables only; `--server` and `--token` of each command come before them.",
+        "Variables only; each command's `--server` and `--token` come before them, and its `--context` before "
+        "`GPUYARD_CONTEXT`.",
         ClientSettings,
         flags=False,
     ),

@@ -5,7 +5,8 @@ File format (JSON or YAML):
   {"tokens": {"sha256:<hex of the token's SHA-256>": {"id": "...", "tenant": "vision", "user": "ana",
    "admin": false, "created": "...", "expires": null}}}
 A key without the "sha256:" prefix is a plain token (the format before tokens were hashed, or one written by
-hand): it counts as its hash, and the next write stores its hash instead.
+hand): it counts as its hash, and the next write stores its hash instead. The admin token `gpuyard up` keeps for
+its data dir's CLI is marked `"minted_by": "gpuyard up"`: one at a time (`Tokens.keep_up_admin`).
 Inline form (GPUYARD_TOKENS): "token=tenant[:user][:admin],token2=tenant2"; those are fixed by the settings.
 """
 
@@ -19,7 +20,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 HASH_PREFIX = "sha256:"
 UNKNOWN = "unknown or revoked token"
+UP_MINTED = "gpuyard up"
+"""`TokenEntry.minted_by` of the admin token that `gpuyard up` keeps for its data dir's CLI."""
 
 
 class Principal(BaseModel):
@@ -57,6 +60,8 @@ class TokenEntry(Principal):
     expires: datetime | None = None
     inline: bool = False
     """Set by GPUYARD_TOKENS (the settings), not in the file: not revocable here."""
+    minted_by: str = ""
+    """`gpuyard up` (UP_MINTED) for the admin token it keeps for the CLI; empty for every other token."""
 
     def expired(self, now: datetime) -> bool:
         return self.expires is not None and now >= self.expires
@@ -138,13 +143,19 @@ def write_tokens_file(path: Path, table: dict[str, TokenEntry]) -> None:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # one left by an earlier try may have other permissions
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)  # never readable by others
-    stored = {h: e.model_dump(mode="json", exclude={"inline"}) for h, e in table.items() if not e.inline}
+    stored = {h: _stored(e) for h, e in table.items() if not e.inline}
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"tokens": stored}, indent=2))
     with contextlib.suppress(FileNotFoundError):
         mtime = max(time.time_ns(), os.stat(path).st_mtime_ns + 1)
         os.utime(tmp, ns=(mtime, mtime))
     tmp.replace(path)
+
+
+def _stored(entry: TokenEntry) -> dict:
+    """An entry as the file keeps it: `minted_by` only where it is set (the one token of `gpuyard up`)."""
+    exclude = {"inline"} if entry.minted_by else {"inline", "minted_by"}
+    return entry.model_dump(mode="json", exclude=exclude)
 
 
 class Tokens:
@@ -245,3 +256,27 @@ class Tokens:
         with self._editing() as table:
             key = next((h for h, e in table.items() if e.id == token_id), None)
             return table.pop(key) if key is not None else None
+
+    def keep_up_admin(self, saved: Sequence[str]) -> tuple[str, bool]:
+        """The admin token `gpuyard up` keeps for this file's platform, and whether it is new: the first of
+        `saved` (the tokens the CLI saved, this data dir's first) that the file takes as a valid admin's, else a
+        new one (the file keeps hashes: a token it holds cannot be shown again). Either way it is the one token
+        marked UP_MINTED: any other so marked (one whose saved copy was lost, expired or revoked) is revoked, so
+        that restarts never pile up admin tokens that never expire."""
+        now = datetime.now(UTC)
+        with self._editing() as table:
+            kept = next((t for t in saved if t and self._admin_now(table.get(token_hash(t)), now)), None)
+            token = kept or new_token()
+            key = token_hash(token)
+            entry = table.get(key) or TokenEntry(
+                id=new_id(), tenant="default", user="admin", admin=True, created=now
+            )
+            for other in [h for h, e in table.items() if e.minted_by == UP_MINTED and h != key]:
+                log.info("revoking token %s, an earlier admin token of `gpuyard up`", table[other].id)
+                del table[other]
+            table[key] = entry.model_copy(update={"minted_by": UP_MINTED})
+        return token, kept is None
+
+    @staticmethod
+    def _admin_now(entry: TokenEntry | None, now: datetime) -> bool:
+        return entry is not None and entry.admin and not entry.expired(now)

@@ -41,10 +41,10 @@ def demo(tmp_path):
     bin_dir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUYARD_", "XDG_"))}
     env.update(HOME=str(home), PATH=":".join(p for p in env["PATH"].split(":") if p != bin_dir))
-    port, nats_port = free_ports(2)
+    port, nats_port, monitor_port = free_ports(3)  # (serving keeps 8000: the README's infer.py asks it there)
     log = (tmp_path / "demo.log").open("w+")
     make = subprocess.Popen(
-        ["make", "demo", f"PORT={port}", f"NATS_PORT={nats_port}"],
+        ["make", "demo", f"PORT={port}", f"NATS_PORT={nats_port}", f"MONITOR_PORT={monitor_port}"],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -64,7 +64,9 @@ def demo(tmp_path):
     assert "Stopped; no process left behind." in (tmp_path / "demo.log").read_text()
 
 
-def run(line: str, env: dict, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(line: str, env: dict, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """A README line in a shell; the deadline only catches a hang (the simulator's three policies took over
+    300 s on two busy cores)."""
     return subprocess.run(line, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -72,12 +74,17 @@ def test_every_quick_start_command_works_as_typed(demo):
     env, shell, demo_log = demo
     text = demo_log.read_text()
     assert "GPUYARD is up." in text and "hello from replica 0 of 2" in text
+    assert "as context 'default', now the current one" in text  # (its home's default data dir)
+    assert "run it as root" not in text or os.geteuid() != 0  # the banner speaks to whoever runs it
     commands = lines(BLOCKS[1])
     assert commands[0] == ".venv/bin/gpuyard submit examples/hello.yaml --follow"
     job_id = None
     for line in commands:
-        if "cancel JOB_ID" in line:  # a job that runs, to cancel: the README's first example again
-            submitted = run(".venv/bin/gpuyard submit examples/hello.yaml", env, shell)
+        if (
+            "cancel JOB_ID" in line
+        ):  # a job that runs until it is cancelled (hello.yaml's 2 s could end first)
+            (shell / "waits.yaml").write_text("name: waits\ncommand: sleep 600\nresources: {gpus: 1}\n")
+            submitted = run(".venv/bin/gpuyard submit waits.yaml", env, shell)
             line = line.replace("JOB_ID", submitted.stdout.split("submitted job ")[1].split()[0])
         result = run(line.replace("JOB_ID", job_id or "JOB_ID"), env, shell)
         said = result.stdout + result.stderr
@@ -100,6 +107,8 @@ def test_every_quick_start_command_works_as_typed(demo):
             assert f"hello from {job_id}" in said
         elif " cancel " in line:
             assert "cancel" in said
+        elif " context " in line:
+            assert "default" in said and f"127.0.0.1:{port_of(text)}" in said
         elif " sim " in line:
             plot = re.search(r"--plot (\S+)", line).group(1)
             assert (shell / plot).stat().st_size > 10_000 and "gpuyard" in said
@@ -108,6 +117,11 @@ def test_every_quick_start_command_works_as_typed(demo):
     server = re.search(r"API (http://\S+)", text).group(1)
     assert httpx.get(f"{server}/healthz").status_code == 200
     train_and_serve(env, shell)
+
+
+def port_of(demo_text: str) -> str:
+    """The API's port, as `make demo` said it."""
+    return re.search(r"API http://\S+:(\d+)", demo_text).group(1)
 
 
 def train_and_serve(env: dict, shell: Path) -> None:

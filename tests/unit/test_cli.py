@@ -4,6 +4,7 @@ mapped to the public model and served by a fake API; `gpuyard sim` handing its a
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
+from gpuyard.ports import free_ports
+from gpuyard.up import job_rights
 from shared import why
 from shared.api import JobOut, job_out
 from shared.events import (
@@ -478,6 +481,107 @@ def test_up_refuses_a_port_in_use_and_names_the_flag(capsys, tmp_path):
             capsys, "up", "--data-dir", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)
         )
     assert f"port {port} for the API is in use" in one_line_error(code, err) and "--port" in err
+
+
+@pytest.fixture
+def up_dirs(tmp_path, monkeypatch):
+    """`gpuyard up`'s data dir and the CLI's config dir, in the test's folder; no GPUYARD_* of the shell."""
+    for name in [n for n in os.environ if n.startswith("GPUYARD_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GPUYARD_CONFIG_DIR", str(tmp_path / "config"))
+    return tmp_path / "data", tmp_path / "config"
+
+
+def up_on_free_ports(capsys, data_dir, **ports: int) -> tuple[int, str]:
+    """`gpuyard up` with every port it names free, but those given (`serving_port=…`)."""
+    flags = ("port", "nats_port", "serving_port", "monitor_port")
+    chosen = dict(zip(flags, free_ports("127.0.0.1", len(flags)), strict=True)) | ports
+    argv = ["up", "--data-dir", str(data_dir), "--executors", "1"]
+    for name, port in chosen.items():
+        argv += [f"--{name.replace('_', '-')}", str(port)]
+    code, _, err = run(capsys, *argv)
+    return code, err
+
+
+def nothing_started(data_dir, config_dir) -> bool:
+    """No log folder, no token minted, no context saved: the supervisor started no process."""
+    made = [
+        p for p in (data_dir / "logs", data_dir / "tokens.json", config_dir / "config.json") if p.exists()
+    ]
+    return not made
+
+
+@pytest.mark.parametrize(
+    ("flag", "what"),
+    [("serving_port", "the serving API"), ("monitor_port", "the monitor's /metrics"), ("nats_port", "NATS")],
+)
+def test_up_refuses_any_port_it_would_bind_that_is_in_use_before_starting_anything(
+    capsys, up_dirs, flag, what
+):
+    data_dir, config_dir = up_dirs
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = up_on_free_ports(capsys, data_dir, **{flag: port})
+    option = "--" + flag.replace("_", "-")
+    assert one_line_error(code, err) == (
+        f"error: port {port} for {what} is in use on 127.0.0.1: stop what uses it or pass {option}"
+    )
+    assert nothing_started(data_dir, config_dir)
+
+
+def test_up_refuses_one_health_port_for_every_process(capsys, up_dirs, monkeypatch):
+    data_dir, config_dir = up_dirs
+    port = free_ports("127.0.0.1", 1)[0]
+    monkeypatch.setenv("GPUYARD_HEALTH_PORT", str(port))  # (as a container image may set it)
+    code, err = up_on_free_ports(capsys, data_dir)
+    assert one_line_error(code, err) == (
+        f"error: GPUYARD_HEALTH_PORT is {port} for both the health endpoints of submit and the health "
+        "endpoints of scheduler: unset GPUYARD_HEALTH_PORT: `gpuyard up` gives each process a port of its own"
+    )
+    assert nothing_started(data_dir, config_dir)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--nats-port", "99999"], "error: --nats-port 99999 is not a port: 1 to 65535"),
+        (["--nats-port", "0"], "error: --nats-port 0 is not a port: 1 to 65535"),
+        (["--serving-port", "99999"], "serving_port: Input should be less than or equal to 65535"),
+        (["--port", "-1"], "submit_port: Input should be greater than or equal to 1"),
+        (["--service-metrics-port", "65535"], "--service-metrics-port 65535 is not a port for 2 processes"),
+    ],
+)
+def test_up_refuses_a_port_number_that_is_not_one_in_one_line(capsys, up_dirs, flags, expected):
+    data_dir, config_dir = up_dirs
+    try:
+        code, _, err = run(capsys, "up", "--data-dir", str(data_dir), "--executors", "1", *flags)
+    except SystemExit as refused:  # a setting's refusal: its line is written, exit status 2
+        code, err = refused.code, capsys.readouterr().err
+    assert expected in one_line_error(code, err)
+    assert not data_dir.exists() and nothing_started(data_dir, config_dir)
+
+
+@pytest.mark.parametrize(
+    ("root", "job_users", "says"),
+    [
+        (False, "", "jobs share this platform's rights[/]: they run as its own user"),
+        (False, "*=platform", "run it as root to run jobs as unprivileged users"),
+        (
+            True,
+            "*=platform",
+            "jobs run as root[/], this platform's own user: GPUYARD_JOB_USERS='*=platform' (as",
+        ),
+        (True, "*=platform,vision=1500", "jobs of every tenant but vision run as root[/]"),
+        (True, " vision = platform ,*=nobody", "jobs of vision run as root[/]"),
+        (True, "", "jobs        run as unprivileged users, one per tenant"),
+    ],
+)
+def test_the_banner_says_whose_rights_jobs_run_with_for_the_user_who_runs_it(root, job_users, says):
+    said = "\n".join(job_rights(root, job_users))
+    assert says in said
+    assert ("run it as root" in said) is (not root)  # never told to a root platform
 
 
 # ---------------------------------------------------------------- small things a user notices

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 
 import pytest
@@ -140,6 +141,55 @@ def test_a_bad_variable_is_one_line_and_exit_status_2(variable, value, expected,
     with pytest.raises(SystemExit) as excinfo:
         settings_from_argv(model, [], "test")
     assert expected in one_line_refusal(capsys, excinfo)
+
+
+PORTS = [  # every port setting, and whether 0 (any free port, as its description says) is allowed
+    (SubmitSettings, "submit_port", False),
+    (ServingSettings, "serving_port", False),
+    (MonitorSettings, "metrics_port", True),
+    (CommonSettings, "health_port", True),
+    (CommonSettings, "service_metrics_port", True),
+]
+
+
+@pytest.mark.parametrize(("model", "name", "any_port"), PORTS)
+@pytest.mark.parametrize("value", ["99999", "65536", "-1", "0"])
+def test_a_port_setting_out_of_range_is_one_line_and_never_another_port(
+    model, name, any_port, value, monkeypatch, capsys
+):
+    monkeypatch.setenv(settingsdocs.env_name(name), value)
+    if value == "0" and any_port:
+        assert getattr(settings_from_argv(model, [], "test"), name) == 0
+        assert "0 picks a free one" in model.model_fields[name].description
+        return
+    with pytest.raises(SystemExit) as excinfo:
+        settings_from_argv(model, [], "test")
+    assert f"test: invalid settings: {name}: Input should be" in one_line_refusal(capsys, excinfo)
+
+
+@pytest.mark.parametrize(("model", "name", "any_port"), PORTS)
+def test_every_port_from_1_to_65535_is_taken(model, name, any_port):
+    for port in (1, 8000, 65535):
+        assert (
+            getattr(settings_from_argv(model, [f"--{name.replace('_', '-')}", str(port)], "t"), name) == port
+        )
+
+
+def test_every_port_setting_is_in_the_table_above():
+    named = {name for model in MODELS for name in model.model_fields if name.endswith("_port")}
+    assert named - {"master_port"} == {name for _, name, _ in PORTS}  # (the Kubernetes one: its own test)
+
+
+def test_a_service_refuses_a_port_out_of_range_in_one_line_before_it_starts(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    env |= {"GPUYARD_SERVING_PORT": "99999", "GPUYARD_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.serving"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "python -m services.serving: invalid settings: serving_port: Input should be less than or equal to 65535"
+    ]
 
 
 @pytest.mark.parametrize(

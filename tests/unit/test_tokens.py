@@ -255,9 +255,54 @@ def test_each_write_is_seen_even_within_one_tick_of_the_file_clock(tmp_path):
         reader.authenticate(first)
 
 
+def up_minted(path) -> list[dict]:
+    """The entries of the tokens file that `gpuyard up` marked as its admin token."""
+    stored = json.loads(path.read_text())["tokens"].values()
+    return [e for e in stored if e.get("minted_by") == "gpuyard up"]
+
+
 def test_gpuyard_up_keeps_the_saved_admin_token_while_the_file_takes_it(tmp_path):
-    path, token = ensure_admin_token(tmp_path, None)
-    assert Tokens(path).authenticate(token).admin and token not in path.read_text()
-    assert ensure_admin_token(tmp_path, token) == (path, token)
-    path, other = ensure_admin_token(tmp_path, "gy_not-in-this-file")
-    assert other != token and Tokens(path).authenticate(other).admin
+    path = tmp_path / "tokens.json"
+    token, new = ensure_admin_token(tmp_path, [])
+    assert new and Tokens(path).authenticate(token).admin and token not in path.read_text()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert ensure_admin_token(tmp_path, [token]) == (token, False)
+    assert ensure_admin_token(tmp_path, ["gy_another-platforms", token]) == (token, False)  # the first taken
+    assert len(up_minted(path)) == 1 and len(Tokens(path).entries()) == 1  # restarts pile up nothing
+
+
+def test_a_new_admin_token_of_gpuyard_up_revokes_the_one_before_it_and_no_other(tmp_path):
+    path = tmp_path / "tokens.json"
+    lost, _ = ensure_admin_token(tmp_path, [])  # its saved copy is lost (another config dir, deleted)
+    by_hand, _ = Tokens(path).create(tenant="ops", user="root", admin=True)
+    team, _ = Tokens(path).create(tenant="vision", user="ana")
+    token, new = ensure_admin_token(tmp_path, ["gy_not-in-this-file", team])  # not an admin's: not kept
+    assert new and token not in (lost, by_hand, team)
+    with pytest.raises(TokenRefused):
+        Tokens(path).authenticate(lost)
+    assert Tokens(path).authenticate(by_hand).admin and Tokens(path).authenticate(team).tenant == "vision"
+    assert [e["id"] for e in up_minted(path)] == [Tokens(path).entry(token).id]
+
+
+def test_an_expired_admin_token_is_replaced_and_revoked(tmp_path):
+    path = tmp_path / "tokens.json"
+    past = datetime.now(UTC) - timedelta(days=1)
+    expired, _ = Tokens(path).create(tenant="default", user="admin", admin=True, expires=past)
+    token, new = ensure_admin_token(tmp_path, [expired])
+    assert new and token != expired and len(Tokens(path).entries()) == 2  # a hand-made one: kept, expired
+
+
+def test_a_token_of_an_older_gpuyard_up_is_kept_and_becomes_the_marked_one(tmp_path):
+    path = tmp_path / "tokens.json"
+    older, _ = Tokens(path).create(tenant="default", user="admin", admin=True)  # as gpuyard up made them
+    Tokens(path).create(tenant="vision", user="ana")
+    assert ensure_admin_token(tmp_path, [older]) == (older, False)
+    stored = json.loads(path.read_text())["tokens"].values()
+    assert [e.get("minted_by") for e in stored] == ["gpuyard up", None]  # (only where it is set)
+
+
+def test_a_tokens_file_gpuyard_up_cannot_read_is_one_line(tmp_path):
+    (tmp_path / "tokens.json").write_text("tokens: [not, a, table")
+    with pytest.raises(SystemExit) as refused:
+        ensure_admin_token(tmp_path, [])
+    assert str(refused.value.code).startswith("the admin token: the tokens file cannot be read")
