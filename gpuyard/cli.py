@@ -31,10 +31,11 @@ from gpuyard.up import UpOptions, run_up
 from gpuyard.up import add_arguments as add_up_arguments
 from shared import why
 from shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
+from shared.installhint import checkout, install_command
 from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
 from shared.jobstate import JobState
 from shared.settings import ClientSettings, CommonSettings
-from shared.units import format_duration
+from shared.units import format_duration, format_size
 from shared.usage import CSV_COLUMNS
 from shared.version import VERSION
 
@@ -294,7 +295,8 @@ def run_sim(argv: list[str]) -> int:
     if importlib.util.find_spec("services") is None:
         err.print(
             "[bold red]error:[/] gpuyard sim needs the GPUYARD services package, which this installation "
-            "lacks: install gpuyard from its repository (pip install .)",
+            "lacks: install gpuyard from its repository "
+            + (f"({install_command()})" if checkout() else "(`make install` in a checkout of it)"),
             markup=True,
         )
         return 2
@@ -408,13 +410,6 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- models (docs/models.md)
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def _tensors(specs) -> str:
     return ", ".join(f"{t.name} {t.datatype}[{','.join(map(str, t.shape))}]" for t in specs) or "-"
 
@@ -435,7 +430,7 @@ def cmd_models_publish(args: argparse.Namespace) -> int:
         return 0
     what = "already published as" if done.duplicate else "published"
     out.print(
-        f"{what} [bold]{done.name}[/] version {done.version} (tenant {done.tenant}, {_size(done.size_bytes)}, "
+        f"{what} [bold]{done.name}[/] version {done.version} (tenant {done.tenant}, {format_size(done.size_bytes)}, "
         f"sha256 {done.sha256[:12]}…)"
     )
     return 0
@@ -481,7 +476,7 @@ def cmd_models_describe(args: argparse.Namespace) -> int:
         rows += [
             (
                 f"Version {v.version}",
-                f"{_size(v.size_bytes)} · sha256 {v.sha256} · by {by} · {_when(v.published_at, '-')}",
+                f"{format_size(v.size_bytes)} · sha256 {v.sha256} · by {by} · {_when(v.published_at, '-')}",
             ),
             ("  inputs", _tensors(v.inputs)),
             ("  outputs", _tensors(v.outputs)),

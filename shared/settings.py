@@ -184,7 +184,7 @@ class CommonSettings(BaseSettings):
     model_store: str = Field(
         "",
         description="Where published models are kept: a directory, or an fsspec URL such as "
-        "s3://bucket/prefix (needs `pip install 'gpuyard[s3]'`; credentials from s3fs's usual places); "
+        "s3://bucket/prefix (needs the `s3` extra, see docs/models.md; credentials from s3fs's usual places); "
         "default: models/ in the data dir. See docs/models.md.",
     )
     publish_secret_file: Path | None = Field(

@@ -137,7 +137,7 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     assert row_of(table, second).split()[3:5] == ["queued", "#2"]
     assert head.pending.code in row_of(table, first)
     described = platform.cli("describe", first).stdout
-    assert f"{head.pending.code}: " in described and "(#1 in queue)" in described
+    assert f"{head.pending.code}: " in described and described.count("1st in line") == 1
     estimate_row = next(line for line in described.splitlines() if line.startswith("Estimated start"))
     assert estimate_row.split()[2:4] == ["in", "about"]
 

@@ -178,7 +178,7 @@ def test_why_explains_a_waiting_job_with_its_numbers_position_and_estimate(api, 
     code, out, err = run(capsys, "why", "head1")
     assert code == 0 and err == ""
     headline = out.splitlines()[0]
-    reason = f"insufficient_gpus: {head['pending']['message']} (#1 in queue)"
+    reason = f"insufficient_gpus: {head['pending']['message']}"
     assert headline == f"waiting: {reason}"
     got = rows(out)
     assert got["Job"] == "head1 (big)"
@@ -257,7 +257,7 @@ def test_why_tells_of_a_preemption_under_way_and_of_the_attempt_it_cost(api, cap
     got = rows(run(capsys, "why", "low1")[1])
     assert got["State"] == "queued · attempt 2"
     assert got["Attempt 1"] == "requeued: preempted (priority)"
-    assert got["Reason"] == "insufficient_gpus: needs 2 GPUs on one node; 1st in line (#1 in queue)"
+    assert got["Reason"] == "insufficient_gpus: needs 2 GPUs on one node; 1st in line"
 
 
 def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, capsys):
@@ -332,7 +332,7 @@ def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsy
     api["head1"] = head = head_view()
     out = run(capsys, "describe", "head1")[1]
     waiting = next(line for line in out.splitlines() if line.startswith("Waiting"))
-    assert waiting.split(None, 1)[1] == f"insufficient_gpus: {head['pending']['message']} (#1 in queue)"
+    assert waiting.split(None, 1)[1] == f"insufficient_gpus: {head['pending']['message']}"
     assert "needed_per_replica=4 · largest_free=1 · node=n1" in out
     estimate = next(line for line in out.splitlines() if line.startswith("Estimated start"))
     assert estimate.split(None, 2)[2].strip() == "in about 40 min"
@@ -594,7 +594,7 @@ def test_logs_of_a_job_that_has_not_started_says_why_there_is_no_output(api, cap
     assert code == 0 and out == ""
     assert err.strip() == (
         "no output: job head1 has not started yet (queued: insufficient_gpus: needs 4 GPUs on one node; the "
-        "largest free block is 1 (n1); 1st in line [sic] (#1 in queue))"
+        "largest free block is 1 (n1); 1st in line [sic])"
     )
     api["run1"] = running_view()
     api["logs"]["run1"] = ""

@@ -160,15 +160,6 @@ def spelled_out_pip_commands(path: Path) -> list[int]:
     )
 
 
-# Messages that still spell their own pip command, each to become install_command(…) (the change that added
-# this test says how for each): remove a file from here once it is fixed, and add none.
-NOT_YET_THROUGH_THE_HELPER = {
-    "gpuyard/cli.py",
-    "gpuyard/up.py",
-    "shared/settings.py",
-}
-
-
 def test_no_message_spells_a_pip_command_of_its_own():
     spelled = {
         str(path.relative_to(ROOT)): lines
@@ -176,9 +167,4 @@ def test_no_message_spells_a_pip_command_of_its_own():
         for path in sorted((ROOT / package).rglob("*.py"))
         if path != ROOT / "shared/installhint.py" and (lines := spelled_out_pip_commands(path))
     }
-    assert set(spelled) <= NOT_YET_THROUGH_THE_HELPER, {
-        f: spelled[f] for f in set(spelled) - NOT_YET_THROUGH_THE_HELPER
-    }
-    assert set(spelled) >= NOT_YET_THROUGH_THE_HELPER, (
-        f"fixed, to remove from the list: {NOT_YET_THROUGH_THE_HELPER - set(spelled)}"
-    )
+    assert not spelled, f"say these through shared.installhint.install_command: {spelled}"
