@@ -46,7 +46,7 @@ from services.scheduler.sim.trace import NodeTable, PodTable
 from shared.reasons import RESOURCE_CODES, PendingCode
 
 FULL_CYCLES = False  # every cycle looks at every waiting job (the shortcut below off)
-LONG_WAIT_S = 3600.0  # a wait longer than this is counted on its own (`waits_over_1h`): nobody waits an hour unseen
+LONG_WAIT_S = 3600.0  # a wait longer than this is counted on its own (`waits_over_1h`)
 ARRIVAL_WINDOW = (1.0, 99.0)  # percentiles of the arrival times between which allocation is measured
 
 
