@@ -1,77 +1,100 @@
-"""Property tests: invariants that hold for any small cluster, queue and configuration."""
+"""Property tests: invariants that hold for any cluster, queue and configuration.
+
+Two depths (`tests/fuzz/depth.py`): the quick run (`make test`) draws clusters of up to 4 nodes and queues of up
+to 14 jobs, tens of examples per test; the deep run (`make test-deep`) clusters of up to 64 nodes and queues of
+up to 500 jobs, thousands of examples. Queues are drawn as real ones look (a few job shapes, many jobs of each),
+which also keeps a 500-job queue cheap to draw and within what hypothesis draws per example: a job is three
+draws (its shape, its owner with its time limit, its arrival), a shape's fields are drawn once, and a node is one
+draw."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
 import math
 from collections import defaultdict
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, target
 from hypothesis import strategies as st
 
-from services.scheduler.core import Allocation, ClusterState, JobRequest, SchedulerConfig
+from services.scheduler.core import Allocation, ClusterState, CycleResult, JobRequest, SchedulerConfig
+from services.scheduler.core.cycle import MAX_PREEMPTION_SEARCHES
+from services.scheduler.core.model import EPS
 from services.scheduler.core.placement import POLICIES
 from services.scheduler.core.reasons import NEVER_HELD
 from shared.reasons import PendingCode
+from tests.fuzz.depth import pick, search
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, node
+from tests.unit.scheduler.test_fast_paths import groups_from_the_start, plain
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NODES = pick((1, 4), (1, 64))
+JOBS = pick((1, 14), (1, 500))
+MAX_SHAPES = 40  # different job shapes in one queue
 TENANTS = ["a", "b", "c"]
-USERS = ["u1", "u2"]
+OWNERS = [(tenant, user) for tenant in TENANTS for user in ("u1", "u2")]
+
+
+NODE_KINDS = list(  # (GPUs, model, CPUs, memory GiB, GPU memory GiB): a node is one draw
+    itertools.product([8, 4, 2, 1, 0], ["A100", "T4"], [8, 32, 64], [64, 256], [16, 40])
+)
 
 
 @st.composite
-def clusters(draw) -> ClusterState:
-    n = draw(st.integers(1, 4))
-    nodes = [
-        node(
-            f"n{i}",
-            gpus=draw(st.sampled_from([0, 1, 2, 4, 8])),
-            model=draw(st.sampled_from(["A100", "T4"])),
-            cpus=draw(st.sampled_from([8, 32, 64])),
-            memory=draw(st.sampled_from([64, 256])) * GIB,
-            gpu_memory=draw(st.sampled_from([16, 40])) * GIB,
+def clusters(draw, count: tuple[int, int] = NODES) -> ClusterState:
+    kinds = [draw(st.sampled_from(NODE_KINDS)) for _ in range(draw(st.integers(*count)))]
+    return cluster(
+        *(
+            node(f"n{i}", gpus, model, cpus, memory * GIB, gpu_memory * GIB)
+            for i, (gpus, model, cpus, memory, gpu_memory) in enumerate(kinds)
         )
-        for i in range(n)
-    ]
-    return cluster(*nodes)
+    )
 
 
 @st.composite
-def jobs(draw, prefix: str = "j", count: tuple[int, int] = (1, 14)) -> list[JobRequest]:
+def shapes(draw) -> dict:
+    """What a job asks for, per replica, and its priority (the fields a cycle tells jobs apart by)."""
+    whole = draw(st.sampled_from([True, False]))
+    return {
+        "gpus": draw(st.sampled_from([1, 2, 4, 8] if whole else [0.5, 0.25, 0.1, 0.75, 0])),
+        "replicas": draw(st.sampled_from([1, 1, 1, 2, 3])),
+        "cpus": draw(st.sampled_from([0, 1, 4, 16])),
+        "memory": draw(st.sampled_from([0, 8, 32])) * GIB,
+        "gpu_memory": draw(st.sampled_from([None, None, 8 * GIB, 20 * GIB])),
+        "gpu_models": draw(st.sampled_from([(), (), ("A100",), ("T4",)])),
+        "priority": draw(st.sampled_from([10, 50, 100])),
+    }
+
+
+SUBMITTERS = [(owner, timeout) for timeout in (None, 600.0, 7200.0) for owner in OWNERS]  # one draw per job
+
+
+@st.composite
+def jobs(draw, prefix: str = "j", count: tuple[int, int] = JOBS) -> list[JobRequest]:
+    n = draw(st.integers(*count))
+    kinds = [draw(shapes()) for _ in range(draw(st.integers(1, min(n, MAX_SHAPES))))]
     out = []
-    for k in range(draw(st.integers(*count))):
-        whole = draw(st.booleans())
-        gpus = (
-            draw(st.sampled_from([1, 2, 4, 8])) if whole else draw(st.sampled_from([0, 0.1, 0.25, 0.5, 0.75]))
-        )
+    for k in range(n):
+        shape = kinds[draw(st.integers(0, len(kinds) - 1))]
+        (tenant, user), timeout = draw(st.sampled_from(SUBMITTERS))
+        submitted_at = float(draw(st.integers(0, 100)))
         out.append(
-            JobRequest(
-                f"{prefix}{k}",
-                draw(st.sampled_from(TENANTS)),
-                gpus=gpus,
-                replicas=draw(st.sampled_from([1, 1, 1, 2, 3])),
-                cpus=draw(st.sampled_from([0, 1, 4, 16])),
-                memory=draw(st.sampled_from([0, 8, 32])) * GIB,
-                gpu_memory=draw(st.sampled_from([None, None, 8 * GIB, 20 * GIB])),
-                gpu_models=draw(st.sampled_from([(), (), ("A100",), ("T4",)])),
-                priority=draw(st.sampled_from([10, 50, 100])),
-                user=draw(st.sampled_from(USERS)),
-                submitted_at=float(draw(st.integers(0, 100))),
-                timeout=draw(st.sampled_from([None, 600.0, 7200.0])),
-            )
+            JobRequest(f"{prefix}{k}", tenant, user=user, submitted_at=submitted_at, timeout=timeout, **shape)
         )
     return out
 
 
+# Hypothesis draws its simplest values most (the first of each list): a GPU node, a GPU job, the default
+# configuration; the rest come from there.
+POLICY_NAMES = sorted(POLICIES, key=lambda p: (p != SchedulerConfig().policy, p))
 configs = st.builds(
     SchedulerConfig,
-    policy=st.sampled_from(sorted(POLICIES)),
-    fair_share=st.booleans(),
+    policy=st.sampled_from(POLICY_NAMES),
+    fair_share=st.sampled_from([True, False]),
     backfill=st.sampled_from(["easy", "greedy", "off"]),
-    reservation_depth=st.sampled_from([1, 2, 8]),
-    preemption=st.booleans(),
-    borrowing=st.booleans(),
+    reservation_depth=st.sampled_from([8, 1, 2]),
+    preemption=st.sampled_from([True, False]),
+    borrowing=st.sampled_from([True, False]),
     user_gpu_cap=st.sampled_from([{}, {"*": 4.0}, {"a": 2.0}]),
 )
 quotas = st.sampled_from([{}, {"a": 4.0}, {"a": 2.0, "b": 6.0}])
@@ -93,16 +116,16 @@ def check_capacity(state: ClusterState) -> None:
             assert g.allocated_memory <= g.memory
 
 
-@SETTINGS
-@given(clusters(), jobs(), configs, quotas)
-def test_one_cycle_invariants(
-    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q
+def check_cycle(
+    before: ClusterState,
+    after: ClusterState,
+    queue: list[JobRequest],
+    config: SchedulerConfig,
+    result: CycleResult,
 ) -> None:
-    state.quotas = q
-    before = copy.deepcopy(state)
-    result = decide_snapshot(state, queue, config)
-    check_capacity(state)
-
+    """What holds after any cycle: `before` is the cluster it started from, `after` the same with the cycle's
+    placements applied (`decide_snapshot`)."""
+    check_capacity(after)
     placed = {p.job_id for p in result.placements}
     # every job is either placed or has a reason, never both
     assert placed.isdisjoint(result.pending)
@@ -121,30 +144,49 @@ def test_one_cycle_invariants(
             want = int(j.gpus) if j.gpus >= 1 else (1 if j.gpus > 0 else 0)
             assert len(r.gpus) == want
             assert len({g.index for g in r.gpus}) == want
-            models = {g.model for g in before.nodes[r.node].gpus if g.index in {a.index for a in r.gpus}}
+            gpus = before.nodes[r.node].gpus
+            assert all(gpus[a.index].usable for a in r.gpus)
+            models = {gpus[a.index].model for a in r.gpus}
             assert not j.gpu_models or models <= set(j.gpu_models)
 
-    # user caps hold for what this cycle placed
+    # user caps hold for what runs and what this cycle placed
     cap = config.user_gpu_cap
     held: dict[tuple[str, str], float] = defaultdict(float)
-    for p in result.placements:
-        j = by_id[p.job_id]
-        held[(j.tenant, j.user)] += j.total_gpus
+    for job in [a.job for a in before.running] + [by_id[p.job_id] for p in result.placements]:
+        held[(job.tenant, job.user)] += job.total_gpus
     for (tenant, _user), gpus in held.items():
         limit = cap.get(tenant, cap.get("*"))
         assert limit is None or gpus <= limit + 1e-9
 
     # without borrowing, no tenant goes above its guarantee
-    if q and not config.borrowing:
-        per_tenant: dict[str, float] = defaultdict(float)
+    if before.quotas and not config.borrowing:
+        per_tenant = tenant_gpus(before.running)
         for p in result.placements:
             per_tenant[by_id[p.job_id].tenant] += by_id[p.job_id].total_gpus
         for tenant, gpus in per_tenant.items():
-            assert gpus <= q.get(tenant, 0.0) + 1e-9
+            assert gpus <= before.quotas.get(tenant, 0.0) + 1e-9
         assert not any(p.borrowed for p in result.placements)
 
 
-@SETTINGS
+def tenant_gpus(running: list[Allocation]) -> dict[str, float]:
+    used: dict[str, float] = defaultdict(float)
+    for alloc in running:
+        used[alloc.job.tenant] += alloc.job.total_gpus
+    return used
+
+
+@search(quick=60, deep=3000)
+@given(clusters(), jobs(), configs, quotas)
+def test_one_cycle_invariants(
+    state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q
+) -> None:
+    state.quotas = q
+    before = copy.deepcopy(state)
+    result = decide_snapshot(state, queue, config)
+    check_cycle(before, state, queue, config, result)
+
+
+@search(quick=60, deep=1500)
 @given(clusters(), jobs(), configs, quotas)
 def test_deterministic(state: ClusterState, queue: list[JobRequest], config: SchedulerConfig, q) -> None:
     state.quotas = q
@@ -152,18 +194,93 @@ def test_deterministic(state: ClusterState, queue: list[JobRequest], config: Sch
     assert decide_snapshot(state, queue, config) == decide_snapshot(other, list(reversed(queue)), config)
 
 
-@SETTINGS
+def fillers(state: ClusterState) -> list[JobRequest]:
+    """A low-priority 1-GPU job per GPU of the cluster, of each tenant in turn: what keeps a cluster busy."""
+    count = sum(len(n.gpus) for n in state.nodes.values())
+    return [
+        JobRequest(f"f{i}", TENANTS[i % len(TENANTS)], gpus=1, priority=10, user="u1", submitted_at=200.0)
+        for i in range(count)
+    ]
+
+
+def run_first(
+    state: ClusterState, first: list[JobRequest], config: SchedulerConfig, elapsed: float
+) -> list[JobRequest]:
+    """Place `first` at time 0 and let it run for `elapsed` seconds; return the jobs that still wait."""
+    state.now = 0.0
+    state.running = place_all(state, first, config)
+    state.now = elapsed
+    started = {a.job.job_id for a in state.running}
+    return [j for j in first if j.job_id not in started]
+
+
+@search(quick=60, deep=1500)
 @given(
-    st.integers(1, 3),
-    st.integers(0, 8),
-    st.integers(0, 12),
-    st.sampled_from(sorted(POLICIES)),
+    clusters(),
+    jobs("r", count=pick((1, 14), (1, 250))),
+    jobs("w", count=pick((1, 14), (1, 250))),
+    configs,
+    quotas,
+    st.sampled_from([1000.0, 100.0]),
+    st.sampled_from([True, False]),
+)
+def test_preemption_takes_only_what_the_rules_allow(
+    state: ClusterState,
+    first: list[JobRequest],
+    second: list[JobRequest],
+    config: SchedulerConfig,
+    q,
+    elapsed: float,
+    urgent: bool,
+) -> None:
+    """A busy cluster (what a first cycle placed, then every GPU left taken by a filler), run for `elapsed`
+    seconds; more jobs arrive (`urgent`: all of the highest priority). The invariants of any cycle hold, and
+    every victim is one the rules let its preemptor take (`core/preemption.py`): it has run its minimum, and it
+    has a lower priority, or (with quotas) it is another tenant's borrowed work, which a reclaim takes whatever
+    its priority. Hypothesis steers towards cycles with many preemptions, and reclaims (`target`)."""
+    state.quotas = q
+    if urgent:
+        second = [dataclasses.replace(j, priority=1000) for j in second]
+    queue = run_first(state, first + fillers(state), config, elapsed) + second
+    before = copy.deepcopy(state)
+    result = decide_snapshot(state, queue, config)
+    check_cycle(before, state, queue, config, result)
+
+    victims = [p.job_id for p in result.preemptions]
+    running = {a.job.job_id: a for a in before.running}
+    assert len(victims) == len(set(victims)) and set(victims) <= set(running)
+    assert not result.preemptions or config.preemption
+    waiting = {j.job_id: j for j in queue}
+    used = tenant_gpus(before.running)
+    for p in result.preemptions:
+        victim, by = running[p.job_id], waiting[p.by_job]
+        assert result.pending[by.job_id].code == PendingCode.PREEMPTING
+        assert elapsed - victim.started_at >= config.min_runtime_before_preemption
+        lower = victim.job.priority < by.priority
+        assert p.reason == ("priority" if lower else "reclaim")
+        if not q or victim.job.tenant == by.tenant:
+            assert lower
+        else:  # another tenant's: borrowed work (its tenant holds more than its guarantee)
+            assert used[victim.job.tenant] > q.get(victim.job.tenant, 0.0) + EPS
+            # and a reclaim stays within the preemptor's own guarantee
+            assert lower or used[by.tenant] + by.total_gpus <= q.get(by.tenant, 0.0) + EPS
+    target(float(len(victims)), label="preemptions")
+    target(float(sum(p.reason == "reclaim" for p in result.preemptions)), label="reclaims")
+
+
+@search(quick=60, deep=2000)
+@given(
+    st.integers(1, pick(3, 64)),
+    st.integers(0, pick(8, 256)),
+    st.integers(0, pick(12, 300)),
+    st.sampled_from(POLICY_NAMES),
 )
 def test_guarantee_is_reclaimed_from_borrowers(
     nodes: int, guarantee: int, borrowers: int, policy: str
 ) -> None:
     """Tenant b fills the cluster with borrowed 1-GPU jobs; tenant a (guaranteed `guarantee` GPUs) gets all of
-    its guarantee back within a few cycles, by preempting only borrowed work."""
+    its guarantee back within a few cycles (a cycle searches victims for a bounded number of jobs), by
+    preempting only borrowed work."""
     capacity = 4 * nodes
     guarantee = min(guarantee, capacity)
     state = cluster(
@@ -179,7 +296,8 @@ def test_guarantee_is_reclaimed_from_borrowers(
 
     want = [JobRequest(f"a{k}", "a", gpus=1, priority=10, submitted_at=100 + k) for k in range(guarantee)]
     waiting = list(want)
-    for cycle in range(1, 4):
+    cycles = 3 + guarantee // MAX_PREEMPTION_SEARCHES
+    for cycle in range(1, cycles + 1):
         state.now = 1000.0 * cycle
         result = decide_snapshot(state, waiting, config)
         check_capacity(state)
@@ -215,8 +333,8 @@ def _snapshot(index) -> tuple:
     )
 
 
-@SETTINGS
-@given(clusters(), jobs(count=(1, 6)), st.sampled_from(sorted(POLICIES)))
+@search(quick=60, deep=3000)
+@given(clusters(), jobs(count=pick((1, 6), (1, 60))), st.sampled_from(POLICY_NAMES))
 def test_partial_gang_never_holds_capacity(state: ClusterState, queue: list[JobRequest], policy: str) -> None:
     """place_gang either places every replica or leaves the capacity exactly as it was."""
     from services.scheduler.core.demand import demand_of
@@ -262,18 +380,20 @@ def fits_idle(state: ClusterState, j: JobRequest) -> bool:
     return sum(replicas_that_fit(n, j) for n in state.nodes.values()) >= j.replicas
 
 
-no_limits = st.builds(  # no quotas and no user caps: nothing but the cluster's capacity stands in the way
-    SchedulerConfig,
-    policy=st.sampled_from(sorted(POLICIES)),
-    fair_share=st.booleans(),
-    backfill=st.sampled_from(["easy", "greedy", "off"]),
-    preemption=st.booleans(),
-    borrowing=st.booleans(),
-)
+def no_limits(backfill: tuple[str, ...] = ("easy", "greedy", "off")) -> st.SearchStrategy[SchedulerConfig]:
+    """Configurations without quotas or user caps: nothing but the cluster's capacity stands in the way."""
+    return st.builds(
+        SchedulerConfig,
+        policy=st.sampled_from(POLICY_NAMES),
+        fair_share=st.sampled_from([True, False]),
+        backfill=st.sampled_from(backfill),
+        preemption=st.sampled_from([True, False]),
+        borrowing=st.sampled_from([True, False]),
+    )
 
 
-@SETTINGS
-@given(clusters(), jobs(count=(1, 1)), no_limits)
+@search(quick=60, deep=5000)
+@given(clusters(), jobs(count=(1, 1)), no_limits())
 def test_a_job_that_fits_an_idle_cluster_is_placed_in_that_cycle(
     state: ClusterState, queue: list[JobRequest], config: SchedulerConfig
 ) -> None:
@@ -286,8 +406,8 @@ def test_a_job_that_fits_an_idle_cluster_is_placed_in_that_cycle(
     }
 
 
-@SETTINGS
-@given(clusters(), jobs(count=(2, 10)), no_limits.filter(lambda c: c.backfill != "off"))
+@search(quick=60, deep=2000)
+@given(clusters(), jobs(count=pick((2, 10), (2, 500))), no_limits(backfill=("easy", "greedy")))
 def test_an_idle_cluster_places_something_when_any_job_fits(
     state: ClusterState, queue: list[JobRequest], config: SchedulerConfig
 ) -> None:
@@ -296,3 +416,30 @@ def test_an_idle_cluster_places_something_when_any_job_fits(
     fitting = [j.job_id for j in queue if fits_idle(state, j)]
     result = decide_snapshot(state, queue, config)
     assert bool(result.placements) == bool(fitting), (fitting, {k: r.code for k, r in result.pending.items()})
+
+
+@search(quick=20, deep=1000)
+@given(
+    clusters(),
+    jobs("r", count=pick((1, 14), (1, 250))),
+    jobs("w", count=pick((1, 14), (1, 250))),
+    configs,
+    quotas,
+    st.sampled_from([False, True]),
+)
+def test_the_fast_paths_decide_like_the_plain_cycle(
+    state: ClusterState,
+    first: list[JobRequest],
+    second: list[JobRequest],
+    config: SchedulerConfig,
+    q,
+    busy: bool,
+) -> None:
+    """On a partly used cluster (`busy`: every GPU taken, so that jobs preempt), the cycle with its speed-ups
+    (node groups, score cache, one answer per blocked shape: `test_fast_paths.py`) decides exactly what the
+    plain computation decides; long queues of a few shapes are where the per-shape answers do the most."""
+    state.quotas = q
+    queue = run_first(state, first + (fillers(state) if busy else []), config, 1000.0) + second
+    with groups_from_the_start():
+        fast = decide_snapshot(copy.deepcopy(state), queue, config)
+    assert fast == plain(state, queue, config, q)
