@@ -1,4 +1,4 @@
-"""Workload inflation, the FGD paper's protocol (see ../shared/traces/README.md).
+"""Workload inflation, the FGD paper's protocol (see traces/README.md beside this module).
 
 The GPU nodes of the node file; pods drawn uniformly at random with replacement from one pod file until the
 arrived GPU demand reaches 130% of the cluster's GPU capacity; order shuffled; each pod placed once, in order,
