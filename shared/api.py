@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.alertbook import AlertView
 from shared.events import AlertSeverity, FailureReason, PendingReason, ProcessState, TensorSpec
@@ -348,6 +348,15 @@ class TokenIn(Strict):
     expires_in: Seconds | None = Field(None, description="Expire after this long, e.g. '30d' or 3600.")
     expires_at: AwareDatetime | None = Field(None, description="Expire at this time (with its time zone).")
 
+    @field_validator("expires_in")
+    @classmethod
+    def _a_date_can_hold_it(cls, seconds: float | None) -> float | None:
+        try:
+            cls.expiry_after(seconds, datetime.now(UTC))
+        except OverflowError:
+            raise ValueError("too far ahead: a token expires in year 9999 at the latest") from None
+        return seconds
+
     @model_validator(mode="after")
     def _one_expiry(self) -> TokenIn:
         if self.expires_in is not None and self.expires_at is not None:
@@ -358,9 +367,11 @@ class TokenIn(Strict):
 
     def expiry(self, now: datetime) -> datetime | None:
         """When the token expires, if it does, for one created at `now`."""
-        if self.expires_in is not None:
-            return now + timedelta(seconds=self.expires_in)
-        return self.expires_at
+        return self.expires_at if self.expires_in is None else self.expiry_after(self.expires_in, now)
+
+    @staticmethod
+    def expiry_after(seconds: float | None, now: datetime) -> datetime | None:
+        return None if seconds is None else now + timedelta(seconds=seconds)
 
 
 class TokenOut(Out):

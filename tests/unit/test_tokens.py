@@ -111,6 +111,7 @@ def test_an_expiry_is_given_as_a_duration_or_a_time(api):
         ({"expires_at": "2000-01-01T00:00:00Z"}, "already past"),
         ({"expires_at": "2999-01-01T00:00:00"}, "timezone"),
         ({"expires_in": 0}, "must be positive"),
+        ({"expires_in": 1e12}, "year 9999"),
         ({"expires_in": "soon"}, "duration"),
         ({"tenant": "Bad_Tenant"}, "lowercase"),
         ({"tenant": None}, "valid string"),
