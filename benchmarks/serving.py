@@ -6,7 +6,7 @@ on the same ONNX models and with one load generator for all.
     # the full measurement, with peers in their own virtual environments:
     python benchmarks/serving.py --requests 3000 --seconds 10 --markdown \\
         --peer kserve=/tmp/peer-kserve/bin/python --peer litserve=/tmp/peer-litserve/bin/python \\
-        --peer rayserve=/tmp/peer-ray/bin/python
+        --peer rayserve=/tmp/peer-ray/bin/python --peer triton=/tmp/peer-triton/bin/python
 
 Models (built here with onnx.helper, FP32, batch dimension of any size): `mlp` 784-256-10 and `wide`
 1024-4096-4096-1024. What is measured, per model:
@@ -17,8 +17,9 @@ Models (built here with onnx.helper, FP32, batch dimension of any size): `mlp` 7
 - `fastapi`: a bare FastAPI v2-JSON endpoint around the session (json + numpy, `session.run` in a thread):
   the same JSON work with nothing else;
 - `gpuyard` and `gpuyard_batched`: `create_app` under uvicorn, one worker, dynamic batching off and on;
-- peers given with `--peer NAME=PYTHON` (kserve, litserve, rayserve; their servers are in
-  benchmarks/serving_peers/), each serving the same model through its own ONNX Runtime session.
+- peers given with `--peer NAME=PYTHON` (kserve, litserve, rayserve, triton; their servers are in
+  benchmarks/serving_peers/), each serving the same model through its own ONNX Runtime session, without
+  dynamic batching (triton: Triton Inference Server calling a Python function through PyTriton).
 
 Every server is its own process on a free port, warmed up, with ONNX Runtime at one intra-op thread. The load
 generator writes its HTTP/1.1 requests by hand on keep-alive connections (as pipeline.py's `Submitter`), so its
@@ -28,7 +29,8 @@ null endpoint, and peers that speak the binary extension). Inside GPUYard's serv
 each request from the app's call to its last body byte and a proxy session times each `session.run`: the
 difference at concurrency 1 is the time spent in the platform beyond the model, given as a histogram. At
 concurrency 16 the CPU time of the server's process (every thread, from /proc) and of the load generator is
-divided by the requests answered: the null endpoint's is the cost of HTTP alone, which batching cannot save, and
+divided by the requests answered (for a server of several processes, such as Triton's or Ray's, that of all
+the processes of its group too): the null endpoint's is the cost of HTTP alone, which batching cannot save, and
 no server carries more requests a second than the null endpoint, so the batching target's figures give that
 ceiling too (`ceiling_speedup`: the null endpoint's throughput over the unbatched server's).
 
@@ -63,12 +65,26 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
+
+@dataclass(frozen=True)
+class Peer:
+    script: str
+    """Its server in benchmarks/serving_peers/."""
+    bodies: tuple[str, ...]
+    """The bodies it takes: json, and binary where it speaks the binary tensor extension (then tritonclient too)."""
+    ready_path: str | None = None
+    """A GET route (`{name}`: the model's) that answers 200 once the model is loaded, for servers whose infer
+    route may answer an error other than 404 or 503 while they start; None: the infer route itself is polled.
+    Triton's is the model's own: PyTriton loads the model after `tritonserver` starts, and /v2/health/ready
+    answers 200 before the model is there."""
+
+
 PEERS = {
-    "kserve": ("kserve_server.py", ("json", "binary")),
-    "litserve": ("litserve_server.py", ("json",)),
-    "rayserve": ("rayserve_server.py", ("json",)),
+    "kserve": Peer("kserve_server.py", ("json", "binary")),
+    "litserve": Peer("litserve_server.py", ("json",)),
+    "rayserve": Peer("rayserve_server.py", ("json",)),
+    "triton": Peer("triton_server.py", ("json", "binary"), ready_path="/v2/models/{name}/ready"),
 }
-"""Peer name -> its server file in benchmarks/serving_peers/ and the bodies it takes."""
 MODELS = {"mlp": (784, 256, 10), "wide": (1024, 4096, 4096, 1024)}
 PLATFORM_PATH = "/_bench/platform"
 BUCKETS_US = (25, 50, 100, 150, 200, 300, 500, 1000, 2000, 5000)
@@ -290,6 +306,7 @@ class Server:
     tritonclient: bool = False
     path: str = ""
     platform_timer: bool = False
+    ready_path: str | None = None
     process: subprocess.Popen | None = None
     log: Path | None = None
     figures: dict = field(default_factory=dict)
@@ -361,10 +378,12 @@ def in_tree_servers(model_path: Path, name: str, ports: list[int], args) -> list
 def peer_servers(model_path: Path, name: str, peers: dict[str, str]) -> list[Server]:
     servers = []
     for (peer, python), port in zip(peers.items(), free_ports(len(peers)), strict=True):
-        script, bodies = PEERS[peer]
-        command = [python, str(HERE / "serving_peers" / script), "--model", str(model_path)]
+        spec = PEERS[peer]
+        command = [python, str(HERE / "serving_peers" / spec.script), "--model", str(model_path)]
         command += ["--name", name, "--port", str(port)]
-        servers.append(Server(peer, command, port, bodies, tritonclient="binary" in bodies))
+        tritonclient = "binary" in spec.bodies
+        ready = spec.ready_path.format(name=name) if spec.ready_path else None
+        servers.append(Server(peer, command, port, spec.bodies, tritonclient, ready_path=ready))
     return servers
 
 
@@ -428,17 +447,20 @@ def output_of(head: bytes, body: bytes) -> np.ndarray:
 
 
 async def wait_until_answering(server: Server, body: bytes, patience: float) -> None:
-    """Until the server answers the infer route with 200 (404 and 503 while it starts are waited out)."""
+    """Until the server answers the infer route with 200 (404 and 503 while it starts are waited out), or its
+    readiness route with 200 where it has one (any other answer waited out)."""
     deadline = time.monotonic() + patience
     while True:
         if server.process.poll() is not None:
             raise RuntimeError(f"{server.label} exited ({server.process.returncode}): {server.log_tail()}")
-        connection = Connection(server.port, server.path)
+        connection = Connection(server.port, server.ready_path or server.path)
+        if server.ready_path:
+            connection.head = connection.head.replace(b"POST", b"GET", 1)
         try:
-            status, _, answer = await connection.post(body, retry=False)
+            status, _, answer = await connection.post(b"" if server.ready_path else body, retry=False)
             if status == 200:
                 return
-            if status not in (404, 503):
+            if status not in (404, 503) and not server.ready_path:
                 raise RuntimeError(f"{server.label} answered HTTP {status}: {answer[:300]!r}")
         except OSError:
             pass
@@ -483,13 +505,35 @@ async def closed_loop(
 def process_cpu_seconds(pid: int) -> float | None:
     """CPU time (user and system) of process `pid` so far, all its threads included, those that have ended too
     (/proc/PID/stat; the per-thread files would miss those); None where /proc is not there. Only the server's own
-    process counts: a peer's other processes, such as Ray's, do not."""
+    process counts: a peer's other processes, such as Ray's or Triton's `tritonserver`, do not (see
+    `process_group_cpu_seconds`)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (OSError, IndexError, ValueError):
         return None
+
+
+def process_group_cpu_seconds(pgid: int) -> tuple[float, int] | None:
+    """CPU time (user and system) so far of the processes alive in process group `pgid` (a server is started as
+    the leader of its own), and how many they are; None where /proc is not there. A process that ends between two
+    readings takes its time with it: compare two readings only where the group's processes stay up."""
+    total, processes = 0, 0
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended since the listing
+            continue
+        if int(fields[2]) == pgid:  # pgrp
+            total += int(fields[11]) + int(fields[12])
+            processes += 1
+    return total / os.sysconf("SC_CLK_TCK"), processes
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -586,11 +630,18 @@ async def measure_http(server: Server, body: bytes, json_length, expected, bench
         figures = {"c1": c1}
         if server.platform_timer:
             figures["platform_beyond_run"] = histogram(await platform_time(server.port))
-        server_cpu, client_cpu = process_cpu_seconds(server.process.pid), time.process_time()
+        pid = server.process.pid
+        server_cpu, group_cpu = process_cpu_seconds(pid), process_group_cpu_seconds(pid)
+        client_cpu = time.process_time()
         latencies, wall = await closed_loop(connections, body, args.requests, args.seconds, bench.tick)
         heavy = figures[f"c{args.concurrency}"] = latency_figures(latencies, wall)
-        if server_cpu is not None and (after := process_cpu_seconds(server.process.pid)) is not None:
+        if server_cpu is not None and (after := process_cpu_seconds(pid)) is not None:
             heavy["server_cpu_us_per_request"] = round((after - server_cpu) / len(latencies) * 1e6, 1)
+        group_after = process_group_cpu_seconds(pid) if group_cpu is not None else None
+        if group_after is not None and group_after[1] > 1:  # several processes: tritonserver's, Ray's too
+            used = group_after[0] - group_cpu[0]
+            heavy["server_group_cpu_us_per_request"] = round(used / len(latencies) * 1e6, 1)
+            heavy["server_group_processes"] = group_after[1]
         heavy["client_cpu_us_per_request"] = round(
             (time.process_time() - client_cpu) / len(latencies) * 1e6, 1
         )
@@ -810,10 +861,13 @@ def markdown(result: dict) -> str:
             for kind, f in figures.items():
                 heavy = f.get(c, {})
                 beyond = pick(f, "platform_beyond_run", "p50_ms")
+                cpu = str(heavy.get("server_cpu_us_per_request", ""))
+                if "server_group_cpu_us_per_request" in heavy:
+                    cpu += f" ({heavy['server_group_processes']} processes: {heavy['server_group_cpu_us_per_request']})"
                 lines.append(
                     f"| {label} | {kind} | {f['c1']['p50_ms']} | {f['c1']['p99_ms']} | "
                     f"{heavy.get('throughput_per_s', '')} | {heavy.get('p95_ms', '')} | "
-                    f"{heavy.get('server_cpu_us_per_request', '')} | {'' if beyond is None else beyond} |"
+                    f"{cpu} | {'' if beyond is None else beyond} |"
                 )
     lines += ["\n### Targets (issue 26)\n", "| model | target | holds |", "| --- | --- | --- |"]
     for name, targets in result["targets"].items():

@@ -1,13 +1,19 @@
-"""benchmarks/serving.py's figures that need no server: the CPU time of a process, and the batching target's
-ceiling (no server carries more than the null endpoint) computed from a run's figures."""
+"""benchmarks/serving.py's figures and rules that need no server: the CPU time of a process and of a process
+group, the batching target's ceiling (no server carries more than the null endpoint) computed from a run's
+figures, and how a peer with a readiness route (Triton) is waited for."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,6 +38,114 @@ def test_the_cpu_time_of_a_process_counts_its_threads():
     # /proc counts whole clock ticks, sampled: a margin of a few ticks (and of float rounding) either way
     assert serving.process_cpu_seconds(os.getpid()) - before >= 0.25
     assert serving.process_cpu_seconds(2**22 + 12345) is None  # no such process
+
+
+SPIN_THEN_WAIT = """
+import sys, time
+spin_until = time.process_time() + 0.3
+while time.process_time() < spin_until:
+    pass
+print("spun", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_cpu_time_of_a_process_group_counts_every_process_of_it():
+    """A leader that starts a child in its group; the child spends 0.3 s of CPU, says so and waits: the group's
+    time counts the child's, which the leader's own does not."""
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN_THEN_WAIT!r}])",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert leader.stdout.readline() == "spun\n"  # the child's, through the stdout it inherited
+        group = serving.process_group_cpu_seconds(leader.pid)
+        if group is None:
+            pytest.skip("no /proc here")
+        seconds, processes = group
+        assert processes == 2
+        assert seconds >= 0.25  # whole clock ticks, sampled: a margin either way
+        assert serving.process_cpu_seconds(leader.pid) < 0.25  # the leader's own: only its start
+        assert serving.process_group_cpu_seconds(2**22 + 12345) == (0, 0)  # no such group
+    finally:
+        os.killpg(leader.pid, signal.SIGTERM)
+        leader.wait(10)
+
+
+def test_triton_is_a_peer_waited_for_on_its_model_s_readiness_route():
+    (server,) = serving.peer_servers(Path("/tmp/mlp.onnx"), "mlp", {"triton": "/venv/bin/python"})
+    assert server.command[:2] == ["/venv/bin/python", str(BENCHMARKS / "serving_peers" / "triton_server.py")]
+    assert server.bodies == ("json", "binary") and server.tritonclient
+    assert server.ready_path == "/v2/models/mlp/ready"
+    (kserve,) = serving.peer_servers(Path("/tmp/mlp.onnx"), "mlp", {"kserve": "/venv/bin/python"})
+    assert kserve.ready_path is None  # its infer route itself
+
+
+class FakeTriton:
+    """An HTTP server on a free port answering, as Triton does while PyTriton loads the model, 400 on the model's
+    readiness route its first `loading` times, then 200; every request it saw is kept (method and path)."""
+
+    def __init__(self, loading: int):
+        self.loading = loading
+        self.seen: list[tuple[str, str]] = []
+
+    async def answer(self, reader, writer) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):  # the client closing
+            await self.answer_each(reader, writer)
+
+    async def answer_each(self, reader, writer) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            method, path = head.split(b" ", 2)[:2]
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            self.seen.append((method.decode(), path.decode()))
+            status = b"400 Bad Request" if len(self.seen) <= self.loading else b"200 OK"
+            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self.answer, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_):
+        self.server.close()
+
+
+def waiting_for(port: int, ready_path: str | None):
+    server = serving.Server("triton", [], port, ("json", "binary"), ready_path=ready_path)
+    server.path = "/v2/models/mlp/infer"
+    server.process = SimpleNamespace(poll=lambda: None)  # still running
+    return server
+
+
+def test_a_readiness_route_is_polled_until_it_answers_200_and_its_errors_are_waited_out():
+    async def scenario():
+        async with FakeTriton(loading=3) as triton:
+            await serving.wait_until_answering(waiting_for(triton.port, "/v2/models/mlp/ready"), b"{}", 60)
+            return triton.seen
+
+    seen = asyncio.run(scenario())
+    assert (
+        seen == [("GET", "/v2/models/mlp/ready")] * 4
+    )  # three 400s, then the 200; the infer route untouched
+
+
+def test_without_a_readiness_route_an_error_on_the_infer_route_stops_the_wait():
+    async def scenario():
+        async with FakeTriton(loading=1) as triton:
+            with pytest.raises(RuntimeError, match="answered HTTP 400"):
+                await serving.wait_until_answering(waiting_for(triton.port, None), b"{}", 60)
+            return triton.seen
+
+    assert asyncio.run(scenario()) == [("POST", "/v2/models/mlp/infer")]
 
 
 def figures(c1_p50: float, per_s: float | None = None, p95: float = 1.0, cpu: float | None = None) -> dict:
