@@ -32,7 +32,7 @@ from gpuyard.up import add_arguments as add_up_arguments
 from shared import why
 from shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
 from shared.installhint import checkout, install_command
-from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file
+from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
 from shared.jobstate import JobState
 from shared.settings import ClientSettings, CommonSettings
 from shared.units import format_duration, format_size
@@ -96,7 +96,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         spec = load_spec_file(args.file)
         if args.name:
             spec["name"] = args.name
-        JobSpec.model_validate(spec)  # the same validation as the server, before the network
+        checked = JobSpec.model_validate(spec)  # the same validation as the server, before the network
+        if (too_large := start_error(checked)) is not None:
+            raise SpecError(f"{args.file}: {too_large}")
     except SpecError as exc:
         raise CliError(str(exc)) from None
     except ValidationError as exc:
@@ -333,19 +335,49 @@ def cmd_logs(args: argparse.Namespace) -> int:
     text = client.logs(args.job, **params)
     sys.stdout.write(text)
     if not text:
-        err.print(no_output_text(client.job(args.job), args.replica), markup=False)
+        err.print(no_output_text(client.job(args.job), args.replica, args.attempt), markup=False)
     return 0
 
 
-def no_output_text(job: JobOut, replica: int) -> str:
-    """Why `logs` printed nothing: the job has not started (and why it waits), or the replica wrote nothing."""
+ALL_ATTEMPTS = "all"
+
+
+def attempt_arg(text: str) -> int | str:
+    """`logs --attempt`: an attempt's number (from 1), or `all`."""
+    if text == ALL_ATTEMPTS:
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not an attempt: give its number (1, 2…) or {ALL_ATTEMPTS}")
+
+
+def no_output_text(job: JobOut, replica: int, attempt: int | str | None = None) -> str:
+    """Why `logs` printed nothing: the attempt has not started (and why it waits), or the replica wrote nothing;
+    for a later attempt, where the output of the one before it is."""
+    number = job.attempt if attempt is None or attempt == ALL_ATTEMPTS else int(attempt)
+    which = f"job {job.job_id}" if number == 1 else f"attempt {number} of job {job.job_id}"
+    if number != job.attempt:  # an earlier attempt, over
+        past = next((a for a in job.attempts if a.number == number), None)
+        if past is not None and past.started_at is None:
+            return f"no output: {which} ended ({past.outcome or 'over'}) before it started"
+        return f"no output: replica {replica} of {which} wrote nothing"
+    ran = [a.number for a in job.attempts if a.number < number and a.started_at is not None]
+    where = ""
+    if ran:
+        flag = f" --replica {replica}" if replica else ""
+        where = (
+            f"; attempt {ran[-1]}'s output: gpuyard logs {job.job_id}{flag} --attempt {ran[-1]} (every "
+            f"attempt's: --attempt {ALL_ATTEMPTS})"
+        )
     if job.started_at is None and not job.state.terminal:
         waiting = f": {pending_text(job.pending)}" if job.pending else ""
-        return f"no output: job {job.job_id} has not started yet ({job.state}{waiting})"
+        return f"no output: {which} has not started yet ({job.state}{waiting}){where}"
     if job.started_at is None:
-        return f"no output: job {job.job_id} ended ({job.state}) before it started"
-    return f"no output: replica {replica} of job {job.job_id} has written nothing" + (
-        "" if job.state.terminal else " yet"
+        return f"no output: {which} ended ({job.state}) before it started{where}"
+    return (
+        f"no output: replica {replica} of {which} has written nothing"
+        + ("" if job.state.terminal else " yet")
+        + where
     )
 
 
@@ -919,7 +951,12 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("job", help=JOB_ARGUMENT)
     logs.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     logs.add_argument("--replica", type=int, default=0, help="which replica's output (0)")
-    logs.add_argument("--attempt", type=int, help="which attempt's output (default: the latest)")
+    logs.add_argument(
+        "--attempt",
+        type=attempt_arg,
+        help="which attempt's output: its number (default: the latest), or all: every attempt's, in order, each "
+        "after a line that names it and says how it ended",
+    )
     logs.add_argument("--tail", type=int, help="only the last N lines")
     logs.set_defaults(func=cmd_logs)
 

@@ -76,8 +76,12 @@ def _detail(response: httpx.Response) -> str:
 
 
 RETRIED_STATUSES = frozenset({429, 502, 503, 504})
-"""Answers worth another try: 429 and 503 refuse before doing anything; 502 and 504 (a proxy) may not."""
-UNDONE_STATUSES = frozenset({429, 503})
+"""Answers worth another try: 429 refuses before doing anything; 503 (a store whose disk is full or whose lock
+another writer holds, a bus away) says nothing was done, but a store that could not confirm a write may have
+made it; 502 and 504 (a proxy) may not have reached the server at all."""
+UNDONE_STATUSES = frozenset({429})
+"""Retried whatever the request: what it answers is refused before anything is done. The others are retried
+only when repeating the request changes nothing (an idempotent method, or an Idempotency-Key)."""
 RETRIES = 4  # tries after the first
 BACKOFF = 0.5  # seconds before the first retry without a Retry-After; doubles each time
 LONGEST_WAIT = 60.0  # seconds: a Retry-After longer than this is reported, not waited for
@@ -129,9 +133,11 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send a request and return its answer (JSON, or text). Retried with backoff, up to `retries` times:
-        a request that never reached the server (connection refused), one refused with 429 or 503 (Retry-After
-        is honoured, up to LONGEST_WAIT), and, when repeating it changes nothing (a GET, or a request with an
-        Idempotency-Key), one whose answer was lost (connection dropped, timeout) or a 502/504."""
+        a request that never reached the server (connection refused), one refused with 429, and, when repeating
+        it changes nothing (a GET, or a request with an Idempotency-Key, or `idempotent=True`), one answered
+        503 (the store full or locked, the bus away), one whose answer was lost (connection dropped, timeout)
+        or a 502/504. Retry-After is honoured, up to LONGEST_WAIT: one asking longer is reported, not waited
+        for."""
         repeatable = (
             kwargs.pop("idempotent", False)
             or method.upper() in IDEMPOTENT_METHODS

@@ -6,6 +6,11 @@ backoff) and the supervisor says so, with what it said last when it keeps crashi
 bus (`service.status`, which `GET /v1/services` shows: gpuyard/statusreport.py). Ctrl-C (or SIGTERM) stops
 every process; none is left behind, since each child also gets SIGTERM if the supervisor itself dies.
 
+A full disk holds no service up: each one's output is read whatever becomes of it (a log file the disk
+refuses loses it, said once); NATS, whose streams stop taking writes once one failed, is restarted once the
+disk has room again (docs/operations.md, "A full disk"). Before anything starts, `gpuyard up` checks every
+port and that JetStream can reserve its streams on the data dir's disk.
+
 Every service's Prometheus figures are at one address each: the submit and serving APIs' /metrics, the
 monitor's, and a /metrics port of their own for the scheduler and each executor (free ports, or from
 `--service-metrics-port`); `<data dir>/prometheus-targets.json` lists them but the monitor's, for a
@@ -18,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import errno
 import fcntl
 import json
 import logging
@@ -41,10 +47,11 @@ from gpuyard.ports import Wanted, conflict, free_ports, port_free
 from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
-from shared.events import ProcessState, ServiceStatus
+from shared.events import STREAMS, ProcessState, ServiceStatus
 from shared.installhint import pip_command
 from shared.jobtokens import JobTokenError, ensure_secret, secret_path
 from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
+from shared.secretfile import SecretFileError
 from shared.settings import (
     EXIT_REFUSED,
     CommonSettings,
@@ -57,6 +64,7 @@ from shared.settings import (
 )
 from shared.settingsdocs import default_text, env_name, flag_name
 from shared.tokens import Tokens, TokensFixed
+from shared.units import format_size
 from shared.version import VERSION
 
 SERVICES: dict[str, type[CommonSettings]] = {  # in start order
@@ -84,6 +92,21 @@ CRASH_LOOP = 3
 STARTED_LINE = " started (pid "  # what a service logs once it runs (shared/service.py)
 NATS_SHOWN = ("[WRN]", "[ERR]", "[FTL]", "Server is ready")
 PR_SET_PDEATHSIG = 1
+READ_CHUNK = 64 * 1024
+"""What the supervisor reads of a process's output at once (its pipe is always read, whatever it does with it)."""
+LONGEST_LINE = 16 * 1024
+"""A line longer than this is shown on the console in pieces (the log file has it whole)."""
+LOG_RETRY_SECONDS = 5.0
+"""How long a supervisor that could not write a process's log file drops its output before it tries again."""
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+JETSTREAM_SHARE = (3, 4)
+"""nats-server takes this share of its store's free disk space as JetStream's storage (no `max_file_store`):
+at most 3/4 of what is free when it starts."""
+ROOM_AGAIN = 64 << 20
+"""Free space (at most an eighth of the file system) after which NATS is restarted to heal its streams."""
+JETSTREAM_HEAL_BACKOFF = (30.0, 600.0)
+"""Seconds between two restarts of NATS to heal its streams, the first and the longest (doubling)."""
+STOP_POLL_SECONDS = 0.05
 
 
 def _die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:  # in the child between fork and exec
@@ -131,27 +154,162 @@ class Child:
     """What it said last before that exit, while it is not running again."""
     with_parent: Callable[[], None] = _die_with_parent
     """Run in the child before exec: the signal it gets when the supervisor dies (PR_SET_PDEATHSIG)."""
+    restarting: bool = False
+    """The supervisor itself restarts it (NATS, to heal JetStream): `watch` leaves it alone meanwhile."""
+
+
+class ServiceLog:
+    """The supervisor's copy of one process's output, `logs/<name>.log`, appended. Writing it never holds the
+    process up: a write that fails (a full disk, ENOSPC; any OSError) drops what it could not write, the
+    supervisor says so once, and for LOG_RETRY_SECONDS drops the rest before it tries again (the pipe is read
+    all the while). Once a write succeeds again, a line in the file says how much output is missing there, and
+    the console that the file is written again."""
+
+    def __init__(
+        self,
+        path: Path,
+        say: Callable[[str], None],
+        *,
+        write: Callable[[int, bytes], int] = os.write,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.path = path
+        self.say = say
+        self._write = write
+        self.clock = clock
+        self.fd = -1
+        self.dropped = 0
+        """Bytes of output not written since the last write that failed."""
+        self.retry_at = 0.0
+
+    def write(self, data: bytes) -> None:
+        if self.dropped and self.clock() < self.retry_at:
+            self.dropped += len(data)
+            return
+        missing = self.dropped
+        written = 0
+        try:
+            if self.fd < 0:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            if missing:
+                self._write_all(memoryview(self._gap(missing)))
+            view = memoryview(data)
+            while written < len(data):
+                written += self._write(self.fd, view[written:])
+        except OSError as exc:
+            self._failed(exc, missing + len(data) - written)
+            return
+        if missing:
+            self.dropped = 0
+            self.say(
+                f"[green]writing {escape(str(self.path))} again ({format_size(missing)} of output dropped)[/]"
+            )
+
+    def _write_all(self, chunk: memoryview) -> None:
+        while chunk:
+            chunk = chunk[self._write(self.fd, chunk) :]
+
+    def _gap(self, missing: int) -> bytes:
+        return (
+            f"[gpuyard up] {format_size(missing)} of this process's output missing here: this file could not be "
+            "written\n"
+        ).encode()
+
+    def _failed(self, exc: OSError, lost: int) -> None:
+        first = not self.dropped
+        self.dropped = max(lost, 1)
+        self.retry_at = self.clock() + LOG_RETRY_SECONDS
+        if first:
+            why = "no space left on its disk" if exc.errno in NO_SPACE else (exc.strerror or str(exc))
+            self.say(
+                f"[bold red]cannot write {escape(str(self.path))} ({escape(why)}): its output is shown here "
+                f"but dropped from that file, which is tried again every {LOG_RETRY_SECONDS:.0f}s[/]"
+            )
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+def jetstream_broken(line: str) -> bool:
+    """Whether a line of nats-server says JetStream can no longer write a stream (or its store): a stream that
+    failed a write (ENOSPC, EIO) keeps failing every publish, unacknowledged, until nats-server restarts; out
+    of resources or denied, it disables JetStream altogether."""
+    if not any(level in line for level in ("[ERR]", "[WRN]", "[FTL]")):
+        return False
+    text = line.lower()
+    return "critical write error" in text or ("jetstream" in text and "disabl" in text)
+
+
+def free_space(path: Path) -> tuple[int, int]:
+    """(bytes free to an unprivileged writer, bytes in all) of the file system holding `path` (or the
+    nearest folder above it that exists), counted in blocks as nats-server counts them."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_bsize, st.f_blocks * st.f_frsize
+
+
+def jetstream_room(data_dir: Path, stream_max_bytes: int, streams: int = len(STREAMS)) -> str | None:
+    """None when nats-server, started on `data_dir`, can reserve each of its `streams` streams'
+    `stream_max_bytes` (it refuses to create or update one beyond 3/4 of the free space it saw at its start, and
+    every service declares them when it starts); else the one line that says so and what to change."""
+    if stream_max_bytes <= 0:
+        return None
+    free, _ = free_space(data_dir)
+    usable = free * JETSTREAM_SHARE[0] // JETSTREAM_SHARE[1]
+    need = streams * stream_max_bytes
+    if need <= usable:
+        return None
+    fits = usable // streams
+    smaller = f"{fits >> 20}MiB" if fits >= 1 << 20 else f"{fits}"
+    short = -(-need * JETSTREAM_SHARE[1] // JETSTREAM_SHARE[0]) - free
+    return (
+        f"the data dir {data_dir} has {format_size(free)} free, and JetStream needs {streams} × "
+        f"{format_size(stream_max_bytes)} for its streams (GPUYARD_STREAM_MAX_BYTES) within 3/4 of it: free "
+        f"{format_size(short)} more there, or set GPUYARD_STREAM_MAX_BYTES={smaller} or less"
+    )
 
 
 class Supervisor:
     def __init__(
-        self, console: Console, log_dir: Path, report: Callable[[ServiceStatus], None] | None = None
+        self,
+        console: Console,
+        log_dir: Path,
+        report: Callable[[ServiceStatus], None] | None = None,
+        *,
+        nats_store: Path | None = None,
+        write: Callable[[int, bytes], int] = os.write,
     ):
         """`report`: told the status of each service process it starts, and of each change (a
-        `StatusReporter`'s `update`: it must neither block nor raise)."""
+        `StatusReporter`'s `update`: it must neither block nor raise). `nats_store`: NATS's store directory,
+        whose free space says when NATS can be restarted to heal JetStream (`heal_jetstream`). `write`: how
+        the processes' log files are written (`os.write`; a test's may fail)."""
         self.console = console
         self.log_dir = log_dir
         self.report = report
+        self.nats_store = nats_store
+        self.write = write
         self.host = socket.gethostname()
         self.children: dict[str, Child] = {}
         self.stopping = False
         self.refusal: str | None = None
         """Set when a child refused its configuration: `gpuyard up` stops with it."""
         self.refused = asyncio.Event()
+        self.healing: asyncio.Task | None = None
+        """Waiting for room to restart NATS, whose JetStream failed a write (`heal_jetstream`)."""
+        self.healed_at: float | None = None
+        self.heal_backoff = JETSTREAM_HEAL_BACKOFF[0]
 
     def say(self, name: str, text: str) -> None:
+        """A line on the console; never raises (a console that cannot be written loses it)."""
         color = COLORS.get(name.split("-")[0], "white")
-        self.console.print(f"[{color}]{name:>10}[/] │ {text}", markup=True, highlight=False, soft_wrap=True)
+        with contextlib.suppress(OSError, ValueError):
+            self.console.print(
+                f"[{color}]{name:>10}[/] │ {text}", markup=True, highlight=False, soft_wrap=True
+            )
 
     async def start(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
@@ -191,18 +349,37 @@ class Supervisor:
             self.say(child.name, f"[red]its state could not be reported: {escape(repr(exc))}[/]")
 
     async def _pump(self, child: Child, proc: asyncio.subprocess.Process) -> None:
-        fd = os.open(self.log_dir / f"{child.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab") as log:
-            async for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                text = line.decode(errors="replace").rstrip()
-                if child.name == "nats" and not any(m in text for m in NATS_SHOWN):
-                    continue  # the banner and routine lines stay in the log file
-                if text:
-                    child.last_line = _shorten(text, child.service or child.name)
-                    child.ready = child.ready or STARTED_LINE in text
-                    self.say(child.name, child.last_line)
+        """Read the process's output to its end, whatever becomes of it: into its log file (`ServiceLog`: a
+        file that cannot be written loses it, never holds the process up) and, line by line, to the console."""
+        log = ServiceLog(
+            self.log_dir / f"{child.name}.log", lambda text: self.say(child.name, text), write=self.write
+        )
+        partial = b""
+        try:
+            while data := await proc.stdout.read(READ_CHUNK):
+                log.write(data)
+                *lines, partial = (partial + data).split(b"\n")
+                if len(partial) > LONGEST_LINE:
+                    lines.append(partial)
+                    partial = b""
+                for line in lines:
+                    self._heard(child, line)
+            if partial:
+                self._heard(child, partial)
+        finally:
+            log.close()
+
+    def _heard(self, child: Child, line: bytes) -> None:
+        text = line.decode(errors="replace").rstrip()
+        if child.name == "nats":
+            if jetstream_broken(text):
+                self.heal_jetstream(child, text)
+            if not any(m in text for m in NATS_SHOWN):
+                return  # the banner and routine lines stay in the log file
+        if text:
+            child.last_line = _shorten(text, child.service or child.name)
+            child.ready = child.ready or STARTED_LINE in text
+            self.say(child.name, escape(child.last_line))
 
     async def watch(self) -> None:
         """Restart any child that exits while the platform is up."""
@@ -210,7 +387,7 @@ class Supervisor:
             await asyncio.sleep(0.2)
             for child in list(self.children.values()):
                 proc = child.proc
-                if proc is None or self.stopping:
+                if proc is None or self.stopping or child.restarting:
                     continue
                 if proc.returncode is None:
                     self._stable_again(child)
@@ -306,18 +483,87 @@ class Supervisor:
                 child.proc.send_signal(sig)
 
     async def _stopped(self, name: str, grace: float) -> None:
+        """Until the child has exited (killed after `grace`), and its output is read (for at most 2 s more).
+        Its exit is told by its status alone: `Process.wait()` also waits for its output pipe to close, which a
+        process it left behind may hold open."""
         child = self.children.get(name)
-        if child and child.proc and child.proc.returncode is None:
-            try:
-                await asyncio.wait_for(child.proc.wait(), grace)
-            except TimeoutError:
-                self.say(name, "did not stop in time; killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.kill()
-                await child.proc.wait()
+        if child and child.proc and not await _exited(child.proc, grace):
+            self.say(name, "did not stop in time; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+            await _exited(child.proc, grace)
         if child and child.pump:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(child.pump, 2)
+
+    def heal_jetstream(self, nats: Child, said: str) -> None:
+        """NATS said that JetStream failed a write (`jetstream_broken`): restart it, which makes every stream
+        write again, once its store's disk has room again (ROOM_AGAIN, or an eighth of a smaller file system)
+        and at most every JETSTREAM_HEAL_BACKOFF seconds. The services reconnect by themselves, and what they
+        published meanwhile and was not acknowledged is published again (each service's outbox relay)."""
+        if self.stopping or (self.healing is not None and not self.healing.done()):
+            return
+        self.healing = asyncio.create_task(self._heal(nats, said), name="heal-jetstream")
+
+    async def _heal(self, nats: Child, said: str) -> None:
+        now = time.monotonic()
+        if self.healed_at is not None and now - self.healed_at > JETSTREAM_HEAL_BACKOFF[1]:
+            self.heal_backoff = JETSTREAM_HEAL_BACKOFF[0]  # (the last heal is long past)
+        earliest = self.healed_at + self.heal_backoff if self.healed_at is not None else now
+        store = self.nats_store
+        where = f" once {escape(str(store))} has room again" if store is not None else ""
+        self.say(
+            nats.name,
+            f"[bold red]JetStream cannot write its streams (it said: {escape(_shorten(said, 'nats')[:200])}); "
+            f"restarting NATS{where}, which heals them[/]",
+        )
+        while not self.stopping:
+            if time.monotonic() >= earliest and (store is None or _room_again(store)):
+                break
+            await asyncio.sleep(1)
+        if self.stopping:
+            return
+        if self.healed_at is not None:
+            self.heal_backoff = min(self.heal_backoff * 2, JETSTREAM_HEAL_BACKOFF[1])
+        self.healed_at = time.monotonic()
+        free = ""
+        with contextlib.suppress(OSError):
+            free = f" ({format_size(free_space(store)[0])} free)" if store is not None else ""
+        await self.restart(nats, f"restarting NATS to heal JetStream{free}")
+
+    async def restart(self, child: Child, why: str, grace: float = 15) -> None:
+        """Stop `child` (SIGTERM, killed after `grace`) and start it again at once: a restart the supervisor
+        decided, not a crash (`watch` leaves it alone meanwhile)."""
+        if child.proc is None or self.stopping:
+            return
+        child.restarting = True
+        try:
+            self.say(child.name, f"[bold yellow]{why}[/]")
+            self._signal(child, signal.SIGTERM)
+            await self._stopped(child.name, grace)
+            if not self.stopping:
+                await self.start(child)
+        finally:
+            child.restarting = False
+
+
+async def _exited(proc: asyncio.subprocess.Process, within: float) -> bool:
+    """Whether `proc` exits within `within` seconds (its status is known: its pipes may still be open)."""
+    deadline = time.monotonic() + within
+    while proc.returncode is None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(STOP_POLL_SECONDS)
+    return True
+
+
+def _room_again(store: Path) -> bool:
+    """Whether the file system of NATS's store has room again (ROOM_AGAIN, or an eighth of a smaller one)."""
+    try:
+        free, size = free_space(store)
+    except OSError:
+        return False
+    return free >= min(ROOM_AGAIN, size // 8)
 
 
 def _shorten(text: str, name: str) -> str:
@@ -728,6 +974,9 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     # Every port, before anything starts: one line now, not a service crash-looping behind the banner.
     if (problem := conflict(platform.ports)) is not None:
         raise SystemExit(problem)
+    # JetStream's reservation, likewise: on a disk with less room, every service would crash-loop at its start.
+    if (problem := jetstream_room(data_dir, platform.submit.stream_max_bytes)) is not None:
+        raise SystemExit(problem)
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     log_dir.chmod(0o700)
@@ -739,6 +988,20 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     server_url = f"http://{host}:{api_port}"
     context, config_path = save_context(data_dir, server_url, admin_token)
     targets_path = write_metrics_targets(platform)
+    monitor = platform.settings.get("monitor")
+    scrape = None
+    if monitor is not None:  # the scrape token (0600, unless metrics_auth=off) and a config that sends it
+        from services.monitor.scrape import token_file, write_scrape_config  # (the CLI loads no service)
+
+        try:
+            scrape = write_scrape_config(
+                data_dir,
+                f"{loopback_for(monitor.metrics_host)}:{monitor.metrics_port}",
+                targets_path,
+                token_file(monitor),
+            )
+        except (OSError, SecretFileError) as exc:
+            raise SystemExit(f"the metrics scrape token: {exc}") from None
 
     logging.getLogger("shared.bus").setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
     reporter = StatusReporter(
@@ -747,7 +1010,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         tls_ca=platform.submit.nats_tls_ca,
         say=lambda text: console.print(f"[bold red]gpuyard up: {escape(text)}[/]", highlight=False),
     )
-    sup = Supervisor(console, log_dir, report=reporter.update)
+    sup = Supervisor(console, log_dir, report=reporter.update, nats_store=data_dir / "nats")
     reporting: asyncio.Task | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -791,6 +1054,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         if executor.simulate_gpus:
             lines.append(f"  GPUs        {executor.simulate_gpus} simulated on node {executor.node_name}")
         lines.append(f"  metrics     {metrics_line(platform)}  (Prometheus file_sd: {targets_path})")
+        if scrape is not None:
+            lines.append(f"  Prometheus  prometheus --config.file={scrape}  (it sends the scrape token)")
         lines += job_rights(os.geteuid() == 0, executor.job_users)
         cli = cli_command()
         lines.append(

@@ -398,11 +398,11 @@ class HealthOut(Out):
 # ---------------------------------------------------------------- models (docs/models.md)
 
 
-class ModelVersionOut(Out):
-    """One published version of a model: immutable."""
+class PublishedVersion(Out):
+    """A published version as its publisher needs it: its number, digest, size and signature, not where the
+    server keeps its file."""
 
     version: int
-    uri: str = Field(description="Where its ONNX file is in the model store.")
     sha256: str = Field(description="SHA-256 of the file, checked on every load.")
     size_bytes: int
     inputs: list[TensorSpec] = Field(
@@ -412,6 +412,12 @@ class ModelVersionOut(Out):
     job_id: str | None = Field(None, description="The job that published it from inside, if one did.")
     user: str = Field("", description="Who published it (empty for a job).")
     published_at: datetime
+
+
+class ModelVersionOut(PublishedVersion):
+    """One published version of a model: immutable."""
+
+    uri: str = Field(description="Where its ONNX file is in the model store.")
 
 
 class ModelOut(Out):
@@ -493,7 +499,9 @@ class UndeployedOut(Out):
     cancelled: list[CancelOut] = Field(description="The serve jobs cancelled (or being stopped).")
 
 
-class ModelPublishedOut(ModelVersionOut):
+class ModelPublishedOut(PublishedVersion):
+    """The version published, or the one that already held these bytes (`duplicate`)."""
+
     name: str
     tenant: str
     public: bool

@@ -86,6 +86,7 @@ ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event c
 CONSUMER_INFO_TIMEOUT = 2.0  # seconds a consumer's info may take to come (the backlog of /metrics)
 SUBSCRIBE_FLUSH_SECONDS = 2.0  # most a core subscription waits for the server to confirm it (`Bus.subscribe`)
 CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
+INSUFFICIENT_STORAGE = 10047  # JetStream's err_code for a stream whose max_bytes its disk cannot hold
 
 
 def version_of(msg: Msg) -> int | None:
@@ -246,9 +247,23 @@ class Bus:
                 description=s.description,
             )
             try:
-                await self.js.add_stream(config)
-            except BadRequestError:
-                await self.js.update_stream(config)  # exists with another shape: bring it to ours
+                try:
+                    await self.js.add_stream(config)
+                except BadRequestError:
+                    await self.js.update_stream(config)  # exists with another shape: bring it to ours
+            except APIError as exc:
+                if exc.err_code != INSUFFICIENT_STORAGE or not await self._stream_exists(s.name):
+                    raise
+                # nats-server checks the stream's reservation again against 3/4 of the disk space that was
+                # free at its own start: on a fuller disk, an existing stream goes on as it is
+                log.warning("stream %s kept as it is: %s", s.name, exc.description)
+
+    async def _stream_exists(self, name: str) -> bool:
+        try:
+            await self.js.stream_info(name)
+        except NotFoundError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ publishing
 

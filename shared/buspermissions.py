@@ -112,6 +112,8 @@ GRANTS: dict[Role, Grant] = {
             Subject.JOB_REQUEUED,  # the jobs of a lost node
             Subject.NODE_LOST,
         },
+        # heartbeats live too: a telemetry stream that cannot store them must not get nodes declared lost
+        listens=(Subject.NODE_HEARTBEAT.value,),
         follows=(EVENTS_STREAM, TELEMETRY_STREAM),
         leases=True,
     ),

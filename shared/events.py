@@ -423,6 +423,13 @@ class JobStarted(EventData):
         description="What the node could not do for this attempt, in plain words, e.g. "
         "'cpu and memory limits not enforced on this node: …'.",
     )
+    isolation: str = Field(
+        "",
+        description="How the node keeps these replicas from other tenants' jobs, in plain words: 'private "
+        "/tmp, /var/tmp and /dev/shm (a mount namespace of its own); /proc lists its user's processes only', "
+        "or 'private TMPDIR only: <why>' where /tmp and /proc stay the node's; empty: not said (Kubernetes "
+        "pods, an older executor).",
+    )
 
 
 @event(Subject.JOB_REPLICA_EXITED)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +46,15 @@ SERVE_MAX_RETRIES = 5
 """A serve job's `max_retries` unless it gives one: a replica that dies is restarted (with the retry
 backoff) this many times; a model that cannot be loaded fails at once, with its reason (docs/models.md)."""
 MAX_MODEL_VERSION = 2**31
+REPLICA_START_BYTES = 212_992 - 32
+"""The largest start of a replica an executor can hand its reaper (services/executor/reaper_client.py): one
+datagram on a Unix socket pair, which the socket's send buffer bounds (Linux's default, `net.core.wmem_default`,
+212,992 bytes, less 32 the kernel keeps). A larger one is refused by the kernel, and the job fails to start."""
+SPEC_START_BYTES = 128 * 1024
+"""What a spec's own part of a replica's start (`start_bytes`: its command, working_dir and env, in JSON as the
+executor sends them) may take of REPLICA_START_BYTES: the rest is the platform's, the environment it adds (its
+PATH, the job's identity, its publish token) and the replica's files. Under it, each argument and each variable
+is also under Linux's limit on one (MAX_ARG_STRLEN, 128 KiB), which exec would refuse."""
 
 
 def _matching(pattern: str, message: str) -> Any:
@@ -339,15 +350,84 @@ class JobSpec(Strict):
         return ["/bin/sh", "-c", self.command] if isinstance(self.command, str) else list(self.command)
 
 
+def start_bytes(spec: JobSpec) -> int:
+    """The bytes of a spec's own part of a replica's start, as the executor sends it to its reaper (JSON, every
+    character not ASCII escaped): its argv, working_dir and env. 0 for a serve job (no process of its own)."""
+    if spec.command is None:
+        return 0
+    return len(json.dumps({"argv": spec.argv, "cwd": spec.working_dir or "", "env": spec.env}))
+
+
+def start_error(spec: JobSpec) -> str | None:
+    """Why the executor could not start the spec's replicas, its command and environment too large for a start
+    (SPEC_START_BYTES), in words that name the limit and what takes it; None when they fit. What the submit API
+    and `gpuyard submit` check before a job is queued (a stored job is read as it is, whatever its size)."""
+    size = start_bytes(spec)
+    if size <= SPEC_START_BYTES:
+        return None
+    env = len(json.dumps(spec.env)) if spec.env else 0
+    parts = [f"command {len(json.dumps(spec.argv)):,}"]
+    if spec.env:
+        parts.append(f"env {env:,} ({len(spec.env):,} variables)")
+    if spec.working_dir:
+        parts.append(f"working_dir {len(json.dumps(spec.working_dir)):,}")
+    return (
+        f"the command, working_dir and env take {size:,} bytes as a replica's start carries them "
+        f"({', '.join(parts)}); at most {SPEC_START_BYTES:,}: pass large data in a file instead"
+    )
+
+
 class SpecError(ValueError):
     """A job spec file that cannot be read; the message is meant for people."""
+
+
+def too_long_number(digits: int) -> str:
+    """Why a number of `digits` digits is refused: more than Python reads as an integer (sys.int_info's
+    default_max_str_digits, 4300), and far more than any field of a spec takes."""
+    return (
+        f"a number of {digits:,} digits, more than can be read (at most {sys.get_int_max_str_digits():,}): "
+        "no field of a job spec takes one"
+    )
+
+
+def read_int(text: str) -> int:
+    """An integer of a spec's JSON (`json.loads`'s `parse_int`): a SpecError saying why for one too long to
+    read, where Python's own ValueError would be a 500 (an API) or a traceback (the CLI)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(too_long_number(len(text.lstrip("-")))) from None
+
+
+class SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with an integer too long to read a YAML error at its line and column (PyYAML's
+    own reading raises Python's ValueError)."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError:  # (decimal digits past the limit)
+            digits = max(map(len, re.findall(r"[0-9]+", str(node.value).replace("_", ""))))
+            raise yaml.constructor.ConstructorError(
+                None, None, too_long_number(digits), node.start_mark
+            ) from None
+        limit = sys.get_int_max_str_digits()  # (hexadecimal, octal, binary: read without it)
+        if limit and value.bit_length() > 3 * limit and abs(value) >= 10**limit:  # (2**(3n) < 10**n)
+            digits = int(abs(value).bit_length() * math.log10(2)) + 1
+            raise yaml.constructor.ConstructorError(None, None, too_long_number(digits), node.start_mark)
+        return value
+
+
+SpecLoader.add_constructor("tag:yaml.org,2002:int", SpecLoader.construct_yaml_int)
 
 
 def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
     """Parse YAML or JSON text into a dict (not yet validated). A SpecError names `filename` and where in it
     the text went wrong ('job.yaml, line 2, column 5: not valid YAML: ...'), its cause the parser's error."""
     try:
-        data = json.loads(text) if filename.endswith(".json") else yaml.safe_load(text)
+        data = json.loads(text, parse_int=read_int) if filename.endswith(".json") else spec_yaml(text)
+    except SpecError as exc:
+        raise SpecError(f"{filename}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"{filename}, line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
@@ -359,6 +439,11 @@ def load_spec_text(text: str, *, filename: str = "<spec>") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a job spec must be a mapping of fields, got {type(data).__name__}")
     return data
+
+
+def spec_yaml(text: str) -> Any:
+    """The value of a YAML text, read as `yaml.safe_load` reads it (SpecLoader)."""
+    return yaml.load(text, Loader=SpecLoader)  # (a SafeLoader)
 
 
 def yaml_error_text(filename: str, exc: yaml.YAMLError) -> str:

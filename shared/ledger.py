@@ -32,6 +32,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from shared.bus import Bus
 from shared.events import (
@@ -44,7 +45,7 @@ from shared.events import (
     make_event,
 )
 from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
-from shared.store import Append, ConcurrencyError, EventStore, Projection, StoreError
+from shared.store import Append, ConcurrencyError, EventStore, Outage, Projection, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,9 @@ class JobLedger:
         self.publishes = publishes
         self._published: list[str] = []
         self._relay: asyncio.Task | None = None
+        self.relay_outage = Outage(log, "outbox relay")
+        """The relay's failures (the store's disk full, its lock held, the store or the bus away): said once
+        until it relays again."""
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self.ended_jobs = ended_jobs
         self._ended: OrderedDict[str, _Known] = OrderedDict()
@@ -402,11 +406,18 @@ class JobLedger:
             cached=cached,
         )
 
-    async def requeue_lost(self, job: JobView, message: str) -> Outcome:
-        """Requeue a placed or running attempt whose node or processes are gone, as a new attempt (once,
-        whoever notices first: the scheduler for a silent node, an executor for processes it lost)."""
+    async def requeue_lost(
+        self, job: JobView, message: str, *, not_before: datetime | None = None
+    ) -> Outcome:
+        """Requeue a placed or running attempt whose node or processes are gone, or that its node could not
+        start (its disk full), as a new attempt (once, whoever notices first: the scheduler for a silent node,
+        an executor for processes it lost or could not start). `not_before`: not placed again before then."""
         data = JobRequeued(
-            job_id=job.job_id, attempt=job.attempt + 1, reason=RequeueReason.NODE_LOST, message=message
+            job_id=job.job_id,
+            attempt=job.attempt + 1,
+            reason=RequeueReason.NODE_LOST,
+            message=message,
+            not_before=not_before,
         )
         return await self.record(
             job.job_id,
@@ -445,17 +456,32 @@ class JobLedger:
     async def _relay_loop(self, interval: float, grace: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.flush(grace=grace)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("outbox relay: %s", exc)
+            await self.relay_once(grace=grace)
+
+    async def relay_once(self, *, grace: float = 3.0) -> None:
+        """One turn of the relay (`flush`). A failure is said once until a turn writes again (a full disk
+        fails every turn until space is back), then that it resumed; a turn with nothing to write says
+        neither."""
+        marks = bool(self._published)
+        try:
+            relayed = await self.flush(grace=grace)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.relay_outage.failed(exc)
+            return
+        if marks or relayed:
+            self.relay_outage.succeeded()
 
     async def flush(self, *, grace: float = 3.0) -> int:
-        """Mark what was published, then publish what was stored but never published."""
+        """Mark what was published, then publish what was stored but never published. What could not be
+        marked is marked at the next flush."""
         done, self._published = self._published, []
-        await self.store.mark_published(done)
+        try:
+            await self.store.mark_published(done)
+        except BaseException:
+            self._published[:0] = done
+            raise
         if self.bus is None:
             return 0
         pending = await self.store.unpublished(older_than=grace)

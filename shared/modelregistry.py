@@ -171,8 +171,25 @@ Decide = Callable[[ModelView | None], Awaitable[EventData | None]]
 def visible_to(principal: Principal, view: ModelView | None) -> bool:
     """Whether `principal` may see and use the model (list it, deploy it, infer with it): a listed model of its
     own tenant, or a public one (an admin: any). A model it may not see is answered as one that does not
-    exist (404): the API's model routes and the serving entry point both ask here."""
+    exist (404): the API's model routes and the serving entry point both ask here. Which model a name stands
+    for is decided before, by its owner: a name alone is the caller's own model, never another tenant's, however
+    public (`qualified_name`)."""
     return view is not None and bool(view.versions) and (view.public or may_see(principal, view.tenant))
+
+
+def qualified_name(tenant: str, name: str) -> str:
+    """How a model is named with its owner: `OWNER/NAME` (`vision/mnist`). On the serving entry point a name
+    alone is always the caller's own model, and another tenant's public model is reached by this name only
+    (docs/serving.md, "Model names"). Neither a tenant's nor a model's name holds a '/' (`jobspec.Name`), so it
+    splits one way only."""
+    return f"{tenant}/{name}"
+
+
+def split_qualified(text: str) -> tuple[str | None, str]:
+    """`OWNER/NAME` -> (OWNER, NAME); a name alone -> (None, NAME). Whatever follows the first '/' is the name
+    (which a valid name never holds: such a name is no model's)."""
+    owner, slash, name = text.partition("/")
+    return (owner, name) if slash else (None, text)
 
 
 def deployed_versions(view: ModelView) -> list[int]:

@@ -9,6 +9,10 @@ version exists: the loser's file is removed), and writing the same bytes again c
 
 Writes are atomic: on a local directory a temporary file renamed into place (fsynced first); on an object
 store a single PUT (an object appears whole or not at all). Every load checks the SHA-256 (`load`).
+
+An upload is written to a file as it comes (`ModelStore.stage`), hashed on the way, never held in memory whole:
+in the store's own directory when it is local (`.uploads/`, so that publishing it is a link, not a copy), else
+in a local temporary folder. A staged file (`StagedFile`) is published by `put` as bytes are.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
+import tempfile
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shared.installhint import install_command
 from shared.jobspec import NAME_PATTERN
@@ -27,6 +36,10 @@ CHUNK = 1 << 20
 _NAME = re.compile(NAME_PATTERN)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MODELS_DIR = "models"
+UPLOADS_DIR = ".uploads"
+"""Uploads being written, in a local store's directory."""
+STALE_UPLOAD = 24 * 3600.0
+"""An upload's file left this long (its writer gone: a crash) is removed by the next upload."""
 
 
 class ModelStoreError(Exception):
@@ -37,7 +50,67 @@ class ChecksumMismatch(ModelStoreError):
     """A model file's bytes are not the ones published."""
 
 
-def sha256_of(data: bytes) -> str:
+@dataclass
+class StagedFile:
+    """A model's bytes in a file, written as they came (`ModelStore.stage`), not yet published: what `put`,
+    `sha256_of` and `len` take as they take bytes."""
+
+    path: Path
+    sha256: str
+    size: int
+    signature: Any = None
+    """Its signature once checked (`shared.onnxsig.check_file`): not checked again."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+class Staging:
+    """An upload being written to its file, hashed as it comes: `write` each chunk (blocking: from a thread),
+    then `finish`; `discard` removes the file whatever happened."""
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_stale(folder)
+        self.path = folder / f"{uuid.uuid4().hex}.part"
+        self.size = 0
+        self._hash = hashlib.sha256()
+        self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+
+    def write(self, chunk: bytes | bytearray) -> None:
+        self._file.write(chunk)
+        self._hash.update(chunk)
+        self.size += len(chunk)
+
+    def finish(self) -> StagedFile:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        return StagedFile(self.path, self._hash.hexdigest(), self.size)
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def _remove_stale(folder: Path) -> None:
+    cutoff = time.time() - STALE_UPLOAD
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            with contextlib.suppress(OSError):
+                if entry.name.endswith(".part") and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+
+
+def sha256_of(data: bytes | StagedFile) -> str:
+    if isinstance(data, StagedFile):
+        return data.sha256
     return hashlib.sha256(data).hexdigest()
 
 
@@ -102,17 +175,32 @@ class ModelStore:
             return str(self.root / key)
         return f"{self.url}/{key}"
 
-    def put(self, tenant: str, name: str, version: int, data: bytes) -> tuple[str, str]:
-        """Store `data` as that version's file, atomically; (its URI, its sha256). The same bytes again are
-        a no-op with the same answer."""
+    def stage(self) -> Staging:
+        """A file to write an upload to, where `put` publishes it without a copy when it can: in the store's
+        directory when it is local, else in a local temporary folder. ModelStoreError when none can be made."""
+        folder = self.root / UPLOADS_DIR if self.local else Path(tempfile.gettempdir()) / "gpuyard-uploads"
+        try:
+            return Staging(folder)
+        except OSError as exc:
+            raise ModelStoreError(f"cannot write an upload in {folder}: {exc.strerror or exc}") from None
+
+    def put(self, tenant: str, name: str, version: int, data: bytes | StagedFile) -> tuple[str, str]:
+        """Store `data` (bytes, or a file staged) as that version's file, atomically; (its URI, its sha256).
+        The same bytes again are a no-op with the same answer."""
         sha256 = sha256_of(data)
         uri = self.uri(tenant, name, version, sha256)
         if self.local:
-            _put_local(Path(uri), data)
+            if isinstance(data, StagedFile):
+                _put_local_file(Path(uri), data.path)
+            else:
+                _put_local(Path(uri), data)
             return uri, sha256
         path = f"{self.root_path}/{self.key(tenant, name, version, sha256)}"
         try:
-            self.fs.pipe_file(path, data)  # one PUT: the object is whole or absent
+            if isinstance(data, StagedFile):
+                self.fs.put_file(str(data.path), path)  # (a multipart upload: whole or absent too)
+            else:
+                self.fs.pipe_file(path, data)  # one PUT: the object is whole or absent
         except Exception as exc:
             raise ModelStoreError(f"cannot write {_shown(uri)}: {type(exc).__name__}: {exc}") from None
         return uri, sha256
@@ -143,16 +231,40 @@ class ModelStore:
 
 
 def _put_local(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    def write(tmp: Path) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+
+    _put_local_with(path, write)
+
+
+def _put_local_file(path: Path, source: Path) -> None:
+    """`source` (a staged upload, fsynced) as `path`: a second link to it, or a copy on another filesystem."""
+
+    def link(tmp: Path) -> None:
+        try:
+            os.link(source, tmp)
+        except OSError:  # (another filesystem, or one without links)
+            shutil.copyfile(source, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+
+    _put_local_with(path, link)
+
+
+def _put_local_with(path: Path, write) -> None:
+    """The file `write(tmp)` makes, renamed into place as `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(tmp)
         os.chmod(tmp, 0o400)  # a published version never changes
         os.replace(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # (left by a rename onto a link to the same file, which does nothing)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()

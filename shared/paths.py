@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def write_private(path: Path, text: str) -> None:
     0700: for secrets (bus credentials, the publish key)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.parent.chmod(0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # (PID 1 in two containers)
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)

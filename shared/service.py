@@ -34,6 +34,12 @@ from shared.store import EventStore, StoreUnavailable, open_store
 from shared.version import VERSION
 
 log = logging.getLogger("gpuyard.service")
+REQUEST_LOCK_TIMEOUT_SECONDS = 5.0
+"""Seconds a service that answers requests waits for the event store's write lock another process holds before
+its answer is 503 with Retry-After (StoreBusy): well within its clients' timeout (30 s), which a wait as long
+as the other services' (`shared.store.sqlite.LOCK_TIMEOUT_SECONDS`, 30 s) would outlast."""
+ANSWERS_REQUESTS = frozenset({"submit"})
+"""The services whose writes a client waits on (the API): their store waits REQUEST_LOCK_TIMEOUT_SECONDS."""
 
 
 def setup_logging(name: str, level: str) -> None:
@@ -102,7 +108,9 @@ class Service:
         await self.bus.ensure_streams(tuple(s.limited(*limits) for s in STREAMS))
         if self.needs_store:
             self.store = await open_store(
-                self.settings.store_url, durable_commits=self.settings.store_durable_commits
+                self.settings.store_url,
+                durable_commits=self.settings.store_durable_commits,
+                lock_timeout=store_lock_timeout(self.name),
             )
             self.ledger = JobLedger(self.store, self.bus, self.source, publishes=publishes(self.name))
             self.ledger.start_relay()
@@ -208,6 +216,11 @@ class Service:
         if closing:
             clean &= await _bounded(asyncio.gather(*closing), STEP_SECONDS, "the connections")
         return clean
+
+
+def store_lock_timeout(name: str) -> float | None:
+    """Seconds the service `name` waits for the event store's write lock (None: the store's own default)."""
+    return REQUEST_LOCK_TIMEOUT_SECONDS if name in ANSWERS_REQUESTS else None
 
 
 def metrics_url(host: str, port: int) -> str:

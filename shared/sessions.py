@@ -7,6 +7,11 @@ stands for that token's tenant and user as long as the token itself is valid: re
 ends its sessions at the next request. The submit service issues sessions; any service that reads the same
 key and tokens (the serving entry point) can accept them.
 
+Logging out ends a session on the server too (`end`): its cookie, and the CSRF token that goes with it, are
+refused from then on even where a copy of them was kept. The sessions so ended are recorded, each until its
+own expiry, in a file of the data dir (`ENDED_FILE`, mode 0600, re-read when it changes: a stat per lookup, as
+the tokens file), which every service that reads the key through `load_key` with that data dir shares.
+
 CSRF: every request that changes something and comes with the cookie (not with a bearer token) must carry the
 session's CSRF token, an HMAC of its nonce, in the `X-CSRF-Token` header or a form's `csrf` field; the pages
 get it in a `<meta>` element. The cookie is also SameSite=Lax, and such requests from another origin (their
@@ -16,9 +21,13 @@ get it in a `<meta>` element. The cookie is also SameSite=Lax, and such requests
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
 import hmac
+import json
 import logging
+import os
 import re
 import secrets
 import time
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.jobtokens import SECRETS_DIR
+from shared.paths import PRIVATE_FILE, private_dir
 from shared.secretfile import SecretFileError, ensure_secret
 
 log = logging.getLogger(__name__)
@@ -36,6 +46,10 @@ CSRF_FIELD = "csrf"
 PREFIX = "gys1"
 SECRET_FILE = "session.key"
 """The key's default file, under the data dir's secrets/ (`session_secret_file` names another)."""
+ENDED_FILE = "sessions-ended.json"
+"""The record of the sessions ended by logging out, under the data dir's secrets/ (beside the key's default
+file): `{"ended": {"<nonce>": <the session's expiry, Unix seconds>}}`."""
+LOGGED_OUT = "this session was logged out: log in again"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _TOKEN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -81,7 +95,16 @@ def read(secret: bytes, cookie: str, now: float | None = None) -> Session:
         raise SessionRefused("not a session")
     if (time.time() if now is None else now) >= int(expires):
         raise SessionRefused("your session expired: log in again")
-    return Session(token_id, int(expires), nonce)
+    session = Session(token_id, int(expires), nonce)
+    if ended_sessions(secret).ended(session):
+        raise SessionRefused(LOGGED_OUT)
+    return session
+
+
+def end(secret: bytes, session: Session, now: float | None = None) -> bool:
+    """End `session` on the server (logging out): its cookie and CSRF token are refused from now on, by every
+    service that shares `secret`'s record. False (logged) where the record cannot be written."""
+    return ended_sessions(secret).end(session, now)
 
 
 def csrf_token(secret: bytes, session: Session) -> str:
@@ -89,7 +112,108 @@ def csrf_token(secret: bytes, session: Session) -> str:
 
 
 def csrf_ok(secret: bytes, session: Session, given: str | None) -> bool:
-    return given is not None and hmac.compare_digest(given, csrf_token(secret, session))
+    """Whether `given` is the CSRF token of `session`, a session not ended."""
+    if given is None or not hmac.compare_digest(given, csrf_token(secret, session)):
+        return False
+    try:
+        return not ended_sessions(secret).ended(session)
+    except SessionRefused:
+        return False
+
+
+class EndedSessions:
+    """The sessions ended before their expiry, each kept until it (then its cookie is refused as expired, and
+    it is forgotten at the next write): in a file (`path`), re-read when it changes, or in memory (no path).
+    A file that cannot be read refuses every session until it is fixed or removed, as the tokens file refuses
+    its tokens: a logout is never forgotten."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+        self._ended: dict[str, int] = {}
+        self._broken = ""
+
+    def ended(self, session: Session) -> bool:
+        """Whether `session` was ended; SessionRefused when the record cannot be read."""
+        return session.nonce in self._current()
+
+    def _current(self) -> dict[str, int]:
+        if self.path is None:
+            return self._ended
+        try:
+            st = os.stat(self.path)
+            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if seen != self._seen:
+                self._ended, self._seen, self._broken = _read_ended(self.path), seen, ""
+        except FileNotFoundError:
+            self._ended, self._seen, self._broken = {}, None, ""
+        except (OSError, ValueError) as exc:
+            if not self._broken:
+                log.error("the record of ended sessions is unusable, every session is refused: %s", exc)
+            self._seen, self._broken = None, str(exc)
+        if self._broken:
+            raise SessionRefused(f"the record of logged-out sessions cannot be read ({self._broken})")
+        return self._ended
+
+    def end(self, session: Session, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        if self.path is None:
+            self._ended = {n: e for n, e in self._ended.items() if e > now} | {session.nonce: session.expires}
+            return True
+        try:
+            private_dir(self.path.parent)
+            lock_fd = os.open(
+                self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE
+            )
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                ended = _read_ended(self.path) if self.path.exists() else {}
+                ended = {n: e for n, e in ended.items() if e > now} | {session.nonce: session.expires}
+                _write_ended(self.path, ended)
+            finally:
+                os.close(lock_fd)
+        except (OSError, ValueError) as exc:
+            log.error(
+                "cannot record a logout in %s, its session stays valid until it expires: %s", self.path, exc
+            )
+            return False
+        return True
+
+
+def _read_ended(path: Path) -> dict[str, int]:
+    """Raises OSError, or ValueError for a file that is not such a record."""
+    doc = json.loads(path.read_text())
+    ended = doc.get("ended") if isinstance(doc, dict) else None
+    if not isinstance(ended, dict) or not all(isinstance(e, int) for e in ended.values()):
+        raise ValueError(f"{path} is not a record of ended sessions")
+    return {str(n): e for n, e in ended.items()}
+
+
+def _write_ended(path: Path, ended: dict[str, int]) -> None:
+    """Atomically (a 0600 temporary file renamed over it), each write's mtime later than the last one's to the
+    nanosecond, so that a reader's (inode, mtime, size) check sees every change (as `shared.tokens`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"ended": ended}))
+    with contextlib.suppress(FileNotFoundError):
+        mtime = max(time.time_ns(), os.stat(path).st_mtime_ns + 1)
+        os.utime(tmp, ns=(mtime, mtime))
+    tmp.replace(path)
+
+
+_RECORDS: dict[bytes, EndedSessions] = {}
+
+
+def ended_sessions(secret: bytes) -> EndedSessions:
+    """The record of the sessions of `secret` ended by logging out: the data dir's file for a key that
+    `load_key` read; in memory for a key given otherwise (one process: tests, an embedded service)."""
+    record = _RECORDS.get(secret)
+    if record is None:
+        record = _RECORDS[bytes(secret)] = EndedSessions(None)
+    return record
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:
@@ -104,11 +228,13 @@ def same_origin(origin: str | None, host: str | None) -> bool:
 
 def load_key(data_dir: Path, setting: Path | None, *, without_it: str) -> bytes | None:
     """The sessions' key, made (mode 0600) when there is none: every service that reads the same data dir
-    agrees on one. None when it cannot be read or made, logged with `without_it` (what the service then
-    refuses)."""
+    agrees on one, and on the record of the sessions ended by logging out (`ENDED_FILE` of the data dir). None
+    when it cannot be read or made, logged with `without_it` (what the service then refuses)."""
     path = setting or Path(data_dir) / SECRETS_DIR / SECRET_FILE
     try:
-        return ensure_secret(path, "session secret")
+        key = ensure_secret(path, "session secret")
     except (OSError, SecretFileError) as exc:
         log.error("%s: %s", without_it, exc)
         return None
+    _RECORDS[key] = EndedSessions(Path(data_dir) / SECRETS_DIR / ENDED_FILE)
+    return key

@@ -271,7 +271,25 @@ class SubmitSettings(CommonSettings):
     max_model_bytes: Size = Field(
         "1GiB",
         description="Largest ONNX file `POST /v1/models` accepts (a single-file model: ONNX's own limit is 2 "
-        "GiB).",
+        "GiB), from a token that may publish; streamed to disk, never held in memory.",
+    )
+    max_uploads_per_tenant: int = Field(
+        2,
+        ge=1,
+        description="Model uploads (`POST /v1/models`) one tenant may have in progress at once on a submit "
+        "instance; one more gets 429 with Retry-After and the reason.",
+    )
+    model_check_timeout: Duration = Field(
+        120.0,
+        gt=0,
+        description="How long reading and checking an uploaded ONNX file may take (`2m`), in a process of its "
+        "own; a file that needs longer is refused (422).",
+    )
+    model_check_memory: Size = Field(
+        "4GiB",
+        ge=256 * 1024 * 1024,
+        description="Address space the process that checks an uploaded ONNX file may use (its RLIMIT_AS: about "
+        "three times the file, and 200 MB for the libraries); a file that needs more is refused (422).",
     )
     max_queued_per_tenant: int = Field(
         10_000,
@@ -389,6 +407,13 @@ class ExecutorSettings(CommonSettings):
         "64MiB", description="Size of a replica's log file before it is rotated (0: never rotated)."
     )
     log_backups: int = Field(4, ge=0, description="Rotated log files kept per replica and attempt.")
+    tenant_log_budget: Size = Field(
+        "2GiB",
+        ge=0,
+        description="Most node log the running replicas of one tenant hold on this node together (their log "
+        "files, rotated ones included; the node's executor processes share it equally): beyond it their output "
+        "is dropped, after a line saying so, until one of them ends (0: no limit).",
+    )
     replica_start: Literal["helper", "fork"] = Field(
         "helper",
         description="How the reaper starts a replica: helper (a small C library built at the start with the "
@@ -489,6 +514,19 @@ class MonitorSettings(CommonSettings):
         "cluster",
         description="cluster: /metrics shows every node's GPUs (their `gpu.sample` events) and the platform "
         "figures; node: this node's GPUs only (one monitor per node, each scraped, as a DaemonSet is).",
+    )
+    metrics_auth: Literal["token", "off"] = Field(
+        "token",
+        description="Who may read /metrics, which names the job, tenant and user on every GPU: token (a scrape "
+        "that carries the token of metrics_token_file, as a bearer token or as the basic-auth password; 401 "
+        "otherwise) or off (anyone who reaches its address: only on an address jobs cannot reach). The same "
+        "variable as the serving entry point's.",
+    )
+    metrics_token_file: Path | None = Field(
+        None,
+        description="The scrape token of /metrics (mode 0600), shared with the serving entry point; default "
+        "`<data dir>/secrets/metrics.token`, made at start. Prometheus sends it: `authorization: "
+        "{credentials_file: …}` (deploy/prometheus/prometheus.yml).",
     )
     quotas: TenantNumbers = Field(
         default_factory=dict,
@@ -599,6 +637,31 @@ class ServingSettings(CommonSettings):
     )
     max_queue_delay_us: int = Field(
         0, ge=0, description="Dynamic batching: microseconds a request may wait for others to join its batch."
+    )
+    max_request_bytes: Size = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="Largest request body the serving API reads, in bytes or with a unit (`256MiB`); default "
+        "64 MiB, Triton's `--http-max-input-size`. A model's inputs give a tighter limit (`max_request_rows`); "
+        "over it: 413, from `Content-Length` before the body is read.",
+    )
+    max_request_rows: int = Field(
+        1024,
+        ge=1,
+        description="Most rows (the first dimension, when it is dynamic) one inference request may carry: more "
+        "is a 413; with the model's inputs it bounds the request's body (docs/serving.md, \"Request limits\").",
+    )
+    metrics_auth: Literal["token", "off"] = Field(
+        "token",
+        description="Who may read /metrics, which names each tenant's models and their request counts: token "
+        "(the scrape token of metrics_token_file, as a bearer token or the basic-auth password; a tenant's own "
+        "token or dashboard session reads its own models' series) or off (anyone who reaches the address). The "
+        "same variable as the monitor's.",
+    )
+    metrics_token_file: Path | None = Field(
+        None,
+        description="The scrape token of /metrics (mode 0600), the monitor's; default "
+        "`<data dir>/secrets/metrics.token`, made at start.",
     )
 
     @property

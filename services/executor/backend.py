@@ -107,6 +107,12 @@ class Backend(ABC):
         """Write `line` (the platform's word, e.g. an idle warning) into the output of the attempt's replicas
         running here, as its own line. (Kubernetes: not done, a pod's output is its own.)"""
 
+    def isolation(self, key: AttemptKey) -> str:
+        """How the attempt's replicas that started here are kept from other tenants' jobs (their temporary
+        folders, /proc), in plain words, for its `job.started`; "" when the backend does not say (Kubernetes:
+        a pod's own)."""
+        return ""
+
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         """Replica → session id of its processes on this host, for the GPU memory watch ({} when unknown)."""
         return {}

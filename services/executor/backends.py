@@ -7,6 +7,7 @@ from services.executor.cgroups import Cgroups
 from services.executor.jobenv import mps_running
 from services.executor.jobusers import JobUsers
 from services.executor.local import LocalBackend
+from services.executor.logfile import LogBudget
 from shared.logstore.shipper import LogShipper
 from shared.settings import ExecutorSettings
 
@@ -39,6 +40,8 @@ def make_backend(
             log_max_bytes=settings.log_max_bytes,
             log_backups=settings.log_backups,
             shipper=shipper,
+            # (one executor process mirrors the pods' logs: the node's whole budget is its own)
+            log_budget=LogBudget.share(settings.tenant_log_budget, 1),
         )
     mps = settings.mps == "on" or (settings.mps == "auto" and not simulated and mps_running())
     return LocalBackend(
@@ -54,4 +57,5 @@ def make_backend(
         job_users=JobUsers.from_setting(settings.job_users, settings.job_uid_base),
         job_root=settings.job_root,
         start_helper=settings.replica_start == "helper",
+        log_budget=LogBudget.share(settings.tenant_log_budget, settings.executor_workers),
     )

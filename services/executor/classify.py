@@ -2,6 +2,7 @@
 
 - `classify_log_tail`: failure causes that only a job's output reveals (both backends);
 - `classify_exit`: a local process's return code → its cause in plain words;
+- `node_fault`: a start that failed for the node's fault (its disk full), not the job's;
 - `exit_after_stop`: a replica the executor stopped (timeout, GPU memory slice, idle GPUs) fails for that
   reason, not for the signal that stopped it;
 - `attempt_end`: from the job's view (its replicas' exits), the event that ends the attempt, if any.
@@ -9,12 +10,14 @@
 
 from __future__ import annotations
 
+import errno
 import re
 import signal
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from services.executor.cgroups import ENTER_FAILED
+from services.executor.logfile import NO_SPACE
 from shared.events import (
     EventData,
     FailureReason,
@@ -88,6 +91,18 @@ def classify_exit(
     return FailureReason.EXIT_CODE, returncode, None, f"exited with code {returncode}"
 
 
+def node_fault(exc: BaseException) -> str | None:
+    """Why a replica's start failed for the node's fault, in plain words, or None when the failure may be the
+    job's own (its command, its working directory): the node's disk is full or over its quota (ENOSPC,
+    EDQUOT), for the replica's folders, its log, its pid file or its cgroup. Such a start is tried again as a
+    new attempt, never counted against the job."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE:
+        return None
+    if exc.errno == errno.EDQUOT:
+        return "the platform's disk quota on the node is used up"
+    return "no space left on the node's disk"
+
+
 def exit_after_stop(
     ended: JobReplicaExited, stop: str | None, message: str, timeout: float | None
 ) -> JobReplicaExited:
@@ -134,6 +149,16 @@ def attempt_end(
             signal=idle.signal,
             replica=idle.replica,
             log_tail=view.log_tail,
+        )
+    if failed and failed[0].reason == FailureReason.NODE_LOST:
+        # how it ended could not be known (its reaper, pod or node gone): not the job's failure, so a new
+        # attempt, as for a lost node, that no retry is spent on
+        lost = failed[0]
+        return JobRequeued(
+            job_id=job_id,
+            attempt=attempt + 1,
+            reason=RequeueReason.NODE_LOST,
+            message=f"replica {lost.replica}: {lost.message}",
         )
     if failed:
         first = failed[0]

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from nats.aio.msg import Msg
 
@@ -30,10 +30,11 @@ from services.executor.attempts import Attempts
 from services.executor.backend import AttemptLaunch, Backend
 from services.executor.backends import make_backend
 from services.executor.claims import Claims
-from services.executor.classify import attempt_end, exit_after_stop
-from services.executor.exits import AttemptKey, attempt_key
+from services.executor.classify import attempt_end, exit_after_stop, node_fault
+from services.executor.exits import AttemptKey, NodeFault, attempt_key
 from services.executor.gpuguard import SliceGuard, choose_reader
 from services.executor.gpuwatch import GpuProcessReader, Overuse
+from services.executor.logfile import NOTE
 from services.executor.rendezvous import master_endpoint
 from shared import idlebook
 from shared.bus import concerns_holder, entity_of
@@ -67,9 +68,10 @@ from shared.units import parse_size
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"
 LAUNCHES_AT_ONCE = 16
+MAX_BACKOFF_DOUBLINGS = 6
+"""An attempt requeued for the node's fault waits the retry backoff, doubled per attempt up to 2^6 times (5 s
+to 5 min 20 s with the default backoff)."""
 IDLE_SUBJECTS = (Subject.IDLE_WARNING.value, Subject.IDLE_STOP.value)
-NOTE = "[gpuyard] "
-"""How a line the platform writes into a job's output begins."""
 
 
 class Executor:
@@ -209,7 +211,16 @@ class Executor:
                 record
             )  # stale placement: cancelled, requeued, or this node's replicas started
             return
-        if not self.claims.take(key):
+        try:
+            claimed = self.claims.take(key)
+        except OSError as exc:  # (its attempt's folder, or its claim, on a full disk)
+            if (why := node_fault(exc)) is None:
+                self.attempts.close(record)
+                raise
+            fault = NodeFault(None, f"node {self.node} could not start the attempt: {why} (its claim)")
+            await self.requeue_after_fault(key, view, fault)
+            return
+        if not claimed:
             self.attempts.close(record)  # another executor process of this node runs it
             return
         if view.cancel_requested:
@@ -218,8 +229,13 @@ class Executor:
             return
         launch = record.launch = await self.attempt_launch(view)
         record.running = set(launch.replicas)
-        async with self.launching:
-            failure = await self.backend.launch(launch)
+        try:
+            async with self.launching:
+                failure = await self.backend.launch(launch)
+        except NodeFault as fault:
+            record.running.clear()
+            await self.requeue_after_fault(key, view, fault)
+            return
         if failure is not None:
             record.running.clear()
             await self.record_exit(failure)
@@ -229,6 +245,26 @@ class Executor:
             await self.backend.stop(key, grace)
         elif view.spec.timeout and record.running:  # the time limit counts from the start
             record.timer = self._spawn(self.enforce_timeout(key, view.spec.timeout))
+
+    async def requeue_after_fault(self, key: AttemptKey, view: JobView, fault: NodeFault) -> None:
+        """A replica could not start for the node's fault (`NodeFault`: its disk full): the attempt is requeued
+        as a new one, as one whose processes were lost, after the job's retry backoff for its attempt (a node
+        that stays full is not tried again at once), whatever retries the job allows. Should the requeue not be
+        written (the event store's disk full too), the attempt is let go here, for a redelivered placement to
+        try again."""
+        backoff = self.settings.retry_backoff * 2 ** min(key.attempt - 1, MAX_BACKOFF_DOUBLINGS)
+        try:
+            outcome = await self.ledger.requeue_lost(
+                view, fault.message, not_before=datetime.now(UTC) + timedelta(seconds=backoff)
+            )
+        except BaseException:
+            record = self.attempts.get(key)
+            if record is not None:
+                self.attempts.close(record)
+            raise
+        if outcome.applied:
+            log.warning("job %s attempt %d requeued: %s", *key, fault.message)
+        await self.end_attempt(key)
 
     def not_started_here(self, view: JobView) -> bool:
         """The attempt is placed, or running on other nodes only (a gang's first replicas may start before
@@ -329,7 +365,14 @@ class Executor:
         job_id, attempt = key
         limits = self.backend.limits
         notes = [f"cpu and memory limits {limits}"] if LIMITS_NOT_ENFORCED in limits else []
-        started = JobStarted(job_id=job_id, attempt=attempt, node=node, replicas=replicas, notes=notes)
+        started = JobStarted(
+            job_id=job_id,
+            attempt=attempt,
+            node=node,
+            replicas=replicas,
+            notes=notes,
+            isolation=self.backend.isolation(key),
+        )
         event_id = derived_id(job_id, attempt, "started", node, ",".join(map(str, sorted(replicas))))
         # (on the view its launch read: should the job have moved on since, the store refuses the write and
         # the ledger decides again on the newer view)

@@ -4,6 +4,10 @@
 the Kubernetes controller); it is a tuple, so `(job_id, attempt)` finds the same entry. A replica's end,
 whoever saw it (a local process that exited, a pod that finished or was deleted, a replica that could not
 start), is the `job.replica_exited` event's own model, made by `replica_exit`: no second model of it.
+
+A replica that could not start for the node's fault, not the job's (the node's disk full), is no end of the
+job's: the backend's launch raises `NodeFault`, and the executor requeues the attempt as a new one, as it does
+an attempt whose processes it lost (`JobLedger.requeue_lost`), however many retries the job allows.
 """
 
 from __future__ import annotations
@@ -47,6 +51,17 @@ def replica_exit(
         message=message,
         log_tail=list(log_tail) if reason else [],
     )
+
+
+class NodeFault(Exception):
+    """A replica of the attempt could not start for the node's fault (its disk full: ENOSPC): nothing of the
+    attempt was left running here, and the attempt is requeued, not failed. `replica`: which (None: the attempt
+    as a whole, such as its claim); `message`: why, in plain words."""
+
+    def __init__(self, replica: int | None, message: str):
+        super().__init__(message)
+        self.replica = replica
+        self.message = message
 
 
 def attempt_key(exited: JobReplicaExited) -> AttemptKey:

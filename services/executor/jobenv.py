@@ -5,6 +5,10 @@ for `POST /v1/models` only) and the API's URL (GPUYARD_SERVER), so that `gpuyard
 the job with nothing typed; never the platform's own credentials. The token is in that replica's environment
 only, which no other tenant can read, and is never logged.
 
+`TMPDIR` is the replica's private temporary folder (`tmpdir`: `/tmp` where the replica has a /tmp of its own
+in a mount namespace, else a folder of its attempt's, 0700 and its user's), never the executor's own, which
+other tenants' jobs may share; a `TMPDIR` in the job's `env` wins.
+
 A fractional GPU adds its memory share (GPUYARD_GPU_MEMORY_FRACTION, GPUYARD_GPU_MEMORY_BYTES), which the
 `gpuyard.training` helper applies to PyTorch; where the node runs CUDA MPS, also the MPS client limits
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which the MPS server enforces.
@@ -160,11 +164,15 @@ def replica_env(
     simulated: bool,
     gpu_memory: dict[int, int] | None = None,
     mps: bool = False,
+    tmpdir: str | None = None,
 ) -> dict[str, str]:
     """`gpu_memory`: the node's GPU index → total bytes (to size a slice given only as a fraction);
-    `mps`: the node runs CUDA MPS."""
+    `mps`: the node runs CUDA MPS; `tmpdir`: the replica's private temporary folder (None: the executor's
+    TMPDIR, if any)."""
     env = {k: os.environ[k] for k in INHERITED if k in os.environ}
     env.update(platform_path(env.get("PATH")))
+    if tmpdir is not None:
+        env["TMPDIR"] = tmpdir
     env.update(spec.env)
     on_node = sorted(p.replica for p in placed.placements if p.node == replica.node)
     gpus = replica.gpus

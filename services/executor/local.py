@@ -8,6 +8,16 @@ file, whether or not an executor still runs. A restarted executor (`adopt`) repo
 meanwhile and watches the replicas still running until they end: an executor's restart never stops a job,
 and never runs one twice. Only a replica gone without an exit record (its reaper killed too) makes the
 attempt lost (the scheduler requeues it as a new attempt).
+
+What a replica sees of the node's temporary folders and processes (`private_tmp`): where it runs as a tenant's
+user and the node allows mount namespaces, a mount namespace of its own, made by its first process before it
+leaves root: /tmp and /var/tmp are its attempt's folder `<job root>/<id>/attempt-<n>/tmp` (0700, its user's),
+/dev/shm its attempt's `/dev/shm/gpuyard-jobs/<id>-<n>` (the same tmpfs as before), and /proc a proc of its
+own with hidepid=2 (Linux 5.8 on), which lists its user's processes only. Otherwise (the platform not root, a
+job that runs as the platform's user, no namespaces on the node, a working directory under /tmp) only its
+TMPDIR is private (a folder of its attempt's, 0700, its user's). The replicas of one attempt on one node share
+those folders; they are deleted when the last of them ends. The attempt's `job.started` says which
+(`isolation`).
 """
 
 from __future__ import annotations
@@ -17,27 +27,32 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import signal
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.executor.backend import AttemptLaunch, Backend, BackendEvents
 from services.executor.cgroups import Cgroups
-from services.executor.classify import classify_exit
-from services.executor.exits import AttemptKey, replica_exit
-from services.executor.jobenv import replica_env
-from services.executor.jobusers import SHARED_RIGHTS, JobUsers, platform_user
-from services.executor.logfile import LogPump, RotatingLog, output_after, tail_lines
+from services.executor.classify import classify_exit, node_fault
+from services.executor.exits import AttemptKey, NodeFault, replica_exit
+from services.executor.jobenv import DEFAULT_MPS_PIPE_DIRECTORY, replica_env
+from services.executor.jobusers import SHARED_RIGHTS, JobUser, JobUsers, platform_user, uid_key
+from services.executor.logfile import LogBudget, LogPump, RotatingLog, output_after, tail_lines
 from services.executor.nodelog import node_log
 from services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
 from services.executor.processes import (
+    Namespaces,
     StartError,
     not_found,
+    probe_namespaces,
     process_start_time,
     signal_group,
     stop_leftovers,
     terminate,
+    under,
 )
 from services.executor.reaper_client import (
     ReapedProcess,
@@ -54,12 +69,38 @@ from shared.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,
     job_workdir,
+    private_dir,
     replica_files,
     unreachable_to_others,
 )
 
 log = logging.getLogger(__name__)
 LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"
+SHM = "/dev/shm"
+SHM_JOBS = f"{SHM}/gpuyard-jobs"
+"""The attempts' private /dev/shm folders: the platform's (0711), on the node's /dev/shm tmpfs."""
+PRIVATE_FOLDERS = ("/tmp", "/var/tmp", SHM)
+"""What a replica's mount namespace replaces with folders of its attempt's."""
+NO_PRIVATE_TMP = (
+    "jobs get a private TMPDIR only: /tmp, /var/tmp, /dev/shm and /proc are shared by every tenant's jobs on "
+    "this node ({reason})"
+)
+PROC_SHARED = "jobs' /proc lists every process of the node, other tenants' command lines included ({reason})"
+
+
+@dataclass(frozen=True)
+class PrivateTmp:
+    """How one replica is kept from the other tenants' temporary files and processes."""
+
+    tmpdir: str
+    """Its TMPDIR."""
+    binds: tuple[tuple[str, str], ...] = ()
+    """(folder, over) pairs of its mount namespace, in order; none: no namespace."""
+    hide_pids: bool = False
+    words: str = ""
+    """The same, in the words of its `job.started` (`isolation`)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables that go with it (CUDA_MPS_PIPE_DIRECTORY where MPS's pipes were under /tmp)."""
 
 
 @dataclass
@@ -99,7 +140,10 @@ class LocalBackend(Backend):
         job_users: JobUsers | None = None,
         job_root: Path | None = None,
         start_helper: bool = True,
+        log_budget: LogBudget | None = None,
     ):
+        """`log_budget`: what the running replicas of each tenant may hold of this process's logs together
+        (`LogBudget`; None: no limit)."""
         self.node = node
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
         self.job_root = job_root
@@ -108,6 +152,7 @@ class LocalBackend(Backend):
         self.cgroups = cgroups
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
+        self.log_budget = log_budget
         self.simulated = simulated
         self.gpu_memory = gpu_memory or {}
         self.mps = mps
@@ -116,6 +161,14 @@ class LocalBackend(Backend):
         self.watchers: set[asyncio.Task] = set()
         self.reaper = ReaperClient()
         self.start_helper = start_helper
+        self.namespaces = Namespaces(False, False, "not tried yet")
+        self.private_shm = False
+        self.covered: tuple[str, ...] = ()
+        self.hidden: str | None = None
+        """A folder of PRIVATE_FOLDERS that the job root or the platform's Python is in (its replicas would not
+        find them in a namespace of their own)."""
+        self.own_namespace: str | None = None
+        self.isolations: dict[AttemptKey, str] = {}
 
     @property
     def limits(self) -> str:
@@ -127,9 +180,30 @@ class LocalBackend(Backend):
             node_log.warning(SHARED_RIGHTS.format(user=platform_user()))
         if self.job_users.switches and (closed := unreachable_to_others(Path(sys.executable))) is not None:
             node_log.warning(PLATFORM_PYTHON_CLOSED.format(python=sys.executable, closed=closed))
+        if self.job_users.derives:  # (a key file that cannot be used: SecretFileError, the executor stops)
+            self.job_users.key, said = await asyncio.to_thread(uid_key, self.data_dir)
+            if said:
+                node_log.warning(said)
         if self.job_users.switches and self.job_root is not None:
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)
+            self.namespaces = await asyncio.to_thread(probe_namespaces)
+            self.private_shm = self.namespaces.mounts and os.path.isdir(SHM) and shm_jobs_folder()
+            self.covered = tuple(f for f in PRIVATE_FOLDERS[:2] if os.path.isdir(f))
+            self.hidden = under(self.job_root, PRIVATE_FOLDERS) or under(
+                Path(sys.executable).parent, PRIVATE_FOLDERS
+            )
+            self.own_namespace = mount_namespace("self")
+            if self.namespaces.mounts and not self.private_shm:
+                node_log.warning(f"{SHM_JOBS} cannot be the platform's own folder: jobs share /dev/shm")
+        if self.job_users.switches and not self.namespaces.mounts:  # (without users, SHARED_RIGHTS said it)
+            node_log.warning(NO_PRIVATE_TMP.format(reason=self.namespaces.reason))
+        elif self.job_users.switches and not self.namespaces.hide_pids:
+            node_log.warning(PROC_SHARED.format(reason=self.namespaces.reason))
+        elif self.hidden:
+            node_log.warning(
+                NO_PRIVATE_TMP.format(reason=f"the job root or the platform's Python is under {self.hidden}")
+            )
         await asyncio.to_thread(self.cgroups.setup)
         helper = await asyncio.to_thread(start_helper, self.data_dir / "bin") if self.start_helper else None
         self.reaper.open(helper)  # (after the set-up: it lives in the executor's leaf cgroup)
@@ -140,13 +214,22 @@ class LocalBackend(Backend):
     # ------------------------------------------------------------------ launch
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
+        """Start the attempt's replicas of this node: None once they all run, or how the first that could not
+        start ended (the others are stopped). NodeFault (exits.py) when one could not start for the node's
+        fault (its disk full): nothing of the attempt is left running, and the executor requeues it."""
         started: list[LocalReplica] = []
         for replica in launch.replicas:
             try:
                 started.append(await self._start(launch, replica))
+            except NodeFault as fault:
+                log.warning("job %s replica %d did not start: %s", launch.job_id, replica, fault.message)
+                await asyncio.gather(*(self._discard(rep) for rep in started))
+                await asyncio.to_thread(self.forget_private_tmp, launch.key)
+                raise
             except StartError as exc:
                 log.warning("job %s replica %d did not start: %s", launch.job_id, replica, exc.message)
                 await asyncio.gather(*(self._discard(rep) for rep in started))
+                await asyncio.to_thread(self.forget_private_tmp, launch.key)
                 return replica_exit(
                     launch.job_id, launch.attempt, replica, self.node, reason=exc.reason, message=exc.message
                 )
@@ -163,32 +246,22 @@ class LocalBackend(Backend):
 
     async def _start(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
         """Start one replica. Whatever keeps it from starting is a StartError (a spec no rule caught, such as
-        one with a NUL byte stored before the rule existed, must fail the job, not the executor), and leaves
+        one with a NUL byte stored before the rule existed, must fail the job, not the executor), or a
+        NodeFault when it is the node's fault (its disk full: its folders, its log, its pid file), and leaves
         nothing behind: no descriptor, no log, no cgroup."""
         try:
             return await self._start_replica(launch, replica)
-        except StartError:
+        except (StartError, NodeFault):
             raise
         except Exception as exc:
+            if (why := node_fault(exc)) is not None:
+                raise self._fault(replica, why) from None
             log.warning("job %s replica %d: cannot start", launch.job_id, replica, exc_info=True)
             raise StartError(FailureReason.START_FAILED, f"cannot start: {exc}") from None
 
     async def _start_replica(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
         placement = launch.placement(replica)
         spec = launch.spec
-        env = replica_env(
-            job_id=launch.job_id,
-            job_name=launch.job_name,
-            tenant=launch.tenant,
-            spec=spec,
-            placed=JobPlaced(job_id=launch.job_id, attempt=launch.attempt, placements=launch.placements),
-            replica=placement,
-            master_addr=launch.master_addr,
-            master_port=launch.master_port,
-            simulated=self.simulated,
-            gpu_memory=self.gpu_memory,
-            mps=self.mps,
-        )
         files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
         user = self.job_users.for_tenant(launch.tenant)
         make_replica_dirs(files, work=not spec.working_dir and user is None)
@@ -201,6 +274,23 @@ class LocalBackend(Backend):
             make_job_workdir(cwd, user.uid, user.gid)
         else:
             cwd = files.work
+        private = self.private_tmp(launch.key, user, spec.working_dir, files)
+        env = replica_env(
+            job_id=launch.job_id,
+            job_name=launch.job_name,
+            tenant=launch.tenant,
+            spec=spec,
+            placed=JobPlaced(job_id=launch.job_id, attempt=launch.attempt, placements=launch.placements),
+            replica=placement,
+            master_addr=launch.master_addr,
+            master_port=launch.master_port,
+            simulated=self.simulated,
+            gpu_memory=self.gpu_memory,
+            mps=self.mps,
+            tmpdir=private.tmpdir,
+        )
+        env.update(private.env)
+        self.isolations[launch.key] = private.words
         if user is not None:  # (its own home: the platform's is not its to read)
             env.update(HOME=str(cwd), USER=user.name, LOGNAME=user.name)
         argv = spec.argv
@@ -209,6 +299,8 @@ class LocalBackend(Backend):
         try:
             cgroup = self.cgroups.create(launch.job_id, launch.attempt, replica, cpus, memory)
         except OSError as exc:
+            if (why := node_fault(exc)) is not None:
+                raise self._fault(replica, why, "its cgroup") from None
             raise StartError(
                 FailureReason.START_FAILED, f"cannot create its cgroup: {exc.strerror or exc}"
             ) from None
@@ -220,6 +312,8 @@ class LocalBackend(Backend):
                 self.log_backups,
                 shipper=self.shipper,
                 key=LogKey(launch.job_id, launch.attempt, replica),
+                budget=self.log_budget,
+                tenant=launch.tenant,
             )
             undo.callback(sink.close)
             read_fd, write_fd = os.pipe()
@@ -238,15 +332,21 @@ class LocalBackend(Backend):
                         "cgroup": str(cgroup) if cgroup else None,
                         "shell": isinstance(spec.command, str),
                         "memory": memory if cgroup else 0,
+                        "tenant": launch.tenant,  # (whose log budget its output counts against, once adopted)
                     },
                     cgroup=str(cgroup) if cgroup else None,
                     user=(user.uid, user.gid) if user else None,
+                    **({"binds": private.binds, "hide_pids": private.hide_pids} if private.binds else {}),
                 )
             except StartRefused as exc:
+                if (why := node_fault(exc)) is not None:
+                    raise self._fault(replica, why, START_STEPS.get(exc.step, exc.step)) from None
                 raise start_error(exc, argv[0], str(cwd)) from None
             finally:
                 os.close(write_fd)
             undo.callback(signal_group, proc.pid, signal.SIGKILL)
+            if private.binds and self.own_namespace and mount_namespace(proc.pid) == self.own_namespace:
+                raise StartError(FailureReason.START_FAILED, NOT_PRIVATE)
             pump = LogPump(read_fd, sink)
             undo.pop_all()
         return LocalReplica(
@@ -262,6 +362,68 @@ class LocalBackend(Backend):
             shell=isinstance(spec.command, str),
             memory_bytes=memory if cgroup else 0,
         )
+
+    def _fault(self, replica: int, why: str, what: str = "") -> NodeFault:
+        """The NodeFault of a replica that could not start for the node's fault (`why`), saying what it was
+        making when the step is known (`what`), never a path."""
+        where = f" ({what})" if what else ""
+        return NodeFault(replica, f"node {self.node} could not start replica {replica}: {why}{where}")
+
+    def private_tmp(
+        self, key: AttemptKey, user: JobUser | None, working_dir: str | None, files: ReplicaFiles
+    ) -> PrivateTmp:
+        """The replica's private temporary folders (its attempt's on this node, made here), and whether it gets
+        a mount namespace of its own that puts them over the node's /tmp, /var/tmp and /dev/shm (not where that
+        would hide its working directory, `working_dir` or under the job root, or the platform's Python)."""
+        if user is None:
+            folder = f"{files.attempt}/tmp"
+            private_dir(folder)
+            reason = "it runs as the platform's user" if os.geteuid() == 0 else "the platform is not root"
+            return PrivateTmp(folder, words=f"private TMPDIR only: {reason}")
+        folder = f"{os.path.dirname(job_workdir(self.job_root, *key, 0))}/tmp"
+        make_job_workdir(folder, user.uid, user.gid)
+        hidden = self.hidden or (under(working_dir, PRIVATE_FOLDERS) if working_dir else None)
+        if not self.namespaces.mounts or hidden:
+            reason = (
+                f"its working directory or the platform's Python is under {hidden}"
+                if hidden
+                else self.namespaces.reason
+            )
+            return PrivateTmp(folder, words=f"private TMPDIR only: {reason}")
+        binds: list[tuple[str, str]] = []
+        env: list[tuple[str, str]] = []
+        pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY
+        if under(pipes, PRIVATE_FOLDERS) and os.path.isdir(pipes):  # MPS's pipes, where its clients find them
+            seen = f"{os.path.dirname(folder)}/mps"
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(seen, 0o711)  # (in the attempt's folder of the platform's: no job may replace it)
+            binds.append((pipes, seen))
+            env.append(("CUDA_MPS_PIPE_DIRECTORY", seen))
+        binds += [(folder, over) for over in self.covered]
+        if self.private_shm:
+            shm = f"{SHM_JOBS}/{key.job_id}-{key.attempt}"
+            make_job_workdir(shm, user.uid, user.gid)
+            binds.append((shm, SHM))
+        hide = self.namespaces.hide_pids
+        words = "private /tmp, /var/tmp and /dev/shm" if self.private_shm else "private /tmp and /var/tmp"
+        words += " (a mount namespace of its own); /proc lists "
+        words += "its user's processes only" if hide else f"every process ({self.namespaces.reason})"
+        return PrivateTmp("/tmp", tuple(binds), hide, words, tuple(env))
+
+    def forget_private_tmp(self, key: AttemptKey) -> None:
+        """The attempt's private folders on this node are deleted (its last replica here has ended)."""
+        self.isolations.pop(key, None)
+        folders = [
+            f"{replica_files(self.data_dir, *key, 0).attempt}/tmp",
+            f"{SHM_JOBS}/{key.job_id}-{key.attempt}",
+        ]
+        if self.job_root is not None:
+            folders.append(f"{os.path.dirname(job_workdir(self.job_root, *key, 0))}/tmp")
+        for folder in folders:  # (rmtree follows no link: one a job left in them leads nowhere)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def isolation(self, key: AttemptKey) -> str:
+        return self.isolations.get(key, "")
 
     async def _finish_io(self, rep: LocalReplica) -> None:
         """After the replica's first process ended: kill what is left of it, drain and close its log."""
@@ -303,6 +465,7 @@ class LocalBackend(Backend):
         live.pop(rep.replica, None)
         if not live:
             self.replicas.pop(rep.key, None)
+            await asyncio.to_thread(self.forget_private_tmp, rep.key)
         await self.events.replica_ended(
             replica_exit(
                 job_id=rep.job_id,
@@ -346,6 +509,10 @@ class LocalBackend(Backend):
                     replica,
                     stopped,
                 )
+                for lost in sorted(replicas):  # what the node's files hold of their output is shipped
+                    await self._ship_what_was_missed(key, lost, closed=True)
+                await self._shipped()  # (before the attempt is recorded lost: `logs -f` misses nothing)
+                await asyncio.to_thread(self.forget_private_tmp, key)
                 return False
         if unannounced:  # (the event id its own executor would have given it: recorded once)
             await self.events.replicas_started(key, self.node, sorted(replicas))
@@ -434,6 +601,8 @@ class LocalBackend(Backend):
             self.log_backups,
             shipper=self.shipper,
             key=LogKey(key.job_id, key.attempt, replica),
+            budget=self.log_budget if rec.tenant else None,  # (a pid file that does not say whose: none)
+            tenant=rec.tenant,
         )
         return LogPump(read_fd, sink), sink
 
@@ -475,6 +644,9 @@ class LocalBackend(Backend):
                 for path in (files.exit, files.pid):
                     with contextlib.suppress(OSError):
                         os.unlink(path)
+        if stop_jobs:
+            for key in {rep.key for rep in reps}:
+                self.forget_private_tmp(key)
         self.reaper.close()
 
 
@@ -500,7 +672,38 @@ def start_error(refused: StartRefused, argv0: str, cwd: str) -> StartError:
         )
     if refused.step == "user":
         return StartError(FailureReason.START_FAILED, f"cannot switch to the job's user: {message}")
+    if refused.step == "namespace":
+        return StartError(FailureReason.START_FAILED, f"cannot give it a private /tmp and /proc: {message}")
     return StartError(FailureReason.START_FAILED, f"cannot start: {message}")
+
+
+START_STEPS = {"pid_file": "its pid file", "cwd": "its working directory", "cgroup": "its cgroup"}
+"""What the reaper was doing at a step of a start (reaper.py), in words."""
+NOT_PRIVATE = "cannot give it a private /tmp and /proc: its reaper started it in the node's mount namespace"
+
+
+def mount_namespace(pid: int | str) -> str | None:
+    """The mount namespace of a process (`self`: the executor's), None when it cannot be read (it is gone)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def shm_jobs_folder() -> bool:
+    """`SHM_JOBS`, the platform's (root's, 0711, a folder, not a link), made if missing; False where it cannot
+    be (another user's: attempts' private /dev/shm folders are not made in it)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(SHM_JOBS, 0o711)
+    try:
+        found = os.lstat(SHM_JOBS)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+        return False
+    if stat.S_IMODE(found.st_mode) != 0o711:
+        os.chmod(SHM_JOBS, 0o711)
+    return True
 
 
 def private_dir_of_jobs(root: Path) -> None:

@@ -5,23 +5,91 @@ One attempt of one replica writes `replica-<r>.log`; when that file reaches `max
 rotated files are kept; older output is deleted, so a replica never holds more than
 `max_bytes * (backups + 1)` bytes of log. The names are defined once, in `shared.paths` (`backup_path`,
 `log_files`), which readers such as the submit API use too.
+
+A tenant's running replicas together hold at most its log budget (`LogBudget`, GPUYARD_TENANT_LOG_BUDGET) of
+this executor's logs: beyond it, what they print is dropped, after a line in each log that says so, until some
+of it is freed (a replica of the tenant ends); a line then says how much was dropped. A write the disk refuses
+(full: ENOSPC) never stops the executor or the replica: what cannot be written is dropped, the executor says
+so once, and the next line written says how much is missing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 from collections import deque
 from pathlib import Path
 
-from shared.logstore import LogKey
+from shared.logstore import NOTE, LogKey
 from shared.logstore.shipper import LogShipper
 from shared.paths import backup_path, log_files, private_dir
+from shared.settingsdocs import env_name
+from shared.units import format_size
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+BUDGET_SETTING = env_name("tenant_log_budget")
+_write = os.write  # (a test's disk may refuse)
+NEWLINE = ord("\n")
+
+
+class LogBudget:
+    """The bytes of log each tenant's running replicas may hold in this executor process, together: their log
+    files, rotated ones included, from their start (or adoption) to their end. `limit` 0: no limit. The node's
+    executor processes share the setting equally (`share`)."""
+
+    def __init__(self, limit: int):
+        if limit < 0:
+            raise ValueError("a log budget cannot be negative")
+        self.limit = limit
+        self.held: dict[str, int] = {}
+
+    @classmethod
+    def share(cls, per_node: int, workers: int) -> LogBudget:
+        """This process's share of a node's budget per tenant (`workers`: the node's executor processes)."""
+        share = per_node // max(workers, 1)
+        return cls(max(share, 1) if per_node > 0 else per_node)  # (a share never rounds down to no limit)
+
+    def fits(self, tenant: str, size: int) -> bool:
+        return not self.limit or self.held.get(tenant, 0) + size <= self.limit
+
+    def take(self, tenant: str, size: int) -> None:
+        self.held[tenant] = self.held.get(tenant, 0) + size
+
+    def give_back(self, tenant: str, size: int) -> None:
+        left = self.held.get(tenant, 0) - size
+        if left > 0:
+            self.held[tenant] = left
+        else:
+            self.held.pop(tenant, None)
+
+
+class _DiskTrouble:
+    """Said once per executor process: its logs cannot be written (a full disk), then that they are again."""
+
+    failing = False
+
+    @classmethod
+    def failed(cls, path: Path | str, exc: OSError) -> None:
+        if not cls.failing:
+            cls.failing = True
+            why = "no space left on its disk" if exc.errno in NO_SPACE else (exc.strerror or str(exc))
+            log.warning(
+                "cannot write the output of jobs to %s (%s): what cannot be written is dropped, and each log says "
+                "how much once it can be written again (said once until then)",
+                path,
+                why,
+            )
+
+    @classmethod
+    def written(cls) -> None:
+        if cls.failing:
+            cls.failing = False
+            log.warning("the output of jobs is written again")
 
 
 def tail_lines(path: Path, lines: int = 20) -> list[str]:
@@ -56,7 +124,8 @@ def output_after(path: Path, offset: int, most: int) -> tuple[int, bytes]:
 class RotatingLog:
     """Appends bytes to a log, rotating it at `max_bytes` (0: never). Unbuffered: readers on this node see
     every write. With a `shipper`, the same bytes also go to the log store under `key`, where the API reads
-    them from any node."""
+    them from any node. With a `budget`, the log's bytes count against `tenant`'s (`LogBudget`): output beyond
+    it is dropped, after a line that says so. Writing never raises for a disk that refuses a write."""
 
     def __init__(
         self,
@@ -66,6 +135,8 @@ class RotatingLog:
         *,
         shipper: LogShipper | None = None,
         key: LogKey | None = None,
+        budget: LogBudget | None = None,
+        tenant: str = "",
     ):
         if max_bytes < 0 or backups < 0:
             raise ValueError("log size and number of backups cannot be negative")
@@ -82,56 +153,146 @@ class RotatingLog:
         """Bytes written through this object (rotations included)."""
         self.shipper = shipper if key is not None else None
         self.key = key
+        # a log written before (an executor restarted while its replica ran) goes on at its whole size
+        before = sum(os.path.getsize(f) for f in log_files(Path(path))) if self.size else 0
         if self.shipper is not None:
-            # a log written before (an executor restarted while its replica ran) goes on at its whole size
-            before = sum(os.path.getsize(f) for f in log_files(Path(path))) if self.size else 0
             self.shipper.open(key, before)
+        self.budget = budget
+        self.tenant = tenant
+        self.held = before
+        """Bytes of this log on disk, its rotated files included: what counts against its tenant's budget."""
+        if budget is not None:
+            budget.take(tenant, before)
+        self.truncated = False
+        """Its tenant's budget was reached: what it is given is dropped (`over_budget` bytes so far)."""
+        self.over_budget = 0
+        self.lost = 0
+        """Bytes the disk refused since the last write it took."""
+        self.line_open = self.size > 0 and _last_byte(path) != NEWLINE
+        """The file does not end with a whole line (a line of the platform's own begins with a newline)."""
 
     def write(self, data: bytes) -> None:
         """Append `data`; a file is rotated at a line's end where it can be (a longer line is split)."""
-        if self.shipper is not None:
-            self.shipper.write(self.key, data)
         view = memoryview(data)
         while view:
             if self.max_bytes and self.size >= self.max_bytes:
                 self.rotate()
             room = self.max_bytes - self.size if self.max_bytes else len(view)
             if len(view) <= room:
-                self._write_all(view)
+                cut = len(view)
+            else:
+                cut = bytes(view[:room]).rfind(b"\n") + 1
+                if cut == 0:
+                    if self.size > 0:
+                        self.rotate()
+                        continue
+                    cut = room
+            if not self._within_budget(cut):
+                self.over_budget += len(view)
                 return
-            cut = bytes(view[:room]).rfind(b"\n") + 1
-            if cut == 0:
-                if self.size > 0:
-                    self.rotate()
-                    continue
-                cut = room
-            self._write_all(view[:cut])
+            self._put(view[:cut])
             view = view[cut:]
 
-    def _write_all(self, chunk: memoryview) -> None:
-        while chunk:
-            n = os.write(self.fd, chunk)
-            self.size += n
-            self.written += n
-            chunk = chunk[n:]
+    def _within_budget(self, size: int) -> bool:
+        """Whether `size` more bytes fit in the tenant's budget: once they do not, a line says so (and what
+        follows is dropped); once they do again, a line says how much was dropped."""
+        if self.budget is None:
+            return True
+        if self.budget.fits(self.tenant, size):
+            if self.truncated:
+                dropped, self.over_budget, self.truncated = self.over_budget, 0, False
+                self._put(
+                    self._note(
+                        f"output resumes: {format_size(dropped)} dropped over the log budget of tenant "
+                        f"{self.tenant!r}"
+                    )
+                )
+            return True
+        if not self.truncated:
+            self.truncated = True
+            held = format_size(self.budget.held.get(self.tenant, 0))
+            self._put(
+                self._note(
+                    f"output truncated: the running jobs of tenant {self.tenant!r} hold {held} of log here, "
+                    f"their budget of {format_size(self.budget.limit)} ({BUDGET_SETTING}); what this replica "
+                    "prints is dropped until some of it is freed"
+                )
+            )
+        return False
+
+    def _note(self, text: str) -> bytes:
+        """A line of the platform's own in the output, on a line of its own."""
+        prefix = "\n" if self.line_open else ""
+        return f"{prefix}{NOTE}{text}\n".encode()
+
+    def _put(self, chunk: memoryview | bytes) -> None:
+        """Ship `chunk` and write it to the file. What the disk refuses is dropped (`lost`), said once per
+        process; the first write it takes again begins with a line saying how much is missing."""
+        if self.shipper is not None:
+            whole = (
+                isinstance(chunk, memoryview) and type(chunk.obj) is bytes and chunk.nbytes == len(chunk.obj)
+            )
+            self.shipper.write(self.key, chunk.obj if whole else bytes(chunk))
+        if self.lost:
+            gap = self._note(f"{format_size(self.lost)} of output lost here: the disk refused it")
+            if not self._write_file(memoryview(gap), counted=False):
+                self.lost += len(chunk)
+                return
+            self.lost = 0
+        self._write_file(memoryview(chunk), counted=True)
+
+    def _write_file(self, chunk: memoryview, *, counted: bool) -> bool:
+        """Write all of `chunk`; False (what was not written counted in `lost` when `counted`) if the disk
+        refused it."""
+        try:
+            if self.fd < 0:  # (a rotation whose new file could not be made)
+                self.fd = self._open()
+                self.size = os.fstat(self.fd).st_size
+            while chunk:
+                n = _write(self.fd, chunk)
+                self.size += n
+                self.written += n
+                self._held(n)
+                if n:
+                    self.line_open = chunk[n - 1] != NEWLINE
+                chunk = chunk[n:]
+        except OSError as exc:
+            if counted:
+                self.lost += len(chunk)
+            _DiskTrouble.failed(self.path, exc)
+            return False
+        if _DiskTrouble.failing:
+            _DiskTrouble.written()
+        return True
+
+    def _held(self, change: int) -> None:
+        self.held += change
+        if self.budget is not None:
+            if change >= 0:
+                self.budget.take(self.tenant, change)
+            else:
+                self.budget.give_back(self.tenant, -change)
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def rotate(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         path = Path(self.path)
-        if self.backups == 0:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                backup_path(path, self.backups).unlink()
-            for n in range(self.backups - 1, 0, -1):
-                with contextlib.suppress(FileNotFoundError):
-                    backup_path(path, n).rename(backup_path(path, n + 1))
-            path.rename(backup_path(path, 1))
-        self.fd = self._open()
+        try:
+            if self.backups == 0:
+                self._held(-_unlink(path))
+            else:
+                self._held(-_unlink(backup_path(path, self.backups)))
+                for n in range(self.backups - 1, 0, -1):
+                    with contextlib.suppress(FileNotFoundError):
+                        backup_path(path, n).rename(backup_path(path, n + 1))
+                path.rename(backup_path(path, 1))
+            self.fd = self._open()
+        except OSError as exc:  # the next write tries to open it again
+            _DiskTrouble.failed(self.path, exc)
         self.size = 0
 
     def close(self) -> None:
@@ -140,6 +301,29 @@ class RotatingLog:
             self.fd = -1
         if self.shipper is not None:
             self.shipper.close(self.key)
+        if self.budget is not None:
+            self.budget.give_back(self.tenant, self.held)
+            self.budget = None
+
+
+def _last_byte(path: Path | str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+    except OSError:
+        return None
+    return last[0] if last else None
+
+
+def _unlink(path: Path) -> int:
+    """Delete a file; its size (0 if there was none)."""
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size
 
 
 class LogPump:

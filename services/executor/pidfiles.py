@@ -1,7 +1,7 @@
 """A replica's files on the node: its folders, and its pid file (`replica-<r>.pid` beside its log, written by
 its reaper: pid and start time against pid reuse, node, cgroup, the reaper's pid and start time and the
-number of its descriptor of the replica's output pipe), which lets a restarted executor find what an earlier
-one started."""
+number of its descriptor of the replica's output pipe, its job's tenant), which lets a restarted executor
+find what an earlier one started."""
 
 from __future__ import annotations
 
@@ -63,6 +63,9 @@ class PidRecord:
     """Its command is a shell's (exit code 127: command not found)."""
     memory: int = 0
     """Its cgroup's memory limit (for the message of an out-of-memory kill)."""
+    tenant: str = ""
+    """Its job's tenant, whose log budget its output counts against; empty in a pid file written by an executor
+    that did not record it (its output, adopted, then counts against no budget)."""
 
 
 def read_pid_files(data_dir: Path, job_id: str, attempt: int, node: str) -> list[PidRecord]:
@@ -88,6 +91,7 @@ def read_pid_files(data_dir: Path, job_id: str, attempt: int, node: str) -> list
                     doc.get("fd"),
                     bool(doc.get("shell")),
                     int(doc.get("memory") or 0),
+                    str(doc.get("tenant") or ""),
                 )
             )
     return records

@@ -17,6 +17,8 @@ the next executor, which reports it (`LocalBackend.adopt`). The reaper also keep
 output pipe, so a replica whose executor died never gets SIGPIPE: its output waits in the pipe (the replica
 blocks when the pipe is full) until the next executor opens the pipe through `/proc/<reaper>/fd/<n>`. What a
 replica printed last while no executor read its pipe, the reaper appends to the replica's log file itself.
+An exit file the disk refuses (full) is written again at every turn of the reaper's loop until the disk takes
+it; the reaper does not exit before.
 
 Where the executor built the start helper (`replica_start.c`, a shared library, `start_helper.py`; its path
 is the reaper's second argument), the reaper starts a replica through it: a vfork (nothing of the reaper's
@@ -37,9 +39,11 @@ running the code it started with across an upgrade of the platform.
 
 Messages are JSON, one per SOCK_SEQPACKET packet. Executor → reaper: a start (`argv`, `env`, `cwd`,
 `pid_file`, `exit_file`, `log_file`, `record`: more fields of the pid file, `user`: [uid, gid] or null,
-`cgroup`: a path or null) with two descriptors (the pipe's write end, for the replica, and a read end the
-reaper keeps). Reaper → executor: `{"pid", "start", "fd"}` or `{"error": errno, "step", "message"}` for each
-start, in order, and `{"exited": pid, "status": n}` (a negative status: killed by signal -n) for each end.
+`cgroup`: a path or null, `binds`: [[source, target], …] or null and `hide_pids`: a mount namespace of the
+replica's own, made while it is still root, with those folders bound over theirs and a proc with hidepid=2)
+with two descriptors (the pipe's write end, for the replica, and a read end the reaper keeps). Reaper →
+executor: `{"pid", "start", "fd"}` or `{"error": errno, "step", "message"}` for each start, in order, and
+`{"exited": pid, "status": n}` (a negative status: killed by signal -n) for each end.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ import warnings  # noqa: F401 (os.execvpe imports it on first use: in a child th
 from collections import deque
 
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_SLAVE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x80000
 DEFAULT_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -83,6 +89,24 @@ def subreaper() -> None:
     if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def private_mounts(binds: list[list[str]], hide_pids: bool) -> None:
+    """A mount namespace of the calling process's own (it is root): mounts of the host still reach it (slave),
+    none of its own goes back; each `[source, target]` bound over its target, then, with `hide_pids`, a proc
+    of its own on /proc that shows only its user's processes. As replica_start.c's `private_mounts`."""
+
+    def checked(result: int) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    checked(_libc.unshare(CLONE_NEWNS))
+    checked(_libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None))
+    for source, target in binds:
+        checked(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND | MS_REC, None))
+    if hide_pids:
+        checked(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"))
 
 
 def start_time(pid: int) -> int | None:
@@ -117,6 +141,12 @@ class StartRequest(ctypes.Structure):
     ]
 
 
+class PrivateRequest(ctypes.Structure):
+    """`struct gpuyard_private` of replica_start.c."""
+
+    _fields_ = [("binds", ctypes.POINTER(ctypes.c_char_p)), ("hide_pids", ctypes.c_int)]
+
+
 def load_helper(path: str) -> ctypes.CDLL | None:
     """The start helper's library; None where it cannot be loaded (gone, or a folder mounted noexec)."""
     if not path:
@@ -125,6 +155,11 @@ def load_helper(path: str) -> ctypes.CDLL | None:
         library = ctypes.CDLL(path)
         library.gpuyard_start.argtypes = [ctypes.POINTER(StartRequest)]
         library.gpuyard_start.restype = ctypes.c_long
+        library.gpuyard_start_private.argtypes = [
+            ctypes.POINTER(StartRequest),
+            ctypes.POINTER(PrivateRequest),
+        ]
+        library.gpuyard_start_private.restype = ctypes.c_long
     except (OSError, AttributeError) as exc:
         print(f"gpuyard reaper: cannot load {path} ({exc}); forking instead", file=sys.stderr)
         return None
@@ -168,20 +203,36 @@ def spawn(helper: ctypes.CDLL, request: dict, stdin: int, output: int, error_w: 
         gid=user[1] if user else -1,
         cwd=os.fsencode(request["cwd"]),
     )
-    pid = helper.gpuyard_start(ctypes.byref(start))
+    binds = request.get("binds") or []
+    if binds or request.get("hide_pids"):
+        private = PrivateRequest(
+            binds=c_strings([os.fsencode(path) for pair in binds for path in pair]),
+            hide_pids=1 if request.get("hide_pids") else 0,
+        )
+        pid = helper.gpuyard_start_private(ctypes.byref(start), ctypes.byref(private))
+    else:
+        pid = helper.gpuyard_start(ctypes.byref(start))
     if pid < 0:
         raise OSError(-pid, os.strerror(-pid))
     return pid
 
 
 def write_atomically(path: str, doc: dict) -> None:
+    """`path` holds `doc` whole, or (an OSError: a full disk) is left as it was, without a partial file."""
     temporary = f"{path}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, json.dumps(doc).encode())
-    finally:
-        os.close(fd)
-    os.rename(temporary, path)
+        try:
+            data = json.dumps(doc).encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def children() -> set[int]:
@@ -257,6 +308,8 @@ class Reaper:
         self.replicas: dict[int, Replica] = {}
         self.finishing: dict[int, tuple[Replica, int]] = {}
         """Ended replicas whose output the executor is still reading, by the reaper's end of their pipe."""
+        self.unwritten: dict[str, dict] = {}
+        """Exit files the disk refused (full), by path: written again each turn of the loop until it takes them."""
         self.outbox: deque[bytes] = deque()
         self.starting: deque[Starting] = deque()  # in the order asked
         self.forked: dict[int, Starting] = {}  # pid -> its start, until answered
@@ -282,7 +335,7 @@ class Reaper:
         poll.register(self.sock, select.POLLIN)
         self.poll = poll
         self.reap()  # (a child that ended before the handler was set)
-        while self.connected or self.has_children() or self.finishing or self.starting:
+        while self.connected or self.has_children() or self.finishing or self.starting or self.unwritten:
             try:
                 events = poll.poll(100 if self.finishing else 1000)
             except InterruptedError:
@@ -310,6 +363,7 @@ class Reaper:
                 self.sock.close()
             self.reap()  # a SIGCHLD that arrived between two reads of the wakeup pipe
             self.finish_read()
+            self.write_again()
 
     def has_children(self) -> bool:
         return bool(self.replicas) or bool(children())
@@ -474,6 +528,9 @@ class Reaper:
             os.dup2(self.devnull, 0)
             os.dup2(write_fd, 1)
             os.dup2(write_fd, 2)
+            if request.get("binds") or request.get("hide_pids"):
+                step = "namespace"
+                private_mounts(request.get("binds") or [], bool(request.get("hide_pids")))
             user = request.get("user")
             if user:
                 step = "user"
@@ -538,11 +595,26 @@ class Reaper:
     def finish(self, replica: Replica, status: int) -> None:
         if replica.log_file and unread(replica.read_fd) and not read_elsewhere(replica.exit_file):
             self.drain(replica)  # (before the exit file: once it exists, the log file holds all the output)
+        doc = {"pid": replica.pid, "status": status, "ended": time.time()}
         try:
-            write_atomically(replica.exit_file, {"pid": replica.pid, "status": status, "ended": time.time()})
-        except OSError as exc:
-            print(f"gpuyard reaper: cannot write {replica.exit_file}: {exc}", file=sys.stderr)
+            write_atomically(replica.exit_file, doc)
+        except FileNotFoundError:  # its folder is gone (the job's directory deleted): no one will read it
+            pass
+        except OSError:  # a full disk: the reaper writes it again until the disk takes it (`write_again`)
+            self.unwritten[replica.exit_file] = doc
         os.close(replica.read_fd)
+
+    def write_again(self) -> None:
+        """The exit files the disk refused, tried again; those it still refuses wait for the next turn."""
+        for path, doc in list(self.unwritten.items()):
+            try:
+                write_atomically(path, doc)
+            except FileNotFoundError:
+                del self.unwritten[path]
+            except OSError:
+                return  # (still full: the others would fail the same)
+            else:
+                del self.unwritten[path]
 
     def drain(self, replica: Replica) -> None:
         """No executor reads the replica's output: append what is left in its pipe to its log file."""

@@ -120,8 +120,11 @@ class ReaperClient:
         record: dict,
         user: tuple[int, int] | None = None,
         cgroup: str | None = None,
+        binds: Sequence[tuple[str, str]] = (),
+        hide_pids: bool = False,
     ) -> ReapedProcess:
-        """Start a replica; `output` is its pipe (write end for the replica, read end for the reaper to hold).
+        """Start a replica; `output` is its pipe (write end for the replica, read end for the reaper to hold);
+        `binds` (source, target) and `hide_pids`: a mount namespace of its own (reaper.py, `private_mounts`).
         Raises StartRefused (with the step) or ReaperGone."""
         if self.sock is None or self.gone.done():
             raise ReaperGone("the reaper has ended")
@@ -135,6 +138,8 @@ class ReaperClient:
             record=record,
             user=list(user) if user else None,
             cgroup=cgroup,
+            binds=[list(pair) for pair in binds] or None,
+            hide_pids=hide_pids,
         )
         data = json.dumps(request).encode("utf-8", "surrogateescape")
         answer = asyncio.get_running_loop().create_future()

@@ -1,5 +1,6 @@
-/* The start helper: a shared library the reaper (reaper.py) loads, whose one function starts a replica's first
-   process with vfork, as CPython's _posixsubprocess does for subprocess: nothing of the reaper's memory is
+/* The start helper: a shared library the reaper (reaper.py) loads, whose function (`gpuyard_start`, or
+   `gpuyard_start_private` for a replica with a mount namespace of its own) starts a replica's first process
+   with vfork, as CPython's _posixsubprocess does for subprocess: nothing of the reaper's memory is
    copied, and the child takes, in C, the steps that only the process itself can take before its exec:
 
    - every signal the reaper catches or ignores back to its default action;
@@ -8,6 +9,10 @@
      escapes it while it runs;
    - the cgroup `cgroup_procs` names (NULL: none);
    - stdin, stdout and stderr;
+   - with `gpuyard_start_private`, while it is still root: a mount namespace of its own, whose mounts receive
+     the host's (slave) and send nothing back, the folders `binds` names bound over theirs (its private /tmp)
+     and, with `hide_pids`, a proc of its own on /proc with hidepid=2 (only its own user's processes): the
+     reaper's own mounts are untouched (step "namespace" when one cannot be made);
    - no supplementary group, then `gid` and `uid` (-1: its own), with the raw system calls: the C library's
      wrappers would synchronise with the parent's threads, whose memory a vfork child shares;
    - its working directory; every other descriptor closed but `error_fd`; no signal blocked;
@@ -20,8 +25,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -47,6 +54,13 @@ struct gpuyard_start {
     const char *cgroup_procs;
     long uid, gid;
     const char *cwd;
+};
+
+/* What `gpuyard_start_private` adds: pairs of folders, each bound over the second (source, target, …,
+   NULL), in order; `hide_pids`: a proc of its own with hidepid=2 on /proc. */
+struct gpuyard_private {
+    char *const *binds;
+    int hide_pids;
 };
 
 static size_t append(char *line, size_t at, size_t size, const char *text) {
@@ -112,8 +126,18 @@ static int close_others(int keep) {
     return 0;
 }
 
-static void child(const struct gpuyard_start *s) __attribute__((noreturn));
-static void child(const struct gpuyard_start *s) {
+/* A mount namespace of its own (step "namespace"): the caller is root. */
+static void private_mounts(int error_fd, const struct gpuyard_private *p) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        fail(error_fd, "namespace", errno);
+    for (char *const *pair = p->binds; pair != NULL && pair[0] != NULL && pair[1] != NULL; pair += 2)
+        if (mount(pair[0], pair[1], NULL, MS_BIND | MS_REC, NULL) != 0) fail(error_fd, "namespace", errno);
+    if (p->hide_pids && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
+        fail(error_fd, "namespace", errno);
+}
+
+static void child(const struct gpuyard_start *s, const struct gpuyard_private *p) __attribute__((noreturn));
+static void child(const struct gpuyard_start *s, const struct gpuyard_private *p) {
     int err = 0;
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -135,6 +159,7 @@ static void child(const struct gpuyard_start *s) {
     }
     if (dup2(s->stdin_fd, 0) < 0 || dup2(s->output_fd, 1) < 0 || dup2(s->output_fd, 2) < 0)
         fail(s->error_fd, "setup", errno);
+    if (p != NULL) private_mounts(s->error_fd, p);
     if (s->uid >= 0) {
         if (syscall(SETGROUPS, 0, NULL) != 0 || syscall(SETRESGID, s->gid, s->gid, s->gid) != 0 ||
             syscall(SETRESUID, s->uid, s->uid, s->uid) != 0)
@@ -155,14 +180,19 @@ static void child(const struct gpuyard_start *s) {
     fail(s->error_fd, "exec", err ? err : ENOENT);
 }
 
-/* The child's pid, or -errno when vfork failed. */
-long gpuyard_start(const struct gpuyard_start *s) {
+static long start(const struct gpuyard_start *s, const struct gpuyard_private *p) {
     sigset_t all, before;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, &before);
     pid_t pid = vfork();
-    if (pid == 0) child(s);
+    if (pid == 0) child(s, p);
     int err = errno;
     sigprocmask(SIG_SETMASK, &before, NULL);
     return pid < 0 ? -(long)err : (long)pid;
 }
+
+/* The child's pid, or -errno when vfork failed. */
+long gpuyard_start(const struct gpuyard_start *s) { return start(s, NULL); }
+
+/* The same, in a mount namespace of its own (`p`), made before it leaves root. */
+long gpuyard_start_private(const struct gpuyard_start *s, const struct gpuyard_private *p) { return start(s, p); }

@@ -7,7 +7,8 @@ monitor's `SampleIngest` (`subscribe`): they are buffered, written every `histor
 write, and the history is compacted every `history_bucket`: this node's old samples, and another node's once
 they are older still (`ORPHAN_AFTER`: a node gone for good leaves none behind); with MongoDB, several monitors
 compacting the same samples never count one twice (`shared.gpuhistory_mongo`). The buffer is bounded: if the
-history cannot be written for long, the oldest samples are dropped, never the sampling held up.
+history cannot be written for long, the oldest samples are dropped, never the sampling held up; that it
+cannot is said once (`Outage`), and once that it is written again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import deque
 from services.monitor.ingest import NodeSample, SampleIngest
 from shared.gpuhistory import GpuHistory, GpuPoint
 from shared.settings import MonitorSettings
+from shared.store import Outage
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ class HistoryWriter:
         self.clock = clock
         self.buffer: deque[NodeSample] = deque(maxlen=MAX_BUFFERED_SAMPLES)
         self.written = 0
+        self.outage = Outage(log, "writing the GPU history")
+        """Its writes failing (its disk full, the store away): said once until one succeeds."""
 
     def attach(self, ingest: SampleIngest):
         """Take this node's samples as they come; returns the call that stops it."""
@@ -65,6 +69,25 @@ class HistoryWriter:
         self.written += len(points)
         return len(points)
 
+    async def write_once(self, *, compact: bool) -> bool:
+        """One beat: write the buffered samples, then compact when `compact`; whether it compacted (or tried
+        to). A failure (the history's disk full, its lock held, the store away) keeps the samples for the next
+        beat and is said once until a write succeeds again, then that it resumed; a beat with nothing to
+        write says neither."""
+        tried = False
+        try:
+            wrote = await self.flush() > 0
+            if compact:
+                tried = True
+                await self.compact()
+                wrote = True
+        except Exception as exc:  # the history busy or away for a moment: the next beat tries again
+            self.outage.failed(exc)
+            return tried
+        if wrote:
+            self.outage.succeeded()
+        return tried
+
     async def compact(self) -> None:
         s = self.settings
         done = await self.history.compact(
@@ -83,13 +106,8 @@ class HistoryWriter:
         try:
             while True:
                 await asyncio.sleep(flush_every)
-                try:
-                    await self.flush()
-                    if time.monotonic() - last_compact >= compact_every:
-                        last_compact = time.monotonic()
-                        await self.compact()
-                except Exception as exc:  # the history busy or away for a moment: the next beat tries again
-                    log.warning("writing the GPU history failed: %s", exc)
+                if await self.write_once(compact=time.monotonic() - last_compact >= compact_every):
+                    last_compact = time.monotonic()
         finally:
             try:
                 await self.flush()

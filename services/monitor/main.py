@@ -19,7 +19,7 @@ from services.monitor.health import HealthMarker
 from services.monitor.history import HistoryWriter
 from services.monitor.ingest import SampleIngest
 from services.monitor.jobs import LiveJobs
-from services.monitor.metrics import METRICS_PATH, MetricsServer, make_registry
+from services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
 from services.monitor.platform import PlatformFigures
 from services.monitor.sampler import NodeSampler, choose_sampler
 from shared.buspermissions import Role, permissions
@@ -27,6 +27,7 @@ from shared.events import GpuSample, Subject, make_event
 from shared.gpuhistory import GpuHistory, open_gpu_history
 from shared.jobstate import JobState
 from shared.nvml import Nvml
+from shared.secretfile import ScrapeAuth
 from shared.service import Service
 from shared.settings import MonitorSettings
 from shared.store import EndedJob
@@ -90,7 +91,7 @@ class Monitor:
         self.sampler: NodeSampler | None = choose_sampler(settings, nvml)
         self.health = HealthMarker(service, self.node)
         self.health.attach(self.ingest)
-        self.metrics: MetricsServer | None = None
+        self.metrics: GuardedMetricsServer | None = None
         self.published = 0
 
     async def run(self) -> None:
@@ -131,12 +132,18 @@ class Monitor:
             service=self.service.metrics,
         )
         host, port = self.settings.metrics_host, self.settings.metrics_port
+        auth = ScrapeAuth.from_settings(self.settings)  # (a token that cannot be read: every scrape refused)
         try:
-            self.metrics = MetricsServer(registry, host, port, path=METRICS_PATH).start()
+            self.metrics = GuardedMetricsServer(registry, host, port, auth=auth, path=METRICS_PATH).start()
         except OSError as exc:  # the port is taken: sampling and publishing go on without /metrics
             log.error("cannot serve /metrics on %s:%d: %s; samples are still published", host, port, exc)
             return
-        log.info("Prometheus /metrics on http://%s:%d/metrics", host, self.metrics.port)
+        log.info(
+            "Prometheus /metrics on http://%s:%d/metrics, %s",
+            host,
+            self.metrics.port,
+            f"for scrapes with the token of {auth.path}" if auth.path else "open to all (metrics_auth=off)",
+        )
         self.service.metrics_served_on(host, self.metrics.port)
 
     async def listen(self) -> None:

@@ -8,6 +8,10 @@ node or a tenant that goes away leaves no series behind.
 GPU series are labelled as the DCGM exporter labels them (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
 `hostname`), plus `job`, `tenant` and `user` of the replica placed on the GPU (empty when none; comma-joined
 when several share it). `gpuyard_gpu_holder_info` has one series per holder.
+
+Those labels name every tenant's jobs and users, which `/v1/nodes` blanks for other tenants: /metrics answers a
+scrape that carries the scrape token only (`GuardedMetricsServer`, `shared.secretfile.ScrapeAuth`; 401
+otherwise), unless `metrics_auth=off`.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from prometheus_client.core import (
 from services.monitor.ingest import SampleIngest
 from services.monitor.platform import PlatformFigures
 from shared.events import GpuReading
+from shared.secretfile import CHALLENGE, REFUSED, ScrapeAuth
 from shared.servicemetrics import MetricsServer
 
-__all__ = ["METRICS_PATH", "MetricsServer", "make_registry"]
+__all__ = ["METRICS_PATH", "GuardedMetricsServer", "MetricsServer", "make_registry"]
 
 log = logging.getLogger(__name__)
 
@@ -256,3 +261,27 @@ def make_registry(
     if service is not None:
         registry.register(service)  # (a registry is a collector: its figures are collected at each scrape)
     return registry
+
+
+class GuardedMetricsServer(MetricsServer):
+    """`MetricsServer` whose path answers only the scrapes `auth` allows: 401 with a bearer challenge, and
+    nothing of the figures, to any other."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, auth: ScrapeAuth, path: str):
+        super().__init__(registry, host, port, path=path)
+        served = self.server.RequestHandlerClass
+        refusal = (REFUSED + "\n").encode()
+
+        class Guarded(served):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?")[0] == path and not auth.allows(self.headers.get("Authorization")):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", CHALLENGE)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(refusal)))
+                    self.end_headers()
+                    self.wfile.write(refusal)
+                    return
+                super().do_GET()
+
+        self.server.RequestHandlerClass = Guarded

@@ -1,6 +1,12 @@
 """Wiring of the scheduler service: follow job events and node heartbeats, run a cycle of the pure core
 after every burst of events and on a timer, and record its decisions through the job ledger.
 
+A node's heartbeats come twice: live, from a plain subscription (core NATS delivers a message to its
+subscribers even when the telemetry stream cannot store it: its disk full, a stream that failed a write), and
+from the stream, which also gives the last `node_timeout` of them again at start. A heartbeat is a newer-wins
+fact: each node's newest, by the time it was sent, is taken once, and a copy or an older one changes nothing.
+So a node whose heartbeats the stream refuses for longer than `node_timeout` is not declared lost.
+
 Several replicas may run; one leads at a time (a lease in NATS KV, `shared.lease`). Every replica follows
 the events (an ordered consumer each, not a shared durable: the next leader must not have missed any); only
 the leader decides. A replica that becomes leader re-reads the live jobs from the event store first, and
@@ -17,6 +23,9 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+
+from nats.aio.msg import Msg
+from pydantic import ValidationError
 
 from services.scheduler.core import CycleResult, Pending, Placement, SchedulerConfig, decide
 from services.scheduler.core.reasons import Reason
@@ -163,6 +172,9 @@ class SchedulerService:
         self.line_stored: int | None = None
         self.gather_seconds = MIN_GATHER_SECONDS
         self.refused_nodes: dict[str, str] = {}  # node -> why its last heartbeat was ignored
+        self.heard: dict[str, tuple[float, str]] = {}
+        """Node → its newest heartbeat taken: when it was sent (no later than when it came) and its id. The
+        other copy of it, or an older one, is not taken."""
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
         self.swept_at = time.monotonic()  # ... and when it last moved
         self.controls_due: set[str] = set()  # nodes whose unhealthy or drained GPUs' jobs the leader looks at
@@ -266,10 +278,24 @@ class SchedulerService:
         if kind in CHANGES_DECISIONS:
             self.wake.set()  # the rest (started, exits, our own writes) waits for the timer's cycle
 
+    async def on_live_heartbeat(self, msg: Msg) -> None:
+        """A node's heartbeat as it is published (a plain subscription: `follow_heartbeats`)."""
+        try:
+            event = CloudEvent.from_json(msg.data)
+        except (ValidationError, ValueError):
+            return  # (not an event: nothing to learn)
+        await self.on_heartbeat(event, msg)
+
     async def on_heartbeat(self, event: CloudEvent, _msg=None) -> None:
-        """A node's heartbeat; those of the last node_timeout are read again at start (`main`), each seen
-        when it was sent, so that a scheduler that just started knows the nodes at once."""
+        """A node's heartbeat, live or from the stream; those of the last node_timeout are read again at start
+        (`main`), each seen when it was sent, so that a scheduler that just started knows the nodes at once.
+        Taken once: a heartbeat not newer than the node's newest taken (the other copy of it, an older one the
+        stream delivers late) changes nothing."""
         if isinstance(event.data, NodeHeartbeat):
+            sent = min(event.time.timestamp(), time.time())  # (a clock ahead of ours counts as now)
+            newest = self.heard.get(event.data.node)
+            if newest is not None and (event.id == newest[1] or sent < newest[0]):
+                return
             problem = heartbeat_problem(event.data)
             if problem is not None:
                 if self.refused_nodes.get(event.data.node) != problem:  # said once, not every 5 s
@@ -279,7 +305,7 @@ class SchedulerService:
                 self.refused_nodes[event.data.node] = problem
                 return
             self.refused_nodes.pop(event.data.node, None)
-            sent = min(event.time.timestamp(), time.time())
+            self.heard[event.data.node] = (sent, event.id)
             if self.view.observe_node(event.data, now=sent):
                 log.info("node %s: %d GPU(s)", event.data.node, len(event.data.gpus))
                 self.wake.set()
@@ -563,15 +589,22 @@ class SchedulerService:
             self.view.put_job(outcome.view)
 
 
-async def main(service: Service, settings: SchedulerSettings) -> None:
-    scheduler = SchedulerService(service, settings)
+async def follow_heartbeats(service: Service, scheduler: SchedulerService) -> None:
+    """The nodes' heartbeats, live (core NATS: heard while the telemetry stream cannot store them) and from
+    the stream (the last node_timeout of them again at start), both to `on_heartbeat`, which takes each once."""
+    await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, scheduler.on_live_heartbeat)
     await service.bus.watch(
         Subject.NODE_HEARTBEAT.value,
         scheduler.on_heartbeat,
         stream=TELEMETRY_STREAM.name,
-        since=datetime.now(UTC) - timedelta(seconds=settings.node_timeout),
+        since=datetime.now(UTC) - timedelta(seconds=scheduler.settings.node_timeout),
         name="scheduler-heartbeats",  # (each watch's name in the bus figures of /metrics)
     )
+
+
+async def main(service: Service, settings: SchedulerSettings) -> None:
+    scheduler = SchedulerService(service, settings)
+    await follow_heartbeats(service, scheduler)
     await service.bus.watch(
         [subject_filter(subject) for subject in FOLLOWED],
         scheduler.on_job_event,

@@ -3,9 +3,12 @@ caller's tenant; a tenant calls its own models and public ones (`shared.modelreg
 rule too). A model the caller may not see is answered as unknown (404), never as forbidden: its existence does
 not leak.
 
-A name is a tenant's: `/v2/models/mnist` is the caller's own `mnist` when it has one deployed (or known),
-else a public `mnist` of another tenant (the first by tenant name when several tenants share one publicly).
-A model's visibility is read from the event store once and kept until a model event says it changed.
+A name is its owner's: `/v2/models/mnist` is the caller's own `mnist` and nothing else. Deployed, it answers;
+published but with no ready replica (not deployed, or between two deployments), it is 503 with the reason;
+never published, 404. It never falls through to another tenant's model of that name, however public. Another
+tenant's public model is named with its owner, `/v2/models/vision/mnist` (`shared.modelregistry.qualified_name`;
+the caller's own tenant there names its own model). A model's visibility is read from the event store once and
+kept until a model event says it changed.
 
 The dashboard's inference form calls from the browser with its session cookie (`shared/sessions.py`, the submit
 service's key and the same tokens): it is read only when a request has no Authorization header (the hot path of
@@ -14,6 +17,7 @@ something must carry the session's CSRF token and, when it says its origin, come
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from starlette.requests import Request
@@ -24,15 +28,19 @@ from services.serving.registry import ModelRegistry
 from services.serving.routing import Routes
 from shared import sessions
 from shared.bearer import bearer_token
+from shared.jobspec import NAME_PATTERN
 from shared.jobtokens import is_job_token
 from shared.modelregistry import ModelRegistry as ModelCatalog
-from shared.modelregistry import ModelView, visible_to
+from shared.modelregistry import ModelView, split_qualified, visible_to
 from shared.tokens import Principal, TokenRefused, Tokens
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 JOB_TOKEN = "a job's publish token is accepted by POST /v1/models only"
 OTHER_ORIGIN = "a request from a page that is not the dashboard's: its session is not accepted there"
 BAD_CSRF = "missing or wrong CSRF token: reload the page and try again"
+VIEWS_KEPT = 10_000
+"""Models whose visibility is kept at most (then all are read again): names typed at random stay bounded."""
+_VALID_NAME = re.compile(NAME_PATTERN)
 
 
 class Access:
@@ -90,6 +98,8 @@ class Access:
     async def view(self, tenant: str, name: str) -> ModelView | None:
         key = (tenant, name)
         if key not in self._views:
+            if len(self._views) >= VIEWS_KEPT:
+                self._views.clear()
             self._views[key] = await self.catalog.get(tenant, name)
         return self._views[key]
 
@@ -109,24 +119,44 @@ class Access:
 
     async def authorize(self, request: Request, name: str | None) -> str | Callable[[str], str | None]:
         """The `authorize` hook of the v2 app: the registry key of the model `name` stands for to this caller
-        (NotFound when none it may use), or for the repository index the keys it may see, by name."""
+        (NotFound when none it may use, Unavailable for its own model with no replica anywhere), or for the
+        repository index the keys it may see, under the names it calls them by."""
         principal = self.principal(request)
         if name is None:
             visible = {key for key in list(self.registry.models) if await self.may_use(principal, key)}
-            return lambda key: split_key(key)[1] if key in visible else None
-        own = model_key(principal.tenant, name)
-        if self.known(own):
-            return own
-        others = sorted({*self.routes.keys_named(name), *self._local_named(name)} - {own})
-        for key in others:
-            if await self.may_use(principal, key):
-                return key
-        if visible_to(principal, await self.view(principal.tenant, name)):
+            return lambda key: self.shown(principal, key) if key in visible else None
+        owner, model = split_qualified(name)
+        if owner is None or owner == principal.tenant:
+            return await self.own(principal, model, name)
+        key = model_key(owner, model)
+        if not (_valid(owner) and _valid(model)) or not await self.may_use(principal, key):
+            raise NotFound(f"unknown model '{name}'")
+        return key  # (held nowhere now: the v2 app answers 503)
+
+    async def own(self, principal: Principal, name: str, shown: str) -> str:
+        """The caller's own model `name` (`shown`: as the caller wrote it)."""
+        key = model_key(principal.tenant, name)
+        if self.known(key):
+            return key
+        if _valid(name) and visible_to(principal, await self.view(principal.tenant, name)):
             raise Unavailable(
-                f"model '{name}' has no ready replica: deploy it (gpuyard models deploy {name}), or wait "
+                f"model '{shown}' has no ready replica: deploy it (gpuyard models deploy {name}), or wait "
                 "until its replicas are ready"
             )
-        raise NotFound(f"unknown model '{name}'")
+        if shown != name:
+            raise NotFound(f"unknown model '{shown}'")
+        raise NotFound(
+            f"unknown model '{name}' (a name alone is one of your own models: another tenant's public model "
+            f"is named with its owner, OWNER/{name})"
+        )
 
-    def _local_named(self, name: str) -> list[str]:
-        return [k for k in self.registry.models if split_key(k)[1] == name]
+    @staticmethod
+    def shown(principal: Principal, key: str) -> str:
+        """The name the caller calls the model of registry key `key` by: its name if it is the caller's, else
+        its qualified name (the key itself)."""
+        tenant, name = split_key(key)
+        return name if tenant == principal.tenant else key
+
+
+def _valid(name: str) -> bool:
+    return _VALID_NAME.match(name) is not None

@@ -1,6 +1,7 @@
 """The serving entry point (port 8000 by default): the Open Inference Protocol over the replicas this node
 holds (`v2app`), behind the API's bearer tokens (`access.py`), with one hop to another node for a version it
-does not hold (`proxy.py`), and `/metrics` (`metrics.py`, then the service's own figures:
+does not hold (`proxy.py`), request bodies within `max_request_bytes` and the model's own limit (`v2app.py`),
+and `/metrics` (`metrics.py`, then the service's own figures:
 `shared.servicemetrics`). Health: `/v2/health/live` and `/v2/health/ready`
 (the service's own `/healthz` and `/readyz` are on its health port, as every service's).
 
@@ -10,14 +11,11 @@ to another origin carries no CORS header, so its page cannot read it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from services.serving import metrics
@@ -25,8 +23,8 @@ from services.serving.access import Access
 from services.serving.proxy import Forwarder
 from services.serving.registry import ModelRegistry
 from services.serving.stats import Stats
-from services.serving.v2app import create_app
-from shared.servicemetrics import render
+from services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
+from shared.secretfile import ScrapeAuth
 
 CORS_METHODS = ["GET", "POST"]
 CORS_HEADERS = ["content-type", "x-csrf-token", "inference-header-content-length"]
@@ -40,19 +38,26 @@ def create_entry_app(
     stats: Stats | None = None,
     service_metrics: CollectorRegistry | None = None,
     dashboard_origins: Iterable[str] = (),
+    *,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_request_rows: int = DEFAULT_MAX_REQUEST_ROWS,
+    scrape: ScrapeAuth | None = None,
 ) -> Starlette:
-    """`service_metrics`: the serving process's own figures, served after the models' on /metrics."""
+    """`service_metrics`: the serving process's own figures, served after the models' on /metrics;
+    `max_request_bytes` and `max_request_rows`: the request limits (`create_app`), the settings of the same
+    names; `scrape`: who may read /metrics (`metrics.endpoint`; None: anyone, as `metrics_auth=off`)."""
     stats = stats if stats is not None else Stats()
     app = create_app(
-        registry, authorize=access.authorize, stats=stats, router=forwarder, repository_loads=False
+        registry,
+        authorize=access.authorize,
+        stats=stats,
+        router=forwarder,
+        repository_loads=False,
+        max_request_bytes=max_request_bytes,
+        max_request_rows=max_request_rows,
     )
 
-    async def prometheus(request: Request) -> Response:
-        body = metrics.render(stats).encode()
-        if service_metrics is not None:
-            body += await asyncio.to_thread(render, service_metrics)
-        return Response(body, media_type=metrics.CONTENT_TYPE)
-
+    prometheus = metrics.endpoint(stats, access, scrape or ScrapeAuth(None), service_metrics)
     app.router.routes.append(Route("/metrics", prometheus, methods=["GET"]))
     origins = sorted(dashboard_origins)
     if origins:  # (a request without Origin, every client but a browser's page, passes straight through)

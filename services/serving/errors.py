@@ -36,6 +36,15 @@ class NotFound(ServingError):
     status = 404
 
 
+class PayloadTooLarge(ServingError):
+    """A request body over its limit (`max_request_bytes`, or the most the model's inputs can need), or more rows
+    than one request may carry (`max_request_rows`). Answered as soon as it is known: from `Content-Length`
+    before the body is read, else as soon as more than the limit has arrived; the rest is never read, and the
+    connection is closed after the answer."""
+
+    status = 413
+
+
 class Unavailable(ServingError):
     """A model or version that exists but is not ready (loading, failed, unloaded)."""
 

@@ -6,8 +6,9 @@ same node (two serve jobs) are two sessions held here, and the registry serves o
 released, the other takes its place, so the version keeps answering. A version whose last session is released
 leaves the registry once the requests it has queued are answered.
 
-Models are kept in the registry under their tenant's name for them (`model_key`): two tenants may each have a
-model called `mnist`, and a registry key never collides with a name a caller types (a name has no '/')."""
+Models are kept in the registry under their qualified name (`model_key`, `OWNER/NAME`: two tenants may each
+have a model called `mnist`); a caller names its own models by their name alone and another tenant's by this
+qualified name (`access.py`)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 
 from services.serving.registry import ModelRegistry
 from services.serving.runtime import OnnxModel
+from shared.modelregistry import qualified_name
 
 
 def model_key(tenant: str, name: str) -> str:
-    """The registry's key of tenant `tenant`'s model `name`."""
-    return f"{tenant}/{name}"
+    """The registry's key of tenant `tenant`'s model `name`: its qualified name."""
+    return qualified_name(tenant, name)
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from shared.bus import placed_for
 from shared.events import EVENTS_STREAM, HOLDER_SERVING
 from shared.modelregistry import ModelRegistry as ModelCatalog
 from shared.modelstore import ModelStore
+from shared.secretfile import ScrapeAuth
 from shared.service import Service
 from shared.sessions import load_key as load_session_key
 from shared.settings import ServingSettings
@@ -96,7 +97,15 @@ async def main(service: Service, settings: ServingSettings) -> None:
     )
     config = uvicorn.Config(
         create_entry_app(
-            registry, access, forwarder, Stats(), service_metrics=service.metrics, dashboard_origins=origins
+            registry,
+            access,
+            forwarder,
+            Stats(),
+            service_metrics=service.metrics,
+            dashboard_origins=origins,
+            max_request_bytes=settings.max_request_bytes,
+            max_request_rows=settings.max_request_rows,
+            scrape=ScrapeAuth.from_settings(settings),
         ),
         host=settings.serving_host,
         port=settings.serving_port,

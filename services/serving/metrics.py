@@ -5,12 +5,28 @@ Series (labels `tenant`, `model`, `version`):
 - `gpuyard_inference_requests_total{...,outcome="success"|"failure"}`
 - `gpuyard_inference_request_seconds_bucket{...,le="…"}`, `_sum`, `_count` (from the request's arrival at the
   model to its answer: decoding, batching queue, `session.run`, encoding; a forwarded request counts on the
-  node that answers it)."""
+  node that answers it).
+
+Who reads them (`endpoint`): a scrape with the scrape token (`shared.secretfile.ScrapeAuth`: Prometheus's bearer
+token or basic-auth password) or an admin reads every model's series and the service's own figures; a tenant's
+own API token or dashboard session reads its own models' series only (the dashboard's request rates); anyone
+else gets 401. With `metrics_auth=off` every caller reads everything."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from services.serving.access import Access
+from services.serving.errors import ServingError
 from services.serving.held import split_key
 from services.serving.stats import LATENCY_BUCKETS, Stats
+from shared.secretfile import CHALLENGE, REFUSED, ScrapeAuth
+from shared.servicemetrics import render as render_service
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUESTS = "gpuyard_inference_requests_total"
@@ -26,12 +42,15 @@ def _labels(key: str, version: str) -> str:
     return f'tenant="{_escape(tenant)}",model="{_escape(name)}",version="{_escape(version)}"'
 
 
-def render(stats: Stats) -> str:
+def render(stats: Stats, tenant: str | None = None) -> str:
+    """The series of every model, or of `tenant`'s only."""
     lines = [
         f"# HELP {REQUESTS} Inference requests answered, per model version and outcome.",
         f"# TYPE {REQUESTS} counter",
     ]
     models = sorted(stats.models.items())
+    if tenant is not None:
+        models = [item for item in models if "/" in item[0][0] and split_key(item[0][0])[0] == tenant]
     for (key, version), s in models:
         labels = _labels(key, version)
         lines.append(f'{REQUESTS}{{{labels},outcome="success"}} {s.success}')
@@ -50,3 +69,27 @@ def render(stats: Stats) -> str:
         lines.append(f"{LATENCY}_sum{{{labels}}} {s.latency_sum!r}")
         lines.append(f"{LATENCY}_count{{{labels}}} {s.count}")
     return "\n".join(lines) + "\n"
+
+
+def endpoint(
+    stats: Stats,
+    access: Access,
+    scrape: ScrapeAuth,
+    service_metrics: CollectorRegistry | None = None,
+) -> Callable[[Request], Awaitable[Response]]:
+    """`GET /metrics` (see above): `service_metrics`, the serving process's own figures, after the models'."""
+
+    async def prometheus(request: Request) -> Response:
+        tenant = None
+        if not scrape.allows(request.headers.get("authorization")):
+            try:
+                principal = access.principal(request)
+            except ServingError:
+                return PlainTextResponse(REFUSED, status_code=401, headers={"WWW-Authenticate": CHALLENGE})
+            tenant = None if principal.admin else principal.tenant
+        body = render(stats, tenant).encode()
+        if service_metrics is not None and tenant is None:
+            body += await asyncio.to_thread(render_service, service_metrics)
+        return Response(body, media_type=CONTENT_TYPE)
+
+    return prometheus

@@ -16,7 +16,9 @@ import json
 import math
 import struct
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from pydantic import BaseModel
@@ -121,6 +123,56 @@ class RepositoryEntry(BaseModel):
     version: str
     state: str
     reason: str = ""
+
+
+# --- how large a request can be ------------------------------------------------------------------------
+
+JSON_CHARS: dict[str, int] = {
+    "BOOL": 5,  # false
+    "UINT8": 3,
+    "INT8": 4,
+    "UINT16": 5,
+    "INT16": 6,
+    "UINT32": 10,
+    "INT32": 11,
+    "UINT64": 20,
+    "INT64": 20,  # -9223372036854775808
+    "FP16": 24,  # -1.7976931348623157e+308, the longest float Python's json writes
+    "FP32": 24,
+    "FP64": 24,
+}
+"""The longest JSON text of one element of each datatype. BYTES has none (a string of any length)."""
+JSON_SLACK = 2
+"""A factor on the JSON text of the data: whitespace, other writers' longer numbers."""
+HEADER_ALLOWANCE = 64 * 1024
+"""The request's JSON besides its tensors' data: id, names, shapes, parameters, the outputs asked for."""
+
+
+class Signed(Protocol):
+    """A tensor of a model's signature: `TensorSpec` here, or `shared.events.TensorSpec` (what
+    `shared.onnxsig` read when the model was published)."""
+
+    datatype: str
+    shape: Sequence[int]
+
+
+def body_limit(inputs: Iterable[Signed], max_rows: int, cap: int) -> int:
+    """The most bytes an inference request to a model with these inputs can need, at most `max_rows` rows on a
+    dynamic first dimension, written in JSON (each element at its datatype's longest, its separator and
+    brackets, times `JSON_SLACK`; the binary extension needs less) plus `HEADER_ALLOWANCE`; never above `cap`.
+    `cap` itself when the inputs do not bound it: a BYTES input, or a dynamic dimension past the first."""
+    total = HEADER_ALLOWANCE
+    for spec in inputs:
+        chars = JSON_CHARS.get(spec.datatype)
+        shape = list(spec.shape)
+        if chars is None or any(d < 0 for d in shape[1:]):
+            return cap
+        rows = (max_rows if shape[0] < 0 else shape[0]) if shape else 1
+        elements = rows * math.prod(shape[1:])
+        total += elements * (chars + 2 + 2 * len(shape)) * JSON_SLACK  # ", " and up to a bracket pair a dim
+        if total >= cap:
+            return cap
+    return total
 
 
 # --- requests -------------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """The one hop: a request for a version this node does not hold goes to the serving service of a node that
 holds a ready replica of it (`routing.Routes`), over a kept-alive HTTP connection, and its answer comes back
 as it is. A forwarded request carries `Gpuyard-Hop`, and a request that carries it is never forwarded again:
-at most one hop, whatever the routes say."""
+at most one hop, whatever the routes say. The body goes on as the v2 app read it, within `max_request_bytes`
+(the node that answers applies the model's own limit)."""
 
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 import httpx
 from starlette.requests import Request
@@ -13,7 +15,7 @@ from starlette.responses import Response
 
 from services.serving.protocol import error_body
 from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
+from services.serving.routing import Route, Routes
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +39,23 @@ class Forwarder:
         newest = max([*self.registry.ready_versions(key), *self.routes.versions(key)], default=None)
         return None if newest is None else str(newest)
 
-    async def forward(self, request: Request, key: str, version: str) -> Response | None:
+    def remote(self, request: Request, key: str, version: str) -> Route | None:
+        """A replica of the version on another node; None for a request that was forwarded already."""
         if request.headers.get(HOP_HEADER) or not version.isdigit():
             return None
-        route = self.routes.remote(key, int(version))
-        if route is None:
-            return None
+        return self.routes.remote(key, int(version))
+
+    async def forward(self, request: Request, route: Route, name: str, version: str, body: bytes) -> Response:
+        """Ask the node of `route` for model `name` as the caller named it (the node it lands on decides again
+        what the name stands for, with the same credentials)."""
         path = request.url.path
         tail = next((t for t in ("/infer", "/ready") if path.endswith(t)), "")
-        target = f"{route.endpoint}/v2/models/{request.path_params['name']}/versions/{version}{tail}"
+        target = f"{route.endpoint}/v2/models/{quote(name, safe='/')}/versions/{version}{tail}"
         sent = SENT_ON if "authorization" in request.headers else SENT_ON + SENT_ON_SESSION
         headers = {h: v for h in sent if (v := request.headers.get(h)) is not None}
         headers[HOP_HEADER] = "1"
         try:
-            answer = await self.client.request(
-                request.method, target, content=await request.body(), headers=headers
-            )
+            answer = await self.client.request(request.method, target, content=body, headers=headers)
         except httpx.HTTPError as exc:
             log.warning("forwarding to %s (node %s) failed: %r", route.endpoint, route.node, exc)
             return Response(

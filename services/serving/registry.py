@@ -168,23 +168,25 @@ class ModelRegistry:
 
     # --- finding ---------------------------------------------------------------------------------------
 
-    def resolve(self, name: str, version: str | None = None) -> ModelVersion:
+    def resolve(self, name: str, version: str | None = None, shown: str | None = None) -> ModelVersion:
         """The READY version a request names, or the newest READY one. NotFound for an unknown model or
-        version, Unavailable for one that is not ready (with its state and reason)."""
+        version, Unavailable for one that is not ready (with its state and reason). `shown`: the model's name
+        in the messages, as the caller named it (default: `name`, the registry's key)."""
+        shown = name if shown is None else shown
         versions = self.models.get(name)
         if not versions:
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(f"unknown model '{shown}'")
         if version is None or version == "":
             ready = [entry for entry in versions.values() if entry.ready]
             if not ready:
                 states = "; ".join(_describe(e) for _, e in sorted(versions.items()))
-                raise Unavailable(f"model '{name}' has no ready version ({states})")
+                raise Unavailable(f"model '{shown}' has no ready version ({states})")
             return max(ready, key=lambda entry: entry.version)
         entry = versions.get(int(version)) if version.isdigit() else None
         if entry is None:
-            raise NotFound(f"unknown version '{version}' of model '{name}'")
+            raise NotFound(f"unknown version '{version}' of model '{shown}'")
         if not entry.ready:
-            raise Unavailable(f"model '{name}' {_describe(entry)}")
+            raise Unavailable(f"model '{shown}' {_describe(entry)}")
         return entry
 
     def ready_versions(self, name: str) -> list[int]:

@@ -153,6 +153,3 @@ class Routes:
         if not routes:
             return None
         return routes[next(self._turn) % len(routes)]
-
-    def keys_named(self, name: str) -> list[str]:
-        return sorted(k for k in self._by_key if k.partition("/")[2] == name)

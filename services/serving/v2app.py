@@ -3,13 +3,23 @@ inference with the binary tensor data extension, and the model repository extens
 
 Plain Starlette rather than FastAPI: every route reads or writes its body itself (the binary extension is not
 JSON), so FastAPI's validation and dependency resolution would only add time on the hot path (measured in
-docs/serving.md). Errors are `{"error": "..."}` with the status of their `ServingError`."""
+docs/serving.md). Errors are `{"error": "..."}` with the status of their `ServingError`.
+
+A model is named by its name (`/v2/models/mnist/infer`) or by its owner and name (`/v2/models/vision/mnist/infer`,
+tritonclient's `infer("vision/mnist", ...)`): both reach the `authorize` hook as the name the caller wrote
+(`vision/mnist`). Where a name and a qualified name could read the same path (`/v2/models/a/ready`), the
+protocol's own route wins: model `a`'s readiness.
+
+Request bodies are limited (`max_request_bytes`, and for an inference the most the model's inputs can need at
+`max_request_rows` rows: `protocol.body_limit`): over it, 413 from `Content-Length` before the body is read, or
+as soon as more than the limit has arrived, and the connection is closed after the answer."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from time import perf_counter
 from typing import Protocol
@@ -20,18 +30,20 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.serving.errors import BadRequest, Forbidden, ServingError
+from services.serving.errors import BadRequest, Forbidden, PayloadTooLarge, ServingError, Unavailable
 from services.serving.protocol import (
     ModelMetadata,
     RepositoryEntry,
     ServerMetadata,
+    body_limit,
     decode_request,
     encode_response,
     error_body,
 )
 from services.serving.registry import ModelRegistry, ModelVersion
-from services.serving.runtime import check_inputs
+from services.serving.runtime import OnnxModel, check_inputs
 from services.serving.stats import Stats
+from shared.settings import ServingSettings
 from shared.version import VERSION
 
 log = logging.getLogger(__name__)
@@ -43,10 +55,15 @@ JSON = "application/json"
 BINARY = "application/octet-stream"
 
 Authorize = Callable[[Request, str | None], object]
-"""Called before any model route with the model's name (None for the repository index), sync or async:
-raises a ServingError (Unauthorized, Forbidden, NotFound) to refuse. To allow, it returns None, or for a model
-route the registry key the name stands for (a platform keeps each tenant's models under its own key), or for
-the index a function from registry key to the name the caller sees it under (None: not listed)."""
+"""Called before any model route with the model's name as the caller wrote it (`mnist`, or `vision/mnist` on
+a qualified route; None for the repository index), sync or async: raises a ServingError (Unauthorized,
+Forbidden, NotFound, Unavailable) to refuse. To allow, it returns None, or for a model route the registry key
+the name stands for (a platform keeps each tenant's models under its own key: a key it returns is a model that
+exists, so one this server does not hold is answered 503), or for the index a function from registry key to
+the name the caller sees it under (None: not listed)."""
+
+DEFAULT_MAX_REQUEST_BYTES: int = ServingSettings.model_fields["max_request_bytes"].default
+DEFAULT_MAX_REQUEST_ROWS: int = ServingSettings.model_fields["max_request_rows"].default
 
 
 class Router(Protocol):
@@ -56,8 +73,14 @@ class Router(Protocol):
     def default_version(self, key: str) -> str | None:
         """The version a request without one gets: the newest ready anywhere (None: none is)."""
 
-    async def forward(self, request: Request, key: str, version: str) -> Response | None:
-        """The answer of a server that holds the version (one hop), or None when none does."""
+    def remote(self, request: Request, key: str, version: str) -> object | None:
+        """Where the request goes instead (one hop), or None when it is answered here."""
+
+    async def forward(
+        self, request: Request, where: object, name: str, version: str, body: bytes
+    ) -> Response:
+        """The answer of the server `remote` chose, asked for model `name` (as the caller named it) and
+        `version` with the request's `body` (already read, within the limit)."""
 
 
 MANAGED_ELSEWHERE = "models are loaded and unloaded by deployments here: `gpuyard models deploy` and `gpuyard models undeploy`"
@@ -85,17 +108,55 @@ _JSON_TYPE = JSON.encode()
 _BINARY_TYPE = BINARY.encode()
 
 
-async def _read_body(request: Request) -> bytes:
-    """The request's body, read from ASGI's `receive` itself: `Request.body` goes through an async generator,
-    which costs more than the reading."""
+def declared_length(request: Request) -> int | None:
+    """The body's length as `Content-Length` says it (None: not said, a chunked body); read from the ASGI
+    scope's headers (lowercase names), a third of what `request.headers` takes."""
+    for key, value in request.scope["headers"]:
+        if key == b"content-length":
+            if not value.isdigit():
+                raise BadRequest(f"Content-Length is not a number: {value.decode(errors='replace')!r}")
+            return int(value)
+    return None
+
+
+def too_large(limit: int, model: str | None = None, rows: int = 0) -> PayloadTooLarge:
+    if model is None:
+        return PayloadTooLarge(f"the request body is over {limit} bytes, the most this server reads")
+    return PayloadTooLarge(
+        f"the request body is over {limit} bytes, the most a request to model '{model}' can need "
+        f"(at most {rows} rows of its inputs): send fewer rows per request"
+    )
+
+
+async def read_body(
+    request: Request, limit: int, declared: int | None, model: str | None = None, rows: int = 0
+) -> bytes:
+    """The request's body, at most `limit` bytes: PayloadTooLarge (`too_large(limit, model, rows)`) when
+    `declared` (its `Content-Length`) says more, before anything is read, or as soon as more has arrived (the
+    rest is never read). Read from ASGI's `receive` itself (`Request.body` goes through an async generator,
+    which costs more than the reading), in chunks joined once."""
+    if declared is not None and declared > limit:
+        raise too_large(limit, model, rows)
     chunks = []
+    size = 0
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit, model, rows)
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def requested_name(request: Request) -> str:
+    """The model's name as the request's path gives it: `mnist`, or `vision/mnist` on a qualified route."""
+    params = request.path_params
+    owner = params.get("owner")
+    return params["name"] if owner is None else f"{owner}/{params['name']}"
 
 
 def _error(status: int, message: str) -> Response:
@@ -103,7 +164,10 @@ def _error(status: int, message: str) -> Response:
 
 
 async def _serving_error(request: Request, exc: ServingError) -> Response:
-    return _error(exc.status, exc.message)
+    response = _error(exc.status, exc.message)
+    if isinstance(exc, PayloadTooLarge):
+        response.headers["connection"] = "close"  # the rest of the body is never read: the connection ends
+    return response
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -122,13 +186,24 @@ def create_app(
     router: Router | None = None,
     *,
     repository_loads: bool = True,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_request_rows: int = DEFAULT_MAX_REQUEST_ROWS,
 ) -> Starlette:
     """The v2 app over `registry`. `authorize(request, model_name)` runs before each model route (default:
     everyone may do everything); `stats` (also `app.state.stats`) counts requests and their latency per
     model version (under its registry key); `router` sends a request for a version this server does not
     hold to one that does. `repository_loads` False: the repository's load and unload are refused (403), for a
-    server whose models come and go with deployments."""
+    server whose models come and go with deployments. `max_request_bytes`: the largest body read;
+    `max_request_rows`: the most rows an inference request may carry on a model's dynamic first dimension,
+    which with the model's inputs gives its requests a tighter limit (`protocol.body_limit`)."""
     stats = stats if stats is not None else Stats()
+    limits: weakref.WeakKeyDictionary[OnnxModel, int] = weakref.WeakKeyDictionary()
+
+    def limit_of(model: OnnxModel) -> int:
+        limit = limits.get(model)
+        if limit is None:
+            limit = limits[model] = body_limit(model.inputs.values(), max_request_rows, max_request_bytes)
+        return limit
 
     async def allow(request: Request, name: str | None):
         if authorize is None:
@@ -142,18 +217,25 @@ def create_app(
         entry = registry.models.get(key, {}).get(int(version)) if version.isdigit() else None
         return entry is not None and entry.ready
 
-    async def model_for(request: Request) -> ModelVersion | Response:
-        name = request.path_params["name"]
-        key = name if authorize is None else (await allow(request, name) or name)
+    async def model_for(request: Request) -> tuple[str, ModelVersion | Response]:
+        """The name as the caller wrote it, and the version that answers here, or the answer of the node
+        that holds it (one hop, the body read within `max_request_bytes`)."""
+        name = requested_name(request)
+        allowed = await allow(request, name)
+        key = allowed if isinstance(allowed, str) else name
         version = request.path_params.get("version")
         if router is not None:
             if version is None:
                 version = router.default_version(key)
             if version is not None and not held(key, version):
-                forwarded = await router.forward(request, key, version)
-                if forwarded is not None:
-                    return forwarded
-        return registry.resolve(key, version)
+                where = router.remote(request, key, version)
+                if where is not None:
+                    body = await read_body(request, max_request_bytes, declared_length(request))
+                    return name, await router.forward(request, where, name, version, body)
+        if isinstance(allowed, str) and key not in registry.models:  # a model that exists, held nowhere now
+            at = "" if version is None else f" version {version}"
+            raise Unavailable(f"model '{name}'{at} has no ready replica: wait until one is ready")
+        return name, registry.resolve(key, version, shown=name)
 
     async def server_metadata(request: Request) -> Response:
         body = ServerMetadata(name=SERVER_NAME, version=VERSION, extensions=EXTENSIONS)
@@ -166,12 +248,12 @@ def create_app(
         return JSONResponse({"ready": True})
 
     async def model_metadata(request: Request) -> Response:
-        entry = await model_for(request)
+        name, entry = await model_for(request)
         if isinstance(entry, Response):
             return entry
         model = entry.model
         body = ModelMetadata(
-            name=request.path_params["name"],
+            name=name,
             versions=[str(v) for v in registry.ready_versions(entry.name)],
             platform=PLATFORM,
             inputs=[spec.metadata() for spec in model.inputs.values()],
@@ -180,23 +262,32 @@ def create_app(
         return JSONResponse(body.model_dump())
 
     async def model_ready(request: Request) -> Response:
-        entry = await model_for(request)  # Unavailable (503) when not ready
+        name, entry = await model_for(request)  # Unavailable (503) when not ready
         if isinstance(entry, Response):
             return entry
-        name = request.path_params["name"]
         return JSONResponse({"name": name, "version": str(entry.version), "ready": True})
 
     async def infer(request: Request) -> Response:
-        entry = await model_for(request)
+        declared = declared_length(request)  # (over every limit: refused before the model is even looked up)
+        if declared is not None and declared > max_request_bytes:
+            raise too_large(max_request_bytes)
+        name, entry = await model_for(request)
         if isinstance(entry, Response):
             return entry
         started = perf_counter()
         ok = False
         try:
-            body = await _read_body(request)
-            req = decode_request(body, request.headers.get("inference-header-content-length"))
             model = entry.model
+            limit = limit_of(model)
+            body = await read_body(request, limit, declared, name, max_request_rows)
+            req = decode_request(body, request.headers.get("inference-header-content-length"))
             check_inputs(model, req.inputs, req.datatypes)
+            for input_name, array in req.inputs.items():
+                if model.inputs[input_name].shape[:1] == (-1,) and array.shape[0] > max_request_rows:
+                    raise PayloadTooLarge(
+                        f"input '{input_name}' has {array.shape[0]} rows: at most {max_request_rows} in one "
+                        "request; send fewer rows per request"
+                    )
             if req.outputs is None:
                 wanted = [(spec, req.binary_output) for spec in model.outputs.values()]
             else:
@@ -208,9 +299,12 @@ def create_app(
                             f"unknown output '{output.name}': the model gives {', '.join(model.outputs)}"
                         )
                     wanted.append((spec, req.binary_output if output.binary is None else output.binary))
-            results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
+            try:
+                results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
+            except Unavailable as exc:  # unloaded while the body was read (a redeploy): say which model
+                raise Unavailable(f"model '{name}' version {entry.version}: {exc.message}") from None
             content, json_length = encode_response(
-                request.path_params["name"],
+                name,
                 str(entry.version),
                 req.id,
                 [(spec.name, spec.datatype, results[spec.name], binary) for spec, binary in wanted],
@@ -224,7 +318,7 @@ def create_app(
         shown = await allow(request, None)
         if not callable(shown):
             shown = None
-        body = await request.body()
+        body = await read_body(request, max_request_bytes, declared_length(request))
         ready_only = False
         if body.strip():
             try:
@@ -260,9 +354,13 @@ def create_app(
 
     model = "/v2/models/{name}"
     version = "/v2/models/{name}/versions/{version}"
-    routes = [  # matched in order: inference first
+    owned = "/v2/models/{owner}/{name}"  # another tenant's model, by its qualified name OWNER/NAME
+    owned_version = "/v2/models/{owner}/{name}/versions/{version}"
+    routes = [  # matched in order: inference first, a name before a qualified name
         Route(f"{model}/infer", infer, methods=["POST"]),
         Route(f"{version}/infer", infer, methods=["POST"]),
+        Route(f"{owned}/infer", infer, methods=["POST"]),
+        Route(f"{owned_version}/infer", infer, methods=["POST"]),
         Route("/v2", server_metadata, methods=["GET"]),
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
@@ -270,6 +368,10 @@ def create_app(
         Route(version, model_metadata, methods=["GET"]),
         Route(f"{model}/ready", model_ready, methods=["GET"]),
         Route(f"{version}/ready", model_ready, methods=["GET"]),
+        Route(owned, model_metadata, methods=["GET"]),
+        Route(owned_version, model_metadata, methods=["GET"]),
+        Route(f"{owned}/ready", model_ready, methods=["GET"]),
+        Route(f"{owned_version}/ready", model_ready, methods=["GET"]),
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
         Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from services.submit import (
     routes_admin,
@@ -23,6 +27,7 @@ from services.submit import (
     routes_usage,
     routes_why,
 )
+from services.submit.auth import CHALLENGE, PUBLISH_PATH, refusal_before_body
 from services.submit.body import BodyTooLarge, read_body, replaying
 from services.submit.context import SubmitContext
 from services.submit.dashboard import add_dashboard
@@ -40,41 +45,92 @@ log = logging.getLogger(__name__)
 
 
 class BodyLimit:
-    """413 for a body over the limit, whether it says its length or streams in chunks (a plain ASGI
-    middleware: Starlette's BaseHTTPMiddleware would cost more than the rest of a submit)."""
+    """What is decided of a request before its body is read (a plain ASGI middleware: Starlette's
+    BaseHTTPMiddleware would cost more than the rest of a submit):
 
-    def __init__(self, app, limit: int, uploads: dict[str, int] | None = None):
-        """`uploads`: a larger limit for the POSTs to those paths (a model's file)."""
+    - a body for the API (/v1) from a caller that carries no credential, or a token refused, is answered 401 at
+      once (`auth.refusal_before_body`): no body is read for a caller that may not send one;
+    - an invalid Content-Length is 400; a body over the limit 413, whether it says its length or streams in
+      chunks (those are read here, counting, and handed on: a small body);
+    - `uploads`: the routes that read their own body as it streams, after authenticating the caller, and
+      apply their own limit (a model's file, `routes_models.publish_model`): passed on unread."""
+
+    def __init__(
+        self, app, ctx: SubmitContext, limit: int, uploads: frozenset[tuple[str, str]] = frozenset()
+    ):
         self.app = app
+        self.ctx = ctx
         self.limit = limit
-        self.uploads = uploads or {}
+        self.uploads = uploads
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = self.limit
-        if scope["method"] == "POST" and scope["path"] in self.uploads:
-            limit = self.uploads[scope["path"]]
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)  # the first of a repeated header, as Starlette reads it
+        declared = headers.get(b"content-length")
+        if declared is not None and not declared.isdigit():
+            return await self.refuse(scope, receive, send, 400, "invalid Content-Length")
+        has_body = (declared is not None and int(declared) > 0) or b"transfer-encoding" in headers
+        method, path = scope["method"], scope["path"]
+        if has_body and path.startswith("/v1/"):
+            why = refusal_before_body(self.ctx, method, path, headers)
+            if why is not None:
+                return await self.refuse(scope, receive, send, 401, why, CHALLENGE)
+        if (method, path) in self.uploads:
+            return await self.app(scope, receive, send)
         if declared is not None:
-            if not declared.isdigit():
-                return await self.refuse(scope, receive, send, 400, "invalid Content-Length")
-            if int(declared) > limit:
-                return await self.refuse(scope, receive, send, 413, f"request body over {limit} bytes")
+            if int(declared) > self.limit:
+                return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
             return await self.app(scope, receive, send)
-        if scope["method"] not in ("POST", "PUT", "PATCH"):
+        if method not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        try:  # chunked: read it all first, counting
-            body = await read_body(receive, limit)
+        try:  # chunked: read it all first (at most `limit` bytes), counting
+            body = await read_body(receive, self.limit)
         except BodyTooLarge:
-            return await self.refuse(scope, receive, send, 413, f"request body over {limit} bytes")
+            return await self.refuse(scope, receive, send, 413, f"request body over {self.limit} bytes")
         if body is None:
             return None
         return await self.app(scope, replaying(body, receive), send)
 
     @staticmethod
-    async def refuse(scope, receive, send, code: int, detail: str) -> None:
-        await JSONResponse({"detail": detail}, status_code=code)(scope, receive, send)
+    async def refuse(scope, receive, send, code: int, detail: str, headers: dict | None = None) -> None:
+        await JSONResponse({"detail": detail}, status_code=code, headers=headers)(scope, receive, send)
+
+
+HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+class AllowedMethods:
+    """Every method the API takes at a path, from its OpenAPI document: a path that several routes share
+    (`GET` and `POST /v1/jobs`) allows them all, where Starlette's 405 names the first route's alone. Of the
+    paths of the document a request's matches, the one with the fewest parameters is its resource
+    (`/v1/jobs/validate`, not `/v1/jobs/{job_id}`)."""
+
+    def __init__(self, app: FastAPI):
+        self.app = app
+        self.paths: list[tuple[re.Pattern, int, frozenset[str]]] | None = None
+
+    def __call__(self, path: str, own: str | None) -> str:
+        """The `Allow` of a 405 at `path`; `own`: Starlette's, for a route the document leaves out."""
+        if self.paths is None:  # (once: the document is the routes')
+            self.paths = [
+                (
+                    compile_path(template)[0],
+                    template.count("{"),
+                    frozenset(m.upper() for m in ops if m in HTTP_METHODS),
+                )
+                for template, ops in self.app.openapi().get("paths", {}).items()
+            ]
+        matching = [(params, documented) for pattern, params, documented in self.paths if pattern.match(path)]
+        if not matching:
+            return own or ""
+        fewest = min(params for params, _ in matching)
+        methods = set().union(*(documented for params, documented in matching if params == fewest))
+        if "GET" in methods:
+            methods.add("HEAD")  # (Starlette answers HEAD wherever GET)
+        return ", ".join(sorted(methods))
 
 
 def carried(value: Any) -> Any:
@@ -105,7 +161,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.state.ctx = ctx
     app.add_middleware(FastSubmit, ctx=ctx)
     app.add_middleware(  # added last: the outer one, before FastSubmit
-        BodyLimit, limit=ctx.max_body_bytes, uploads={"/v1/models": ctx.max_model_bytes}
+        BodyLimit, ctx=ctx, limit=ctx.max_body_bytes, uploads=frozenset({("POST", PUBLISH_PATH)})
     )
     app.include_router(routes_jobs.router)
     app.include_router(routes_platform.router)
@@ -128,6 +184,16 @@ def create_app(ctx: SubmitContext) -> FastAPI:
         monitor's /metrics: a Prometheus scrape carries none (docs/operations.md, "Metrics of each service")."""
         body = await asyncio.to_thread(render, ctx.bus.metrics.registry) if ctx.bus is not None else b""
         return Response(body, media_type=CONTENT_TYPE)
+
+    allowed = AllowedMethods(app)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's own answer, with a 405's `Allow` naming every method of the path (RFC 9110)."""
+        if exc.status_code == 405:
+            own = (exc.headers or {}).get("Allow")
+            exc.headers = {**(exc.headers or {}), "Allow": allowed(request.url.path, own)}
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -3,10 +3,12 @@ logged in with. Each token stands for a tenant (and a user); admins see every te
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
+from starlette.requests import cookie_parser
 
 from services.submit.context import SubmitContext
 from shared import sessions
@@ -33,8 +35,38 @@ async def get_context(request: Request) -> SubmitContext:
 Context = Annotated[SubmitContext, Depends(get_context)]
 
 
+MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
+JOB_TOKEN_ELSEWHERE = "a job's publish token is accepted by POST /v1/models only"
+PUBLISH_PATH = "/v1/models"
+"""The one route that takes a job's publish token (`routes_models.publisher`)."""
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
 def _refused(reason: str) -> HTTPException:
-    return HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers=CHALLENGE)
+
+
+def refusal_before_body(
+    ctx: SubmitContext, method: str, path: str, headers: Mapping[bytes, bytes]
+) -> str | None:
+    """Why a request to the API (every route under /v1 needs a token) is refused (401) before its body is
+    read, or None: it carries no credential at all, a token that is unknown, revoked or expired, or a job's
+    publish token elsewhere than `POST /v1/models` (whose route checks that token itself, still before the
+    body). A dashboard session's cookie is checked by the route, as the body the dashboard sends is small."""
+    authorization = headers.get(b"authorization")
+    token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
+    if token is None:
+        cookie = headers.get(b"cookie")
+        if cookie is not None and sessions.COOKIE in cookie_parser(cookie.decode("latin-1")):
+            return None
+        return MISSING_TOKEN
+    if is_job_token(token):
+        return None if (method, path) == ("POST", PUBLISH_PATH) else JOB_TOKEN_ELSEWHERE
+    try:
+        ctx.tokens.authenticate(token)
+    except TokenRefused as exc:
+        return str(exc)
+    return None
 
 
 async def current_principal(
@@ -44,9 +76,9 @@ async def current_principal(
         cookie = request.cookies.get(sessions.COOKIE)
         if cookie is not None and ctx.session_secret is not None:
             return session_principal(ctx, request, cookie)
-        raise _refused("missing bearer token: send 'Authorization: Bearer <token>'")
+        raise _refused(MISSING_TOKEN)
     if is_job_token(token):
-        raise _refused("a job's publish token is accepted by POST /v1/models only")
+        raise _refused(JOB_TOKEN_ELSEWHERE)
     try:
         return ctx.tokens.authenticate(token)
     except TokenRefused as exc:

@@ -11,9 +11,33 @@ from shared.bus import Bus
 from shared.ledger import JobLedger
 from shared.logstore import LogStore
 from shared.modelregistry import ModelRegistry
+from shared.onnxsig import CheckBounds
 from shared.queueline import LineReader
 from shared.store import EventStore
 from shared.tokens import Tokens
+
+
+@dataclass
+class Uploads:
+    """Model uploads in progress, per tenant (`POST /v1/models`, in this instance): each holds a connection, a
+    file being written and then a process checking it, so a tenant may have `limit` at once."""
+
+    limit: int = 2
+    held: dict[str, int] = field(default_factory=dict)
+
+    def take(self, tenant: str) -> bool:
+        """One more for `tenant`; False when it has `limit` already."""
+        if self.held.get(tenant, 0) >= self.limit:
+            return False
+        self.held[tenant] = self.held.get(tenant, 0) + 1
+        return True
+
+    def give_back(self, tenant: str) -> None:
+        left = self.held.get(tenant, 0) - 1
+        if left > 0:
+            self.held[tenant] = left
+        else:
+            self.held.pop(tenant, None)
 
 
 @dataclass
@@ -33,6 +57,10 @@ class SubmitContext:
     models: ModelRegistry | None = None
     """Published models (`/v1/models`): their events in the store, their files in the model store."""
     max_model_bytes: int = 1 << 30
+    uploads: Uploads = field(default_factory=Uploads)
+    """Model uploads in progress per tenant, and how many one may have (`max_uploads_per_tenant`)."""
+    model_check: CheckBounds = field(default_factory=CheckBounds)
+    """The time and memory the check of an uploaded model may take (`model_check_timeout`, `_memory`)."""
     publish_secret_file: Path | None = None
     """The secret that signs jobs' publish tokens (`shared.jobtokens`); None: no job may publish."""
     session_secret: bytes | None = None

@@ -8,6 +8,8 @@ Serve jobs belong to the tenant that deploys: its own model's, or, for another t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import HTTPException, status
 
 from services.submit.auth import may_see
@@ -73,7 +75,7 @@ async def deploy(
     return DeploymentAccepted(name=view.name, tenant=view.tenant, version=version, jobs=accepted)
 
 
-def serves(job: JobView | JobOut, view: ModelView, version: int | None = None) -> bool:
+def serves(job: JobView | JobOut, view: ModelView | ModelName, version: int | None = None) -> bool:
     """Whether `job` is a replica of `view`'s model (of `version`, when given)."""
     serve = job.spec.serve
     return (
@@ -84,15 +86,29 @@ def serves(job: JobView | JobOut, view: ModelView, version: int | None = None) -
     )
 
 
+@dataclass(frozen=True)
+class ModelName:
+    """A model named by its tenant and name, whether or not it is listed (one deleted while deployed)."""
+
+    tenant: str
+    name: str
+
+
 async def live_replicas(
-    ctx: SubmitContext, principal: Principal, view: ModelView, version: int | None = None
+    ctx: SubmitContext,
+    principal: Principal,
+    view: ModelView | ModelName,
+    version: int | None = None,
+    *,
+    every_tenant: bool = False,
 ) -> list[JobView]:
     """The model's serve jobs not yet ended, newest first, of the tenants the caller may see (an admin: all;
-    a tenant: its own, which is where a public model's other users' deployments stay hidden).
+    a tenant: its own, which is where a public model's other users' deployments stay hidden); `every_tenant`:
+    whoever deployed it (what deleting a model must know).
 
     They are found among the live jobs of those tenants: a store index on the served model would spare the
     scan, once deployments are many."""
-    tenant = None if principal.admin else principal.tenant
+    tenant = None if principal.admin or every_tenant else principal.tenant
     found: list[JobView] = []
     cursor = None
     while True:
@@ -107,12 +123,39 @@ async def live_replicas(
         cursor = page.next_cursor
 
 
+async def refuse_if_deployed(
+    ctx: SubmitContext, principal: Principal, view: ModelView, version: int | None
+) -> None:
+    """409 when a live replica (of any tenant) serves the model, or `version` of it: deleting what a
+    deployment serves would leave its replicas running a model no route names. The reason names the
+    deployment: its versions, and the serve jobs the caller may see (another tenant's are counted)."""
+    jobs = await live_replicas(ctx, principal, view, version, every_tenant=True)
+    if not jobs:
+        return
+    versions = sorted({job.spec.serve.version for job in jobs if job.spec.serve is not None})
+    what = f"version {versions[0]}" if len(versions) == 1 else f"versions {', '.join(map(str, versions))}"
+    seen = [job.job_id for job in jobs if may_see(principal, job.tenant)]
+    others = len(jobs) - len(seen)
+    held = []
+    if seen:
+        held.append(f"serve job{'s' if len(seen) > 1 else ''} {', '.join(seen)}")
+    if others:
+        held.append("1 replica of another tenant" if others == 1 else f"{others} replicas of other tenants")
+    query = {"version": version, "tenant": view.tenant if view.tenant != principal.tenant else None}
+    asked = "&".join(f"{k}={v}" for k, v in query.items() if v is not None)
+    undeploy = f"DELETE /v1/models/{view.name}/deployments" + (f"?{asked}" if asked else "")
+    raise HTTPException(
+        status.HTTP_409_CONFLICT,
+        f"model {view.name!r} {what} is deployed ({' and '.join(held)}): undeploy it first ({undeploy})",
+    )
+
+
 def replicas_out(jobs: list[JobView]) -> list[ReplicaOut]:
     return [replica_out(job_out(job)) for job in jobs]
 
 
 async def undeploy(
-    ctx: SubmitContext, principal: Principal, view: ModelView, version: int | None
+    ctx: SubmitContext, principal: Principal, view: ModelView | ModelName, version: int | None
 ) -> list[CancelOut]:
     """Cancel the model's live serve jobs (of `version`, when given) that the caller may see: 404 when there
     are none."""

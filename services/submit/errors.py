@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from services.submit.queuedepth import QueueFull
 from shared.api import ErrorOut
+from shared.store.base import RETRY_AFTER_SECONDS
 
 WHY = {
     400: "Bad request: an invalid Content-Length or list cursor.",
@@ -22,8 +23,8 @@ WHY = {
     429: "The tenant has as many jobs queued as it may: retry after Retry-After (seconds, estimated from how "
     "fast its queue drains).",
     416: "The byte range asked for is outside the output kept (Content-Range says how much there is).",
-    503: "The store, the event bus or the model store is unavailable, or the job or model is changing right "
-    "now: retry after Retry-After.",
+    503: "The store (its disk full, or its lock held by another writer), the event bus or the model store is "
+    "unavailable, or the job or model is changing right now: nothing was done; retry after Retry-After.",
 }
 
 
@@ -80,3 +81,12 @@ def json_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
 def too_many(exc: QueueFull) -> JSONResponse:
     """The 429 of a tenant at its queue limit (the route's and the fast path's)."""
     return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after)})
+
+
+def unavailable(exc: Exception) -> JSONResponse:
+    """The 503 of a store or bus that cannot be used now (StoreUnavailable, BusUnavailable): its reason, and
+    Retry-After the store's own (`retry_after`: longer for a full disk than for a lock held a while)."""
+    retry = getattr(exc, "retry_after", RETRY_AFTER_SECONDS)
+    return JSONResponse(
+        {"detail": f"temporarily unavailable: {exc}"}, status_code=503, headers={"Retry-After": str(retry)}
+    )

@@ -1,9 +1,10 @@
 """`POST /v1/jobs` without FastAPI's routing and dependency solving, which cost as much CPU as the rest of a
 submit, for the requests that need nothing of them: a JSON job spec from a known bearer token.
 
-Whatever the fast path cannot take as it is (another route, no or an unknown token, a body that is not
-JSON or not a valid spec, another tenant's job, an Idempotency-Key over its limit, the store or bus
-unavailable) goes on to the FastAPI app with its body, and the app answers it as documented at /docs.
+A request without a token, or with one refused, never gets here: `app.BodyLimit` answers it 401 before its
+body is read. Whatever the fast path cannot take as it is (another route, a dashboard session's cookie, a body
+that is not JSON or not a valid spec, another tenant's job, an Idempotency-Key over its limit, the store or
+bus unavailable) goes on to the FastAPI app with its body, and the app answers it as documented at /docs.
 What the fast path answers is what the route would (the route and it share `queue_job`; tests compare
 them)."""
 

@@ -11,12 +11,13 @@ import uvicorn
 
 from services.submit import retention
 from services.submit.app import create_app
-from services.submit.context import SubmitContext
+from services.submit.context import SubmitContext, Uploads
 from services.submit.queuedepth import QueueDepth
 from shared import sessions
 from shared.jobtokens import secret_path
 from shared.modelregistry import ModelRegistry
 from shared.modelstore import ModelStore
+from shared.onnxsig import CheckBounds
 from shared.service import Service
 from shared.settings import SubmitSettings
 from shared.tokens import Tokens
@@ -70,6 +71,10 @@ async def main(service: Service, settings: SubmitSettings) -> None:
             service.store, service.bus, service.source, ModelStore(settings.model_store_url)
         ),
         max_model_bytes=settings.max_model_bytes,
+        uploads=Uploads(limit=settings.max_uploads_per_tenant),
+        model_check=CheckBounds(
+            seconds=settings.model_check_timeout, memory_bytes=settings.model_check_memory
+        ),
         publish_secret_file=secret_path(settings.data_dir, settings.publish_secret_file),
         session_secret=sessions.load_key(
             settings.data_dir, settings.session_secret_file, without_it="the dashboard's login is off"

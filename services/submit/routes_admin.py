@@ -1,5 +1,6 @@
 """Token management (admin only): create (the token shown once), list (never a token or its hash), revoke.
-A change is written to the tokens file, which every submit instance re-reads on its next request."""
+A change is written to the tokens file, which every submit instance re-reads on its next request, and a
+stream in progress on its next check (`streamview.while_allowed`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ async def list_tokens(ctx: Context, _: Admin) -> list[TokenOut]:
 
 @router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=answers(404, 409))
 async def revoke_token(ctx: Context, _: Admin, token_id: str) -> Response:
-    """Revoke a token: refused (401) from the next request on, by every submit instance."""
+    """Revoke a token: refused (401) from the next request on, by every submit instance; the streams it opened
+    (the event stream, a job's output followed, and those of its dashboard sessions) end within a second."""
     if any(e.id == token_id for e in ctx.tokens.inline.values()):
         raise HTTPException(
             status.HTTP_409_CONFLICT,

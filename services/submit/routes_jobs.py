@@ -2,31 +2,73 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.submit.auth import Context, CurrentPrincipal, may_see
 from services.submit.context import SubmitContext
 from services.submit.errors import REFUSED_422, answers, json_answers
 from services.submit.modelaccess import servable
 from services.submit.queuedepth import QueueFull
+from services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Access, while_allowed
 from services.submit.yamlbody import SpecRoute, yaml_body
 from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, SpecCheckOut, job_out
 from shared.capacity import unplaceable
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
-from shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec
+from shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
 from shared.jobstate import JobState, JobView
-from shared.logstore import LogKey
+from shared.logstore import NOTE, LogKey
 from shared.logstore.reading import follow as follow_log
 from shared.logstore.reading import read_range, tail_start
 from shared.modelregistry import is_model_stream
 from shared.store.base import SEARCH_MAX, Order
 from shared.tokens import Principal
 
+
+class JobSpecRoute(SpecRoute):
+    """A route of `SpecRoute`'s (a spec in YAML too) whose JSON body with a number too long to read (more than
+    Python's 4,300 digits) is a 422 that says so, as a YAML one is: FastAPI's own reading answers a 400 that
+    says only that the body could not be parsed."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+        if self.body_field is None:
+            return handle
+
+        async def handle_numbers(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except StarletteHTTPException as exc:  # (FastAPI's reading raises Starlette's)
+                if exc.status_code == status.HTTP_400_BAD_REQUEST and isinstance(exc.__cause__, ValueError):
+                    raise number_error(await request.body()) or exc from None
+                raise
+
+        return handle_numbers
+
+
+def number_error(body: bytes) -> RequestValidationError | None:
+    """The 422 of a JSON body that holds a number too long to read (FastAPI's shape: a list in `detail`);
+    None for a body that fails for another reason."""
+    try:
+        json.loads(body, parse_int=read_int)
+    except SpecError as exc:
+        why = str(exc)
+        return RequestValidationError(
+            [{"type": "json_invalid", "loc": ["body"], "msg": why, "input": {}, "ctx": {"error": why}}]
+        )
+    except ValueError:
+        return None
+    return None
+
+
 router = APIRouter(
-    prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503), route_class=SpecRoute
+    prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503), route_class=JobSpecRoute
 )
 SPEC_BODY = yaml_body("#/components/schemas/JobSpec")
 """A spec's body in YAML as well as JSON (`yamlbody.py`), as `gpuyard submit job.yaml` reads it."""
@@ -108,10 +150,11 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
 
 async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
     """What `POST /v1/jobs` checks of a spec before it stores anything (its validation aside): the tenant's
-    (403: another tenant's without an admin's token; 422: one its events cannot name), that some node could
-    ever hold it (422, unless GPUYARD_ACCEPT_UNPLACEABLE; always past MAX_GPUS_PER_REPLICA GPUs a replica), a
-    serve job's model (422). Returns the job's tenant
-    and why no node could hold it (None: one could, or no node is heard from yet)."""
+    (403: another tenant's without an admin's token; 422: one its events cannot name), that its command and
+    environment fit a replica's start (422, `shared.jobspec.start_error`), that some node could ever hold it
+    (422, unless GPUYARD_ACCEPT_UNPLACEABLE; always past MAX_GPUS_PER_REPLICA GPUs a replica), a serve job's
+    model (422). Returns the job's tenant and why no node could hold it (None: one could, or no node is heard
+    from yet)."""
     tenant = spec.tenant or principal.tenant
     if tenant != principal.tenant and not principal.admin:
         raise HTTPException(
@@ -121,6 +164,8 @@ async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tu
         bad_tenant := tenant_error(tenant)
     ) is not None:  # the token's tenant: its job events could not be sent
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{bad_tenant} (the job's tenant)")
+    if (too_large := start_error(spec)) is not None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, too_large)
     why = unplaceable(spec, ctx.telemetry.live_nodes())
     if spec.resources.gpus > MAX_GPUS_PER_REPLICA:  # the schema's bound, said with the cluster's own size
         raise HTTPException(
@@ -308,6 +353,11 @@ async def cancel(ctx: SubmitContext, principal: Principal, job_id: str) -> Cance
     return CancelOut(job_id=job_id, state=view.state, cancel_requested=view.cancel_requested, message=message)
 
 
+ALL_ATTEMPTS = "all"
+ATTEMPT_PATTERN = rf"^([1-9][0-9]{{0,8}}|{ALL_ATTEMPTS})$"
+"""`?attempt=`: an attempt's number, or every attempt's output."""
+
+
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
@@ -321,10 +371,18 @@ async def cancel(ctx: SubmitContext, principal: Principal, job_id: str) -> Cance
 )
 async def job_logs(
     job_id: str,
+    request: Request,
     ctx: Context,
     principal: CurrentPrincipal,
     replica: Annotated[int, Query(ge=0)] = 0,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    attempt: Annotated[
+        str | None,
+        Query(
+            pattern=ATTEMPT_PATTERN,
+            description="which attempt's output: its number (1 is the first; the latest by default), or `all`: "
+            "every attempt's in order, each after a line of the platform's that names it",
+        ),
+    ] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     follow: bool = False,
     range_: Annotated[
@@ -337,33 +395,116 @@ async def job_logs(
 ):
     """A replica's combined stdout and stderr, streamed from the log store (the executor that ran it ships it
     there as it comes), in pieces: memory stays bounded whatever the size. ?tail=N: the last N lines;
-    ?follow=true: goes on until the job ends; a `Range: bytes=…` header: that part of it (206)."""
+    ?follow=true: goes on until the attempt ends; a `Range: bytes=…` header: that part of it (206). The latest
+    attempt's by default; ?attempt=N another's (a requeued attempt's output stays readable); ?attempt=all every
+    attempt's in order, each after a line `[gpuyard] attempt N: <how it ended, or its state>` (?tail=N: the last
+    N lines of each; with ?follow=true it goes on through the attempts that follow until the job ends). The
+    text is the job's own, sent as `text/plain; charset=utf-8` with `X-Content-Type-Options: nosniff` (a browser
+    never takes it for a page), and only while the caller's token (or session) stays valid: a stream ends within
+    a second of its revocation or expiry."""
     view = await visible_job(ctx, principal, job_id)
     job_id = view.job_id
     if replica >= view.spec.replicas:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.spec.replicas} replica(s)")
-    attempt = attempt or view.attempt
-    if attempt > view.attempt:
+    access = Access(request, ctx, principal)
+    if attempt == ALL_ATTEMPTS:
+        if range_ is not None and not tail and not follow:
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                "a Range header reads one attempt's output: give ?attempt=N (1 to "
+                f"{view.attempt}) with it, not ?attempt=all",
+            )
+        return job_output(every_attempt(ctx, view, replica, tail, follow), access)
+    number = int(attempt) if attempt else view.attempt
+    if number > view.attempt:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has {view.attempt} attempt(s)")
-    key = LogKey(job_id, attempt, replica)
+    key = LogKey(job_id, number, replica)
     if range_ is not None and not tail and not follow:
-        return await _byte_range(ctx, key, range_)
-    start = 0
-    if tail and (extent := await ctx.logs.extent(key)) is not None:
-        start = await tail_start(ctx.logs, key, tail, extent)
+        return await _byte_range(ctx, access, key, range_)
+    start = await _tail_start(ctx, key, tail)
     if not follow:
-        return StreamingResponse(read_range(ctx.logs, key, start), media_type="text/plain; charset=utf-8")
+        return job_output(read_range(ctx.logs, key, start), access)
+    return job_output(follow_log(ctx.logs, key, start, _attempt_over(ctx, job_id, number)), access)
+
+
+async def _tail_start(ctx: SubmitContext, key: LogKey, tail: int | None) -> int:
+    """Where the output sent begins: its first byte, or where its last `tail` lines begin."""
+    if tail and (extent := await ctx.logs.extent(key)) is not None:
+        return await tail_start(ctx.logs, key, tail, extent)
+    return 0
+
+
+def _attempt_over(ctx: SubmitContext, job_id: str, number: int) -> Callable[[], Coroutine[Any, Any, bool]]:
+    """Whether attempt `number` of the job is over (the job ended, or moved on to another attempt)."""
 
     async def finished() -> bool:
         doc = await ctx.store.get_projection(job_id)
-        return doc is None or doc["attempt"] != attempt or JobState(doc["state"]).terminal
+        return doc is None or doc["attempt"] != number or JobState(doc["state"]).terminal
 
+    return finished
+
+
+def attempt_line(view: JobView, number: int) -> bytes:
+    """The platform's line that opens an attempt's output when every attempt's is sent: its number, how it
+    ended (`requeued: node_lost`, `failed: exit_code`…) with why, or its state while it is the job's current
+    one (`running`, `queued`…); on one line."""
+    found = next((a for a in view.attempts if a.number == number), None)
+    said = found.outcome if found is not None and found.outcome else None
+    if said is None:
+        said = view.state.value if number == view.attempt else "ended"
+    message = found.message if found is not None and found.outcome else ""
+    if message:
+        said += f" ({message})"
+    return f"{NOTE}attempt {number}: {' '.join(said.split())}\n".encode()
+
+
+async def every_attempt(
+    ctx: SubmitContext, view: JobView, replica: int, tail: int | None, follow: bool
+) -> AsyncIterator[bytes]:
+    """Every attempt's output of one replica, in order, each after its `attempt_line` (on a line of its own,
+    even after output that did not end its last line). Following, the current attempt is followed until it
+    is over, then the next one, until the job ends."""
+    number, line_ended = 1, True
+    while True:
+        key = LogKey(view.job_id, number, replica)
+        yield (b"" if line_ended else b"\n") + attempt_line(view, number)
+        line_ended = True
+        start = await _tail_start(ctx, key, tail)
+        current = number == view.attempt
+        if follow and current and not view.state.terminal:
+            pieces = follow_log(ctx.logs, key, start, _attempt_over(ctx, view.job_id, number))
+        else:
+            pieces = read_range(ctx.logs, key, start)
+        async for piece in pieces:
+            yield piece
+            line_ended = piece.endswith(b"\n")
+        if current and follow and not view.state.terminal:
+            doc = await ctx.store.get_projection(view.job_id)
+            if doc is None:
+                return
+            view = JobView.model_validate(doc)  # (moved on: the next attempt is followed)
+        if number >= view.attempt:
+            return
+        number += 1
+
+
+def job_output(
+    chunks: AsyncIterator[bytes],
+    access: Access,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> StreamingResponse:
+    """A job's output as the API sends it: text that is the job's, never sniffed into anything else, for as
+    long as the caller may read it (`streamview.while_allowed`)."""
     return StreamingResponse(
-        follow_log(ctx.logs, key, start, finished), media_type="text/plain; charset=utf-8"
+        while_allowed(chunks, access),
+        status_code=status_code,
+        media_type=JOB_TEXT,
+        headers={**JOB_CONTENT_HEADERS, **(headers or {})},
     )
 
 
-async def _byte_range(ctx: SubmitContext, key: LogKey, header: str) -> StreamingResponse:
+async def _byte_range(ctx: SubmitContext, access: Access, key: LogKey, header: str) -> StreamingResponse:
     """RFC 9110 single byte ranges of the output kept (older output trimmed by the cap is not kept)."""
     extent = await ctx.logs.extent(key)
     end = extent.end if extent else 0
@@ -389,9 +530,9 @@ async def _byte_range(ctx: SubmitContext, key: LogKey, header: str) -> Streaming
             f"the output kept is bytes {kept}-{end - 1}" if end > kept else "no output yet",
             headers={"Content-Range": f"bytes */{end}"},
         )
-    return StreamingResponse(
+    return job_output(
         read_range(ctx.logs, key, first, last + 1),
-        status_code=status.HTTP_206_PARTIAL_CONTENT,
-        media_type="text/plain; charset=utf-8",
-        headers={"Content-Range": f"bytes {first}-{last}/{end}", "Content-Length": str(last - first + 1)},
+        access,
+        status.HTTP_206_PARTIAL_CONTENT,
+        {"Content-Range": f"bytes {first}-{last}/{end}", "Content-Length": str(last - first + 1)},
     )

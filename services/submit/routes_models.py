@@ -9,20 +9,31 @@ model is the job's tenant's, and records the job that produced it."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response, status
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from services.submit.auth import Context, CurrentPrincipal, _bearer
-from services.submit.deployments import deploy, live_replicas, replicas_out, undeploy
-from services.submit.errors import answers
+from services.submit.context import SubmitContext
+from services.submit.deployments import (
+    ModelName,
+    deploy,
+    live_replicas,
+    refuse_if_deployed,
+    replicas_out,
+    undeploy,
+)
+from services.submit.errors import REFUSED_422, RETRY_AFTER, answers
 from services.submit.modelaccess import owned_model, refused, registry_of, visible_model
 from shared.api import (
     DeploymentAccepted,
     DeploymentIn,
     DeploymentListOut,
+    ErrorOut,
     ModelDeletedOut,
     ModelListOut,
     ModelOut,
@@ -37,8 +48,10 @@ from shared.jobspec import DEFAULT_PRIORITY, MAX_DEPLOYMENT_REPLICAS, NAME_PATTE
 from shared.jobstate import ACTIVE_STATES
 from shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
 from shared.modelregistry import ModelError, ModelVersion, ModelView
-from shared.onnxsig import InvalidModel
+from shared.modelstore import CHUNK, ModelStore, ModelStoreError, StagedFile
+from shared.onnxsig import CheckBounds, InvalidModel, Signature, check_file_async
 from shared.tokens import Principal, TokenRefused
+from shared.units import format_size
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=answers(400, 401, 413, 503))
 
@@ -171,13 +184,27 @@ def serve_query(
 # ---------------------------------------------------------------- routes
 
 
+UPLOADS_FULL = {
+    429: {
+        "model": ErrorOut,
+        "description": "The tenant has as many model uploads in progress as it may (`max_uploads_per_tenant`), "
+        "or as many jobs queued (with `serve`): retry after Retry-After.",
+        "headers": RETRY_AFTER,
+    }
+}
+UPLOAD_RETRY_AFTER = 10
+"""Seconds a tenant at its uploads limit is asked to wait (an upload takes seconds to minutes)."""
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ModelPublishedOut,
+    response_model_exclude={"uri"},  # (where the server keeps the file is none of the publisher's business)
     responses={
         200: {"model": ModelPublishedOut, "description": "These bytes were published before (`duplicate`)."},
-        **answers(403, 409, 429),
+        **answers(403, 409),
+        **UPLOADS_FULL,
         **INVALID,
     },
     openapi_extra=ONNX_BODY,
@@ -202,7 +229,11 @@ async def publish_model(
     from the graph; a file that is not a valid ONNX model is refused (422) with the reason. A version never
     changes: the same version with other bytes is 409; the same bytes again answer the version holding them
     (200, `duplicate`). With `serve=true` (or any `serve_*`), the version published is also deployed, as
-    `POST /v1/models/{name}/deployments` would (`deployment` in the answer)."""
+    `POST /v1/models/{name}/deployments` would (`deployment` in the answer).
+
+    The caller is authenticated, and the request checked, before its body is read; the file is then written
+    to disk as it comes (up to `max_model_bytes`) and checked in a process of its own, bounded in time and
+    memory. A tenant may have `max_uploads_per_tenant` uploads in progress (429 beyond)."""
     principal = who.principal
     owner = tenant or principal.tenant
     if owner != principal.tenant and not principal.admin:
@@ -212,18 +243,30 @@ async def publish_model(
     if (bad := tenant_error(owner)) is not None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{bad} (the model's tenant)")
     registry = registry_of(ctx)
-    data = await request.body()
-    try:
-        done = await registry.publish(
-            tenant=owner, name=name, data=data, version=version, public=public, job_id=who.job_id,
-            user=principal.user,
-        )  # fmt: skip
-    except InvalidModel as exc:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > ctx.max_model_bytes:
+        raise too_large(ctx.max_model_bytes)
+    if not ctx.uploads.take(principal.tenant):
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"not a publishable ONNX model: {exc}"
-        ) from None
-    except ModelError as exc:
-        raise refused(exc) from None
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"tenant {principal.tenant!r} has {ctx.uploads.limit} model uploads in progress, as many as it may "
+            "(max_uploads_per_tenant): retry when one has ended",
+            headers={"Retry-After": str(UPLOAD_RETRY_AFTER)},
+        )
+    try:
+        staged = await receive_file(request, registry.files, ctx.max_model_bytes)
+        try:
+            staged.signature = await checked(staged, ctx.model_check)
+            done = await registry.publish(
+                tenant=owner, name=name, data=staged, version=version, public=public, job_id=who.job_id,
+                user=principal.user,
+            )  # fmt: skip
+        except ModelError as exc:
+            raise refused(exc) from None
+        finally:
+            staged.remove()
+    finally:
+        ctx.uploads.give_back(principal.tenant)
     if done.duplicate:
         response.status_code = status.HTTP_200_OK
     deployment = None
@@ -241,6 +284,73 @@ async def publish_model(
         duplicate=done.duplicate,
         deployment=deployment,
     )
+
+
+def too_large(limit: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_413_CONTENT_TOO_LARGE, f"the model's file is over {format_size(limit)} (max_model_bytes)"
+    )
+
+
+async def receive_file(request: Request, files: ModelStore, limit: int) -> StagedFile:
+    """The request's body written to a staged file as it comes (`ModelStore.stage`), at most `limit` bytes
+    (413 beyond, the file removed). The chunks are gathered into writes of `modelstore.CHUNK` bytes, each
+    hashed and written from a thread: the event loop only hands them on."""
+    try:
+        staging = await asyncio.to_thread(files.stage)
+    except ModelStoreError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "2"}
+        ) from None
+    try:
+        pending = bytearray()
+        async for chunk in request.stream():
+            if staging.size + len(pending) + len(chunk) > limit:
+                raise too_large(limit)
+            pending += chunk
+            if len(pending) >= CHUNK:
+                await asyncio.to_thread(staging.write, pending)
+                pending = bytearray()
+        if pending:
+            await asyncio.to_thread(staging.write, pending)
+        staged = await asyncio.to_thread(staging.finish)
+    except ClientDisconnect:
+        staging.discard()
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "the upload ended before its last byte") from None
+    except OSError as exc:
+        staging.discard()
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"cannot write the upload: {exc.strerror or exc}",
+            headers={"Retry-After": "2"},
+        ) from None
+    except BaseException:
+        staging.discard()
+        raise
+    if not staged.size:
+        staged.remove()
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "not a publishable ONNX model: the file is empty"
+        )
+    return staged
+
+
+async def checked(staged: StagedFile, bounds: CheckBounds) -> Signature:
+    """The signature of the staged file, read and checked in a process of its own (`onnxsig.check_file`): the
+    event loop goes on answering meanwhile. 422 for a file that is not a publishable model, or whose check
+    goes past a bound; 503 when no check can be run."""
+    try:
+        return await check_file_async(staged.path, bounds)
+    except InvalidModel as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"not a publishable ONNX model: {exc}"
+        ) from None
+    except OSError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"cannot check the model now: {exc.strerror or exc}",
+            headers={"Retry-After": "2"},
+        ) from None
 
 
 @router.get(
@@ -313,6 +423,7 @@ async def change_model(
 
 async def _delete(ctx, principal: Principal, name: str, tenant: str | None, version: int | None):
     view = await owned_model(ctx, principal, name, tenant)
+    await refuse_if_deployed(ctx, principal, view, version)
     try:
         gone = await registry_of(ctx).delete(view.tenant, view.name, version, principal.name)
     except ModelError as exc:
@@ -325,7 +436,7 @@ async def delete_model(
     name: NamePath, ctx: Context, principal: CurrentPrincipal, tenant: OwnerQuery = None
 ) -> ModelDeletedOut:
     """Remove every version of a model from the listing, and their files from the model store. A version
-    number is never given again. (409 for a version a deployment serves, once deployments exist.)"""
+    number is never given again. 409 while a deployment serves one of them (undeploy it first)."""
     return await _delete(ctx, principal, name, tenant, None)
 
 
@@ -337,7 +448,8 @@ async def delete_model_version(
     principal: CurrentPrincipal,
     tenant: OwnerQuery = None,
 ) -> ModelDeletedOut:
-    """Remove one version from the listing, and its file from the model store."""
+    """Remove one version from the listing, and its file from the model store; 409 while a deployment
+    serves it (undeploy it first)."""
     return await _delete(ctx, principal, name, tenant, version)
 
 
@@ -348,7 +460,7 @@ async def delete_model_version(
     "/{name}/deployments",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=DeploymentAccepted,
-    responses=answers(403, 404, 409, 429),
+    responses=answers(403, 404, 409, 429) | REFUSED_422,  # (its jobs' 422s: `queue_job`'s)
 )
 async def deploy_model(
     name: NamePath,
@@ -376,7 +488,7 @@ async def list_deployments(
 ) -> DeploymentListOut:
     """The model's replicas not yet ended (its serve jobs: your tenant's; an admin: every tenant's), each with
     its version, state, node, GPU share and, while it waits, why."""
-    view = await visible_model(ctx, principal, name, tenant)
+    view = await deployed_model(ctx, principal, name, tenant)
     jobs = await live_replicas(ctx, principal, view, version)
     return DeploymentListOut(name=view.name, tenant=view.tenant, replicas=replicas_out(jobs))
 
@@ -391,6 +503,24 @@ async def undeploy_model(
 ) -> UndeployedOut:
     """Undeploy: cancel the model's serve jobs (of `version`, when given) as `POST /v1/jobs/{id}/cancel`
     does; their GPUs are free once each has stopped. 404 when none is live."""
-    view = await visible_model(ctx, principal, name, tenant)
+    view = await deployed_model(ctx, principal, name, tenant)
     cancelled = await undeploy(ctx, principal, view, version)
     return UndeployedOut(name=view.name, tenant=view.tenant, cancelled=cancelled)
+
+
+async def deployed_model(
+    ctx: SubmitContext, principal: Principal, name: str, tenant: str | None
+) -> ModelView | ModelName:
+    """The model a deployment route names: a listed one the caller may see, or one no longer listed whose
+    replicas of the caller's (or, for an admin, anyone's) still run (deleted while deployed, before such a
+    deletion was refused): they can still be listed and undeployed. 404 otherwise."""
+    try:
+        return await visible_model(ctx, principal, name, tenant)
+    except HTTPException as exc:
+        owner = tenant or principal.tenant
+        if exc.status_code != status.HTTP_404_NOT_FOUND or tenant_error(owner) is not None:
+            raise
+        gone = ModelName(tenant=owner, name=name)
+        if not await live_replicas(ctx, principal, gone):
+            raise
+        return gone

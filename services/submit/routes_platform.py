@@ -12,11 +12,12 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from services.submit.auth import Admin, Context, CurrentPrincipal
-from services.submit.errors import answers
-from services.submit.streamview import seen_by
+from services.submit.errors import REFUSED_422, answers
+from services.submit.streamview import JOB_CONTENT_HEADERS, Access, seen_by, while_allowed
+from services.submit.telemetry import Telemetry
 from shared import nodecontrol
-from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut
-from shared.events import CloudEvent, Subject
+from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut, ServiceState
+from shared.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
 from shared.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
@@ -45,7 +46,7 @@ def _subjects(subject: str) -> list[str]:
     return [subject]
 
 
-@router.get("/events/stream", response_class=StreamingResponse, responses=answers(503))
+@router.get("/events/stream", response_class=StreamingResponse, responses=answers(503) | REFUSED_422)
 async def event_stream(
     request: Request,
     ctx: Context,
@@ -60,7 +61,9 @@ async def event_stream(
     about its jobs, and GPU samples with other tenants' holders blanked. Job events' NATS subjects end with
     their job's tenant (`job.failed.vision`); `job.failed` stands for `job.failed.*`. The response starts (`:
     connected`) once the server listens: every event published after that comes; one from before never does,
-    so a client that shows state reads it again each time it (re)connects."""
+    so a client that shows state reads it again each time it (re)connects. It lasts as long as the caller's
+    token (or dashboard session) would still be taken: within a second of its revocation or expiry the stream
+    ends, with a last comment that says why (`: access ended: …`); connecting again is then a 401."""
     if ctx.bus is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the event bus is not connected")
     subjects = _subjects(subject)
@@ -95,7 +98,17 @@ async def event_stream(
                 with contextlib.suppress(Exception):
                     await s.unsubscribe()
 
-    return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return StreamingResponse(
+        while_allowed(frames(), Access(request, ctx, principal), farewell=access_ended),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", **JOB_CONTENT_HEADERS},
+    )
+
+
+def access_ended(why: str) -> bytes:
+    """The event stream's last frame once its caller's credential is refused: a comment (no client takes it
+    for an event) with the reason, on one line."""
+    return f": access ended: {' '.join(why.split())}\n\n".encode()
 
 
 def holder_out(principal: Principal, job_id: str, tenant: str, user: str, fraction: float) -> GpuHolderOut:
@@ -184,8 +197,48 @@ def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: b
     )
 
 
+GONE_AFTER_SECONDS = 16 * SERVICE_HEARTBEAT_SECONDS
+"""A silent instance not heard from for this long (80 s: a minute after it is called silent) is no longer
+listed."""
+
+
 @router.get("/services", response_model=list[ServiceOut])
 async def services(ctx: Context, _: CurrentPrincipal) -> list[ServiceOut]:
     """The platform's service processes, by service and instance, each with its state: a service that keeps
-    crashing is `crash_looping`, with its restarts and the last line it wrote (its supervisor says so)."""
-    return ctx.telemetry.service_list(time.time())
+    crashing is `crash_looping`, with its restarts and the last line it wrote (its supervisor says so). An
+    instance whose heartbeats stopped is `silent`, and no longer listed once a newer instance of its service
+    on its host runs in its place (its supervisor restarted it), or 80 s after its last heartbeat."""
+    return listed_services(ctx.telemetry, time.time())
+
+
+def listed_services(telemetry: Telemetry, now: float) -> list[ServiceOut]:
+    """`Telemetry.service_list` less the silent instances that are gone: not heard from for
+    GONE_AFTER_SECONDS, or replaced (`_replaced`)."""
+    rows = telemetry.service_list(now)
+    return [
+        row
+        for row in rows
+        if row.state is not ServiceState.SILENT
+        or not (row.last_seen_seconds_ago > GONE_AFTER_SECONDS or _replaced(telemetry, row, rows, now))
+    ]
+
+
+def _replaced(telemetry: Telemetry, silent: ServiceOut, rows: list[ServiceOut], now: float) -> bool:
+    """Whether another instance of the silent one's service on its host, not silent, has taken its place: the
+    same process of their supervisor's (`executor-1` run again), or, where the supervisor does not name both,
+    one that started after the silent one was last heard from (a restart by systemd, Kubernetes…)."""
+    beats = {hb.instance: hb for _, hb in telemetry.services.values()}
+    named = telemetry.supervised.get((silent.host, silent.pid))
+    last_heard = now - silent.last_seen_seconds_ago
+    for row in rows:
+        if row.state is ServiceState.SILENT or (row.service, row.host) != (silent.service, silent.host):
+            continue
+        other = telemetry.supervised.get((row.host, row.pid))
+        if named is not None and other is not None:
+            if other == named and row.pid != silent.pid:
+                return True
+            continue  # (two processes of a supervisor's: executor-2 never takes executor-1's place)
+        beat = beats.get(row.instance)
+        if beat is not None and beat.started_at.timestamp() > last_heard:
+            return True
+    return False

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, split
+from shared.logstore.base import MAX_CHUNK, NOTE, Chunk, Extent, LogKey, LogStore, split
 
 
 def log_store_url(store_url: str) -> str:
@@ -25,4 +25,14 @@ async def open_log_store(url: str) -> LogStore:
     raise ValueError(f"unknown log store URL {url!r}: use sqlite:///PATH or mongodb://HOST/DB")
 
 
-__all__ = ["MAX_CHUNK", "Chunk", "Extent", "LogKey", "LogStore", "log_store_url", "open_log_store", "split"]
+__all__ = [
+    "MAX_CHUNK",
+    "NOTE",
+    "Chunk",
+    "Extent",
+    "LogKey",
+    "LogStore",
+    "log_store_url",
+    "open_log_store",
+    "split",
+]

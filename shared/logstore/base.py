@@ -16,6 +16,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 MAX_CHUNK = 64 * 1024
+NOTE = "[gpuyard] "
+"""How a line the platform writes into a job's output begins (an idle warning, the line that names an attempt
+when the API sends every attempt's output)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

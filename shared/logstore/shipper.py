@@ -5,7 +5,8 @@ costs the executor no store round trip per line. A flusher sends everything buff
 `interval` seconds (or at once when a buffer fills a chunk), in one append. A replica's log is capped at
 `max_bytes`: older output is trimmed from the store as the newest comes. When the store cannot be reached, the
 buffers keep up to `max_buffer` bytes per replica (the oldest unsent output beyond that is dropped: the node's
-own log file still has it) and are sent once it is back.
+own log file still has it) and are sent once it is back; the shipper says once that it cannot ship, and once
+that it ships again.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class LogShipper:
         self._flushing = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._failing = False
 
     def open(self, key: LogKey, offset: int = 0) -> None:
         """Start shipping a replica's output, which goes on from `offset` (0 for a new replica)."""
@@ -102,10 +104,16 @@ class LogShipper:
             self._wake.clear()
             try:
                 await self.flush()
-            except Exception as exc:  # the store is down: keep the buffers, try again later
-                log.warning("cannot ship logs to the log store (will retry): %s", exc)
+            except Exception as exc:  # the store is down or full: keep the buffers, try again later
+                if not self._failing:  # (said once until a flush succeeds: a full disk fails every one)
+                    log.warning("cannot ship logs to the log store (tried again until it can): %s", exc)
+                self._failing = True
                 if not self._stopping:
                     await asyncio.sleep(self.interval)
+            else:
+                if self._failing:
+                    log.warning("logs are shipped to the log store again")
+                self._failing = False
             if self._stopping:
                 return
 

@@ -6,22 +6,31 @@ from shared.store.base import (
     ConcurrencyError,
     EndedJob,
     EventStore,
+    Outage,
     Page,
     Projection,
+    StoreBusy,
     StoredEvent,
     StoreError,
+    StoreFull,
     StoreUnavailable,
 )
 
 
-async def open_store(url: str, *, durable_commits: bool = True) -> EventStore:
+async def open_store(
+    url: str, *, durable_commits: bool = True, lock_timeout: float | None = None
+) -> EventStore:
     """`sqlite:///relative.db` or `sqlite:////absolute/events.db` (embedded default, SQLAlchemy's form),
     or `mongodb://host/db?replicaSet=rs0`. `durable_commits`: SQLite's commits wait for the disk (MongoDB's
-    writes always wait for a majority's journal)."""
+    writes always wait for a majority's journal). `lock_timeout`: seconds a SQLite write waits for the lock
+    another process holds before it raises StoreBusy (None: `sqlite.LOCK_TIMEOUT_SECONDS`, 30 s); MongoDB
+    takes no lock of the whole store."""
     if url.startswith("sqlite:///"):
         from shared.store.sqlite import SqliteEventStore
 
-        return await SqliteEventStore.open(url.removeprefix("sqlite:///"), durable_commits=durable_commits)
+        return await SqliteEventStore.open(
+            url.removeprefix("sqlite:///"), durable_commits=durable_commits, lock_timeout=lock_timeout
+        )
     if url.startswith(("mongodb://", "mongodb+srv://")):
         from shared.store.mongo import MongoEventStore
 
@@ -35,9 +44,12 @@ __all__ = [
     "ConcurrencyError",
     "EndedJob",
     "EventStore",
+    "Outage",
     "Page",
     "Projection",
+    "StoreBusy",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "StoredEvent",
     "open_store",

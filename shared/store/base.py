@@ -7,8 +7,13 @@ Every adapter raises the same exceptions, so callers never see a backend's own e
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import logging
+import sqlite3
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,8 +34,109 @@ class ConcurrencyError(StoreError):
         self.stream_id, self.expected, self.actual = stream_id, expected, actual
 
 
+RETRY_AFTER_SECONDS = 2
+"""What a StoreUnavailable asks a caller to wait by default before it tries again."""
+
+
 class StoreUnavailable(StoreError):
-    """The backend cannot be reached."""
+    """The backend cannot be reached, or cannot write now: nothing was written. `reason` says why in one word
+    (`unavailable`, `disk_full`: its disk or its size limit is full, `busy`: another writer held its lock for
+    the whole lock timeout); `retry_after`: the seconds worth waiting before trying again (the API's 503 says
+    them in Retry-After)."""
+
+    def __init__(self, message: str, *, reason: str = "unavailable", retry_after: int = RETRY_AFTER_SECONDS):
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class StoreFull(StoreUnavailable):
+    """The store cannot write: no space left on its disk (ENOSPC, SQLITE_FULL), or its size limit reached."""
+
+    def __init__(self, message: str, *, retry_after: int = 30):
+        super().__init__(message, reason="disk_full", retry_after=retry_after)
+
+
+class StoreBusy(StoreUnavailable):
+    """Another writer held the store's write lock for the whole lock timeout ("database is locked")."""
+
+    def __init__(self, message: str, *, retry_after: int = 5):
+        super().__init__(message, reason="busy", retry_after=retry_after)
+
+
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_FULL = 5, 6, 13  # SQLite's primary result codes
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def unavailable(
+    what: str, exc: BaseException, *, lock_timeout: float | None = None
+) -> StoreUnavailable | None:
+    """The StoreUnavailable a backend's error stands for (`what`: the store, as errors name it): StoreFull for
+    a full disk (ENOSPC, EDQUOT, SQLITE_FULL), StoreBusy for a write lock another writer held for the whole
+    `lock_timeout` ("database is locked"), StoreUnavailable for any other failure to reach or write it (an I/O
+    error, a file that cannot be opened); None for an error that is a bug, not the store's state (a constraint,
+    a misuse of the API): it goes on as it is."""
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    if isinstance(exc, OSError):
+        if exc.errno in NO_SPACE:
+            return StoreFull(f"{what} cannot write: no space left on its disk ({exc.strerror or exc})")
+        return StoreUnavailable(f"{what}: {exc}")
+    if not isinstance(exc, sqlite3.OperationalError) and type(exc) is not sqlite3.DatabaseError:
+        return None
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    text = str(exc)
+    if code == SQLITE_FULL or "database or disk is full" in text:
+        return StoreFull(f"{what} cannot write: its disk is full ({text})")
+    if code in (SQLITE_BUSY, SQLITE_LOCKED) or "locked" in text or "busy" in text:
+        held = f" for {lock_timeout:g} s" if lock_timeout else ""
+        return StoreBusy(f"{what} cannot write: another writer held its lock{held} ({text})")
+    return StoreUnavailable(f"{what}: {text}")
+
+
+class Outage:
+    """Says once that a loop's writes fail (its store's disk full, its lock held, the store or the bus away),
+    not at every try, and once that they succeed again: a loop that retries every half second logs two lines
+    for an outage of any length, not one per try. A failure of another kind (another `reason`, another
+    exception) met during the outage is said once too. `what`: the loop, as its lines name it."""
+
+    def __init__(self, log: logging.Logger, what: str, *, clock: Callable[[], float] = time.monotonic):
+        self.log = log
+        self.what = what
+        self.clock = clock
+        self.since: float | None = None
+        """When the first failure of the outage came; None: no outage."""
+        self.failures = 0
+        self._said: set[str] = set()
+
+    @property
+    def failing(self) -> bool:
+        return self.since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = self.clock()
+        self.failures += 1
+        kind = getattr(exc, "reason", None) or type(exc).__name__
+        if kind not in self._said:
+            self._said.add(kind)
+            self.log.warning(
+                "%s: %s; tried again as before, and said again once it works (said once until then)",
+                self.what,
+                exc,
+            )
+
+    def succeeded(self) -> None:
+        if self.since is None:
+            return
+        self.log.warning(
+            "%s: resumed, after %.0f s and %d failed tries",
+            self.what,
+            self.clock() - self.since,
+            self.failures,
+        )
+        self.since, self.failures = None, 0
+        self._said.clear()
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from shared.store.base import (
     StoreUnavailable,
     decode_cursor,
     encode_cursor,
+    unavailable,
 )
 
 SCHEMA = """
@@ -94,6 +95,12 @@ document was most of a listing's time); a search, or a count by user, reads no d
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
+"""How long a write waits for a write lock another process holds, unless the store was opened with another
+`lock_timeout` (a service that answers requests waits less than its clients do: `shared.service`)."""
+STUCK_SECONDS = 2.0
+"""After a write gave up on a lock held for the whole lock timeout, a write that finds it still held within this
+long gives up at once (StoreBusy) instead of waiting the whole timeout again (a request answered by a retry of
+the same write, writes queued behind the first)."""
 
 
 def _filters(
@@ -133,21 +140,34 @@ def _locked(exc: sqlite3.OperationalError) -> bool:
 
 
 class SqliteEventStore(EventStore):
-    def __init__(self, path: str | Path, *, durable_commits: bool = True):
+    def __init__(self, path: str | Path, *, durable_commits: bool = True, lock_timeout: float | None = None):
         """`durable_commits`: each commit waits until the WAL is on disk (synchronous=FULL), so it survives a
-        power loss; else (NORMAL) it survives a crash of the process but the last ones may not a power loss."""
+        power loss; else (NORMAL) it survives a crash of the process but the last ones may not a power loss.
+        `lock_timeout`: seconds a write waits for the lock another process holds before it gives up
+        (StoreBusy); LOCK_TIMEOUT_SECONDS when None."""
+        if lock_timeout is not None and not lock_timeout > 0:
+            raise ValueError(f"a lock timeout must be more than 0 seconds, not {lock_timeout}")
         self.path = Path(path)
         self.durable_commits = durable_commits
+        self._lock_timeout = lock_timeout
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._queued_writes = 0
         self._group: list[tuple[list, asyncio.Future]] = []
         self._committer: asyncio.Task | None = None
+        self._stuck_until = 0.0
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds a write waits for the lock another process holds."""
+        return LOCK_TIMEOUT_SECONDS if self._lock_timeout is None else self._lock_timeout
 
     @classmethod
-    async def open(cls, path: str | Path, *, durable_commits: bool = True) -> SqliteEventStore:
-        store = cls(path, durable_commits=durable_commits)
+    async def open(
+        cls, path: str | Path, *, durable_commits: bool = True, lock_timeout: float | None = None
+    ) -> SqliteEventStore:
+        store = cls(path, durable_commits=durable_commits, lock_timeout=lock_timeout)
         store._conn = await store._run(store._connect, True)
         store._read_conn = await store._read(store._connect, False)
         return store
@@ -157,7 +177,7 @@ class SqliteEventStore(EventStore):
             if create:
                 private_file(self.path, "-wal", "-shm")  # SQLite gives these two the file's own mode
             conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={0 if create else int(LOCK_TIMEOUT_SECONDS * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout={0 if create else int(self.lock_timeout * 1000)}")
             if create:
                 # a new file frees the pages of deleted rows on `reclaim` (an older one: after a VACUUM)
                 self._with_lock(lambda: conn.execute("PRAGMA auto_vacuum=INCREMENTAL"))
@@ -177,13 +197,12 @@ class SqliteEventStore(EventStore):
                 conn.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
         conn.executescript(INDEXES_OF_COLUMNS_ADDED)
 
-    @staticmethod
-    def _with_lock(fn: Callable[[], Any], wait: bool = True) -> Any:
-        """Run `fn`, retrying while another process holds the write lock (short, growing sleeps); with
-        `wait=False`, the lock error is raised at once."""
+    def _with_lock(self, fn: Callable[[], Any], wait: bool = True) -> Any:
+        """Run `fn`, retrying while another process holds the write lock (short, growing sleeps) for up to the
+        lock timeout; with `wait=False`, the lock error is raised at once."""
         if not wait:
             return fn()
-        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        deadline = time.monotonic() + self.lock_timeout
         pause = 0.0002
         while True:
             try:
@@ -201,22 +220,52 @@ class SqliteEventStore(EventStore):
         """A write runs at once on the caller's thread when the lock is free and no earlier write waits on
         the writer thread (a commit without fsync takes a fraction of a millisecond, less than handing it to a
         thread and back); when another process holds the lock, it waits on the writer thread."""
-        if not self._queued_writes:
-            try:
-                return fn(*args, wait=False)
-            except sqlite3.OperationalError as exc:
-                if not _locked(exc):
-                    raise
-        self._queued_writes += 1
         try:
-            return await self._run(fn, *args)
-        finally:
-            self._queued_writes -= 1
+            if not self._queued_writes:
+                try:
+                    return fn(*args, wait=False)
+                except sqlite3.OperationalError as exc:
+                    if not _locked(exc):
+                        raise
+                    if time.monotonic() < self._stuck_until:  # still held: not waited for again so soon
+                        self._stuck_until = time.monotonic() + STUCK_SECONDS
+                        raise
+            self._queued_writes += 1
+            try:
+                return await self._run(self._queued, fn, *args)
+            finally:
+                self._queued_writes -= 1
+        except (sqlite3.Error, OSError) as exc:
+            if (found := self._unavailable(exc)) is None:
+                raise
+            raise found from exc
+
+    def _queued(self, fn, *args):
+        """On the writer thread: `fn` waits for the lock, unless another write just gave up on it (then it is
+        tried once); a wait that outlasts the lock timeout marks the lock stuck for STUCK_SECONDS."""
+        try:
+            return fn(*args, wait=time.monotonic() >= self._stuck_until)
+        except sqlite3.OperationalError as exc:
+            if _locked(exc):
+                self._stuck_until = time.monotonic() + STUCK_SECONDS
+            raise
 
     async def _read(self, fn, *args):
         """Reads run on the caller's thread: a WAL read never waits for a writer and takes a fraction of a
         millisecond, less than handing it to a thread and back."""
-        return fn(*args)
+        try:
+            return fn(*args)
+        except (sqlite3.Error, OSError) as exc:
+            if (found := self._unavailable(exc)) is None:
+                raise
+            raise found from exc
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable | None:
+        """What a caller sees of SQLite's error: StoreFull (SQLITE_FULL, ENOSPC), StoreBusy (the lock held by
+        another process for the lock timeout), StoreUnavailable (another I/O failure); None for a bug, which
+        goes on as it is (`shared.store.base.unavailable`). The API answers the first three with 503 and
+        Retry-After."""
+        return unavailable("the event store", exc, lock_timeout=self.lock_timeout)
 
     @property
     def conn(self) -> sqlite3.Connection:

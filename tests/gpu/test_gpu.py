@@ -14,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.secretfile import METRICS_TOKEN_FILE
 from tests.integration.conftest import Platform
 
 GIB = 1 << 30
@@ -112,7 +113,12 @@ def ran(tmp_path_factory) -> dict:
         for name, job_id in ids.items():
             job = platform.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=240)
             out[name] = (job, client.logs(job_id))
-        out["metrics"] = httpx.get(f"http://127.0.0.1:{platform.monitor_port}/metrics", timeout=30).text
+        token = (platform.data_dir / METRICS_TOKEN_FILE).read_text().strip()
+        out["metrics"] = httpx.get(
+            f"http://127.0.0.1:{platform.monitor_port}/metrics",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        ).text
         out["nodes_after"] = client.nodes()
         yield out
     finally:

@@ -19,9 +19,10 @@ def metrics_addresses(platform: Platform) -> dict[str, str]:
     return {t["labels"]["process"]: t["targets"][0] for t in targets}
 
 
-def scrape(address: str) -> dict[str, list]:
-    """Each family's samples, by sample name."""
-    text = httpx.get(f"http://{address}/metrics", timeout=10).raise_for_status().text
+def scrape(address: str, token: str | None = None) -> dict[str, list]:
+    """Each family's samples, by sample name (`token`: the scrape token, sent as Prometheus sends it)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    text = httpx.get(f"http://{address}/metrics", headers=headers, timeout=10).raise_for_status().text
     samples: dict[str, list] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

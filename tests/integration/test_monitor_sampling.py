@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.events import CloudEvent, GpuSample
+from shared.secretfile import METRICS_TOKEN_FILE
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,9 @@ async def test_gpu_samples_and_metrics_follow_a_busy_and_a_sleeping_job(platform
 
         async def on_metrics():
             url = f"http://127.0.0.1:{platform.monitor_port}/metrics"
-            answer = await asyncio.to_thread(httpx.get, url, timeout=10)
+            token = (platform.data_dir / METRICS_TOKEN_FILE).read_text().strip()
+            headers = {"Authorization": f"Bearer {token}"}
+            answer = await asyncio.to_thread(httpx.get, url, headers=headers, timeout=10)
             families = {f.name: f for f in text_string_to_metric_families(answer.text)}
             util = families.get("DCGM_FI_DEV_GPU_UTIL")
             if util is None:

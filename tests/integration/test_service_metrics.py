@@ -13,9 +13,11 @@ from shared.bus import Bus
 from shared.busmetrics import OUTCOMES, ConsumerLag
 from shared.events import EVENTS_STREAM, JobSucceeded, make_event
 from shared.jobstate import JobState
+from shared.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import Platform, wait_for
-from .servicemetrics import ack_pending_of, handled, handling_count, lag_of, metrics_addresses, scrape
+from .servicemetrics import ack_pending_of, handled, handling_count, lag_of, metrics_addresses
+from .servicemetrics import scrape as scrape_with
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +42,10 @@ def test_each_service_serves_its_own_figures_with_its_consumers_counts_and_lag(m
     assert address["submit"] == f"127.0.0.1:{metered.port}"
     assert address["serving"] == f"127.0.0.1:{metered.serving_port}"
     address["monitor"] = f"127.0.0.1:{metered.monitor_port}"  # its own figures are in its /metrics
+    token = (metered.data_dir / METRICS_TOKEN_FILE).read_text().strip()  # (Prometheus sends it to each)
+
+    def scrape(where: str) -> dict[str, list]:
+        return scrape_with(where, token)
 
     client = metered.client()
     jobs = [

@@ -8,6 +8,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.secretfile import METRICS_TOKEN_FILE
+
 from .conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration
@@ -17,7 +19,9 @@ SLEEPER = {"command": "sleep 120", "resources": {"gpus": 1, "cpus": 0.1}}
 
 def quota_metrics(platform: Platform) -> dict[tuple[str, str], float]:
     """(figure, tenant) -> value, of the monitor's gpuyard_quota_{guaranteed,used,borrowed}_gpus."""
-    answer = httpx.get(f"http://127.0.0.1:{platform.monitor_port}/metrics", timeout=10)
+    token = (platform.data_dir / METRICS_TOKEN_FILE).read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    answer = httpx.get(f"http://127.0.0.1:{platform.monitor_port}/metrics", headers=headers, timeout=10)
     return {
         (family.name.removeprefix("gpuyard_quota_").removesuffix("_gpus"), s.labels["tenant"]): s.value
         for family in text_string_to_metric_families(answer.text)

@@ -454,12 +454,18 @@ SESSION_KEY_READERS = tuple(
     s for s, model in SERVICE_SETTINGS.items() if "session_secret_file" in model.model_fields
 )
 """The services that sign or accept the dashboard's sessions: those with a `session_secret_file` setting."""
+METRICS_TOKEN_READERS = tuple(
+    s for s, model in SERVICE_SETTINGS.items() if "metrics_token_file" in model.model_fields
+)
+"""The services whose /metrics asks for the scrape token: those with a `metrics_token_file` setting."""
 SHARED_FILES = {
     # setting: the services that must all read it from one Secret's file
     "session_secret_file": SESSION_KEY_READERS,
     "tokens_file": SESSION_KEY_READERS,  # a session stands for a token: each reader must know the same ones
     # the submit service signs jobs' publish tokens, the executor hands them to the jobs
     "publish_secret_file": ("submit", "executor"),
+    # one scrape token for every monitor and serving pod: the one Prometheus sends (else each makes its own)
+    "metrics_token_file": METRICS_TOKEN_READERS,
 }
 DEFAULT_FILE_MODE = 0o644  # a secret volume's defaultMode when it sets none
 IMAGE_USER, IMAGE_GROUP = map(
@@ -539,6 +545,7 @@ def shared_file_problems(objects: list[Obj]) -> list[str]:
 
 def test_the_services_that_share_a_key_mount_the_same_secret_at_the_path_their_setting_names(objects):
     assert SESSION_KEY_READERS == ("submit", "serving")
+    assert set(METRICS_TOKEN_READERS) == {"serving", "monitor"}
     assert not shared_file_problems(objects)
     config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
     assert config["GPUYARD_SESSION_SECRET_FILE"] == "/etc/gpuyard/session/session.key"  # read by both

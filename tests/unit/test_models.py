@@ -244,11 +244,12 @@ def test_publishing_numbers_versions_and_reads_the_signature(api, ctx):
     assert first["sha256"] == sha256_of(tiny_model()) and first["size_bytes"] == len(tiny_model())
     assert first["inputs"][0] == {"name": "x", "datatype": "FP32", "shape": [-1, 3]}
     second = publish(api, data=tiny_model(3.0))
-    assert second["version"] == 2 and second["uri"] != first["uri"]
+    assert second["version"] == 2 and "uri" not in second  # where the server keeps it is not the publisher's
     model = api.get("/v1/models/mnist", headers=VISION).json()
     assert [v["version"] for v in model["versions"]] == [1, 2] and model["latest"] == 2
+    assert model["versions"][0]["uri"] != model["versions"][1]["uri"]
     assert api.get("/v1/models/mnist/versions/2", headers=VISION).json()["sha256"] == second["sha256"]
-    assert load(second["uri"], second["sha256"]) == tiny_model(3.0)
+    assert load(model["versions"][1]["uri"], second["sha256"]) == tiny_model(3.0)
     [stored_1, stored_2] = asyncio.run(ctx.store.read_stream(stream_id("vision", "mnist")))
     assert stored_2.event.type == "io.gpuyard.model.published" and stored_2.event.data.version == 2
     assert stored_2.event.subject == "vision/mnist"
@@ -310,7 +311,8 @@ def test_tenants_see_their_own_and_public_models_and_change_only_their_own(api):
 
 
 def test_deleting_removes_the_listing_and_the_file_and_never_reuses_a_number(api, ctx):
-    one, two = publish(api), publish(api, data=tiny_model(3.0))
+    publish(api), publish(api, data=tiny_model(3.0))
+    one, two = api.get("/v1/models/mnist", headers=VISION).json()["versions"]
     gone = api.delete("/v1/models/mnist/versions/1", headers=VISION)
     assert gone.status_code == 200 and gone.json()["versions"] == [1]
     assert not Path(one["uri"]).exists() and Path(two["uri"]).exists()

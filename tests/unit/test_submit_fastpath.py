@@ -70,6 +70,16 @@ def taken(monkeypatch):
     return answers
 
 
+REFUSED_BEFORE_THE_BODY = {
+    "no token",
+    "an empty token",
+    "two words after the scheme",
+    "an unknown token",
+    "basic auth",
+}
+"""Answered 401 before their body is read (`services.submit.app.BodyLimit`): the fast path never sees them."""
+
+
 def send(client: TestClient, headers: dict, body):
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     response = client.post("/v1/jobs", content=content, headers=headers)
@@ -89,6 +99,9 @@ def test_the_fast_path_answers_as_the_route_and_leaves_the_rest_to_it(tmp_path, 
         for what, headers, body, takes in REQUESTS:
             seen = len(taken)
             assert send(fast, headers, body) == send(route, headers, body), what
+            if what in REFUSED_BEFORE_THE_BODY:  # 401 from the app's BodyLimit, before any body is read
+                assert len(taken) == seen, what
+                continue
             assert len(taken) == seen + 1 and (taken[-1] is not None) == takes, what  # (route: no fast path)
         jobs = [fast.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"]]
         jobs.append(route.get("/v1/jobs", headers={"Authorization": "Bearer tok-admin"}).json()["items"])

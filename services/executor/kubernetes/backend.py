@@ -8,7 +8,8 @@ through the same `Backend` interface as local processes.
   lost, start failures with the kubelet's message, the last log lines).
 - logs: each pod's log is copied into the replica's log file in the data directory (every `log_interval`
   while it runs, completely when it ends), so the submit API serves both backends' logs alike, with the same
-  size cap and rotation.
+  size cap and rotation, and the running replicas of a tenant hold at most its log budget of them together
+  (`LogBudget`).
 - stop: the pods are deleted with the grace as their termination grace period; every replica still running
   is reported ended by SIGTERM.
 - adopt (after an executor restart): an attempt whose pods still exist is watched again; the controller then
@@ -37,7 +38,7 @@ from services.executor.kubernetes.api import KubeApiError
 from services.executor.kubernetes.controller import KubernetesController
 from services.executor.kubernetes.nodes import cluster_inventory
 from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
-from services.executor.logfile import RotatingLog
+from services.executor.logfile import LogBudget, RotatingLog
 from shared.events import FailureReason, JobReplicaExited, NodeHeartbeat
 from shared.logstore import LogKey
 from shared.logstore.shipper import LogShipper
@@ -67,6 +68,7 @@ class KubernetesBackend(Backend):
         log_max_bytes: int = 0,
         log_backups: int = 0,
         shipper: LogShipper | None = None,
+        log_budget: LogBudget | None = None,
     ):
         self.controller = controller
         self.shipper = shipper
@@ -75,6 +77,9 @@ class KubernetesBackend(Backend):
         self.log_interval = log_interval
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
+        self.log_budget = log_budget
+        self.tenants: dict[AttemptKey, str] = {}
+        """The tenant of each attempt launched or adopted, whose log budget its mirrored logs count against."""
         self.live: dict[AttemptKey, dict[int, str]] = {}
         """Attempts launched or adopted: replica → GPUYARD node, for the replicas not yet ended."""
         self.mirrors: dict[ReplicaKey, _Mirror] = {}
@@ -147,8 +152,15 @@ class KubernetesBackend(Backend):
         mirror = self.mirrors.get(ident)
         if mirror is None:
             path = log_path(self.data_dir, key[0], key[1], replica)
+            tenant = self.tenants.get(key, "")
             sink = RotatingLog(
-                path, self.log_max_bytes, self.log_backups, shipper=self.shipper, key=LogKey(*key, replica)
+                path,
+                self.log_max_bytes,
+                self.log_backups,
+                shipper=self.shipper,
+                key=LogKey(*key, replica),
+                budget=self.log_budget if tenant else None,
+                tenant=tenant,
             )
             mirror = _Mirror(sink)
             self.mirrors[ident] = mirror
@@ -186,6 +198,7 @@ class KubernetesBackend(Backend):
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
+        self.tenants[launch.key] = launch.tenant
         try:
             async with self.lock:
                 result = await self.controller.launch(
@@ -198,6 +211,7 @@ class KubernetesBackend(Backend):
                 )
         except KubeApiError as exc:
             self.live.pop(launch.key, None)
+            self.tenants.pop(launch.key, None)
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
             first = launch.replicas[0]
@@ -211,6 +225,7 @@ class KubernetesBackend(Backend):
             )
         if result.skipped:
             self.live.pop(launch.key, None)
+            self.tenants.pop(launch.key, None)
         return None
 
     async def stop(self, key: AttemptKey, grace: float) -> None:
@@ -240,10 +255,12 @@ class KubernetesBackend(Backend):
         if not pods:
             return False
         self.live[key] = dict(replicas)
+        self.tenants[key] = pods[0].get("metadata", {}).get("labels", {}).get(job_labels.TENANT, "")
         return True
 
     async def release(self, key: AttemptKey) -> None:
         self.live.pop(key, None)
+        self.tenants.pop(key, None)
         for ident in [i for i in self.mirrors if i[:2] == key]:
             self.mirrors.pop(ident).sink.close()
         async with self.lock:

@@ -132,7 +132,8 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """Ends the browser's session (a form with the session's CSRF token: no other page can log you out)."""
+    """Ends the browser's session, on the server too (a form with the session's CSRF token: no other page can
+    log you out)."""
     ctx: SubmitContext = request.app.state.ctx
     found = logged_in(ctx, request)
     if isinstance(found, tuple) and ctx.session_secret is not None:
@@ -145,6 +146,7 @@ async def logout(request: Request) -> Response:
                 ),
                 403,
             )
+        sessions.end(ctx.session_secret, found[1])  # on the server too: a copy of the cookie is refused
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(sessions.COOKIE, path="/")
     return response

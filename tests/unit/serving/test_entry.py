@@ -1,7 +1,8 @@
 """The serving entry point (`services/serving/entry.py`) in process: the API's bearer tokens give the tenant,
-a tenant calls its own models and public ones (another tenant's private model is unknown: 404), the repository
-index lists what the caller may see, `/metrics` counts per model, and a version this node does not hold goes
-through exactly one hop to the node that holds it."""
+a tenant calls its own models by their name and another tenant's public ones by their qualified name
+OWNER/NAME (another tenant's private model is unknown: 404), the repository index lists what the caller may
+see under those names, `/metrics` counts per model, and a version this node does not hold goes through exactly
+one hop to the node that holds it."""
 
 from __future__ import annotations
 
@@ -105,32 +106,37 @@ async def test_a_tenant_calls_its_own_models_and_public_ones_and_nothing_else(si
     assert own.status_code == 200, own.text
     assert own.json()["model_name"] == "mnist" and own.json()["model_version"] == "1"
     np.testing.assert_allclose(np.array(own.json()["outputs"][0]["data"]).reshape(2, 3), V1(X), rtol=1e-5)
-    public = await single.post("/v2/models/shared/infer", json=body(), headers=bearer("tok-vision"))
-    assert public.status_code == 200
-    for path in ("/v2/models/private/infer", "/v2/models/private", "/v2/models/private/ready"):
+    public = await single.post("/v2/models/nlp/shared/infer", json=body(), headers=bearer("tok-vision"))
+    assert public.status_code == 200 and public.json()["model_name"] == "nlp/shared"
+    unqualified = await single.post("/v2/models/shared/infer", json=body(), headers=bearer("tok-vision"))
+    assert unqualified.status_code == 404 and "OWNER/shared" in unqualified.json()["error"]
+    for path in ("/v2/models/nlp/private/infer", "/v2/models/nlp/private", "/v2/models/nlp/private/ready"):
         hidden = await single.request(
             "POST" if path.endswith("infer") else "GET", path, json=body(), headers=bearer("tok-vision")
         )
-        assert hidden.status_code == 404 and hidden.json() == {"error": "unknown model 'private'"}
+        assert hidden.status_code == 404 and hidden.json() == {"error": "unknown model 'nlp/private'"}
     assert (
         await single.post("/v2/models/private/infer", json=body(), headers=bearer("tok-nlp"))
     ).status_code == 200
     assert (
-        await single.post("/v2/models/private/infer", json=body(), headers=bearer("tok-root"))
-    ).status_code == 200
+        await single.post("/v2/models/nlp/private/infer", json=body(), headers=bearer("tok-nlp"))
+    ).status_code == 200  # its own tenant qualified: the same model
+    assert (
+        await single.post("/v2/models/nlp/private/infer", json=body(), headers=bearer("tok-root"))
+    ).status_code == 200  # an admin may use any, by its qualified name
     nothing = await single.get("/v2/models/nothing", headers=bearer("tok-vision"))
     assert nothing.status_code == 404
 
 
 async def test_visibility_is_read_once_and_again_after_a_model_event(single):
     for _ in range(3):
-        await single.post("/v2/models/shared/infer", json=body(), headers=bearer("tok-vision"))
+        await single.post("/v2/models/nlp/shared/infer", json=body(), headers=bearer("tok-vision"))
     assert single.catalog.reads == 1
 
 
 async def test_the_index_lists_what_the_caller_may_see_and_loads_belong_to_deployments(single):
     index = await single.post("/v2/repository/index", headers=bearer("tok-vision"))
-    assert sorted(e["name"] for e in index.json()) == ["mnist", "shared"]
+    assert sorted(e["name"] for e in index.json()) == ["mnist", "nlp/shared"]
     load = await single.post("/v2/repository/models/mnist/unload", headers=bearer("tok-vision"))
     assert load.status_code == 403 and "gpuyard models undeploy" in load.json()["error"]
 

@@ -49,7 +49,7 @@ async def test_replicas_come_with_ready_and_go_with_failed_or_the_end_of_their_j
             name="mnist", tenant="vision", version=2, job_id="j4", node="node-b", reason="x", message="y"
         ),
     )
-    assert routes.versions("vision/mnist") == [1] and routes.keys_named("mnist") == ["vision/mnist"]
+    assert routes.versions("vision/mnist") == [1] and routes.holds("vision/mnist")
 
 
 async def test_a_replica_announced_again_is_one_replica_and_pruning_drops_ended_jobs():

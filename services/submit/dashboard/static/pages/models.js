@@ -367,7 +367,7 @@ let lastCounts = null; // {at, counts: Map(key -> total)}
 async function loadRates() {
   let text;
   try {
-    const res = await fetch(`${servingBase()}/metrics`, { credentials: "omit" });
+    const res = await fetch(`${servingBase()}/metrics`, { credentials: "include" });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     text = await res.text();
   } catch {
@@ -485,7 +485,8 @@ async function sendInference(m) {
   }
   const version = document.getElementById("i-version").value;
   const base = servingBase();
-  const url = `${base}/v2/models/${encodeURIComponent(m.name)}${version ? `/versions/${encodeURIComponent(version)}` : ""}/infer`;
+  const modelPath = m.tenant && m.tenant !== me.tenant ? `${encodeURIComponent(m.tenant)}/${encodeURIComponent(m.name)}` : encodeURIComponent(m.name);
+  const url = `${base}/v2/models/${modelPath}${version ? `/versions/${encodeURIComponent(version)}` : ""}/infer`;
   fill(result, h("p", { class: "muted" }, `Sending to ${url}…`));
   const started = performance.now();
   let res;
