@@ -44,6 +44,7 @@ from gpuyard import contexts
 from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
 from gpuyard.client import Client
 from gpuyard.ports import Wanted, conflict, free_ports, port_free
+from gpuyard.scrapeconfig import token_file, write_scrape_config
 from gpuyard.statusreport import StatusReporter, last_words
 from shared.buscredentials import credentials_path
 from shared.buspermissions import Role
@@ -991,8 +992,6 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     monitor = platform.settings.get("monitor")
     scrape = None
     if monitor is not None:  # the scrape token (0600, unless metrics_auth=off) and a config that sends it
-        from services.monitor.scrape import token_file, write_scrape_config  # (the CLI loads no service)
-
         try:
             scrape = write_scrape_config(
                 data_dir,

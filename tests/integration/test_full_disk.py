@@ -175,5 +175,6 @@ def test_a_full_disk_degrades_then_recovers(small_disk, tmp_path):
         if platform.proc.poll() is None:
             platform.proc.kill()
             platform.proc.wait(30)
+            platform.kill_leftovers()  # (its filling job, which a SIGKILL of `gpuyard up` leaves running)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(data / "filler")

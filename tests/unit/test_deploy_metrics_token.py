@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.monitor.scrape import scrape_config
+from gpuyard.scrapeconfig import scrape_config
 from shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
 from shared.settings import MonitorSettings, ServingSettings
 from tests.unit.test_deploy import (
@@ -124,7 +124,7 @@ def test_every_gpuyard_scrape_job_sends_the_token_its_deployment_keeps(path):
 
 
 def test_the_gpuyard_up_jobs_send_what_gpuyard_up_writes_for_its_data_dir():
-    """`services/monitor/scrape.py` writes the scrape configuration of one platform; the shipped one's jobs of
+    """`gpuyard/scrapeconfig.py` writes the scrape configuration of one platform; the shipped one's jobs of
     the same name send the same authorization for the data dir it names."""
     jobs = {j["job_name"]: j for j in scrape_jobs(DEPLOY / "prometheus" / "prometheus.yml")}
     data_dir = up_data_dir(list(jobs.values()))

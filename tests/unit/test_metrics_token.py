@@ -16,9 +16,9 @@ import yaml
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from gpuyard.scrapeconfig import token_file, write_scrape_config
 from services.monitor.ingest import SampleIngest
 from services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
-from services.monitor.scrape import token_file, write_scrape_config
 from services.serving import metrics as serving_metrics
 from services.serving.access import Access
 from services.serving.registry import ModelRegistry
