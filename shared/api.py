@@ -9,19 +9,24 @@ a pending reason.
 
 from __future__ import annotations
 
+import base64
+import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.alertbook import AlertView
 from shared.events import AlertSeverity, FailureReason, PendingReason, ProcessState, TensorSpec
 from shared.jobspec import (
     DEFAULT_PRIORITY,
+    JSON_INTEGER,
     MAX_DEPLOYMENT_REPLICAS,
     MAX_MODEL_VERSION,
     PRIORITY_CLASSES,
+    Integer,
     JobSpec,
     Name,
     Priority,
@@ -127,6 +132,24 @@ class JobOut(Out):
     failure: FailureOut | None = Field(None, description="How it failed, once failed.")
     message: str = Field("", description="The latest word on it: why it failed, was cancelled or requeued.")
     attempts: list[AttemptOut] = Field(default_factory=list)
+
+
+CURSOR_PATTERN = r"^([A-Za-z0-9_-]{4})*([A-Za-z0-9_-]{2,3})?$"
+"""A page cursor (`?cursor=`): base64url, unpadded. Every such text is a place in a listing, where its next page
+starts: the cursor a page answers, or any other (a cursor not made by a page is a place all the same)."""
+CURSOR_MAX = 1000
+
+
+def page_cursor(created_at: str, item_id: str) -> str:
+    """The cursor of the place after the item created at `created_at` with id `item_id` (in either order)."""
+    return base64.urlsafe_b64encode(f"{created_at}\n{item_id}".encode()).decode().rstrip("=")
+
+
+def page_place(cursor: str) -> tuple[str, str]:
+    """(created_at, item id) of a cursor matching CURSOR_PATTERN (bytes that are not UTF-8 read as U+FFFD)."""
+    text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8", "replace")
+    created_at, _, item_id = text.replace("\x00", "\ufffd").partition("\n")
+    return created_at, item_id
 
 
 class JobListOut(Out):
@@ -261,7 +284,9 @@ class NodeOut(Out):
 class NodeControlIn(Strict):
     """`POST /v1/nodes/{node}/cordon|drain|uncordon`: the whole node, or one GPU of it."""
 
-    gpu: int | None = Field(None, ge=0, le=1023, description="One GPU of the node (its index).")
+    gpu: Annotated[int, Field(ge=0, le=1023), JSON_INTEGER] | None = Field(
+        None, description="One GPU of the node (its index)."
+    )
     reason: str = Field("", max_length=500)
 
 
@@ -339,31 +364,66 @@ class ErrorOut(Out):
 # ---------------------------------------------------------------- tokens
 
 
+MAX_TOKEN_SECONDS = 100 * 365 * 86400.0
+"""The longest a created token lives (`expires_in`): a longer one expires after this, well before the last date
+a date can hold (year 9999)."""
+
+
+RFC3339 = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+
+
+def _rfc3339(value: Any) -> Any:
+    """A time of a request's body as the schema's `date-time` says it: RFC 3339 text, with its offset (not a
+    number of seconds, which pydantic would also read)."""
+    if not isinstance(value, str) or not re.fullmatch(RFC3339, value):
+        raise PydanticCustomError(
+            "datetime_type", "a date and time with its timezone, such as 2030-01-01T00:00:00Z"
+        )
+    return value
+
+
+Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+
+
+def _null_or_absent(field: str) -> list[dict[str, Any]]:
+    """JSON Schema for: `field` is absent, or null."""
+    return [{"not": {"required": [field]}}, {"properties": {field: {"type": "null"}}}]
+
+
 class TokenIn(Strict):
     """A token to create (admin only): whom it stands for and, optionally, when it expires."""
 
+    model_config = ConfigDict(  # `_one_expiry`'s rule in the schema: not both
+        json_schema_extra={
+            "dependentSchemas": {
+                "expires_in": {"anyOf": _null_or_absent("expires_in") + _null_or_absent("expires_at")}
+            }
+        }
+    )
+
     tenant: Name = Field(description="The tenant the token stands for.")
     user: Text = Field("", max_length=200, description="The user it stands for (shown on jobs).")
-    admin: bool = Field(False, description="An admin token sees every tenant and manages tokens.")
-    expires_in: Seconds | None = Field(None, description="Expire after this long, e.g. '30d' or 3600.")
-    expires_at: AwareDatetime | None = Field(None, description="Expire at this time (with its time zone).")
-
-    @field_validator("expires_in")
-    @classmethod
-    def _a_date_can_hold_it(cls, seconds: float | None) -> float | None:
-        try:
-            cls.expiry_after(seconds, datetime.now(UTC))
-        except OverflowError:
-            raise ValueError("too far ahead: a token expires in year 9999 at the latest") from None
-        return seconds
+    admin: StrictBool = Field(False, description="An admin token sees every tenant and manages tokens.")
+    expires_in: Seconds | None = Field(
+        None,
+        description="Expire after this long, e.g. '30d' or 3600 (at most 100 years: a longer one expires then).",
+    )
+    expires_at: Rfc3339 | None = Field(
+        None, description="Expire at this time (with its time zone); one already past is refused (422)."
+    )
 
     @model_validator(mode="after")
     def _one_expiry(self) -> TokenIn:
         if self.expires_in is not None and self.expires_at is not None:
             raise ValueError("give expires_in or expires_at, not both")
-        if self.expires_at is not None and self.expires_at <= datetime.now(UTC):
-            raise ValueError(f"expires_at {self.expires_at.isoformat()} is already past")
         return self
+
+    def past(self, now: datetime) -> str | None:
+        """Why the token asked for could not be used, created at `now` (its expires_at already past), or None.
+        (The schema cannot say it: it is a matter of when the request comes.)"""
+        if self.expires_at is not None and self.expires_at <= now:
+            return f"expires_at {self.expires_at.isoformat()} is already past"
+        return None
 
     def expiry(self, now: datetime) -> datetime | None:
         """When the token expires, if it does, for one created at `now`."""
@@ -371,7 +431,7 @@ class TokenIn(Strict):
 
     @staticmethod
     def expiry_after(seconds: float | None, now: datetime) -> datetime | None:
-        return None if seconds is None else now + timedelta(seconds=seconds)
+        return None if seconds is None else now + timedelta(seconds=min(seconds, MAX_TOKEN_SECONDS))
 
 
 class TokenOut(Out):
@@ -449,10 +509,12 @@ class DeploymentIn(Resources):
     """A deployment of a model version: `replicas` serve jobs, each with these resources (`gpus` may be a
     share of one GPU, e.g. 0.25), placed by the scheduler like any job."""
 
-    version: int | None = Field(
-        None, ge=1, le=MAX_MODEL_VERSION, description="The version to serve (default: the newest published)."
+    version: Annotated[int, Field(ge=1, le=MAX_MODEL_VERSION), JSON_INTEGER] | None = Field(
+        None, description="The version to serve (default: the newest published)."
     )
-    replicas: int = Field(1, ge=1, le=MAX_DEPLOYMENT_REPLICAS, description="How many replicas (serve jobs).")
+    replicas: Integer = Field(
+        1, ge=1, le=MAX_DEPLOYMENT_REPLICAS, description="How many replicas (serve jobs)."
+    )
     priority: Priority = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
 
     def resources(self) -> Resources:
@@ -516,7 +578,7 @@ class ModelPublishedOut(PublishedVersion):
 class ModelPatch(Strict):
     """What an owner (or an admin) may change of a model."""
 
-    public: bool = Field(description="true: every tenant may see and use it; false: its tenant's only.")
+    public: StrictBool = Field(description="true: every tenant may see and use it; false: its tenant's only.")
 
 
 class ModelDeletedOut(Out):

@@ -25,6 +25,7 @@ from pydantic import (
     StringConstraints,
     Tag,
     ValidationError,
+    WithJsonSchema,
     WrapValidator,
     field_validator,
     model_validator,
@@ -99,36 +100,105 @@ Argv = Annotated[  # (the schema's prefixItems is `_program`'s rule)
 ]
 
 
+def _json_number(error: str, kind: str) -> Any:
+    """A number as JSON Schema's type says it (`kind`: "an integer", "a number"): never true or false, nor
+    text, which pydantic's own reading would take for 1, 0 or the number it spells (`max_retries: false` is
+    not 0); refused as pydantic's `error` says it."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool | str):
+            what = "true or false" if isinstance(value, bool) else "text"
+            raise PydanticCustomError(error, f"Input should be {kind}, not {what}")
+        return value
+
+    return BeforeValidator(check)
+
+
+JSON_INTEGER = _json_number("int_type", "an integer")
+Integer = Annotated[int, JSON_INTEGER]
+"""An integer of a request's body: 2 (or 2.0), never true or false nor "2". (Optional and bounded:
+`Annotated[int, Field(ge=…), JSON_INTEGER] | None`, the bounds first, or the schema loses them.)"""
+Number = Annotated[float, _json_number("float_type", "a number")]
+"""A number of a request's body: 0.5 or 2, never true or false nor "0.5"."""
+
+SIZE_PATTERN = r"^ *[0-9]+(\.[0-9]+)? *([kKmMgGtT][iI]?[bB]?|[bB])? *$"
+"""A size as text: a number of bytes, or of KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (of 1024),
+any case ('16GB', '512Mi', '10 kb')."""
+DURATION_SYNTAX = r" *([0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)? *[smhdSMHD] *)+) *"
+"""A duration as text: seconds, or parts of days, hours, minutes and seconds ('90s', '1h30m', '2d')."""
+_NONZERO = r"([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)"
+_PART = r"[0-9]+(\.[0-9]+)? *[smhdSMHD]"
+DURATION_PATTERN = rf"^ *({_NONZERO}|({_PART} *)*{_NONZERO} *[smhdSMHD]( *{_PART})*) *$"
+"""DURATION_SYNTAX, of more than no time: what `Seconds` takes as text (some number in it is not zero)."""
+QUANTITY_MAX = 64
+"""The longest size or duration written as text (a longer number could not be read as one)."""
+
+
 def _size(value: Any) -> int:
+    if isinstance(value, str) and (len(value) > QUANTITY_MAX or not re.fullmatch(SIZE_PATTERN, value)):
+        raise ValueError(
+            f"cannot read {value!r} as a size; write it like '16GB', '512MiB' or a number of bytes"
+        )
     return parse_size(value)
 
 
 def _duration(value: Any) -> float:
+    if isinstance(value, str) and (len(value) > QUANTITY_MAX or not re.fullmatch(DURATION_SYNTAX, value)):
+        raise ValueError(f"cannot read {value!r} as a duration; write it like '90s', '45m', '2h' or '1h30m'")
     return parse_duration(value)
 
 
-Bytes = Annotated[int, BeforeValidator(_size), PlainSerializer(int, return_type=int)]
-Seconds = Annotated[float, BeforeValidator(_duration)]
+SIZE_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "pattern": SIZE_PATTERN, "maxLength": QUANTITY_MAX},
+    ]
+}
+DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": QUANTITY_MAX},
+    ]
+}
+Bytes = Annotated[
+    int, BeforeValidator(_size), PlainSerializer(int, return_type=int), WithJsonSchema(SIZE_SCHEMA)
+]
+Seconds = Annotated[float, BeforeValidator(_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 MAX_IDLE_SECONDS = 30 * 86400.0
 """The longest `idle_timeout` and `idle_grace` a job may give (30 days)."""
-IDLE_OFF = ("off", "never", "0")
+
+
+IDLE_OFF_PATTERN = r"^ *([oO][fF][fF]|[nN][eE][vV][eE][rR]|0+(\.0+)?) *$"
+"""An idle duration of none, as text ('off', 'never', '0')."""
 
 
 def _idle_duration(value: Any) -> float:
     """A duration of the idle-GPU reclaim: '30m', 1800…; 0, 'off' or 'never': 0 (off, for `idle_timeout`;
     no wait, for `idle_grace`)."""
-    if isinstance(value, str) and value.strip().lower() in IDLE_OFF:
+    if isinstance(value, str) and len(value) <= QUANTITY_MAX and re.fullmatch(IDLE_OFF_PATTERN, value):
         return 0.0
     if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
         return 0.0
-    seconds = parse_duration(value)
+    seconds = _duration(value)
     if seconds > MAX_IDLE_SECONDS:
         raise ValueError("at most 30 days, or 'off'")
     return seconds
 
 
-IdleSeconds = Annotated[float, BeforeValidator(_idle_duration)]
+IdleSeconds = Annotated[
+    float,
+    BeforeValidator(_idle_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0, "maximum": MAX_IDLE_SECONDS},
+                {"type": "string", "pattern": IDLE_OFF_PATTERN, "maxLength": QUANTITY_MAX},
+                {"type": "string", "pattern": DURATION_PATTERN, "maxLength": QUANTITY_MAX},
+            ]
+        }
+    ),
+]
 
 
 def _priority_class(value: str) -> str:
@@ -137,7 +207,9 @@ def _priority_class(value: str) -> str:
     return value
 
 
-Priority = Annotated[str, AfterValidator(_priority_class)]
+Priority = Annotated[
+    str, AfterValidator(_priority_class), WithJsonSchema({"type": "string", "enum": list(PRIORITY_CLASSES)})
+]
 """A priority class's name (PRIORITY_CLASSES)."""
 MAX_DEPLOYMENT_REPLICAS = 64
 
@@ -145,6 +217,30 @@ MAX_DEPLOYMENT_REPLICAS = 64
 MAX_GPUS_PER_REPLICA = 64
 """The most GPUs one replica may ask for: the schema's maximum, which the submit API enforces with the cluster's
 own size in its answer ("needs 100 GPUs on one node; the largest node has 4"), which a spec alone cannot know."""
+MIN_GPU_SHARE = 0.01
+"""The smallest share of one GPU a replica may ask for."""
+
+
+GPUS_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_REPLICA},
+        {"type": "number", "minimum": MIN_GPU_SHARE, "maximum": 1},
+    ]
+}
+"""`Resources._gpus`'s rule in the schema: none, a share of one GPU, or whole GPUs up to MAX_GPUS_PER_REPLICA
+(which the submit API enforces, with the nodes' sizes in its answer)."""
+
+
+def _models_schema(schema: dict[str, Any]) -> None:
+    """`Resources._models`'s rule in the schema: a list, or one text of models split by '|' or ','."""
+    listed = {"type": schema.pop("type"), "items": schema.pop("items")}
+    schema["anyOf"] = [listed, {"type": "string", "pattern": TEXT_PATTERN}]
+
+
+def _gpus_schema(schema: dict[str, Any]) -> None:
+    for bound in ("type", "minimum"):
+        schema.pop(bound, None)
+    schema.update(GPUS_SCHEMA)
 
 
 class Strict(BaseModel):
@@ -193,20 +289,35 @@ def _suggested(model: type[BaseModel], error: Any) -> InitErrorDetails:
 class Resources(Strict):
     """Resources of ONE replica. `gpus` is a whole number (1, 2, 8) or a fraction of one GPU (0.25, 0.46)."""
 
-    gpus: float = Field(
+    model_config = ConfigDict(
+        json_schema_extra={  # `_memory_slice`'s rule: a gpu_memory (not null) only with some GPU
+            "dependentSchemas": {
+                "gpu_memory": {
+                    "anyOf": [
+                        {"properties": {"gpu_memory": {"type": "null"}}},
+                        {"required": ["gpus"], "properties": {"gpus": {"exclusiveMinimum": 0}}},
+                    ]
+                }
+            }
+        }
+    )
+
+    gpus: Number = Field(
         0,
         ge=0,
-        description="Whole GPUs (1, 2, 8) or a fraction of one GPU (0 < gpus < 1).",
-        json_schema_extra={"maximum": MAX_GPUS_PER_REPLICA},  # (enforced by the submit API, with the nodes')
+        description="Whole GPUs (1, 2, 8) or a fraction of one GPU (0.01 ≤ gpus ≤ 1).",
+        json_schema_extra=_gpus_schema,
     )
     gpu_memory: Bytes | None = Field(
         None,
         description="For a fractional GPU: its memory slice. For whole GPUs: the least memory each GPU must have.",
     )
     gpu_model: list[Text] = Field(
-        default_factory=list, description="Allowed GPU models, e.g. [A100, H100]; empty = any."
+        default_factory=list,
+        description="Allowed GPU models, e.g. [A100, H100] or 'A100|H100'; empty = any.",
+        json_schema_extra=_models_schema,
     )
-    cpus: float = Field(1, gt=0, le=1024)
+    cpus: Number = Field(1, gt=0, le=1024)
     memory: Bytes = Field(default=2 * 10**9, description="Host memory, e.g. '16GB'.")
 
     @field_validator("gpu_model", mode="before")
@@ -223,8 +334,8 @@ class Resources(Strict):
             raise ValueError(
                 "more than one GPU must be a whole number (2, 4, 8); fractions are for sharing one GPU"
             )
-        if 0 < value < 1 and value < 0.01:
-            raise ValueError("the smallest GPU share is 0.01")
+        if 0 < value < MIN_GPU_SHARE:
+            raise ValueError(f"the smallest GPU share is {MIN_GPU_SHARE}")
         return float(round(value, 3))
 
     @model_validator(mode="after")
@@ -250,7 +361,7 @@ class ServeSpec(Strict):
     service of the node the job is placed on (docs/architecture.md, "Model deployments")."""
 
     model: Name = Field(..., description="The model's name.")
-    version: int = Field(..., ge=1, le=MAX_MODEL_VERSION, description="The published version it serves.")
+    version: Integer = Field(..., ge=1, le=MAX_MODEL_VERSION, description="The published version it serves.")
     tenant: Name | None = Field(
         None,
         description="The tenant that owns the model, when it is not the job's (another tenant's public model).",
@@ -262,9 +373,34 @@ class ServeSpec(Strict):
         return f"{self.model}:{self.version}"
 
 
+def _given(field: str) -> dict[str, Any]:
+    """JSON Schema for: `field` is there, and not null."""
+    return {"required": [field], "properties": {field: {"not": {"type": "null"}}}}
+
+
+SERVE_RULES = {  # (`JobSpec._command_or_model`'s rules of a serve job)
+    "properties": {
+        "replicas": {"const": 1},
+        "idle_timeout": {
+            "anyOf": [{"type": "null"}, {"const": 0}, {"type": "string", "pattern": IDLE_OFF_PATTERN}]
+        },
+    }
+}
+"""A serve job: one replica, never stopped for idle GPUs."""
+
+
 class JobSpec(Strict):
     """A training job as submitted, or a replica of a model deployment (`serve`). Close to what dstack and
     SkyPilot users write."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # `_command_or_model`'s rules in the schema: a command, or a model to serve
+            "anyOf": [
+                {"allOf": [_given("command"), {"not": _given("serve")}]},
+                {"allOf": [_given("serve"), {"not": _given("command")}, SERVE_RULES]},
+            ]
+        }
+    )
 
     name: Name | None = Field(
         None, description="DNS-style name (lowercase, digits, '-'), at most 63 characters."
@@ -284,11 +420,11 @@ class JobSpec(Strict):
     working_dir: Text | None = None
     env: dict[EnvName, Text] = Field(default_factory=dict, json_schema_extra={"additionalProperties": False})
     resources: Resources = Field(default_factory=Resources)
-    replicas: int = Field(
+    replicas: Integer = Field(
         1, ge=1, le=MAX_REPLICAS, description="Workers of one distributed job (gang-scheduled)."
     )
     priority: Priority = Field(DEFAULT_PRIORITY, description=f"One of: {', '.join(PRIORITY_CLASSES)}.")
-    max_retries: int = Field(
+    max_retries: Integer = Field(
         0,
         ge=0,
         le=100,
@@ -299,12 +435,13 @@ class JobSpec(Strict):
         None,
         description="Stop the job when its GPUs stay under the idle threshold (5% by default) in every sample "
         "for this long, e.g. '30m', after a warning and `idle_grace` (docs/monitor.md, Idle-GPU reclaim); it "
-        "ends `failed` with the reason `idle`. Unset: its tenant's default, if any; 0 or 'off': never.",
+        "ends `failed` with the reason `idle`. Unset: its tenant's default, if any; 0 or 'off': never. At most "
+        "30 days.",
     )
     idle_grace: IdleSeconds | None = Field(
         None,
         description="Time between the idle warning and the stop, e.g. '10m' (unset: the platform's "
-        "`GPUYARD_IDLE_GRACE`); the job is not stopped if its GPUs get busy meanwhile.",
+        "`GPUYARD_IDLE_GRACE`); the job is not stopped if its GPUs get busy meanwhile. At most 30 days.",
     )
     serve: ServeSpec | None = Field(
         None,

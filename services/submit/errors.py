@@ -11,7 +11,7 @@ from shared.api import ErrorOut
 from shared.store.base import RETRY_AFTER_SECONDS
 
 WHY = {
-    400: "Bad request: an invalid Content-Length or list cursor.",
+    400: "Bad request: an invalid Content-Length.",
     401: "No bearer token, or one unknown or revoked.",
     403: "The token's tenant may not do this (another tenant's jobs or models, an admin's page).",
     404: "No such job (or one of another tenant), replica, attempt, token, or model or version (or one of "

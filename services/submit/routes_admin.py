@@ -14,17 +14,41 @@ from shared.api import TokenCreated, TokenIn, TokenOut
 from shared.tokens import TokenEntry, TokensFixed
 
 router = APIRouter(prefix="/v1/admin/tokens", tags=["admin"], responses=answers(400, 401, 403, 413))
+REFUSED = {
+    422: {
+        "description": "Invalid (a list of validation errors, one per field), or refused with one reason "
+        "(`detail` a string): an `expires_at` already past.",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/HTTPValidationError"},
+                        {"$ref": "#/components/schemas/ErrorOut"},
+                    ]
+                }
+            }
+        },
+    }
+}
 
 
 def token_out(entry: TokenEntry) -> TokenOut:
     return TokenOut.model_validate(entry.model_dump())
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TokenCreated, responses=answers(409))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TokenCreated,
+    responses=answers(409) | REFUSED,
+)
 async def create_token(ctx: Context, _: Admin, body: TokenIn) -> TokenCreated:
     """A new token; the answer is the only time it is shown (the platform keeps its hash)."""
+    now = datetime.now(UTC)
+    if (past := body.past(now)) is not None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, past)
     try:
-        token, entry = ctx.tokens.create(body.tenant, body.user, body.admin, body.expiry(datetime.now(UTC)))
+        token, entry = ctx.tokens.create(body.tenant, body.user, body.admin, body.expiry(now))
     except TokensFixed as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     return TokenCreated(**entry.model_dump(), token=token)

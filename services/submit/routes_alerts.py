@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from services.submit.auth import Context, CurrentPrincipal
 from services.submit.errors import answers
+from services.submit.routes_jobs import Cursor, api_cursor, store_cursor
 from shared.alertbook import ACTIVE, RESOLVED, list_alerts
 from shared.api import AlertListOut, AlertStates, alert_out
 from shared.jobspec import NAME_PATTERN
@@ -35,17 +36,14 @@ async def get_alerts(
         Query(pattern=NAME_PATTERN, description="Only this tenant's (admins; a tenant sees its own)."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    cursor: Cursor = None,
 ) -> AlertListOut:
     """Alerts newest first: those still active and those resolved (kept as long as the event store keeps them)."""
     if not principal.admin:
         if tenant not in (None, principal.tenant):
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}")
         tenant = principal.tenant
-    try:
-        views, next_cursor = await list_alerts(
-            ctx.store, states=STATES[state], tenant=tenant, kind=kind, limit=limit, cursor=cursor
-        )
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
-    return AlertListOut(items=[alert_out(v) for v in views], next_cursor=next_cursor)
+    views, next_cursor = await list_alerts(
+        ctx.store, states=STATES[state], tenant=tenant, kind=kind, limit=limit, cursor=store_cursor(cursor)
+    )
+    return AlertListOut(items=[alert_out(v) for v in views], next_cursor=api_cursor(next_cursor))

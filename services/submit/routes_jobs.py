@@ -18,7 +18,19 @@ from services.submit.modelaccess import servable
 from services.submit.queuedepth import QueueFull
 from services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Access, while_allowed
 from services.submit.yamlbody import SpecRoute, yaml_body
-from shared.api import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut, SpecCheckOut, job_out
+from shared.api import (
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    CancelOut,
+    JobAccepted,
+    JobEventOut,
+    JobListOut,
+    JobOut,
+    SpecCheckOut,
+    job_out,
+    page_cursor,
+    page_place,
+)
 from shared.capacity import unplaceable
 from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
 from shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
@@ -27,7 +39,7 @@ from shared.logstore import NOTE, LogKey
 from shared.logstore.reading import follow as follow_log
 from shared.logstore.reading import read_range, tail_start
 from shared.modelregistry import is_model_stream
-from shared.store.base import SEARCH_MAX, Order
+from shared.store.base import SEARCH_MAX, Order, decode_cursor, encode_cursor
 from shared.tokens import Principal
 
 
@@ -72,6 +84,27 @@ router = APIRouter(
 )
 SPEC_BODY = yaml_body("#/components/schemas/JobSpec")
 """A spec's body in YAML as well as JSON (`yamlbody.py`), as `gpuyard submit job.yaml` reads it."""
+
+
+Cursor = Annotated[
+    str | None,
+    Query(
+        pattern=CURSOR_PATTERN,
+        max_length=CURSOR_MAX,
+        description="Where the page starts: the `next_cursor` of the page before (a place in the listing, "
+        "after that page's last item in the order asked).",
+    ),
+]
+
+
+def store_cursor(cursor: str | None, order: Order = "newest") -> str | None:
+    """The event store's cursor of an API's page cursor (None: the first page)."""
+    return encode_cursor(*page_place(cursor), order) if cursor else None
+
+
+def api_cursor(cursor: str | None, order: Order = "newest") -> str | None:
+    """The API's page cursor of the event store's (None: no page after)."""
+    return page_cursor(*decode_cursor(cursor, order)) if cursor else None
 
 
 MIN_PREFIX = 4
@@ -261,7 +294,7 @@ async def list_jobs(
         Order, Query(description="newest (the default) or oldest first, by submission time.")
     ] = "newest",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
+    cursor: Cursor = None,
 ) -> JobListOut:
     """Jobs newest first (or oldest first), a page at a time: pass `next_cursor` back as ?cursor= (with the
     same filters and order) for the next one; `total` counts the jobs of every page. A tenant sees its own
@@ -277,14 +310,21 @@ async def list_jobs(
         "name": name,
         "search": q or None,
     }
-    try:
-        page = await ctx.store.list_projections(**filters, order=order, limit=limit, cursor=cursor)
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+    page = await ctx.store.list_projections(
+        **filters, order=order, limit=limit, cursor=store_cursor(cursor, order)
+    )
     return JobListOut(
         items=[await public_job(ctx, JobView.model_validate(d)) for d in page.items],
-        next_cursor=page.next_cursor,
+        next_cursor=api_cursor(page.next_cursor, order),
         total=await ctx.store.count_projections(**filters),
+    )
+
+
+@router.get("/validate", include_in_schema=False)
+async def validate_is_posted() -> None:
+    """`/v1/jobs/validate` takes a spec (POST): a GET there is a 405, not a job of that id."""
+    raise HTTPException(
+        status.HTTP_405_METHOD_NOT_ALLOWED, "POST a spec to /v1/jobs/validate", headers={"Allow": "POST"}
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
@@ -44,7 +45,16 @@ from shared.api import (
     UndeployedOut,
 )
 from shared.events import tenant_error
-from shared.jobspec import DEFAULT_PRIORITY, MAX_DEPLOYMENT_REPLICAS, NAME_PATTERN
+from shared.jobspec import (
+    DEFAULT_PRIORITY,
+    GPUS_SCHEMA,
+    MAX_DEPLOYMENT_REPLICAS,
+    MAX_GPUS_PER_REPLICA,
+    NAME_PATTERN,
+    QUANTITY_MAX,
+    SIZE_PATTERN,
+    Priority,
+)
 from shared.jobstate import ACTIVE_STATES
 from shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
 from shared.modelregistry import ModelError, ModelVersion, ModelView
@@ -152,12 +162,21 @@ def serve_query(
         bool, Query(description="Also deploy the version published (with the serve_* below, or defaults).")
     ] = False,
     serve_gpus: Annotated[
-        float | None, Query(ge=0, le=64, description="Each replica's GPUs; a share of one, e.g. 0.25.")
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_GPUS_PER_REPLICA,
+            description="Each replica's GPUs: whole ones, or a share of one (0.01 to 1), e.g. 0.25.",
+            json_schema_extra=GPUS_SCHEMA,
+        ),
     ] = None,
     serve_replicas: Annotated[int | None, Query(ge=1, le=MAX_DEPLOYMENT_REPLICAS)] = None,
-    serve_priority: Annotated[str | None, Query(description=f"Default: {DEFAULT_PRIORITY}.")] = None,
+    serve_priority: Annotated[Priority | None, Query(description=f"Default: {DEFAULT_PRIORITY}.")] = None,
     serve_cpus: Annotated[float | None, Query(gt=0, le=1024)] = None,
-    serve_memory: Annotated[str | None, Query(max_length=32, description="Host memory, e.g. 4GB.")] = None,
+    serve_memory: Annotated[
+        str | None,
+        Query(pattern=SIZE_PATTERN, max_length=QUANTITY_MAX, description="Host memory, e.g. 4GB."),
+    ] = None,
 ) -> DeploymentIn | None:
     """The deployment `POST /v1/models` asks for with its publication ("`serve:` in the publishing call"), or
     None: the same fields and rules as a deployment's body, as query parameters (the body is the ONNX file)."""
@@ -173,12 +192,13 @@ def serve_query(
         return None
     try:
         return DeploymentIn.model_validate(given)
-    except ValidationError as exc:
-        reasons = "; ".join(
-            f"serve_{'.'.join(map(str, e['loc'])) or 'serve'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons) from None
+    except ValidationError as exc:  # (as FastAPI says a query parameter refused: each with its place)
+        raise RequestValidationError(
+            [
+                {**e, "loc": ["query", *([f"serve_{e['loc'][0]}"] if e["loc"] else ["serve"])]}
+                for e in exc.errors(include_url=False, include_context=False)
+            ]
+        ) from None
 
 
 # ---------------------------------------------------------------- routes

@@ -28,7 +28,7 @@ from shared.api import (
     UsageRowOut,
 )
 from shared.gpuhistory import GpuHistory, GpuPoint, downsample, open_gpu_history
-from shared.jobspec import NAME_PATTERN
+from shared.jobspec import DURATION_PATTERN, NAME_PATTERN, QUANTITY_MAX
 from shared.tokens import Principal
 from shared.units import parse_duration
 from shared.usage import allocated_seconds, group, job_usages, jobs_in_window, used_by_job
@@ -36,22 +36,32 @@ from shared.usage import allocated_seconds, group, job_usages, jobs_in_window, u
 router = APIRouter(prefix="/v1", tags=["usage"], responses=answers(400, 401, 413, 503))
 
 MAX_WINDOW_SECONDS = 400 * 86400.0
+"""The longest window asked for: a longer `since` is answered for the last 400 days (`since` in the answer)."""
 POINTS_PER_GPU = 600
 """A history answer holds about this many points per GPU by default: a longer window gets a coarser step."""
 MAX_POINTS_PER_GPU = 10_000
-"""The finest step a window may be asked in: at most this many points per GPU."""
+"""The finest step a window is answered in: at most this many points per GPU (a finer `step` asked for is
+answered in the finest one, `step_seconds` in the answer)."""
+STEP_DESCRIPTION = (
+    "Seconds per point (default: about 600 points per GPU; at most 10,000 points per GPU, a finer step is "
+    "coarsened: `step_seconds` says the one used)."
+)
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
-Since = Annotated[str, Query(max_length=32, description="How far back: `7d`, `1h`, `90m`, or seconds.")]
+Since = Annotated[
+    str,
+    Query(
+        pattern=DURATION_PATTERN,
+        max_length=QUANTITY_MAX,
+        description="How far back: `7d`, `1h`, `90m`, `1h30m`, or seconds; at most 400 days (a longer window "
+        "is answered for the last 400 days).",
+    ),
+]
 
 
 def window(since: str) -> tuple[float, float]:
-    """(start, now) in seconds since the epoch; 400 for a duration that is not one, or over 400 days."""
-    try:
-        seconds = parse_duration(since)
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"since: {exc}") from exc
-    if not 0 < seconds <= MAX_WINDOW_SECONDS:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, "since must be more than 0 and at most 400d")
+    """(start, now) in seconds since the epoch, of a `since` the query's pattern took (more than no time), the
+    window at most MAX_WINDOW_SECONDS."""
+    seconds = min(parse_duration(since), MAX_WINDOW_SECONDS)
     now = time.time()
     return now - seconds, now
 
@@ -94,14 +104,11 @@ def point_out(principal: Principal, p: GpuPoint, *, only_job: str | None = None)
 
 
 def step_for(span: float, step: float | None) -> float:
-    """The step asked for, else one that keeps about POINTS_PER_GPU points per GPU (a whole second); 400 for
-    a step that would give more than MAX_POINTS_PER_GPU."""
+    """The step asked for, else one that keeps about POINTS_PER_GPU points per GPU (a whole second); a step
+    that would give more than MAX_POINTS_PER_GPU points is made the finest that does not."""
     if step is None:
         return max(1.0, math.ceil(span / POINTS_PER_GPU))
-    if span / step > MAX_POINTS_PER_GPU:
-        least = math.ceil(span / MAX_POINTS_PER_GPU)
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"step: at least {least} s for this window")
-    return float(step)
+    return float(max(step, math.ceil(span / MAX_POINTS_PER_GPU)))
 
 
 @router.get("/usage", response_model=UsageOut, responses=answers(403))
@@ -155,7 +162,7 @@ async def gpu_history(
     since: Since = "1h",
     step: Annotated[
         int | None,
-        Query(ge=1, le=86400, description="Seconds per point (default: about 600 points per GPU)."),
+        Query(ge=1, le=86400, description=STEP_DESCRIPTION),
     ] = None,
 ) -> GpuHistoryOut:
     """A node's GPUs over the window: utilization, memory used and holders, one point per GPU per step. Another
@@ -181,7 +188,7 @@ async def job_gpu(
     job_id: str,
     step: Annotated[
         int | None,
-        Query(ge=1, le=86400, description="Seconds per point (default: about 600 points per GPU)."),
+        Query(ge=1, le=86400, description=STEP_DESCRIPTION),
     ] = None,
 ) -> JobGpuOut:
     """A job's GPUs over its run, as the GPU history has them: utilization and memory per GPU, its mean

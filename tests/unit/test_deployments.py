@@ -177,7 +177,8 @@ def test_publishing_with_serve_deploys_the_version_published_once(api):
     bad = api.post(
         "/v1/models", params={"name": "x", "serve_gpus": 1.5}, content=tiny_model(), headers=VISION
     )
-    assert bad.status_code == 422 and "serve_gpus: more than one GPU must be a whole number" in bad.text
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "serve_gpus"]
+    assert "more than one GPU must be a whole number" in bad.json()["detail"][0]["msg"]
 
 
 # ---------------------------------------------------------------- the CLI
