@@ -8,14 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared.settings import (
-    CommonSettings,
-    ExecutorSettings,
-    MonitorSettings,
-    SchedulerSettings,
-    ServingSettings,
-    SubmitSettings,
-)
+from shared.settingsdocs import TABLES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 TITLE = "## Limits: what one tenant can take"
@@ -24,20 +17,14 @@ NOT_A_TENANTS_BOUND = {
     "max_queue_delay_us": "dynamic batching's wait",
     "max_deliver": "JetStream redeliveries of one event to a consumer",
     "cgroup_limits": "whether the executor enforces a job's own resources (docs/executor.md)",
+    "limit_gpu_cores": "whether HAMi also caps a fractional GPU's compute share (Kubernetes backend)",
 }
 BOUND = re.compile(r"^max_|_max_bytes$|budget|limit|^model_check_")
 
 
 def limit_settings() -> set[str]:
-    models = (
-        CommonSettings,
-        SubmitSettings,
-        SchedulerSettings,
-        ExecutorSettings,
-        MonitorSettings,
-        ServingSettings,
-    )
-    return {name for model in models for name in model.model_fields if BOUND.search(name)}
+    """Of every settings model docs/operations.md documents (`settingsdocs.TABLES`)."""
+    return {name for table in TABLES for name in table.model.model_fields if BOUND.search(name)}
 
 
 def section() -> str:
