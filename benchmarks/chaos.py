@@ -11,13 +11,19 @@ in a random order (`--seed`); `gpuyard up` restarts them. After each kill the be
 service is back: a new process whose heartbeat the API shows (the submit service: answering /healthz; NATS:
 accepting connections again), and records how long that took.
 
-Clients retry a submission that got no answer with the same Idempotency-Key, so a job is accepted once. At
-the end every accepted job must have succeeded, and the figures are:
+Clients retry a submission that got no answer with the same Idempotency-Key, so a job is accepted once, and
+wait the Retry-After of a 429. The platform runs with its limits set low (`LIMITS`), and a hostile tenant
+(`Hostile`) reaches each of them again and again during the kills: bodies with no credential, bodies and model
+files over the limits, one upload more than it may have in progress, jobs beyond its queue limit, and jobs that
+print more than its log budget. Each must get its own answer (401, 413, 429; 503 or no answer while a service
+is down), never another, and its accepted jobs count with the others. At the end every accepted job must have
+succeeded, and the figures are:
 
     lost    accepted, and unknown to the API
     stuck   known, and not finished by the deadline
     failed  finished, but not succeeded
     twice   a replica whose command ran more than once
+    hostile the hostile tenant's answers by probe and status (and `unexpected`: those not its limit's)
 """
 
 from __future__ import annotations
@@ -44,6 +50,28 @@ BIN = Path(sys.executable).parent
 TARGETS = ("scheduler", "executor", "submit", "nats")
 GANG_REPLICAS = 16
 DONE = {"succeeded", "failed", "cancelled"}
+HOSTILE = "mallory"
+MAX_BODY = 64 << 10
+MAX_MODEL = 1 << 20
+LOG_BUDGET = 256 << 10
+LIMITS = {  # the limits a tenant meets, set low: the hostile tenant reaches each of them during the kills
+    "GPUYARD_MAX_BODY_BYTES": str(MAX_BODY),
+    "GPUYARD_MAX_MODEL_BYTES": str(MAX_MODEL),
+    "GPUYARD_MAX_UPLOADS_PER_TENANT": "1",
+    "GPUYARD_MAX_QUEUED_PER_TENANT": "100",  # every tenant's, the chaos clients' too
+    "GPUYARD_QUEUE_LIMITS": f"{HOSTILE}=2",
+    "GPUYARD_USER_GPU_CAP": f"{HOSTILE}=1",  # its jobs of one GPU run one at a time: the others wait
+    "GPUYARD_TENANT_LOG_BUDGET": str(LOG_BUDGET),
+}
+EXPECTED = {  # probe -> the answer of the limit it reaches
+    "no credential": 401,
+    "body over max_body_bytes": 413,
+    "model over max_model_bytes": 413,
+    "upload over max_uploads_per_tenant": 429,
+    "job over its queue limit": 429,
+}
+DOWN = 503  # a service or NATS is down: temporarily unavailable, also an answer to a limit's probe
+TRUNCATED = "output truncated"  # the executor's line where a tenant's output passes its log budget
 
 
 @dataclass
@@ -59,13 +87,21 @@ class ChaosResult:
     jobs: int
     gangs: int
     accepted: int
-    succeeded: int
+    succeeded: int  # the chaos clients' jobs and the hostile tenant's
+    hostile_jobs: int = 0  # the hostile tenant's jobs accepted
     lost: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     twice: list[str] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
     seconds: float = 0.0
+    hostile: dict[str, dict[int, int]] = field(default_factory=dict)  # probe -> status -> answers
+    unexpected: list[str] = field(default_factory=list)  # a probe's answers that were not its limit's
+    truncated: bool = False  # a hostile job's output ends with the log budget's line
+
+    def reached_every_limit(self) -> bool:
+        """Whether every probe of the hostile tenant had its limit's answer at least once."""
+        return all(self.hostile.get(probe, {}).get(status) for probe, status in EXPECTED.items())
 
     def summary(self) -> dict:
         backs = [k.back_after_s for k in self.kills if k.back_after_s is not None]
@@ -73,6 +109,7 @@ class ChaosResult:
             "jobs": self.jobs,
             "gangs": self.gangs,
             "accepted": self.accepted,
+            "hostile_jobs": self.hostile_jobs,
             "succeeded": self.succeeded,
             "kills": len(self.kills),
             "back_after_s_max": max(backs, default=None),
@@ -81,6 +118,9 @@ class ChaosResult:
             "twice": len(self.twice),
             "stuck": len(self.stuck),
             "failed": len(self.failed),
+            "hostile": {probe: dict(sorted(codes.items())) for probe, codes in self.hostile.items()},
+            "unexpected": len(self.unexpected),
+            "log_budget_reached": self.truncated,
             "seconds": round(self.seconds, 1),
         }
 
@@ -112,7 +152,12 @@ class Platform:
     def __init__(self, base: Path, gpus: int):
         self.base = base
         self.port, self.nats_port, serving, monitor = _free_ports(4)
-        self.env = {**os.environ, "GPUYARD_CONFIG_DIR": str(base / "config"), "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            **LIMITS,
+            "GPUYARD_CONFIG_DIR": str(base / "config"),
+            "PYTHONUNBUFFERED": "1",
+        }
         for name in ("GPUYARD_SERVER", "GPUYARD_TOKEN"):
             self.env.pop(name, None)
         self.log = base / "up.log"
@@ -236,11 +281,181 @@ class Submitters:
                     break
                 if r.status_code < 500 and r.status_code != 429:
                     raise RuntimeError(f"submission {i} refused: HTTP {r.status_code} {r.text[:300]}")
-                time.sleep(float(r.headers.get("Retry-After", 0.2)))
+                time.sleep(
+                    min(float(r.headers.get("Retry-After", 0.2)), 2.0)
+                )  # (at most 2 s: the run keeps pace)
 
     def join(self, timeout: float) -> None:
         for t in self.threads:
             t.join(timeout)
+
+
+class Hostile:
+    """A tenant that reaches every limit of `LIMITS`, round after round, until `stop()`: each probe's answers
+    are counted by status, and an answer that is neither its limit's nor `DOWN` is kept as unexpected. The jobs
+    it gets accepted (one GPU each, printing more than its log budget) must succeed like the others."""
+
+    def __init__(self, platform: Platform, markers: Path):
+        self.platform, self.markers = platform, markers
+        token = _wait(self._token, 60, "a token of the hostile tenant")
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.http = httpx.Client(base_url=platform.server, headers=self.headers, timeout=10)
+        self.answers: dict[str, dict[int, int]] = {probe: {} for probe in EXPECTED}
+        self.unexpected: list[str] = []
+        self.accepted: dict[int, tuple[str, int]] = {}  # its job number -> (job id, replicas)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _token(self) -> str | None:
+        try:
+            r = self.platform.http.post("/v1/admin/tokens", json={"tenant": HOSTILE, "user": "m"})
+        except httpx.HTTPError:
+            return None
+        return r.json()["token"] if r.status_code in (200, 201) else None
+
+    def stop(self) -> None:
+        """Ends the rounds once every probe has had its limit's answer at least once (at most 110 s on)."""
+        self._stop.set()
+        self.thread.join(120)
+
+    def _reached_every_limit(self) -> bool:
+        return all(self.answers[probe].get(status) for probe, status in EXPECTED.items())
+
+    def _run(self) -> None:
+        probes = {
+            "no credential": self._no_credential,
+            "body over max_body_bytes": self._large_body,
+            "model over max_model_bytes": self._large_model,
+            "upload over max_uploads_per_tenant": self._one_upload_too_many,
+            "job over its queue limit": self._jobs_until_refused,
+        }
+        deadline = None
+        while True:
+            if self._stop.is_set():
+                deadline = deadline or time.monotonic() + 110
+                if self._reached_every_limit() or time.monotonic() > deadline:
+                    return
+            for probe, send in probes.items():
+                try:
+                    status, text = send()
+                except (OSError, httpx.HTTPError):  # a service is down: no answer
+                    continue
+                self.answers[probe][status] = self.answers[probe].get(status, 0) + 1
+                if status not in (EXPECTED[probe], DOWN):
+                    self.unexpected.append(f"{probe}: HTTP {status} {text[:200]}")
+            time.sleep(0.3)
+
+    def _no_credential(self) -> tuple[int, str]:
+        """A body of 2 MiB declared, 4 KiB of it sent, with no token: answered before the rest comes."""
+        return _raw_post(self.platform.port, "/v1/jobs", {"Content-Length": str(2 << 20)}, b"{" * 4096)
+
+    def _large_body(self) -> tuple[int, str]:
+        spec = {"name": "too-large", "command": "true", "env": {"PAD": "x" * (2 * MAX_BODY)}}
+        r = self.http.post("/v1/jobs", json=spec)
+        return r.status_code, r.text
+
+    def _large_model(self) -> tuple[int, str]:
+        r = self.http.post(
+            "/v1/models",
+            params={"name": "too-large"},
+            content=b"\0" * (2 * MAX_MODEL),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        return r.status_code, r.text
+
+    def _one_upload_too_many(self) -> tuple[int, str]:
+        """A second upload while a first one is in progress: the first's head sent and the rest held back until
+        the API stages it (its file appears in the model store's uploads folder), then dropped."""
+        uploads = self.platform.base / "data" / "models" / ".uploads"
+        before = set(uploads.glob("*.part")) if uploads.exists() else set()
+        held = _open_post(
+            self.platform.port,
+            "/v1/models?name=held",
+            {
+                **self.headers,
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(MAX_MODEL // 2),
+            },
+            b"\0" * 4096,
+        )
+        try:
+            _wait(lambda: set(uploads.glob("*.part")) - before, 10, "the first upload staged")
+            r = self.http.post(
+                "/v1/models",
+                params={"name": "second"},
+                content=b"not onnx",
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            return r.status_code, r.text
+        except TimeoutError as exc:  # the submit service went down meanwhile: no answer
+            raise ConnectionError(str(exc)) from None
+        finally:
+            held.close()  # the first upload ends unfinished: its slot and its file are given back
+
+    def _jobs_until_refused(self) -> tuple[int, str]:
+        """Jobs of one GPU until one is refused: its user may hold one GPU, so from the second on they wait, and
+        its queue holds two."""
+        for _ in range(8):
+            number = len(self.accepted)
+            r = self.http.post(
+                "/v1/jobs",
+                json=_hostile_spec(number, self.markers),
+                headers={"Idempotency-Key": str(uuid.uuid4())},
+            )
+            if r.status_code not in (200, 202):
+                return r.status_code, r.text
+            self.accepted[number] = (r.json()["job_id"], 1)
+        return r.status_code, "eight jobs accepted, none refused"
+
+    def log_budget_reached(self, deadline: float) -> bool:
+        """Whether one of its jobs' output ends with the log budget's line (the output of a job is shipped as it
+        comes and after it ends: looked for until `deadline` seconds)."""
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            for job_id, _ in list(self.accepted.values()):
+                try:
+                    r = self.http.get(f"/v1/jobs/{job_id}/logs", params={"tail": 3})
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 200 and TRUNCATED in r.text:
+                    return True
+            time.sleep(1)
+        return False
+
+
+def _hostile_spec(number: int, markers: Path) -> dict:
+    mark = 'echo "$GPUYARD_ATTEMPT" >> "$CHAOS_MARKERS/$GPUYARD_JOB_ID.$RANK"'
+    flood = f"head -c {4 * LOG_BUDGET} /dev/zero | tr '\\0' x | fold -w 99"  # four times its log budget
+    return {
+        "name": f"hostile-{number}",
+        "command": ["sh", "-c", f"{mark}; {flood}; sleep 0.2"],
+        "env": {"CHAOS_MARKERS": str(markers)},
+        "resources": {"gpus": 1, "cpus": 0.01, "memory": "1MB"},
+    }
+
+
+def _open_post(port: int, target: str, headers: dict[str, str], head: bytes) -> socket.socket:
+    """A POST whose request line, headers and the first bytes of its body are sent; the rest never is."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    lines = [f"POST {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + head)
+    return sock
+
+
+def _raw_post(port: int, target: str, headers: dict[str, str], head: bytes) -> tuple[int, str]:
+    """The status and the head of the answer to a POST of which only `head` of the body is sent."""
+    sock = _open_post(port, target, headers, head)
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed with no answer")
+            data += chunk
+        return int(data.split(b" ", 2)[1]), data.decode(errors="replace")
+    finally:
+        sock.close()
 
 
 def run_chaos(
@@ -266,6 +481,7 @@ def run_chaos(
     try:
         rate = jobs / max(len(schedule) * (gap + 2.0), 1.0)  # submitting lasts about as long as the kills
         submitters = Submitters(platform, specs, rate, clients=4)
+        hostile = Hostile(platform, markers)
         say(f"chaos: {jobs} jobs at {rate:.0f}/s, kills in this order: {', '.join(schedule)} (logs: {base})")
         for target in schedule:
             time.sleep(rng.uniform(gap / 2, gap))
@@ -281,12 +497,13 @@ def run_chaos(
                 pass
             say(f"  killed {target} (pid {pid}) at {kill.at_s:.1f}s; back after {kill.back_after_s}s")
         submitters.join(deadline)
-        result.accepted = len(submitters.accepted)
-        say(f"chaos: {result.accepted} of {jobs} accepted; waiting for every job to end")
-        states = _final_states(
-            platform, [job_id for job_id, _ in submitters.accepted.values()], deadline, say
-        )
-        for job_id, replicas in submitters.accepted.values():
+        hostile.stop()
+        result.accepted, result.hostile_jobs = len(submitters.accepted), len(hostile.accepted)
+        result.hostile, result.unexpected = hostile.answers, hostile.unexpected
+        say(f"chaos: {result.accepted} of {jobs} accepted, {result.hostile_jobs} of the hostile tenant's")
+        every = [*submitters.accepted.values(), *hostile.accepted.values()]
+        states = _final_states(platform, [job_id for job_id, _ in every], deadline, say)
+        for job_id, replicas in every:
             state = states.get(job_id)
             if state is None:
                 result.lost.append(job_id)
@@ -300,6 +517,7 @@ def run_chaos(
                 path = markers / f"{job_id}.{rank}"
                 if path.exists() and len(path.read_text().splitlines()) > 1:
                     result.twice.append(f"{job_id}.{rank}")
+        result.truncated = hostile.log_budget_reached(60)
     finally:
         platform.stop()
         result.seconds = time.monotonic() - t0
@@ -339,8 +557,10 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=600, help="seconds every job has to finish")
     args = parser.parse_args()
     result = run_chaos(args.jobs, args.kills, args.gang_every, args.seed, deadline=args.deadline)
-    print(json.dumps({**result.summary(), "kills_detail": [asdict(k) for k in result.kills]}, indent=2))
-    bad = result.lost or result.twice or result.stuck or result.failed
+    detail = {"kills_detail": [asdict(k) for k in result.kills], "unexpected_detail": result.unexpected[:20]}
+    print(json.dumps({**result.summary(), **detail}, indent=2))
+    bad = result.lost or result.twice or result.stuck or result.failed or result.unexpected
+    bad = bad or not result.reached_every_limit() or not result.truncated
     sys.exit(1 if bad else 0)
 
 

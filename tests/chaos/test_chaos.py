@@ -1,7 +1,8 @@
 """1,000 short jobs, gangs of 16 replicas among them, through `gpuyard up --simulate-gpus 8` while the
 scheduler, an executor, the submit service and NATS are each killed with SIGKILL twice, in random order
-(benchmarks/chaos.py, which runs it with larger numbers). Every accepted job must succeed: none lost, none
-run twice, none stuck."""
+(benchmarks/chaos.py, which runs it with larger numbers), with the platform's limits set low and a hostile
+tenant reaching each of them meanwhile. Every accepted job must succeed: none lost, none run twice, none stuck;
+every limit answers as it says (401, 413, 429, or 503 while a service is down), never otherwise."""
 
 from __future__ import annotations
 
@@ -30,4 +31,7 @@ def test_every_job_succeeds_once_while_services_and_nats_are_killed(tmp_path):
     assert not result.twice, f"replicas that ran more than once: {result.twice[:10]}"
     assert not result.stuck, f"still open when the wait gave up: {result.stuck[:10]}"
     assert not result.failed, f"finished without success: {result.failed[:10]}"
-    assert result.succeeded == 1000
+    assert result.succeeded == 1000 + result.hostile_jobs
+    assert result.reached_every_limit(), summary
+    assert not result.unexpected, result.unexpected[:10]
+    assert result.truncated, "no hostile job's output ends with the log budget's line"
