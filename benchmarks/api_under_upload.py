@@ -1,24 +1,39 @@
 """How long another tenant waits for `GET /v1/jobs` while one tenant publishes a large model: first while its
-body streams in, then while the file is checked; and while a model of deeply nested `If` subgraphs is checked.
+body streams in, then while the file is checked; while a model of deeply nested `If` subgraphs is checked; and
+while a third tenant sends oversized inference requests to the serving port, alone and then beside the large
+model's publish.
 
     python benchmarks/api_under_upload.py                      # a 1 GiB model, a nested one of about 70 MiB
     python benchmarks/api_under_upload.py --model-mb 256 --nested-depth 0   # smaller, no nested model
     python benchmarks/api_under_upload.py --content-length     # bodies that say their length (not chunked)
+    python benchmarks/api_under_upload.py --no-inference       # without the serving port's phases
 
-The submit API runs as it does in production (uvicorn, its own process), on an embedded store in a temporary
-folder, with no bus (publishing needs none). Tenant `nlp` has `--jobs` jobs queued and lists them (its first
-page) one request after another, the whole time; tenant `vision` streams the model from a file written
-beforehand (1 MiB chunks) and waits for the answer. Each listing's latency is put in the phase it began in:
-`quiet` (before the upload), `upload` (body streaming), `check` (body sent, answer not yet in). Prints one JSON
-object: per phase, the listings' count, p50, p99 and max in milliseconds; each publish's status, size and
-seconds; and the API process's peak resident memory. Exits 1 when a publish was not answered 201, or a listing
-failed.
+The submit API runs as it does in production (uvicorn, its own process, the services' event loop), on an
+embedded store in a temporary folder, with no bus (publishing needs none). So does the serving entry point (its
+own process, `services.serving.entry`: bearer tokens, the request limits, `--request-limit-mb` as
+`max_request_bytes`), holding tenant `speech`'s model `wide` (x [N, 4096] FP32, whose inputs bound no request
+below the limit: the limit binds) as a replica placed on its node would be held. Tenant `nlp` has `--jobs` jobs
+queued and lists them (its first page) one request after another, the whole time; tenant `vision` streams the
+model from a file written beforehand (1 MiB chunks) and waits for the answer. Each listing's latency is put in
+the phase it began in: `quiet` (before the upload), `upload` (body streaming), `check` (body sent, answer not yet
+in). Then tenant `speech` sends inference requests to `wide`, one after another: each a JSON body of more rows
+than the limit holds, chunked (1 MiB chunks) as a streaming client sends it, its bytes sent until the limit is
+passed and the answer read, a 413 in the protocol's shape; phases `inference` (those alone, for
+`--inference-seconds`), then `upload+inference` and `check+inference` (the large model published again, under
+another name, while they go on).
+
+Prints one JSON object: per phase, the listings' count, p50, p99 and max in milliseconds; each publish's status,
+size and seconds; the API process's peak resident memory; and `with_inference` (the serving phases: the
+listings, the publish, the inference requests' statuses per phase, the serving process's peak resident memory).
+Exits 1 when a publish was not answered 201, a listing failed, or an inference request was answered anything but
+its 413.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import socket
@@ -35,10 +50,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TOKENS = "tok-vision=vision:ana,tok-nlp=nlp:bo"
+TOKENS = "tok-vision=vision:ana,tok-nlp=nlp:bo,tok-speech=speech:cy"
 UPLOADER = {"Authorization": "Bearer tok-vision", "Content-Type": "application/octet-stream"}
 LISTER = {"Authorization": "Bearer tok-nlp"}
+INFERRER = {"Authorization": "Bearer tok-speech", "Content-Type": "application/json"}
 CHUNK = 1 << 20
+SERVED = ("speech", "wide")  # the served model's tenant and name
+WIDE_INPUTS = 4096
 
 
 # ---------------------------------------------------------------- the API, in a process of its own
@@ -76,25 +94,67 @@ async def serve(folder: Path, port: int, max_model_bytes: int) -> None:
     await uvicorn.Server(config).serve()
 
 
-def start_api(folder: Path, max_model_bytes: int) -> tuple[subprocess.Popen, str]:
+async def serve_inference(folder: Path, port: int, max_request_bytes: int, model_path: Path) -> None:
+    """The serving entry point as `services.serving.main` builds it, without the bus: the model is held as the
+    serving service holds a serve job's replica once loaded (its registry key, ONNX Runtime at one thread)."""
+    import uvicorn
+
+    from services.serving.access import Access
+    from services.serving.entry import create_entry_app
+    from services.serving.held import model_key
+    from services.serving.proxy import Forwarder
+    from services.serving.registry import ModelRegistry
+    from services.serving.routing import Routes
+    from services.serving.runtime import load_onnx
+    from services.serving.stats import Stats
+    from shared.modelregistry import ModelRegistry as ModelCatalog
+    from shared.modelstore import ModelStore
+    from shared.store import open_store
+    from shared.tokens import Tokens
+
+    store = await open_store(f"sqlite:///{folder / 'events.db'}")
+    catalog = ModelCatalog(store, None, "/bench", ModelStore(str(folder / "models")))
+    registry, routes = ModelRegistry(), Routes("bench")
+    registry.add(model_key(*SERVED), 1, load_onnx(model_path, intra_op_threads=1))
+    app = create_entry_app(
+        registry,
+        Access(Tokens(None, TOKENS), catalog, registry, routes),
+        Forwarder(registry, routes),
+        Stats(),
+        max_request_bytes=max_request_bytes,
+    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    await uvicorn.Server(config).serve()
+
+
+def start_process(what: str, argv: list[str], health: str) -> tuple[subprocess.Popen, str]:
+    """This file run with `argv` (a server on a free port, given last): its process and URL once `health`
+    answers 200."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(folder), str(port), str(max_model_bytes)], cwd=ROOT
-    )
+    proc = subprocess.Popen([sys.executable, __file__, *argv, str(port)], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the API exited with {proc.returncode}")
+            raise SystemExit(f"{what} exited with {proc.returncode}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{health}", timeout=2).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("the API did not start within 60 s")
+    raise SystemExit(f"{what} did not start within 60 s")
+
+
+def start_api(folder: Path, max_model_bytes: int) -> tuple[subprocess.Popen, str]:
+    return start_process("the API", ["--serve", str(folder), str(max_model_bytes)], "/healthz")
+
+
+def start_serving(folder: Path, max_request_bytes: int, model: Path) -> tuple[subprocess.Popen, str]:
+    argv = ["--serve-inference", str(folder), str(max_request_bytes), str(model)]
+    return start_process("the serving entry point", argv, "/v2/health/ready")
 
 
 # ---------------------------------------------------------------- models
@@ -140,6 +200,24 @@ def nested_model(path: Path, depth: int, width: int) -> None:
     onnx.save_model(model, str(path))
 
 
+def wide_model(path: Path, width: int = WIDE_INPUTS) -> None:
+    """y = x @ w, x [N, width] FP32, w [width, 4]: at the serving port's most rows a request may carry, its
+    inputs allow more than any limit given here, so `max_request_bytes` is what binds."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((width, 4), 0.5, dtype=np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "wide", [x], [y], initializer=[w]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save_model(model, str(path))
+
+
 # ---------------------------------------------------------------- the measure
 
 
@@ -166,18 +244,25 @@ class Lister(threading.Thread):
                 time.sleep(0.005)  # (a client that asks 200 times a second, not a busy loop)
 
 
-def publish(url: str, path: Path, name: str, lister: Lister, chunked: bool) -> dict:
+def publish(
+    url: str,
+    path: Path,
+    name: str,
+    lister: Lister,
+    chunked: bool,
+    phases: tuple[str, str, str] = ("upload", "check", "quiet"),
+) -> dict:
     """Stream `path` as model `name` (`chunked`: without saying its length); the lister's phase follows the
-    upload."""
+    upload (`phases`: its names while the body streams, once it is sent, and once the answer is in)."""
     size = path.stat().st_size
 
     def body():
         with path.open("rb") as f:
             while chunk := f.read(CHUNK):
                 yield chunk
-        lister.phase = "check"  # (the last byte handed to the connection)
+        lister.phase = phases[1]  # (the last byte handed to the connection)
 
-    lister.phase = "upload"
+    lister.phase = phases[0]
     started = time.perf_counter()
     response = httpx.post(
         f"{url}/v1/models",
@@ -187,13 +272,119 @@ def publish(url: str, path: Path, name: str, lister: Lister, chunked: bool) -> d
         timeout=3600,
     )
     seconds = time.perf_counter() - started
-    lister.phase = "quiet"
+    lister.phase = phases[2]
     return {"name": name, "status": response.status_code, "bytes": size, "seconds": round(seconds, 2),
             "detail": response.json().get("detail") if response.status_code >= 400 else None}  # fmt: skip
 
 
-def api_peak_rss(pid: int) -> float | None:
-    """The API process's largest resident size so far, in MiB (Linux's VmHWM; None elsewhere)."""
+class Inferrer(threading.Thread):
+    """Tenant speech's oversized inference requests to the serving port, one after another, each with the
+    lister's phase when it began: a JSON request of more rows of `wide` than `limit` bytes hold, chunked, its
+    bytes sent until the limit is passed, then its answer read (a 413 is all it should get)."""
+
+    def __init__(self, url: str, limit: int, lister: Lister):
+        super().__init__(daemon=True)
+        self.address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        self.limit = limit
+        self.lister = lister
+        self.statuses: dict[str, collections.Counter] = {}
+        self.seconds: list[float] = []
+        self.unexpected: list[str] = []
+        self.done = threading.Event()
+        rows = limit // (WIDE_INPUTS * len("0.125, ")) + 1024  # (more than the limit holds)
+        start = json.dumps(
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, WIDE_INPUTS], "data": []}]}
+        )
+        prefix = start[: start.rindex("[]") + 1].encode()  # `"data": [` and the numbers to come
+        filler = b"0.125, " * (CHUNK // 7 + 1)
+        self.first = frame((prefix + filler)[:CHUNK])
+        self.next = frame(filler[:CHUNK])
+        self.head = "\r\n".join(
+            [
+                f"POST /v2/models/{SERVED[1]}/infer HTTP/1.1",
+                f"Host: {self.address[0]}:{self.address[1]}",
+                *(f"{k}: {v}" for k, v in INFERRER.items()),
+                "Transfer-Encoding: chunked",
+                "",
+                "",
+            ]
+        ).encode()
+        self.sent_each = 0
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            phase, started = self.lister.phase, time.perf_counter()
+            status = self.one()
+            self.seconds.append(time.perf_counter() - started)
+            self.statuses.setdefault(phase, collections.Counter())[status] += 1
+
+    def one(self) -> str:
+        try:
+            with socket.create_connection(self.address, timeout=600) as sock:
+                sock.sendall(self.head + self.first)
+                sent = CHUNK
+                while sent <= self.limit:  # past the limit, then nothing more: the server has all it needs
+                    sock.sendall(self.next)
+                    sent += CHUNK
+                self.sent_each = sent
+                status, body = read_answer(sock)
+        except OSError as exc:  # (a reset, or the answer never came)
+            self.unexpected.append(repr(exc))
+            return type(exc).__name__
+        if status != 413 or not refused_over(body, self.limit):
+            self.unexpected.append(f"{status} {body[:200]!r}")
+        return str(status)
+
+    def report(self) -> dict:
+        return {
+            "statuses": {phase: dict(counts) for phase, counts in self.statuses.items()},
+            "bytes_sent_each": self.sent_each,
+            "seconds": {k: v for k, v in summary(self.seconds).items() if k != "count"},
+            "unexpected": self.unexpected[:5],
+        }
+
+
+def refused_over(body: bytes, limit: int) -> bool:
+    """Whether `body` is the protocol's error (`{"error": ...}`, nothing else) saying the body passed `limit`."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and set(answer) == {"error"} and f"over {limit} bytes" in answer["error"]
+
+
+def frame(data: bytes) -> bytes:
+    """One chunk of a chunked body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def read_answer(sock: socket.socket) -> tuple[int, bytes]:
+    """The status and body of the answer on `sock` (one with a Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed with no answer: {data[:200]!r}")
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed in the middle of the answer")
+        body += chunk
+    return int(head.split(b" ", 2)[1]), body
+
+
+def peak_rss(pid: int) -> float | None:
+    """A process's largest resident size so far, in MiB (Linux's VmHWM; None elsewhere)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -233,7 +424,25 @@ def main() -> int:
     parser.add_argument(
         "--content-length", action="store_true", help="say each body's length (default: chunked, as streamed)"
     )
+    parser.add_argument(
+        "--no-inference", action="store_true", help="leave out the phases with oversized inference requests"
+    )
+    parser.add_argument(
+        "--request-limit-mb",
+        type=int,
+        help="the serving port's max_request_bytes, in MiB (default: the setting's default, 64 MiB)",
+    )
+    parser.add_argument(
+        "--inference-seconds",
+        type=float,
+        default=5.0,
+        help="oversized inference requests alone, before the publish",
+    )
     args = parser.parse_args()
+    from shared.settings import ServingSettings
+
+    default_limit = ServingSettings.model_fields["max_request_bytes"].default
+    args.request_limit = args.request_limit_mb << 20 if args.request_limit_mb else default_limit
     with tempfile.TemporaryDirectory(prefix="gpuyard-upload-bench-") as tmp:
         folder = Path(tmp)
         big = folder / "big.onnx"
@@ -246,8 +455,18 @@ def main() -> int:
         api_folder = folder / "api"
         api_folder.mkdir()
         limit = max(p.stat().st_size for _, p in files) + (1 << 20)
-        proc, url = start_api(api_folder, limit)
+        serving = serving_url = None
+        started: list[subprocess.Popen] = []
         try:
+            if not args.no_inference:
+                wide = folder / "wide.onnx"
+                wide_model(wide)
+                (folder / "serving").mkdir()
+                serving, serving_url = start_serving(folder / "serving", args.request_limit, wide)
+                started.append(serving)
+                check_inference(serving_url)
+            proc, url = start_api(api_folder, limit)
+            started.append(proc)
             queue_jobs(url, args.jobs)
             lister = Lister(url)
             lister.start()
@@ -258,12 +477,17 @@ def main() -> int:
                 phases = {phase: summary(s) for phase, s in lister.samples.items()}
                 published[-1]["listings"] = {p: phases.get(p, {"count": 0}) for p in ("upload", "check")}
                 lister.samples = {"quiet": lister.samples.get("quiet", [])}
+            with_inference = None
+            if serving is not None:
+                with_inference = inference_phases(serving_url, args, big, url, lister)
+                with_inference["serving_peak_rss_mb"] = peak_rss(serving.pid)
             lister.done.set()
             lister.join()
-            peak = api_peak_rss(proc.pid)
+            peak = peak_rss(proc.pid)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for server in started:
+                server.terminate()
+                server.wait(30)
     result = {
         "cpus": os.cpu_count(),
         "model_mb": args.model_mb,
@@ -273,13 +497,74 @@ def main() -> int:
         "publishes": published,
         "listing_failures": lister.failures,
         "api_peak_rss_mb": peak,
+        "event_loop": "uvloop" if loop_factory() else "asyncio",
     }
+    if with_inference is not None:
+        result["with_inference"] = with_inference
+        published = [*published, with_inference["publish"]]
     print(json.dumps(result, indent=2))
-    return 0 if lister.failures == 0 and all(p["status"] == 201 for p in published) else 1
+    inferences_ok = with_inference is None or (
+        not with_inference["inferences"]["unexpected"]
+        and "inference" in with_inference["inferences"]["statuses"]
+        and {"upload+inference", "check+inference"} & set(with_inference["inferences"]["statuses"])
+    )
+    return 0 if lister.failures == 0 and all(p["status"] == 201 for p in published) and inferences_ok else 1
+
+
+def check_inference(url: str) -> None:
+    """Tenant speech's model answers a small request on the serving port (else the phases would measure
+    refusals of another kind)."""
+    body = {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, WIDE_INPUTS], "data": [0.5] * 2 * WIDE_INPUTS}
+        ]
+    }
+    answer = httpx.post(f"{url}/v2/models/{SERVED[1]}/infer", json=body, headers=INFERRER, timeout=60)
+    if answer.status_code != 200:
+        raise SystemExit(f"the serving entry point answered {answer.status_code}: {answer.text[:300]}")
+
+
+def inference_phases(serving_url: str, args, big: Path, url: str, lister: Lister) -> dict:
+    """Oversized inference requests alone (`inference`), then beside the large model's publish under another
+    name (`upload+inference`, `check+inference`): the listings of each phase, the publish, the requests."""
+    inferrer = Inferrer(serving_url, args.request_limit, lister)
+    lister.phase = "inference"
+    inferrer.start()
+    time.sleep(args.inference_seconds)  # (the phase's samples)
+    phases = ("upload+inference", "check+inference")
+    done = publish(
+        url, big, "big-beside-inference", lister, not args.content_length, (*phases, "inference-ends")
+    )
+    inferrer.done.set()
+    inferrer.join()  # (the request under way ends; what the lister measures meanwhile is left out)
+    lister.phase = "quiet"
+    listings = {phase: summary(lister.samples.get(phase, [])) for phase in ("inference", *phases)}
+    lister.samples = {"quiet": lister.samples.get("quiet", [])}
+    done["listings"] = {phase: listings[phase] for phase in phases}
+    return {
+        "request_limit_bytes": args.request_limit,
+        "model": "/".join(SERVED),
+        "inference": listings["inference"],
+        "publish": done,
+        "inferences": inferrer.report(),
+    }
+
+
+def loop_factory():
+    """The services' event loop (`shared.service.event_loop_factory`: uvloop where installed)."""
+    from shared.service import event_loop_factory
+
+    return event_loop_factory()
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        asyncio.run(serve(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve(Path(sys.argv[2]), int(sys.argv[4]), int(sys.argv[3])))
+    elif sys.argv[1:2] == ["--serve-inference"]:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(
+                serve_inference(Path(sys.argv[2]), int(sys.argv[5]), int(sys.argv[3]), Path(sys.argv[4]))
+            )
     else:
         sys.exit(main())

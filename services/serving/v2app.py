@@ -279,7 +279,8 @@ def create_app(
         try:
             model = entry.model
             limit = limit_of(model)
-            body = await read_body(request, limit, declared, name, max_request_rows)
+            named = name if limit < max_request_bytes else None  # (the model's own limit, else the server's)
+            body = await read_body(request, limit, declared, named, max_request_rows)
             req = decode_request(body, request.headers.get("inference-header-content-length"))
             check_inputs(model, req.inputs, req.datatypes)
             for input_name, array in req.inputs.items():
