@@ -9,13 +9,13 @@ from shared.events import JobSucceeded
 from shared.ledger import ENDED_JOBS
 from tests.unit.containers import containers
 
-JOBS = 5000
+JOBS = 2000  # four times the ended jobs the ledger keeps (ENDED_JOBS)
 BURST = 100
 SMALL = 16
 """Containers that do not grow with the jobs stay below this (the node's GPUs, the known nodes' addresses)."""
 
 
-async def test_per_attempt_state_is_dropped_after_5000_jobs(h):
+async def test_per_attempt_state_is_dropped_after_2000_jobs(h):
     ex = await h.executor()
     tasks_before = len(asyncio.all_tasks())
     ids = [await h.submit(command=["true"]) for _ in range(JOBS)]
