@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for the five GPUYARD services; the first argument picks one:
-#   docker run gpuyard:dev submit      → python -m services.submit
+#   docker run gpuyard:dev submit      → python -m gpuyard.services.submit
 # (scheduler, executor, serving, monitor likewise; any other command runs as given).
 
 # The executor's start helper (services/executor/replica_start.c), built where there is a C compiler: the
@@ -21,18 +21,18 @@ RUN groupadd --system --gid 10001 gpuyard \
         --shell /usr/sbin/nologin gpuyard
 
 WORKDIR /opt/gpuyard
-# The extras installed: `serving` (ONNX Runtime on the CPU); GPU nodes build with --build-arg EXTRAS=gpu
-# (the CUDA build instead, never both).
-ARG EXTRAS=serving
+# The extras installed: `platform` (what the services run on) and `serving` (ONNX Runtime on the CPU); GPU
+# nodes build with --build-arg EXTRAS=platform,gpu (the CUDA build instead, never both).
+ARG EXTRAS=platform,serving
 # Dependencies first (cached while only the code changes), then the code.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 RUN mkdir -p gpuyard shared services && touch gpuyard/__init__.py shared/__init__.py services/__init__.py \
  && pip install ".[${EXTRAS}]" && pip uninstall --yes gpuyard && rm -rf gpuyard shared services build
 COPY gpuyard ./gpuyard
 COPY shared ./shared
 COPY services ./services
 RUN pip install --no-deps . && rm -rf build
-COPY --from=start-helper /build/bin/ /usr/local/lib/python3.11/site-packages/services/executor/bin/
+COPY --from=start-helper /build/bin/ /usr/local/lib/python3.11/site-packages/gpuyard/services/executor/bin/
 COPY --chmod=755 deploy/docker/entrypoint.sh /usr/local/bin/gpuyard-entrypoint
 
 USER 10001:10001

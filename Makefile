@@ -5,13 +5,14 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[platform]'
 	touch $@
 
+# `platform`: what `gpuyard up` and the services run on (a bare `pip install .` is the client and CLI alone).
 # The tests also need the test tools, and the extras they exercise: `train` (PyTorch, for the distributed
 # example), `sim` (matplotlib, for `gpuyard sim --plot`) and `serving` (ONNX Runtime).
 $(BIN)/.installed-test: $(BIN)/.installed pyproject.toml
-	$(BIN)/pip install -q -e '.[test,train,sim,serving]'
+	$(BIN)/pip install -q -e '.[platform,test,train,sim,serving]'
 	touch $@
 
 install: $(BIN)/.installed

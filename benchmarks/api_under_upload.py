@@ -10,7 +10,7 @@ model's publish.
 
 The submit API runs as it does in production (uvicorn, its own process, the services' event loop), on an
 embedded store in a temporary folder, with no bus (publishing needs none). So does the serving entry point (its
-own process, `services.serving.entry`: bearer tokens, the request limits, `--request-limit-mb` as
+own process, `gpuyard.services.serving.entry`: bearer tokens, the request limits, `--request-limit-mb` as
 `max_request_bytes`), holding tenant `speech`'s model `wide` (x [N, 4096] FP32, whose inputs bound no request
 below the limit: the limit binds) as a replica placed on its node would be held. Tenant `nlp` has `--jobs` jobs
 queued and lists them (its first page) one request after another, the whole time; tenant `vision` streams the
@@ -65,15 +65,15 @@ WIDE_INPUTS = 4096
 async def serve(folder: Path, port: int, max_model_bytes: int) -> None:
     import uvicorn
 
-    from services.submit.app import create_app
-    from services.submit.context import SubmitContext, Uploads
-    from shared.ledger import JobLedger
-    from shared.logstore import open_log_store
-    from shared.modelregistry import ModelRegistry
-    from shared.modelstore import ModelStore
-    from shared.onnxsig import CheckBounds
-    from shared.store import open_store
-    from shared.tokens import Tokens
+    from gpuyard.services.submit.app import create_app
+    from gpuyard.services.submit.context import SubmitContext, Uploads
+    from gpuyard.shared.ledger import JobLedger
+    from gpuyard.shared.logstore import open_log_store
+    from gpuyard.shared.modelregistry import ModelRegistry
+    from gpuyard.shared.modelstore import ModelStore
+    from gpuyard.shared.onnxsig import CheckBounds
+    from gpuyard.shared.store import open_store
+    from gpuyard.shared.tokens import Tokens
 
     store = await open_store(f"sqlite:///{folder / 'events.db'}")
     logs = await open_log_store(f"sqlite:///{folder / 'logs.db'}")
@@ -95,22 +95,22 @@ async def serve(folder: Path, port: int, max_model_bytes: int) -> None:
 
 
 async def serve_inference(folder: Path, port: int, max_request_bytes: int, model_path: Path) -> None:
-    """The serving entry point as `services.serving.main` builds it, without the bus: the model is held as the
+    """The serving entry point as `gpuyard.services.serving.main` builds it, without the bus: the model is held as the
     serving service holds a serve job's replica once loaded (its registry key, ONNX Runtime at one thread)."""
     import uvicorn
 
-    from services.serving.access import Access
-    from services.serving.entry import create_entry_app
-    from services.serving.held import model_key
-    from services.serving.proxy import Forwarder
-    from services.serving.registry import ModelRegistry
-    from services.serving.routing import Routes
-    from services.serving.runtime import load_onnx
-    from services.serving.stats import Stats
-    from shared.modelregistry import ModelRegistry as ModelCatalog
-    from shared.modelstore import ModelStore
-    from shared.store import open_store
-    from shared.tokens import Tokens
+    from gpuyard.services.serving.access import Access
+    from gpuyard.services.serving.entry import create_entry_app
+    from gpuyard.services.serving.held import model_key
+    from gpuyard.services.serving.proxy import Forwarder
+    from gpuyard.services.serving.registry import ModelRegistry
+    from gpuyard.services.serving.routing import Routes
+    from gpuyard.services.serving.runtime import load_onnx
+    from gpuyard.services.serving.stats import Stats
+    from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
+    from gpuyard.shared.modelstore import ModelStore
+    from gpuyard.shared.store import open_store
+    from gpuyard.shared.tokens import Tokens
 
     store = await open_store(f"sqlite:///{folder / 'events.db'}")
     catalog = ModelCatalog(store, None, "/bench", ModelStore(str(folder / "models")))
@@ -439,7 +439,7 @@ def main() -> int:
         help="oversized inference requests alone, before the publish",
     )
     args = parser.parse_args()
-    from shared.settings import ServingSettings
+    from gpuyard.shared.settings import ServingSettings
 
     default_limit = ServingSettings.model_fields["max_request_bytes"].default
     args.request_limit = args.request_limit_mb << 20 if args.request_limit_mb else default_limit
@@ -551,8 +551,8 @@ def inference_phases(serving_url: str, args, big: Path, url: str, lister: Lister
 
 
 def loop_factory():
-    """The services' event loop (`shared.service.event_loop_factory`: uvloop where installed)."""
-    from shared.service import event_loop_factory
+    """The services' event loop (`gpuyard.shared.service.event_loop_factory`: uvloop where installed)."""
+    from gpuyard.shared.service import event_loop_factory
 
     return event_loop_factory()
 

@@ -187,7 +187,7 @@ class Platform:
 
     def child(self, target: str) -> int | None:
         """The pid of the supervised process for `target` (the first executor), None while it is down."""
-        needle = "nats-server" if target == "nats" else f"services.{target}"
+        needle = "nats-server" if target == "nats" else f"gpuyard.services.{target}"
         found = []
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:

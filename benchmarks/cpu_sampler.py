@@ -7,7 +7,7 @@
   all the machine's CPU time: a run with much of it measured a slower machine;
 - per process whose command line contains one of `--match` (default: GPUYard's services, the executors,
   nats-server and the benchmark's own client): utime + stime from /proc/PID/stat per interval, in % of one
-  core, grouped by a short name (services.submit, services.executor, ...; several processes of a service are
+  core, grouped by a short name (submit, executor, ...; several processes of a service are
   added up).
 
 The command's own output goes through unchanged; the samples go to stderr as one JSON object at the end
@@ -42,9 +42,9 @@ def group_of(cmdline: list[str], patterns: list[str]) -> str | None:
     text = " ".join(cmdline)
     for pattern in patterns:
         if pattern in text:
-            if pattern == "services.":
-                module = next((a for a in cmdline if a.startswith("services.")), "services.?")
-                return module
+            if pattern == "services.":  # `-m gpuyard.services.NAME`: the service's name
+                module = next((a for a in cmdline if a.startswith("gpuyard.services.")), "gpuyard.services.?")
+                return module.removeprefix("gpuyard.services.")
             return pattern
     return None
 

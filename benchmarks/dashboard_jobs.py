@@ -37,9 +37,9 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # (after PYTHONPATH: another checkout may be given)
 import httpx  # noqa: E402
 
-from services.submit.app import create_app  # noqa: E402
-from services.submit.context import SubmitContext  # noqa: E402
-from shared.events import (  # noqa: E402
+from gpuyard.services.submit.app import create_app  # noqa: E402
+from gpuyard.services.submit.context import SubmitContext  # noqa: E402
+from gpuyard.shared.events import (  # noqa: E402
     FailureReason,
     GpuShare,
     JobCancelled,
@@ -51,12 +51,12 @@ from shared.events import (  # noqa: E402
     ReplicaPlacement,
     make_event,
 )
-from shared.jobspec import JobSpec  # noqa: E402
-from shared.jobstate import JobState, apply  # noqa: E402
-from shared.ledger import JobLedger, projection_of  # noqa: E402
-from shared.logstore import open_log_store  # noqa: E402
-from shared.store import Append, open_store  # noqa: E402
-from shared.tokens import Tokens  # noqa: E402
+from gpuyard.shared.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.jobstate import JobState, apply  # noqa: E402
+from gpuyard.shared.ledger import JobLedger, projection_of  # noqa: E402
+from gpuyard.shared.logstore import open_log_store  # noqa: E402
+from gpuyard.shared.store import Append, open_store  # noqa: E402
+from gpuyard.shared.tokens import Tokens  # noqa: E402
 
 TENANTS = ["vision", "nlp", "audio", "robotics", "speech", "search", "ads", "infra"]
 USERS = ["ana", "bo", "cy", "dee", "eli"]

@@ -29,13 +29,13 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.scheduler.main import SchedulerService  # noqa: E402
-from shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat, make_event  # noqa: E402
-from shared.jobspec import JobSpec  # noqa: E402
-from shared.jobstate import JobState  # noqa: E402
-from shared.ledger import Decision, JobLedger  # noqa: E402
-from shared.settings import SchedulerSettings  # noqa: E402
-from shared.store import open_store  # noqa: E402
+from gpuyard.services.scheduler.main import SchedulerService  # noqa: E402
+from gpuyard.shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat, make_event  # noqa: E402
+from gpuyard.shared.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.jobstate import JobState  # noqa: E402
+from gpuyard.shared.ledger import Decision, JobLedger  # noqa: E402
+from gpuyard.shared.settings import SchedulerSettings  # noqa: E402
+from gpuyard.shared.store import open_store  # noqa: E402
 
 GIB = 1 << 30
 TENANTS = 4

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform  # noqa: E402
 
 from gpuyard.client import Client  # noqa: E402
-from shared.buscredentials import credentials_path  # noqa: E402
-from shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.buscredentials import credentials_path  # noqa: E402
+from gpuyard.shared.service import event_loop_factory  # noqa: E402
 
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 GREEDY = "greedy"
@@ -74,7 +74,7 @@ class Memory:
         out: dict[str, dict[str, float]] = {}
         seen: dict[str, int] = {}
         for pid in sorted(self.names):
-            name = self.names[pid].removeprefix("services.")
+            name = self.names[pid]
             n = seen[name] = seen.get(name, -1) + 1
             label = name if n == 0 else f"{name}-{n}"
             out[label] = {

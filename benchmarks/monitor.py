@@ -1,7 +1,7 @@
 """Monitor ingest benchmark: 1,000 simulated GPUs (125 nodes × 8 by default) publishing `gpu.sample` at 1 Hz to a
 real NATS server (JetStream, as the monitors publish them), taken in by the monitor's real ingest path
-(`services.monitor.ingest.SampleIngest` behind a core subscription to `gpu.sample`, as `Monitor.listen` makes
-it) in a process of its own, with the real `/metrics` (`services.monitor.metrics`, cluster scope).
+(`gpuyard.services.monitor.ingest.SampleIngest` behind a core subscription to `gpu.sample`, as `Monitor.listen` makes
+it) in a process of its own, with the real `/metrics` (`gpuyard.services.monitor.metrics`, cluster scope).
 
     python benchmarks/monitor.py                       # 125 nodes × 8 GPUs, 10 s warm-up, 60 s measured
     python benchmarks/monitor.py --nodes 250 --seconds 120
@@ -38,8 +38,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
-from shared.bus import Bus  # noqa: E402
-from shared.events import (  # noqa: E402
+from gpuyard.shared.bus import Bus  # noqa: E402
+from gpuyard.shared.events import (  # noqa: E402
     STREAMS,
     GpuHolder,
     GpuProcessUse,
@@ -48,7 +48,7 @@ from shared.events import (  # noqa: E402
     Subject,
     make_event,
 )
-from shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.service import event_loop_factory  # noqa: E402
 
 GIB = 1 << 30
 
@@ -64,8 +64,8 @@ def pct(values: list[float], q: float) -> float:
 async def ingest_main(nats_url: str, metrics_port: int) -> None:
     """The monitor's ingest and /metrics, alone in this process: prints `ready`, then on SIGTERM the lags and
     CPU times it recorded, as JSON."""
-    from services.monitor.ingest import SampleIngest
-    from services.monitor.metrics import MetricsServer, make_registry
+    from gpuyard.services.monitor.ingest import SampleIngest
+    from gpuyard.services.monitor.metrics import MetricsServer, make_registry
 
     bus = await Bus.connect([nats_url], name="bench-monitor", source="/bench/monitor")
     ingest = SampleIngest()

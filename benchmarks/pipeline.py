@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.client import Client  # noqa: E402
-from shared.buscredentials import credentials_path, read_credentials  # noqa: E402
-from shared.events import Subject, subject_filter  # noqa: E402
-from shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.buscredentials import credentials_path, read_credentials  # noqa: E402
+from gpuyard.shared.events import Subject, subject_filter  # noqa: E402
+from gpuyard.shared.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")
@@ -241,7 +241,8 @@ def platform_processes(up_pid: int) -> dict[int, str]:
             continue
         pid = int(entry.name)
         parents.setdefault(int(stat[1]), []).append(pid)
-        service = next((a.decode() for a in argv if a.startswith(b"services.")), None)
+        module = next((a.decode() for a in argv if a.startswith(b"gpuyard.services.")), None)
+        service = module and module.removeprefix("gpuyard.services.")  # (its name: scheduler, executor…)
         reaper = any(a.endswith(b"reaper.py") for a in argv)
         names[pid] = "reaper" if reaper else service or Path(argv[0].decode(errors="replace")).name
     found = {up_pid: "gpuyard up"}
@@ -338,7 +339,7 @@ async def run(
         "mean_submit_to_running_ms": round(statistics.mean(running) * 1e3, 1),
     }
     if cpu_ms:
-        result["executor_processes"] = sum(name == "services.executor" for name in processes.values())
+        result["executor_processes"] = sum(name == "executor" for name in processes.values())
         result["cpu_ms_per_job"] = cpu_ms
         result["cpu_ms_per_job_total"] = round(sum(cpu_ms.values()), 2)
         result["rss_mib_before_after"] = {n: [rss_before.get(n), rss_after[n]] for n in sorted(rss_after)}

@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.scheduler.sim import presets, timemode  # noqa: E402
-from services.scheduler.sim.cluster import popularity  # noqa: E402
-from services.scheduler.sim.timemode import run_time  # noqa: E402
-from services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
+from gpuyard.services.scheduler.sim import presets, timemode  # noqa: E402
+from gpuyard.services.scheduler.sim.cluster import popularity  # noqa: E402
+from gpuyard.services.scheduler.sim.timemode import run_time  # noqa: E402
+from gpuyard.services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
 
 SETUP = {
     "cluster_fraction": 0.1,

@@ -10,8 +10,8 @@ figures it prints: the way every throughput figure in docs/benchmarks.md is take
         -- benchmarks/pipeline.py --start --jobs 1000
 
 Each run is `python SCRIPT ARGS` in the tree's folder with PYTHONPATH set to it; the benchmark's JSON (the last
-thing it prints on stdout) is read, and each `--field` (a dotted path: `cpu_ms_per_job.services.scheduler`
-works too, as does a list index: `2.service.jobs_per_s`) is collected. The load average before each run is
+thing it prints on stdout) is read, and each `--field` (a dotted path, `cpu_ms_per_job.scheduler`;
+a list index too: `2.service.jobs_per_s`) is collected. The load average before each run is
 recorded, since what else runs on the machine moves every figure. Prints one JSON object; `--markdown` adds a
 table row per version and field.
 """
@@ -40,7 +40,7 @@ def parse_json_tail(stdout: str):
 
 
 def pick(doc, path: str):
-    """`path`'s value in `doc`; keys may contain dots (`services.scheduler`): the longest key that matches
+    """`path`'s value in `doc`; keys may contain dots: the longest key that matches
     is taken first."""
     if path == "":
         return doc

@@ -223,9 +223,9 @@ class PlatformTimer:
 
 def gpuyard_app(model_path: str, name: str, max_batch_size: int, max_queue_delay_us: int):
     """GPUYard's v2 app with the model, behind the PlatformTimer."""
-    from services.serving.registry import ModelRegistry
-    from services.serving.runtime import load_onnx
-    from services.serving.v2app import create_app
+    from gpuyard.services.serving.registry import ModelRegistry
+    from gpuyard.services.serving.runtime import load_onnx
+    from gpuyard.services.serving.v2app import create_app
 
     model = load_onnx(model_path, intra_op_threads=1)
     model.session = TimedSession(model.session)
@@ -242,8 +242,8 @@ def null_app(model_path: str, name: str):
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from services.serving.protocol import encode_response
-    from services.serving.runtime import load_onnx
+    from gpuyard.services.serving.protocol import encode_response
+    from gpuyard.services.serving.runtime import load_onnx
 
     model = load_onnx(model_path, intra_op_threads=1)
     x = sample_input(model.inputs["x"].shape[1])
@@ -598,7 +598,7 @@ class Bench:
 
 def measure_session_run(model_path: Path, x: np.ndarray, bench: Bench) -> dict:
     """The bare in-process `session.run`, one row and a batch of 16 rows."""
-    from services.serving.runtime import load_onnx
+    from gpuyard.services.serving.runtime import load_onnx
 
     session = load_onnx(str(model_path), intra_op_threads=1).session
     figures = {}
@@ -697,7 +697,7 @@ def measure_server(server: Server, name: str, x: np.ndarray, expected: np.ndarra
 
 
 def loop_factory():
-    from shared.service import event_loop_factory
+    from gpuyard.shared.service import event_loop_factory
 
     return event_loop_factory()
 
@@ -715,7 +715,7 @@ def measure_model(
         "session_run": measure_session_run(model_path, x, bench),
         "servers": {},
     }
-    from services.serving.runtime import load_onnx
+    from gpuyard.services.serving.runtime import load_onnx
 
     expected = load_onnx(str(model_path)).run({"x": x})["y"]
     servers = in_tree_servers(model_path, name, free_ports(4), bench.args)

@@ -13,8 +13,8 @@
   which on busy cores includes waiting for a CPU);
 - `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
   wall and CPU per call;
-- making a replica's path as a `pathlib.Path` against as a string (`shared.paths` uses strings);
-- `shared.events.derived_id` against `uuid.uuid5` (the same ids).
+- making a replica's path as a `pathlib.Path` against as a string (`gpuyard.shared.paths` uses strings);
+- `gpuyard.shared.events.derived_id` against `uuid.uuid5` (the same ids).
 
 The starts are measured in a process like a reaper (`python -I -S`, the standard library only): a fork's cost
 grows with the memory of the process that forks. Each figure is the best of 5 rounds (the machine's other work
@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from services.executor.reaper import load_helper, spawn, subreaper  # noqa: E402 (standard library only, as it)
+from gpuyard.services.executor.reaper import load_helper, spawn, subreaper  # noqa: E402 (standard library only, as it)
 
 ROUNDS = 5
 
@@ -147,8 +147,8 @@ def main() -> None:
     if args.spawns_only:
         print(json.dumps(spawn_figures(args.starts, args.dir, args.helper)))
         return
-    from services.executor.start_helper import start_helper
-    from shared.events import _ID_NAMESPACE, derived_id
+    from gpuyard.services.executor.start_helper import start_helper
+    from gpuyard.shared.events import _ID_NAMESPACE, derived_id
 
     base = str(args.dir)
     for k in range(100):  # the two give the same ids

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from shared.jobtokens import SECRETS_DIR
-from shared.modelstore import MODELS_DIR
-from shared.paths import PRIVATE_FILE, private_dir
+from gpuyard.shared.jobtokens import SECRETS_DIR
+from gpuyard.shared.modelstore import MODELS_DIR
+from gpuyard.shared.paths import PRIVATE_FILE, private_dir
 
 MANIFEST = "gpuyard-backup.json"
 DATABASES = ("events.db", "logs.db")

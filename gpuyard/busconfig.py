@@ -1,6 +1,6 @@
-"""The nats-server configuration `gpuyard up` runs with: one user per role of `shared.buspermissions`, each
+"""The nats-server configuration `gpuyard up` runs with: one user per role of `gpuyard.shared.buspermissions`, each
 allowed to publish and subscribe only what the table grants, and no anonymous user (a client without
-credentials is refused). Credentials are made once and kept in `<data dir>/bus/` (`shared.buscredentials`);
+credentials is refused). Credentials are made once and kept in `<data dir>/bus/` (`gpuyard.shared.buscredentials`);
 the configuration itself is written again at every start, from the table and the integrators of single
 tenants found there (`<data dir>/bus/integrator-<tenant>.json`, made by `gpuyard admin bus-user --tenant T`:
 `add_tenant_integrator`, which also has a running nats-server reload the configuration)."""
@@ -16,8 +16,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.buscredentials import BusCredentials, bus_dir, credentials_path, ensure_credentials
-from shared.buspermissions import (
+from gpuyard.shared.buscredentials import BusCredentials, bus_dir, credentials_path, ensure_credentials
+from gpuyard.shared.buspermissions import (
     TENANT_INTEGRATOR_PREFIX,
     Permissions,
     Role,

@@ -1,6 +1,6 @@
 """The `gpuyard` command line. Errors are one line on stderr and a non-zero exit status, never a traceback.
 
-It talks to the submit API through `gpuyard.client` and renders the public models of `shared.api`; it never
+It talks to the submit API through `gpuyard.client` and renders the public models of `gpuyard.shared.api`; it never
 imports a service (`gpuyard sim` runs the simulator as its own program)."""
 
 from __future__ import annotations
@@ -20,30 +20,34 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gpuyard import backup, busconfig, contexts
+from gpuyard import contexts
 from gpuyard.client import CHOSEN_CONTEXT, Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
+from gpuyard.shared import why
+from gpuyard.shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
+from gpuyard.shared.installhint import install_command
+from gpuyard.shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.settings import ClientSettings, CommonSettings
+from gpuyard.shared.units import format_duration, format_size
+from gpuyard.shared.usage import CSV_COLUMNS
+from gpuyard.shared.version import VERSION
 from gpuyard.top import run_top
-from gpuyard.up import UpOptions, run_up
-from gpuyard.up import add_arguments as add_up_arguments
-from shared import why
-from shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
-from shared.installhint import checkout, install_command
-from shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
-from shared.jobstate import JobState
-from shared.settings import ClientSettings, CommonSettings
-from shared.units import format_duration, format_size
-from shared.usage import CSV_COLUMNS
-from shared.version import VERSION
+from gpuyard.upoptions import UpOptions
+from gpuyard.upoptions import add_arguments as add_up_arguments
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-SIM_MODULE = "services.scheduler.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
+SIM_NEEDS = ("numpy",)  # the scheduling core's own package beyond the client's (the `platform` extra)
+SIM_MODULE = (
+    "gpuyard.services.scheduler.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
+)
 LIVE_STATES = [s for s in JobState if not s.terminal]
 LOG_LINES_OF_A_FAILURE = 10
 
@@ -83,8 +87,23 @@ def _spec_errors(exc: ValidationError) -> str:
 # ---------------------------------------------------------------- commands
 
 
+def platform_module(name: str, command: str) -> Any:
+    """`gpuyard.NAME`, a part of the platform itself (`gpuyard up`, `backup`…): it needs the packages of the
+    `platform` extra, which a client's installation (`pip install gpuyard`) lacks; then one line says so."""
+    try:
+        return importlib.import_module(f"gpuyard.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "gpuyard").split(".")[0] == "gpuyard":
+            raise
+        raise CliError(
+            f"gpuyard {command} runs the platform itself, and this installation has only the client (no "
+            f"module named {exc.name!r}): {install_command('platform')}"
+        ) from None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    return asyncio.run(run_up(UpOptions.from_args(args), out))
+    up = platform_module("up", "up")
+    return asyncio.run(up.run_up(UpOptions.from_args(args), out))
 
 
 def _say_retry(why: str, seconds: float) -> None:
@@ -293,18 +312,18 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 def run_sim(argv: list[str]) -> int:
     """`gpuyard sim ARGS`: the simulator as its own program, given ARGS unchanged (its output, its help and
-    its exit status are the simulator's). Returns only when the services package is not installed."""
-    if importlib.util.find_spec("services") is None:
+    its exit status are the simulator's). Returns only when the scheduling core's packages are not installed."""
+    missing = [name for name in SIM_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
         err.print(
-            "[bold red]error:[/] gpuyard sim needs the GPUYARD services package, which this installation "
-            "lacks: install gpuyard from its repository "
-            + (f"({install_command()})" if checkout() else "(`make install` in a checkout of it)"),
+            f"[bold red]error:[/] gpuyard sim runs the platform's scheduler, and this installation has only the "
+            f"client (no module named {missing[0]!r}): {escape(install_command('platform'))}",
             markup=True,
         )
         return 2
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", SIM_MODULE, *argv])
+    os.execv(sys.executable, [sys.executable, "-P", "-m", SIM_MODULE, *argv])
     return 0  # (not reached: execv replaced this process)
 
 
@@ -771,6 +790,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
+    backup = platform_module("backup", "backup")
     try:
         done = backup.backup(_data_dir(args), Path(args.archive))
     except backup.BackupError as exc:
@@ -785,6 +805,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_bus_user(args: argparse.Namespace) -> int:
+    busconfig = platform_module("busconfig", "admin bus-user")
     try:
         made = busconfig.add_tenant_integrator(_data_dir(args), args.tenant)
     except ValueError as exc:
@@ -870,6 +891,7 @@ def _context(saved: contexts.Contexts, name: str) -> contexts.Context:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    backup = platform_module("backup", "restore")
     try:
         done = backup.restore(Path(args.archive), Path(args.data_dir))
     except backup.BackupError as exc:
@@ -1128,11 +1150,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (CliError, ClientError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
         return 1
     except SystemExit as exc:
         if isinstance(exc.code, str):
-            err.print(f"[bold red]error:[/] {exc.code}", markup=True)
+            err.print(f"[bold red]error:[/] {escape(exc.code)}", markup=True)
             return 1
         raise
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gpuyard import contexts
 from gpuyard.contexts import Context, ContextError
-from shared.api import (
+from gpuyard.shared.api import (
     AlertListOut,
     CancelOut,
     DeadLetterOut,
@@ -39,8 +39,8 @@ from shared.api import (
     UndeployedOut,
     UsageOut,
 )
-from shared.jobstate import JobState
-from shared.settings import ClientSettings
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.settings import ClientSettings
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 CHOSEN_CONTEXT: ContextVar[str | None] = ContextVar("chosen_context", default=None)

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from shared.paths import PRIVATE_FILE, private_dir, write_private
-from shared.settings import ClientSettings, default_data_dir
+from gpuyard.shared.paths import PRIVATE_FILE, private_dir, write_private
+from gpuyard.shared.settings import ClientSettings, default_data_dir
 
 CONFIG_FILE = "config.json"
 DEFAULT_NAME = "default"
@@ -140,7 +140,7 @@ def _migrated(data: dict) -> Contexts:
 
 def _takes(data_dir: Path, token: str) -> bool:
     """Whether the tokens file of `data_dir` takes `token` (read here only to name an older config's context)."""
-    from shared.tokens import TokenRefused, Tokens
+    from gpuyard.shared.tokens import TokenRefused, Tokens
 
     path = data_dir / "tokens.json"
     if not path.exists():

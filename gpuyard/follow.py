@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuyard.client import Client, ClientError
-from shared.events import (
+from gpuyard.shared.events import (
     CloudEvent,
     JobFailed,
     JobPending,
@@ -20,7 +20,7 @@ from shared.events import (
     JobRequeued,
     JobStarted,
 )
-from shared.jobstate import IllegalTransition, JobState, apply
+from gpuyard.shared.jobstate import IllegalTransition, JobState, apply
 
 OUTPUT_WAIT = 30.0
 """Seconds the job's end waits for its replicas' output streams, which end as soon as the API sees the job

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from shared.paths import write_private
-from shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
+from gpuyard.shared.paths import write_private
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
 
 SCRAPE_FILE = "prometheus.yml"
 """In the data dir: the scrape configuration (`write_scrape_config`)."""

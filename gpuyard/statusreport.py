@@ -19,10 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from shared.bus import Bus, BusRefused, BusUnavailable
-from shared.buscredentials import CredentialsError, read_credentials
-from shared.buspermissions import Role
-from shared.events import LAST_ERROR_CHARS, SERVICE_HEARTBEAT_SECONDS, ServiceStatus, make_event
+from gpuyard.shared.bus import Bus, BusRefused, BusUnavailable
+from gpuyard.shared.buscredentials import CredentialsError, read_credentials
+from gpuyard.shared.buspermissions import Role
+from gpuyard.shared.events import LAST_ERROR_CHARS, SERVICE_HEARTBEAT_SECONDS, ServiceStatus, make_event
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ Prometheus `file_sd_configs` (docs/operations.md, "Metrics of each service").
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -45,15 +44,14 @@ from gpuyard.busconfig import LOCK_FILE, PID_FILE, write_up_config
 from gpuyard.client import Client
 from gpuyard.ports import Wanted, conflict, free_ports, port_free
 from gpuyard.scrapeconfig import token_file, write_scrape_config
-from gpuyard.statusreport import StatusReporter, last_words
-from shared.buscredentials import credentials_path
-from shared.buspermissions import Role
-from shared.events import STREAMS, ProcessState, ServiceStatus
-from shared.installhint import pip_command
-from shared.jobtokens import JobTokenError, ensure_secret, secret_path
-from shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
-from shared.secretfile import SecretFileError
-from shared.settings import (
+from gpuyard.shared.buscredentials import credentials_path
+from gpuyard.shared.buspermissions import Role
+from gpuyard.shared.events import STREAMS, ProcessState, ServiceStatus
+from gpuyard.shared.installhint import pip_command
+from gpuyard.shared.jobtokens import JobTokenError, ensure_secret, secret_path
+from gpuyard.shared.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
+from gpuyard.shared.secretfile import SecretFileError
+from gpuyard.shared.settings import (
     EXIT_REFUSED,
     CommonSettings,
     ExecutorSettings,
@@ -63,10 +61,12 @@ from shared.settings import (
     SubmitSettings,
     settings_from_argv,
 )
-from shared.settingsdocs import default_text, env_name, flag_name
-from shared.tokens import Tokens, TokensFixed
-from shared.units import format_size
-from shared.version import VERSION
+from gpuyard.shared.settingsdocs import env_name, flag_name
+from gpuyard.shared.tokens import Tokens, TokensFixed
+from gpuyard.shared.units import format_size
+from gpuyard.shared.version import VERSION
+from gpuyard.statusreport import StatusReporter, last_words
+from gpuyard.upoptions import UpOptions
 
 SERVICES: dict[str, type[CommonSettings]] = {  # in start order
     "submit": SubmitSettings,
@@ -575,93 +575,15 @@ def _shorten(text: str, name: str) -> str:
     return text
 
 
-# `gpuyard up`'s flags that set a service setting: flag -> the settings model and field. A flag not given
-# passes nothing, so the service's own default, or the GPUYARD_* variable the user exported, applies.
-SETTING_FLAGS: dict[str, tuple[type[CommonSettings], str]] = {
-    "--data-dir": (CommonSettings, "data_dir"),
-    "--host": (SubmitSettings, "submit_host"),
-    "--port": (SubmitSettings, "submit_port"),
-    "--policy": (SchedulerSettings, "policy"),
-    "--simulate-gpus": (ExecutorSettings, "simulate_gpus"),
-    "--node-name": (ExecutorSettings, "node_name"),
-    "--serving-port": (ServingSettings, "serving_port"),
-    "--monitor-port": (MonitorSettings, "metrics_port"),
-}
-UP_NOTES = {"--host": "The embedded NATS server listens there too."}
-DEFAULT_NATS_PORT = 4222
 HIGHEST_PORT = 65535
 PICKED = "a port `gpuyard up` picked"
 PICKED_REMEDY = "start it again (the port was free when it was picked)"
 
 
-def default_executors() -> int:
-    """Two executor processes where the cores can carry them (one process caps a node at a few hundred short
-    jobs a second), one on a machine of one or two cores: there the cores, not the process, are the limit, and a
-    second process costs CPU per job (every job's end reaches both; each has a reaper, claims, consumers). With
-    20,000 jobs queued on two cores, one drained 229.8 jobs/s against 205.3 with two (docs/benchmarks.md)."""
-    return 1 if (os.cpu_count() or 1) <= 2 else 2
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`gpuyard up`'s flags; the help of those that set a service setting is that setting's description."""
-    for flag, (model, name) in SETTING_FLAGS.items():
-        field = model.model_fields[name]
-        default = default_text(field).replace("`", "")
-        fallback = "the default above" if default == "see description" else default
-        parts = (field.description, UP_NOTES.get(flag), f"Not given: ${env_name(name)}, else {fallback}.")
-        parser.add_argument(
-            flag,
-            dest=name,
-            default=None,
-            metavar=flag.removeprefix("--").replace("-", "_").upper(),
-            help=" ".join(part for part in parts if part),
-        )
-    parser.add_argument(
-        "--nats-port",
-        type=int,
-        default=DEFAULT_NATS_PORT,
-        help=f"port of the embedded NATS server ({DEFAULT_NATS_PORT})",
-    )
-    parser.add_argument(
-        "--executors",
-        type=int,
-        default=default_executors(),
-        metavar="N",
-        help="executor processes sharing this node's jobs (default: 2, or 1 on one or two cores)",
-    )
-    parser.add_argument(
-        "--service-metrics-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="first port of the scheduler's and the executors' own Prometheus /metrics: the scheduler's "
-        "PORT, executor k's PORT+1+k (default: free ports; the data dir's prometheus-targets.json lists them)",
-    )
-    parser.add_argument("--demo", action="store_true", help="submit a demo job once the platform is up")
-
-
-@dataclass
-class UpOptions:
-    given: dict[str, str] = field(default_factory=dict)
-    """Service settings set through `gpuyard up`'s flags, by field name (see SETTING_FLAGS)."""
-    nats_port: int = DEFAULT_NATS_PORT
-    executors: int = field(default_factory=default_executors)
-    """Executor processes sharing the node's placements."""
-    demo: bool = False
-    service_metrics_port: int | None = None
-    """First port of the `OWN_METRICS` services' own /metrics; None: free ports."""
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> UpOptions:
-        names = (name for _, name in SETTING_FLAGS.values())
-        given = {name: str(getattr(args, name)) for name in names if getattr(args, name) is not None}
-        return cls(
-            given=given,
-            nats_port=args.nats_port,
-            executors=args.executors,
-            demo=args.demo,
-            service_metrics_port=args.service_metrics_port,
-        )
+def service_command(name: str) -> list[str]:
+    """How a service starts: its module run by this interpreter, with -P (the working directory is not searched:
+    a `services/` or `shared/` folder there is never imported in the platform's place)."""
+    return [sys.executable, "-P", "-m", f"gpuyard.services.{name.split('-')[0]}"]
 
 
 def settings_flags(model: type[CommonSettings], values: dict[str, object]) -> list[str]:
@@ -746,7 +668,7 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     health_ports = iter(own_health_ports(opts, api.health_host, env, named | set(metrics)))
     for name, model in SERVICES.items():
         own = {**decided, "nats_credentials": credentials_path(data_dir, name)}  # its bus user
-        argv = [sys.executable, "-m", f"services.{name}", *settings_flags(model, own)]
+        argv = [*service_command(name), *settings_flags(model, own)]
         if name == "scheduler":
             argv += settings_flags(model, {"service_metrics_port": next(metrics_ports)})
         if name != "executor":
@@ -762,7 +684,9 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
             label = name if worker == 0 else f"{name}-{worker}"
             children.append(Child(label, [*argv_worker, *settings_flags(model, workers)], env, service=name))
     settings = {
-        c.name: settings_from_argv(SERVICES[c.service or c.name], c.argv[3:], f"gpuyard up: {c.name}")
+        c.name: settings_from_argv(
+            SERVICES[c.service or c.name], c.argv[len(service_command(c.name)) :], f"gpuyard up: {c.name}"
+        )
         for c in children
     }
     platform = Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
@@ -1002,7 +926,9 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         except (OSError, SecretFileError) as exc:
             raise SystemExit(f"the metrics scrape token: {exc}") from None
 
-    logging.getLogger("shared.bus").setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
+    logging.getLogger("gpuyard.shared.bus").setLevel(
+        logging.ERROR
+    )  # the reporter's reconnects: NATS's lines say why
     reporter = StatusReporter(
         platform.submit.nats_servers,
         credentials_path(data_dir, Role.SUPERVISOR.value),

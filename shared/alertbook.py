@@ -21,9 +21,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.events import AlertRaised, AlertResolved, CloudEvent
-from shared.store import ConcurrencyError, EventStore, Page, Projection
-from shared.store.base import encode_cursor
+from gpuyard.shared.events import AlertRaised, AlertResolved, CloudEvent
+from gpuyard.shared.store import ConcurrencyError, EventStore, Page, Projection
+from gpuyard.shared.store.base import encode_cursor
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The public API model: what the submit API answers, one model per answer, for the service, the CLI and the
 dashboard alike.
 
-The internal views (`shared.jobstate.JobView`) carry what the platform needs to run jobs (the store's version
+The internal views (`gpuyard.shared.jobstate.JobView`) carry what the platform needs to run jobs (the store's version
 counter, each replica's raw exit, a pending preemption as the event that asked for it, the log tail); users
 rely only on what is here. `job_out` maps a view to its public form; `pending_text` is the one rendering of
 a pending reason.
@@ -18,9 +18,9 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
-from shared.alertbook import AlertView
-from shared.events import AlertSeverity, FailureReason, PendingReason, ProcessState, TensorSpec
-from shared.jobspec import (
+from gpuyard.shared.alertbook import AlertView
+from gpuyard.shared.events import AlertSeverity, FailureReason, PendingReason, ProcessState, TensorSpec
+from gpuyard.shared.jobspec import (
     DEFAULT_PRIORITY,
     JSON_INTEGER,
     MAX_DEPLOYMENT_REPLICAS,
@@ -35,8 +35,8 @@ from shared.jobspec import (
     Strict,
     Text,
 )
-from shared.jobstate import JobState, JobView
-from shared.reasons import PendingCode, waiting_message
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.reasons import PendingCode, waiting_message
 
 
 class Out(BaseModel):

@@ -1,7 +1,7 @@
 """The event bus: JetStream streams, de-duplicated publishing, and durable pull consumers that ack only
 after the handler's effect is stored.
 
-- Streams (`shared.events.STREAMS`) are declared idempotently by every service at start-up.
+- Streams (`gpuyard.shared.events.STREAMS`) are declared idempotently by every service at start-up.
 - `publish` sets `Nats-Msg-Id` to the event id: a retried publish inside the stream's duplicate window is
   dropped by the server. `send` does the same without waiting for the server's ack (a future of it): many
   events in flight, their writes to the socket coalesced.
@@ -19,11 +19,11 @@ after the handler's effect is stored.
 - `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
   replica its own), for a process that keeps a view and re-reads the store for the truth. It resumes after
   the last event it saw when its consumer is lost (a NATS restart, a gap in the sequence).
-- `key_value` opens a KV bucket (the scheduler's leader lease, `shared.lease`).
+- `key_value` opens a KV bucket (the scheduler's leader lease, `gpuyard.shared.lease`).
 - Every consumer and watch counts what it handles, how long it took and how far it is behind in the bus's
-  `BusMetrics` (`shared.busmetrics`): the service's /metrics (`consumer_lags` reads the backlog).
+  `BusMetrics` (`gpuyard.shared.busmetrics`): the service's /metrics (`consumer_lags` reads the backlog).
 
-NATS objects stay in this module and `shared.lease`: services use the methods below, never `nc`/`js`.
+NATS objects stay in this module and `gpuyard.shared.lease`: services use the methods below, never `nc`/`js`.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from shared.buscredentials import BusCredentials, inbox_prefix
-from shared.busmetrics import DEAD_LETTERED, FAILED, OK, REDELIVERED, SKIPPED, BusMetrics, ConsumerLag
-from shared.events import (
+from gpuyard.shared.buscredentials import BusCredentials, inbox_prefix
+from gpuyard.shared.busmetrics import DEAD_LETTERED, FAILED, OK, REDELIVERED, SKIPPED, BusMetrics, ConsumerLag
+from gpuyard.shared.events import (
     ATTEMPT_STOPS,
     CONTENT_TYPE,
     DEADLETTER_STREAM,
@@ -159,7 +159,7 @@ class Bus:
     def __init__(self, nc: NATS, source: str, *, replicas: int = 1, metrics: BusMetrics | None = None):
         """`metrics`: where its consumers count what they handle (the service's registry); default: a
         registry of its own."""
-        # Internal: the connection and its JetStream context, for this module, shared.lease and tests that
+        # Internal: the connection and its JetStream context, for this module, gpuyard.shared.lease and tests that
         # look at the server's state. Services use the Bus's methods.
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -182,7 +182,7 @@ class Bus:
         tls_ca: Path | None = None,
         metrics: BusMetrics | None = None,
     ) -> Bus:
-        """`credentials`: the bus user (shared.buscredentials), whose replies come to its own inbox prefix;
+        """`credentials`: the bus user (gpuyard.shared.buscredentials), whose replies come to its own inbox prefix;
         `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS); `metrics`: see
         `Bus`."""
 
@@ -270,7 +270,7 @@ class Bus:
     async def publish(
         self, event: CloudEvent, *, tenant: str | None = None, version: int | None = None
     ) -> Published:
-        """`tenant`: the tenant of a job event's job, the last token of its subject (`shared.events.subject_of`;
+        """`tenant`: the tenant of a job event's job, the last token of its subject (`gpuyard.shared.events.subject_of`;
         a job.submitted event names it itself). `version`: the event's position in its entity's stream in the
         event store, sent as the `Gpuyard-Version` header so that a reader holding the previous version can
         apply it without a read."""

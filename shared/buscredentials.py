@@ -1,6 +1,6 @@
 """A bus user's credentials: one small JSON file per user, `{"user": ..., "password": ...}`, mode 0600.
 
-`gpuyard up` makes one per role (`shared.buspermissions.Role`) in `<data dir>/bus/` (mode 0700), once, and
+`gpuyard up` makes one per role (`gpuyard.shared.buspermissions.Role`) in `<data dir>/bus/` (mode 0700), once, and
 reuses them on the next start; each service reads its own through the `nats_credentials` setting, so the
 password never appears in a command line or an environment. Jobs are given none of them.
 """
@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.paths import write_private
+from gpuyard.shared.paths import write_private
 
 BUS_DIR = "bus"
 

@@ -1,7 +1,7 @@
 """What a service's bus consumers do, as Prometheus figures: the events each consumer handled (by subject and
 outcome), how long its handler took, and how far each of its JetStream consumers is behind.
 
-`shared.bus` counts, in one place for every service: each `PullConsumer` (a durable) and each `Watch` (an
+`gpuyard.shared.bus` counts, in one place for every service: each `PullConsumer` (a durable) and each `Watch` (an
 ordered consumer) gets the `ConsumerFigures` of its name and tells it each event's outcome and handling time.
 Those are plain numbers the event loop adds to (a dict entry, a histogram bucket: a fraction of a microsecond;
 prometheus-client's own Counter and Histogram, with their locks, cost several times more), rendered at each
@@ -67,7 +67,7 @@ class ConsumerLag:
 
 
 class BusMetrics:
-    """The bus figures of one service, a collector of its registry (`shared.servicemetrics`)."""
+    """The bus figures of one service, a collector of its registry (`gpuyard.shared.servicemetrics`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)

@@ -2,8 +2,8 @@
 
 This table is the one definition: `gpuyard up` writes the nats-server configuration from it
 (`gpuyard.busconfig`), each service's outbox relay publishes only what its role may (`publishes`), and
-docs/operations.md describes it. Event subjects come from `shared.events`; the rest is what the NATS client
-library sends for the JetStream calls a role makes (`shared.bus`, `shared.lease`):
+docs/operations.md describes it. Event subjects come from `gpuyard.shared.events`; the rest is what the NATS client
+library sends for the JetStream calls a role makes (`gpuyard.shared.bus`, `gpuyard.shared.lease`):
 
 - declaring the streams (every service does at start-up): `$JS.API.STREAM.CREATE|UPDATE|INFO.<stream>`;
 - following a stream (durable pull consumers, ordered watches): the consumer API of that stream, its acks
@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.buscredentials import inbox_prefix
-from shared.events import (
+from gpuyard.shared.buscredentials import inbox_prefix
+from gpuyard.shared.events import (
     DEADLETTER_STREAM,
     EVENTS_STREAM,
     STREAMS,
@@ -39,7 +39,7 @@ from shared.events import (
     subject_filter,
     tenant_wildcard,
 )
-from shared.lease import LEASES_BUCKET
+from gpuyard.shared.lease import LEASES_BUCKET
 
 
 class Role(StrEnum):
@@ -74,7 +74,7 @@ class Grant:
     reads_dead_letters: bool = False
     declares_streams: bool = True
     leases: bool = False
-    """It holds a leader lease (the KV bucket of `shared.lease`)."""
+    """It holds a leader lease (the KV bucket of `gpuyard.shared.lease`)."""
 
 
 HEARTBEAT = frozenset({Subject.SERVICE_HEARTBEAT})

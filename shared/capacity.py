@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from shared.events import NodeHeartbeat
-from shared.jobspec import JobSpec
-from shared.units import count_text, format_size
+from gpuyard.shared.events import NodeHeartbeat
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.units import count_text, format_size
 
 EPS = 1e-9
 MILLI = 1000

@@ -29,8 +29,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.jobspec import NAME_PATTERN, JobSpec
-from shared.reasons import PendingCode
+from gpuyard.shared.jobspec import NAME_PATTERN, JobSpec
+from gpuyard.shared.reasons import PendingCode
 
 TYPE_PREFIX = "io.gpuyard."
 CONTENT_TYPE = "application/cloudevents+json"
@@ -110,7 +110,7 @@ ATTEMPT_STOPS = (
     Subject.JOB_CANCELLED,
     Subject.JOB_REQUEUED,
 )
-"""The job events that stop or end an attempt: they concern only the host that holds it (`shared.bus.
+"""The job events that stop or end an attempt: they concern only the host that holds it (`gpuyard.shared.bus.
 concerns_holder`)."""
 CONTROL_SUBJECTS = (Subject.JOB_CANCEL_REQUESTED, *ATTEMPT_STOPS)
 HOLDER_EXECUTOR = "executor"

@@ -1,7 +1,7 @@
 """The GPU history: a bounded, downsampled time series of every GPU's figures and holders (docs/monitor.md,
 "History and accounting"), behind one interface (`GpuHistory`) with two backends, chosen from the event store
-the way `open_store` chooses: `gpu_history.db` beside a SQLite event store (`shared.gpuhistory_sqlite`), or
-collections of the event store's own MongoDB database (`shared.gpuhistory_mongo`). `open_gpu_history` opens
+the way `open_store` chooses: `gpu_history.db` beside a SQLite event store (`gpuyard.shared.gpuhistory_sqlite`), or
+collections of the event store's own MongoDB database (`gpuyard.shared.gpuhistory_mongo`). `open_gpu_history` opens
 it, for the monitors (which write) and the submit API (which reads).
 
 Each monitor writes its own node's samples (`GpuPoint.raw`, one point per GPU per sample), and compacts the
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.events import GpuReading
-from shared.settings import MonitorSettings
+from gpuyard.shared.events import GpuReading
+from gpuyard.shared.settings import MonitorSettings
 
 if TYPE_CHECKING:
-    from shared.store import EventStore
+    from gpuyard.shared.store import EventStore
 
 HISTORY_FILE = "gpu_history.db"
 COMPACT_BATCH = 50_000
@@ -172,10 +172,10 @@ class GpuHistory(ABC):
         """The history at `where`: a SQLite file (a path), or a MongoDB database (`mongodb://HOST/DB`).
         `raw_keep` and `keep`: MongoDB's expiry of the points no compaction takes (SQLite has none)."""
         if isinstance(where, str) and where.startswith(("mongodb://", "mongodb+srv://")):
-            from shared.gpuhistory_mongo import MongoGpuHistory
+            from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
 
             return await MongoGpuHistory.open(where, raw_keep=raw_keep, keep=keep)
-        from shared.gpuhistory_sqlite import SqliteGpuHistory
+        from gpuyard.shared.gpuhistory_sqlite import SqliteGpuHistory
 
         return await SqliteGpuHistory.open(Path(where))
 
@@ -233,12 +233,12 @@ async def open_gpu_history(
     `raw_keep`, `keep`: the writer's settings (MongoDB's backstop expiry of the points no compaction takes).
     StoreUnavailable when it cannot be reached; ValueError for a URL of neither."""
     if not isinstance(store, str):
-        from shared.store.sqlite import SqliteEventStore
+        from gpuyard.shared.store.sqlite import SqliteEventStore
 
         if isinstance(store, SqliteEventStore):
             return await GpuHistory.open(history_path_beside(Path(store.path)))
-        from shared.gpuhistory_mongo import MongoGpuHistory
-        from shared.store.mongo import MongoEventStore
+        from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
+        from gpuyard.shared.store.mongo import MongoEventStore
 
         if isinstance(store, MongoEventStore):
             return await MongoGpuHistory.on(store.client, store.db.name, raw_keep=raw_keep, keep=keep)

@@ -1,4 +1,4 @@
-"""The GPU history in the event store's MongoDB database (`shared.gpuhistory`), written by every node's monitor
+"""The GPU history in the event store's MongoDB database (`gpuyard.shared.gpuhistory`), written by every node's monitor
 and read by every submit replica.
 
 Collections (indexes created idempotently on open):
@@ -30,7 +30,7 @@ from typing import Any
 from pymongo import ASCENDING, AsyncMongoClient, IndexModel, ReplaceOne
 from pymongo.errors import BulkWriteError
 
-from shared.gpuhistory import (
+from gpuyard.shared.gpuhistory import (
     COMPACT_BATCH,
     DEFAULT_KEEP,
     DEFAULT_RAW_KEEP,
@@ -42,9 +42,9 @@ from shared.gpuhistory import (
     compact_cutoff,
     merge,
 )
-from shared.logstore.mongo import DUPLICATE_KEY
-from shared.store.base import StoreUnavailable
-from shared.store.mongo import unavailable_on_failure
+from gpuyard.shared.logstore.mongo import DUPLICATE_KEY
+from gpuyard.shared.store.base import StoreUnavailable
+from gpuyard.shared.store.mongo import unavailable_on_failure
 
 RAW = "gpu_history_raw"
 BUCKETS = "gpu_history_buckets"

@@ -1,4 +1,4 @@
-"""The GPU history in a SQLite file beside the SQLite event store (`gpu_history.db`; `shared.gpuhistory`): one
+"""The GPU history in a SQLite file beside the SQLite event store (`gpu_history.db`; `gpuyard.shared.gpuhistory`): one
 table of raw and bucket points, a compaction in one transaction (the raw points it merges are deleted in the
 same transaction that writes their buckets, so none is ever counted twice)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from shared.gpuhistory import (
+from gpuyard.shared.gpuhistory import (
     COMPACT_BATCH,
     ORPHAN_AFTER,
     Compacted,
@@ -18,7 +18,7 @@ from shared.gpuhistory import (
     holds_tenant,
     merge,
 )
-from shared.sqlitefile import SqliteFile
+from gpuyard.shared.sqlitefile import SqliteFile
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gpu_points (
@@ -78,7 +78,7 @@ def _point(row: tuple) -> GpuPoint:
 
 
 class SqliteGpuHistory(SqliteFile, GpuHistory):
-    """The SQLite GPU history. Writes go through one thread, reads through another (`shared.sqlitefile`)."""
+    """The SQLite GPU history. Writes go through one thread, reads through another (`gpuyard.shared.sqlitefile`)."""
 
     WHAT = "the GPU history"
     SCHEMA = SCHEMA

@@ -1,8 +1,8 @@
-"""GPU discovery through NVML (`shared.nvml`, the one module that reads the GPUs), with a virtual inventory
+"""GPU discovery through NVML (`gpuyard.shared.nvml`, the one module that reads the GPUs), with a virtual inventory
 for machines without NVIDIA GPUs.
 
 Used by the executor (to announce its node) and the monitor (to sample). A machine with no NVIDIA driver
-reports no GPUs (said once, by `shared.nvml`); it never fails.
+reports no GPUs (said once, by `gpuyard.shared.nvml`); it never fails.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 
-from shared.events import GpuInfo
-from shared.nvml import Nvml, short_model
+from gpuyard.shared.events import GpuInfo
+from gpuyard.shared.nvml import Nvml, short_model
 
 __all__ = ["host_cpus", "host_memory", "node_gpus", "nvml_gpus", "short_model", "simulated_gpus"]
 
 
 def nvml_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
-    """The node's NVIDIA GPUs, or [] when NVML (the driver) is absent: read through `shared.nvml`, the
+    """The node's NVIDIA GPUs, or [] when NVML (the driver) is absent: read through `gpuyard.shared.nvml`, the
     process's one NVML (`nvml` for tests)."""
     return (nvml or Nvml.shared()).devices()
 

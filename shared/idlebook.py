@@ -10,8 +10,8 @@ known id.
 
 from __future__ import annotations
 
-from shared.events import CloudEvent, IdleStop, IdleWarning
-from shared.store import ConcurrencyError, EventStore
+from gpuyard.shared.events import CloudEvent, IdleStop, IdleWarning
+from gpuyard.shared.store import ConcurrencyError, EventStore
 
 STREAM_PREFIX = "/idle/"
 """Begins with '/', which no job id holds: a job's idle stream is never taken for a job."""

@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from shared.units import parse_duration, parse_size
+from gpuyard.shared.units import parse_duration, parse_size
 
 # Named priority classes and their numeric weight; higher runs first and may preempt lower.
 PRIORITY_CLASSES: dict[str, int] = {"low": 10, "normal": 50, "high": 100, "critical": 1000}

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.events import (
+from gpuyard.shared.events import (
     CloudEvent,
     FailureReason,
     JobCancelled,
@@ -34,7 +34,7 @@ from shared.events import (
     ReplicaPlacement,
     Subject,
 )
-from shared.jobspec import JobSpec
+from gpuyard.shared.jobspec import JobSpec
 
 
 class JobState(StrEnum):

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import secretfile
+from gpuyard.shared import secretfile
 
 PREFIX = "gyjob1."
 PUBLISH_SCOPE = "models:publish"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared.units import parse_size
+from gpuyard.shared.units import parse_size
 
 
 class FractionalGpuMode(StrEnum):

@@ -22,7 +22,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import KeyNotFoundError, KeyValueError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from shared.bus import Bus
+from gpuyard.shared.bus import Bus
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shared.bus import Bus
-from shared.events import (
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     JobRequeued,
@@ -44,8 +44,8 @@ from shared.events import (
     derived_id,
     make_event,
 )
-from shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
-from shared.store import Append, ConcurrencyError, EventStore, Outage, Projection, StoreError
+from gpuyard.shared.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
+from gpuyard.shared.store import Append, ConcurrencyError, EventStore, Outage, Projection, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class JobLedger:
         ended_jobs: int = ENDED_JOBS,
         publishes: frozenset[Subject] | None = None,
     ):
-        """`publishes`: the subjects this service may publish (`shared.buspermissions`); its outbox relay
+        """`publishes`: the subjects this service may publish (`gpuyard.shared.buspermissions`); its outbox relay
         leaves the others' events to their own services' relays. None: every subject."""
         self.store = store
         self.cached_jobs = cached_jobs

@@ -10,7 +10,7 @@ that was overtaken decides again on the newer view), then are published on the b
 stored but not published (a crash in between, no answer from JetStream) is published later by the submit
 service's outbox relay (`JobLedger.flush`, which relays every subject the submit role publishes).
 
-A version is immutable: its file's key names its sha256 (`shared.modelstore`); the same version with other
+A version is immutable: its file's key names its sha256 (`gpuyard.shared.modelstore`); the same version with other
 bytes is refused, the same bytes again answer the version that holds them. A deleted version's number is never
 given again.
 """
@@ -25,8 +25,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.bus import Bus, publish_recorded
-from shared.events import (
+from gpuyard.shared.bus import Bus, publish_recorded
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     ModelDeleted,
@@ -35,10 +35,10 @@ from shared.events import (
     TensorSpec,
     make_event,
 )
-from shared.modelstore import ModelStore, ModelStoreError, sha256_of
-from shared.onnxsig import read_signature
-from shared.store import ConcurrencyError, EventStore, Projection
-from shared.tokens import Principal, may_see
+from gpuyard.shared.modelstore import ModelStore, ModelStoreError, sha256_of
+from gpuyard.shared.onnxsig import read_signature
+from gpuyard.shared.store import ConcurrencyError, EventStore, Projection
+from gpuyard.shared.tokens import Principal, may_see
 
 log = logging.getLogger(__name__)
 

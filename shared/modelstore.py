@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.installhint import install_command
-from shared.jobspec import NAME_PATTERN
+from gpuyard.shared.installhint import install_command
+from gpuyard.shared.jobspec import NAME_PATTERN
 
 CHUNK = 1 << 20
 _NAME = re.compile(NAME_PATTERN)
@@ -59,7 +59,7 @@ class StagedFile:
     sha256: str
     size: int
     signature: Any = None
-    """Its signature once checked (`shared.onnxsig.check_file`): not checked again."""
+    """Its signature once checked (`gpuyard.shared.onnxsig.check_file`): not checked again."""
 
     def __len__(self) -> int:
         return self.size

@@ -9,7 +9,7 @@ not seen again in the next; the telemetry stream keeps samples and heartbeats fo
 
 A projection is in the state `node-control`, none of a job's, its tenant is the platform's (empty: admins
 only), its document has no `job_id`, and its stream id begins with '/', which no job id holds: the readers of
-jobs never see it (as `shared.alertbook` does for alerts).
+jobs never see it (as `gpuyard.shared.alertbook` does for alerts).
 
 Writes are idempotent (the store refuses a known event id) and retried on a concurrent write to the stream.
 """
@@ -22,8 +22,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.events import CloudEvent, GpuHealthChanged, NodeAction, NodeControlChanged
-from shared.store import ConcurrencyError, EventStore, Projection
+from gpuyard.shared.events import CloudEvent, GpuHealthChanged, NodeAction, NodeControlChanged
+from gpuyard.shared.store import ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `Nvml` opens NVML once and reads every GPU of the node: its identity (`devices`, what the executor announces),
 its figures (`read`: a `GpuReading` per GPU, what the monitor samples), and the memory of each process on it
-(`processes`, what the executor's slice watch checks). The node discovery (`shared.gpus.nvml_gpus`), the
+(`processes`, what the executor's slice watch checks). The node discovery (`gpuyard.shared.gpus.nvml_gpus`), the
 executor's slice watch (`services/executor/gpuwatch.py`) and the monitor all read through it.
 
 - A figure a GPU does not report (NVML raises NotSupported, NoPermission, FunctionNotFound, an old driver...)
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from shared.events import GpuInfo, GpuProcessUse, GpuReading
+from gpuyard.shared.events import GpuInfo, GpuProcessUse, GpuReading
 
 log = logging.getLogger(__name__)
 

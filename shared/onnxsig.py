@@ -6,7 +6,7 @@ A file that is not a valid, self-contained ONNX model is refused with the reason
 
 An uploaded file is checked in a process of its own (`check_file`), bounded in time and in memory: parsing and
 checking a large or deeply nested graph is CPU work that would otherwise hold the API's event loop (and the
-GIL), and a crafted file could make it use any amount of memory. Run as `python -m shared.onnxsig PATH
+GIL), and a crafted file could make it use any amount of memory. Run as `python -m gpuyard.shared.onnxsig PATH
 MEMORY_BYTES`, this module is that process: it prints the signature, or why the file is refused, as JSON."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.events import TensorSpec
-from shared.modelstore import StagedFile
-from shared.units import format_size
+from gpuyard.shared.events import TensorSpec
+from gpuyard.shared.modelstore import StagedFile
+from gpuyard.shared.units import format_size
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ async def check_file_async(path: Path | str, bounds: CheckBounds = CheckBounds()
 
 
 def _command(path: Path | str, bounds: CheckBounds) -> list[str]:
-    return [sys.executable, "-m", "shared.onnxsig", str(path), str(bounds.memory_bytes)]
+    return [sys.executable, "-P", "-m", "gpuyard.shared.onnxsig", str(path), str(bounds.memory_bytes)]
 
 
 def _env() -> dict[str, str]:

@@ -102,7 +102,7 @@ def log_files(path: Path) -> list[Path]:
 
 PRIVATE_FILE = 0o600
 """The platform's files (stores, logs, pid files, tokens) are readable by its own user alone; its folders
-0700. Its processes also run with umask 0o077 (`shared.service.run_service`, `gpuyard up`); its jobs do not."""
+0700. Its processes also run with umask 0o077 (`gpuyard.shared.service.run_service`, `gpuyard up`); its jobs do not."""
 
 
 def private_dir(path: Path | str) -> None:

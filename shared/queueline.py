@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.store import EventStore
+from gpuyard.shared.store import EventStore
 
 LINE_KEY = "queue-line"
 LINE_SECONDS = 2.0

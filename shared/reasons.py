@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
-from shared.units import format_rough_duration
+from gpuyard.shared.units import format_rough_duration
 
 
 class Fit(IntEnum):

@@ -1,4 +1,4 @@
-"""A secret kept in a file of its own: the key that signs jobs' publish tokens (`shared.jobtokens`), the one
+"""A secret kept in a file of its own: the key that signs jobs' publish tokens (`gpuyard.shared.jobtokens`), the one
 that signs dashboard sessions (`shared/sessions.py`), the key of tenants' uids (`services/executor/jobusers.py`)
 and the scrape token of the monitor's and the serving entry point's /metrics (`ScrapeAuth`). Mode 0600, at least
 32 bytes; a Kubernetes Secret mounted as a volume is accepted as it is mounted."""
@@ -15,8 +15,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from shared.bearer import bearer_token
-from shared.paths import write_private
+from gpuyard.shared.bearer import bearer_token
+from gpuyard.shared.paths import write_private
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What every service process does the same way: settings from flags and env, logging, connecting to NATS
-and the store (waiting for them at start-up), health probes, its own Prometheus figures (`shared.servicemetrics`:
+and the store (waiting for them at start-up), health probes, its own Prometheus figures (`gpuyard.shared.servicemetrics`:
 the registry, the backlog of its consumers read every `consumer_lag_interval`, and a /metrics port of its own
 when `service_metrics_port` is set), a heartbeat (which says where its /metrics is), and a clean stop on
 SIGTERM."""
@@ -19,25 +19,25 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from shared.bus import Bus, BusRefused, BusUnavailable
-from shared.buscredentials import CredentialsError, read_credentials
-from shared.busmetrics import BusMetrics
-from shared.buspermissions import publishes
-from shared.collector import collect_less
-from shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
-from shared.health import HealthServer
-from shared.ledger import JobLedger
-from shared.logstore import LogStore, open_log_store
-from shared.servicemetrics import METRICS_PATH, MetricsServer, service_registry
-from shared.settings import EXIT_REFUSED, CommonSettings, S, settings_from_argv
-from shared.store import EventStore, StoreUnavailable, open_store
-from shared.version import VERSION
+from gpuyard.shared.bus import Bus, BusRefused, BusUnavailable
+from gpuyard.shared.buscredentials import CredentialsError, read_credentials
+from gpuyard.shared.busmetrics import BusMetrics
+from gpuyard.shared.buspermissions import publishes
+from gpuyard.shared.collector import collect_less
+from gpuyard.shared.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
+from gpuyard.shared.health import HealthServer
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import LogStore, open_log_store
+from gpuyard.shared.servicemetrics import METRICS_PATH, MetricsServer, service_registry
+from gpuyard.shared.settings import EXIT_REFUSED, CommonSettings, S, settings_from_argv
+from gpuyard.shared.store import EventStore, StoreUnavailable, open_store
+from gpuyard.shared.version import VERSION
 
 log = logging.getLogger("gpuyard.service")
 REQUEST_LOCK_TIMEOUT_SECONDS = 5.0
 """Seconds a service that answers requests waits for the event store's write lock another process holds before
 its answer is 503 with Retry-After (StoreBusy): well within its clients' timeout (30 s), which a wait as long
-as the other services' (`shared.store.sqlite.LOCK_TIMEOUT_SECONDS`, 30 s) would outlast."""
+as the other services' (`gpuyard.shared.store.sqlite.LOCK_TIMEOUT_SECONDS`, 30 s) would outlast."""
 ANSWERS_REQUESTS = frozenset({"submit"})
 """The services whose writes a client waits on (the API): their store waits REQUEST_LOCK_TIMEOUT_SECONDS."""
 
@@ -63,7 +63,7 @@ class Service:
         self.bus: Bus | None = None
         self.store: EventStore | None = None
         self.logs: LogStore | None = None
-        """Jobs' output (`shared.logstore`), for the services that write or read it (needs_logs)."""
+        """Jobs' output (`gpuyard.shared.logstore`), for the services that write or read it (needs_logs)."""
         self.ledger: JobLedger | None = None
         self.health: HealthServer | None = None
         self.metrics = service_registry(name, settings.instance, VERSION)
@@ -267,10 +267,10 @@ def run_service(
     preflight: Callable[[S], str | None] | None = None,
     pauses_matter: bool = False,
 ) -> None:
-    """Entry point of `python -m services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
+    """Entry point of `python -m gpuyard.services.<name>`: run `main` until SIGTERM/SIGINT, then stop cleanly.
     `preflight(settings)` may refuse to start (it returns the reason) before anything is connected;
-    `pauses_matter`: requests wait on the service, so its garbage collections stay short (`shared.collector`)."""
-    settings = settings_from_argv(settings_cls, argv, f"python -m services.{name}")
+    `pauses_matter`: requests wait on the service, so its garbage collections stay short (`gpuyard.shared.collector`)."""
+    settings = settings_from_argv(settings_cls, argv, f"python -m gpuyard.services.{name}")
     setup_logging(name, settings.log_level)
     refusal = preflight(settings) if preflight else None
     if refusal:

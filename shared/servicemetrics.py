@@ -1,7 +1,7 @@
 """Each service's own Prometheus figures, in one registry per service process: who it is
 (`gpuyard_service_info{service, instance, version} 1`), the process figures prometheus-client reads from /proc
 (`process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, ...), the Python runtime's
-(`python_info`, `python_gc_*`), and what its bus consumers do (`shared.busmetrics`).
+(`python_info`, `python_gc_*`), and what its bus consumers do (`gpuyard.shared.busmetrics`).
 
 A service serves them on a port of its own when `service_metrics_port` is set (`MetricsServer`; `gpuyard up`
 sets it for each process); the submit API, the serving API and the monitor's /metrics serve them too, with what

@@ -34,9 +34,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.jobtokens import SECRETS_DIR
-from shared.paths import PRIVATE_FILE, private_dir
-from shared.secretfile import SecretFileError, ensure_secret
+from gpuyard.shared.jobtokens import SECRETS_DIR
+from gpuyard.shared.paths import PRIVATE_FILE, private_dir
+from gpuyard.shared.secretfile import SecretFileError, ensure_secret
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def _read_ended(path: Path) -> dict[str, int]:
 
 def _write_ended(path: Path, ended: dict[str, int]) -> None:
     """Atomically (a 0600 temporary file renamed over it), each write's mtime later than the last one's to the
-    nanosecond, so that a reader's (inode, mtime, size) check sees every change (as `shared.tokens`)."""
+    nanosecond, so that a reader's (inode, mtime, size) check sees every change (as `gpuyard.shared.tokens`)."""
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()

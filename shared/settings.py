@@ -2,7 +2,7 @@
 environment variables and, for the services, the same names as flags (`--cycle-interval 0.5`), flags first.
 
 Each default and each description is written once, here: `gpuyard up`'s flags, the services and the settings
-tables of docs/operations.md (`python -m shared.settingsdocs`) all take them from these models. Nothing else in
+tables of docs/operations.md (`python -m gpuyard.shared.settingsdocs`) all take them from these models. Nothing else in
 the project reads os.environ for configuration.
 """
 
@@ -18,10 +18,10 @@ from typing import Annotated, Literal, NoReturn, TypeVar
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from shared.kubernetes_settings import KubernetesConfig
-from shared.logstore import log_store_url as log_store_beside
-from shared.policies import BackfillMode, Policy
-from shared.units import parse_duration, parse_size
+from gpuyard.shared.kubernetes_settings import KubernetesConfig
+from gpuyard.shared.logstore import log_store_url as log_store_beside
+from gpuyard.shared.policies import BackfillMode, Policy
+from gpuyard.shared.units import parse_duration, parse_size
 
 ENV_PREFIX = "GPUYARD_"
 

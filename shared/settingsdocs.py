@@ -1,8 +1,8 @@
 """The settings tables of docs/operations.md, made from the settings models: each setting's variable, flag,
 default and description, as the models declare them.
 
-`python -m shared.settingsdocs` rewrites the part of docs/operations.md between the two markers;
-`python -m shared.settingsdocs --check` only says whether it is up to date (exit status 1 when not).
+`python -m gpuyard.shared.settingsdocs` rewrites the part of docs/operations.md between the two markers;
+`python -m gpuyard.shared.settingsdocs --check` only says whether it is up to date (exit status 1 when not).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from shared.kubernetes_settings import KubernetesConfig
-from shared.settings import (
+from gpuyard.shared.kubernetes_settings import KubernetesConfig
+from gpuyard.shared.settings import (
     ENV_PREFIX,
     ClientSettings,
     CommonSettings,
@@ -30,9 +30,7 @@ from shared.settings import (
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
-BEGIN = (
-    "<!-- settings tables: made by `python -m shared.settingsdocs` from shared/settings.py; edit there -->"
-)
+BEGIN = "<!-- settings tables: made by `python -m gpuyard.shared.settingsdocs` from shared/settings.py; edit there -->"
 END = "<!-- end of the settings tables -->"
 
 
@@ -88,11 +86,11 @@ class Table:
 COMMON = tuple(CommonSettings.model_fields)
 TABLES = (
     Table("Every service", "Read by each of the five services.", CommonSettings),
-    Table("The submit API", "`python -m services.submit`", SubmitSettings, skip=COMMON),
-    Table("The scheduler", "`python -m services.scheduler`", SchedulerSettings, skip=COMMON),
+    Table("The submit API", "`python -m gpuyard.services.submit`", SubmitSettings, skip=COMMON),
+    Table("The scheduler", "`python -m gpuyard.services.scheduler`", SchedulerSettings, skip=COMMON),
     Table(
         "The executor",
-        "`python -m services.executor`; its Kubernetes backend's settings are in the next table.",
+        "`python -m gpuyard.services.executor`; its Kubernetes backend's settings are in the next table.",
         ExecutorSettings,
         skip=(*COMMON, "kubernetes"),
     ),
@@ -102,8 +100,8 @@ TABLES = (
         KubernetesConfig,
         nested_in="kubernetes",
     ),
-    Table("The monitor", "`python -m services.monitor`", MonitorSettings, skip=COMMON),
-    Table("Model serving", "`python -m services.serving`", ServingSettings, skip=COMMON),
+    Table("The monitor", "`python -m gpuyard.services.monitor`", MonitorSettings, skip=COMMON),
+    Table("Model serving", "`python -m gpuyard.services.serving`", ServingSettings, skip=COMMON),
     Table(
         "The `gpuyard` CLI",
         "Variables only; each command's `--server` and `--token` come before them, and its `--context` before "
@@ -128,7 +126,7 @@ def with_tables(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shared.settingsdocs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpuyard.shared.settingsdocs", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only say whether the docs are up to date")
     args = parser.parse_args(argv)
     text = DOC.read_text()
@@ -139,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if wanted != text:
-            print(f"{DOC} is out of date: run python -m shared.settingsdocs", file=sys.stderr)
+            print(f"{DOC} is out of date: run python -m gpuyard.shared.settingsdocs", file=sys.stderr)
             return 1
         return 0
     if wanted != text:

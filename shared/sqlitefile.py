@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Self
 
-from shared.paths import private_file
-from shared.store.base import StoreUnavailable
+from gpuyard.shared.paths import private_file
+from gpuyard.shared.store.base import StoreUnavailable
 
 BUSY_TIMEOUT_MS = 30_000
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from shared.paths import PRIVATE_FILE, private_dir
+from gpuyard.shared.paths import PRIVATE_FILE, private_dir
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 - Allocated: the job's GPUs (its share per replica × its replicas) × the time each attempt held them, from
   its placement (`placed_at`, else `started_at`) to its end (`ended_at`, or now while it runs), as the job's
   events say (the store's projection); clipped to the window.
-- Used: from the GPU history (`shared.gpuhistory`): each sample's utilization × the holder's share × the
+- Used: from the GPU history (`gpuyard.shared.gpuhistory`): each sample's utilization × the holder's share × the
   sample's seconds, summed over the window. A GPU shared by several jobs reports one utilization: each holder
   is counted that utilization on its share.
 - Waste: allocated − used (never below zero).
@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.gpuhistory import GpuPoint
-from shared.jobstate import TERMINAL_STATES, JobState, JobView
-from shared.store import EventStore
+from gpuyard.shared.gpuhistory import GpuPoint
+from gpuyard.shared.jobstate import TERMINAL_STATES, JobState, JobView
+from gpuyard.shared.store import EventStore
 
 LOOKBACK_SECONDS = 30 * 86400.0
 """A finished job is read from the store when it was created at most this long before the window starts."""

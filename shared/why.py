@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
-from shared.jobspec import JobSpec
-from shared.jobstate import JobState
-from shared.reasons import ordinal
-from shared.units import count_text, format_duration, format_rough_duration, format_size
+from gpuyard.shared.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.reasons import ordinal
+from gpuyard.shared.units import count_text, format_duration, format_rough_duration, format_size
 
 
 def exact(seconds: float) -> str:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The image's entrypoint: `<service> [args…]` runs `python -m services.<service> [args…]`;
+# The image's entrypoint: `<service> [args…]` runs `python -P -m gpuyard.services.<service> [args…]`;
 # any other command (sh, python, gpuyard…) runs as given.
 set -eu
 if [ "$#" -eq 0 ]; then
@@ -10,7 +10,7 @@ service="$1"
 case "$service" in
     submit | scheduler | executor | serving | monitor)
         shift
-        exec python -m "services.$service" "$@"
+        exec python -P -m "gpuyard.services.$service" "$@"
         ;;
     *)
         exec "$@"

@@ -1,8 +1,8 @@
-from services.executor.jobusers import JobUsers
-from services.executor.local import check_reachable
-from services.executor.main import main
-from shared.service import run_service
-from shared.settings import ExecutorSettings
+from gpuyard.services.executor.jobusers import JobUsers
+from gpuyard.services.executor.local import check_reachable
+from gpuyard.services.executor.main import main
+from gpuyard.shared.service import run_service
+from gpuyard.shared.settings import ExecutorSettings
 
 
 def preflight(settings: ExecutorSettings) -> str | None:

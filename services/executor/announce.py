@@ -9,11 +9,11 @@ import contextlib
 import logging
 import socket
 
-from services.executor.backend import Backend
-from shared.events import CloudEvent, GpuInfo, NodeHeartbeat, make_event
-from shared.gpus import host_cpus, host_memory
-from shared.service import Service
-from shared.settings import ExecutorSettings
+from gpuyard.services.executor.backend import Backend
+from gpuyard.shared.events import CloudEvent, GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.gpus import host_cpus, host_memory
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
 

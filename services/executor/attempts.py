@@ -19,8 +19,8 @@ import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from services.executor.backend import AttemptLaunch
-from services.executor.exits import AttemptKey
+from gpuyard.services.executor.backend import AttemptLaunch
+from gpuyard.services.executor.exits import AttemptKey
 
 
 @dataclass(slots=True, eq=False)

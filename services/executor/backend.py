@@ -22,9 +22,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.executor.exits import AttemptKey
-from shared.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.exits import AttemptKey
+from gpuyard.shared.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 
 
 @dataclass(frozen=True)

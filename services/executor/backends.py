@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from services.executor.backend import Backend
-from services.executor.cgroups import Cgroups
-from services.executor.jobenv import mps_running
-from services.executor.jobusers import JobUsers
-from services.executor.local import LocalBackend
-from services.executor.logfile import LogBudget
-from shared.logstore.shipper import LogShipper
-from shared.settings import ExecutorSettings
+from gpuyard.services.executor.backend import Backend
+from gpuyard.services.executor.cgroups import Cgroups
+from gpuyard.services.executor.jobenv import mps_running
+from gpuyard.services.executor.jobusers import JobUsers
+from gpuyard.services.executor.local import LocalBackend
+from gpuyard.services.executor.logfile import LogBudget
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.settings import ExecutorSettings
 
 
 def make_backend(
@@ -20,11 +20,11 @@ def make_backend(
     shipper: LogShipper | None = None,
 ) -> Backend:
     if settings.executor_backend == "kubernetes":
-        from services.executor.kubernetes.backend import KubernetesBackend
-        from services.executor.kubernetes.controller import KubernetesController
+        from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
+        from gpuyard.services.executor.kubernetes.controller import KubernetesController
 
         try:
-            from services.executor.kubernetes.client_api import ClientKubeApi
+            from gpuyard.services.executor.kubernetes.client_api import ClientKubeApi
 
             api = ClientKubeApi.from_environment(settings.kubeconfig or None)
         except Exception as exc:

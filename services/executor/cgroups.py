@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.executor.nodelog import node_log
+from gpuyard.services.executor.nodelog import node_log
 
 log = logging.getLogger(__name__)
 NEEDED = ("cpu", "memory")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from services.executor.exits import AttemptKey
-from shared.paths import private_dir, replica_files
+from gpuyard.services.executor.exits import AttemptKey
+from gpuyard.shared.paths import private_dir, replica_files
 
 
 class Claims:

@@ -16,9 +16,9 @@ import signal
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from services.executor.cgroups import ENTER_FAILED
-from services.executor.logfile import NO_SPACE
-from shared.events import (
+from gpuyard.services.executor.cgroups import ENTER_FAILED
+from gpuyard.services.executor.logfile import NO_SPACE
+from gpuyard.shared.events import (
     EventData,
     FailureReason,
     JobCancelled,
@@ -28,8 +28,8 @@ from shared.events import (
     JobSucceeded,
     RequeueReason,
 )
-from shared.jobstate import JobState, JobView
-from shared.units import format_size
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.units import format_size
 
 _CUDA_OOM = re.compile(
     r"CUDA out of memory|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",

@@ -25,20 +25,20 @@ from datetime import UTC, datetime, timedelta
 
 from nats.aio.msg import Msg
 
-from services.executor.announce import NodeAnnouncer
-from services.executor.attempts import Attempts
-from services.executor.backend import AttemptLaunch, Backend
-from services.executor.backends import make_backend
-from services.executor.claims import Claims
-from services.executor.classify import attempt_end, exit_after_stop, node_fault
-from services.executor.exits import AttemptKey, NodeFault, attempt_key
-from services.executor.gpuguard import SliceGuard, choose_reader
-from services.executor.gpuwatch import GpuProcessReader, Overuse
-from services.executor.logfile import NOTE
-from services.executor.rendezvous import master_endpoint
-from shared import idlebook
-from shared.bus import concerns_holder, entity_of
-from shared.events import (
+from gpuyard.services.executor.announce import NodeAnnouncer
+from gpuyard.services.executor.attempts import Attempts
+from gpuyard.services.executor.backend import AttemptLaunch, Backend
+from gpuyard.services.executor.backends import make_backend
+from gpuyard.services.executor.claims import Claims
+from gpuyard.services.executor.classify import attempt_end, exit_after_stop, node_fault
+from gpuyard.services.executor.exits import AttemptKey, NodeFault, attempt_key
+from gpuyard.services.executor.gpuguard import SliceGuard, choose_reader
+from gpuyard.services.executor.gpuwatch import GpuProcessReader, Overuse
+from gpuyard.services.executor.logfile import NOTE
+from gpuyard.services.executor.rendezvous import master_endpoint
+from gpuyard.shared import idlebook
+from gpuyard.shared.bus import concerns_holder, entity_of
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     IdleStop,
@@ -56,14 +56,14 @@ from shared.events import (
     Subject,
     derived_id,
 )
-from shared.gpus import node_gpus
-from shared.jobstate import JobState, JobView
-from shared.ledger import Decide, JobLedger, Outcome
-from shared.logstore.shipper import LogShipper
-from shared.service import Service
-from shared.settings import ExecutorSettings
-from shared.store import ConcurrencyError
-from shared.units import parse_size
+from gpuyard.shared.gpus import node_gpus
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.ledger import Decide, JobLedger, Outcome
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.store import ConcurrencyError
+from gpuyard.shared.units import parse_size
 
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"

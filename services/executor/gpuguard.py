@@ -10,22 +10,22 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from services.executor.attempts import Attempts
-from services.executor.backend import Backend
-from services.executor.exits import AttemptKey
-from services.executor.gpuwatch import (
+from gpuyard.services.executor.attempts import Attempts
+from gpuyard.services.executor.backend import Backend
+from gpuyard.services.executor.exits import AttemptKey
+from gpuyard.services.executor.gpuwatch import (
     GpuProcessReader,
     NvmlProcessReader,
     Overuse,
     SliceWatch,
     WatchedReplica,
 )
-from services.executor.jobenv import share_bytes
-from services.executor.nodelog import node_log
-from shared.events import AlertRaised, AlertResolved, EventData, derived_id, make_event
-from shared.service import Service
-from shared.settings import ExecutorSettings
-from shared.units import format_size
+from gpuyard.services.executor.jobenv import share_bytes
+from gpuyard.services.executor.nodelog import node_log
+from gpuyard.shared.events import AlertRaised, AlertResolved, EventData, derived_id, make_event
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.units import format_size
 
 log = logging.getLogger(__name__)
 KIND = "gpu_memory_over_slice"

@@ -34,16 +34,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.executor.backend import AttemptLaunch, Backend, BackendEvents
-from services.executor.cgroups import Cgroups
-from services.executor.classify import classify_exit, node_fault
-from services.executor.exits import AttemptKey, NodeFault, replica_exit
-from services.executor.jobenv import DEFAULT_MPS_PIPE_DIRECTORY, replica_env
-from services.executor.jobusers import SHARED_RIGHTS, JobUser, JobUsers, platform_user, uid_key
-from services.executor.logfile import LogBudget, LogPump, RotatingLog, output_after, tail_lines
-from services.executor.nodelog import node_log
-from services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
-from services.executor.processes import (
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents
+from gpuyard.services.executor.cgroups import Cgroups
+from gpuyard.services.executor.classify import classify_exit, node_fault
+from gpuyard.services.executor.exits import AttemptKey, NodeFault, replica_exit
+from gpuyard.services.executor.jobenv import DEFAULT_MPS_PIPE_DIRECTORY, replica_env
+from gpuyard.services.executor.jobusers import SHARED_RIGHTS, JobUser, JobUsers, platform_user, uid_key
+from gpuyard.services.executor.logfile import LogBudget, LogPump, RotatingLog, output_after, tail_lines
+from gpuyard.services.executor.nodelog import node_log
+from gpuyard.services.executor.pidfiles import PidRecord, make_job_workdir, make_replica_dirs, read_pid_files
+from gpuyard.services.executor.processes import (
     Namespaces,
     StartError,
     not_found,
@@ -54,18 +54,18 @@ from services.executor.processes import (
     terminate,
     under,
 )
-from services.executor.reaper_client import (
+from gpuyard.services.executor.reaper_client import (
     ReapedProcess,
     ReaperClient,
     StartRefused,
     read_exit_file,
     watch_adopted,
 )
-from services.executor.start_helper import start_helper
-from shared.events import FailureReason, JobPlaced, JobReplicaExited
-from shared.logstore import LogKey
-from shared.logstore.shipper import LogShipper
-from shared.paths import (
+from gpuyard.services.executor.start_helper import start_helper
+from gpuyard.shared.events import FailureReason, JobPlaced, JobReplicaExited
+from gpuyard.shared.logstore import LogKey
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,
     job_workdir,

@@ -16,22 +16,22 @@ from __future__ import annotations
 import os
 import signal
 
-from services.executor import jobenv
-from services.executor.executor import IDLE_SUBJECTS, Executor
-from services.executor.nodelog import said_by
-from services.executor.retention import JobDirSweeper
-from shared.bus import placed_for
-from shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from shared.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
-from shared.service import Service
-from shared.settings import ExecutorSettings
+from gpuyard.services.executor import jobenv
+from gpuyard.services.executor.executor import IDLE_SUBJECTS, Executor
+from gpuyard.services.executor.nodelog import said_by
+from gpuyard.services.executor.retention import JobDirSweeper
+from gpuyard.shared.bus import placed_for
+from gpuyard.shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import ExecutorSettings
 
 CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]  # of every tenant's jobs
 
 
 JOB_UMASK = 0o022
 """Jobs inherit the executor's umask, through its reaper (whose child sets none): they get the usual one, while
-the executor creates its own files with explicit private modes (pid files, logs, stores: `shared.paths`)."""
+the executor creates its own files with explicit private modes (pid files, logs, stores: `gpuyard.shared.paths`)."""
 
 
 async def main(service: Service, settings: ExecutorSettings) -> None:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from services.executor.cgroups import Cgroups
-from services.executor.pidfiles import PidRecord
-from shared.events import FailureReason
+from gpuyard.services.executor.cgroups import Cgroups
+from gpuyard.services.executor.pidfiles import PidRecord
+from gpuyard.shared.events import FailureReason
 
 
 class Process(Protocol):

@@ -235,7 +235,7 @@ async def watch_adopted(pid: int, start: int | None, exit_file: str) -> int | No
     except OSError:
         pidfd = -1
     else:
-        from services.executor.processes import process_start_time
+        from gpuyard.services.executor.processes import process_start_time
 
         if process_start_time(pid) != start:  # ended meanwhile, and the number may have been reused
             os.close(pidfd)

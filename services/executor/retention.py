@@ -20,8 +20,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from services.executor.attempts import Attempts
-from shared.store import EventStore
+from gpuyard.services.executor.attempts import Attempts
+from gpuyard.shared.store import EventStore
 
 log = logging.getLogger(__name__)
 

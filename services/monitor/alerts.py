@@ -1,18 +1,18 @@
 """The alert engine: a pure state machine from observations (GPU samples, node heartbeats and losses, the jobs
 waiting and running) with their times to the alerts to raise and to resolve. No I/O: the service part
-(`services.monitor.alertservice`) feeds it and records what it returns.
+(`gpuyard.services.monitor.alertservice`) feeds it and records what it returns.
 
 Each alert id (`gpu_temperature/node-1/3`: the rule and its subject) has a tracker that goes
 inactive → pending (the condition holds, not yet for `for`) → firing (raised) → clearing (the condition is
 clear, not yet for `keep_firing_for`) → resolved, and back to firing from clearing when the condition returns
-(`services.monitor.rules` explains the thresholds). An observation says of a tracker's condition one of:
+(`gpuyard.services.monitor.rules` explains the thresholds). An observation says of a tracker's condition one of:
 
 - BREACH: past the raise threshold;
 - BAND: between the two thresholds: a pending alert starts over, a firing one stays raised;
 - CLEAR: past the clear threshold;
 - GONE: its subject went away (the job let the GPU go, ended, was placed): resolved at once.
 
-Event ids are derived from the alert id and when its condition began (`shared.events.derived_id`), so the
+Event ids are derived from the alert id and when its condition began (`gpuyard.shared.events.derived_id`), so the
 same observations give the same events whoever computes them, and a redelivered observation (not newer than
 the last one seen) changes nothing. A restarted engine is given the alerts still active (`restore`), so it never
 raises one again; one whose subject is no longer reported for STALE_SECONDS is resolved.
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
-from services.monitor.rules import GpuXidRule, Rule, Rules
-from shared.events import AlertRaised, AlertResolved, GpuReading, GpuSample, derived_id
-from shared.units import format_duration
+from gpuyard.services.monitor.rules import GpuXidRule, Rule, Rules
+from gpuyard.shared.events import AlertRaised, AlertResolved, GpuReading, GpuSample, derived_id
+from gpuyard.shared.units import format_duration
 
 STALE_SECONDS = 120.0
 """An alert whose subject was not reported for this long (a node's samples stopped, the monitor lost track) is

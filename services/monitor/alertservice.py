@@ -1,22 +1,22 @@
-"""The monitor's alerts, as a service: feeds the engine (`services.monitor.alerts`) with what the bus and the
-stores say, records what it raises and resolves in the event store (`shared.alertbook`), publishes it, and
-delivers every alert on the bus to the webhooks (`services.monitor.webhooks`).
+"""The monitor's alerts, as a service: feeds the engine (`gpuyard.services.monitor.alerts`) with what the bus and the
+stores say, records what it raises and resolves in the event store (`gpuyard.shared.alertbook`), publishes it, and
+delivers every alert on the bus to the webhooks (`gpuyard.services.monitor.webhooks`).
 
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
-  (`shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
+  (`gpuyard.shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
 - It watches `gpu.sample` and `node.heartbeat` (telemetry: `monitor-alerts-telemetry` in the bus figures of
   /metrics) and `node.lost` (events: `monitor-alerts-node-lost`); every JOB_POLL_SECONDS (or
   a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
-  jobs (`services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
+  jobs (`gpuyard.services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
   running replica has from the log store (its extent: one indexed read, no bytes).
-- The same leader decides the idle-GPU reclaim (`services.monitor.idlereclaim`) from the samples it watches:
-  it records and publishes `idle.warning` and `idle.stop` (`shared.idlebook`), and raises and resolves their
+- The same leader decides the idle-GPU reclaim (`gpuyard.services.monitor.idlereclaim`) from the samples it watches:
+  it records and publishes `idle.warning` and `idle.stop` (`gpuyard.shared.idlebook`), and raises and resolves their
   `job_idle` alerts like its own.
 - Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
   any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
   webhook queues, then acknowledged.
 
-Entry: `run_alerts(service, settings)`, from the monitor's main; or `python -m services.monitor.alertservice`
+Entry: `run_alerts(service, settings)`, from the monitor's main; or `python -m gpuyard.services.monitor.alertservice`
 runs it alone as a monitor process.
 """
 
@@ -29,16 +29,16 @@ from datetime import UTC, datetime
 
 from nats.aio.msg import Msg
 
-from services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Raise
-from services.monitor.idlereclaim import Action, IdleReclaim, Record
-from services.monitor.jobs import LiveJob, LiveJobs
-from services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
-from services.monitor.webhooks import Webhooks
-from shared import idlebook
-from shared.alertbook import AlertBook
-from shared.bus import entity_of, publish_recorded
-from shared.buspermissions import publishes
-from shared.events import (
+from gpuyard.services.monitor.alerts import ActiveAlert, Change, Engine, JobSnapshot, Raise
+from gpuyard.services.monitor.idlereclaim import Action, IdleReclaim, Record
+from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
+from gpuyard.services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
+from gpuyard.services.monitor.webhooks import Webhooks
+from gpuyard.shared import idlebook
+from gpuyard.shared.alertbook import AlertBook
+from gpuyard.shared.bus import entity_of, publish_recorded
+from gpuyard.shared.buspermissions import publishes
+from gpuyard.shared.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
     CloudEvent,
@@ -49,13 +49,13 @@ from shared.events import (
     Wildcard,
     make_event,
 )
-from shared.jobstate import JobState
-from shared.lease import Lease
-from shared.ledger import JobLedger
-from shared.logstore import LogKey, LogStore, open_log_store
-from shared.service import Service, run_service
-from shared.settings import EXIT_REFUSED, MonitorSettings
-from shared.store import EventStore, open_store
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.lease import Lease
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import LogKey, LogStore, open_log_store
+from gpuyard.shared.service import Service, run_service
+from gpuyard.shared.settings import EXIT_REFUSED, MonitorSettings
+from gpuyard.shared.store import EventStore, open_store
 
 log = logging.getLogger(__name__)
 

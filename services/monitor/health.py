@@ -9,7 +9,7 @@ GPU that became lost. A GPU never turns healthy by itself: only an admin's uncor
 (docs/monitor.md, "GPU health, cordon and drain").
 
 `HealthMarker` is the wiring: a listener of the monitor's ingest that records each mark in the event store
-(`shared.nodecontrol`, so that a restarted scheduler knows) and publishes it as `node.gpu_health`.
+(`gpuyard.shared.nodecontrol`, so that a restarted scheduler knows) and publishes it as `node.gpu_health`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.monitor.ingest import NodeSample, SampleIngest
-from services.monitor.rules import APPLICATION_XIDS
-from shared import nodecontrol
-from shared.bus import publish_recorded
-from shared.events import GpuHealthChanged, GpuReading, GpuSample, derived_id, make_event
+from gpuyard.services.monitor.ingest import NodeSample, SampleIngest
+from gpuyard.services.monitor.rules import APPLICATION_XIDS
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.bus import publish_recorded
+from gpuyard.shared.events import GpuHealthChanged, GpuReading, GpuSample, derived_id, make_event
 
 log = logging.getLogger(__name__)
 

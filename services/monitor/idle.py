@@ -1,5 +1,5 @@
 """Idle-GPU reclaim, the decision: pure functions and a small per-attempt record, no I/O (the service part is
-`services.monitor.idlereclaim`).
+`gpuyard.services.monitor.idlereclaim`).
 
 As dstack's `utilization_policy`: a job's GPUs are idle when EVERY sample of EVERY GPU it holds, over its whole
 idle timeout (the window), reads under the threshold; the samples of its first `min_age` seconds (its start-up:
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
-from shared.units import format_duration
+from gpuyard.shared.units import format_duration
 
 GAP_SAMPLES = 5
 """Samples a node may miss before its jobs' windows start over (their GPUs were not seen meanwhile)."""

@@ -1,9 +1,9 @@
 """Idle-GPU reclaim, the monitor's side: from every node's `gpu.sample` and the live jobs to what to record,
-publish and alert. No I/O here: the alert service (`services.monitor.alertservice`), which holds the
+publish and alert. No I/O here: the alert service (`gpuyard.services.monitor.alertservice`), which holds the
 `monitor-alerts` lease, feeds it (so one monitor decides) and carries out what it returns.
 
 Per running attempt whose job has an idle timeout (its spec's, else its tenant's default), an `IdleWatch` takes
-the highest utilization of the GPUs it holds in each node's sample, and `judge` decides (`services.monitor.
+the highest utilization of the GPUs it holds in each node's sample, and `judge` decides (`gpuyard.services.monitor.
 idle`):
 
 - warn: an `idle.warning` (recorded, then published: the executor writes a line into the job's output) and a
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from services.monitor.alerts import ActiveAlert, Raise, Resolve
-from services.monitor.idle import (
+from gpuyard.services.monitor.alerts import ActiveAlert, Raise, Resolve
+from gpuyard.services.monitor.idle import (
     GAP_SAMPLES,
     Finding,
     IdlePolicy,
@@ -35,8 +35,8 @@ from services.monitor.idle import (
     stop_text,
     warning_text,
 )
-from services.monitor.jobs import LiveJob, LiveJobs
-from shared.events import (
+from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
+from gpuyard.shared.events import (
     AlertRaised,
     AlertResolved,
     AlertSeverity,
@@ -45,15 +45,15 @@ from shared.events import (
     IdleWarning,
     derived_id,
 )
-from shared.jobstate import JobState
-from shared.settings import MonitorSettings
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.settings import MonitorSettings
 
 KIND = "job_idle"
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """An idle event to record in the job's idle stream (`shared.idlebook`), then publish."""
+    """An idle event to record in the job's idle stream (`gpuyard.shared.idlebook`), then publish."""
 
     data: IdleWarning | IdleStop
     event_id: str

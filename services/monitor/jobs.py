@@ -25,10 +25,10 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from shared.events import GpuHolder, ReplicaPlacement
-from shared.jobstate import JobState, JobView
-from shared.quotause import held_gpus
-from shared.store import EventStore
+from gpuyard.shared.events import GpuHolder, ReplicaPlacement
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.quotause import held_gpus
+from gpuyard.shared.store import EventStore
 
 log = logging.getLogger(__name__)
 

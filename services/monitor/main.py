@@ -13,24 +13,24 @@ import contextlib
 import logging
 import time
 
-from services.monitor.alertservice import run_alerts
-from services.monitor.ended import EndedFeed
-from services.monitor.health import HealthMarker
-from services.monitor.history import HistoryWriter
-from services.monitor.ingest import SampleIngest
-from services.monitor.jobs import LiveJobs
-from services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
-from services.monitor.platform import PlatformFigures
-from services.monitor.sampler import NodeSampler, choose_sampler
-from shared.buspermissions import Role, permissions
-from shared.events import GpuSample, Subject, make_event
-from shared.gpuhistory import GpuHistory, open_gpu_history
-from shared.jobstate import JobState
-from shared.nvml import Nvml
-from shared.secretfile import ScrapeAuth
-from shared.service import Service
-from shared.settings import MonitorSettings
-from shared.store import EndedJob
+from gpuyard.services.monitor.alertservice import run_alerts
+from gpuyard.services.monitor.ended import EndedFeed
+from gpuyard.services.monitor.health import HealthMarker
+from gpuyard.services.monitor.history import HistoryWriter
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.jobs import LiveJobs
+from gpuyard.services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
+from gpuyard.services.monitor.platform import PlatformFigures
+from gpuyard.services.monitor.sampler import NodeSampler, choose_sampler
+from gpuyard.shared.buspermissions import Role, permissions
+from gpuyard.shared.events import GpuSample, Subject, make_event
+from gpuyard.shared.gpuhistory import GpuHistory, open_gpu_history
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.secretfile import ScrapeAuth
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.store import EndedJob
 
 log = logging.getLogger(__name__)
 

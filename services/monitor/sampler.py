@@ -1,4 +1,4 @@
-"""One node's GPUs read at one moment, as the `GpuReading`s of its `gpu.sample`: from NVML (`shared.nvml`) with
+"""One node's GPUs read at one moment, as the `GpuReading`s of its `gpu.sample`: from NVML (`gpuyard.shared.nvml`) with
 the holders of each GPU added, or from the simulated GPUs (`simulated.py`), which read their holders' CPU use.
 
 A sample is bounded: one node's GPUs, each with at most `MAX_LISTED` processes and holders.
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 
-from services.monitor.cputime import CpuUse
-from services.monitor.jobs import HeldGpu
-from services.monitor.simulated import ReplicaPids, SimulatedGpus
-from shared.events import GpuHolder, GpuReading
-from shared.gpus import simulated_gpus
-from shared.nvml import Nvml
-from shared.settings import MonitorSettings
+from gpuyard.services.monitor.cputime import CpuUse
+from gpuyard.services.monitor.jobs import HeldGpu
+from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
+from gpuyard.shared.events import GpuHolder, GpuReading
+from gpuyard.shared.gpus import simulated_gpus
+from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.settings import MonitorSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-from services.scheduler.main import main
-from shared.service import run_service
-from shared.settings import SchedulerSettings
+from gpuyard.services.scheduler.main import main
+from gpuyard.shared.service import run_service
+from gpuyard.shared.settings import SchedulerSettings
 
 if __name__ == "__main__":
     run_service("scheduler", SchedulerSettings, main)

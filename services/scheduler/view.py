@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from services.scheduler.core import (
+from gpuyard.services.scheduler.core import (
     Allocation,
     Gpu,
     GpuAssignment,
@@ -19,9 +19,9 @@ from services.scheduler.core import (
     Node,
     ReplicaAssignment,
 )
-from shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
-from shared.jobstate import ACTIVE_STATES, JobState, JobView
-from shared.nodecontrol import NodeControl
+from gpuyard.shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView
+from gpuyard.shared.nodecontrol import NodeControl
 
 
 @dataclass(slots=True)
@@ -91,7 +91,7 @@ class ClusterView:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
         self.controls: dict[str, NodeControl] = {}
-        """Each node's cordons and unhealthy GPUs (`shared.nodecontrol`), kept across its heartbeats."""
+        """Each node's cordons and unhealthy GPUs (`gpuyard.shared.nodecontrol`), kept across its heartbeats."""
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
         self.queued_since: dict[str, float] = {}

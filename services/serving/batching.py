@@ -30,8 +30,8 @@ from time import perf_counter, thread_time
 
 import numpy as np
 
-from services.serving.errors import BadRequest, ServingError, Unavailable
-from services.serving.runtime import CPU, OnnxModel
+from gpuyard.services.serving.errors import BadRequest, ServingError, Unavailable
+from gpuyard.services.serving.runtime import CPU, OnnxModel
 
 INLINE_RUN_US = 100
 """A run expected to take at most this long runs on the event loop rather than in a thread: about as long as

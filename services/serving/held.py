@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.serving.registry import ModelRegistry
-from services.serving.runtime import OnnxModel
-from shared.modelregistry import qualified_name
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.runtime import OnnxModel
+from gpuyard.shared.modelregistry import qualified_name
 
 
 def model_key(tenant: str, name: str) -> str:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
-from services.serving.errors import ModelLoadError
-from services.serving.held import Held, HeldSessions
-from services.serving.runtime import CUDA, OnnxModel, load_onnx
-from shared import modelstore
-from shared.bus import concerns_holder
-from shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from shared.events import (
+from gpuyard.services.serving.errors import ModelLoadError
+from gpuyard.services.serving.held import Held, HeldSessions
+from gpuyard.services.serving.runtime import CUDA, OnnxModel, load_onnx
+from gpuyard.shared import modelstore
+from gpuyard.shared.bus import concerns_holder
+from gpuyard.shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     ExecutionProvider,
@@ -55,11 +55,11 @@ from shared.events import (
     make_event,
     subject_filter,
 )
-from shared.installhint import install_command
-from shared.jobstate import ACTIVE_STATES, JobView
-from shared.ledger import JobLedger, Outcome
-from shared.modelregistry import ModelRegistry as ModelCatalog
-from shared.store import ConcurrencyError
+from gpuyard.shared.installhint import install_command
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobView
+from gpuyard.shared.ledger import JobLedger, Outcome
+from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
+from gpuyard.shared.store import ConcurrencyError
 
 log = logging.getLogger(__name__)
 

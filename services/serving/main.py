@@ -14,24 +14,24 @@ import logging
 
 import uvicorn
 
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.held import HeldSessions
-from services.serving.host import CONTROL_SUBJECTS, PLACEMENT_SUBJECTS, Host
-from services.serving.proxy import Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.stats import Stats
-from shared.bus import placed_for
-from shared.events import EVENTS_STREAM, HOLDER_SERVING
-from shared.modelregistry import ModelRegistry as ModelCatalog
-from shared.modelstore import ModelStore
-from shared.secretfile import ScrapeAuth
-from shared.service import Service
-from shared.sessions import load_key as load_session_key
-from shared.settings import ServingSettings
-from shared.store import EventStore
-from shared.tokens import Tokens
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.held import HeldSessions
+from gpuyard.services.serving.host import CONTROL_SUBJECTS, PLACEMENT_SUBJECTS, Host
+from gpuyard.services.serving.proxy import Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.stats import Stats
+from gpuyard.shared.bus import placed_for
+from gpuyard.shared.events import EVENTS_STREAM, HOLDER_SERVING
+from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
+from gpuyard.shared.modelstore import ModelStore
+from gpuyard.shared.secretfile import ScrapeAuth
+from gpuyard.shared.service import Service
+from gpuyard.shared.sessions import load_key as load_session_key
+from gpuyard.shared.settings import ServingSettings
+from gpuyard.shared.store import EventStore
+from gpuyard.shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
 PRUNE_INTERVAL = 30.0

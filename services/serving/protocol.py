@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel
 
-from services.serving.errors import BadRequest
+from gpuyard.services.serving.errors import BadRequest
 
 DATATYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
@@ -149,8 +149,8 @@ HEADER_ALLOWANCE = 64 * 1024
 
 
 class Signed(Protocol):
-    """A tensor of a model's signature: `TensorSpec` here, or `shared.events.TensorSpec` (what
-    `shared.onnxsig` read when the model was published)."""
+    """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.events.TensorSpec` (what
+    `gpuyard.shared.onnxsig` read when the model was published)."""
 
     datatype: str
     shape: Sequence[int]

@@ -13,9 +13,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from services.serving.protocol import error_body
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Route, Routes
+from gpuyard.services.serving.protocol import error_body
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Route, Routes
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from services.serving.batching import Batcher
-from services.serving.errors import ModelLoadError, NotFound, Unavailable
-from services.serving.runtime import OnnxModel, load_onnx
+from gpuyard.services.serving.batching import Batcher
+from gpuyard.services.serving.errors import ModelLoadError, NotFound, Unavailable
+from gpuyard.services.serving.runtime import OnnxModel, load_onnx
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.serving.held import model_key
-from shared.bus import entity_of
-from shared.events import (
+from gpuyard.services.serving.held import model_key
+from gpuyard.shared.bus import entity_of
+from gpuyard.shared.events import (
     EVENTS_STREAM,
     CloudEvent,
     JobCancelled,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from services.serving.errors import BadRequest, ModelLoadError, ServingError
-from services.serving.protocol import TensorSpec
+from gpuyard.services.serving.errors import BadRequest, ModelLoadError, ServingError
+from gpuyard.services.serving.protocol import TensorSpec
 
 ORT_TYPES = {
     "tensor(bool)": "BOOL",

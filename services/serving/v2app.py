@@ -30,8 +30,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.serving.errors import BadRequest, Forbidden, PayloadTooLarge, ServingError, Unavailable
-from services.serving.protocol import (
+from gpuyard.services.serving.errors import BadRequest, Forbidden, PayloadTooLarge, ServingError, Unavailable
+from gpuyard.services.serving.protocol import (
     ModelMetadata,
     RepositoryEntry,
     ServerMetadata,
@@ -40,11 +40,11 @@ from services.serving.protocol import (
     encode_response,
     error_body,
 )
-from services.serving.registry import ModelRegistry, ModelVersion
-from services.serving.runtime import OnnxModel, check_inputs
-from services.serving.stats import Stats
-from shared.settings import ServingSettings
-from shared.version import VERSION
+from gpuyard.services.serving.registry import ModelRegistry, ModelVersion
+from gpuyard.services.serving.runtime import OnnxModel, check_inputs
+from gpuyard.services.serving.stats import Stats
+from gpuyard.shared.settings import ServingSettings
+from gpuyard.shared.version import VERSION
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
-from services.submit import (
+from gpuyard.services.submit import (
     routes_admin,
     routes_alerts,
     routes_jobs,
@@ -27,19 +27,19 @@ from services.submit import (
     routes_usage,
     routes_why,
 )
-from services.submit.auth import CHALLENGE, PUBLISH_PATH, refusal_before_body
-from services.submit.body import BodyTooLarge, read_body, replaying
-from services.submit.context import SubmitContext
-from services.submit.dashboard import add_dashboard
-from services.submit.docs_pages import add_docs_pages
-from services.submit.errors import answers, too_many
-from services.submit.fastpath import FastSubmit
-from services.submit.queuedepth import QueueFull
-from shared.api import HealthOut
-from shared.bus import BusUnavailable
-from shared.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
-from shared.store import ConcurrencyError, StoreUnavailable
-from shared.version import VERSION
+from gpuyard.services.submit.auth import CHALLENGE, PUBLISH_PATH, refusal_before_body
+from gpuyard.services.submit.body import BodyTooLarge, read_body, replaying
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.dashboard import add_dashboard
+from gpuyard.services.submit.docs_pages import add_docs_pages
+from gpuyard.services.submit.errors import answers, too_many
+from gpuyard.services.submit.fastpath import FastSubmit
+from gpuyard.services.submit.queuedepth import QueueFull
+from gpuyard.shared.api import HealthOut
+from gpuyard.shared.bus import BusUnavailable
+from gpuyard.shared.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
+from gpuyard.shared.store import ConcurrencyError, StoreUnavailable
+from gpuyard.shared.version import VERSION
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
 
     @app.get(METRICS_PATH, include_in_schema=False)
     async def metrics() -> Response:
-        """The submit service's own Prometheus figures (`shared.servicemetrics`), without a token as the
+        """The submit service's own Prometheus figures (`gpuyard.shared.servicemetrics`), without a token as the
         monitor's /metrics: a Prometheus scrape carries none (docs/operations.md, "Metrics of each service")."""
         body = await asyncio.to_thread(render, ctx.bus.metrics.registry) if ctx.bus is not None else b""
         return Response(body, media_type=CONTENT_TYPE)

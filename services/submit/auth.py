@@ -10,11 +10,11 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
 from starlette.requests import cookie_parser
 
-from services.submit.context import SubmitContext
-from shared import sessions
-from shared.bearer import bearer_token
-from shared.jobtokens import is_job_token
-from shared.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared import sessions
+from gpuyard.shared.bearer import bearer_token
+from gpuyard.shared.jobtokens import is_job_token
+from gpuyard.shared.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)
 
 
 class Bearer(HTTPBearer):

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException, status
 
-from services.submit.auth import may_see
-from services.submit.context import SubmitContext
-from services.submit.modelaccess import listed_version
-from services.submit.routes_jobs import cancel, queue_job
-from shared.api import (
+from gpuyard.services.submit.auth import may_see
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.modelaccess import listed_version
+from gpuyard.services.submit.routes_jobs import cancel, queue_job
+from gpuyard.shared.api import (
     CancelOut,
     DeploymentAccepted,
     DeploymentIn,
@@ -25,10 +25,10 @@ from shared.api import (
     job_out,
     replica_out,
 )
-from shared.jobspec import JobSpec, ServeSpec
-from shared.jobstate import JobState, JobView
-from shared.modelregistry import ModelView
-from shared.tokens import Principal
+from gpuyard.shared.jobspec import JobSpec, ServeSpec
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.modelregistry import ModelView
+from gpuyard.shared.tokens import Principal
 
 LIVE_STATES = [s.value for s in JobState if not s.terminal]
 PAGE = 500

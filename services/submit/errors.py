@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from services.submit.queuedepth import QueueFull
-from shared.api import ErrorOut
-from shared.store.base import RETRY_AFTER_SECONDS
+from gpuyard.services.submit.queuedepth import QueueFull
+from gpuyard.shared.api import ErrorOut
+from gpuyard.shared.store.base import RETRY_AFTER_SECONDS
 
 WHY = {
     400: "Bad request: an invalid Content-Length.",

@@ -14,16 +14,16 @@ import json
 
 from fastapi import HTTPException
 
-from services.submit.body import read_body, replaying
-from services.submit.context import SubmitContext
-from services.submit.errors import too_many
-from services.submit.queuedepth import QueueFull
-from services.submit.routes_jobs import queue_job
-from shared.bearer import bearer_token
-from shared.bus import BusUnavailable
-from shared.jobspec import JobSpec
-from shared.store import ConcurrencyError, StoreUnavailable
-from shared.tokens import TokenRefused
+from gpuyard.services.submit.body import read_body, replaying
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.errors import too_many
+from gpuyard.services.submit.queuedepth import QueueFull
+from gpuyard.services.submit.routes_jobs import queue_job
+from gpuyard.shared.bearer import bearer_token
+from gpuyard.shared.bus import BusUnavailable
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.store import ConcurrencyError, StoreUnavailable
+from gpuyard.shared.tokens import TokenRefused
 
 SUBMIT_PATH = "/v1/jobs"
 IDEMPOTENCY_KEY_MAX = 200  # as the route's Header(max_length=...)

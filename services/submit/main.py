@@ -9,18 +9,18 @@ import logging
 
 import uvicorn
 
-from services.submit import retention
-from services.submit.app import create_app
-from services.submit.context import SubmitContext, Uploads
-from services.submit.queuedepth import QueueDepth
-from shared import sessions
-from shared.jobtokens import secret_path
-from shared.modelregistry import ModelRegistry
-from shared.modelstore import ModelStore
-from shared.onnxsig import CheckBounds
-from shared.service import Service
-from shared.settings import SubmitSettings
-from shared.tokens import Tokens
+from gpuyard.services.submit import retention
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import SubmitContext, Uploads
+from gpuyard.services.submit.queuedepth import QueueDepth
+from gpuyard.shared import sessions
+from gpuyard.shared.jobtokens import secret_path
+from gpuyard.shared.modelregistry import ModelRegistry
+from gpuyard.shared.modelstore import ModelStore
+from gpuyard.shared.onnxsig import CheckBounds
+from gpuyard.shared.service import Service
+from gpuyard.shared.settings import SubmitSettings
+from gpuyard.shared.tokens import Tokens
 
 log = logging.getLogger(__name__)
 CACHED_JOBS = 1000

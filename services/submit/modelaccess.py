@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from fastapi import HTTPException, status
 
-from services.submit.auth import may_see
-from services.submit.context import SubmitContext
-from shared.events import tenant_error
-from shared.jobspec import ServeSpec
-from shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView, visible_to
-from shared.tokens import Principal
+from gpuyard.services.submit.auth import may_see
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.events import tenant_error
+from gpuyard.shared.jobspec import ServeSpec
+from gpuyard.shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView, visible_to
+from gpuyard.shared.tokens import Principal
 
 NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"
 

@@ -19,8 +19,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from shared.jobstate import JobState
-from shared.store import EventStore
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.store import EventStore
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from services.submit.auth import Admin, Context
-from services.submit.errors import answers
-from shared.api import TokenCreated, TokenIn, TokenOut
-from shared.tokens import TokenEntry, TokensFixed
+from gpuyard.services.submit.auth import Admin, Context
+from gpuyard.services.submit.errors import answers
+from gpuyard.shared.api import TokenCreated, TokenIn, TokenOut
+from gpuyard.shared.tokens import TokenEntry, TokensFixed
 
 router = APIRouter(prefix="/v1/admin/tokens", tags=["admin"], responses=answers(400, 401, 403, 413))
 REFUSED = {

@@ -9,12 +9,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from services.submit.auth import Context, CurrentPrincipal
-from services.submit.errors import answers
-from services.submit.routes_jobs import Cursor, api_cursor, store_cursor
-from shared.alertbook import ACTIVE, RESOLVED, list_alerts
-from shared.api import AlertListOut, AlertStates, alert_out
-from shared.jobspec import NAME_PATTERN
+from gpuyard.services.submit.auth import Context, CurrentPrincipal
+from gpuyard.services.submit.errors import answers
+from gpuyard.services.submit.routes_jobs import Cursor, api_cursor, store_cursor
+from gpuyard.shared.alertbook import ACTIVE, RESOLVED, list_alerts
+from gpuyard.shared.api import AlertListOut, AlertStates, alert_out
+from gpuyard.shared.jobspec import NAME_PATTERN
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"], responses=answers(400, 401, 413, 503))
 

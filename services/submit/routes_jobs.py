@@ -11,14 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.submit.auth import Context, CurrentPrincipal, may_see
-from services.submit.context import SubmitContext
-from services.submit.errors import REFUSED_422, answers, json_answers
-from services.submit.modelaccess import servable
-from services.submit.queuedepth import QueueFull
-from services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Access, while_allowed
-from services.submit.yamlbody import SpecRoute, yaml_body
-from shared.api import (
+from gpuyard.services.submit.auth import Context, CurrentPrincipal, may_see
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.errors import REFUSED_422, answers, json_answers
+from gpuyard.services.submit.modelaccess import servable
+from gpuyard.services.submit.queuedepth import QueueFull
+from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Access, while_allowed
+from gpuyard.services.submit.yamlbody import SpecRoute, yaml_body
+from gpuyard.shared.api import (
     CURSOR_MAX,
     CURSOR_PATTERN,
     CancelOut,
@@ -31,16 +31,23 @@ from shared.api import (
     page_cursor,
     page_place,
 )
-from shared.capacity import unplaceable
-from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, derived_id, new_id, tenant_error
-from shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
-from shared.jobstate import JobState, JobView
-from shared.logstore import NOTE, LogKey
-from shared.logstore.reading import follow as follow_log
-from shared.logstore.reading import read_range, tail_start
-from shared.modelregistry import is_model_stream
-from shared.store.base import SEARCH_MAX, Order, decode_cursor, encode_cursor
-from shared.tokens import Principal
+from gpuyard.shared.capacity import unplaceable
+from gpuyard.shared.events import (
+    JobCancelled,
+    JobCancelRequested,
+    JobSubmitted,
+    derived_id,
+    new_id,
+    tenant_error,
+)
+from gpuyard.shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
+from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.logstore import NOTE, LogKey
+from gpuyard.shared.logstore.reading import follow as follow_log
+from gpuyard.shared.logstore.reading import read_range, tail_start
+from gpuyard.shared.modelregistry import is_model_stream
+from gpuyard.shared.store.base import SEARCH_MAX, Order, decode_cursor, encode_cursor
+from gpuyard.shared.tokens import Principal
 
 
 class JobSpecRoute(SpecRoute):
@@ -184,7 +191,7 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
 async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
     """What `POST /v1/jobs` checks of a spec before it stores anything (its validation aside): the tenant's
     (403: another tenant's without an admin's token; 422: one its events cannot name), that its command and
-    environment fit a replica's start (422, `shared.jobspec.start_error`), that some node could ever hold it
+    environment fit a replica's start (422, `gpuyard.shared.jobspec.start_error`), that some node could ever hold it
     (422, unless GPUYARD_ACCEPT_UNPLACEABLE; always past MAX_GPUS_PER_REPLICA GPUs a replica), a serve job's
     model (422). Returns the job's tenant and why no node could hold it (None: one could, or no node is heard
     from yet)."""

@@ -4,7 +4,7 @@ A model belongs to a tenant, and its name is that tenant's: a route names anothe
 `?tenant=`. A tenant sees its own models and public ones; it changes only its own (an admin: any). A model it
 may not see is answered as one that does not exist (404).
 
-`POST /v1/models` also takes a job's publish token (`shared.jobtokens`), which no other route accepts: the
+`POST /v1/models` also takes a job's publish token (`gpuyard.shared.jobtokens`), which no other route accepts: the
 model is the job's tenant's, and records the job that produced it."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from services.submit.auth import Context, CurrentPrincipal, _bearer
-from services.submit.context import SubmitContext
-from services.submit.deployments import (
+from gpuyard.services.submit.auth import Context, CurrentPrincipal, _bearer
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.deployments import (
     ModelName,
     deploy,
     live_replicas,
@@ -28,9 +28,9 @@ from services.submit.deployments import (
     replicas_out,
     undeploy,
 )
-from services.submit.errors import REFUSED_422, RETRY_AFTER, answers
-from services.submit.modelaccess import owned_model, refused, registry_of, visible_model
-from shared.api import (
+from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, answers
+from gpuyard.services.submit.modelaccess import owned_model, refused, registry_of, visible_model
+from gpuyard.shared.api import (
     DeploymentAccepted,
     DeploymentIn,
     DeploymentListOut,
@@ -44,8 +44,8 @@ from shared.api import (
     ModelVersionOut,
     UndeployedOut,
 )
-from shared.events import tenant_error
-from shared.jobspec import (
+from gpuyard.shared.events import tenant_error
+from gpuyard.shared.jobspec import (
     DEFAULT_PRIORITY,
     GPUS_SCHEMA,
     MAX_DEPLOYMENT_REPLICAS,
@@ -55,13 +55,13 @@ from shared.jobspec import (
     SIZE_PATTERN,
     Priority,
 )
-from shared.jobstate import ACTIVE_STATES
-from shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
-from shared.modelregistry import ModelError, ModelVersion, ModelView
-from shared.modelstore import CHUNK, ModelStore, ModelStoreError, StagedFile
-from shared.onnxsig import CheckBounds, InvalidModel, Signature, check_file_async
-from shared.tokens import Principal, TokenRefused
-from shared.units import format_size
+from gpuyard.shared.jobstate import ACTIVE_STATES
+from gpuyard.shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
+from gpuyard.shared.modelregistry import ModelError, ModelVersion, ModelView
+from gpuyard.shared.modelstore import CHUNK, ModelStore, ModelStoreError, StagedFile
+from gpuyard.shared.onnxsig import CheckBounds, InvalidModel, Signature, check_file_async
+from gpuyard.shared.tokens import Principal, TokenRefused
+from gpuyard.shared.units import format_size
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=answers(400, 401, 413, 503))
 

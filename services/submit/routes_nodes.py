@@ -1,6 +1,6 @@
 """Admins cordon, drain and uncordon a node or one GPU of it (`gpuyard nodes cordon|drain|uncordon NODE[/GPU]`),
 as `kubectl cordon|drain|uncordon` and `scontrol update State=DRAIN|RESUME` do. Each is a `node.control` event,
-recorded in the node's stream of the event store (`shared.nodecontrol`) and published; the scheduler acts on
+recorded in the node's stream of the event store (`gpuyard.shared.nodecontrol`) and published; the scheduler acts on
 it. docs/operations.md says what each does to running jobs.
 """
 
@@ -11,13 +11,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 
-from services.submit.auth import Admin, Context
-from services.submit.errors import answers
-from shared import nodecontrol
-from shared.api import NodeControlIn, NodeControlOut
-from shared.bus import publish_recorded
-from shared.events import NodeAction, NodeControlChanged, make_event
-from shared.nodecontrol import NodeControl
+from gpuyard.services.submit.auth import Admin, Context
+from gpuyard.services.submit.errors import answers
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.api import NodeControlIn, NodeControlOut
+from gpuyard.shared.bus import publish_recorded
+from gpuyard.shared.events import NodeAction, NodeControlChanged, make_event
+from gpuyard.shared.nodecontrol import NodeControl
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,22 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
-from services.submit.auth import Admin, Context, CurrentPrincipal
-from services.submit.errors import REFUSED_422, answers
-from services.submit.streamview import JOB_CONTENT_HEADERS, Access, seen_by, while_allowed
-from services.submit.telemetry import Telemetry
-from shared import nodecontrol
-from shared.api import DeadLetterOut, GpuHolderOut, GpuOut, NodeOut, NodeState, ServiceOut, ServiceState
-from shared.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
-from shared.tokens import Principal
+from gpuyard.services.submit.auth import Admin, Context, CurrentPrincipal
+from gpuyard.services.submit.errors import REFUSED_422, answers
+from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, Access, seen_by, while_allowed
+from gpuyard.services.submit.telemetry import Telemetry
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.api import (
+    DeadLetterOut,
+    GpuHolderOut,
+    GpuOut,
+    NodeOut,
+    NodeState,
+    ServiceOut,
+    ServiceState,
+)
+from gpuyard.shared.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
+from gpuyard.shared.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
 

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 from pydantic import TypeAdapter
 
-from services.submit.auth import Context, CurrentPrincipal
-from services.submit.errors import answers
-from shared.api import TenantListOut, TenantOut
-from shared.events import ReplicaPlacement
-from shared.jobstate import JobState
-from shared.quotause import NOTHING, Holding, held_gpus, quota_use
-from shared.store import EventStore
+from gpuyard.services.submit.auth import Context, CurrentPrincipal
+from gpuyard.services.submit.errors import answers
+from gpuyard.shared.api import TenantListOut, TenantOut
+from gpuyard.shared.events import ReplicaPlacement
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.quotause import NOTHING, Holding, held_gpus, quota_use
+from gpuyard.shared.store import EventStore
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=answers(400, 401, 413, 503))
 

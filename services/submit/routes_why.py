@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.submit.auth import Context, CurrentPrincipal
-from services.submit.errors import answers
-from services.submit.routes_jobs import public_job, visible_job
-from shared import why
-from shared.api import WhyOut
+from gpuyard.services.submit.auth import Context, CurrentPrincipal
+from gpuyard.services.submit.errors import answers
+from gpuyard.services.submit.routes_jobs import public_job, visible_job
+from gpuyard.shared import why
+from gpuyard.shared.api import WhyOut
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
 

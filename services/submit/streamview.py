@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import HTTPException, Request
 
-from services.submit.auth import current_principal
-from services.submit.context import SubmitContext
-from shared.bearer import bearer_token
-from shared.events import AlertRaised, AlertResolved, CloudEvent, GpuSample, tenant_of_subject
-from shared.tokens import Principal
+from gpuyard.services.submit.auth import current_principal
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.bearer import bearer_token
+from gpuyard.shared.events import AlertRaised, AlertResolved, CloudEvent, GpuSample, tenant_of_subject
+from gpuyard.shared.tokens import Principal
 
 RECHECK_SECONDS = 0.5
 """How often a stream that sends nothing checks its caller's credential again: it ends within this (and the

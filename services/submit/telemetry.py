@@ -20,9 +20,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.api import ServiceOut, ServiceState
-from shared.bus import Bus
-from shared.events import (
+from gpuyard.shared.api import ServiceOut, ServiceState
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.events import (
     SERVICE_HEARTBEAT_SECONDS,
     TELEMETRY_STREAM,
     CloudEvent,

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from shared.logstore.base import MAX_CHUNK, NOTE, Chunk, Extent, LogKey, LogStore, split
+from gpuyard.shared.logstore.base import MAX_CHUNK, NOTE, Chunk, Extent, LogKey, LogStore, split
 
 
 def log_store_url(store_url: str) -> str:
@@ -15,11 +15,11 @@ def log_store_url(store_url: str) -> str:
 async def open_log_store(url: str) -> LogStore:
     """`sqlite:///PATH` or `mongodb://HOST/DB`."""
     if url.startswith("sqlite:///"):
-        from shared.logstore.sqlite import SqliteLogStore
+        from gpuyard.shared.logstore.sqlite import SqliteLogStore
 
         return await SqliteLogStore.open(url.removeprefix("sqlite:///"))
     if url.startswith(("mongodb://", "mongodb+srv://")):
-        from shared.logstore.mongo import MongoLogStore
+        from gpuyard.shared.logstore.mongo import MongoLogStore
 
         return await MongoLogStore.open(url)
     raise ValueError(f"unknown log store URL {url!r}: use sqlite:///PATH or mongodb://HOST/DB")

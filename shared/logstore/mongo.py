@@ -7,9 +7,9 @@ from __future__ import annotations
 from pymongo import ASCENDING, AsyncMongoClient, IndexModel
 from pymongo.errors import BulkWriteError, PyMongoError
 
-from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
-from shared.store.base import StoreUnavailable
-from shared.store.mongo import unavailable_on_failure
+from gpuyard.shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
+from gpuyard.shared.store.base import StoreUnavailable
+from gpuyard.shared.store.mongo import unavailable_on_failure
 
 INDEXES = [
     IndexModel(

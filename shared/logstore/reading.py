@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from shared.logstore.base import Extent, LogKey, LogStore
+from gpuyard.shared.logstore.base import Extent, LogKey, LogStore
 
 PIECE = 1 << 20  # bytes read from the store at once
 BACK_STEP = 64 * 1024  # bytes looked at per step when searching backwards for line starts

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared.logstore.base import MAX_CHUNK, Chunk, LogKey, LogStore, split
+from gpuyard.shared.logstore.base import MAX_CHUNK, Chunk, LogKey, LogStore, split
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """The embedded log store: a SQLite file of its own (`logs.db` beside the event store), WAL journal.
 
-Writes go through one thread, reads through another (`shared.sqlitefile`), so a long read never holds up the
+Writes go through one thread, reads through another (`gpuyard.shared.sqlitefile`), so a long read never holds up the
 executor's shipping.
 """
 
 from __future__ import annotations
 
-from shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
-from shared.sqlitefile import SqliteFile
+from gpuyard.shared.logstore.base import MAX_CHUNK, Chunk, Extent, LogKey, LogStore, cut
+from gpuyard.shared.sqlitefile import SqliteFile
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_chunks (

@@ -1,6 +1,6 @@
 """Event store adapters behind one interface; `open_store(url)` picks one from the URL."""
 
-from shared.store.base import (
+from gpuyard.shared.store.base import (
     Append,
     AppendResult,
     ConcurrencyError,
@@ -26,13 +26,13 @@ async def open_store(
     another process holds before it raises StoreBusy (None: `sqlite.LOCK_TIMEOUT_SECONDS`, 30 s); MongoDB
     takes no lock of the whole store."""
     if url.startswith("sqlite:///"):
-        from shared.store.sqlite import SqliteEventStore
+        from gpuyard.shared.store.sqlite import SqliteEventStore
 
         return await SqliteEventStore.open(
             url.removeprefix("sqlite:///"), durable_commits=durable_commits, lock_timeout=lock_timeout
         )
     if url.startswith(("mongodb://", "mongodb+srv://")):
-        from shared.store.mongo import MongoEventStore
+        from gpuyard.shared.store.mongo import MongoEventStore
 
         return await MongoEventStore.open(url)
     raise ValueError(f"unknown event store URL {url!r}: use sqlite:///PATH or mongodb://HOST/DB")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from shared.events import CloudEvent
+from gpuyard.shared.events import CloudEvent
 
 
 class StoreError(Exception):

@@ -28,8 +28,8 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
-from shared.events import CloudEvent
-from shared.store.base import (
+from gpuyard.shared.events import CloudEvent
+from gpuyard.shared.store.base import (
     AppendResult,
     ConcurrencyError,
     EndedJob,
@@ -65,7 +65,7 @@ PROJECTION_INDEXES = [
 @contextlib.asynccontextmanager
 async def unavailable_on_failure(what: str) -> AsyncIterator[None]:
     """A PyMongoError (no server, no primary, a command refused) as StoreUnavailable saying what failed
-    ("`what` failed: why"): the API answers it with a 503 and a service waits it out (`shared.service`), as
+    ("`what` failed: why"): the API answers it with a 503 and a service waits it out (`gpuyard.shared.service`), as
     for the embedded stores. Also a decorator, for a whole method."""
     try:
         yield

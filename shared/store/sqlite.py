@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from shared.events import CloudEvent
-from shared.paths import private_file
-from shared.store.base import (
+from gpuyard.shared.events import CloudEvent
+from gpuyard.shared.paths import private_file
+from gpuyard.shared.store.base import (
     Append,
     AppendResult,
     ConcurrencyError,
@@ -96,7 +96,7 @@ VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
 """How long a write waits for a write lock another process holds, unless the store was opened with another
-`lock_timeout` (a service that answers requests waits less than its clients do: `shared.service`)."""
+`lock_timeout` (a service that answers requests waits less than its clients do: `gpuyard.shared.service`)."""
 STUCK_SECONDS = 2.0
 """After a write gave up on a lock held for the whole lock timeout, a write that finds it still held within this
 long gives up at once (StoreBusy) instead of waiting the whole timeout again (a request answered by a retry of
@@ -263,7 +263,7 @@ class SqliteEventStore(EventStore):
     def _unavailable(self, exc: BaseException) -> StoreUnavailable | None:
         """What a caller sees of SQLite's error: StoreFull (SQLITE_FULL, ENOSPC), StoreBusy (the lock held by
         another process for the lock timeout), StoreUnavailable (another I/O failure); None for a bug, which
-        goes on as it is (`shared.store.base.unavailable`). The API answers the first three with 503 and
+        goes on as it is (`gpuyard.shared.store.base.unavailable`). The API answers the first three with 503 and
         Retry-After."""
         return unavailable("the event store", exc, lock_timeout=self.lock_timeout)
 

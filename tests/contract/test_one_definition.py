@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from services.scheduler.core.placement import POLICIES, make_policy
-from services.scheduler.main import LIVE_STATES
-from shared.events import STREAMS, Subject, Wildcard, type_of
-from shared.jobstate import TERMINAL_STATES, JobState
-from shared.policies import Policy
-from shared.reasons import Fit, PendingCode
+from gpuyard.services.scheduler.core.placement import POLICIES, make_policy
+from gpuyard.services.scheduler.main import LIVE_STATES
+from gpuyard.shared.events import STREAMS, Subject, Wildcard, type_of
+from gpuyard.shared.jobstate import TERMINAL_STATES, JobState
+from gpuyard.shared.policies import Policy
+from gpuyard.shared.reasons import Fit, PendingCode
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("shared", "services", "gpuyard")
@@ -89,7 +89,9 @@ def test_no_module_but_events_spells_a_subject_a_type_or_a_wildcard():
         for path in product_modules()
         for line, text in subject_literals(path.read_text(), owned)
     ]
-    assert not found, "use shared.events (Subject, Wildcard, type_of) instead of:\n" + "\n".join(found)
+    assert not found, "use gpuyard.shared.events (Subject, Wildcard, type_of) instead of:\n" + "\n".join(
+        found
+    )
 
 
 @pytest.mark.parametrize(

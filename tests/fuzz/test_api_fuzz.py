@@ -33,14 +33,14 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from services.submit.queuedepth import QueueDepth
-from services.submit.yamlbody import YAML_TYPES
-from shared import nodecontrol
-from shared.alertbook import AlertBook
-from shared.api import MAX_TOKEN_SECONDS
-from shared.events import (
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.queuedepth import QueueDepth
+from gpuyard.services.submit.yamlbody import YAML_TYPES
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.alertbook import AlertBook
+from gpuyard.shared.api import MAX_TOKEN_SECONDS
+from gpuyard.shared.events import (
     AlertRaised,
     GpuHolder,
     GpuInfo,
@@ -50,13 +50,13 @@ from shared.events import (
     NodeHeartbeat,
     make_event,
 )
-from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.modelregistry import ModelRegistry
-from shared.modelstore import ModelStore
-from shared.store import open_store
-from shared.tokens import Tokens
+from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import open_log_store
+from gpuyard.shared.modelregistry import ModelRegistry
+from gpuyard.shared.modelstore import ModelStore
+from gpuyard.shared.store import open_store
+from gpuyard.shared.tokens import Tokens
 from tests.fuzz.depth import FUZZ_SEED, pick
 from tests.unit.onnxmodels import tiny_model
 

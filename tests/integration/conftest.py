@@ -16,9 +16,9 @@ import pytest
 
 from gpuyard import ports
 from gpuyard.client import Client
-from shared.api import JobOut
-from shared.bus import Bus
-from shared.buscredentials import credentials_path, read_credentials
+from gpuyard.shared.api import JobOut
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.buscredentials import credentials_path, read_credentials
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,9 +74,12 @@ class Platform:
         simulate_gpus: int = 2,
         env: dict[str, str] | None = None,
         executors: int = 2,
+        cwd: Path = ROOT,
     ):
         """`env`: extra environment for `gpuyard up` and so for every service (e.g. scheduler settings).
-        `executors`: executor processes sharing the node (given, so that every machine runs the same)."""
+        `executors`: executor processes sharing the node (given, so that every machine runs the same).
+        `cwd`: where it starts; the checkout by default, as `make demo` starts it (a job's `working_dir: .`)."""
+        self.cwd = cwd
         self.data_dir = data_dir
         self.config_dir = config_dir
         self.simulate_gpus = simulate_gpus
@@ -101,7 +104,7 @@ class Platform:
         return f"nats://127.0.0.1:{self.nats_port}"
 
     def credentials(self, role: str) -> Path:
-        """The bus user `gpuyard up` made for `role` (shared.buspermissions.Role)."""
+        """The bus user `gpuyard up` made for `role` (gpuyard.shared.buspermissions.Role)."""
         return credentials_path(self.data_dir, role)
 
     def joining_env(self, role: str) -> dict[str, str]:
@@ -141,7 +144,7 @@ class Platform:
                 str(self.executors),
             ],
             env=self.env,
-            cwd=ROOT,  # as `make demo` starts it: a job's `working_dir: .` is the checkout
+            cwd=self.cwd,
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
         )

@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from shared.service import Service, run_service
-from shared.settings import CommonSettings
+from gpuyard.shared.service import Service, run_service
+from gpuyard.shared.settings import CommonSettings
 
 
 async def stubborn() -> None:

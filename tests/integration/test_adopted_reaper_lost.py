@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from services.executor.processes import process_start_time
+from gpuyard.services.executor.processes import process_start_time
 
 from .conftest import Platform, wait_for
 from .test_restart import executor_processes

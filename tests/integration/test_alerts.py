@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.client import Client
-from shared.events import GpuHolder, GpuReading, GpuSample, make_event
+from gpuyard.shared.events import GpuHolder, GpuReading, GpuSample, make_event
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def monitor_pid(platform: Platform) -> int:
     for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
         for pid in (task / "children").read_text().split():
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"services.monitor" in argv:
+            if b"gpuyard.services.monitor" in argv:
                 return int(pid)
     raise AssertionError("no monitor process")
 
@@ -171,7 +171,10 @@ def start_node_b(platform: Platform, log: Path) -> subprocess.Popen:
         "GPUYARD_HEARTBEAT_INTERVAL": "0.5",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "services.executor"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gpuyard.services.executor"],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
     )
 
 

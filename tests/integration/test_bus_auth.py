@@ -15,10 +15,10 @@ import nats
 import pytest
 
 from gpuyard.busconfig import CONFIG_FILE, write_config
-from shared.bus import Bus, BusRefused
-from shared.buscredentials import bus_dir, credentials_path, ensure_credentials, read_credentials
-from shared.buspermissions import Role
-from shared.events import (
+from gpuyard.shared.bus import Bus, BusRefused
+from gpuyard.shared.buscredentials import bus_dir, credentials_path, ensure_credentials, read_credentials
+from gpuyard.shared.buspermissions import Role
+from gpuyard.shared.events import (
     EVENTS_STREAM,
     JOB_SUBJECTS,
     CloudEvent,
@@ -252,7 +252,11 @@ def test_a_service_with_no_credentials_cannot_join(platform, tmp_path):
     env = {**platform.joining_env("executor"), "GPUYARD_NODE_NAME": "intruder"}
     env.pop("GPUYARD_NATS_CREDENTIALS")
     result = subprocess.run(
-        [str(BIN / "python"), "-m", "services.executor"], env=env, capture_output=True, text=True, timeout=60
+        [str(BIN / "python"), "-m", "gpuyard.services.executor"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "refused no user (anonymous)" in result.stderr
@@ -322,8 +326,8 @@ def test_a_tenants_integrator_reads_that_tenants_job_events_only_and_publishes_n
 async def test_the_supervisor_says_service_states_again_and_again_and_can_publish_nothing_else(secured):
     """`gpuyard up`'s reporter, as the `supervisor` user: a change goes out at once and is said again every
     interval; the user may publish no other event (and declares no stream: the services do)."""
+    from gpuyard.shared.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
     from gpuyard.statusreport import StatusReporter
-    from shared.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
 
     url, data_dir = secured
     integrator, _ = await connect(url, data_dir, Role.INTEGRATOR)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.announce import default_address
-from shared.events import JobPreempted
-from shared.ledger import JobLedger
-from shared.paths import log_files, log_path
-from shared.store import open_store
+from gpuyard.services.executor.announce import default_address
+from gpuyard.shared.events import JobPreempted
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.paths import log_files, log_path
+from gpuyard.shared.store import open_store
 
 from .conftest import Platform, wait_for
 
@@ -200,7 +200,7 @@ def test_two_executors_announce_two_nodes_and_a_gang_spans_both(platform, tmp_pa
     }
     log = (tmp_path / "node-b.log").open("wb")
     second = subprocess.Popen(
-        [sys.executable, "-m", "services.executor"], env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gpuyard.services.executor"], env=env, stdout=log, stderr=subprocess.STDOUT
     )
     try:
         nodes = wait_for(

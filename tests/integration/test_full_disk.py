@@ -65,7 +65,7 @@ def health_port(up_pid: int, service: str) -> int:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if f"services.{service}" in argv and "--health-port" in argv:
+        if f"gpuyard.services.{service}" in argv and "--health-port" in argv:
             return int(argv[argv.index("--health-port") + 1])
     raise AssertionError(f"no {service} process under {up_pid}")
 

@@ -12,10 +12,10 @@ import pytest
 from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError
 
-from services.scheduler.main import SchedulerService, follow_heartbeats
-from shared.bus import Bus
-from shared.events import TELEMETRY_STREAM, GpuInfo, GpuSample, NodeHeartbeat, Subject, make_event
-from shared.settings import SchedulerSettings
+from gpuyard.services.scheduler.main import SchedulerService, follow_heartbeats
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.events import TELEMETRY_STREAM, GpuInfo, GpuSample, NodeHeartbeat, Subject, make_event
+from gpuyard.shared.settings import SchedulerSettings
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from shared.bus import Bus
-from shared.lease import Lease
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.lease import Lease
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,10 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
         "GPUYARD_LEASE_TTL": str(TTL),
     }
     standby = subprocess.Popen(
-        [sys.executable, "-m", "services.scheduler"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gpuyard.services.scheduler"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for(lambda: "following job events" in log.read_text(), 30, what="the standby scheduler to start")

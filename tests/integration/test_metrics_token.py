@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import free_ports, wait_for
 
@@ -42,7 +42,7 @@ def test_metrics_answer_401_without_the_scrape_token_and_200_with_it(nats_url, t
             log = (tmp_path / f"{service}.log").open("wb")
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", f"services.{service}", *argv],
+                    [sys.executable, "-m", f"gpuyard.services.{service}", *argv],
                     env=env,
                     cwd=ROOT,
                     stdout=log,

@@ -1,5 +1,6 @@
 """Publishing models through the real platform (`gpuyard up`): the CLI publishes, lists and describes; a
-training job publishes from inside with the token the executor gave it (and that token opens nothing else);
+training job publishes from inside with the token the executor gave it (and that token opens nothing else), from
+a working directory with packages of its own named `shared` and `services`;
 `model.published` goes out on the bus with the producing job."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import json
 import stat
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from shared.events import CloudEvent, Wildcard
+from gpuyard.shared.events import CloudEvent, Wildcard
 from tests.integration.test_bus_auth import eventually
 from tests.unit.onnxmodels import tiny_model
 
@@ -43,6 +45,17 @@ JOB_SCRIPT = textwrap.dedent(
 )
 
 
+def shadow_platform_packages(folder: Path) -> None:
+    """Packages of its own named `shared` and `services` in `folder`, as a training repository may have, which
+    break whoever imports them in GPUYard's place."""
+    for name in ("shared", "services"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(
+            f"raise ImportError('the repository's own {name} package')\n"
+        )
+        (folder / name / "api.py").write_text("")
+
+
 def test_publish_from_the_cli_and_from_inside_a_job_with_the_event_on_the_bus(platform, tmp_path):
     secret = platform.data_dir / "secrets" / "publish.key"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600  # made by `gpuyard up`
@@ -59,6 +72,7 @@ def test_publish_from_the_cli_and_from_inside_a_job_with_the_event_on_the_bus(pl
             await integrator.nc.flush()
             path = tmp_path / "model.onnx"
             path.write_bytes(tiny_model())
+            shadow_platform_packages(tmp_path)  # the job's working directory, a training repository's
             published = await asyncio.to_thread(
                 platform.cli, "models", "publish", str(path), "--name", "cli-model"
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.api import NodeOut
+from gpuyard.shared.api import NodeOut
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,10 @@ def start_node_b(platform: Platform, log: Path) -> subprocess.Popen:
         "GPUYARD_HEARTBEAT_INTERVAL": "0.5",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "services.executor"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gpuyard.services.executor"],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
     )
 
 

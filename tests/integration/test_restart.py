@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.reasons import PendingCode
+from gpuyard.shared.reasons import PendingCode
 
 from .conftest import Platform, wait_for
 
@@ -49,7 +49,7 @@ def test_jobs_survive_a_restart_and_nothing_is_left_behind(tmp_path):
 
 
 def executor_processes(up: int) -> list[int]:
-    """The executor processes `gpuyard up` runs now (its children running services.executor)."""
+    """The executor processes `gpuyard up` runs now (its children running gpuyard.services.executor)."""
     found = []
     for task in Path(f"/proc/{up}/task").iterdir():
         for pid in (task / "children").read_text().split():
@@ -57,7 +57,7 @@ def executor_processes(up: int) -> list[int]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"services.executor" in cmdline:
+            if b"gpuyard.services.executor" in cmdline:
                 found.append(int(pid))
     return found
 

@@ -9,11 +9,11 @@ import asyncio
 
 import pytest
 
-from shared.bus import Bus
-from shared.busmetrics import OUTCOMES, ConsumerLag
-from shared.events import EVENTS_STREAM, JobSucceeded, make_event
-from shared.jobstate import JobState
-from shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.bus import Bus
+from gpuyard.shared.busmetrics import OUTCOMES, ConsumerLag
+from gpuyard.shared.events import EVENTS_STREAM, JobSucceeded, make_event
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import Platform, wait_for
 from .servicemetrics import ack_pending_of, handled, handling_count, lag_of, metrics_addresses

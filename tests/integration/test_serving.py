@@ -19,7 +19,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from shared.reasons import PendingCode
+from gpuyard.shared.reasons import PendingCode
 from tests.integration.conftest import free_port, wait_for
 from tests.unit.serving.models import Mlp, unloadable
 
@@ -43,7 +43,7 @@ def serving_pid(platform) -> int:
     for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
         for pid in (task / "children").read_text().split():
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"services.serving" in argv:
+            if b"gpuyard.services.serving" in argv:
                 return int(pid)
     raise AssertionError("no serving process")
 
@@ -108,7 +108,7 @@ def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(plat
     }
     log = (tmp_path / "node-b.log").open("wb")
     second = subprocess.Popen(
-        [sys.executable, "-m", "services.serving"], env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gpuyard.services.serving"], env=env, stdout=log, stderr=subprocess.STDOUT
     )
     try:
         via_b = triton.InferenceServerClient(f"127.0.0.1:{node_b}")

@@ -20,11 +20,11 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuyard import up
+from gpuyard.shared.api import ServiceOut
+from gpuyard.shared.buscredentials import BusCredentials, write_credentials
+from gpuyard.shared.events import ProcessState, ServiceStatus
 from gpuyard.statusreport import PENDING_CHANGES, StatusReporter
 from gpuyard.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor
-from shared.api import ServiceOut
-from shared.buscredentials import BusCredentials, write_credentials
-from shared.events import ProcessState, ServiceStatus
 from tests.integration.conftest import BIN, Platform, free_ports, wait_for
 
 
@@ -266,7 +266,9 @@ async def test_reporting_never_holds_the_supervisor_up_with_nats_away(tmp_path, 
     assert reporter.latest == {"serving": status} and len(reporter.changes) == PENDING_CHANGES
 
     def failed_tries() -> int:  # (each try the NATS client makes and fails, `Bus.connect` logs)
-        return sum(r.name == "shared.bus" and r.getMessage().startswith("nats: ") for r in caplog.records)
+        return sum(
+            r.name == "gpuyard.shared.bus" and r.getMessage().startswith("nats: ") for r in caplog.records
+        )
 
     await asyncio.to_thread(wait_for, lambda: failed_tries() >= 3, 60, 0.1, "the reporter to try again")
     assert not reporting.done()  # still trying to connect
@@ -278,7 +280,7 @@ def serving_process(up_pid: int) -> int | None:
     """The serving process `gpuyard up` runs now."""
     for pid in children(up_pid):
         with contextlib.suppress(OSError):
-            if b"services.serving" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"gpuyard.services.serving" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
     return None
 

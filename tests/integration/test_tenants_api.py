@@ -8,7 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import Platform, wait_for
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from services.submit.fastpath import FastSubmit
-from shared.ledger import JobLedger
-from shared.logstore import LogStore, open_log_store
-from shared.modelregistry import ModelRegistry
-from shared.modelstore import ModelStore
-from shared.store import EventStore, open_store
-from shared.tokens import Tokens
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.fastpath import FastSubmit
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import LogStore, open_log_store
+from gpuyard.shared.modelregistry import ModelRegistry
+from gpuyard.shared.modelstore import ModelStore
+from gpuyard.shared.store import EventStore, open_store
+from gpuyard.shared.tokens import Tokens
 
 TOKENS = {
     "tok-vision": {"tenant": "vision", "user": "ana"},

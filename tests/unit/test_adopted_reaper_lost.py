@@ -10,10 +10,10 @@ import signal
 
 import pytest
 
-from services.executor import reaper_client
-from services.executor.pidfiles import pid_file
-from services.executor.processes import process_start_time
-from shared.paths import replica_files
+from gpuyard.services.executor import reaper_client
+from gpuyard.services.executor.pidfiles import pid_file
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.shared.paths import replica_files
 from tests.unit.executor.harness import Harness
 
 

@@ -12,11 +12,11 @@ import tarfile
 import pytest
 
 from gpuyard.backup import BackupError, backup, restore
-from shared.events import JobSubmitted
-from shared.jobspec import JobSpec
-from shared.ledger import JobLedger
-from shared.logstore import LogKey, open_log_store, split
-from shared.store import open_store
+from gpuyard.shared.events import JobSubmitted
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import LogKey, open_log_store, split
+from gpuyard.shared.store import open_store
 
 
 async def platform_state(data_dir):

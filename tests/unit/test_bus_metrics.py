@@ -1,4 +1,4 @@
-"""The bus figures of each service (`shared.busmetrics`), counted in the consumer loops of `shared.bus`: a
+"""The bus figures of each service (`gpuyard.shared.busmetrics`), counted in the consumer loops of `gpuyard.shared.bus`: a
 message through a durable consumer or a watch counts once, with its outcome and handling time; a consumer's
 lag follows its consumer info; and every service's /metrics serves them (its own port, the submit API's)."""
 
@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.bus import Bus, PullConsumer, Watch
-from shared.busmetrics import BusMetrics, subject_label
-from shared.events import JobCancelRequested, make_event, subject_of
-from shared.servicemetrics import MetricsServer, render, service_registry
+from gpuyard.shared.bus import Bus, PullConsumer, Watch
+from gpuyard.shared.busmetrics import BusMetrics, subject_label
+from gpuyard.shared.events import JobCancelRequested, make_event, subject_of
+from gpuyard.shared.servicemetrics import MetricsServer, render, service_registry
 from tests.unit.bus_fakes import FakeBus, FakeMsg
 
 HANDLED = "gpuyard_bus_events_handled_total"
@@ -231,7 +231,7 @@ async def test_the_metrics_port_serves_the_registry_and_nothing_else():
 
 
 def test_the_submit_api_serves_its_figures_without_a_token_and_outside_its_openapi_document():
-    from services.submit.app import create_app
+    from gpuyard.services.submit.app import create_app
 
     registry = service_registry("submit", "host-3", "1.2.3")
     metrics = BusMetrics(registry)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.busconfig import render
-from shared.buscredentials import BusCredentials
-from shared.buspermissions import (
+from gpuyard.shared.buscredentials import BusCredentials
+from gpuyard.shared.buspermissions import (
     GRANTS,
     NOT_PUBLISHED_YET,
     SERVICE_ROLES,
@@ -18,10 +18,10 @@ from shared.buspermissions import (
     publishers,
     publishes,
 )
-from shared.events import JobPlaced, JobSubmitted, ReplicaPlacement, Subject, subject_of, type_of
-from shared.jobspec import JobSpec
-from shared.ledger import JobLedger
-from shared.store import open_store
+from gpuyard.shared.events import JobPlaced, JobSubmitted, ReplicaPlacement, Subject, subject_of, type_of
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.store import open_store
 
 ONLY = {
     Subject.JOB_SUBMITTED: [Role.SUBMIT],

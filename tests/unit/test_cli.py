@@ -17,10 +17,9 @@ from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
 from gpuyard.ports import free_ports
-from gpuyard.up import job_rights
-from shared import why
-from shared.api import JobOut, job_out
-from shared.events import (
+from gpuyard.shared import why
+from gpuyard.shared.api import JobOut, job_out
+from gpuyard.shared.events import (
     GpuShare,
     JobPending,
     JobPlaced,
@@ -33,10 +32,11 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import fold
-from shared.reasons import PendingCode
-from shared.version import VERSION
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import fold
+from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.version import VERSION
+from gpuyard.up import job_rights
 
 
 def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
@@ -275,7 +275,7 @@ def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, caps
     api["new1"] = view("new1", spec, placed("new1", []), retry)
     assert rows(run(capsys, "why", "new1")[1])["Retry backoff"] == "not before about 2 min"
 
-    from shared.events import FailureReason, JobFailed
+    from gpuyard.shared.events import FailureReason, JobFailed
 
     failed = JobFailed(
         job_id="new1", attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3"
@@ -341,7 +341,7 @@ def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsy
 def test_describe_of_a_failed_job_shows_the_failure_and_the_last_lines_of_the_replica_that_failed(
     api, capsys
 ):
-    from shared.events import FailureReason, JobFailed, JobReplicaExited
+    from gpuyard.shared.events import FailureReason, JobFailed, JobReplicaExited
 
     exited = JobReplicaExited(
         job_id="bad1", attempt=1, node="n1", replica=1, exit_code=3, reason=FailureReason.EXIT_CODE
@@ -415,22 +415,26 @@ def test_gpuyard_sim_hands_its_arguments_unchanged_to_the_simulator(monkeypatch,
         "g40.png",
     ]
     cli.main(["sim", *args])
-    assert calls == [(sys.executable, [sys.executable, "-m", "services.scheduler.sim", *args])]
+    assert calls == [(sys.executable, [sys.executable, "-P", "-m", "gpuyard.services.scheduler.sim", *args])]
     cli.main(["sim", "--help"])
-    assert calls[-1][1][3:] == ["--help"]
+    assert calls[-1][1][4:] == ["--help"]
 
 
-def test_gpuyard_sim_without_the_services_package_is_one_line_and_exit_2(monkeypatch, capsys):
+def test_gpuyard_sim_on_a_client_installation_is_one_line_naming_the_extra_and_exit_2(monkeypatch, capsys):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "services" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a)
     )
-    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("exec without the services package"))
+    monkeypatch.setattr(
+        cli.os, "execv", lambda *a: pytest.fail("exec without the scheduling core's packages")
+    )
     code, out, err = run(capsys, "sim", "--trace", "x.csv")
     assert code == 2 and out == ""
-    assert "gpuyard sim needs the GPUYARD services package" in one_line_error(code, err)
+    line = one_line_error(code, err)
+    assert "gpuyard sim runs the platform's scheduler" in line and "no module named 'numpy'" in line
+    assert line.rstrip().endswith("[platform]'"), line  # (the extra's brackets reach the terminal)
 
 
 def test_gpuyard_sim_answers_exactly_as_the_simulator(trace):
@@ -438,7 +442,7 @@ def test_gpuyard_sim_answers_exactly_as_the_simulator(trace):
 
     def both(*args: str) -> list[tuple[int, str, str]]:
         answers = []
-        for program in (["-m", "gpuyard.cli", "sim"], ["-m", "services.scheduler.sim"]):
+        for program in (["-m", "gpuyard.cli", "sim"], ["-m", "gpuyard.services.scheduler.sim"]):
             done = subprocess.run(
                 [sys.executable, *program, *args], capture_output=True, text=True, timeout=120
             )

@@ -1,4 +1,4 @@
-"""The client package (gpuyard/) never imports a service: it talks to the API and runs the simulator as a
+"""The client package (the repository's gpuyard/ folder) never imports a service (gpuyard.services): it talks to the API and runs the simulator as a
 program. Checked on the source, so an import inside a function counts as much as one at the top."""
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ import gpuyard
 
 PACKAGE = Path(gpuyard.__file__).parent
 MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def is_service(module: str) -> bool:
+    """Whether `module` is a service's (gpuyard.services.*), or the folder's own name (services.*)."""
+    return module.split(".")[0] == "services" or f"{module}.".startswith("gpuyard.services.")
 
 
 def service_imports(source: str) -> list[str]:
@@ -33,22 +38,22 @@ def service_imports(source: str) -> list[str]:
             names = [str(node.args[0].value)]
         else:
             continue
-        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] == "services"]
+        found += [f"line {node.lineno}: {name}" for name in names if is_service(name)]
     return found
 
 
 def test_the_check_finds_imports_at_the_top_inside_functions_and_by_name():
     source = (
-        "import os\nimport services.submit\nfrom services.scheduler import sim\n"
-        "def f():\n    from services.scheduler.sim import cli\n    import importlib\n"
-        "    importlib.import_module('services.executor')\n    return __import__('services')\n"
+        "import os\nimport gpuyard.services.submit\nfrom gpuyard.services.scheduler import sim\n"
+        "def f():\n    from gpuyard.services.scheduler.sim import cli\n    import importlib\n"
+        "    importlib.import_module('gpuyard.services.executor')\n    return __import__('services')\n"
         "from shared import api\nimport servicesx\n"
     )
     assert service_imports(source) == [
-        "line 2: services.submit",
-        "line 3: services.scheduler",
-        "line 5: services.scheduler.sim",
-        "line 7: services.executor",
+        "line 2: gpuyard.services.submit",
+        "line 3: gpuyard.services.scheduler",
+        "line 5: gpuyard.services.scheduler.sim",
+        "line 7: gpuyard.services.executor",
         "line 8: services",
     ]
 

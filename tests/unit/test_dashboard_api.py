@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from shared.events import (
+from gpuyard.shared.events import (
     GpuInfo,
     GpuShare,
     JobPlaced,
@@ -185,7 +185,7 @@ def test_validation_refuses_what_a_submit_refuses_for_the_tenant_and_the_nodes(a
 
 
 def test_validation_says_when_the_tenants_queue_is_at_its_limit(api, ctx):  # noqa: F811
-    from services.submit.queuedepth import QueueDepth
+    from gpuyard.services.submit.queuedepth import QueueDepth
 
     ctx.queue = QueueDepth(limit=1)
     assert "limit" not in api.post("/v1/jobs/validate", json=SPEC, headers=VISION).json()["message"]

@@ -24,12 +24,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuyard.shared import sessions
+from gpuyard.shared.jobtokens import SECRETS_DIR
+from gpuyard.shared.servicemetrics import METRICS_PATH
+from gpuyard.shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
+from gpuyard.shared.settingsdocs import TABLES, env_name
 from gpuyard.up import SERVICES as SERVICE_SETTINGS
-from shared import sessions
-from shared.jobtokens import SECRETS_DIR
-from shared.servicemetrics import METRICS_PATH
-from shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
-from shared.settingsdocs import TABLES, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -611,7 +611,7 @@ def test_the_session_secret_as_shipped_turns_the_login_off_and_a_replaced_one_is
         (volume / "session.key").symlink_to("..data/session.key")
         return volume / "session.key"
 
-    with caplog.at_level(logging.ERROR, logger="shared.sessions"):
+    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.sessions"):
         assert (
             sessions.load_key(tmp_path, mount(secret["stringData"]["session.key"]), without_it="login off")
             is None
@@ -789,7 +789,7 @@ def test_entrypoint_runs_the_named_service():
     script = (ROOT / "deploy" / "docker" / "entrypoint.sh").read_text()
     for name in SERVICES:
         assert name in script
-    assert 'exec python -m "services.$service"' in script
+    assert 'exec python -P -m "gpuyard.services.$service"' in script
     for name in SERVICES:
         assert (ROOT / "services" / name).is_dir()
 

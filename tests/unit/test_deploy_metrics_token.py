@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from gpuyard.scrapeconfig import scrape_config
-from shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
-from shared.settings import MonitorSettings, ServingSettings
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
+from gpuyard.shared.settings import MonitorSettings, ServingSettings
 from tests.unit.test_deploy import (
     BASE,
     COMPOSE,
@@ -282,7 +282,7 @@ def test_the_secret_as_shipped_refuses_every_scrape_and_a_replaced_or_rotated_on
         MonitorSettings(data_dir=data_dir, metrics_token_file=path),
         ServingSettings(data_dir=data_dir, metrics_token_file=path),
     ]
-    with caplog.at_level(logging.ERROR, logger="shared.secretfile"):
+    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.secretfile"):
         shipped = [ScrapeAuth.from_settings(s) for s in settings]
     assert "under 32 bytes" in caplog.text and str(path) in caplog.text
     assert not any(auth.allows("Bearer ") or auth.allows(None) for auth in shipped)

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from shared.events import (
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared.events import (
     GpuShare,
     JobPlaced,
     JobPreempted,

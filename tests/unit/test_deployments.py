@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.client import Client
-from services.submit.app import create_app
-from services.submit.queuedepth import QueueDepth
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.queuedepth import QueueDepth
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 

@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from gpuyard import ports, up
-from shared.events import STREAMS
-from shared.units import parse_size
+from gpuyard.shared.events import STREAMS
+from gpuyard.shared.units import parse_size
 
 MiB = 1 << 20
 

@@ -1,8 +1,8 @@
 """What README.md and docs/*.md point at exists: every relative link and image (and the heading its #anchor
 names), every repository path they name (`services/…`, `shared/…`, `deploy/…`, `examples/…`, `benchmarks/…`,
 `tests/…`, `gpuyard/…`, `docs/…`, or a `../…` path, which must stay inside the repository), every module they
-run (`python -m services.submit`), and every class, function or constant they name with its module: a dotted
-name (`shared.policies.Policy`) or a name beside its file (`services/x.py`'s `Name`, `Name` in `x.py`,
+run (`python -m gpuyard.services.submit`), and every class, function or constant they name with its module: a dotted
+name (`gpuyard.shared.policies.Policy`) or a name beside its file (`services/x.py`'s `Name`, `Name` in `x.py`,
 `x.py` (`Name`…), a table row `| x.py | Name |`). Names are looked up in the module's source (its top level, or
 a class's body for `Class.member`), without importing it."""
 
@@ -121,7 +121,13 @@ def python_files() -> tuple[str, ...]:
     )
 
 
+MAPPED = {"gpuyard.services": "services", "gpuyard.shared": "shared"}  # (setup.py's folders in the namespace)
+
+
 def module_file(dotted: str) -> Path | None:
+    for name, folder in MAPPED.items():
+        if dotted == name or dotted.startswith(f"{name}."):
+            dotted = folder + dotted[len(name) :]
     base = ROOT.joinpath(*dotted.split("."))
     for file in (base.with_suffix(".py"), base / "__init__.py"):
         if file.is_file():
@@ -248,12 +254,12 @@ def test_the_checks_find_what_is_gone():
         "[ok](#reason-codes-sharedreasonspy) [gone](#no-such-heading) ![img](images/none.png)\n"
         "[out](../../elsewhere/notes.md) [web](https://example.com/x) `[code](not/a/link.md)` "
         "[there](scheduler.md#reason-codes-sharedreasonspy) [not there](scheduler.md#nope)\n"
-        "kept in a `Scheduler` (`services/scheduler/core/scheduler.py`); `shared.policies.Policy`, "
-        "`shared.policies.NoSuchPolicy`, `gpuyard.client.Client.submit`, `gpuyard.client.Client.nope`\n"
+        "kept in a `Scheduler` (`services/scheduler/core/scheduler.py`); `gpuyard.shared.policies.Policy`, "
+        "`gpuyard.shared.policies.NoSuchPolicy`, `gpuyard.client.Client.submit`, `gpuyard.client.Client.nope`\n"
         "the rule's source: `../../shared/design/monitor-anchors.md`; `HeldCluster` in `core/cluster.py`, "
         "`core/cluster.py`'s `Held`, `services/scheduler/sim/cli.py`'s `add_arguments`\n"
         "| `batching.py` | `Batcher`: … | and `deploy/kubernetes/overlays/<name>`, `tests/unit/test_docs_*.py`\n"
-        "```\npython -m services.nope  # [not](a-link.md)\n```\n"
+        "```\npython -m gpuyard.services.nope  # [not](a-link.md)\n```\n"
     )
     assert broken_links(page, text) == [
         "#no-such-heading: page.md has no heading #no-such-heading",
@@ -267,9 +273,9 @@ def test_the_checks_find_what_is_gone():
         "line 8: ../../shared/design/monitor-anchors.md (outside the repository)",
     ]
     assert missing_names(text) == [
-        "`shared.policies.NoSuchPolicy`: shared/policies.py defines no NoSuchPolicy",
+        "`gpuyard.shared.policies.NoSuchPolicy`: shared/policies.py defines no NoSuchPolicy",
         "`gpuyard.client.Client.nope`: gpuyard/client.py defines no Client.nope",
-        "python -m services.nope: no such module",
+        "python -m gpuyard.services.nope: no such module",
         "`Held`: not defined in services/scheduler/core/cluster.py",
         "`services/scheduler/core/scheduler.py`: no such file (named with `Scheduler`)",
     ]

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from gpuyard.cli import build_parser
-from gpuyard.up import DEFAULT_NATS_PORT
-from services.scheduler.sim.cli import add_arguments as add_sim_arguments
-from shared.jobspec import JobSpec
-from shared.settingsdocs import TABLES, env_name
+from gpuyard.services.scheduler.sim.cli import add_arguments as add_sim_arguments
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.settingsdocs import TABLES, env_name
+from gpuyard.upoptions import DEFAULT_NATS_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -95,7 +95,7 @@ def test_a_command_the_cli_does_not_take_is_caught():
 
 
 def api_paths() -> list[list[str]]:
-    from services.submit.app import create_app
+    from gpuyard.services.submit.app import create_app
 
     app = create_app(
         SimpleNamespace(max_body_bytes=1, max_model_bytes=1)

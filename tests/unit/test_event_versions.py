@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from pydantic import Field, ValidationError
 
-from shared import events
-from shared.events import (
+from gpuyard.shared import events
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     EventVersionError,
@@ -23,8 +23,8 @@ from shared.events import (
     upcast,
     upcaster,
 )
-from shared.jobstate import JobState, fold
-from shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.jobstate import JobState, fold
+from gpuyard.shared.store.sqlite import SqliteEventStore
 
 # A job.submitted event exactly as the store held it before data versions existed (no `dataversion`).
 STORED_BEFORE_VERSIONS = (

@@ -2,8 +2,16 @@ import uuid
 
 import pytest
 
-from shared.eventdocs import EXAMPLES
-from shared.events import REGISTRY, CloudEvent, Subject, derived_id, make_event, subject_of_type, type_of
+from gpuyard.shared.eventdocs import EXAMPLES
+from gpuyard.shared.events import (
+    REGISTRY,
+    CloudEvent,
+    Subject,
+    derived_id,
+    make_event,
+    subject_of_type,
+    type_of,
+)
 
 
 def test_every_subject_has_exactly_one_model_and_an_example():
@@ -46,7 +54,7 @@ def test_readers_tolerate_unknown_fields():
 def test_a_replica_says_where_its_session_runs():
     from pydantic import ValidationError
 
-    from shared.events import ExecutionProvider, ModelFailed, ModelReady, make_event
+    from gpuyard.shared.events import ExecutionProvider, ModelFailed, ModelReady, make_event
 
     ready = ModelReady(
         name="mnist", tenant="vision", version=2, job_id="j1", node="n1", endpoint="http://10.0.0.7:8000",

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.logfile import RotatingLog
-from services.executor.pidfiles import make_replica_dirs
-from services.executor.reaper import write_atomically
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.logstore.base import Chunk, LogKey
-from shared.logstore.sqlite import SqliteLogStore
-from shared.paths import replica_files
-from shared.store.sqlite import SqliteEventStore
-from shared.tokens import Tokens
+from gpuyard.services.executor.logfile import RotatingLog
+from gpuyard.services.executor.pidfiles import make_replica_dirs
+from gpuyard.services.executor.reaper import write_atomically
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.logstore.base import Chunk, LogKey
+from gpuyard.shared.logstore.sqlite import SqliteLogStore
+from gpuyard.shared.paths import replica_files
+from gpuyard.shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.tokens import Tokens
 
 
 @pytest.fixture

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from gpuyard.follow import event_line, parse_event
-from shared.events import JobPreempted, JobReplicaExited, JobRequeued, JobStarted, RequeueReason, make_event
+from gpuyard.shared.events import (
+    JobPreempted,
+    JobReplicaExited,
+    JobRequeued,
+    JobStarted,
+    RequeueReason,
+    make_event,
+)
 
 
 def line(data) -> str:

@@ -9,8 +9,8 @@ from io import StringIO
 from rich.console import Console
 
 from gpuyard.follow import follow_job
-from shared.api import JobEventOut, JobOut, job_out
-from shared.events import (
+from gpuyard.shared.api import JobEventOut, JobOut, job_out
+from gpuyard.shared.events import (
     CloudEvent,
     JobPlaced,
     JobReplicaExited,
@@ -20,8 +20,8 @@ from shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import fold
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import fold
 
 
 def stored(datas) -> list[JobEventOut]:

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from services.executor import reaper
-from services.executor.reaper import Reaper, Replica, write_atomically
+from gpuyard.services.executor import reaper
+from gpuyard.services.executor.reaper import Reaper, Replica, write_atomically
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from shared.jobspec import JobSpec
-from shared.settings import MonitorSettings
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.settings import MonitorSettings
 from tests.unit.test_submit_api import SPEC, VISION, api, ctx  # noqa: F401 (fixtures)
 
 

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.events import (
+from gpuyard.shared.events import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
@@ -21,9 +21,9 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
-from shared.reasons import PendingCode
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
+from gpuyard.shared.reasons import PendingCode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 J = "job1"

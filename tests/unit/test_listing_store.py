@@ -9,11 +9,11 @@ import sqlite3
 
 import pytest
 
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.jobstate import JobState, apply
-from shared.ledger import projection_of
-from shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobState, apply
+from gpuyard.shared.ledger import projection_of
+from gpuyard.shared.store.sqlite import SqliteEventStore
 
 EVERY_STATE = [s.value for s in JobState]
 

@@ -12,14 +12,14 @@ import os
 
 import pytest
 
-from services.executor import logfile
-from services.executor.logfile import LogBudget, RotatingLog
-from shared.logstore import LogKey, open_log_store
-from shared.logstore.reading import read_range
-from shared.logstore.shipper import LogShipper
-from shared.paths import log_files
-from shared.settings import ExecutorSettings
-from shared.units import parse_size
+from gpuyard.services.executor import logfile
+from gpuyard.services.executor.logfile import LogBudget, RotatingLog
+from gpuyard.shared.logstore import LogKey, open_log_store
+from gpuyard.shared.logstore.reading import read_range
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.paths import log_files
+from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.units import parse_size
 
 
 def line(n: int, width: int = 99) -> bytes:

@@ -11,14 +11,14 @@ import json
 
 import pytest
 
-from services.executor.exits import AttemptKey
-from services.executor.kubernetes.backend import KubernetesBackend
-from services.executor.kubernetes.config import KubernetesConfig
-from services.executor.kubernetes.controller import KubernetesController
-from services.executor.logfile import NOTE, LogBudget
-from services.executor.pidfiles import pid_file, read_pid_files
-from shared.events import GpuShare
-from shared.paths import log_files, log_path
+from gpuyard.services.executor.exits import AttemptKey
+from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.controller import KubernetesController
+from gpuyard.services.executor.logfile import NOTE, LogBudget
+from gpuyard.services.executor.pidfiles import pid_file, read_pid_files
+from gpuyard.shared.events import GpuShare
+from gpuyard.shared.paths import log_files, log_path
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 from tests.unit.executor.harness import Harness
 

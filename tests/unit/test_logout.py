@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from shared import sessions
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared import sessions
 from tests.unit.submitctx import submit_app, submit_context
 from tests.unit.test_stream_revocation import WITNESS_TIMEOUT, StreamBus, rest_of, served
 

@@ -17,18 +17,18 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from gpuyard.scrapeconfig import token_file, write_scrape_config
-from services.monitor.ingest import SampleIngest
-from services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
-from services.serving import metrics as serving_metrics
-from services.serving.access import Access
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.stats import Stats
-from shared.events import GpuHolder, GpuSample, make_event
-from shared.nvml import Nvml
-from shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
-from shared.settings import MonitorSettings, ServingSettings
-from shared.tokens import Tokens
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
+from gpuyard.services.serving import metrics as serving_metrics
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.stats import Stats
+from gpuyard.shared.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
+from gpuyard.shared.settings import MonitorSettings, ServingSettings
+from gpuyard.shared.tokens import Tokens
 from tests.unit.monitor.test_nvml import FakeGpu, FakeNvml
 
 

@@ -18,15 +18,15 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.client import Client
-from services.executor import jobenv
-from services.submit.app import create_app
-from shared.events import JobPlaced, JobStarted, JobSubmitted, JobSucceeded, ReplicaPlacement
-from shared.installhint import install_command
-from shared.jobspec import JobSpec
-from shared.jobtokens import JobTokenError, ensure_secret, sign, verify
-from shared.modelregistry import stream_id
-from shared.modelstore import ChecksumMismatch, ModelStore, ModelStoreError, load, load_to, sha256_of
-from shared.onnxsig import InvalidModel, read_signature
+from gpuyard.services.executor import jobenv
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared.events import JobPlaced, JobStarted, JobSubmitted, JobSucceeded, ReplicaPlacement
+from gpuyard.shared.installhint import install_command
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobtokens import JobTokenError, ensure_secret, sign, verify
+from gpuyard.shared.modelregistry import stream_id
+from gpuyard.shared.modelstore import ChecksumMismatch, ModelStore, ModelStoreError, load, load_to, sha256_of
+from gpuyard.shared.onnxsig import InvalidModel, read_signature
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from shared import nodecontrol
-from shared.events import GpuHealthChanged, GpuInfo, NodeHeartbeat, make_event
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.events import GpuHealthChanged, GpuInfo, NodeHeartbeat, make_event
 from tests.unit.submitctx import submit_context
 
 TOKENS = {

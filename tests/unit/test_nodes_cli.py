@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from shared.events import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat, make_event
+from gpuyard.shared.events import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat, make_event
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 
 GIB = 1 << 30

@@ -63,11 +63,17 @@ def test_matplotlib_is_imported_only_when_the_simulator_plots():
     )  # in a function
 
 
-def test_make_test_installs_the_extras_the_tests_use():
+def make_installs() -> list[set[str]]:
+    """The extras each `pip install -e '.[…]'` of the Makefile installs: `make install`'s, then `make test`'s."""
     makefile = (ROOT / "Makefile").read_text()
-    installs = re.findall(r"pip install -q -e '\.\[([a-z,]+)\]'", makefile)
-    assert installs and set(installs[0].split(",")) == {"test", "train", "sim", "serving"}
-    assert set(installs[0].split(",")) <= set(PROJECT["optional-dependencies"])
+    return [set(x.split(",")) for x in re.findall(r"pip install -q -e '\.\[([a-z,]+)\]'", makefile)]
+
+
+def test_make_test_installs_the_extras_the_tests_use():
+    install, test = make_installs()
+    assert install == {"platform"}  # `make demo`: the platform, on which the README's examples run
+    assert test == {"platform", "test", "train", "sim", "serving"}
+    assert test <= set(PROJECT["optional-dependencies"])
 
 
 SHIPPED_TRACE = (
@@ -82,7 +88,7 @@ TRACE_DATA = "services/scheduler/sim/traces"
 def wheel(tmp_path_factory) -> Path:
     """The wheel `pip install` would install, built from a copy of the project's own files."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for package in PACKAGES:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -93,11 +99,23 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
+def test_the_wheel_installs_one_import_package_gpuyard(wheel):
+    """The services and the contracts install inside `gpuyard` (gpuyard.services, gpuyard.shared): nothing named
+    `services` or `shared` lands at the top of site-packages, where another distribution's would clash."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+        names = set(archive.namelist())
+    assert tops == {"gpuyard", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    assert {"gpuyard/services/submit/__main__.py", "gpuyard/shared/events.py", "gpuyard/cli.py"} <= names
+
+
 def test_the_wheel_ships_the_trace_with_its_license_and_citation(wheel):
     with zipfile.ZipFile(wheel) as archive:
         for name in (*SHIPPED_TRACE, "LICENSE-CC-BY-4.0.txt"):
-            assert archive.read(f"{TRACE_DATA}/{name}") == (ROOT / TRACE_DATA / name).read_bytes(), name
-        readme = archive.read(f"{TRACE_DATA}/README.md").decode()
+            assert archive.read(f"gpuyard/{TRACE_DATA}/{name}") == (ROOT / TRACE_DATA / name).read_bytes(), (
+                name
+            )
+        readme = archive.read(f"gpuyard/{TRACE_DATA}/README.md").decode()
     assert "CC BY 4.0" in readme and "@inproceedings" in readme and "alibaba/clusterdata" in readme
 
 
@@ -111,7 +129,7 @@ def test_the_readme_sim_command_works_from_the_installed_files_alone(wheel, tmp_
     away.mkdir()
     args = ["--trace", "openb_pod_list_gpushare40.csv", "--policy", "bestfit", "--seeds", "1", "--json"]
     run = subprocess.run(
-        [sys.executable, "-m", "services.scheduler.sim", *args],
+        [sys.executable, "-m", "gpuyard.services.scheduler.sim", *args],
         cwd=away,
         env={**os.environ, "PYTHONPATH": str(installed)},
         capture_output=True,
@@ -132,7 +150,7 @@ def test_from_a_wheel_the_plot_hint_names_the_installed_gpuyard(wheel, tmp_path)
         archive.extractall(installed)
     hide_matplotlib = (
         "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'sim'; "
-        "runpy.run_module('services.scheduler.sim', run_name='__main__')"
+        "runpy.run_module('gpuyard.services.scheduler.sim', run_name='__main__')"
     )
     run = subprocess.run(
         [sys.executable, "-c", hide_matplotlib, "--plot", str(tmp_path / "out.png")],
@@ -221,9 +239,9 @@ def third_party_imports(script: Path) -> set[str]:
 
 
 def unprovided_imports(script: Path, project: dict, readme: str) -> list[str]:
-    """The third-party modules of `script` that no distribution of the core dependencies and of the extras
-    the README names for it provides."""
-    extras = readme_extras(script, readme) or set()
+    """The third-party modules of `script` that no distribution of the core dependencies, of the extras `make
+    demo` installs (the README's first command) and of the extras the README names for it provides."""
+    extras = (readme_extras(script, readme) or set()) | make_installs()[0]
     unknown = extras - set(project["optional-dependencies"])
     if unknown:
         return [f"the README names extras the project lacks: {sorted(unknown)}"]
@@ -261,7 +279,7 @@ def test_the_examples_check_finds_a_client_missing_from_the_extras():
     extras = PROJECT["optional-dependencies"]
     before = {**PROJECT, "optional-dependencies": {**extras, "train": ["torch==2.13.0", "onnxscript"]}}
     assert unprovided_imports(infer, before, readme) == [
-        "tritonclient (tritonclient): not in the core nor in extras serving,train"
+        "tritonclient (tritonclient): not in the core nor in extras platform,serving,train"
     ]
     assert third_party_imports(EXAMPLES / "ddp_train.py") == {"torch"}  # (gpuyard.training: optional)
     assert readme_extras(EXAMPLES / "ddp_train.py", readme) >= {"train"}

@@ -9,9 +9,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.context import SubmitContext
-from services.submit.queuedepth import RETRY_AFTER_UNKNOWN, QueueDepth, QueueFull
-from shared.events import (
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.queuedepth import RETRY_AFTER_UNKNOWN, QueueDepth, QueueFull
+from gpuyard.shared.events import (
     JobCancelled,
     JobPlaced,
     JobRequeued,
@@ -20,9 +20,9 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.ledger import JobLedger
-from shared.tokens import Tokens
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.tokens import Tokens
 from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-nlp=nlp:bo")

@@ -9,14 +9,14 @@ import logging
 
 import pytest
 
-from services.monitor.history import HistoryWriter
-from services.monitor.ingest import SampleIngest
-from shared import ledger as ledger_module
-from shared.events import GpuSample, JobSucceeded, make_event
-from shared.gpuhistory import Compacted
-from shared.ledger import JobLedger
-from shared.settings import MonitorSettings
-from shared.store import Outage, StoreBusy, StoreFull, StoreUnavailable
+from gpuyard.services.monitor.history import HistoryWriter
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.shared import ledger as ledger_module
+from gpuyard.shared.events import GpuSample, JobSucceeded, make_event
+from gpuyard.shared.gpuhistory import Compacted
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.store import Outage, StoreBusy, StoreFull, StoreUnavailable
 from tests.unit.gpureadings import reading
 
 TRIES = 20  # ten seconds of a relay's turns
@@ -147,7 +147,7 @@ class FailingHistory:
 
 
 async def test_the_gpu_history_writer_says_once_that_it_cannot_write_and_keeps_the_samples(caplog):
-    caplog.set_level(logging.INFO, logger="services.monitor.history")
+    caplog.set_level(logging.INFO, logger="gpuyard.services.monitor.history")
     history = FailingHistory()
     writer = HistoryWriter(history, MonitorSettings(node_name="n1"))
     ingest = SampleIngest()
@@ -155,7 +155,7 @@ async def test_the_gpu_history_writer_says_once_that_it_cannot_write_and_keeps_t
     for n in range(TRIES):
         ingest.ingest(make_event(GpuSample(node="n1", gpus=[reading(0, float(n))]), source="/test"))
         await writer.write_once(compact=n % 5 == 0)
-    lines = said(caplog, "services.monitor.history")
+    lines = said(caplog, "gpuyard.services.monitor.history")
     assert lines == [
         "writing the GPU history: the GPU history: database or disk is full; tried again as before, and said "
         "again once it works (said once until then)"
@@ -163,15 +163,15 @@ async def test_the_gpu_history_writer_says_once_that_it_cannot_write_and_keeps_t
     history.refusal = None
     await writer.write_once(compact=False)
     assert [p.utilization_pct for p in history.points] == [float(n) for n in range(TRIES)]  # none lost
-    lines = said(caplog, "services.monitor.history")
+    lines = said(caplog, "gpuyard.services.monitor.history")
     assert len(lines) == 2 and lines[1].startswith(f"writing the GPU history: resumed, after 0 s and {TRIES}")
 
 
 @pytest.mark.parametrize("compact", [False, True])
 async def test_a_history_beat_with_nothing_to_write_says_nothing(caplog, compact):
-    caplog.set_level(logging.INFO, logger="services.monitor.history")
+    caplog.set_level(logging.INFO, logger="gpuyard.services.monitor.history")
     history = FailingHistory()
     history.refusal = None
     writer = HistoryWriter(history, MonitorSettings(node_name="n1"))
     assert await writer.write_once(compact=compact) is compact
-    assert said(caplog, "services.monitor.history") == [] and not writer.outage.failing
+    assert said(caplog, "gpuyard.services.monitor.history") == [] and not writer.outage.failing

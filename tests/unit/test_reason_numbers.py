@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.units import format_size
-from shared.why import details_text
+from gpuyard.shared.units import format_size
+from gpuyard.shared.why import details_text
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,13 @@ import signal
 import httpx
 import pytest
 
-from services.executor.pidfiles import pid_file
-from services.executor.processes import process_start_time
-from services.submit.app import create_app
-from services.submit.context import SubmitContext
-from shared.logstore import LogKey
-from shared.paths import log_path
-from shared.tokens import Tokens
+from gpuyard.services.executor.pidfiles import pid_file
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.logstore import LogKey
+from gpuyard.shared.paths import log_path
+from gpuyard.shared.tokens import Tokens
 from tests.unit.executor.harness import Harness
 from tests.unit.submitctx import TOKENS
 

@@ -10,8 +10,8 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from shared.events import (
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared.events import (
     FailureReason,
     JobFailed,
     JobPlaced,
@@ -22,7 +22,7 @@ from shared.events import (
     ReplicaPlacement,
     RequeueReason,
 )
-from shared.logstore import LogKey, split
+from gpuyard.shared.logstore import LogKey, split
 from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.client import Client
-from services.submit.app import create_app
-from shared.events import JobPlaced, JobRequeued, JobStarted, ReplicaPlacement, RequeueReason
-from shared.logstore import LogKey, split
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared.events import JobPlaced, JobRequeued, JobStarted, ReplicaPlacement, RequeueReason
+from gpuyard.shared.logstore import LogKey, split
 from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

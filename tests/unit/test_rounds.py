@@ -16,13 +16,13 @@ spec.loader.exec_module(rounds)
 
 
 def test_the_json_after_progress_lines_is_read():
-    out = 'platform in /tmp/x\n[progress 50%]\n{\n  "rate": 12.5,\n  "cpu": {"services.scheduler": 1.5}\n}\n'
+    out = 'platform in /tmp/x\n[progress 50%]\n{\n  "rate": 12.5,\n  "cpu": {"gpu.scheduler": 1.5}\n}\n'
     doc = rounds.parse_json_tail(out)
     assert rounds.pick(doc, "rate") == 12.5
-    assert rounds.pick(doc, "cpu.services.scheduler") == 1.5
+    assert rounds.pick(doc, "cpu.gpu.scheduler") == 1.5
     assert rounds.pick(rounds.parse_json_tail('[{"a": 1}, {"a": {"b": 2}}]'), "1.a.b") == 2
     with pytest.raises(KeyError):
-        rounds.pick(doc, "cpu.services.executor")
+        rounds.pick(doc, "cpu.gpu.executor")
     with pytest.raises(ValueError):
         rounds.parse_json_tail("no figures\n")
 

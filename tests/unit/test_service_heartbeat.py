@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from services.submit import telemetry
-from shared.events import CloudEvent, ServiceHeartbeat, Subject, make_event
-from shared.service import Service, metrics_url
-from shared.settings import CommonSettings
+from gpuyard.services.submit import telemetry
+from gpuyard.shared.events import CloudEvent, ServiceHeartbeat, Subject, make_event
+from gpuyard.shared.service import Service, metrics_url
+from gpuyard.shared.settings import CommonSettings
 
 
 @pytest.fixture

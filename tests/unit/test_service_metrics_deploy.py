@@ -13,17 +13,18 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuyard.cli import build_parser
-from gpuyard.up import TARGETS_FILE, UpOptions, metrics_line, plan, write_metrics_targets
-from services.monitor.ingest import SampleIngest
-from services.monitor.metrics import make_registry
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.proxy import Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from shared.busmetrics import OUTCOMES, BusMetrics, ConsumerLag
-from shared.servicemetrics import render, service_registry
-from shared.tokens import Tokens
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.metrics import make_registry
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.proxy import Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.shared.busmetrics import OUTCOMES, BusMetrics, ConsumerLag
+from gpuyard.shared.servicemetrics import render, service_registry
+from gpuyard.shared.tokens import Tokens
+from gpuyard.up import TARGETS_FILE, metrics_line, plan, write_metrics_targets
+from gpuyard.upoptions import UpOptions
 from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.submit import telemetry
-from shared.api import ServiceState
-from shared.events import (
+from gpuyard.services.submit import telemetry
+from gpuyard.shared.api import ServiceState
+from gpuyard.shared.events import (
     SERVICE_HEARTBEAT_SECONDS,
     ProcessState,
     ServiceHeartbeat,

@@ -10,10 +10,16 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit import routes_platform, telemetry
-from services.submit.app import create_app
-from services.submit.routes_platform import GONE_AFTER_SECONDS, listed_services
-from shared.events import SERVICE_HEARTBEAT_SECONDS, ProcessState, ServiceHeartbeat, ServiceStatus, make_event
+from gpuyard.services.submit import routes_platform, telemetry
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.routes_platform import GONE_AFTER_SECONDS, listed_services
+from gpuyard.shared.events import (
+    SERVICE_HEARTBEAT_SECONDS,
+    ProcessState,
+    ServiceHeartbeat,
+    ServiceStatus,
+    make_event,
+)
 from tests.unit.submitctx import submit_context
 
 T0 = 1_800_000_000.0

@@ -14,15 +14,13 @@ from pydantic import BaseModel
 
 from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
-from gpuyard.up import SETTING_FLAGS, UpOptions, plan
-from gpuyard.up import add_arguments as add_up_arguments
-from services.scheduler.core import SchedulerConfig
-from services.scheduler.main import config_of
-from shared import settingsdocs
-from shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
-from shared.policies import BackfillMode, Policy
-from shared.service import event_loop_factory
-from shared.settings import (
+from gpuyard.services.scheduler.core import SchedulerConfig
+from gpuyard.services.scheduler.main import config_of
+from gpuyard.shared import settingsdocs
+from gpuyard.shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
+from gpuyard.shared.policies import BackfillMode, Policy
+from gpuyard.shared.service import event_loop_factory
+from gpuyard.shared.settings import (
     ClientSettings,
     CommonSettings,
     ExecutorSettings,
@@ -32,6 +30,9 @@ from shared.settings import (
     SubmitSettings,
     settings_from_argv,
 )
+from gpuyard.up import plan
+from gpuyard.upoptions import SETTING_FLAGS, UpOptions
+from gpuyard.upoptions import add_arguments as add_up_arguments
 
 MODELS = (
     CommonSettings,
@@ -184,11 +185,15 @@ def test_a_service_refuses_a_port_out_of_range_in_one_line_before_it_starts(tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
     env |= {"GPUYARD_SERVING_PORT": "99999", "GPUYARD_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "services.serving"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gpuyard.services.serving"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
-        "python -m services.serving: invalid settings: serving_port: Input should be less than or equal to 65535"
+        "python -m gpuyard.services.serving: invalid settings: serving_port: Input should be less than or equal to 65535"
     ]
 
 
@@ -283,13 +288,14 @@ def test_up_starts_a_second_executor_only_where_more_than_two_cores_can_carry_it
 
 
 def as_the_child_reads_it(child, monkeypatch):
-    """The settings a service process builds from its argv and environment, as `python -m services.X` does."""
-    assert child.argv[:3] == [sys.executable, "-m", f"services.{child.service or child.name}"]
+    """The settings a service process builds from its argv and environment, as `python -P -m gpuyard.services.X`
+    does."""
+    assert child.argv[:4] == [sys.executable, "-P", "-m", f"gpuyard.services.{child.service or child.name}"]
     monkeypatch.setattr(os, "environ", dict(child.env))
     model = {"submit": SubmitSettings, "scheduler": SchedulerSettings, "executor": ExecutorSettings}.get(
         child.service or child.name, MonitorSettings if child.name == "monitor" else ServingSettings
     )
-    return settings_from_argv(model, child.argv[3:], child.name)
+    return settings_from_argv(model, child.argv[4:], child.name)
 
 
 def child(platform, name):
@@ -390,7 +396,7 @@ def test_every_setting_is_described(model: type[BaseModel]):
 def test_the_docs_list_every_setting_as_the_models_declare_it():
     text = settingsdocs.DOC.read_text()
     assert settingsdocs.with_tables(text) == text, (
-        "docs/operations.md is stale: run python -m shared.settingsdocs"
+        "docs/operations.md is stale: run python -m gpuyard.shared.settingsdocs"
     )
     tables = text.split(settingsdocs.BEGIN)[1].split(settingsdocs.END)[0]
     for table in settingsdocs.TABLES:

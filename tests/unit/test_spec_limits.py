@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from services.executor.jobenv import replica_env
-from shared.events import JobPlaced, ReplicaPlacement
-from shared.jobspec import (
+from gpuyard.services.executor.jobenv import replica_env
+from gpuyard.shared.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.jobspec import (
     REPLICA_START_BYTES,
     SPEC_START_BYTES,
     JobSpec,

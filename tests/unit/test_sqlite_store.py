@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.store import Append, ConcurrencyError
-from shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.store import Append, ConcurrencyError
+from gpuyard.shared.store.sqlite import SqliteEventStore
 
 
 def submitted(job_id: str):

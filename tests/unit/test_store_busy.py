@@ -13,11 +13,11 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit import errors
-from shared.events import JobCancelRequested, make_event
-from shared.store import StoreBusy, StoreFull, StoreUnavailable, open_store
-from shared.store import sqlite as sqlite_store
-from shared.store.base import unavailable
+from gpuyard.services.submit import errors
+from gpuyard.shared.events import JobCancelRequested, make_event
+from gpuyard.shared.store import StoreBusy, StoreFull, StoreUnavailable, open_store
+from gpuyard.shared.store import sqlite as sqlite_store
+from gpuyard.shared.store.base import unavailable
 from tests.unit.submitctx import submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from services.submit.retention import sweep
-from shared.events import JobCancelled, JobPending, JobSubmitted, PendingReason
-from shared.jobspec import JobSpec
-from shared.ledger import JobLedger
-from shared.logstore import LogKey, open_log_store, split
-from shared.store import open_store
+from gpuyard.services.submit.retention import sweep
+from gpuyard.shared.events import JobCancelled, JobPending, JobSubmitted, PendingReason
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import LogKey, open_log_store, split
+from gpuyard.shared.store import open_store
 
 DAY = 86400.0
 

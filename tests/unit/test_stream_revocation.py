@@ -17,9 +17,9 @@ import pytest
 import uvicorn
 
 from gpuyard import ports
-from services.submit.streamview import while_allowed
-from shared import sessions, tokens
-from shared.logstore import LogKey, split
+from gpuyard.services.submit.streamview import while_allowed
+from gpuyard.shared import sessions, tokens
+from gpuyard.shared.logstore import LogKey, split
 from tests.unit.submitctx import submit_app, submit_context
 
 ADMIN = {"Authorization": "Bearer tok-admin"}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.submit.streamview import seen_by
-from shared.events import (
+from gpuyard.services.submit.streamview import seen_by
+from gpuyard.shared.events import (
     AlertRaised,
     GpuHolder,
     GpuReading,
@@ -14,7 +14,7 @@ from shared.events import (
     make_event,
     subject_of,
 )
-from shared.tokens import Principal
+from gpuyard.shared.tokens import Principal
 
 VISION = Principal(tenant="vision", user="ana")
 NLP = Principal(tenant="nlp", user="bo")

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from shared.events import (
+from gpuyard.services.submit.app import create_app
+from gpuyard.shared.events import (
     FailureReason,
     GpuHolder,
     GpuReading,
@@ -26,11 +26,11 @@ from shared.events import (
     PendingReason,
     ReplicaPlacement,
 )
-from shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
-from shared.jobspec import JobSpec
-from shared.logstore import LogKey, split
-from shared.queueline import LINE_KEY, READ_SECONDS, line_doc
-from shared.reasons import waiting_message
+from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.logstore import LogKey, split
+from gpuyard.shared.queueline import LINE_KEY, READ_SECONDS, line_doc
+from gpuyard.shared.reasons import waiting_message
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 
@@ -650,7 +650,7 @@ def test_the_service_refuses_a_public_address_without_tokens(tmp_path):
         "GPUYARD_NATS_URL": "nats://127.0.0.1:1",
     }
     result = subprocess.run(
-        [sys.executable, "-m", "services.submit", "--submit-host", "0.0.0.0"],
+        [sys.executable, "-m", "gpuyard.services.submit", "--submit-host", "0.0.0.0"],
         env=env,
         capture_output=True,
         text=True,
@@ -663,8 +663,8 @@ def test_the_service_refuses_a_public_address_without_tokens(tmp_path):
 def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
     import time as clock
 
-    from services.submit import telemetry
-    from shared.events import ServiceHeartbeat, make_event
+    from gpuyard.services.submit import telemetry
+    from gpuyard.shared.events import ServiceHeartbeat, make_event
 
     def beat(instance: str):
         data = ServiceHeartbeat(
@@ -682,7 +682,7 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
 
 
 def test_services_answer_a_crash_looping_process_with_its_restarts_and_last_error(api, ctx):
-    from shared.events import ProcessState, ServiceStatus, make_event
+    from gpuyard.shared.events import ProcessState, ServiceStatus, make_event
 
     looping = ServiceStatus(
         service="serving",

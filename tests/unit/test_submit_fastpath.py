@@ -9,8 +9,8 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.fastpath import FastSubmit
-from shared.tokens import Tokens
+from gpuyard.services.submit.fastpath import FastSubmit
+from gpuyard.shared.tokens import Tokens
 from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-admin=ops:root:admin")
@@ -77,7 +77,7 @@ REFUSED_BEFORE_THE_BODY = {
     "an unknown token",
     "basic auth",
 }
-"""Answered 401 before their body is read (`services.submit.app.BodyLimit`): the fast path never sees them."""
+"""Answered 401 before their body is read (`gpuyard.services.submit.app.BodyLimit`): the fast path never sees them."""
 
 
 def send(client: TestClient, headers: dict, body):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from services.submit import telemetry
-from shared.events import NodeHeartbeat, make_event
+from gpuyard.services.submit import telemetry
+from gpuyard.shared.events import NodeHeartbeat, make_event
 
 
 def heartbeat(node: str, sent: datetime):

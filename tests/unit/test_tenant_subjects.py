@@ -12,8 +12,8 @@ import stat
 import pytest
 
 from gpuyard import busconfig, cli
-from shared.buscredentials import credentials_path, read_credentials
-from shared.buspermissions import (
+from gpuyard.shared.buscredentials import credentials_path, read_credentials
+from gpuyard.shared.buspermissions import (
     GRANTS,
     Role,
     permissions,
@@ -21,7 +21,7 @@ from shared.buspermissions import (
     tenant_of_integrator,
     tenant_permissions,
 )
-from shared.events import (
+from gpuyard.shared.events import (
     JOB_SUBJECTS,
     AlertRaised,
     JobPlaced,
@@ -36,7 +36,7 @@ from shared.events import (
     tenant_of_subject,
     utcnow,
 )
-from shared.jobspec import JobSpec
+from gpuyard.shared.jobspec import JobSpec
 
 PLACED = JobPlaced(job_id="j1", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.units import count_text, format_size, parse_size
+from gpuyard.shared.units import count_text, format_size, parse_size
 
 
 @pytest.mark.parametrize(

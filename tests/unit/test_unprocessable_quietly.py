@@ -7,9 +7,9 @@ import pytest
 from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
-from services.submit.modelaccess import model_name
-from services.submit.routes_platform import _subjects
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.modelaccess import model_name
+from gpuyard.services.submit.routes_platform import _subjects
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 

@@ -1,4 +1,4 @@
-"""GPU-hours accounting (shared.usage) for jobs whose run is known, and the routes of history and usage
+"""GPU-hours accounting (gpuyard.shared.usage) for jobs whose run is known, and the routes of history and usage
 (`/v1/usage`, `/v1/gpus/history`, `/v1/jobs/{id}/gpu`) with their tenant filters, and their answer while the
 history cannot be reached. (Each history backend's own behaviour: tests/contract/test_gpu_history.py.)"""
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.events import (
+from gpuyard.shared.events import (
     GpuHolder,
     GpuReading,
     GpuShare,
@@ -22,12 +22,12 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.gpuhistory import GpuPoint, open_gpu_history
-from shared.jobspec import JobSpec
-from shared.jobstate import fold
-from shared.ledger import projection_of
-from shared.store import StoreUnavailable
-from shared.usage import allocated_seconds, group, job_usages
+from gpuyard.shared.gpuhistory import GpuPoint, open_gpu_history
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import fold
+from gpuyard.shared.ledger import projection_of
+from gpuyard.shared.store import StoreUnavailable
+from gpuyard.shared.usage import allocated_seconds, group, job_usages
 from tests.unit.test_submit_api import ADMIN, NLP, VISION, api, ctx  # noqa: F401 (fixtures)
 
 HOUR = 3600.0
@@ -229,7 +229,7 @@ def test_the_routes_answer_503_only_while_the_history_cannot_be_reached(api, ctx
     async def away(store):
         raise StoreUnavailable("the GPU history: MongoDB reading failed: no primary")
 
-    monkeypatch.setattr("services.submit.routes_usage.open_gpu_history", away)
+    monkeypatch.setattr("gpuyard.services.submit.routes_usage.open_gpu_history", away)
     monkeypatch.delattr(api.app.state, "gpu_history", raising=False)
     for path in ("/v1/usage", "/v1/gpus/history?node=n1"):
         answer = api.get(path, headers=ADMIN)

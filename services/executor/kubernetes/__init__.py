@@ -4,12 +4,12 @@ Entry points: `KubernetesController` (launch, cancel, poll, logs) over a `KubeAp
 real cluster), configured by `KubernetesConfig`; `build_job_manifests` renders the objects without a cluster.
 """
 
-from services.executor.classify import classify_log_tail
-from services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
-from services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig, OwnerTarget
-from services.executor.kubernetes.controller import KubernetesController, LaunchResult
-from services.executor.kubernetes.manifests import JobManifests, build_job_manifests
-from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
+from gpuyard.services.executor.classify import classify_log_tail
+from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig, OwnerTarget
+from gpuyard.services.executor.kubernetes.controller import KubernetesController, LaunchResult
+from gpuyard.services.executor.kubernetes.manifests import JobManifests, build_job_manifests
+from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
 
 __all__ = [
     "FractionalGpuMode",

@@ -31,18 +31,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.executor.backend import AttemptLaunch, Backend, BackendEvents
-from services.executor.exits import AttemptKey, ReplicaKey, replica_exit
-from services.executor.kubernetes import labels as job_labels
-from services.executor.kubernetes.api import KubeApiError
-from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.nodes import cluster_inventory
-from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
-from services.executor.logfile import LogBudget, RotatingLog
-from shared.events import FailureReason, JobReplicaExited, NodeHeartbeat
-from shared.logstore import LogKey
-from shared.logstore.shipper import LogShipper
-from shared.paths import log_path
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents
+from gpuyard.services.executor.exits import AttemptKey, ReplicaKey, replica_exit
+from gpuyard.services.executor.kubernetes import labels as job_labels
+from gpuyard.services.executor.kubernetes.api import KubeApiError
+from gpuyard.services.executor.kubernetes.controller import KubernetesController
+from gpuyard.services.executor.kubernetes.nodes import cluster_inventory
+from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
+from gpuyard.services.executor.logfile import LogBudget, RotatingLog
+from gpuyard.shared.events import FailureReason, JobReplicaExited, NodeHeartbeat
+from gpuyard.shared.logstore import LogKey
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.paths import log_path
 
 log = logging.getLogger(__name__)
 

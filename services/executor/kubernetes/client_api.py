@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
 
 T = TypeVar("T")
 NODE_LIST_TIMEOUT_SECONDS = 10

@@ -23,20 +23,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.executor.classify import classify_log_tail
-from services.executor.exits import AttemptKey, ReplicaKey
-from services.executor.kubernetes import labels as job_labels
-from services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
-from services.executor.kubernetes.config import KubernetesConfig
-from services.executor.kubernetes.manifests import (
+from gpuyard.services.executor.classify import classify_log_tail
+from gpuyard.services.executor.exits import AttemptKey, ReplicaKey
+from gpuyard.services.executor.kubernetes import labels as job_labels
+from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApi, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.manifests import (
     CONTAINER,
     build_job_manifests,
     pod_owner_reference,
     with_owner,
 )
-from services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
-from shared.events import FailureReason, ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
+from gpuyard.shared.events import FailureReason, ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 

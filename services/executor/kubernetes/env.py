@@ -9,11 +9,11 @@ WORLD_SIZE count replicas. MASTER_ADDR is replica 0's DNS name through the attem
 
 from __future__ import annotations
 
-from services.executor.jobenv import identity_env, torchrun_env
-from services.executor.kubernetes.names import AttemptNames
-from services.executor.kubernetes.resources import gpu_memory_slice
-from shared.events import ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.jobenv import identity_env, torchrun_env
+from gpuyard.services.executor.kubernetes.names import AttemptNames
+from gpuyard.services.executor.kubernetes.resources import gpu_memory_slice
+from gpuyard.shared.events import ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 
 LOCALHOST = "127.0.0.1"
 

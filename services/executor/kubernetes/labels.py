@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.executor.kubernetes.names import label_value
+from gpuyard.services.executor.kubernetes.names import label_value
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gpuyard"

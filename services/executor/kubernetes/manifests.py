@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.executor.kubernetes import labels as job_labels
-from services.executor.kubernetes.config import KubernetesConfig, OwnerTarget
-from services.executor.kubernetes.env import replica_env
-from services.executor.kubernetes.names import AttemptNames, attempt_names
-from services.executor.kubernetes.resources import container_resources
-from shared.events import ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.kubernetes import labels as job_labels
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig, OwnerTarget
+from gpuyard.services.executor.kubernetes.env import replica_env
+from gpuyard.services.executor.kubernetes.names import AttemptNames, attempt_names
+from gpuyard.services.executor.kubernetes.resources import container_resources
+from gpuyard.shared.events import ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 
 CONTAINER = "worker"
 SHM_VOLUME = "dshm"

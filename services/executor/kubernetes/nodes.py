@@ -28,9 +28,9 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from services.executor.kubernetes.config import KubernetesConfig
-from shared.events import GpuInfo, NodeHeartbeat
-from shared.gpus import short_model
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.shared.events import GpuInfo, NodeHeartbeat
+from gpuyard.shared.gpus import short_model
 
 MIB = 2**20
 GFD_PRODUCT = "nvidia.com/gpu.product"

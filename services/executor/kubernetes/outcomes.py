@@ -18,10 +18,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from services.executor.exits import replica_exit
-from services.executor.kubernetes import labels as job_labels
-from services.executor.kubernetes.manifests import CONTAINER
-from shared.events import FailureReason, JobReplicaExited
+from gpuyard.services.executor.exits import replica_exit
+from gpuyard.services.executor.kubernetes import labels as job_labels
+from gpuyard.services.executor.kubernetes.manifests import CONTAINER
+from gpuyard.shared.events import FailureReason, JobReplicaExited
 
 
 class ReplicaPhase(StrEnum):

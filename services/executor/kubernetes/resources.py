@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig
-from shared.events import ReplicaPlacement
-from shared.jobspec import Resources
+from gpuyard.services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig
+from gpuyard.shared.events import ReplicaPlacement
+from gpuyard.shared.jobspec import Resources
 
 MIB = 2**20
 

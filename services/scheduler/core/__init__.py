@@ -5,10 +5,10 @@ the live service keeps its cluster in a `HeldCluster` (told what changed) and th
 index; a snapshot (`ClusterState`) becomes an index with `CapacityIndex.from_state`.
 """
 
-from services.scheduler.core.cluster import HeldCluster
-from services.scheduler.core.cycle import decide
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import (
+from gpuyard.services.scheduler.core.cluster import HeldCluster
+from gpuyard.services.scheduler.core.cycle import decide
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import (
     Allocation,
     ClusterState,
     CycleResult,
@@ -22,7 +22,7 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
-from services.scheduler.core.queue import HeldQueue, Pending
+from gpuyard.services.scheduler.core.queue import HeldQueue, Pending
 
 __all__ = [
     "Allocation",

@@ -29,11 +29,11 @@ from operator import attrgetter
 
 import numpy as np
 
-from services.scheduler.core.demand import Demand
-from services.scheduler.core.gang import place_gang
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import Allocation, JobRequest, ReplicaAssignment
-from services.scheduler.core.placement.base import Choice, PlacementPolicy
+from gpuyard.services.scheduler.core.demand import Demand
+from gpuyard.services.scheduler.core.gang import place_gang
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import Allocation, JobRequest, ReplicaAssignment
+from gpuyard.services.scheduler.core.placement.base import Choice, PlacementPolicy
 
 
 @dataclass(slots=True)

@@ -16,10 +16,10 @@ rebuilds it.
 
 from __future__ import annotations
 
-from services.scheduler.core.cycle import allocate
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import Allocation, ClusterState, CycleResult, Gpu, Node
-from services.scheduler.core.quota import RunningKinds
+from gpuyard.services.scheduler.core.cycle import allocate
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import Allocation, ClusterState, CycleResult, Gpu, Node
+from gpuyard.services.scheduler.core.quota import RunningKinds
 
 
 class HeldCluster:

@@ -27,14 +27,14 @@ from operator import attrgetter
 
 import numpy as np
 
-from services.scheduler.core import reasons as R
-from services.scheduler.core.backfill import Projection, Reservation, ending_order
-from services.scheduler.core.demand import Demand, demand_of, shape_key
-from services.scheduler.core.explain import never_fits, no_room_now
-from services.scheduler.core.fragmentation import shape_of, typical_shapes
-from services.scheduler.core.gang import place_gang, undo_gang
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import (
+from gpuyard.services.scheduler.core import reasons as R
+from gpuyard.services.scheduler.core.backfill import Projection, Reservation, ending_order
+from gpuyard.services.scheduler.core.demand import Demand, demand_of, shape_key
+from gpuyard.services.scheduler.core.explain import never_fits, no_room_now
+from gpuyard.services.scheduler.core.fragmentation import shape_of, typical_shapes
+from gpuyard.services.scheduler.core.gang import place_gang, undo_gang
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import (
     Allocation,
     CycleResult,
     GpuAssignment,
@@ -45,16 +45,16 @@ from services.scheduler.core.model import (
     ReplicaAssignment,
     SchedulerConfig,
 )
-from services.scheduler.core.ordering import Order
-from services.scheduler.core.placement import POLICIES, make_policy
-from services.scheduler.core.placement.base import Choice
-from services.scheduler.core.preemption import choose_victims, eligible_victims
-from services.scheduler.core.queue import HeldQueue, Pending
-from services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
-from services.scheduler.core.scarcity import Scarcity, drain_times
-from shared.policies import BackfillMode
-from shared.reasons import GPU_SHORTAGES, PendingCode
-from shared.units import count_text, format_rough_duration
+from gpuyard.services.scheduler.core.ordering import Order
+from gpuyard.services.scheduler.core.placement import POLICIES, make_policy
+from gpuyard.services.scheduler.core.placement.base import Choice
+from gpuyard.services.scheduler.core.preemption import choose_victims, eligible_victims
+from gpuyard.services.scheduler.core.queue import HeldQueue, Pending
+from gpuyard.services.scheduler.core.quota import QuotaLedger, RunningKinds, borrowed_jobs
+from gpuyard.services.scheduler.core.scarcity import Scarcity, drain_times
+from gpuyard.shared.policies import BackfillMode
+from gpuyard.shared.reasons import GPU_SHORTAGES, PendingCode
+from gpuyard.shared.units import count_text, format_rough_duration
 
 BACKFILL_MODES = ("easy", "greedy", "off")
 NEVER = frozenset(

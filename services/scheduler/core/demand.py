@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from services.scheduler.core.model import JobRequest
+from gpuyard.services.scheduler.core.model import JobRequest
 
 MILLI = 1000  # a whole GPU, in thousandths
 

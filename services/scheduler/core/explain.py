@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from services.scheduler.core import reasons as R
-from services.scheduler.core.demand import MILLI, Demand
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import EPS, JobRequest
-from shared.reasons import PendingCode
-from shared.units import count_text, format_size
+from gpuyard.services.scheduler.core import reasons as R
+from gpuyard.services.scheduler.core.demand import MILLI, Demand
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import EPS, JobRequest
+from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.units import count_text, format_size
 
 
 def _matching(index: CapacityIndex, demand: Demand, *, cordoned: bool = False) -> np.ndarray:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI, Demand
-from services.scheduler.core.gpustate import STATES, GpuStateTable
+from gpuyard.services.scheduler.core.demand import MILLI, Demand
+from gpuyard.services.scheduler.core.gpustate import STATES, GpuStateTable
 
 POPULARITY_COVERAGE = 0.95  # FGD's artifact: typical shapes = most frequent ones covering 95% of tasks
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.scheduler.core.demand import Demand
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import Choice, PlacementPolicy
+from gpuyard.services.scheduler.core.demand import Demand
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.placement.base import Choice, PlacementPolicy
 
 
 def place_gang(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI
+from gpuyard.services.scheduler.core.demand import MILLI
 
 
 class GpuStateTable:

@@ -14,9 +14,9 @@ from operator import attrgetter
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI, Demand, share_to_milli, used_to_milli
-from services.scheduler.core.gpustate import STATES, GpuStateTable
-from services.scheduler.core.model import EPS, ClusterState, Node, ReplicaAssignment
+from gpuyard.services.scheduler.core.demand import MILLI, Demand, share_to_milli, used_to_milli
+from gpuyard.services.scheduler.core.gpustate import STATES, GpuStateTable
+from gpuyard.services.scheduler.core.model import EPS, ClusterState, Node, ReplicaAssignment
 
 MIXED = -2  # model id of a node whose GPUs are not all the same model
 GROUP_FROM = 64  # node groups are built once a replica fits on more nodes than this

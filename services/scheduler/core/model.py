@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.scheduler.core.reasons import Reason
-from shared.policies import BackfillMode, Policy
+from gpuyard.services.scheduler.core.reasons import Reason
+from gpuyard.shared.policies import BackfillMode, Policy
 
 EPS = 1e-9
 

@@ -17,9 +17,9 @@ import heapq
 from collections.abc import Iterator
 from operator import attrgetter
 
-from services.scheduler.core.model import JobRequest
-from services.scheduler.core.queue import HeldQueue
-from services.scheduler.core.quota import QuotaLedger
+from gpuyard.services.scheduler.core.model import JobRequest
+from gpuyard.services.scheduler.core.queue import HeldQueue
+from gpuyard.services.scheduler.core.quota import QuotaLedger
 
 _PRIORITY = attrgetter("priority")
 

@@ -12,11 +12,11 @@ The core only decides; the service sends `job.preempted` with a grace period and
 
 from __future__ import annotations
 
-from services.scheduler.core.demand import Demand
-from services.scheduler.core.gang import place_gang, undo_gang
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
-from services.scheduler.core.placement.base import PlacementPolicy
+from gpuyard.services.scheduler.core.demand import Demand
+from gpuyard.services.scheduler.core.gang import place_gang, undo_gang
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
+from gpuyard.services.scheduler.core.placement.base import PlacementPolicy
 
 
 def eligible_victims(

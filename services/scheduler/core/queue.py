@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
 
-from services.scheduler.core.model import JobRequest
-from services.scheduler.core.reasons import Blocker, Reason
+from gpuyard.services.scheduler.core.model import JobRequest
+from gpuyard.services.scheduler.core.reasons import Blocker, Reason
 
 ARRIVAL = attrgetter("submitted_at", "job_id")  # the order inside a priority class (and a tenant)
 _BULK = 32  # more new jobs than this for one list: appended and sorted once, not inserted one by one

@@ -13,10 +13,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from operator import attrgetter
 
-from services.scheduler.core import reasons as R
-from services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
-from shared.reasons import PendingCode
-from shared.units import count_text
+from gpuyard.services.scheduler.core import reasons as R
+from gpuyard.services.scheduler.core.model import EPS, Allocation, JobRequest, SchedulerConfig
+from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.units import count_text
 
 _JOB = attrgetter("job")
 _KIND = attrgetter("tenant", "user", "key")

@@ -1,6 +1,6 @@
 """Why a job waits, as the scheduler renders it: a code with its numbers, made into one sentence.
 
-The codes, their ranks (NO_FIT < PREEMPT < FIT) and meanings are `shared.reasons.PendingCode`, the one
+The codes, their ranks (NO_FIT < PREEMPT < FIT) and meanings are `gpuyard.shared.reasons.PendingCode`, the one
 definition the API, the CLI and the docs share. When several reasons apply, `sort_reasons` orders them by
 (rank, code) so the first is always the same.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from shared.reasons import PendingCode, waiting_message
+from gpuyard.shared.reasons import PendingCode, waiting_message
 
 
 class Reason:

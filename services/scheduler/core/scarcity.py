@@ -32,10 +32,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from services.scheduler.core.demand import Demand, demand_of
-from services.scheduler.core.explain import gpu_counts
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import EPS, Allocation, JobRequest
+from gpuyard.services.scheduler.core.demand import Demand, demand_of
+from gpuyard.services.scheduler.core.explain import gpu_counts
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import EPS, Allocation, JobRequest
 
 RATIO = 8  # K is confined for J when J could run on at least RATIO times as many nodes as K
 CACHE_LIMIT = 20_000

@@ -1,5 +1,5 @@
 import sys
 
-from services.scheduler.sim.cli import main
+from gpuyard.services.scheduler.sim.cli import main
 
 sys.exit(main())

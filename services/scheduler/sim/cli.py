@@ -1,9 +1,9 @@
 """`gpuyard sim`: replay a trace through the scheduling core, one result row per policy.
 
-    python -m services.scheduler.sim --trace FILE --policy NAME[,NAME...] [--mode inflation|time] [--seeds N]
+    python -m gpuyard.services.scheduler.sim --trace FILE --policy NAME[,NAME...] [--mode inflation|time] [--seeds N]
                                      [--nodes FILE] [--json] [--plot FILE.png]
 
-This module is the whole simulator command line: `gpuyard sim ARGS` runs `python -m services.scheduler.sim
+This module is the whole simulator command line: `gpuyard sim ARGS` runs `python -m gpuyard.services.scheduler.sim
 ARGS` (the client package imports no service). The FIFO/first-fit baseline ("fifo") is always included. An
 argument that cannot work is one line on stderr and exit status 2; `--plot` needs matplotlib, the optional
 extra `sim` (the error names the pip command that adds it to this installation: `shared/installhint.py`).
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from services.scheduler.sim import presets
-from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, SHIPPED, read_nodes, read_pods
-from shared.installhint import install_command
+from gpuyard.services.scheduler.sim import presets
+from gpuyard.services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, SHIPPED, read_nodes, read_pods
+from gpuyard.shared.installhint import install_command
 
 PROG = "gpuyard sim"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -142,7 +142,7 @@ def _policies(text: str) -> list[str]:
 
 
 def _subsample(nodes, fraction: float):
-    from services.scheduler.sim.trace import NodeTable
+    from gpuyard.services.scheduler.sim.trace import NodeTable
 
     step = max(1, round(1 / fraction))
     keep = np.arange(0, len(nodes.names), step)
@@ -209,7 +209,7 @@ def _progress(total: int, description: str):
 
 
 def _inflation(nodes, pods, names: list[str], args: argparse.Namespace) -> dict:
-    from services.scheduler.sim.inflation import GRID, InflationSummary, draw_workload, run_inflation
+    from gpuyard.services.scheduler.sim.inflation import GRID, InflationSummary, draw_workload, run_inflation
 
     seeds = list(range(42, 42 + max(1, args.seeds)))
     per_run = len(draw_workload(pods, nodes.total_gpus * 1000, seeds[0], args.ratio))
@@ -278,8 +278,8 @@ def _inflation_table(summaries, trace: str, published) -> None:
 
 
 def _time(nodes, pods, names: list[str], args: argparse.Namespace) -> dict:
-    from services.scheduler.sim.cluster import popularity
-    from services.scheduler.sim.timemode import run_time
+    from gpuyard.services.scheduler.sim.cluster import popularity
+    from gpuyard.services.scheduler.sim.timemode import run_time
 
     shapes = popularity(pods)
     runs = {}
@@ -314,7 +314,7 @@ def _time_table(runs, trace: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from shared.units import format_rough_duration as duration
+    from gpuyard.shared.units import format_rough_duration as duration
 
     def d(v):
         return "-" if v is None else duration(v)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI, Demand
-from services.scheduler.core.fragmentation import TaskShape, shape_of, typical_shapes
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.model import Gpu, Node
-from services.scheduler.sim.trace import GPU_MEMORY_GIB, NodeTable, PodTable
+from gpuyard.services.scheduler.core.demand import MILLI, Demand
+from gpuyard.services.scheduler.core.fragmentation import TaskShape, shape_of, typical_shapes
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.model import Gpu, Node
+from gpuyard.services.scheduler.sim.trace import GPU_MEMORY_GIB, NodeTable, PodTable
 
 
 def node_index(nodes: NodeTable) -> CapacityIndex:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.core.gang import place_gang
-from services.scheduler.core.placement import make_policy
-from services.scheduler.sim.cluster import node_index, pod_demands, popularity
-from services.scheduler.sim.trace import NodeTable, PodTable
+from gpuyard.services.scheduler.core.gang import place_gang
+from gpuyard.services.scheduler.core.placement import make_policy
+from gpuyard.services.scheduler.sim.cluster import node_index, pod_demands, popularity
+from gpuyard.services.scheduler.sim.trace import NodeTable, PodTable
 
 INFLATION = 1.30
 GRID = np.arange(0, 131)  # arrived demand, % of capacity, where the curve is read

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from services.scheduler.core.model import SchedulerConfig
-from services.scheduler.core.placement import POLICIES
-from shared.policies import BackfillMode, Policy
+from gpuyard.services.scheduler.core.model import SchedulerConfig
+from gpuyard.services.scheduler.core.placement import POLICIES
+from gpuyard.shared.policies import BackfillMode, Policy
 
 BASELINE = "fifo"
 FIFO_BACKFILL = "fifo-backfill"

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.core import decide
-from services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
-from services.scheduler.sim.cluster import node_index
-from services.scheduler.sim.trace import NodeTable, PodTable
-from shared.reasons import RESOURCE_CODES, PendingCode
+from gpuyard.services.scheduler.core import decide
+from gpuyard.services.scheduler.core.model import Allocation, JobRequest, SchedulerConfig
+from gpuyard.services.scheduler.sim.cluster import node_index
+from gpuyard.services.scheduler.sim.trace import NodeTable, PodTable
+from gpuyard.shared.reasons import RESOURCE_CODES, PendingCode
 
 FULL_CYCLES = False  # every cycle looks at every waiting job (the shortcut below off)
 LONG_WAIT_S = 3600.0  # a wait longer than this is counted on its own (`waits_over_1h`)

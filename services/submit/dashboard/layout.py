@@ -8,10 +8,10 @@ from functools import cache
 from html import escape
 from importlib.resources import files
 
-from services.submit.dashboard.pages import NAV, Page
-from shared.events import Subject, type_of
-from shared.tokens import Principal
-from shared.version import VERSION
+from gpuyard.services.submit.dashboard.pages import NAV, Page
+from gpuyard.shared.events import Subject, type_of
+from gpuyard.shared.tokens import Principal
+from gpuyard.shared.version import VERSION
 
 STATIC = "/static/dashboard"
 SECURITY_HEADERS = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.submit.context import SubmitContext
-from shared.jobspec import PRIORITY_CLASSES
-from shared.usage import CSV_COLUMNS
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.jobspec import PRIORITY_CLASSES
+from gpuyard.shared.usage import CSV_COLUMNS
 
 
 @dataclass(frozen=True)

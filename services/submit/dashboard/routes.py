@@ -12,8 +12,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from services.submit.context import SubmitContext
-from services.submit.dashboard.layout import (
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.dashboard.layout import (
     SECURITY_HEADERS,
     STATIC,
     login_html,
@@ -21,11 +21,11 @@ from services.submit.dashboard.layout import (
     page_headers,
     page_html,
 )
-from services.submit.dashboard.pages import PAGES, Page
-from services.submit.routes_jobs import visible_job
-from shared import sessions
-from shared.jobtokens import is_job_token
-from shared.tokens import Principal, TokenRefused
+from gpuyard.services.submit.dashboard.pages import PAGES, Page
+from gpuyard.services.submit.routes_jobs import visible_job
+from gpuyard.shared import sessions
+from gpuyard.shared.jobtokens import is_job_token
+from gpuyard.shared.tokens import Principal, TokenRefused
 
 LOGIN_FIELDS_MAX = 4096
 

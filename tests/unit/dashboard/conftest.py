@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from services.submit.app import create_app
+from gpuyard.services.submit.app import create_app
 from tests.unit.submitctx import submit_context
 
 TOKENS = {

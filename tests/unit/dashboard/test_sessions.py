@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import sessions
+from gpuyard.shared import sessions
 
 SECRET = b"k" * 48
 

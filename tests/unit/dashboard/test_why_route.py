@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from shared import why
-from shared.api import JobOut
-from shared.events import JobPending, PendingReason
+from gpuyard.shared import why
+from gpuyard.shared.api import JobOut
+from gpuyard.shared.events import JobPending, PendingReason
 
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}

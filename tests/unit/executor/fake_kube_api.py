@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
 
 
 def matches(labels: dict[str, str], selector: str) -> bool:

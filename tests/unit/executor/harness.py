@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from services.executor.executor import Executor
-from shared.events import (
+from gpuyard.services.executor.executor import Executor
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     GpuShare,
@@ -20,12 +20,12 @@ from shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import JobView
-from shared.ledger import JobLedger
-from shared.logstore import open_log_store
-from shared.settings import ExecutorSettings
-from shared.store import open_store
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobView
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.logstore import open_log_store
+from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.store import open_store
 
 
 class FakeBus:

@@ -8,9 +8,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from shared.events import GpuShare, JobPlaced, ReplicaPlacement
-from shared.ledger import MAX_CONFLICT_RETRIES
-from shared.store import ConcurrencyError
+from gpuyard.shared.events import GpuShare, JobPlaced, ReplicaPlacement
+from gpuyard.shared.ledger import MAX_CONFLICT_RETRIES
+from gpuyard.shared.store import ConcurrencyError
 
 REPLICAS = 16
 

@@ -7,16 +7,16 @@ import asyncio
 
 import pytest
 
-from services.executor.kubernetes.api import KubeApiError
-from services.executor.kubernetes.backend import KubernetesBackend
-from services.executor.kubernetes.config import KubernetesConfig
-from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.names import attempt_names
-from shared.events import GpuShare, JobCancelRequested, JobSucceeded
-from shared.logstore import LogKey
-from shared.logstore.reading import read_range
-from shared.logstore.shipper import LogShipper
-from shared.paths import log_path
+from gpuyard.services.executor.kubernetes.api import KubeApiError
+from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.controller import KubernetesController
+from gpuyard.services.executor.kubernetes.names import attempt_names
+from gpuyard.shared.events import GpuShare, JobCancelRequested, JobSucceeded
+from gpuyard.shared.logstore import LogKey
+from gpuyard.shared.logstore.reading import read_range
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.paths import log_path
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 
@@ -205,7 +205,7 @@ async def test_a_restarted_executor_whose_pods_are_gone_records_the_attempt_lost
 async def test_the_backend_setting_is_checked():
     from pydantic import ValidationError
 
-    from shared.settings import ExecutorSettings
+    from gpuyard.shared.settings import ExecutorSettings
 
     with pytest.raises(ValidationError, match="'local' or 'kubernetes'"):
         ExecutorSettings(executor_backend="k8s")

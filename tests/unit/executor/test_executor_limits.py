@@ -10,11 +10,11 @@ import signal
 
 import pytest
 
-from services.executor.cgroups import Cgroups
-from services.executor.gpuwatch import GpuProcess, NvmlProcessReader, SliceWatch, WatchedReplica
-from services.executor.jobenv import mps_running, replica_env
-from shared.events import GpuShare, JobPlaced, ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.cgroups import Cgroups
+from gpuyard.services.executor.gpuwatch import GpuProcess, NvmlProcessReader, SliceWatch, WatchedReplica
+from gpuyard.services.executor.jobenv import mps_running, replica_env
+from gpuyard.shared.events import GpuShare, JobPlaced, ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 
 GiB = 2**30
 
@@ -208,7 +208,7 @@ async def test_without_nvml_the_watch_is_off_and_says_so_once(h, caplog):
 
 
 def test_a_nodes_facts_are_said_by_its_first_executor_process_only(caplog):
-    from services.executor.nodelog import node_log, said_by
+    from gpuyard.services.executor.nodelog import node_log, said_by
 
     try:
         with caplog.at_level(logging.INFO, logger="gpuyard.node"):

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from services.executor import local
-from services.executor.pidfiles import pid_file
-from services.executor.processes import process_start_time
-from shared.events import (
+from gpuyard.services.executor import local
+from gpuyard.services.executor.pidfiles import pid_file
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.shared.events import (
     JobCancelRequested,
     JobPlaced,
     JobPreempted,
@@ -22,7 +22,7 @@ from shared.events import (
     JobStarted,
     ReplicaPlacement,
 )
-from shared.paths import log_files, log_path, replica_files
+from gpuyard.shared.paths import log_files, log_path, replica_files
 
 from .witnesses import job_sessions, running_marker_job, runs_unstopped
 

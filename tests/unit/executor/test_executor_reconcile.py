@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.store import Projection
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.store import Projection
 
 
 class Unreadable(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from services.executor.retention import JobDirSweeper
-from shared.events import JobCancelled, JobSucceeded
-from shared.paths import job_dir
+from gpuyard.services.executor.retention import JobDirSweeper
+from gpuyard.shared.events import JobCancelled, JobSucceeded
+from gpuyard.shared.paths import job_dir
 
 DAY = 86400.0
 

@@ -7,10 +7,10 @@ import asyncio
 import json
 import os
 
-from services.executor.claims import Claims
-from services.executor.pidfiles import pid_file
-from services.executor.processes import process_start_time
-from shared.events import JobCancelRequested, JobPlaced, ReplicaPlacement
+from gpuyard.services.executor.claims import Claims
+from gpuyard.services.executor.pidfiles import pid_file
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.shared.events import JobCancelRequested, JobPlaced, ReplicaPlacement
 
 from .witnesses import job_sessions
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.jobusers import JobUser, JobUsers
-from services.executor.processes import process_start_time
-from shared.paths import unreachable_to_others
-from shared.tokens import Tokens
+from gpuyard.services.executor.jobusers import JobUser, JobUsers
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.shared.paths import unreachable_to_others
+from gpuyard.shared.tokens import Tokens
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching a job's user needs root (as in CI)")
 

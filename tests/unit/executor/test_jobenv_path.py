@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from services.executor.jobenv import platform_path
+from gpuyard.services.executor.jobenv import platform_path
 
 SCRIPTS = str(Path(sys.executable).parent)
 

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
-from services.executor.kubernetes.client_api import ClientKubeApi
+from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.client_api import ClientKubeApi
 
 POD = {
     "apiVersion": "v1",

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.executor.kubernetes.api import KubeApiError, KubeNotFound
-from services.executor.kubernetes.config import KubernetesConfig
-from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.outcomes import ReplicaPhase
-from shared.events import FailureReason, GpuShare, ReplicaPlacement
-from shared.jobspec import JobSpec
+from gpuyard.services.executor.kubernetes.api import KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.controller import KubernetesController
+from gpuyard.services.executor.kubernetes.outcomes import ReplicaPhase
+from gpuyard.shared.events import FailureReason, GpuShare, ReplicaPlacement
+from gpuyard.shared.jobspec import JobSpec
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 

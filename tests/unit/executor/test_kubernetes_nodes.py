@@ -15,14 +15,14 @@ import logging
 
 import pytest
 
-from services.executor.kubernetes.api import KubeApiError
-from services.executor.kubernetes.backend import KubernetesBackend
-from services.executor.kubernetes.config import KubernetesConfig
-from services.executor.kubernetes.controller import KubernetesController
-from services.executor.kubernetes.nodes import byte_count, cluster_inventory, cpu_cores, gpu_model
-from services.scheduler.core import SchedulerConfig, decide
-from services.scheduler.view import ClusterView, to_placement
-from shared.events import GpuInfo, JobPlaced, NodeHeartbeat
+from gpuyard.services.executor.kubernetes.api import KubeApiError
+from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
+from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.controller import KubernetesController
+from gpuyard.services.executor.kubernetes.nodes import byte_count, cluster_inventory, cpu_cores, gpu_model
+from gpuyard.services.scheduler.core import SchedulerConfig, decide
+from gpuyard.services.scheduler.view import ClusterView, to_placement
+from gpuyard.shared.events import GpuInfo, JobPlaced, NodeHeartbeat
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 GIB, MIB = 2**30, 2**20
@@ -103,7 +103,7 @@ def heartbeats_published(h) -> list[NodeHeartbeat]:
 async def test_the_kubernetes_executor_announces_each_ready_schedulable_gpu_node(h, api, caplog):
     cluster(api)
     ex = await k8s_executor(h, api, heartbeat_interval=7.0)
-    with caplog.at_level(logging.INFO, logger="services.executor"):
+    with caplog.at_level(logging.INFO, logger="gpuyard.services.executor"):
         announced = await ex.nodes.announce_once()
     gpu_b = NodeHeartbeat(
         node="gpu-b",
@@ -164,7 +164,7 @@ async def test_a_failing_listing_announces_nothing_logs_once_and_recovers(h, api
     cluster(api)
     ex = await k8s_executor(h, api)
     api.nodes_error = KubeApiError(403, 'nodes is forbidden: cannot list resource "nodes"')
-    with caplog.at_level(logging.INFO, logger="services.executor"):
+    with caplog.at_level(logging.INFO, logger="gpuyard.services.executor"):
         assert await ex.nodes.announce_once() == []
         assert await ex.nodes.announce_once() == []
         assert heartbeats_published(h) == []

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.executor.classify import classify_log_tail
-from services.executor.kubernetes.outcomes import ReplicaPhase, pod_outcome
-from shared.events import FailureReason
+from gpuyard.services.executor.classify import classify_log_tail
+from gpuyard.services.executor.kubernetes.outcomes import ReplicaPhase, pod_outcome
+from gpuyard.shared.events import FailureReason
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from services.executor.logfile import RotatingLog, tail_lines
-from shared.logstore import LogKey, open_log_store
-from shared.logstore.reading import follow, read_range, tail_start
-from shared.logstore.shipper import LogShipper
-from shared.paths import log_files, log_path
+from gpuyard.services.executor.logfile import RotatingLog, tail_lines
+from gpuyard.shared.logstore import LogKey, open_log_store
+from gpuyard.shared.logstore.reading import follow, read_range, tail_start
+from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.paths import log_files, log_path
 
 
 def lines(n: int, start: int = 1) -> bytes:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.processes import process_start_time
-from services.executor.reaper import load_helper, spawn
-from services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
-from services.executor.start_helper import start_helper
+from gpuyard.services.executor.processes import process_start_time
+from gpuyard.services.executor.reaper import load_helper, spawn
+from gpuyard.services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
+from gpuyard.services.executor.start_helper import start_helper
 
 REPORT = """
 import json, os, sys

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.executor import local
-from services.executor.claims import Claims
-from services.executor.logfile import RotatingLog
-from services.executor.pidfiles import pid_file
-from services.executor.reaper_client import ReaperClient, StartRefused
-from shared.paths import log_path
+from gpuyard.services.executor import local
+from gpuyard.services.executor.claims import Claims
+from gpuyard.services.executor.logfile import RotatingLog
+from gpuyard.services.executor.pidfiles import pid_file
+from gpuyard.services.executor.reaper_client import ReaperClient, StartRefused
+from gpuyard.shared.paths import log_path
 
 NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from services.executor import start_helper as module
-from services.executor.start_helper import helper_name, start_helper
+from gpuyard.services.executor import start_helper as module
+from gpuyard.services.executor.start_helper import helper_name, start_helper
 
 needs_cc = pytest.mark.skipif(
     module.compiler() is None, reason="no C compiler to build the start helper with"
@@ -70,8 +70,8 @@ def test_the_images_stage_builds_it_with_this_file_alone(tmp_path):
     assert built.stdout == str(tmp_path / "bin" / helper_name(module.SOURCE.read_bytes()))
     dockerfile = (Path(module.__file__).parents[2] / "Dockerfile").read_text()
     assert "python /build/start_helper.py /build/bin" in dockerfile
-    site = "/usr/local/lib/python3.11/site-packages/"
-    assert f"{site}{module.PREBUILT.relative_to(Path(module.__file__).parents[2])}/" in dockerfile
+    installed = "/usr/local/lib/python3.11/site-packages/gpuyard/"  # (services/ installs as gpuyard/services/)
+    assert f"{installed}{module.PREBUILT.relative_to(Path(module.__file__).parents[2])}/" in dockerfile
 
 
 @needs_cc

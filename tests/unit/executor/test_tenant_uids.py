@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.jobusers import (
+from gpuyard.services.executor.jobusers import (
     KEY_FILE,
     NAME_ONLY_FILE,
     UID_SPAN,
@@ -21,7 +21,7 @@ from services.executor.jobusers import (
     derived_number,
     uid_key,
 )
-from shared.secretfile import SecretFileError
+from gpuyard.shared.secretfile import SecretFileError
 
 BASE = 2_000_000
 

@@ -14,10 +14,10 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from services.executor.executor import NOTE
-from shared import idlebook
-from shared.events import IdleWarning, make_event
-from shared.paths import replica_files
+from gpuyard.services.executor.executor import NOTE
+from gpuyard.shared import idlebook
+from gpuyard.shared.events import IdleWarning, make_event
+from gpuyard.shared.paths import replica_files
 
 from .harness import Harness
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.monitor.alerts import STALE_SECONDS, ActiveAlert, Engine, JobSnapshot, Raise, Resolve
-from services.monitor.rules import parse_rules
-from shared.events import AlertRaised, GpuHolder, GpuReading, GpuSample
+from gpuyard.services.monitor.alerts import STALE_SECONDS, ActiveAlert, Engine, JobSnapshot, Raise, Resolve
+from gpuyard.services.monitor.rules import parse_rules
+from gpuyard.shared.events import AlertRaised, GpuHolder, GpuReading, GpuSample
 
 T0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 

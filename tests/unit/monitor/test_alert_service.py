@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.monitor.alerts import JobSnapshot
-from services.monitor.alertservice import AlertService
-from services.monitor.rules import parse_rules
-from shared.alertbook import active_alerts
-from shared.buspermissions import Role, permissions, publishers
-from shared.events import AlertRaised, Subject, make_event
-from shared.store import open_store
+from gpuyard.services.monitor.alerts import JobSnapshot
+from gpuyard.services.monitor.alertservice import AlertService
+from gpuyard.services.monitor.rules import parse_rules
+from gpuyard.shared.alertbook import active_alerts
+from gpuyard.shared.buspermissions import Role, permissions, publishers
+from gpuyard.shared.events import AlertRaised, Subject, make_event
+from gpuyard.shared.store import open_store
 
 
 class Bus:

@@ -1,4 +1,4 @@
-"""The GPU history's pure parts (shared.gpuhistory: raw points, their merging; the MongoDB documents) and the
+"""The GPU history's pure parts (gpuyard.shared.gpuhistory: raw points, their merging; the MongoDB documents) and the
 monitor's writer of its own node's samples. What each backend stores, reads, compacts and drops is the
 contract suite's (tests/contract/test_gpu_history.py)."""
 
@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from pymongo.errors import BulkWriteError
 
-from services.monitor.history import HistoryWriter
-from services.monitor.ingest import SampleIngest
-from shared.events import GpuHolder, GpuSample, make_event
-from shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
-from shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
-from shared.settings import MonitorSettings
-from shared.store import StoreUnavailable
+from gpuyard.services.monitor.history import HistoryWriter
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.shared.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
+from gpuyard.shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
+from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.store import StoreUnavailable
 from tests.unit.gpureadings import reading
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
@@ -71,7 +71,7 @@ async def test_the_monitor_writes_its_own_nodes_samples_only(history):
 
 async def test_samples_not_written_are_kept_for_the_next_try_within_the_bound(history, monkeypatch):
     writer = HistoryWriter(history, MonitorSettings(node_name="n1"))
-    monkeypatch.setattr("services.monitor.history.MAX_BUFFERED_SAMPLES", 3)
+    monkeypatch.setattr("gpuyard.services.monitor.history.MAX_BUFFERED_SAMPLES", 3)
     writer.buffer = type(writer.buffer)(maxlen=3)
 
     def sample(i: int):
@@ -137,7 +137,7 @@ def test_only_duplicates_are_passed_over():
 
 
 async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkeypatch):
-    from services.monitor import main
+    from gpuyard.services.monitor import main
 
     tries, waits = [], []
 
@@ -165,7 +165,7 @@ async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkey
 
 
 async def test_an_unreachable_mongodb_is_unavailable_not_a_hang():
-    from shared.gpuhistory_mongo import MongoGpuHistory
+    from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
 
     with pytest.raises(StoreUnavailable, match="creating its indexes"):
         await MongoGpuHistory.open("mongodb://127.0.0.1:1/gpuyard_none", timeout_ms=200)

@@ -1,4 +1,4 @@
-"""GPU health from a node's own samples (`services.monitor.health`): a fatal XID, new uncorrected ECC errors or
+"""GPU health from a node's own samples (`gpuyard.services.monitor.health`): a fatal XID, new uncorrected ECC errors or
 a GPU lost mark it unhealthy, once; an application XID (13, 31, 43, 45, 68, 109) does not; another node's
 sample changes nothing; the mark is recorded in the node's stream of the event store."""
 
@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.monitor.health import HealthJudge, HealthMarker
-from services.monitor.ingest import SampleIngest
-from services.monitor.rules import APPLICATION_XIDS
-from shared import nodecontrol
-from shared.events import GpuReading, GpuSample, make_event
-from shared.store import open_store
+from gpuyard.services.monitor.health import HealthJudge, HealthMarker
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.rules import APPLICATION_XIDS
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.store import open_store
 
 
 def sample(node: str = "node-a", **gpu1) -> GpuSample:

@@ -1,4 +1,4 @@
-"""Idle-GPU reclaim, the decision (`services.monitor.idle`): idle only when every sample of the window is under
+"""Idle-GPU reclaim, the decision (`gpuyard.services.monitor.idle`): idle only when every sample of the window is under
 the threshold, never in the start-up allowance, never on missing samples; warned, then stopped after the grace
 unless a busy sample withdraws the warning."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.monitor.idle import (
+from gpuyard.services.monitor.idle import (
     IdlePolicy,
     IdleWatch,
     Verdict,

@@ -1,4 +1,4 @@
-"""Idle-GPU reclaim, the monitor's side (`services.monitor.idlereclaim`, carried out by the alert service): from
+"""Idle-GPU reclaim, the monitor's side (`gpuyard.services.monitor.idlereclaim`, carried out by the alert service): from
 samples and the live jobs to an `idle.warning` and a `job_idle` alert, then an `idle.stop` and the alert
 resolved; a warning withdrawn when the GPUs get busy or the job ends; a new leader that restored the active
 alert stops the job without warning it twice; what is recorded goes to the job's idle stream once."""
@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.monitor.alerts import ActiveAlert
-from services.monitor.alertservice import AlertService
-from services.monitor.idlereclaim import IdleReclaim, Record
-from services.monitor.jobs import LiveJob
-from services.monitor.rules import parse_rules
-from shared import idlebook
-from shared.alertbook import active_alerts
-from shared.events import GpuHolder, GpuReading, GpuSample, IdleStop, IdleWarning
-from shared.jobstate import JobState
-from shared.store import open_store
+from gpuyard.services.monitor.alerts import ActiveAlert
+from gpuyard.services.monitor.alertservice import AlertService
+from gpuyard.services.monitor.idlereclaim import IdleReclaim, Record
+from gpuyard.services.monitor.jobs import LiveJob
+from gpuyard.services.monitor.rules import parse_rules
+from gpuyard.shared import idlebook
+from gpuyard.shared.alertbook import active_alerts
+from gpuyard.shared.events import GpuHolder, GpuReading, GpuSample, IdleStop, IdleWarning
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.store import open_store
 
 T0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 

@@ -11,11 +11,11 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.monitor.ingest import SampleIngest
-from services.monitor.metrics import make_registry
-from services.monitor.platform import PlatformFigures, PlatformSnapshot, TenantQueue, TenantQuota
-from shared.events import GpuHolder, GpuReading, GpuSample, make_event
-from shared.settings import MonitorSettings
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.metrics import make_registry
+from gpuyard.services.monitor.platform import PlatformFigures, PlatformSnapshot, TenantQueue, TenantQuota
+from gpuyard.shared.events import GpuHolder, GpuReading, GpuSample, make_event
+from gpuyard.shared.settings import MonitorSettings
 from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[3]

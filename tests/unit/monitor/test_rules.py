@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from services.monitor.rules import APPLICATION_XIDS, Rules, RulesError, load_rules, parse_rules, rules_refusal
-from shared.settings import EXIT_REFUSED, MonitorSettings
+from gpuyard.services.monitor.rules import (
+    APPLICATION_XIDS,
+    Rules,
+    RulesError,
+    load_rules,
+    parse_rules,
+    rules_refusal,
+)
+from gpuyard.shared.settings import EXIT_REFUSED, MonitorSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "alert-rules.example.yaml"
@@ -104,7 +111,7 @@ def test_the_monitor_exits_with_status_2_and_one_line_on_a_bad_rules_file(tmp_pa
     path = tmp_path / "rules.yaml"
     path.write_text("rules:\n  gpu_idle: {treshold: 3}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "services.monitor.alertservice", "--alert-rules", str(path)],
+        [sys.executable, "-m", "gpuyard.services.monitor.alertservice", "--alert-rules", str(path)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "GPUYARD_DATA_DIR": str(tmp_path)},
     )  # fmt: skip

@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.monitor.cputime import CpuUse, session_cpu_seconds
-from services.monitor.ended import EndedFeed
-from services.monitor.ingest import SampleIngest
-from services.monitor.jobs import LiveJobs
-from services.monitor.platform import PlatformFigures
-from services.monitor.sampler import NodeSampler
-from services.monitor.simulated import ReplicaPids, SimulatedGpus
-from shared.events import (
+from gpuyard.services.monitor.cputime import CpuUse, session_cpu_seconds
+from gpuyard.services.monitor.ended import EndedFeed
+from gpuyard.services.monitor.ingest import SampleIngest
+from gpuyard.services.monitor.jobs import LiveJobs
+from gpuyard.services.monitor.platform import PlatformFigures
+from gpuyard.services.monitor.sampler import NodeSampler
+from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
+from gpuyard.shared.events import (
     GpuReading,
     GpuSample,
     GpuShare,
@@ -30,10 +30,10 @@ from shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from shared.gpus import simulated_gpus
-from shared.jobstate import apply
-from shared.ledger import projection_of
-from shared.nvml import Nvml
+from gpuyard.shared.gpus import simulated_gpus
+from gpuyard.shared.jobstate import apply
+from gpuyard.shared.ledger import projection_of
+from gpuyard.shared.nvml import Nvml
 from tests.unit.executor.harness import Harness
 from tests.unit.monitor.test_nvml import FakeGpu, FakeNvml
 
@@ -286,8 +286,8 @@ def test_the_start_wait_histogram_counts_each_job_in_its_bucket():
 
 
 def test_the_nvml_sampler_adds_each_gpus_holders():
-    from services.monitor.jobs import HeldGpu
-    from shared.events import GpuHolder
+    from gpuyard.services.monitor.jobs import HeldGpu
+    from gpuyard.shared.events import GpuHolder
 
     sampler = NodeSampler(nvml=Nvml(FakeNvml([FakeGpu(uuid="GPU-0"), FakeGpu(uuid="GPU-1")])).open())
     holder = GpuHolder(job_id="j1", tenant="vision", user="ana")
@@ -338,7 +338,7 @@ class Usage:
         self.used = {}
 
     def __call__(self):
-        from services.executor.gpuwatch import GpuProcess
+        from gpuyard.services.executor.gpuwatch import GpuProcess
 
         return [GpuProcess(pid=pid, gpu_index=0, used_bytes=used) for pid, used in self.used.items()]
 
@@ -376,9 +376,9 @@ async def test_a_placed_job_holds_its_gpu_before_its_processes_start(h):
 
 
 def test_the_monitor_subscribes_to_every_nodes_samples_only_where_its_bus_user_may(tmp_path, monkeypatch):
-    import shared.buspermissions as perms
-    from services.monitor.main import may_listen_to_samples, subject_matches
-    from shared.settings import MonitorSettings
+    import gpuyard.shared.buspermissions as perms
+    from gpuyard.services.monitor.main import may_listen_to_samples, subject_matches
+    from gpuyard.shared.settings import MonitorSettings
 
     assert subject_matches("gpu.sample", "gpu.sample") and subject_matches("gpu.>", "gpu.sample")
     assert subject_matches("*.sample", "gpu.sample") and not subject_matches("gpu", "gpu.sample")
@@ -406,8 +406,8 @@ class SentBus:
 
 
 async def test_each_sample_is_one_event_of_the_whole_node_taken_in_and_published(h):
-    from services.monitor.main import Monitor
-    from shared.settings import MonitorSettings
+    from gpuyard.services.monitor.main import Monitor
+    from gpuyard.shared.settings import MonitorSettings
 
     job = await h.submit(command="sleep 600", resources={"gpus": 1})
     await h.ledger.append(

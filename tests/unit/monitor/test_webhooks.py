@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from services.monitor.webhooks import Webhooks, payload
-from shared.events import AlertRaised, AlertResolved, make_event
+from gpuyard.services.monitor.webhooks import Webhooks, payload
+from gpuyard.shared.events import AlertRaised, AlertResolved, make_event
 
 
 class Receiver:

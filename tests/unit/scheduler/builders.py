@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.scheduler.core import (
+from gpuyard.services.scheduler.core import (
     Allocation,
     CapacityIndex,
     ClusterState,
@@ -16,7 +16,7 @@ from services.scheduler.core import (
     SchedulerConfig,
     decide,
 )
-from services.scheduler.core.cycle import allocate
+from gpuyard.services.scheduler.core.cycle import allocate
 
 GIB = 1 << 30
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler import main as scheduler_main
-from services.scheduler.core import (
+from gpuyard.services.scheduler import main as scheduler_main
+from gpuyard.services.scheduler.core import (
     Allocation,
     GpuAssignment,
     HeldCluster,
@@ -18,12 +18,16 @@ from services.scheduler.core import (
     ReplicaAssignment,
     decide,
 )
-from services.scheduler.core import cycle as cycle_module
-from services.scheduler.core import queue as queue_module
-from services.scheduler.core.model import SchedulerConfig
-from services.scheduler.core.reasons import Blocker
-from services.scheduler.main import PENDING_SWEEP_PER_SECOND, PENDING_WRITES_PER_CYCLE, SchedulerService
-from shared.settings import SchedulerSettings
+from gpuyard.services.scheduler.core import cycle as cycle_module
+from gpuyard.services.scheduler.core import queue as queue_module
+from gpuyard.services.scheduler.core.model import SchedulerConfig
+from gpuyard.services.scheduler.core.reasons import Blocker
+from gpuyard.services.scheduler.main import (
+    PENDING_SWEEP_PER_SECOND,
+    PENDING_WRITES_PER_CYCLE,
+    SchedulerService,
+)
+from gpuyard.shared.settings import SchedulerSettings
 from tests.unit.scheduler.builders import job, node
 
 TENANTS = 4

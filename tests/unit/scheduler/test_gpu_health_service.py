@@ -1,4 +1,4 @@
-"""The live scheduler and the node controls of the event store (`shared.nodecontrol`): a job on a GPU marked
+"""The live scheduler and the node controls of the event store (`gpuyard.shared.nodecontrol`): a job on a GPU marked
 unhealthy is requeued with `gpu_unhealthy` and placed again on the node's other GPU; a drain preempts the
 jobs there; a cordon keeps new jobs off until the uncordon; a restarted scheduler knows all of it."""
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler.main import SchedulerService
-from shared import nodecontrol
-from shared.events import (
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared import nodecontrol
+from gpuyard.shared.events import (
     GpuHealthChanged,
     GpuInfo,
     GpuShare,
@@ -25,11 +25,11 @@ from shared.events import (
     RequeueReason,
     make_event,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import JobState
-from shared.ledger import JobLedger
-from shared.settings import SchedulerSettings
-from shared.store import open_store
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.store import open_store
 
 GIB = 1 << 30
 

@@ -7,9 +7,9 @@ import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from services.scheduler.main import SchedulerService
-from shared.events import GpuInfo, NodeHeartbeat, make_event
-from shared.settings import SchedulerSettings
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared.events import GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.settings import SchedulerSettings
 
 
 def heartbeat(sent: float):

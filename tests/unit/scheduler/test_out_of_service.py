@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.core import HeldCluster, SchedulerConfig
-from shared.policies import BackfillMode, Policy
-from shared.reasons import PendingCode
+from gpuyard.services.scheduler.core import HeldCluster, SchedulerConfig
+from gpuyard.shared.policies import BackfillMode, Policy
+from gpuyard.shared.reasons import PendingCode
 from tests.unit.scheduler.builders import cluster, decide_held, decide_snapshot, job, node, running, where
 
 

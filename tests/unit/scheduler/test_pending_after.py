@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler.core.reasons import Reason
-from services.scheduler.main import SchedulerService
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.jobstate import apply
-from shared.reasons import WAITING_ITS_TURN, PendingCode
-from shared.settings import SchedulerSettings
+from gpuyard.services.scheduler.core.reasons import Reason
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import apply
+from gpuyard.shared.reasons import WAITING_ITS_TURN, PendingCode
+from gpuyard.shared.settings import SchedulerSettings
 
 SUBMITTED_AT = 1_800_000_000.0
 

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler.core.model import GpuAssignment, Placement, ReplicaAssignment
-from services.scheduler.main import SchedulerService
-from shared.bus import HOLDER_HEADER, Bus, placed_for
-from shared.events import (
+from gpuyard.services.scheduler.core.model import GpuAssignment, Placement, ReplicaAssignment
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared.bus import HOLDER_HEADER, Bus, placed_for
+from gpuyard.shared.events import (
     HOLDER_EXECUTOR,
     HOLDER_SERVING,
     JobSubmitted,
@@ -18,9 +18,9 @@ from shared.events import (
     make_event,
     subject_filter,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import apply
-from shared.settings import SchedulerSettings
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import apply
+from gpuyard.shared.settings import SchedulerSettings
 
 SPECS = {
     HOLDER_EXECUTOR: {"command": "python train.py", "resources": {"gpus": 0.25}},

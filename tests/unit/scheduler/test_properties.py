@@ -18,12 +18,12 @@ from collections import defaultdict
 from hypothesis import given, target
 from hypothesis import strategies as st
 
-from services.scheduler.core import Allocation, ClusterState, CycleResult, JobRequest, SchedulerConfig
-from services.scheduler.core.cycle import MAX_PREEMPTION_SEARCHES
-from services.scheduler.core.model import EPS
-from services.scheduler.core.placement import POLICIES
-from services.scheduler.core.reasons import NEVER_HELD
-from shared.reasons import PendingCode
+from gpuyard.services.scheduler.core import Allocation, ClusterState, CycleResult, JobRequest, SchedulerConfig
+from gpuyard.services.scheduler.core.cycle import MAX_PREEMPTION_SEARCHES
+from gpuyard.services.scheduler.core.model import EPS
+from gpuyard.services.scheduler.core.placement import POLICIES
+from gpuyard.services.scheduler.core.reasons import NEVER_HELD
+from gpuyard.shared.reasons import PendingCode
 from tests.fuzz.depth import pick, search
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, node
 from tests.unit.scheduler.test_fast_paths import groups_from_the_start, plain
@@ -337,11 +337,11 @@ def _snapshot(index) -> tuple:
 @given(clusters(), jobs(count=pick((1, 6), (1, 60))), st.sampled_from(POLICY_NAMES))
 def test_partial_gang_never_holds_capacity(state: ClusterState, queue: list[JobRequest], policy: str) -> None:
     """place_gang either places every replica or leaves the capacity exactly as it was."""
-    from services.scheduler.core.demand import demand_of
-    from services.scheduler.core.fragmentation import shape_of, typical_shapes
-    from services.scheduler.core.gang import place_gang
-    from services.scheduler.core.index import CapacityIndex
-    from services.scheduler.core.placement import make_policy
+    from gpuyard.services.scheduler.core.demand import demand_of
+    from gpuyard.services.scheduler.core.fragmentation import shape_of, typical_shapes
+    from gpuyard.services.scheduler.core.gang import place_gang
+    from gpuyard.services.scheduler.core.index import CapacityIndex
+    from gpuyard.services.scheduler.core.placement import make_policy
 
     index = CapacityIndex.from_state(state)
     chooser = make_policy(policy, typical_shapes(shape_of(demand_of(j)) for j in queue))

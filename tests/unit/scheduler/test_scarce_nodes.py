@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.core import SchedulerConfig
-from services.scheduler.core.placement import POLICIES
+from gpuyard.services.scheduler.core import SchedulerConfig
+from gpuyard.services.scheduler.core.placement import POLICIES
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, job, node, running, where
 
 NOW = 10_000.0

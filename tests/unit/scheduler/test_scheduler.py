@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.scheduler.core import (
+from gpuyard.services.scheduler.core import (
     Allocation,
     ClusterState,
     Gpu,
@@ -20,9 +20,9 @@ from services.scheduler.core import (
     SchedulerConfig,
     decide,
 )
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.reasons import Blocker, sort_reasons
-from shared.reasons import PendingCode
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.reasons import Blocker, sort_reasons
+from gpuyard.shared.reasons import PendingCode
 from tests.unit.scheduler.builders import GIB, decide_held, decide_snapshot, job, node, running, where
 from tests.unit.scheduler.test_fast_paths import (
     SETTINGS,

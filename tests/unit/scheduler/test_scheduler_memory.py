@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from services.scheduler.main import SchedulerService
-from shared.bus import VERSION_HEADER
-from shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
-from shared.jobspec import JobSpec
-from shared.jobstate import JobState
-from shared.ledger import ENDED_JOBS, Decision, JobLedger
-from shared.settings import SchedulerSettings
-from shared.store import open_store
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared.bus import VERSION_HEADER
+from gpuyard.shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.ledger import ENDED_JOBS, Decision, JobLedger
+from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.store import open_store
 from tests.unit.containers import containers
 
 JOBS = 2000  # four times the ended jobs the ledger keeps (ENDED_JOBS)
@@ -96,7 +96,7 @@ async def test_no_finished_job_stays_in_the_scheduler_after_2000_jobs(tmp_path):
         await scheduler.cycle()
 
     for scheduler in schedulers:
-        sizes = containers(scheduler, "scheduler", ("services.scheduler", "shared.ledger"), 4)
+        sizes = containers(scheduler, "scheduler", ("gpuyard.services.scheduler", "gpuyard.shared.ledger"), 4)
         assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
         assert sizes.pop("scheduler.ledger._ended") == ENDED_JOBS  # the last to end, however many did
         grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}

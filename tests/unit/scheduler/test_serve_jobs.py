@@ -3,10 +3,10 @@ job is never placed onto GPU memory a model holds (issue 26, section 2)."""
 
 from __future__ import annotations
 
-from services.scheduler.view import job_request
-from shared.events import JobSubmitted, make_event
-from shared.jobspec import JobSpec
-from shared.jobstate import fold
+from gpuyard.services.scheduler.view import job_request
+from gpuyard.shared.events import JobSubmitted, make_event
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import fold
 from tests.unit.scheduler.builders import cluster, decide_snapshot, node, where
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.scheduler.core import JobRequest
-from services.scheduler.sim import cli, presets, timemode
-from services.scheduler.sim.inflation import draw_workload, run_inflation
-from services.scheduler.sim.timemode import arrival_window, run_time, runtimes
-from services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
+from gpuyard.services.scheduler.core import JobRequest
+from gpuyard.services.scheduler.sim import cli, presets, timemode
+from gpuyard.services.scheduler.sim.inflation import draw_workload, run_inflation
+from gpuyard.services.scheduler.sim.timemode import arrival_window, run_time, runtimes
+from gpuyard.services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
 n0,64000,262144,8,G2

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.scheduler.main import SchedulerService
-from shared.bus import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
-from shared.events import (
+from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.shared.bus import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
+from gpuyard.shared.events import (
     GpuInfo,
     JobCancelled,
     JobPlaced,
@@ -24,11 +24,11 @@ from shared.events import (
     make_event,
     subject_of,
 )
-from shared.jobspec import JobSpec
-from shared.jobstate import JobState
-from shared.ledger import JobLedger
-from shared.settings import SchedulerSettings
-from shared.store import open_store
+from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.store import open_store
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from services.serving.held import HeldSessions
-from services.serving.host import Host
-from services.serving.registry import ModelRegistry
-from services.serving.runtime import load_onnx
-from shared.events import (
+from gpuyard.services.serving.held import HeldSessions
+from gpuyard.services.serving.host import Host
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.shared.events import (
     CloudEvent,
     EventData,
     GpuShare,
@@ -24,12 +24,12 @@ from shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from shared.jobspec import JobSpec, ServeSpec
-from shared.jobstate import JobView
-from shared.ledger import JobLedger
-from shared.modelregistry import ModelRegistry as ModelCatalog
-from shared.modelstore import ModelStore
-from shared.store import open_store
+from gpuyard.shared.jobspec import JobSpec, ServeSpec
+from gpuyard.shared.jobstate import JobView
+from gpuyard.shared.ledger import JobLedger
+from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
+from gpuyard.shared.modelstore import ModelStore
+from gpuyard.shared.store import open_store
 
 NODE = "node-a"
 ENDPOINT = "http://node-a:8000"

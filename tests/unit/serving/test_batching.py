@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from services.serving.batching import Batcher, RunTimes
-from services.serving.errors import ServingError, Unavailable
-from services.serving.runtime import load_onnx
+from gpuyard.services.serving.batching import Batcher, RunTimes
+from gpuyard.services.serving.errors import ServingError, Unavailable
+from gpuyard.services.serving.runtime import load_onnx
 
 from .models import Mlp, doubler
 

@@ -10,16 +10,17 @@ import httpx
 import numpy as np
 import pytest
 
-from gpuyard.up import UpOptions, plan
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.held import model_key
-from services.serving.proxy import Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.runtime import load_onnx
-from shared import sessions
-from shared.tokens import Tokens
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.held import model_key
+from gpuyard.services.serving.proxy import Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.shared import sessions
+from gpuyard.shared.tokens import Tokens
+from gpuyard.up import plan
+from gpuyard.upoptions import UpOptions
 
 from .models import Mlp
 from .test_entry import Catalog, body, view

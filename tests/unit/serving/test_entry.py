@@ -12,17 +12,17 @@ import httpx
 import numpy as np
 import pytest
 
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.held import model_key
-from services.serving.proxy import HOP_HEADER, Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.runtime import load_onnx
-from shared.events import ExecutionProvider, ModelReady
-from shared.jobtokens import PREFIX as JOB_TOKEN_PREFIX
-from shared.modelregistry import ModelVersion, ModelView
-from shared.tokens import Tokens
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.held import model_key
+from gpuyard.services.serving.proxy import HOP_HEADER, Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.shared.events import ExecutionProvider, ModelReady
+from gpuyard.shared.jobtokens import PREFIX as JOB_TOKEN_PREFIX
+from gpuyard.shared.modelregistry import ModelVersion, ModelView
+from gpuyard.shared.tokens import Tokens
 
 from .models import Mlp
 

@@ -11,9 +11,9 @@ import os
 import numpy as np
 import pytest
 
-from services.serving.held import model_key
-from services.serving.host import CHECKSUM_MISMATCH, INVALID_MODEL
-from shared.events import (
+from gpuyard.services.serving.held import model_key
+from gpuyard.services.serving.host import CHECKSUM_MISMATCH, INVALID_MODEL
+from gpuyard.shared.events import (
     FailureReason,
     GpuShare,
     JobCancelRequested,

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.held import Held, HeldSessions, model_key
-from services.serving.proxy import Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.runtime import load_onnx
-from shared.events import ExecutionProvider, ModelReady
-from shared.modelregistry import ModelVersion, ModelView, qualified_name, split_qualified
-from shared.tokens import Tokens
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.held import Held, HeldSessions, model_key
+from gpuyard.services.serving.proxy import Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.shared.events import ExecutionProvider, ModelReady
+from gpuyard.shared.modelregistry import ModelVersion, ModelView, qualified_name, split_qualified
+from gpuyard.shared.tokens import Tokens
 
 from .models import Mlp
 from .server import serve

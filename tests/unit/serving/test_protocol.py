@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, np_to_triton_dtype, serialize_byte_tensor
 
-from services.serving.errors import BadRequest
-from services.serving.protocol import DATATYPES, datatype_of, decode_request, encode_response
+from gpuyard.services.serving.errors import BadRequest
+from gpuyard.services.serving.protocol import DATATYPES, datatype_of, decode_request, encode_response
 
 RNG = np.random.default_rng(7)
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from services.serving.errors import NotFound, Unavailable
-from services.serving.registry import ModelRegistry, ModelSource, VersionState
+from gpuyard.services.serving.errors import NotFound, Unavailable
+from gpuyard.services.serving.registry import ModelRegistry, ModelSource, VersionState
 
 from .models import BROKEN, Mlp
 

@@ -4,8 +4,8 @@ turns, this node's are never a hop."""
 
 from __future__ import annotations
 
-from services.serving.routing import Routes
-from shared.events import (
+from gpuyard.services.serving.routing import Routes
+from gpuyard.shared.events import (
     ExecutionProvider,
     JobCancelled,
     JobRequeued,

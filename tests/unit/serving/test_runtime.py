@@ -8,9 +8,9 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from services.serving.errors import BadRequest, ModelLoadError
-from services.serving.protocol import DATATYPES
-from services.serving.runtime import CPU, CUDA, ORT_TYPES, check_inputs, load_onnx
+from gpuyard.services.serving.errors import BadRequest, ModelLoadError
+from gpuyard.services.serving.protocol import DATATYPES
+from gpuyard.services.serving.runtime import CPU, CUDA, ORT_TYPES, check_inputs, load_onnx
 
 from .models import BROKEN, Mlp, half_to_double, text_echo, two_by_two
 

@@ -15,18 +15,18 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from services.serving.access import Access
-from services.serving.entry import create_entry_app
-from services.serving.protocol import HEADER_ALLOWANCE, TensorSpec, body_limit
-from services.serving.proxy import Forwarder
-from services.serving.registry import ModelRegistry
-from services.serving.routing import Routes
-from services.serving.runtime import load_onnx
-from services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
-from shared.events import ExecutionProvider, ModelReady
-from shared.events import TensorSpec as PublishedSpec
-from shared.settings import ServingSettings
-from shared.tokens import Tokens
+from gpuyard.services.serving.access import Access
+from gpuyard.services.serving.entry import create_entry_app
+from gpuyard.services.serving.protocol import HEADER_ALLOWANCE, TensorSpec, body_limit
+from gpuyard.services.serving.proxy import Forwarder
+from gpuyard.services.serving.registry import ModelRegistry
+from gpuyard.services.serving.routing import Routes
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
+from gpuyard.shared.events import ExecutionProvider, ModelReady
+from gpuyard.shared.events import TensorSpec as PublishedSpec
+from gpuyard.shared.settings import ServingSettings
+from gpuyard.shared.tokens import Tokens
 
 from .models import Mlp, text_echo
 from .server import serve
@@ -101,7 +101,7 @@ def test_a_models_limit_follows_its_inputs_and_never_passes_the_servers():
     assert body_limit([TensorSpec("t", "BYTES", (-1, 1))], 64, CAP) == CAP  # a string of any length
     two = [TensorSpec("a", "INT64", (-1, 3)), TensorSpec("m", "BOOL", (-1, 3))]
     assert body_limit(two, 10, CAP) == HEADER_ALLOWANCE + 10 * 3 * ((20 + 6) * 2 + (5 + 6) * 2)
-    # the signature read when the model was published (shared.onnxsig) bounds it the same way
+    # the signature read when the model was published (gpuyard.shared.onnxsig) bounds it the same way
     published = [PublishedSpec(name="x", datatype="FP32", shape=[-1, 4])]
     assert body_limit(published, 64, CAP) == body_limit([TensorSpec("x", "FP32", (-1, 4))], 64, CAP)
 

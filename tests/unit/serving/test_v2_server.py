@@ -12,11 +12,11 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from services.serving.errors import Forbidden
-from services.serving.registry import ModelRegistry, ModelSource, VersionState
-from services.serving.runtime import load_onnx
-from services.serving.v2app import create_app
-from shared.version import VERSION
+from gpuyard.services.serving.errors import Forbidden
+from gpuyard.services.serving.registry import ModelRegistry, ModelSource, VersionState
+from gpuyard.services.serving.runtime import load_onnx
+from gpuyard.services.serving.v2app import create_app
+from gpuyard.shared.version import VERSION
 
 from .models import BROKEN, Mlp, doubler, half_to_double, text_echo, two_by_two, two_by_two_reference
 from .server import serve

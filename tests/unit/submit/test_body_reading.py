@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from services.submit.body import BodyTooLarge, read_body, replaying
-from shared.jobtokens import PREFIX
+from gpuyard.services.submit.body import BodyTooLarge, read_body, replaying
+from gpuyard.shared.jobtokens import PREFIX
 from tests.unit.submitctx import TOKENS, submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

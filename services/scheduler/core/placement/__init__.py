@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from services.scheduler.core.fragmentation import fragmenter_for
-from services.scheduler.core.placement.base import Choice, PlacementPolicy
-from services.scheduler.core.placement.bestfit import BestFit
-from services.scheduler.core.placement.fgd import Fgd
-from services.scheduler.core.placement.firstfit import FirstFit
-from services.scheduler.core.placement.gpuyard import GpuYard
-from shared.policies import Policy
+from gpuyard.services.scheduler.core.fragmentation import fragmenter_for
+from gpuyard.services.scheduler.core.placement.base import Choice, PlacementPolicy
+from gpuyard.services.scheduler.core.placement.bestfit import BestFit
+from gpuyard.services.scheduler.core.placement.fgd import Fgd
+from gpuyard.services.scheduler.core.placement.firstfit import FirstFit
+from gpuyard.services.scheduler.core.placement.gpuyard import GpuYard
+from gpuyard.shared.policies import Policy
 
 POLICIES: dict[Policy, type[PlacementPolicy]] = {p.name: p for p in (FirstFit, BestFit, Fgd, GpuYard)}
 

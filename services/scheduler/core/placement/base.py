@@ -6,10 +6,10 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from services.scheduler.core.demand import Demand
-from services.scheduler.core.fragmentation import Fragmenter
-from services.scheduler.core.index import CapacityIndex
-from shared.policies import Policy
+from gpuyard.services.scheduler.core.demand import Demand
+from gpuyard.services.scheduler.core.fragmentation import Fragmenter
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.shared.policies import Policy
 
 Choice = tuple[int, list[int]]  # (node position, GPU slots on that node)
 

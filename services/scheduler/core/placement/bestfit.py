@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI, Demand
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import ScoringPolicy
-from shared.policies import Policy
+from gpuyard.services.scheduler.core.demand import MILLI, Demand
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.placement.base import ScoringPolicy
+from gpuyard.shared.policies import Policy
 
 
 def largest_node(index: CapacityIndex) -> tuple[float, float]:

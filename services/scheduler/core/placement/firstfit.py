@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core.demand import Demand
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import Choice, PlacementPolicy, first_slots
-from shared.policies import Policy
+from gpuyard.services.scheduler.core.demand import Demand
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.placement.base import Choice, PlacementPolicy, first_slots
+from gpuyard.shared.policies import Policy
 
 
 class FirstFit(PlacementPolicy):

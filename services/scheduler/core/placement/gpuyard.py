@@ -34,13 +34,13 @@ from collections import Counter
 
 import numpy as np
 
-from services.scheduler.core.demand import MILLI, Demand
-from services.scheduler.core.fragmentation import Fragmenter
-from services.scheduler.core.index import CapacityIndex
-from services.scheduler.core.placement.base import ScoringPolicy
-from services.scheduler.core.placement.bestfit import largest_node
-from services.scheduler.core.placement.fgd import fgd_scores, option_slots
-from shared.policies import Policy
+from gpuyard.services.scheduler.core.demand import MILLI, Demand
+from gpuyard.services.scheduler.core.fragmentation import Fragmenter
+from gpuyard.services.scheduler.core.index import CapacityIndex
+from gpuyard.services.scheduler.core.placement.base import ScoringPolicy
+from gpuyard.services.scheduler.core.placement.bestfit import largest_node
+from gpuyard.services.scheduler.core.placement.fgd import fgd_scores, option_slots
+from gpuyard.shared.policies import Policy
 
 MODEL_PRESSURE_WEIGHT = 30.0
 CPU_SHARE_OF_PACKING = 0.35
