@@ -70,7 +70,9 @@ def test_the_images_stage_builds_it_with_this_file_alone(tmp_path):
     assert built.stdout == str(tmp_path / "bin" / helper_name(module.SOURCE.read_bytes()))
     dockerfile = (Path(module.__file__).parents[2] / "Dockerfile").read_text()
     assert "python /build/start_helper.py /build/bin" in dockerfile
-    installed = "/usr/local/lib/python3.11/site-packages/gpuyard/"  # (services/ installs as gpuyard/services/)
+    installed = (
+        "/usr/local/lib/python3.11/site-packages/gpuyard/"  # (services/ installs as gpuyard/services/)
+    )
     assert f"{installed}{module.PREBUILT.relative_to(Path(module.__file__).parents[2])}/" in dockerfile
 
 
