@@ -33,4 +33,44 @@ test: $(BIN)/.installed-test
 test-deep: $(BIN)/.installed-test
 	GPUYARD_TEST_DEPTH=deep $(BIN)/pytest -q tests/unit/scheduler/test_properties.py tests/fuzz
 
-.PHONY: install demo test test-deep
+# The daily loop (CONTRIBUTING.md): each target runs a part of what `make test` runs, with the same venv.
+# PYTEST_ARGS passes more to pytest, e.g. `make unit PYTEST_ARGS='-k events -x'`.
+lint: $(BIN)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(BIN)/.installed-test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# The quick part of the suite: the unit tests, and the stores' contract tests (SQLite and the MongoDB stand-in).
+unit: $(BIN)/.installed-test
+	$(BIN)/pytest -q -rs tests/unit tests/contract $(PYTEST_ARGS)
+
+# Real nats-server and real processes: the integration tests, then the chaos test (services killed under load).
+integration: $(BIN)/.installed-test
+	$(BIN)/pytest -q -rs tests/integration tests/chaos $(PYTEST_ARGS)
+
+# The dashboard in Chromium (Playwright against /usr/bin/chromium, or GPUYARD_TEST_CHROMIUM; docs/dashboard.md).
+browser: $(BIN)/.installed-test
+	$(BIN)/pytest -q -rs tests/browser $(PYTEST_ARGS)
+
+# The generated docs, made anew from their one definition: docs/events.md from shared/events.py, and the
+# settings tables of docs/operations.md from shared/settings.py (a unit test fails while either is stale).
+docs: $(BIN)/.installed-test
+	$(BIN)/python -m gpuyard.shared.eventdocs > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }
+	mv docs/events.md.new docs/events.md
+	$(BIN)/python -m gpuyard.shared.settingsdocs
+
+# A quick look at performance, about a minute on 2 cores (docs/benchmarks.md has the full runs, their figures, and
+# "A short queue, and latency below saturation" for these two): the pipeline end to end, no-op jobs over HTTP
+# through a `gpuyard up --simulate-gpus 8` that each run starts on free ports and removes afterwards, first
+# 1,000 jobs as fast as 8 clients can (jobs/s, CPU ms per job of each process), then 300 jobs at 20 a second
+# (latency below saturation); last, the scheduler's decision speed on its smaller cases (1,000 nodes, 10,000
+# waiting jobs; no trace files needed). Each prints its JSON.
+bench: $(BIN)/.installed-test
+	$(BIN)/python benchmarks/pipeline.py --start --jobs 1000 --concurrency 8
+	$(BIN)/python benchmarks/pipeline.py --start --jobs 300 --concurrency 4 --rate 20
+	$(BIN)/python benchmarks/scheduler.py --quick --only speed
+
+.PHONY: install demo test test-deep lint fmt unit integration browser docs bench

@@ -1,4 +1,4 @@
-"""What README.md and docs/*.md point at exists: every relative link and image (and the heading its #anchor
+"""What README.md, CONTRIBUTING.md and docs/*.md point at exists: every relative link and image (and the heading its #anchor
 names), every repository path they name (`services/…`, `shared/…`, `deploy/…`, `examples/…`, `benchmarks/…`,
 `tests/…`, `gpuyard/…`, `docs/…`, or a `../…` path, which must stay inside the repository), every module they
 run (`python -m gpuyard.services.submit`), and every class, function or constant they name with its module: a dotted
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGES = ("gpuyard", "shared", "services", "benchmarks", "tests")
 TOP_FOLDERS = (*PACKAGES, "deploy", "examples", "docs")
 
