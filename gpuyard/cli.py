@@ -29,9 +29,10 @@ from gpuyard.client import CHOSEN_CONTEXT, Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.shared import why
 from gpuyard.shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
+from gpuyard.shared.events import AlertSeverity
 from gpuyard.shared.installhint import install_command
 from gpuyard.shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
-from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.jobstate import LIVE_STATES, JobState, in_order
 from gpuyard.shared.settings import ClientSettings, CommonSettings
 from gpuyard.shared.units import format_duration, format_size
 from gpuyard.shared.usage import CSV_COLUMNS
@@ -48,7 +49,6 @@ SIM_NEEDS = ("numpy",)  # the scheduling core's own package beyond the client's 
 SIM_MODULE = (
     "gpuyard.services.scheduler.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
 )
-LIVE_STATES = [s for s in JobState if not s.terminal]
 LOG_LINES_OF_A_FAILURE = 10
 
 
@@ -142,7 +142,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_ps(args: argparse.Namespace) -> int:
     client = Client(args.server, args.token)
-    states = args.state or (None if args.all else LIVE_STATES)
+    states = args.state or (None if args.all else in_order(LIVE_STATES))
     page = client.jobs(
         state=states, tenant=args.tenant, limit=args.limit, user=args.user, name=args.name, search=args.search
     )
@@ -616,7 +616,11 @@ def cmd_models_rm(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_STYLE = {
+    AlertSeverity.CRITICAL: "bold red",
+    AlertSeverity.WARNING: "yellow",
+    AlertSeverity.INFO: "cyan",
+}
 
 
 def alert_subject(alert: AlertOut) -> str:
@@ -644,7 +648,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold" if col == "MESSAGE" else "ellipsis", no_wrap=col != "MESSAGE")
     for a in alerts:
         row = [
-            Text(a.severity.value, style=SEVERITY_STYLE.get(a.severity.value, "")),
+            Text(a.severity.value, style=SEVERITY_STYLE.get(a.severity, "")),
             f"{_age(a.raised_at)} ago",
             Text(alert_subject(a)),
             Text(a.message),

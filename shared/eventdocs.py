@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from gpuyard.shared.events import (
     REGISTRY,
     STREAMS,
+    AlertKind,
     AlertRaised,
     AlertResolved,
     CloudEvent,
@@ -223,8 +224,8 @@ EXAMPLES = {
         message="the file's sha256 is 2c26b46b…, not the published 9f86d081…: not loaded",
     ),
     Subject.ALERT_RAISED: AlertRaised(
-        alert_id="gpu_idle/node-1/2",
-        kind="gpu_idle",
+        alert_id=f"{AlertKind.GPU_IDLE}/node-1/2",
+        kind=AlertKind.GPU_IDLE,
         message="GPU 2 on node-1 is allocated to job 5f0c… but has been idle for 15 min",
         node="node-1",
         gpu_index=2,
@@ -235,7 +236,10 @@ EXAMPLES = {
         threshold=10,
     ),
     Subject.ALERT_RESOLVED: AlertResolved(
-        alert_id="gpu_idle/node-1/2", kind="gpu_idle", message="busy again", tenant="vision"
+        alert_id=f"{AlertKind.GPU_IDLE}/node-1/2",
+        kind=AlertKind.GPU_IDLE,
+        message="busy again",
+        tenant="vision",
     ),
     Subject.IDLE_WARNING: IdleWarning(
         job_id="8f14e45fceea167a5a36dedd4bea2543",

@@ -821,9 +821,29 @@ class ModelFailed(_ModelEvent):
 
 
 class AlertSeverity(StrEnum):
+    """How urgent an alert is; each rule has its default, which the rules file may change."""
+
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
+
+
+class AlertKind(StrEnum):
+    """What raised an alert: one of the monitor's rules (the rules file names each by its kind), the monitor's
+    idle-GPU reclaim (`job_idle`) or the executor's GPU slice guard (`gpu_memory_over_slice`)."""
+
+    GPU_IDLE = "gpu_idle"
+    GPU_TEMPERATURE = "gpu_temperature"
+    GPU_POWER = "gpu_power"
+    GPU_XID = "gpu_xid"
+    JOB_XID = "job_xid"
+    GPU_ECC = "gpu_ecc"
+    GPU_LOST = "gpu_lost"
+    NODE_LOST = "node_lost"
+    JOB_WAITING = "job_waiting"
+    JOB_SILENT = "job_silent"
+    JOB_IDLE = "job_idle"
+    GPU_MEMORY_OVER_SLICE = "gpu_memory_over_slice"
 
 
 @event(Subject.ALERT_RAISED)
@@ -833,9 +853,7 @@ class AlertRaised(EventData):
     `alert.resolved`."""
 
     alert_id: str
-    kind: str = Field(
-        ..., description="The rule: gpu_idle, gpu_temperature, gpu_xid, node_lost, job_waiting…"
-    )
+    kind: AlertKind = Field(..., description="The rule or the check that raised it.")
     severity: AlertSeverity = AlertSeverity.WARNING
     message: str = Field(..., description="What happened, in plain words.")
     node: str | None = None
@@ -853,7 +871,7 @@ class AlertRaised(EventData):
 @event(Subject.ALERT_RESOLVED)
 class AlertResolved(EventData):
     alert_id: str
-    kind: str
+    kind: AlertKind
     message: str = ""
     tenant: str | None = Field(None, description="As in its `alert.raised`.")
 

@@ -11,6 +11,7 @@ as stale; every refusal names the offending event so that it can be logged.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 
@@ -50,9 +51,6 @@ class JobState(StrEnum):
         return self in TERMINAL_STATES
 
 
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-ACTIVE_STATES = frozenset({JobState.PLACED, JobState.RUNNING})
-
 Q, P, R = JobState.QUEUED, JobState.PLACED, JobState.RUNNING
 # subject -> (states it may arrive in, state it leads to; None keeps the state)
 TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
@@ -67,6 +65,24 @@ TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
     Subject.JOB_PREEMPTED: (frozenset({P, R}), None),
     Subject.JOB_REQUEUED: (frozenset({P, R}), Q),
 }
+
+# The state sets every module uses (one definition: none spells its own), read off the table above.
+LIVE_STATES: frozenset[JobState] = frozenset().union(*(arrive_in for arrive_in, _ in TRANSITIONS.values()))
+"""A job not yet ended: the states some event may still arrive in (queued, placed, running)."""
+TERMINAL_STATES: frozenset[JobState] = frozenset(JobState) - LIVE_STATES
+"""A job that ended: no event leads out of these (succeeded, failed, cancelled)."""
+ACTIVE_STATES: frozenset[JobState] = LIVE_STATES - {JobState.QUEUED}
+"""A live job placed on its nodes: it holds its GPUs (placed, running)."""
+
+
+def in_order(states: Collection[JobState]) -> list[JobState]:
+    """`states` in the machine's order (queued, placed, running, succeeded…): for a listing or a query."""
+    return [state for state in JobState if state in states]
+
+
+def state_values(states: Collection[JobState]) -> list[str]:
+    """The plain values of `states`, in the machine's order: what the event store's queries take."""
+    return [state.value for state in in_order(states)]
 
 
 class IllegalTransition(Exception):

@@ -12,7 +12,8 @@ service's outbox relay (`JobLedger.flush`, which relays every subject the submit
 
 A version is immutable: its file's key names its sha256 (`gpuyard.shared.modelstore`); the same version with other
 bytes is refused, the same bytes again answer the version that holds them. A deleted version's number is never
-given again.
+given again. A version a deployment serves is not deleted (409): its replicas are the serve jobs not yet ended,
+which the registry reads from the jobs' projections (`deployed_versions`), whichever tenant deployed it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gpuyard.shared.events import (
     TensorSpec,
     make_event,
 )
+from gpuyard.shared.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.modelstore import ModelStore, ModelStoreError, sha256_of
 from gpuyard.shared.onnxsig import read_signature
 from gpuyard.shared.store import ConcurrencyError, EventStore, Projection
@@ -192,11 +194,78 @@ def split_qualified(text: str) -> tuple[str | None, str]:
     return (owner, name) if slash else (None, text)
 
 
-def deployed_versions(view: ModelView) -> list[int]:
-    """The versions a deployment serves, which cannot be deleted.
+def serves(job: JobView, tenant: str, name: str, version: int | None = None) -> bool:
+    """Whether `job` is a replica of `tenant`'s model `name` (of `version`, when given): a serve job of the
+    model's tenant, or of another tenant deploying it (`ServeSpec.tenant` names the owner then)."""
+    serve = job.spec.serve
+    return (
+        serve is not None
+        and serve.model == name
+        and (serve.tenant or job.tenant) == tenant
+        and (version is None or serve.version == version)
+    )
 
-    TODO(issue 26, section 2): deployments are recorded in the model's stream; until then there are none."""
-    return []
+
+async def live_serve_jobs(
+    store: EventStore, tenant: str, name: str, version: int | None = None, *, job_tenant: str | None = None
+) -> list[JobView]:
+    """The serve jobs not yet ended (`LIVE_STATES`) of `tenant`'s model `name` (of `version`, when given),
+    newest first: whoever deployed it, or only `job_tenant`'s jobs.
+
+    They are found among the live jobs in the event store's job projections (a model's projection has none of
+    their states): a store index on the served model would spare the scan, once deployments are many."""
+    found: list[JobView] = []
+    cursor = None
+    while True:
+        page = await store.list_projections(
+            states=state_values(LIVE_STATES), tenant=job_tenant, limit=PAGE, cursor=cursor
+        )
+        for doc in page.items:
+            if "job_id" in doc and (doc.get("spec") or {}).get("serve"):
+                job = JobView.model_validate(doc)
+                if serves(job, tenant, name, version):
+                    found.append(job)
+        if not page.next_cursor:
+            return found
+        cursor = page.next_cursor
+
+
+async def deployed_versions(store: EventStore, view: ModelView) -> dict[int, list[JobView]]:
+    """The versions of the model that a deployment serves, which cannot be deleted: each with its live
+    replicas (serve jobs not yet ended, of any tenant), newest first; a version none serves is absent."""
+    deployed: dict[int, list[JobView]] = {}
+    for job in await live_serve_jobs(store, view.tenant, view.name):
+        assert job.spec.serve is not None  # (`serves`)
+        deployed.setdefault(job.spec.serve.version, []).append(job)
+    return dict(sorted(deployed.items()))
+
+
+def deployed_refusal(
+    view: ModelView, version: int | None, deployed: dict[int, list[JobView]], viewer: Principal | None
+) -> str:
+    """Why the model (or `version` of it) cannot be deleted while `deployed` serves it: the versions, the serve
+    jobs `viewer` may see (None: every one; another tenant's are counted, not named) and the call that
+    undeploys them."""
+    jobs = [job for jobs in deployed.values() for job in jobs]
+    numbers = ", ".join(map(str, deployed))
+    what = f"version {numbers} is" if len(deployed) == 1 else f"versions {numbers} are"
+    seen = [job.job_id for job in jobs if viewer is None or may_see(viewer, job.tenant)]
+    others = len(jobs) - len(seen)
+    held = []
+    if seen:
+        held.append(f"serve job{'s' if len(seen) > 1 else ''} {', '.join(seen)}")
+    if others:
+        held.append("1 replica of another tenant" if others == 1 else f"{others} replicas of other tenants")
+    query = {
+        "version": version,
+        "tenant": view.tenant if viewer is None or view.tenant != viewer.tenant else None,
+    }
+    asked = "&".join(f"{k}={v}" for k, v in query.items() if v is not None)
+    undeploy = f"DELETE /v1/models/{view.name}/deployments" + (f"?{asked}" if asked else "")
+    return (
+        f"model {view.name!r} {what} deployed ({' and '.join(held)}): "
+        f"undeploy {'it' if len(deployed) == 1 else 'them'} first ({undeploy})"
+    )
 
 
 class ModelRegistry:
@@ -344,9 +413,12 @@ class ModelRegistry:
         assert view is not None
         return view
 
-    async def delete(self, tenant: str, name: str, version: int | None, by: str) -> list[int]:
+    async def delete(
+        self, tenant: str, name: str, version: int | None, by: str, *, viewer: Principal | None = None
+    ) -> list[int]:
         """Remove one version, or every version (None), from the listing, then their files. 404 for a model or
-        version that is not listed, 409 for one a deployment serves."""
+        version that is not listed, 409 for one a deployment serves (`deployed_versions`), with the reason
+        naming its serve jobs that `viewer` may see (None: every one)."""
         removed: list[ModelVersion] = []
 
         async def decide(view: ModelView | None) -> EventData | None:
@@ -359,11 +431,11 @@ class ModelRegistry:
                 gone = [held]
             else:
                 gone = list(view.versions)
-            serving = sorted({v.version for v in gone} & set(deployed_versions(view)))
+            numbers = {v.version for v in gone}
+            deployed = await deployed_versions(self.store, view)
+            serving = {v: jobs for v, jobs in deployed.items() if v in numbers}
             if serving:
-                raise ModelError(
-                    409, f"{name} version(s) {', '.join(map(str, serving))} deployed: undeploy them first"
-                )
+                raise ModelError(409, deployed_refusal(view, version, serving, viewer))
             removed[:] = gone
             return ModelDeleted(
                 name=name,

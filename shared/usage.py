@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuyard.shared.gpuhistory import GpuPoint
-from gpuyard.shared.jobstate import TERMINAL_STATES, JobState, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, LIVE_STATES, TERMINAL_STATES, JobView, state_values
 from gpuyard.shared.store import EventStore
 
 LOOKBACK_SECONDS = 30 * 86400.0
@@ -63,7 +63,7 @@ def allocated_seconds(view: JobView, since: float, until: float) -> float:
             continue
         end = _ts(attempt.ended_at)
         if end is None:
-            if attempt is not view.attempts[-1] or view.state not in (JobState.PLACED, JobState.RUNNING):
+            if attempt is not view.attempts[-1] or view.state not in ACTIVE_STATES:
                 continue  # (an attempt without its end that is not the running one holds nothing now)
             end = until
         total += max(0.0, min(end, until) - max(start, since))
@@ -142,11 +142,12 @@ async def jobs_in_window(store: EventStore, *, since: float, tenant: str | None)
     """The jobs that may have held GPUs since `since`: every live one, and the finished ones created at most
     LOOKBACK_SECONDS before it (newest first, read page by page until older)."""
     views: list[JobView] = []
-    live = [s.value for s in JobState if s not in TERMINAL_STATES]
-    for states, oldest in ((live, None), ([s.value for s in TERMINAL_STATES], since - LOOKBACK_SECONDS)):
+    for states, oldest in ((LIVE_STATES, None), (TERMINAL_STATES, since - LOOKBACK_SECONDS)):
         cursor = None
         while True:
-            page = await store.list_projections(states=states, tenant=tenant, limit=PAGE, cursor=cursor)
+            page = await store.list_projections(
+                states=state_values(states), tenant=tenant, limit=PAGE, cursor=cursor
+            )
             for doc in page.items:
                 if "job_id" not in doc:
                     continue  # (a model's stream)

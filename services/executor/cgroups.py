@@ -142,14 +142,6 @@ class Cgroups:
         return path
 
     @staticmethod
-    def wrap(argv: list[str], cgroup: Path | None) -> list[str]:
-        """The command that enters `cgroup` and then becomes `argv` (same pid, nothing left in between)."""
-        if cgroup is None:
-            return argv
-        enter = f'echo $$ > "$0/cgroup.procs" || {{ echo "{ENTER_FAILED} $0" >&2; exit 125; }}; exec "$@"'
-        return ["/bin/sh", "-c", enter, str(cgroup), *argv]
-
-    @staticmethod
     def oom_killed(cgroup: Path | None) -> bool:
         """Whether the kernel killed a process of this cgroup for exceeding memory.max."""
         if cgroup is None:

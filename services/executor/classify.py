@@ -28,7 +28,7 @@ from gpuyard.shared.events import (
     JobSucceeded,
     RequeueReason,
 )
-from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView
 from gpuyard.shared.units import format_size
 
 _CUDA_OOM = re.compile(
@@ -130,7 +130,7 @@ def attempt_end(
     """How the attempt ended, once its replicas' exits say so: cancelled, requeued (preempted, or a retry with
     backoff), failed (its first failed replica's cause), succeeded (every replica exited 0). None: not yet, or
     no longer this attempt's to say (another attempt, or already ended)."""
-    if view is None or view.attempt != attempt or view.state not in (JobState.PLACED, JobState.RUNNING):
+    if view is None or view.attempt != attempt or view.state not in ACTIVE_STATES:
         return None
     job_id = view.job_id
     if stop == "cancelled" or view.cancel_requested:

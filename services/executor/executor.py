@@ -57,7 +57,7 @@ from gpuyard.shared.events import (
     derived_id,
 )
 from gpuyard.shared.gpus import node_gpus
-from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.ledger import Decide, JobLedger, Outcome
 from gpuyard.shared.logstore.shipper import LogShipper
 from gpuyard.shared.service import Service
@@ -302,7 +302,7 @@ class Executor:
         cursor = None
         while True:
             page = await self.service.store.list_projections(
-                states=["placed", "running"], limit=500, cursor=cursor
+                states=state_values(ACTIVE_STATES), limit=500, cursor=cursor
             )
             for doc in page.items:
                 try:
@@ -453,7 +453,7 @@ class Executor:
         record = self.attempts.get(key)
         if record is not None and record.running:
             await self.stop_attempt(key, "cancelled", self.settings.grace_seconds)
-        elif view.state in (JobState.PLACED, JobState.RUNNING) and self.claims.take(key):
+        elif view.state in ACTIVE_STATES and self.claims.take(key):
             # not started here: the claim keeps this node's other executor processes from starting it
             await self.finish(key, JobCancelled(job_id=job_id, attempt=view.attempt, by="executor"))
 

@@ -22,13 +22,21 @@ from gpuyard.services.executor.gpuwatch import (
 )
 from gpuyard.services.executor.jobenv import share_bytes
 from gpuyard.services.executor.nodelog import node_log
-from gpuyard.shared.events import AlertRaised, AlertResolved, EventData, derived_id, make_event
+from gpuyard.shared.events import (
+    AlertKind,
+    AlertRaised,
+    AlertResolved,
+    AlertSeverity,
+    EventData,
+    derived_id,
+    make_event,
+)
 from gpuyard.shared.service import Service
 from gpuyard.shared.settings import ExecutorSettings
 from gpuyard.shared.units import format_size
 
 log = logging.getLogger(__name__)
-KIND = "gpu_memory_over_slice"
+KIND = AlertKind.GPU_MEMORY_OVER_SLICE
 
 
 def choose_reader(
@@ -121,7 +129,7 @@ class SliceGuard:
             raised = AlertRaised(
                 alert_id=over.alert_id,
                 kind=KIND,
-                severity="warning",
+                severity=AlertSeverity.WARNING,
                 message=message,
                 node=self.settings.node_name,
                 gpu_index=over.gpu_index,

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from gpuyard.services.monitor.rules import GpuXidRule, Rule, Rules
-from gpuyard.shared.events import AlertRaised, AlertResolved, GpuReading, GpuSample, derived_id
+from gpuyard.shared.events import AlertKind, AlertRaised, AlertResolved, GpuReading, GpuSample, derived_id
 from gpuyard.shared.units import format_duration
 
 STALE_SECONDS = 120.0
@@ -151,16 +151,18 @@ class Engine:
                     self._gpu_active[job_id] = at
             checks: list[tuple[str, Rule, Verdict, Callable[[], AlertRaised]]] = []
             if rules.gpu_temperature.enabled and gpu.temperature_c is not None:
-                checks.append(("gpu_temperature", rules.gpu_temperature, *self._temperature(gpu, where)))
+                checks.append(
+                    (AlertKind.GPU_TEMPERATURE, rules.gpu_temperature, *self._temperature(gpu, where))
+                )
             if rules.gpu_power.enabled and (power := self._power(gpu, where)) is not None:
-                checks.append(("gpu_power", rules.gpu_power, *power))
+                checks.append((AlertKind.GPU_POWER, rules.gpu_power, *power))
             if rules.gpu_ecc.enabled and gpu.ecc_uncorrected is not None:
-                checks.append(("gpu_ecc", rules.gpu_ecc, *self._ecc(gpu, where)))
+                checks.append((AlertKind.GPU_ECC, rules.gpu_ecc, *self._ecc(gpu, where)))
             if rules.gpu_lost.enabled:
-                checks.append(("gpu_lost", rules.gpu_lost, *self._lost(gpu, where)))
+                checks.append((AlertKind.GPU_LOST, rules.gpu_lost, *self._lost(gpu, where)))
             fatal = [x for x in gpu.xids if x not in rules.gpu_xid.application_xids]
             if rules.gpu_xid.enabled:
-                checks.append(("gpu_xid", rules.gpu_xid, *self._xid(fatal, gpu, where)))
+                checks.append((AlertKind.GPU_XID, rules.gpu_xid, *self._xid(fatal, gpu, where)))
             for kind, rule, verdict, make in checks:
                 alert_id = f"{kind}/{subject}"
                 if verdict is not Verdict.CLEAR or alert_id in self.trackers:
@@ -170,26 +172,26 @@ class Engine:
             for job_id, holder in jobs.items():
                 job_subject = f"{subject}/{job_id}"
                 if rules.gpu_idle.enabled:
-                    alert_id = f"gpu_idle/{job_subject}"
+                    alert_id = f"{AlertKind.GPU_IDLE}/{job_subject}"
                     verdict, make = self._idle(gpu, where, holder)
                     if verdict is not Verdict.CLEAR or alert_id in self.trackers:
                         seen.add(alert_id)
                         changes += self._step(
-                            alert_id, "gpu_idle", rules.gpu_idle, at, verdict, make, node=sample.node
+                            alert_id, AlertKind.GPU_IDLE, rules.gpu_idle, at, verdict, make, node=sample.node
                         )
                 if rules.job_xid.enabled:
-                    alert_id = f"job_xid/{job_subject}"
+                    alert_id = f"{AlertKind.JOB_XID}/{job_subject}"
                     verdict, make = self._job_xid(application, gpu, where, holder)
                     if verdict is not Verdict.CLEAR or alert_id in self.trackers:
                         seen.add(alert_id)
                         changes += self._step(
-                            alert_id, "job_xid", rules.job_xid, at, verdict, make, node=sample.node
+                            alert_id, AlertKind.JOB_XID, rules.job_xid, at, verdict, make, node=sample.node
                         )
         for alert_id in self._by_node.get(sample.node, set()) - seen:
             tracker = self.trackers.get(alert_id)
             if tracker is None:
                 continue
-            if tracker.kind in ("gpu_idle", "job_xid") or not any(
+            if tracker.kind in (AlertKind.GPU_IDLE, AlertKind.JOB_XID) or not any(
                 alert_id == f"{tracker.kind}/{sample.node}/{g.index}" for g in sample.gpus
             ):
                 changes += self._step(alert_id, tracker.kind, self._rule(tracker.kind), at, Verdict.GONE)
@@ -207,21 +209,23 @@ class Engine:
         def make() -> AlertRaised:
             silent = format_duration(max(0.0, (at - since).total_seconds()))
             return AlertRaised(
-                alert_id=f"node_lost/{node}",
-                kind="node_lost",
+                alert_id=f"{AlertKind.NODE_LOST}/{node}",
+                kind=AlertKind.NODE_LOST,
                 severity=rule.severity,
                 message=f"node {node} lost: no heartbeat for {silent}; its jobs are requeued",
                 node=node,
             )
 
-        return self._step(f"node_lost/{node}", "node_lost", rule, at, Verdict.BREACH, make)
+        return self._step(
+            f"{AlertKind.NODE_LOST}/{node}", AlertKind.NODE_LOST, rule, at, Verdict.BREACH, make
+        )
 
     def node_heartbeat(self, node: str, at: datetime) -> list[Change]:
         """A `node.heartbeat` of `node`: a lost node is back (resolved after `keep_firing_for` of them)."""
-        alert_id = f"node_lost/{node}"
+        alert_id = f"{AlertKind.NODE_LOST}/{node}"
         if alert_id not in self.trackers:
             return []
-        return self._step(alert_id, "node_lost", self.rules.node_lost, at, Verdict.CLEAR)
+        return self._step(alert_id, AlertKind.NODE_LOST, self.rules.node_lost, at, Verdict.CLEAR)
 
     def jobs(self, queued: list[JobSnapshot], running: list[JobSnapshot], at: datetime) -> list[Change]:
         """Every job waiting and every job running now (a job left out is neither any more)."""
@@ -241,7 +245,7 @@ class Engine:
                 if (at - tracker.cleared_at).total_seconds() >= rule.keep_firing_for:
                     changes += self._end(tracker, at, self._cleared_message(tracker))
             elif (
-                tracker.kind != "node_lost"
+                tracker.kind != AlertKind.NODE_LOST
                 and tracker.seen is not None
                 and (at - tracker.seen).total_seconds() >= STALE_SECONDS
             ):
@@ -268,7 +272,7 @@ class Engine:
             else Verdict.BAND
         )
         return verdict, lambda: AlertRaised(
-            alert_id="", kind="gpu_temperature", severity=rule.severity, node=None,
+            alert_id="", kind=AlertKind.GPU_TEMPERATURE, severity=rule.severity, node=None,
             message=f"{where} at {temp:.0f} °C, at or above {rule.above_c:g} °C for {_for(rule)}",
             gpu_index=gpu.index, value=temp, threshold=rule.above_c,
         )  # fmt: skip
@@ -288,7 +292,7 @@ class Engine:
         assert clear is not None
         verdict = Verdict.BREACH if power >= above else Verdict.CLEAR if power < clear else Verdict.BAND
         return verdict, lambda: AlertRaised(
-            alert_id="", kind="gpu_power", severity=rule.severity,
+            alert_id="", kind=AlertKind.GPU_POWER, severity=rule.severity,
             message=f"{where} draws {power:.0f} W, at or above {limit_text} for {_for(rule)}",
             gpu_index=gpu.index, value=power, threshold=above,
         )  # fmt: skip
@@ -297,7 +301,7 @@ class Engine:
         rule, count = self.rules.gpu_ecc, gpu.ecc_uncorrected or 0
         verdict = Verdict.BREACH if count > rule.above else Verdict.CLEAR
         return verdict, lambda: AlertRaised(
-            alert_id="", kind="gpu_ecc", severity=rule.severity,
+            alert_id="", kind=AlertKind.GPU_ECC, severity=rule.severity,
             message=f"{where} has {count} uncorrectable ECC error(s) since its driver loaded: reset it",
             gpu_index=gpu.index, value=float(count), threshold=float(rule.above),
         )  # fmt: skip
@@ -305,7 +309,7 @@ class Engine:
     def _lost(self, gpu: GpuReading, where: str):
         rule = self.rules.gpu_lost
         return Verdict.BREACH if gpu.lost else Verdict.CLEAR, lambda: AlertRaised(
-            alert_id="", kind="gpu_lost", severity=rule.severity,
+            alert_id="", kind=AlertKind.GPU_LOST, severity=rule.severity,
             message=f"{where} is lost (fallen off the bus, NVML says): the node needs a reset",
             gpu_index=gpu.index,
         )  # fmt: skip
@@ -313,7 +317,7 @@ class Engine:
     def _xid(self, fatal: list[int], gpu: GpuReading, where: str):
         rule: GpuXidRule = self.rules.gpu_xid
         return Verdict.BREACH if fatal else Verdict.CLEAR, lambda: AlertRaised(
-            alert_id="", kind="gpu_xid", severity=rule.severity,
+            alert_id="", kind=AlertKind.GPU_XID, severity=rule.severity,
             message=f"{where} reported fatal XID error(s) {', '.join(map(str, fatal))}: the GPU needs a reset",
             gpu_index=gpu.index, value=float(fatal[-1]),
         )  # fmt: skip
@@ -328,7 +332,7 @@ class Engine:
             else Verdict.BAND
         )
         return verdict, lambda: AlertRaised(
-            alert_id="", kind="gpu_idle", severity=rule.severity,
+            alert_id="", kind=AlertKind.GPU_IDLE, severity=rule.severity,
             message=f"job {holder.job_id} holds {where} but leaves it idle: under {rule.below_pct:g}% "
             f"utilization in every sample for {_for(rule)}",
             gpu_index=gpu.index, job_id=holder.job_id, tenant=holder.tenant, user=holder.user or None,
@@ -338,7 +342,7 @@ class Engine:
     def _job_xid(self, application: list[int], gpu: GpuReading, where: str, holder):
         rule = self.rules.job_xid
         return Verdict.BREACH if application else Verdict.CLEAR, lambda: AlertRaised(
-            alert_id="", kind="job_xid", severity=rule.severity,
+            alert_id="", kind=AlertKind.JOB_XID, severity=rule.severity,
             message=f"job {holder.job_id} hit XID error(s) {', '.join(map(str, application))} on {where}: "
             "an application error (the GPU is healthy); see the job's output",
             gpu_index=gpu.index, job_id=holder.job_id, tenant=holder.tenant, user=holder.user or None,
@@ -350,7 +354,7 @@ class Engine:
         changes: list[Change] = []
         now = set()
         for job in queued if rule.enabled else []:
-            alert_id = f"job_waiting/{job.job_id}"
+            alert_id = f"{AlertKind.JOB_WAITING}/{job.job_id}"
             now.add(alert_id)
             waited = (at - job.since).total_seconds()
             verdict = Verdict.BREACH if waited >= rule.for_ else Verdict.CLEAR
@@ -359,15 +363,17 @@ class Engine:
 
             def make(job=job, waited=waited) -> AlertRaised:
                 return AlertRaised(
-                    alert_id="", kind="job_waiting", severity=rule.severity,
+                    alert_id="", kind=AlertKind.JOB_WAITING, severity=rule.severity,
                     message=f"job {job.job_id} ({job.name}) has waited {format_duration(waited)} in the queue, "
                     f"over {format_duration(rule.for_)}: `gpuyard why {job.job_id}` says why",
                     job_id=job.job_id, tenant=job.tenant, user=job.user or None,
                     value=round(waited / 60, 1), threshold=round(rule.for_ / 60, 1),
                 )  # fmt: skip
 
-            changes += self._step(alert_id, "job_waiting", rule, at, verdict, make, since=job.since, hold=0)
-        changes += self._gone("job_waiting/", now, at)
+            changes += self._step(
+                alert_id, AlertKind.JOB_WAITING, rule, at, verdict, make, since=job.since, hold=0
+            )
+        changes += self._gone(f"{AlertKind.JOB_WAITING}/", now, at)
         return changes
 
     def _silent(self, running: list[JobSnapshot], at: datetime) -> list[Change]:
@@ -379,7 +385,7 @@ class Engine:
             if signs is None:  # first seen: silent since it started, or since the engine began watching
                 assert self._born is not None
                 last = max(job.since, self._born)
-                raised = self.trackers.get(f"job_silent/{job.job_id}")
+                raised = self.trackers.get(f"{AlertKind.JOB_SILENT}/{job.job_id}")
                 if raised is not None and raised.since is not None:  # silent already (restored): since then
                     last = min(last, raised.since - timedelta(seconds=rule.for_))
                 signs = _JobSigns(job.output_bytes, last)
@@ -390,7 +396,7 @@ class Engine:
                 signs.last_sign = active
             if not rule.enabled:
                 continue
-            alert_id = f"job_silent/{job.job_id}"
+            alert_id = f"{AlertKind.JOB_SILENT}/{job.job_id}"
             now.add(alert_id)
             silent = (at - signs.last_sign).total_seconds()
             verdict = Verdict.BREACH if silent >= rule.for_ else Verdict.CLEAR
@@ -399,7 +405,7 @@ class Engine:
 
             def make(job=job, silent=silent) -> AlertRaised:
                 return AlertRaised(
-                    alert_id="", kind="job_silent", severity=rule.severity,
+                    alert_id="", kind=AlertKind.JOB_SILENT, severity=rule.severity,
                     message=f"job {job.job_id} ({job.name}) runs but wrote no output and used its GPUs under "
                     f"{rule.gpu_below_pct:g}% for {format_duration(silent)}: is it stuck?",
                     job_id=job.job_id, tenant=job.tenant, user=job.user or None,
@@ -407,13 +413,15 @@ class Engine:
                 )  # fmt: skip
 
             since = signs.last_sign
-            changes += self._step(alert_id, "job_silent", rule, at, verdict, make, since=since, hold=0)
+            changes += self._step(
+                alert_id, AlertKind.JOB_SILENT, rule, at, verdict, make, since=since, hold=0
+            )
         running_ids = {job.job_id for job in running}
         for job_id in set(self._jobs) - running_ids:
             del self._jobs[job_id]
         for job_id in set(self._gpu_active) - running_ids:
             del self._gpu_active[job_id]
-        changes += self._gone("job_silent/", now, at)
+        changes += self._gone(f"{AlertKind.JOB_SILENT}/", now, at)
         return changes
 
     # ------------------------------------------------------------------ the state machine
@@ -516,22 +524,22 @@ class Engine:
 
 
 CLEARED = {
-    "gpu_idle": "the GPU is busy again",
-    "gpu_temperature": "the GPU cooled down",
-    "gpu_power": "the GPU's power draw is back under its threshold",
-    "gpu_xid": "no fatal XID error since",
-    "job_xid": "no application XID error since",
-    "gpu_ecc": "no uncorrectable ECC error any more (reset)",
-    "gpu_lost": "the GPU reads again",
-    "node_lost": "the node's heartbeats are back",
-    "job_waiting": "the job no longer waits",
-    "job_silent": "the job shows signs of life again",
+    AlertKind.GPU_IDLE: "the GPU is busy again",
+    AlertKind.GPU_TEMPERATURE: "the GPU cooled down",
+    AlertKind.GPU_POWER: "the GPU's power draw is back under its threshold",
+    AlertKind.GPU_XID: "no fatal XID error since",
+    AlertKind.JOB_XID: "no application XID error since",
+    AlertKind.GPU_ECC: "no uncorrectable ECC error any more (reset)",
+    AlertKind.GPU_LOST: "the GPU reads again",
+    AlertKind.NODE_LOST: "the node's heartbeats are back",
+    AlertKind.JOB_WAITING: "the job no longer waits",
+    AlertKind.JOB_SILENT: "the job shows signs of life again",
 }
 GONE = {
-    "gpu_idle": "the job let the GPU go",
-    "job_xid": "the job let the GPU go",
-    "job_waiting": "the job no longer waits (placed, cancelled or gone)",
-    "job_silent": "the job no longer runs",
+    AlertKind.GPU_IDLE: "the job let the GPU go",
+    AlertKind.JOB_XID: "the job let the GPU go",
+    AlertKind.JOB_WAITING: "the job no longer waits (placed, cancelled or gone)",
+    AlertKind.JOB_SILENT: "the job no longer runs",
 }
 
 

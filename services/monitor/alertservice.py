@@ -41,6 +41,7 @@ from gpuyard.shared.buspermissions import publishes
 from gpuyard.shared.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
+    AlertKind,
     CloudEvent,
     GpuSample,
     NodeHeartbeat,
@@ -154,7 +155,7 @@ class AlertService:
         if not self.leading:
             return False
         if msg.subject == Subject.NODE_HEARTBEAT.value:
-            return f"node_lost/{entity_of(msg)}" in self.engine.trackers
+            return f"{AlertKind.NODE_LOST}/{entity_of(msg)}" in self.engine.trackers
         return True
 
     async def on_node_lost(self, event: CloudEvent, _: Msg) -> None:

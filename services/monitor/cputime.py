@@ -38,16 +38,6 @@ def session_cpu_seconds(sessions: set[int], proc: str = "/proc") -> dict[int, fl
     return totals
 
 
-def process_start(pid: int, proc: str = "/proc") -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 class CpuUse:
     """Each session's CPU use between two calls, in percent of one core (100: one core busy all the time)."""
 

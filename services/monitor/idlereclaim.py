@@ -37,6 +37,7 @@ from gpuyard.services.monitor.idle import (
 )
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
 from gpuyard.shared.events import (
+    AlertKind,
     AlertRaised,
     AlertResolved,
     AlertSeverity,
@@ -48,7 +49,7 @@ from gpuyard.shared.events import (
 from gpuyard.shared.jobstate import JobState
 from gpuyard.shared.settings import MonitorSettings
 
-KIND = "job_idle"
+KIND = AlertKind.JOB_IDLE
 
 
 @dataclass(frozen=True, slots=True)

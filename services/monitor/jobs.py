@@ -26,14 +26,14 @@ from datetime import UTC, datetime, timedelta
 from pydantic import ValidationError
 
 from gpuyard.shared.events import GpuHolder, ReplicaPlacement
-from gpuyard.shared.jobstate import JobState, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.quotause import held_gpus
 from gpuyard.shared.store import EventStore
 
 log = logging.getLogger(__name__)
 
 QUEUED_STATES = [JobState.QUEUED.value]
-HOLDING_STATES = [JobState.PLACED.value, JobState.RUNNING.value]
+HOLDING_STATES = state_values(ACTIVE_STATES)
 READS_AT_ONCE = 16
 READS_PER_REFRESH = 1000
 """Most jobs read at one refresh: after a burst of submissions the view catches up over a few refreshes."""

@@ -15,14 +15,13 @@ status 2 (`gpuyard.shared.settings.EXIT_REFUSED`).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from gpuyard.shared.events import AlertSeverity
+from gpuyard.shared.events import AlertKind, AlertSeverity
 from gpuyard.shared.units import parse_duration
 
 APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
@@ -182,8 +181,8 @@ class Rules(BaseModel):
     job_silent: JobSilentRule = JobSilentRule()
 
 
-KINDS = tuple(Rules.model_fields)
-"""The alert kinds the monitor raises."""
+KINDS = tuple(AlertKind(kind) for kind in Rules.model_fields)
+"""The alert kinds the rules raise: each rule is named by its kind (a rule named otherwise fails here, at import)."""
 
 
 class RulesError(ValueError):
@@ -245,7 +244,3 @@ def rules_refusal(settings: Any) -> str | None:
     except RulesError as exc:
         return str(exc)
     return None
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

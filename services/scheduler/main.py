@@ -51,7 +51,7 @@ from gpuyard.shared.events import (
     make_event,
     subject_filter,
 )
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, LIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.lease import Lease
 from gpuyard.shared.ledger import Decision, JobLedger
 from gpuyard.shared.queueline import LINE_KEY, LINE_MAX_JOBS, LINE_SECONDS, line_doc
@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed estimated start is stored this often, at most
 PENDING_WRITES_PER_CYCLE = 200  # the most reasons a cycle stores, and the most of the sweep it looks at
 PENDING_SWEEP_PER_SECOND = 400  # the rest of a long line: reasons looked at per second, going round it
-LIVE_STATES = [state.value for state in JobState if not state.terminal]  # queued, placed, running
 MIN_GATHER_SECONDS = 0.002
 MAX_GATHER_SECONDS = 0.05
 CYCLE_SHARE = 3
@@ -191,7 +190,9 @@ class SchedulerService:
         listed: set[str] = set()
         cursor = None
         while True:
-            page = await self.service.store.list_projections(states=LIVE_STATES, limit=500, cursor=cursor)
+            page = await self.service.store.list_projections(
+                states=state_values(LIVE_STATES), limit=500, cursor=cursor
+            )
             for doc in page.items:
                 view = JobView.model_validate(doc)
                 listed.add(view.job_id)
@@ -237,7 +238,7 @@ class SchedulerService:
         """Compare the version of every live job with the event store's and read again only the jobs that
         differ, are missing, or ended meanwhile: a missed event is repaired, and a resync with 20,000 jobs
         waiting decodes none of them."""
-        stored = await self.service.store.versions(states=LIVE_STATES)
+        stored = await self.service.store.versions(states=state_values(LIVE_STATES))
         held = self.view.jobs
         self.dirty.update(
             job_id for job_id, version in stored.items() if version != _version(held.get(job_id))

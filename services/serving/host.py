@@ -56,7 +56,7 @@ from gpuyard.shared.events import (
     subject_filter,
 )
 from gpuyard.shared.installhint import install_command
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobView
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobView, state_values
 from gpuyard.shared.ledger import JobLedger, Outcome
 from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
 from gpuyard.shared.store import ConcurrencyError
@@ -355,7 +355,7 @@ class Host:
         cursor = None
         while True:
             page = await self.service.store.list_projections(
-                states=["placed", "running"], limit=500, cursor=cursor
+                states=state_values(ACTIVE_STATES), limit=500, cursor=cursor
             )
             for doc in page.items:
                 try:

@@ -24,6 +24,7 @@ from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.stats import Stats
 from gpuyard.shared.bus import placed_for
 from gpuyard.shared.events import EVENTS_STREAM, HOLDER_SERVING
+from gpuyard.shared.jobstate import JobState
 from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
 from gpuyard.shared.modelstore import ModelStore
 from gpuyard.shared.secretfile import ScrapeAuth
@@ -50,7 +51,7 @@ def running_jobs(store: EventStore):
         alive = set()
         for job_id in job_ids:
             doc = await store.get_projection(job_id)
-            if doc is not None and doc.get("state") == "running":
+            if doc is not None and doc.get("state") == JobState.RUNNING:
                 alive.add(job_id)
         return alive
 

@@ -104,12 +104,6 @@ def _text(array: np.ndarray, name: str) -> np.ndarray:
         raise BadRequest(f"input '{name}' is not UTF-8 text, which an ONNX string tensor needs") from None
 
 
-def available_providers() -> list[str]:
-    import onnxruntime
-
-    return onnxruntime.get_available_providers()
-
-
 def load_onnx(
     artifact: Path | str | bytes,
     *,

@@ -20,17 +20,15 @@ from gpuyard.shared.api import (
     CancelOut,
     DeploymentAccepted,
     DeploymentIn,
-    JobOut,
     ReplicaOut,
     job_out,
     replica_out,
 )
 from gpuyard.shared.jobspec import JobSpec, ServeSpec
-from gpuyard.shared.jobstate import JobState, JobView
-from gpuyard.shared.modelregistry import ModelView
+from gpuyard.shared.jobstate import JobView
+from gpuyard.shared.modelregistry import ModelView, live_serve_jobs
 from gpuyard.shared.tokens import Principal
 
-LIVE_STATES = [s.value for s in JobState if not s.terminal]
 PAGE = 500
 
 
@@ -75,17 +73,6 @@ async def deploy(
     return DeploymentAccepted(name=view.name, tenant=view.tenant, version=version, jobs=accepted)
 
 
-def serves(job: JobView | JobOut, view: ModelView | ModelName, version: int | None = None) -> bool:
-    """Whether `job` is a replica of `view`'s model (of `version`, when given)."""
-    serve = job.spec.serve
-    return (
-        serve is not None
-        and serve.model == view.name
-        and (serve.tenant or job.tenant) == view.tenant
-        and (version is None or serve.version == version)
-    )
-
-
 @dataclass(frozen=True)
 class ModelName:
     """A model named by its tenant and name, whether or not it is listed (one deleted while deployed)."""
@@ -106,48 +93,9 @@ async def live_replicas(
     a tenant: its own, which is where a public model's other users' deployments stay hidden); `every_tenant`:
     whoever deployed it (what deleting a model must know).
 
-    They are found among the live jobs of those tenants: a store index on the served model would spare the
-    scan, once deployments are many."""
-    tenant = None if principal.admin or every_tenant else principal.tenant
-    found: list[JobView] = []
-    cursor = None
-    while True:
-        page = await ctx.store.list_projections(states=LIVE_STATES, tenant=tenant, limit=PAGE, cursor=cursor)
-        for doc in page.items:
-            if "job_id" in doc and (doc.get("spec") or {}).get("serve"):  # (the store holds models' too)
-                job = JobView.model_validate(doc)
-                if serves(job, view, version):
-                    found.append(job)
-        if not page.next_cursor:
-            return found
-        cursor = page.next_cursor
-
-
-async def refuse_if_deployed(
-    ctx: SubmitContext, principal: Principal, view: ModelView, version: int | None
-) -> None:
-    """409 when a live replica (of any tenant) serves the model, or `version` of it: deleting what a
-    deployment serves would leave its replicas running a model no route names. The reason names the
-    deployment: its versions, and the serve jobs the caller may see (another tenant's are counted)."""
-    jobs = await live_replicas(ctx, principal, view, version, every_tenant=True)
-    if not jobs:
-        return
-    versions = sorted({job.spec.serve.version for job in jobs if job.spec.serve is not None})
-    what = f"version {versions[0]}" if len(versions) == 1 else f"versions {', '.join(map(str, versions))}"
-    seen = [job.job_id for job in jobs if may_see(principal, job.tenant)]
-    others = len(jobs) - len(seen)
-    held = []
-    if seen:
-        held.append(f"serve job{'s' if len(seen) > 1 else ''} {', '.join(seen)}")
-    if others:
-        held.append("1 replica of another tenant" if others == 1 else f"{others} replicas of other tenants")
-    query = {"version": version, "tenant": view.tenant if view.tenant != principal.tenant else None}
-    asked = "&".join(f"{k}={v}" for k, v in query.items() if v is not None)
-    undeploy = f"DELETE /v1/models/{view.name}/deployments" + (f"?{asked}" if asked else "")
-    raise HTTPException(
-        status.HTTP_409_CONFLICT,
-        f"model {view.name!r} {what} is deployed ({' and '.join(held)}): undeploy it first ({undeploy})",
-    )
+    (`modelregistry.live_serve_jobs`, which deleting a deployed version consults too.)"""
+    job_tenant = None if principal.admin or every_tenant else principal.tenant
+    return await live_serve_jobs(ctx.store, view.tenant, view.name, version, job_tenant=job_tenant)
 
 
 def replicas_out(jobs: list[JobView]) -> list[ReplicaOut]:

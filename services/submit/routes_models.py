@@ -24,7 +24,6 @@ from gpuyard.services.submit.deployments import (
     ModelName,
     deploy,
     live_replicas,
-    refuse_if_deployed,
     replicas_out,
     undeploy,
 )
@@ -443,9 +442,10 @@ async def change_model(
 
 async def _delete(ctx, principal: Principal, name: str, tenant: str | None, version: int | None):
     view = await owned_model(ctx, principal, name, tenant)
-    await refuse_if_deployed(ctx, principal, view, version)
     try:
-        gone = await registry_of(ctx).delete(view.tenant, view.name, version, principal.name)
+        gone = await registry_of(ctx).delete(
+            view.tenant, view.name, version, principal.name, viewer=principal
+        )
     except ModelError as exc:
         raise refused(exc) from None
     return ModelDeletedOut(name=view.name, tenant=view.tenant, versions=gone)

@@ -12,14 +12,14 @@ from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
 from gpuyard.shared.api import TenantListOut, TenantOut
 from gpuyard.shared.events import ReplicaPlacement
-from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, state_values
 from gpuyard.shared.quotause import NOTHING, Holding, held_gpus, quota_use
 from gpuyard.shared.store import EventStore
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=answers(400, 401, 413, 503))
 
 QUEUED = [JobState.QUEUED.value]
-HOLDING = [JobState.PLACED.value, JobState.RUNNING.value]
+HOLDING = state_values(ACTIVE_STATES)
 PAGE = 500
 PLACEMENTS = TypeAdapter(list[ReplicaPlacement])
 

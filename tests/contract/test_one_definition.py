@@ -1,5 +1,6 @@
 """Each contract has exactly one definition: the docs, the scheduler and the other services use it, and no
-module spells out what belongs to it (a subject, an event type, a stream wildcard)."""
+module spells out what belongs to it (a subject, an event type, a stream wildcard, a set of job states, an
+alert kind, an alert severity)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,25 @@ from pathlib import Path
 
 import pytest
 
+from gpuyard.services.monitor.rules import KINDS, Rules
 from gpuyard.services.scheduler.core.placement import POLICIES, make_policy
-from gpuyard.services.scheduler.main import LIVE_STATES
-from gpuyard.shared.events import STREAMS, Subject, Wildcard, type_of
-from gpuyard.shared.jobstate import TERMINAL_STATES, JobState
+from gpuyard.shared.events import STREAMS, AlertKind, AlertSeverity, Subject, Wildcard, type_of
+from gpuyard.shared.jobstate import (
+    ACTIVE_STATES,
+    LIVE_STATES,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    JobState,
+    in_order,
+    state_values,
+)
 from gpuyard.shared.policies import Policy
 from gpuyard.shared.reasons import Fit, PendingCode
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("shared", "services", "gpuyard")
 EVENTS_MODULE = ROOT / "shared" / "events.py"
+JOBSTATE_MODULE = ROOT / "shared" / "jobstate.py"
 NATS_WILDCARD = re.compile(r"^[a-z_]+\.(>|\*)$")
 
 
@@ -45,9 +55,19 @@ def test_reason_table_reader_sees_a_wrong_rank():
 
 
 # ------------------------------------------------------------------------------------------ states, policies
-def test_the_scheduler_reads_every_state_that_is_not_terminal():
-    assert set(LIVE_STATES) == set(JobState) - TERMINAL_STATES
-    assert all(type(state) is str for state in LIVE_STATES)  # plain values for the store's query
+def test_the_live_states_are_those_an_event_may_still_arrive_in():
+    arrive_in = {state for states, _ in TRANSITIONS.values() for state in states}
+    lead_to = {state for _, state in TRANSITIONS.values() if state is not None}
+    assert (
+        in_order(LIVE_STATES) == in_order(arrive_in) == [JobState.QUEUED, JobState.PLACED, JobState.RUNNING]
+    )
+    assert in_order(TERMINAL_STATES) == in_order(lead_to - arrive_in) == in_order(set(JobState) - LIVE_STATES)
+    assert [state for state in JobState if state.terminal] == in_order(TERMINAL_STATES)
+    assert in_order(ACTIVE_STATES) == [JobState.PLACED, JobState.RUNNING]
+    assert state_values(LIVE_STATES) == ["queued", "placed", "running"]
+    assert all(
+        type(state) is str for state in state_values(LIVE_STATES)
+    )  # plain values for the store's query
 
 
 def test_every_policy_has_an_implementation_and_nothing_else_does():
@@ -78,8 +98,9 @@ def subject_literals(source: str, owned: set[str]) -> list[tuple[int, str]]:
     ]
 
 
-def product_modules() -> list[Path]:
-    return sorted(p for top in PRODUCT for p in (ROOT / top).rglob("*.py") if p != EVENTS_MODULE)
+def product_modules(definition: Path = EVENTS_MODULE) -> list[Path]:
+    """The product's modules but `definition`, the one that may spell what is checked."""
+    return sorted(p for top in PRODUCT for p in (ROOT / top).rglob("*.py") if p != definition)
 
 
 def test_no_module_but_events_spells_a_subject_a_type_or_a_wildcard():
@@ -111,3 +132,184 @@ def test_the_subject_check_leaves_other_strings_alone():
     source = 'x = f"deadletter.{durable}"\ny = "job placed"\nz = "jobs.placed.count"'
     assert subject_literals(source, owned_by_events_module()) == []
     assert len(product_modules()) > 50  # it does look at the product's modules
+
+
+# ------------------------------------------------------------------------------------------ job states
+STATE_VALUES = {state.value for state in JobState}
+
+
+def is_state(node: ast.AST) -> bool:
+    """`JobState.RUNNING`, `JobState.RUNNING.value`, or the text of a state: `"running"`."""
+    if isinstance(node, ast.Attribute) and node.attr == "value":
+        node = node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value.id == "JobState"
+    return isinstance(node, ast.Constant) and node.value in STATE_VALUES
+
+
+def state_texts(node: ast.AST) -> list[ast.Constant]:
+    """The state strings `node` is or holds (a constant, or the items of a list, tuple or set)."""
+    items = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
+    return [i for i in items if isinstance(i, ast.Constant) and i.value in STATE_VALUES]
+
+
+def state_spellings(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each place in `source` that spells job states instead of using shared/jobstate.py:
+    a list, tuple or set of two states or more, a filtered pick of JobState's members, or a state's text
+    compared with a state or given as `state=`/`states=`."""
+    found: dict[int, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            spelled = sum(map(is_state, node.elts)) >= 2
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            spelled = any(
+                g.ifs and isinstance(g.iter, ast.Name) and g.iter.id == "JobState" for g in node.generators
+            )
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            spelled = any("state" in ast.unparse(side).lower() for side in sides) and any(
+                state_texts(side) for side in sides
+            )
+        elif isinstance(node, ast.keyword):
+            spelled = node.arg in ("state", "states") and bool(state_texts(node.value))
+        else:
+            continue
+        if spelled:
+            found.setdefault(node.lineno, ast.unparse(node))  # (the outermost, when nested)
+    return sorted(found.items())
+
+
+def test_no_module_but_jobstate_spells_a_set_of_states():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {code}"
+        for path in product_modules(JOBSTATE_MODULE)
+        for line, code in state_spellings(path.read_text())
+    ]
+    assert not found, (
+        "use gpuyard.shared.jobstate (LIVE_STATES, ACTIVE_STATES, TERMINAL_STATES, JobState, state_values) "
+        "instead of:\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "LIVE = [s.value for s in JobState if not s.terminal]",
+        "LIVE = {s for s in JobState if s not in TERMINAL_STATES}",
+        'page = store.list_projections(states=["placed", "running"], limit=500)',
+        "HOLDING = [JobState.PLACED.value, JobState.RUNNING.value]",
+        "ok = view.state in (JobState.PLACED, JobState.RUNNING)",
+        "ok = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})",
+        'alive = doc.get("state") == "running"',
+        'ended = view.state in ("succeeded", "failed")',
+        'count = store.count_by_tenant(states="queued")',
+    ],
+)
+def test_the_state_check_finds_a_spelled_set(source):
+    assert [line for line, _ in state_spellings(source)] == [1]
+
+
+def test_the_state_check_leaves_the_definitions_uses_alone():
+    source = "\n".join(
+        [
+            'ended = stop in ("cancelled", "preempted", "idle")',  # a stop's reason, not a job's state
+            'message = "cancelled"',
+            "page = store.list_projections(states=state_values(LIVE_STATES), limit=500)",
+            "QUEUED = [JobState.QUEUED.value]",
+            "waiting = view.state == JobState.QUEUED",
+            "parser.add_argument('--state', type=JobState, choices=list(JobState))",
+            "everything = [s.value for s in JobState]",
+            "STYLE = {JobState.QUEUED: 'yellow', JobState.RUNNING: 'green'}",
+        ]
+    )
+    assert state_spellings(source) == []
+    assert state_spellings(JOBSTATE_MODULE.read_text())  # the definition does spell them: it may
+
+
+# ------------------------------------------------------------------------------------------ alerts
+KIND_VALUES = {kind.value for kind in AlertKind}
+SEVERITY_VALUES = {severity.value for severity in AlertSeverity}
+
+
+def test_every_rule_is_named_by_its_alert_kind():
+    assert set(KINDS) == set(Rules.model_fields) < KIND_VALUES
+    assert all(type(kind) is AlertKind for kind in KINDS)
+
+
+def severity_texts(items: list[ast.expr | None]) -> set[str]:
+    """The severities `items` spell as strings."""
+    return {i.value for i in items if isinstance(i, ast.Constant) and i.value in SEVERITY_VALUES}
+
+
+def held(node: ast.AST) -> list[ast.expr]:
+    """The items of a list, tuple or set; else the node itself."""
+    return node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
+
+
+def alert_spellings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each place in `source` that spells an alert kind or severity instead of using
+    gpuyard.shared.events (AlertKind, AlertSeverity): a kind's text, or an alert id that starts with one
+    (`node_lost/…`); a severity's text given as `severity=`, compared with a severity, or two severities or
+    more in one list, tuple, set or dict ("warning" alone is also a log level)."""
+    found: dict[int, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value in KIND_VALUES or node.value.partition("/")[0] in KIND_VALUES and "/" in node.value:
+                found.setdefault(node.lineno, repr(node.value))
+            continue
+        if isinstance(node, ast.keyword):
+            spelled = node.arg == "severity" and bool(severity_texts(held(node.value)))
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            spelled = any("severity" in ast.unparse(side).lower() for side in sides) and any(
+                severity_texts(held(side)) for side in sides
+            )
+        elif isinstance(node, ast.List | ast.Tuple | ast.Set):
+            spelled = len(severity_texts(node.elts)) >= 2
+        elif isinstance(node, ast.Dict):
+            spelled = len(severity_texts(node.keys)) >= 2
+        else:
+            continue
+        if spelled:
+            found.setdefault(node.lineno, ast.unparse(node))  # (the outermost, when nested)
+    return sorted(found.items())
+
+
+def test_no_module_but_events_spells_an_alert_kind_or_severity():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {text}"
+        for path in product_modules()
+        for line, text in alert_spellings(path.read_text())
+    ]
+    assert not found, "use gpuyard.shared.events (AlertKind, AlertSeverity) instead of:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'KIND = "job_idle"',
+        'raised = AlertRaised(alert_id=aid, kind="gpu_memory_over_slice", message=m)',
+        'aid = f"node_lost/{node}"',
+        'CLEARED = {"gpu_idle": "the GPU is busy again"}',
+        'raised = AlertRaised(alert_id=aid, kind=KIND, severity="warning", message=m)',
+        'STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}',
+        'loud = alert.severity == "critical"',
+        'loud = alert.severity in ("warning", "critical")',
+    ],
+)
+def test_the_alert_check_finds_a_spelled_kind_or_severity(source):
+    assert [line for line, _ in alert_spellings(source)] == [1]
+
+
+def test_the_alert_check_leaves_other_strings_alone():
+    source = "\n".join(
+        [
+            'uvicorn.run(app, log_level="warning")',
+            'PRIORITY_CLASSES = {"low": 10, "normal": 50, "high": 100, "critical": 1000}',
+            'aid = f"{AlertKind.JOB_IDLE}/{job_id}/{attempt}"',
+            'doc = "the gpu_idle rule: a job_idle alert (job_idle/<job id>/<attempt>)"',
+            "STYLE = {AlertSeverity.CRITICAL: 'bold red', AlertSeverity.WARNING: 'yellow'}",
+            "raised = AlertRaised(alert_id=aid, kind=AlertKind.GPU_IDLE, severity=rule.severity, message=m)",
+        ]
+    )
+    assert alert_spellings(source) == []

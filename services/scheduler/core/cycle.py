@@ -56,7 +56,6 @@ from gpuyard.shared.policies import BackfillMode
 from gpuyard.shared.reasons import GPU_SHORTAGES, PendingCode
 from gpuyard.shared.units import count_text, format_rough_duration
 
-BACKFILL_MODES = ("easy", "greedy", "off")
 NEVER = frozenset(
     {PendingCode.NO_NODES, PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL}
 )  # not in this cycle

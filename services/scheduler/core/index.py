@@ -352,30 +352,6 @@ class CapacityIndex:
             touched.append(i)
         return touched
 
-    def fits_exactly(self, replicas: Iterable[ReplicaAssignment]) -> bool:
-        """Would these exact assignments fit on this index (every GPU, CPU and memory amount)?"""
-        need_cpu: dict[int, float] = {}
-        need_mem: dict[int, float] = {}
-        need_gpu: dict[tuple[int, int], int] = {}
-        need_gmem: dict[tuple[int, int], float] = {}
-        for r in replicas:
-            i = self.position[r.node]
-            need_cpu[i] = need_cpu.get(i, 0.0) + r.cpus
-            need_mem[i] = need_mem.get(i, 0.0) + r.memory
-            for g in r.gpus:
-                key = (i, self.slot_of(i, g.index))
-                need_gpu[key] = need_gpu.get(key, 0) + (
-                    MILLI if g.fraction >= 1 else share_to_milli(g.fraction)
-                )
-                need_gmem[key] = need_gmem.get(key, 0.0) + (g.memory or 0)
-        if any(self.cpu_free[i] + EPS < c for i, c in need_cpu.items()):
-            return False
-        if any(self.mem_free[i] < m for i, m in need_mem.items()):
-            return False
-        if any(self.free[i][s] < v for (i, s), v in need_gpu.items()):
-            return False
-        return all(self.gpu_memory_free[i][s] >= v for (i, s), v in need_gmem.items())
-
     # ----------------------------------------------------------------------------------------------- totals
     def total_gpus(self) -> float:
         return float(sum(len(row) for row, ok in zip(self.free, self.schedulable, strict=True) if ok))

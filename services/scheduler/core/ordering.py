@@ -24,15 +24,6 @@ from gpuyard.services.scheduler.core.quota import QuotaLedger
 _PRIORITY = attrgetter("priority")
 
 
-def arrival_key(job: JobRequest) -> tuple:
-    return (-job.priority, job.submitted_at, job.job_id)
-
-
-def by_arrival(queue: list[JobRequest]) -> list[JobRequest]:
-    """`sorted(queue, key=arrival_key)`."""
-    return sorted(queue, key=arrival_key)
-
-
 class Order:
     """Yields jobs one at a time; the ledger must be updated before asking for the next one."""
 

@@ -7,7 +7,6 @@ import numpy as np
 from gpuyard.services.scheduler.core.demand import MILLI, Demand
 from gpuyard.services.scheduler.core.fragmentation import TaskShape, shape_of, typical_shapes
 from gpuyard.services.scheduler.core.index import CapacityIndex
-from gpuyard.services.scheduler.core.model import Gpu, Node
 from gpuyard.services.scheduler.sim.trace import GPU_MEMORY_GIB, NodeTable, PodTable
 
 
@@ -19,16 +18,6 @@ def node_index(nodes: NodeTable) -> CapacityIndex:
         np.nan_to_num(nodes.cpus),
         np.nan_to_num(nodes.memory),
     )
-
-
-def node_objects(nodes: NodeTable) -> dict[str, Node]:
-    out = {}
-    for name, cpus, mem, g, model in zip(
-        nodes.names, nodes.cpus, nodes.memory, nodes.gpus, nodes.models, strict=True
-    ):
-        gpus = [Gpu(k, model, GPU_MEMORY_GIB.get(model, 0) << 30) for k in range(int(g))]
-        out[name] = Node(name, gpus, float(np.nan_to_num(cpus)), int(np.nan_to_num(mem)))
-    return out
 
 
 def pod_demands(pods: PodTable) -> tuple[list[Demand], np.ndarray]:

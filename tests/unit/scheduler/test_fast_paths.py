@@ -33,7 +33,7 @@ from gpuyard.services.scheduler.core.demand import MILLI, demand_of
 from gpuyard.services.scheduler.core.fragmentation import shape_of, typical_shapes
 from gpuyard.services.scheduler.core.index import CapacityIndex
 from gpuyard.services.scheduler.core.model import Gpu, Node
-from gpuyard.services.scheduler.core.ordering import arrival_key, in_order
+from gpuyard.services.scheduler.core.ordering import in_order
 from gpuyard.services.scheduler.core.placement import POLICIES
 from gpuyard.services.scheduler.core.placement import base as placement_base
 from gpuyard.services.scheduler.core.quota import QuotaLedger
@@ -220,7 +220,7 @@ def test_groups_track_every_change_of_a_node() -> None:
 
 def _reference_in_order(queue, ledger, fair_share):
     """The order as first written: a heap entry per tenant, re-keyed after every job."""
-    ordered = sorted(queue, key=arrival_key)
+    ordered = sorted(queue, key=lambda job: (-job.priority, job.submitted_at, job.job_id))
     if not fair_share:
         yield from ordered
         return

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
 from gpuyard.services.submit.context import Uploads
+from gpuyard.shared.events import ModelDeleted
 from gpuyard.shared.modelstore import UPLOADS_DIR, sha256_of
 from gpuyard.shared.onnxsig import CheckBounds
 from tests.unit.onnxmodels import tiny_model
@@ -253,11 +254,23 @@ def test_a_deployed_version_is_not_deleted_and_the_refusal_names_its_deployment(
         assert gone.status_code == 200 and gone.json()["versions"] == [1]
 
 
+async def deleted_as_before_the_409(ctx, tenant: str, name: str) -> None:
+    """Every version of the model deleted though deployed, as a store written before such a deletion was
+    refused may hold it: `model.deleted` recorded as the registry records it, without its check."""
+
+    async def decide(view):
+        return ModelDeleted(
+            name=name, tenant=tenant, versions=[v.version for v in view.versions], whole_model=True, by="ana"
+        )
+
+    await ctx.models.record(tenant, name, decide)
+
+
 def test_the_replicas_of_a_model_deleted_while_deployed_can_still_be_listed_and_undeployed(ctx, app):
     with TestClient(app) as api:
         assert api.post("/v1/models?name=mnist", content=tiny_model(), headers=VISION).status_code == 201
         [job] = deploy(api)
-        asyncio.run(ctx.models.delete("vision", "mnist", None, "ana"))  # (as it could be before the 409)
+        asyncio.run(deleted_as_before_the_409(ctx, "vision", "mnist"))
         assert api.get("/v1/models/mnist", headers=VISION).status_code == 404
         listed = api.get("/v1/models/mnist/deployments", headers=VISION)
         assert listed.status_code == 200 and [r["job_id"] for r in listed.json()["replicas"]] == [job]

@@ -105,12 +105,3 @@ def tightest_slots(index: CapacityIndex, i: int, demand: Demand) -> list[int]:
         return slots[: demand.count]
     free = index.free[i]
     return [min(slots, key=lambda s: (free[s], s))]
-
-
-def slot_with_free(index: CapacityIndex, i: int, demand: Demand, value: int) -> list[int]:
-    """A share: the first GPU whose free share is exactly `value` (the option a policy scored), else tightest."""
-    free = index.free[i]
-    for s in index.eligible(i, demand):
-        if free[s] == value:
-            return [s]
-    return tightest_slots(index, i, demand)
