@@ -25,6 +25,7 @@ DAILY = {
         "BIN/python -m gpuyard.shared.eventdocs > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }",
         "mv docs/events.md.new docs/events.md",
         "BIN/python -m gpuyard.shared.settingsdocs",
+        "BIN/python -m gpuyard.shared.busdiagram",
     ],
     "bench": [
         "BIN/python benchmarks/pipeline.py --start --jobs 1000 --concurrency 8",

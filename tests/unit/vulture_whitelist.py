@@ -36,7 +36,6 @@ CHECKED_BY_TESTS = {
     ("shared/jobstate.py", "fold"): "the pure fold of a job's events: the state machine's tests",
     ("shared/events.py", "missing_upcasters"): "every older event version has its upcaster: a contract test",
     ("shared/buspermissions.py", "publishers"): "the permission table read by subject: its tests",
-    ("shared/buspermissions.py", "SERVICE_ROLES"): "the permission table's tests",
     ("shared/buspermissions.py", "NOT_PUBLISHED_YET"): "the permission table's tests",
     ("services/scheduler/main.py", "NOT_FOLLOWED"): "the job events it need not follow, and why: a test",
     ("shared/busmetrics.py", "OUTCOMES"): "the label values of gpuyard_bus_events_handled: its tests",
