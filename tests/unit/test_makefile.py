@@ -26,6 +26,7 @@ DAILY = {
         "mv docs/events.md.new docs/events.md",
         "BIN/python -m gpuyard.shared.settingsdocs",
         "BIN/python -m gpuyard.shared.busdiagram",
+        "BIN/python -m gpuyard.shared.jscontracts",
     ],
     "bench": [
         "BIN/python benchmarks/pipeline.py --start --jobs 1000 --concurrency 8",

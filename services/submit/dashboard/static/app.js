@@ -1,6 +1,8 @@
 // The dashboard's toolkit, shared by every page (static/pages/*.js): calls to the JSON API with the session,
 // the live event stream, and small DOM helpers. Written here; no third-party code.
 
+import { ACTIVE_STATES } from "./contracts.js";
+
 const csrf = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
 const who = document.querySelector(".who");
 
@@ -80,7 +82,7 @@ export function onEvent(fn, subject = ">", opened = null) {
   };
 }
 
-const LIVE_STATES = {
+const LIVE_DOT = {
   on: ["live", "live on", "Live updates from the event stream"],
   reconnecting: ["reconnecting…", "live off", "The event stream broke off: reconnecting (what it missed is read again)"],
   closed: ["not live", "live off", "The event stream was refused: reload the page"],
@@ -91,7 +93,7 @@ const LIVE_STATES = {
 function showLive(state) {
   const dot = document.getElementById("live");
   if (!dot) return;
-  const [text, className, title] = LIVE_STATES[state];
+  const [text, className, title] = LIVE_DOT[state];
   dot.textContent = text;
   dot.className = className;
   dot.title = title;
@@ -425,7 +427,7 @@ export async function liveJobs(pages = 1) {
   const jobs = [];
   let cursor = null;
   for (let i = 0; i < pages; i++) {
-    const q = new URLSearchParams([["state", "running"], ["state", "placed"], ["limit", "500"]]);
+    const q = new URLSearchParams([...ACTIVE_STATES.map((state) => ["state", state]), ["limit", "500"]]);
     if (cursor) q.set("cursor", cursor);
     const page = await api(`/v1/jobs?${q}`);
     jobs.push(...page.items);

@@ -6,6 +6,7 @@ import {
   GPU_STATES, api, applySample, byNodeName, bytes, elapsed, empty, errorBox, fill, gpuState, h, holderText,
   keepFresh, keepSampled, kind, liveJobs, num, onEvent, section, setQuery, tableBox, throttle,
 } from "../app.js";
+import { STATE, SUBJECT, WILDCARD } from "../contracts.js";
 
 const AUTO_COMPACT_GPUS = 256; // more GPUs than this: small cells, node names on hover
 const query = new URLSearchParams(location.search);
@@ -379,7 +380,7 @@ function drawQueues() {
     h("thead", {}, h("tr", {}, ["Tenant", "Queued", "Oldest wait", "Placed", "Running", "GPUs used", "Guaranteed", "Borrowed"]
       .map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
     h("tbody", {}, queues.items.map((t) => h("tr", { "data-tenant": t.tenant },
-      h("td", {}, h("a", { href: `/jobs?tenant=${encodeURIComponent(t.tenant)}&state=queued` }, t.tenant)),
+      h("td", {}, h("a", { href: `/jobs?${new URLSearchParams({ tenant: t.tenant, state: STATE.QUEUED })}` }, t.tenant)),
       h("td", { class: "num" }, num(t.queued)),
       h("td", { class: "num oldest" }, waited(t)),
       h("td", { class: "num" }, num(t.placed)),
@@ -430,23 +431,23 @@ const flush = throttle(() => {
 }, 500);
 
 onEvent((e) => {
-  if (kind(e) !== "gpu.sample") return;
+  if (kind(e) !== SUBJECT.GPU_SAMPLE) return;
   if (applySample(nodes.get(e.data.node), e.data)) {
     dirty.add(e.data.node);
     flush();
   } else reloadNodes(); // a node not listed yet
-}, "gpu.>");
+}, WILDCARD.GPU);
 
 const reloadNodes = throttle(loadNodes, 1000);
 onEvent((e) => {
   const known = nodes.get(e.data.node);
-  if (kind(e) === "node.heartbeat" && known && known.state !== "lost") return; // its figures come with its samples
+  if (kind(e) === SUBJECT.NODE_HEARTBEAT && known && known.state !== "lost") return; // its figures come with its samples
   reloadNodes();
-}, "node.>", () => reloadNodes());
+}, WILDCARD.NODE, () => reloadNodes());
 
 loadNodes();
 setInterval(reloadNodes, 30_000); // (a missed event, a node's heartbeat age)
-keepFresh(() => Promise.all([loadQueues(), loadNames()]), { subject: "job.>", everyMs: 15_000 });
+keepFresh(() => Promise.all([loadQueues(), loadNames()]), { subject: WILDCARD.JOB, everyMs: 15_000 });
 
 // The browser test draws 1,000 generated nodes with this (GET /v1/nodes' shape).
 window.gpuyardCluster = {

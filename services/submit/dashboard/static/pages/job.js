@@ -4,9 +4,9 @@ import {
   ApiError, ago, api, bytes, duration, elapsed, empty, errorBox, fill, h, kind, main, num, onEvent, params,
   section, stateBadge, tableBox, throttle,
 } from "../app.js";
+import { STATE, TERMINAL_STATES, WILDCARD } from "../contracts.js";
 
 const jobId = params.jobId;
-const TERMINAL = ["succeeded", "failed", "cancelled"];
 const LOG_KEEP = 512 * 1024; // characters of output kept on the page (the API has all of it)
 
 const headEl = section("job-head", null);
@@ -38,7 +38,7 @@ async function load() {
 }
 
 function drawHead() {
-  const active = !TERMINAL.includes(job.state);
+  const active = !TERMINAL_STATES.includes(job.state);
   const cancel = h("button", { class: "danger", id: "cancel", disabled: !active || job.cancel_requested, onclick: cancelJob },
     job.cancel_requested && active ? "Cancelling…" : "Cancel");
   const resubmit = h("button", { id: "resubmit", onclick: resubmitJob }, "Resubmit");
@@ -107,7 +107,7 @@ function drawPlacement() {
         h("td", {}, num(p.cpus)), h("td", {}, bytes(p.memory_bytes)),
       ))),
     )));
-  } else if (!TERMINAL.includes(job.state)) {
+  } else if (!TERMINAL_STATES.includes(job.state)) {
     parts.push(empty("Not placed yet.", "The scheduler places it when the GPUs it asks for are free: see the reason above."));
   }
   if (job.attempts?.length) {
@@ -173,7 +173,7 @@ const logs = {
       h("button", { class: i === this.replica ? "primary" : "", onclick: () => this.show(i) }, `replica ${i}`)),
       h("a", { class: "button", href: this.url(false), target: "_blank" }, "Whole log"));
     if (this.attempt === job.attempt && this.controller) return;
-    if (job.state === "queued" && !job.attempts?.some((a) => a.started_at)) {
+    if (job.state === STATE.QUEUED && !job.attempts?.some((a) => a.started_at)) {
       fill(this.pre, "");
       this.status.textContent = "No output yet: the job has not started.";
       return;
@@ -201,7 +201,7 @@ const logs = {
     this.controller = controller;
     this.attempt = job.attempt;
     fill(this.pre, "");
-    this.status.textContent = TERMINAL.includes(job.state) ? "" : "following…";
+    this.status.textContent = TERMINAL_STATES.includes(job.state) ? "" : "following…";
     try {
       const res = await fetch(this.url(true), { signal: controller.signal, credentials: "same-origin" });
       if (!res.ok) {
@@ -232,12 +232,12 @@ const logs = {
 
 load();
 const refresh = throttle(load, 300);
-onEvent((event) => event.data?.job_id === jobId && refresh(), "job.>", () => refresh());
+onEvent((event) => event.data?.job_id === jobId && refresh(), WILDCARD.JOB, () => refresh());
 // What the API words from the clock moves without events of the job's own: a queued job's place in line and
 // wait (the whole job is read again), a running job's "running on node-a for 40s" (its explanation). The
 // page's own relative times and durations advance by themselves (app.js).
 setInterval(() => {
-  if (!job || TERMINAL.includes(job.state) || document.hidden) return;
-  if (job.state === "queued") refresh();
+  if (!job || TERMINAL_STATES.includes(job.state) || document.hidden) return;
+  if (job.state === STATE.QUEUED) refresh();
   else loadWhy();
 }, WHY_REFRESH_MS);

@@ -3,8 +3,8 @@ import {
   ago, api, elapsed, empty, errorBox, fill, h, jobLink, keepFresh, me, num, section, setQuery, stateBadge,
   tableBox, waitingText,
 } from "../app.js";
+import { STATE, STATES, WILDCARD } from "../contracts.js";
 
-const STATES = ["queued", "placed", "running", "succeeded", "failed", "cancelled"];
 const PAGE_SIZE = 50;
 const query = new URLSearchParams(location.search);
 const filters = {
@@ -88,7 +88,7 @@ function ranFor(j) {
 }
 
 function where(j) {
-  if (j.state === "queued") return h("span", { class: "muted" }, waitingText(j.pending) || "waiting for the scheduler");
+  if (j.state === STATE.QUEUED) return h("span", { class: "muted" }, waitingText(j.pending) || "waiting for the scheduler");
   if (j.placements?.length) {
     const nodes = [...new Set(j.placements.map((p) => p.node))];
     return nodes.join(", ");
@@ -156,4 +156,4 @@ function draw() {
   fill(listEl, tableEl, pager);
 }
 
-keepFresh(refresh, { subject: "job.>", everyMs: 30_000 });
+keepFresh(refresh, { subject: WILDCARD.JOB, everyMs: 30_000 });

@@ -3,8 +3,9 @@
 // entry point (another port: the browser calls it directly, with the session cookie and the CSRF token).
 import {
   ago, api, bytes, empty, errorBox, fill, h, jobLink, keepFresh, kind, me, num, onEvent, params, section,
-  setQuery, tableBox, waitingText,
+  setQuery, stateBadge, tableBox, waitingText,
 } from "../app.js";
+import { STATE, SUBJECT } from "../contracts.js";
 
 const csrf = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
 const query = new URLSearchParams(location.search);
@@ -46,7 +47,7 @@ async function load() {
   if (selected && !selected.tenant) selected = models.find((m) => m.name === selected.name) ?? null;
   const [lists, failed, view] = await Promise.all([
     Promise.all(models.map((m) => api(`${modelPath(m)}/deployments${ownerQuery(m)}`).catch(() => null))),
-    api("/v1/jobs?state=failed&limit=100").catch(() => null),
+    api(`/v1/jobs?${new URLSearchParams({ state: STATE.FAILED, limit: "100" })}`).catch(() => null),
     selected ? api(`${modelPath(selected)}${ownerQuery(selected)}`).catch((err) => err) : null,
   ]);
   replicas = new Map(models.map((m, i) => [keyOf(m), lists[i]?.replicas ?? []]));
@@ -67,18 +68,18 @@ function failureOf(job) {
     key: `${serve.tenant ?? job.tenant}/${serve.model}`,
     version: serve.version,
     job,
-    reason: job.failure?.message || job.message || "failed",
+    reason: job.failure?.message || job.message || STATE.FAILED,
     at: job.finished_at,
   };
 }
 
 // ---------------------------------------------------------------- the list
 
+/** A live replica's state in a model's words (a running serve job is ready); an ended one's as it is. */
+const REPLICA_WORDS = { [STATE.RUNNING]: "ready", [STATE.PLACED]: "loading", [STATE.QUEUED]: "waiting" };
+
 function status(r) {
-  if (r.state === "running") return h("span", { class: "state state-running" }, "ready");
-  if (r.state === "placed") return h("span", { class: "state state-placed" }, "loading");
-  if (r.state === "queued") return h("span", { class: "state state-queued" }, "waiting");
-  return h("span", { class: `state state-${r.state}` }, r.state);
+  return h("span", { class: `state state-${r.state}` }, REPLICA_WORDS[r.state] ?? r.state);
 }
 
 function deployedText(m) {
@@ -87,7 +88,7 @@ function deployedText(m) {
   const byVersion = new Map();
   for (const r of live) byVersion.set(r.version, [...(byVersion.get(r.version) ?? []), r]);
   return h("span", { class: "deployed" }, [...byVersion].sort((a, b) => b[0] - a[0]).map(([v, rs]) => {
-    const ready = rs.filter((r) => r.state === "running").length;
+    const ready = rs.filter((r) => r.state === STATE.RUNNING).length;
     return h("span", { class: "pill", title: rs.map((r) => `${r.job_id.slice(0, 12)} ${r.state}`).join("\n") },
       `v${v} · ${ready}/${rs.length} ready`);
   }));
@@ -200,7 +201,7 @@ function drawDetail() {
       h("td", {}, ago(v.published_at), h("div", { class: "muted" }, v.job_id ? `by job ${v.job_id.slice(0, 12)}` : v.user ? `by ${v.user}` : "")),
       h("td", { class: "num" }, bytes(v.size_bytes)),
       h("td", { class: "mono sig" }, signature(v.inputs), h("div", { class: "muted" }, "→ ", signature(v.outputs))),
-      h("td", {}, mine.length ? `${mine.filter((r) => r.state === "running").length}/${mine.length} ready` : h("span", { class: "muted" }, "—")),
+      h("td", {}, mine.length ? `${mine.filter((r) => r.state === STATE.RUNNING).length}/${mine.length} ready` : h("span", { class: "muted" }, "—")),
       h("td", { class: "num" }, rateCell(key, v.version)),
       h("td", {}, button),
     );
@@ -211,7 +212,7 @@ function drawDetail() {
     h("td", { class: "replica-status" }, status(r)),
     h("td", {}, r.node ? `${r.node}${r.gpu_index != null ? ` · GPU ${r.gpu_index}` : ""}` : h("span", { class: "muted" }, "—")),
     h("td", { class: "num" }, num(r.gpus)),
-    h("td", { class: "muted" }, r.state === "queued" ? waitingText(r.pending) || "waiting for the scheduler" : r.message || ""),
+    h("td", { class: "muted" }, r.state === STATE.QUEUED ? waitingText(r.pending) || "waiting for the scheduler" : r.message || ""),
     h("td", {}, h("button", { class: "danger undeploy-version", onclick: () => undeploy(m, r.version) }, `Undeploy v${r.version}`)),
   ));
   const failed = failures.filter((f) => f.key === key).slice(0, 5);
@@ -237,7 +238,7 @@ function drawDetail() {
       : empty("Not deployed.", "Deploy a version above: each replica is a serve job the scheduler places like any job."),
     failed.length ? h("div", { id: "failures" }, h("h3", {}, "Recent failures"),
       h("ul", { class: "failures" }, failed.map((f) => h("li", {},
-        h("span", { class: "state state-failed" }, "failed"), ` v${f.version} `,
+        stateBadge(STATE.FAILED), ` v${f.version} `,
         f.job ? jobLink({ job_id: f.job.job_id, name: f.job.job_id.slice(0, 12) }) : null, " ",
         h("span", { class: "error-text" }, f.reason), " ", ago(f.at))))) : null,
   );
@@ -281,7 +282,7 @@ function startRollback(m, version, from) {
 async function rollBackOnceReady() {
   if (!rollback) return;
   const live = replicas.get(rollback.key) ?? [];
-  if (!live.some((r) => r.version === rollback.version && r.state === "running")) return;
+  if (!live.some((r) => r.version === rollback.version && r.state === STATE.RUNNING)) return;
   const newer = [...new Set(live.filter((r) => r.version > rollback.version).map((r) => r.version))];
   const { model, version } = rollback;
   rollback = null;
@@ -470,7 +471,7 @@ function updateReadiness(m) {
   const note = document.getElementById("infer-ready");
   if (!note) return;
   const live = m ? replicas.get(keyOf(m)) ?? [] : [];
-  const ready = live.filter((r) => r.state === "running").length;
+  const ready = live.filter((r) => r.state === STATE.RUNNING).length;
   note.textContent = !m ? "" : ready ? `${ready} replica${ready === 1 ? "" : "s"} ready` : "no replica ready: deploy a version first";
 }
 
@@ -540,8 +541,8 @@ function dataText(data) {
 
 onEvent((e) => {
   const k = kind(e);
-  if (k === "model.ready" && e.data?.endpoint) learnServing(e.data.endpoint);
-  if (k === "model.failed" && e.data) {
+  if (k === SUBJECT.MODEL_READY && e.data?.endpoint) learnServing(e.data.endpoint);
+  if (k === SUBJECT.MODEL_FAILED && e.data) {
     failures.unshift({
       key: `${e.data.tenant}/${e.data.name}`, version: e.data.version, job: { job_id: e.data.job_id },
       reason: `${e.data.reason}: ${e.data.message}`, at: e.time, live: true,

@@ -6,6 +6,7 @@ import {
   api, applySample, byNodeName, bytes, duration, empty, errorBox, fill, gpuState, h, holderText, holdersKey,
   keepSampled, kind, liveJobs, me, num, onEvent, section, setQuery, tableBox, throttle,
 } from "../app.js";
+import { SUBJECT, WILDCARD } from "../contracts.js";
 
 const PAGE_SIZE = 50;
 const STATES = ["ready", "lost", "cordoned", "draining"];
@@ -324,7 +325,7 @@ const reloadJobs = throttle(loadJobs, 1000);
 
 onEvent((e) => {
   const name = e.data?.node;
-  if (kind(e) === "node.heartbeat" && seenAt.has(name) && byName.get(name)?.state !== "lost") {
+  if (kind(e) === SUBJECT.NODE_HEARTBEAT && seenAt.has(name) && byName.get(name)?.state !== "lost") {
     seenAt.set(name, Date.now());
     intervals.set(name, e.data.interval_seconds);
     const el = listEl.querySelector(`.heartbeat[data-node="${CSS.escape(name)}"]`);
@@ -333,20 +334,23 @@ onEvent((e) => {
     return;
   }
   reloadNodes();
-}, "node.>", () => reloadNodes());
+}, WILDCARD.NODE, () => reloadNodes());
 
 onEvent((e) => {
-  if (kind(e) !== "gpu.sample") return;
+  if (kind(e) !== SUBJECT.GPU_SAMPLE) return;
   const node = byName.get(e.data.node);
   if (!node) return;
   const before = holdersKey(node);
   applySample(node, e.data);
   if (holdersKey(node) !== before) reloadJobs(); // its jobs changed: the "Running jobs" column follows
   else refreshFigures(node);
-}, "gpu.>");
+}, WILDCARD.GPU);
 
-const JOB_MOVES = ["job.placed", "job.started", "job.succeeded", "job.failed", "job.cancelled", "job.requeued"];
-onEvent((e) => JOB_MOVES.includes(kind(e)) && reloadJobs(), "job.>", () => reloadJobs());
+const JOB_MOVES = [
+  SUBJECT.JOB_PLACED, SUBJECT.JOB_STARTED, SUBJECT.JOB_SUCCEEDED, SUBJECT.JOB_FAILED, SUBJECT.JOB_CANCELLED,
+  SUBJECT.JOB_REQUEUED,
+];
+onEvent((e) => JOB_MOVES.includes(kind(e)) && reloadJobs(), WILDCARD.JOB, () => reloadJobs());
 
 setInterval(() => {
   for (const el of listEl.querySelectorAll(".heartbeat")) {

@@ -2,6 +2,7 @@
 // form writes into it. Each change is checked by the API itself (POST /v1/jobs/validate), so the page never
 // holds a second copy of the rules, and the API's reason is shown in place.
 import { api, describe, errorBox, fill, h, kind, onEvent, params, prose, section, throttle } from "../app.js";
+import { SUBJECT, WILDCARD } from "../contracts.js";
 
 const priorities = (params.priorities ?? "normal").split(",");
 const START = {
@@ -142,7 +143,7 @@ const nodesSeen = new Set();
 const recheck = throttle(check, 2000);
 onEvent((e) => {
   const node = e.data?.node;
-  if (kind(e) === "node.heartbeat" && nodesSeen.has(node)) return;
+  if (kind(e) === SUBJECT.NODE_HEARTBEAT && nodesSeen.has(node)) return;
   nodesSeen.add(node);
   recheck();
-}, "node.>", () => recheck());
+}, WILDCARD.NODE, () => recheck());

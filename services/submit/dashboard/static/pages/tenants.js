@@ -3,6 +3,7 @@
 import {
   ApiError, ago, api, elapsed, empty, errorBox, fill, h, keepFresh, kind, me, num, section, tableBox,
 } from "../app.js";
+import { STATE } from "../contracts.js";
 
 const tenantsEl = section("tenants", "Tenants and quotas");
 const tokensEl = me.admin ? section("tokens", "Tokens") : null;
@@ -14,7 +15,7 @@ let tokenMessage = null;
 // ---------------------------------------------------------------- tenants
 
 function waitingLink(tenant, count) {
-  const q = new URLSearchParams({ state: "queued" });
+  const q = new URLSearchParams({ state: STATE.QUEUED });
   if (me.admin) q.set("tenant", tenant);
   return h("a", { href: `/jobs?${q}`, class: "waiting", title: `${tenant}'s queued jobs` }, `${num(count)} waiting`);
 }
@@ -64,7 +65,7 @@ function withoutFigures() {
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Tenant"), h("th", { scope: "col" }, "Its jobs"))),
       h("tbody", {}, names.map((n) => h("tr", { "data-tenant": n },
         h("td", {}, h("strong", {}, n)),
-        h("td", {}, h("a", { href: `/jobs?${new URLSearchParams(me.admin ? { state: "queued", tenant: n } : { state: "queued" })}` }, "queued jobs"))))))) : null,
+        h("td", {}, h("a", { href: `/jobs?${new URLSearchParams(me.admin ? { state: STATE.QUEUED, tenant: n } : { state: STATE.QUEUED })}` }, "queued jobs"))))))) : null,
   ];
 }
 
