@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from benchmarks.api_under_upload import frame, read_answer  # (the benchmark's raw HTTP, shared)
 from gpuyard.client import Client
 from tests.integration.conftest import Platform, wait_for
 from tests.unit.serving.models import Mlp
@@ -66,27 +67,6 @@ def start_upload(
     ]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + head)
     return sock
-
-
-def read_answer(sock: socket.socket) -> tuple[int, bytes]:
-    """The status and the body of the answer on `sock` (one with a Content-Length)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed with no answer: {data!r}"
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    status = int(head.split(b" ", 2)[1])
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "the connection closed in the middle of the answer"
-        body += chunk
-    return status, body
 
 
 @pytest.mark.parametrize(
@@ -173,12 +153,8 @@ def start_inference(platform: Platform, token: str, head: bytes) -> socket.socke
         f"Authorization: Bearer {token}",
         "Transfer-Encoding: chunked",
     ]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + chunked(head))
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + frame(head))
     return sock
-
-
-def chunked(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def unanswered(sock: socket.socket) -> bool:
@@ -215,7 +191,7 @@ def test_another_tenant_is_answered_while_one_uploads_and_another_sends_an_overs
         assert status == 201, body
         sent = MAX_REQUEST // 2
         while sent <= MAX_REQUEST:  # past the limit, then nothing more: the server has all it needs to refuse
-            inference.sendall(chunked(oversized[sent : sent + 65536]))
+            inference.sendall(frame(oversized[sent : sent + 65536]))
             sent += 65536
         status, body = read_answer(inference)
     finally:
