@@ -55,16 +55,16 @@ integration: $(BIN)/.installed-test
 browser: $(BIN)/.installed-test
 	$(BIN)/pytest -q -rs tests/browser $(PYTEST_ARGS)
 
-# The generated docs, made anew from their one definition: docs/events.md from shared/events.py, the
-# settings tables of docs/operations.md from shared/settings.py, and the README's picture of the bus from the bus
-# users' grants (shared/buspermissions.py), the dashboard's contracts.js from the enums; a unit test fails while
+# The generated docs, made anew from their one definition: docs/events.md from shared/contracts/events.py, the
+# settings tables of docs/operations.md from shared/settings/, and the README's picture of the bus from the bus
+# users' grants (shared/bus/permissions.py), the dashboard's contracts.js from the enums; a unit test fails while
 # any is stale.
 docs: $(BIN)/.installed-test
-	$(BIN)/python -m gpuyard.shared.eventdocs > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }
+	$(BIN)/python -m gpuyard.docsgen.events > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }
 	mv docs/events.md.new docs/events.md
-	$(BIN)/python -m gpuyard.shared.settingsdocs
-	$(BIN)/python -m gpuyard.shared.busdiagram
-	$(BIN)/python -m gpuyard.shared.jscontracts
+	$(BIN)/python -m gpuyard.docsgen.settings
+	$(BIN)/python -m gpuyard.docsgen.busdiagram
+	$(BIN)/python -m gpuyard.docsgen.jscontracts
 
 # A quick look at performance, about a minute on 2 cores (docs/benchmarks.md has the full runs, their figures, and
 # "A short queue, and latency below saturation" for these two): the pipeline end to end, no-op jobs over HTTP

@@ -67,13 +67,13 @@ async def serve(folder: Path, port: int, max_model_bytes: int) -> None:
 
     from gpuyard.services.submit.app import create_app
     from gpuyard.services.submit.context import SubmitContext, Uploads
-    from gpuyard.shared.ledger import JobLedger
-    from gpuyard.shared.logstore import open_log_store
-    from gpuyard.shared.modelregistry import ModelRegistry
-    from gpuyard.shared.modelstore import ModelStore
-    from gpuyard.shared.onnxsig import CheckBounds
-    from gpuyard.shared.store import open_store
-    from gpuyard.shared.tokens import Tokens
+    from gpuyard.shared.auth.tokens import Tokens
+    from gpuyard.shared.modelfiles.signature import CheckBounds
+    from gpuyard.shared.modelfiles.store import ModelStore
+    from gpuyard.shared.stores.events import open_store
+    from gpuyard.shared.stores.ledger import JobLedger
+    from gpuyard.shared.stores.logs import open_log_store
+    from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 
     store = await open_store(f"sqlite:///{folder / 'events.db'}")
     logs = await open_log_store(f"sqlite:///{folder / 'logs.db'}")
@@ -107,10 +107,10 @@ async def serve_inference(folder: Path, port: int, max_request_bytes: int, model
     from gpuyard.services.serving.routing import Routes
     from gpuyard.services.serving.runtime import load_onnx
     from gpuyard.services.serving.stats import Stats
-    from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
-    from gpuyard.shared.modelstore import ModelStore
-    from gpuyard.shared.store import open_store
-    from gpuyard.shared.tokens import Tokens
+    from gpuyard.shared.auth.tokens import Tokens
+    from gpuyard.shared.modelfiles.store import ModelStore
+    from gpuyard.shared.stores.events import open_store
+    from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 
     store = await open_store(f"sqlite:///{folder / 'events.db'}")
     catalog = ModelCatalog(store, None, "/bench", ModelStore(str(folder / "models")))
@@ -439,7 +439,7 @@ def main() -> int:
         help="oversized inference requests alone, before the publish",
     )
     args = parser.parse_args()
-    from gpuyard.shared.settings import ServingSettings
+    from gpuyard.shared.settings.serving import ServingSettings
 
     default_limit = ServingSettings.model_fields["max_request_bytes"].default
     args.request_limit = args.request_limit_mb << 20 if args.request_limit_mb else default_limit
@@ -551,8 +551,8 @@ def inference_phases(serving_url: str, args, big: Path, url: str, lister: Lister
 
 
 def loop_factory():
-    """The services' event loop (`gpuyard.shared.service.event_loop_factory`: uvloop where installed)."""
-    from gpuyard.shared.service import event_loop_factory
+    """The services' event loop (`gpuyard.shared.runtime.service.event_loop_factory`: uvloop where installed)."""
+    from gpuyard.shared.runtime.service import event_loop_factory
 
     return event_loop_factory()
 

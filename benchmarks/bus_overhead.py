@@ -1,4 +1,4 @@
-"""What counting the bus figures (`gpuyard.shared.busmetrics`) adds to the handling of one message, in nanoseconds of
+"""What counting the bus figures (`gpuyard.shared.bus.metrics`) adds to the handling of one message, in nanoseconds of
 CPU per message, without a server: messages go through a durable consumer's loop (`PullConsumer.dispatch`:
 decode, handler, ack) and a watch's (`Watch._delivered`), with a handler that does nothing, once with the
 figures counted and once with figures that count nothing. The difference is the cost of counting; a real
@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuyard.shared.bus import PullConsumer, Watch  # noqa: E402
-from gpuyard.shared.events import JobCancelRequested, make_event, subject_of  # noqa: E402
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.bus.jetstream import PullConsumer, Watch  # noqa: E402
+from gpuyard.shared.contracts.events import JobCancelRequested, make_event, subject_of  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 from tests.unit.bus_fakes import FakeBus, FakeMsg  # noqa: E402
 
 

@@ -7,7 +7,7 @@
 - an append to the embedded SQLite store alone against appends that share a commit (group commit);
 - starting a no-op job's process (`true`) and waiting for it: the CPU time of the child itself, which no
   platform process is charged with but which shares the same cores;
-- folding one event into a job's view (`gpuyard.shared.jobstate.apply`, done by every service for every job event),
+- folding one event into a job's view (`gpuyard.shared.contracts.jobstate.apply`, done by every service for every job event),
   averaged over a no-op job's life: submitted, placed, started, replica exited, succeeded.
 
 Prints one JSON object; docs/benchmarks.md (Pipeline) quotes it.
@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
-from gpuyard.shared.bus import Bus  # noqa: E402
-from gpuyard.shared.events import (  # noqa: E402
+from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
+from gpuyard.shared.contracts.events import (  # noqa: E402
     GpuShare,
     JobPlaced,
     JobReplicaExited,
@@ -39,13 +39,13 @@ from gpuyard.shared.events import (  # noqa: E402
     derived_id,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.jobstate import apply  # noqa: E402
-from gpuyard.shared.ledger import projection_of  # noqa: E402
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
-from gpuyard.shared.store import Append  # noqa: E402
-from gpuyard.shared.store.sqlite import SqliteEventStore  # noqa: E402
-from gpuyard.up import nats_server_binary  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.contracts.jobstate import apply  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.stores.events import Append  # noqa: E402
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore  # noqa: E402
+from gpuyard.shared.stores.ledger import projection_of  # noqa: E402
+from gpuyard.supervisor.up import nats_server_binary  # noqa: E402
 
 N = 2000
 SPEC = JobSpec.model_validate(

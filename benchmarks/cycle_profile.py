@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scheduler as bench  # noqa: E402  (benchmarks/scheduler.py)
 
-from gpuyard.services.scheduler.core import Allocation, HeldCluster, SchedulerConfig  # noqa: E402
+from gpuyard.shared.scheduling import Allocation, HeldCluster, SchedulerConfig  # noqa: E402
 
 CORE = str(ROOT / "services" / "scheduler" / "core")
 

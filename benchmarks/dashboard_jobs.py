@@ -39,7 +39,8 @@ import httpx  # noqa: E402
 
 from gpuyard.services.submit.app import create_app  # noqa: E402
 from gpuyard.services.submit.context import SubmitContext  # noqa: E402
-from gpuyard.shared.events import (  # noqa: E402
+from gpuyard.shared.auth.tokens import Tokens  # noqa: E402
+from gpuyard.shared.contracts.events import (  # noqa: E402
     FailureReason,
     GpuShare,
     JobCancelled,
@@ -51,12 +52,11 @@ from gpuyard.shared.events import (  # noqa: E402
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.jobstate import JobState, apply  # noqa: E402
-from gpuyard.shared.ledger import JobLedger, projection_of  # noqa: E402
-from gpuyard.shared.logstore import open_log_store  # noqa: E402
-from gpuyard.shared.store import Append, open_store  # noqa: E402
-from gpuyard.shared.tokens import Tokens  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.contracts.jobstate import JobState, apply  # noqa: E402
+from gpuyard.shared.stores.events import Append, open_store  # noqa: E402
+from gpuyard.shared.stores.ledger import JobLedger, projection_of  # noqa: E402
+from gpuyard.shared.stores.logs import open_log_store  # noqa: E402
 
 TENANTS = ["vision", "nlp", "audio", "robotics", "speech", "search", "ads", "infra"]
 USERS = ["ana", "bo", "cy", "dee", "eli"]

@@ -30,12 +30,19 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.services.scheduler.main import SchedulerService  # noqa: E402
-from gpuyard.shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat, make_event  # noqa: E402
-from gpuyard.shared.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.jobstate import JobState  # noqa: E402
-from gpuyard.shared.ledger import Decision, JobLedger  # noqa: E402
-from gpuyard.shared.settings import SchedulerSettings  # noqa: E402
-from gpuyard.shared.store import open_store  # noqa: E402
+from gpuyard.shared.contracts.events import (  # noqa: E402
+    GpuInfo,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    NodeHeartbeat,
+    make_event,
+)
+from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.contracts.jobstate import JobState  # noqa: E402
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.events import open_store  # noqa: E402
+from gpuyard.shared.stores.ledger import Decision, JobLedger  # noqa: E402
 
 GIB = 1 << 30
 TENANTS = 4

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform  # noqa: E402
 
 from gpuyard.client import Client  # noqa: E402
-from gpuyard.shared.buscredentials import credentials_path  # noqa: E402
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.bus.credentials import credentials_path  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 GREEDY = "greedy"

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # (after PYTHONPATH: another checkout may be given)
-import gpuyard.shared.ledger as ledger_module  # noqa: E402
-from gpuyard.shared.events import (  # noqa: E402
+import gpuyard.shared.stores.ledger as ledger_module  # noqa: E402
+from gpuyard.shared.contracts.events import (  # noqa: E402
     JobPlaced,
     JobReplicaExited,
     JobStarted,
@@ -28,10 +28,10 @@ from gpuyard.shared.events import (  # noqa: E402
     JobSucceeded,
     ReplicaPlacement,
 )
-from gpuyard.shared.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.ledger import JobLedger  # noqa: E402
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
-from gpuyard.shared.store.base import AppendResult  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.stores.events.base import AppendResult  # noqa: E402
+from gpuyard.shared.stores.ledger import JobLedger  # noqa: E402
 
 
 class InstantStore:

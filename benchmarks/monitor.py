@@ -38,8 +38,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
-from gpuyard.shared.bus import Bus  # noqa: E402
-from gpuyard.shared.events import (  # noqa: E402
+from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
+from gpuyard.shared.contracts.events import (  # noqa: E402
     STREAMS,
     GpuHolder,
     GpuProcessUse,
@@ -48,7 +48,7 @@ from gpuyard.shared.events import (  # noqa: E402
     Subject,
     make_event,
 )
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 
 GIB = 1 << 30
 

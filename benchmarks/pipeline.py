@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.client import Client  # noqa: E402
-from gpuyard.shared.buscredentials import credentials_path, read_credentials  # noqa: E402
-from gpuyard.shared.events import Subject, subject_filter  # noqa: E402
-from gpuyard.shared.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.bus.credentials import credentials_path, read_credentials  # noqa: E402
+from gpuyard.shared.contracts.events import Subject, subject_filter  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")

@@ -1,5 +1,5 @@
 """Free TCP ports for the benchmarks' own servers, so that two runs on one machine never collide: `gpuyard up`'s
-own picking (`gpuyard/ports.py`: below the kernel's ephemeral range)."""
+own picking (`gpuyard/supervisor/ports.py`: below the kernel's ephemeral range)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpuyard import ports  # noqa: E402
+from gpuyard.supervisor import ports  # noqa: E402
 
 
 def free_ports(n: int) -> list[int]:

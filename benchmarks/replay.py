@@ -4,13 +4,13 @@
     python benchmarks/replay.py --cluster-fraction 0.1 --speedup 200 --policies firstfit,gpuyard
     python benchmarks/replay.py --offsets 0,1,2 --json replay.json   # several sub-clusters ("seeds")
 
-The default pod file is replayed in time (`services/scheduler/sim/timemode.py`: arrivals at creation_time /
+The default pod file is replayed in time (`shared/scheduling/sim/timemode.py`: arrivals at creation_time /
 speed-up, trace runtimes, time limit = runtime) on every (1/F)-th node of the openb GPU node list. The time
 replay has no randomness; what varies between "seeds" is which nodes make the sub-cluster: offset k keeps the
 nodes k, k + 1/F, k + 2/F, ... Each row: mean and p95 JCT; mean, p95, p99 and p99.9 wait, longest wait
 (starvation) and waits over an hour; jobs never started, and the GPU allocation over the arrival window (1st to 99th percentile of the arrivals), which must exceed 70% for
 the replay to say anything about contention. Policies are the simulator's presets
-(`services/scheduler/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
+(`shared/scheduling/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
 firstfit (GPUYard's queueing with first fit), gpuyard (the default configuration); `name:depth=K` runs a
 preset with `reservation_depth=K`, `name:scarce=off` without keeping scarce nodes for the jobs that fit only
 there (`SchedulerConfig.keep_scarce_nodes`). Prints one JSON object; the table goes to stderr. CPU seconds per run are
@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuyard.services.scheduler.sim import presets, timemode  # noqa: E402
-from gpuyard.services.scheduler.sim.cluster import popularity  # noqa: E402
-from gpuyard.services.scheduler.sim.timemode import run_time  # noqa: E402
-from gpuyard.services.scheduler.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
+from gpuyard.shared.scheduling.sim import presets, timemode  # noqa: E402
+from gpuyard.shared.scheduling.sim.cluster import popularity  # noqa: E402
+from gpuyard.shared.scheduling.sim.timemode import run_time  # noqa: E402
+from gpuyard.shared.scheduling.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
 
 SETUP = {
     "cluster_fraction": 0.1,

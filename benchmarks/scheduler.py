@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuyard.services.scheduler.core import (  # noqa: E402
+from gpuyard.shared.scheduling import (  # noqa: E402
     Allocation,
     CapacityIndex,
     ClusterState,
@@ -45,10 +45,10 @@ from gpuyard.services.scheduler.core import (  # noqa: E402
     SchedulerConfig,
     decide,
 )
-from gpuyard.services.scheduler.core.cycle import allocate, gc_paused  # noqa: E402
-from gpuyard.services.scheduler.sim.cli import PUBLISHED_AT_100  # noqa: E402
-from gpuyard.services.scheduler.sim.inflation import InflationSummary, run_inflation  # noqa: E402
-from gpuyard.services.scheduler.sim.trace import SHIPPED, read_nodes, read_pods  # noqa: E402
+from gpuyard.shared.scheduling.cycle import allocate, gc_paused  # noqa: E402
+from gpuyard.shared.scheduling.sim.cli import PUBLISHED_AT_100  # noqa: E402
+from gpuyard.shared.scheduling.sim.inflation import InflationSummary, run_inflation  # noqa: E402
+from gpuyard.shared.scheduling.sim.trace import SHIPPED, read_nodes, read_pods  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import replay  # noqa: E402  (benchmarks/replay.py: the time replay under contention)

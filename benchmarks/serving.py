@@ -697,7 +697,7 @@ def measure_server(server: Server, name: str, x: np.ndarray, expected: np.ndarra
 
 
 def loop_factory():
-    from gpuyard.shared.service import event_loop_factory
+    from gpuyard.shared.runtime.service import event_loop_factory
 
     return event_loop_factory()
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpuyard.shared.events import JobSubmitted  # noqa: E402
-from gpuyard.shared.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.ledger import JobLedger  # noqa: E402
-from gpuyard.shared.store import open_store  # noqa: E402
+from gpuyard.shared.contracts.events import JobSubmitted  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
+from gpuyard.shared.stores.events import open_store  # noqa: E402
+from gpuyard.shared.stores.ledger import JobLedger  # noqa: E402
 
 
 async def run(mode, n=400, conc=1):

@@ -1,6 +1,6 @@
 """The `gpuyard` command line. Errors are one line on stderr and a non-zero exit status, never a traceback.
 
-It talks to the submit API through `gpuyard.client` and renders the public models of `gpuyard.shared.api`; it never
+It talks to the submit API through `gpuyard.client` and renders the public models of `gpuyard.shared.contracts.api`; it never
 imports a service (`gpuyard sim` runs the simulator as its own program)."""
 
 from __future__ import annotations
@@ -27,19 +27,20 @@ from rich.text import Text
 from gpuyard import contexts
 from gpuyard.client import CHOSEN_CONTEXT, Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
-from gpuyard.shared import why
-from gpuyard.shared.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
-from gpuyard.shared.events import AlertSeverity
-from gpuyard.shared.installhint import install_command
-from gpuyard.shared.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
-from gpuyard.shared.jobstate import LIVE_STATES, JobState, in_order
-from gpuyard.shared.settings import ClientSettings, CommonSettings
-from gpuyard.shared.units import format_duration, format_size
-from gpuyard.shared.usage import CSV_COLUMNS
-from gpuyard.shared.version import VERSION
+from gpuyard.shared.contracts.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
+from gpuyard.shared.contracts.events import AlertSeverity
+from gpuyard.shared.contracts.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
+from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobState, in_order
+from gpuyard.shared.contracts.units import format_duration, format_size
+from gpuyard.shared.contracts.version import VERSION
+from gpuyard.shared.reporting import why
+from gpuyard.shared.reporting.usage import CSV_COLUMNS
+from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.settings.client import ClientSettings
+from gpuyard.shared.settings.common import CommonSettings
+from gpuyard.supervisor.options import UpOptions
+from gpuyard.supervisor.options import add_arguments as add_up_arguments
 from gpuyard.top import run_top
-from gpuyard.upoptions import UpOptions
-from gpuyard.upoptions import add_arguments as add_up_arguments
 
 # Not on a terminal (pipes, CI, tests): no wrapping, so one error stays one line and tables stay whole.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -47,7 +48,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SIM_NEEDS = ("numpy",)  # the scheduling core's own package beyond the client's (the `platform` extra)
 SIM_MODULE = (
-    "gpuyard.services.scheduler.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
+    "gpuyard.shared.scheduling.sim"  # run as a program: `gpuyard sim ARGS` is `python -m SIM_MODULE ARGS`
 )
 LOG_LINES_OF_A_FAILURE = 10
 
@@ -102,7 +103,7 @@ def platform_module(name: str, command: str) -> Any:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    up = platform_module("up", "up")
+    up = platform_module("supervisor.up", "up")
     return asyncio.run(up.run_up(UpOptions.from_args(args), out))
 
 
@@ -794,7 +795,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    backup = platform_module("backup", "backup")
+    backup = platform_module("supervisor.backup", "backup")
     try:
         done = backup.backup(_data_dir(args), Path(args.archive))
     except backup.BackupError as exc:
@@ -809,7 +810,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_bus_user(args: argparse.Namespace) -> int:
-    busconfig = platform_module("busconfig", "admin bus-user")
+    busconfig = platform_module("supervisor.busconfig", "admin bus-user")
     try:
         made = busconfig.add_tenant_integrator(_data_dir(args), args.tenant)
     except ValueError as exc:
@@ -895,7 +896,7 @@ def _context(saved: contexts.Contexts, name: str) -> contexts.Context:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    backup = platform_module("backup", "restore")
+    backup = platform_module("supervisor.backup", "restore")
     try:
         done = backup.restore(Path(args.archive), Path(args.data_dir))
     except backup.BackupError as exc:

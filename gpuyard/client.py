@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gpuyard import contexts
 from gpuyard.contexts import Context, ContextError
-from gpuyard.shared.api import (
+from gpuyard.shared.contracts.api import (
     AlertListOut,
     CancelOut,
     DeadLetterOut,
@@ -39,8 +39,8 @@ from gpuyard.shared.api import (
     UndeployedOut,
     UsageOut,
 )
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.settings import ClientSettings
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.settings.client import ClientSettings
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 CHOSEN_CONTEXT: ContextVar[str | None] = ContextVar("chosen_context", default=None)

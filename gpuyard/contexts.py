@@ -27,8 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gpuyard.shared.paths import PRIVATE_FILE, private_dir, write_private
-from gpuyard.shared.settings import ClientSettings, default_data_dir
+from gpuyard.shared.runtime.paths import PRIVATE_FILE, private_dir, write_private
+from gpuyard.shared.settings.client import ClientSettings
+from gpuyard.shared.settings.common import default_data_dir
 
 CONFIG_FILE = "config.json"
 DEFAULT_NAME = "default"
@@ -140,7 +141,7 @@ def _migrated(data: dict) -> Contexts:
 
 def _takes(data_dir: Path, token: str) -> bool:
     """Whether the tokens file of `data_dir` takes `token` (read here only to name an older config's context)."""
-    from gpuyard.shared.tokens import TokenRefused, Tokens
+    from gpuyard.shared.auth.tokens import TokenRefused, Tokens
 
     path = data_dir / "tokens.json"
     if not path.exists():

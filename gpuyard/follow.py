@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     JobFailed,
     JobPending,
@@ -20,7 +20,7 @@ from gpuyard.shared.events import (
     JobRequeued,
     JobStarted,
 )
-from gpuyard.shared.jobstate import IllegalTransition, JobState, apply
+from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, apply
 
 OUTPUT_WAIT = 30.0
 """Seconds the job's end waits for its replicas' output streams, which end as soon as the API sees the job

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.api import ModelPublishedOut
-from gpuyard.shared.settings import ClientSettings
+from gpuyard.shared.contracts.api import ModelPublishedOut
+from gpuyard.shared.settings.client import ClientSettings
 
 
 def publish_model(

@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.api import GpuHolderOut, GpuOut, NodeOut
-from gpuyard.shared.units import format_size
+from gpuyard.shared.contracts.api import GpuHolderOut, GpuOut, NodeOut
+from gpuyard.shared.contracts.units import format_size
 
 BAR_WIDTH = 20
 BUSY_PCT = 50.0

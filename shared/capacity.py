@@ -2,7 +2,7 @@
 
 The submit service refuses a job no node could ever hold (as Slurm refuses a request no partition can
 satisfy) with this reason, unless `GPUYARD_ACCEPT_UNPLACEABLE` keeps such jobs waiting for a cluster that
-grows. The rule is the scheduler's own, `never_fits` in `services/scheduler/core/explain.py`, written here over
+grows. The rule is the scheduler's own, `never_fits` in `shared/scheduling/explain.py`, written here over
 heartbeats (the submit service has no capacity index); a property test keeps the two answering alike.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from gpuyard.shared.events import NodeHeartbeat
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.units import count_text, format_size
+from gpuyard.shared.contracts.events import NodeHeartbeat
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.units import count_text, format_size
 
 EPS = 1e-9
 MILLI = 1000

@@ -1,8 +1,8 @@
 from gpuyard.services.executor.jobusers import JobUsers
 from gpuyard.services.executor.local import check_reachable
 from gpuyard.services.executor.main import main
-from gpuyard.shared.service import run_service
-from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.runtime.service import run_service
+from gpuyard.shared.settings.executor import ExecutorSettings
 
 
 def preflight(settings: ExecutorSettings) -> str | None:

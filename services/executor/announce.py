@@ -10,10 +10,10 @@ import logging
 import socket
 
 from gpuyard.services.executor.backend import Backend
-from gpuyard.shared.events import CloudEvent, GpuInfo, NodeHeartbeat, make_event
-from gpuyard.shared.gpus import host_cpus, host_memory
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.contracts.events import CloudEvent, GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.gpus.inventory import host_cpus, host_memory
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.executor import ExecutorSettings
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuyard.services.executor.exits import AttemptKey
-from gpuyard.shared.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 
 @dataclass(frozen=True)

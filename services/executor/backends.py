@@ -8,8 +8,8 @@ from gpuyard.services.executor.jobenv import mps_running
 from gpuyard.services.executor.jobusers import JobUsers
 from gpuyard.services.executor.local import LocalBackend
 from gpuyard.services.executor.logfile import LogBudget
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 
 def make_backend(

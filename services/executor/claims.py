@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from gpuyard.services.executor.exits import AttemptKey
-from gpuyard.shared.paths import private_dir, replica_files
+from gpuyard.shared.runtime.paths import private_dir, replica_files
 
 
 class Claims:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpuyard.services.executor.cgroups import ENTER_FAILED
 from gpuyard.services.executor.logfile import NO_SPACE
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     EventData,
     FailureReason,
     JobCancelled,
@@ -28,8 +28,8 @@ from gpuyard.shared.events import (
     JobSucceeded,
     RequeueReason,
 )
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView
-from gpuyard.shared.units import format_size
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView
+from gpuyard.shared.contracts.units import format_size
 
 _CUDA_OOM = re.compile(
     r"CUDA out of memory|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",

@@ -36,9 +36,8 @@ from gpuyard.services.executor.gpuguard import SliceGuard, choose_reader
 from gpuyard.services.executor.gpuwatch import GpuProcessReader, Overuse
 from gpuyard.services.executor.logfile import NOTE
 from gpuyard.services.executor.rendezvous import master_endpoint
-from gpuyard.shared import idlebook
-from gpuyard.shared.bus import concerns_holder, entity_of
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import concerns_holder, entity_of
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     EventData,
     IdleStop,
@@ -56,14 +55,15 @@ from gpuyard.shared.events import (
     Subject,
     derived_id,
 )
-from gpuyard.shared.gpus import node_gpus
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView, state_values
-from gpuyard.shared.ledger import Decide, JobLedger, Outcome
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import ExecutorSettings
-from gpuyard.shared.store import ConcurrencyError
-from gpuyard.shared.units import parse_size
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
+from gpuyard.shared.contracts.units import parse_size
+from gpuyard.shared.gpus.inventory import node_gpus
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.stores.events import ConcurrencyError
+from gpuyard.shared.stores.ledger import Decide, JobLedger, Outcome
+from gpuyard.shared.stores.logs.shipper import LogShipper
+from gpuyard.shared.stores.readmodels import idlebook
 
 log = logging.getLogger(__name__)
 LIMITS_NOT_ENFORCED = "not enforced on this node"

@@ -22,7 +22,7 @@ from gpuyard.services.executor.gpuwatch import (
 )
 from gpuyard.services.executor.jobenv import share_bytes
 from gpuyard.services.executor.nodelog import node_log
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     AlertKind,
     AlertRaised,
     AlertResolved,
@@ -31,9 +31,9 @@ from gpuyard.shared.events import (
     derived_id,
     make_event,
 )
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import ExecutorSettings
-from gpuyard.shared.units import format_size
+from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.executor import ExecutorSettings
 
 log = logging.getLogger(__name__)
 KIND = AlertKind.GPU_MEMORY_OVER_SLICE

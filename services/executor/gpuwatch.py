@@ -2,7 +2,7 @@
 
 A fractional GPU is advertised to the job (GPUYARD_GPU_MEMORY_FRACTION / _BYTES, MPS limits where MPS runs),
 but nothing in the driver stops a job that ignores it. So where NVML is present the executor reads every
-process's GPU memory (`nvmlDeviceGetComputeRunningProcesses`, through `gpuyard.shared.nvml`), adds up the processes of each replica (its
+process's GPU memory (`nvmlDeviceGetComputeRunningProcesses`, through `gpuyard.shared.gpus.nvml`), adds up the processes of each replica (its
 session: the replica's process group and everything it started), and compares the sum with the slice.
 
 A replica over its slice raises an alert (`alert.raised`, kind `gpu_memory_over_slice`) at once; under the
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.gpus.nvml import Nvml
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ GpuProcessReader = Callable[[], list[GpuProcess]]
 
 
 class NvmlProcessReader:
-    """Reads per-process GPU memory through `gpuyard.shared.nvml` (the process's one NVML). `error` says why not, when
+    """Reads per-process GPU memory through `gpuyard.shared.gpus.nvml` (the process's one NVML). `error` says why not, when
     it cannot. `nvml`: another NVML (a fake, in tests)."""
 
     def __init__(self, nvml: Nvml | None = None) -> None:

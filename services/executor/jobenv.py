@@ -1,6 +1,6 @@
 """The environment a replica runs in: the job's own env, GPU pinning, and torchrun-style distributed vars.
 
-Each replica also gets a publish token (GPUYARD_PUBLISH_TOKEN, `gpuyard.shared.jobtokens`: its tenant, job and attempt,
+Each replica also gets a publish token (GPUYARD_PUBLISH_TOKEN, `gpuyard.shared.auth.jobtokens`: its tenant, job and attempt,
 for `POST /v1/models` only) and the API's URL (GPUYARD_SERVER), so that `gpuyard.publish_model` works inside
 the job with nothing typed; never the platform's own credentials. The token is in that replica's environment
 only, which no other tenant can read, and is never logged.
@@ -23,9 +23,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.shared.events import JobPlaced, ReplicaPlacement
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobtokens import JobTokenError, read_secret, secret_path, sign
+from gpuyard.shared.auth.jobtokens import JobTokenError, read_secret, secret_path, sign
+from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 

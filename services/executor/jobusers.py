@@ -31,8 +31,8 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.shared.paths import write_private
-from gpuyard.shared.secretfile import ensure_secret
+from gpuyard.shared.auth.secretfile import ensure_secret
+from gpuyard.shared.runtime.paths import write_private
 
 UID_SPAN = 1 << 30
 """Numbers a tenant's derived uid is taken from, above the base (two of 100 tenants share one with a chance of

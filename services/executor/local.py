@@ -62,10 +62,8 @@ from gpuyard.services.executor.reaper_client import (
     watch_adopted,
 )
 from gpuyard.services.executor.start_helper import start_helper
-from gpuyard.shared.events import FailureReason, JobPlaced, JobReplicaExited
-from gpuyard.shared.logstore import LogKey
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import (
+from gpuyard.shared.contracts.events import FailureReason, JobPlaced, JobReplicaExited
+from gpuyard.shared.runtime.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,
     job_workdir,
@@ -73,6 +71,8 @@ from gpuyard.shared.paths import (
     replica_files,
     unreachable_to_others,
 )
+from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"

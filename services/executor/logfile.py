@@ -3,7 +3,7 @@
 One attempt of one replica writes `replica-<r>.log`; when that file reaches `max_bytes` it becomes
 `replica-<r>.log.1` (the previous `.1` becomes `.2`, …) and a new `replica-<r>.log` starts. At most `backups`
 rotated files are kept; older output is deleted, so a replica never holds more than
-`max_bytes * (backups + 1)` bytes of log. The names are defined once, in `gpuyard.shared.paths` (`backup_path`,
+`max_bytes * (backups + 1)` bytes of log. The names are defined once, in `gpuyard.shared.runtime.paths` (`backup_path`,
 `log_files`), which readers such as the submit API use too.
 
 A tenant's running replicas together hold at most its log budget (`LogBudget`, GPUYARD_TENANT_LOG_BUDGET) of
@@ -23,11 +23,11 @@ import os
 from collections import deque
 from pathlib import Path
 
-from gpuyard.shared.logstore import NOTE, LogKey
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import backup_path, log_files, private_dir
-from gpuyard.shared.settingsdocs import env_name
-from gpuyard.shared.units import format_size
+from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.runtime.paths import backup_path, log_files, private_dir
+from gpuyard.shared.settings.names import env_name
+from gpuyard.shared.stores.logs import NOTE, LogKey
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024

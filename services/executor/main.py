@@ -20,18 +20,18 @@ from gpuyard.services.executor import jobenv
 from gpuyard.services.executor.executor import IDLE_SUBJECTS, Executor
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
-from gpuyard.shared.bus import placed_for
-from gpuyard.shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import ExecutorSettings
+from gpuyard.shared.bus.jetstream import placed_for
+from gpuyard.shared.contracts.events import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.contracts.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.executor import ExecutorSettings
 
 CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]  # of every tenant's jobs
 
 
 JOB_UMASK = 0o022
 """Jobs inherit the executor's umask, through its reaper (whose child sets none): they get the usual one, while
-the executor creates its own files with explicit private modes (pid files, logs, stores: `gpuyard.shared.paths`)."""
+the executor creates its own files with explicit private modes (pid files, logs, stores: `gpuyard.shared.runtime.paths`)."""
 
 
 async def main(service: Service, settings: ExecutorSettings) -> None:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.shared.paths import ReplicaFiles, attempt_dir, private_dir, replica_files
+from gpuyard.shared.runtime.paths import ReplicaFiles, attempt_dir, private_dir, replica_files
 
 
 def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:

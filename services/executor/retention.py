@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuyard.services.executor.attempts import Attempts
-from gpuyard.shared.store import EventStore
+from gpuyard.shared.stores.events import EventStore
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,16 @@
 """The monitor's alerts, as a service: feeds the engine (`gpuyard.services.monitor.alerts`) with what the bus and the
-stores say, records what it raises and resolves in the event store (`gpuyard.shared.alertbook`), publishes it, and
+stores say, records what it raises and resolves in the event store (`gpuyard.shared.stores.readmodels.alertbook`), publishes it, and
 delivers every alert on the bus to the webhooks (`gpuyard.services.monitor.webhooks`).
 
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
-  (`gpuyard.shared.lease`). A new holder reads the active alerts from the store first, so it raises none again.
+  (`gpuyard.shared.runtime.lease`). A new holder reads the active alerts from the store first, so it raises none again.
 - It watches `gpu.sample` and `node.heartbeat` (telemetry: `monitor-alerts-telemetry` in the bus figures of
   /metrics) and `node.lost` (events: `monitor-alerts-node-lost`); every JOB_POLL_SECONDS (or
   a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
   jobs (`gpuyard.services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
   running replica has from the log store (its extent: one indexed read, no bytes).
 - The same leader decides the idle-GPU reclaim (`gpuyard.services.monitor.idlereclaim`) from the samples it watches:
-  it records and publishes `idle.warning` and `idle.stop` (`gpuyard.shared.idlebook`), and raises and resolves their
+  it records and publishes `idle.warning` and `idle.stop` (`gpuyard.shared.stores.readmodels.idlebook`), and raises and resolves their
   `job_idle` alerts like its own.
 - Every monitor follows `alert.>` with one shared durable consumer (`monitor-alerts`): each alert, raised by
   any service (the executor raises memory-slice alerts too), is recorded in the store once and handed to the
@@ -34,11 +34,9 @@ from gpuyard.services.monitor.idlereclaim import Action, IdleReclaim, Record
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
 from gpuyard.services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from gpuyard.services.monitor.webhooks import Webhooks
-from gpuyard.shared import idlebook
-from gpuyard.shared.alertbook import AlertBook
-from gpuyard.shared.bus import entity_of, publish_recorded
-from gpuyard.shared.buspermissions import publishes
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import entity_of, publish_recorded
+from gpuyard.shared.bus.permissions import publishes
+from gpuyard.shared.contracts.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
     AlertKind,
@@ -50,13 +48,16 @@ from gpuyard.shared.events import (
     Wildcard,
     make_event,
 )
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.lease import Lease
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import LogKey, LogStore, open_log_store
-from gpuyard.shared.service import Service, run_service
-from gpuyard.shared.settings import EXIT_REFUSED, MonitorSettings
-from gpuyard.shared.store import EventStore, open_store
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.runtime.lease import Lease
+from gpuyard.shared.runtime.service import Service, run_service
+from gpuyard.shared.settings.common import EXIT_REFUSED
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.stores.events import EventStore, open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import LogKey, LogStore, open_log_store
+from gpuyard.shared.stores.readmodels import idlebook
+from gpuyard.shared.stores.readmodels.alertbook import AlertBook
 
 log = logging.getLogger(__name__)
 

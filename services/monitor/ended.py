@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gpuyard.shared.store import EndedJob, EventStore
+from gpuyard.shared.stores.events import EndedJob, EventStore
 
 LAG_SECONDS = 5.0
 PAGE = 1000

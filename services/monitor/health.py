@@ -9,7 +9,7 @@ GPU that became lost. A GPU never turns healthy by itself: only an admin's uncor
 (docs/monitor.md, "GPU health, cordon and drain").
 
 `HealthMarker` is the wiring: a listener of the monitor's ingest that records each mark in the event store
-(`gpuyard.shared.nodecontrol`, so that a restarted scheduler knows) and publishes it as `node.gpu_health`.
+(`gpuyard.shared.stores.readmodels.nodecontrol`, so that a restarted scheduler knows) and publishes it as `node.gpu_health`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from gpuyard.services.monitor.ingest import NodeSample, SampleIngest
 from gpuyard.services.monitor.rules import APPLICATION_XIDS
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.bus import publish_recorded
-from gpuyard.shared.events import GpuHealthChanged, GpuReading, GpuSample, derived_id, make_event
+from gpuyard.shared.bus.jetstream import publish_recorded
+from gpuyard.shared.contracts.events import GpuHealthChanged, GpuReading, GpuSample, derived_id, make_event
+from gpuyard.shared.stores.readmodels import nodecontrol
 
 log = logging.getLogger(__name__)
 

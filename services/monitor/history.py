@@ -1,4 +1,4 @@
-"""The monitor's part of the GPU history (`gpuyard.shared.gpuhistory`): it writes its own node's samples, and compacts.
+"""The monitor's part of the GPU history (`gpuyard.shared.stores.gpuhistory.base`): it writes its own node's samples, and compacts.
 
 Every monitor writes the samples of its own node only: each point has one writer (no lease to wait for, no
 point written twice by two monitors), the writes grow with the node, not with the cluster, and a node's
@@ -6,7 +6,7 @@ history does not depend on the bus carrying its samples to another monitor. The 
 monitor's `SampleIngest` (`subscribe`): they are buffered, written every `history_flush_interval` in one
 write, and the history is compacted every `history_bucket`: this node's old samples, and another node's once
 they are older still (`ORPHAN_AFTER`: a node gone for good leaves none behind); with MongoDB, several monitors
-compacting the same samples never count one twice (`gpuyard.shared.gpuhistory_mongo`). The buffer is bounded: if the
+compacting the same samples never count one twice (`gpuyard.shared.stores.gpuhistory.mongo`). The buffer is bounded: if the
 history cannot be written for long, the oldest samples are dropped, never the sampling held up; that it
 cannot is said once (`Outage`), and once that it is written again.
 """
@@ -19,9 +19,9 @@ import time
 from collections import deque
 
 from gpuyard.services.monitor.ingest import NodeSample, SampleIngest
-from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint
-from gpuyard.shared.settings import MonitorSettings
-from gpuyard.shared.store import Outage
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.stores.events import Outage
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
-from gpuyard.shared.units import format_duration
+from gpuyard.shared.contracts.units import format_duration
 
 GAP_SAMPLES = 5
 """Samples a node may miss before its jobs' windows start over (their GPUs were not seen meanwhile)."""

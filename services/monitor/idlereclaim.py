@@ -36,7 +36,7 @@ from gpuyard.services.monitor.idle import (
     warning_text,
 )
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     AlertKind,
     AlertRaised,
     AlertResolved,
@@ -46,15 +46,15 @@ from gpuyard.shared.events import (
     IdleWarning,
     derived_id,
 )
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.settings.monitor import MonitorSettings
 
 KIND = AlertKind.JOB_IDLE
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """An idle event to record in the job's idle stream (`gpuyard.shared.idlebook`), then publish."""
+    """An idle event to record in the job's idle stream (`gpuyard.shared.stores.readmodels.idlebook`), then publish."""
 
     data: IdleWarning | IdleStop
     event_id: str

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from gpuyard.shared.events import CloudEvent, GpuSample
+from gpuyard.shared.contracts.events import CloudEvent, GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from gpuyard.shared.events import GpuHolder, ReplicaPlacement
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView, state_values
-from gpuyard.shared.quotause import held_gpus
-from gpuyard.shared.store import EventStore
+from gpuyard.shared.contracts.events import GpuHolder, ReplicaPlacement
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
+from gpuyard.shared.reporting.quotause import held_gpus
+from gpuyard.shared.stores.events import EventStore
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from gpuyard.services.monitor.jobs import LiveJobs
 from gpuyard.services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.services.monitor.sampler import NodeSampler, choose_sampler
-from gpuyard.shared.buspermissions import Role, permissions
-from gpuyard.shared.events import GpuSample, Subject, make_event
-from gpuyard.shared.gpuhistory import GpuHistory, open_gpu_history
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.nvml import Nvml
-from gpuyard.shared.secretfile import ScrapeAuth
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import MonitorSettings
-from gpuyard.shared.store import EndedJob
+from gpuyard.shared.auth.secretfile import ScrapeAuth
+from gpuyard.shared.bus.permissions import Role, permissions
+from gpuyard.shared.contracts.events import GpuSample, Subject, make_event
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.gpus.nvml import Nvml
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.stores.events import EndedJob
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, open_gpu_history
 
 log = logging.getLogger(__name__)
 

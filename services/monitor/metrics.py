@@ -10,7 +10,7 @@ GPU series are labelled as the DCGM exporter labels them (`gpu`, `UUID`, `pci_bu
 when several share it). `gpuyard_gpu_holder_info` has one series per holder.
 
 Those labels name every tenant's jobs and users, which `/v1/nodes` blanks for other tenants: /metrics answers a
-scrape that carries the scrape token only (`GuardedMetricsServer`, `gpuyard.shared.secretfile.ScrapeAuth`; 401
+scrape that carries the scrape token only (`GuardedMetricsServer`, `gpuyard.shared.auth.secretfile.ScrapeAuth`; 401
 otherwise), unless `metrics_auth=off`.
 """
 
@@ -30,9 +30,9 @@ from prometheus_client.core import (
 
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.platform import PlatformFigures
-from gpuyard.shared.events import GpuReading
-from gpuyard.shared.secretfile import CHALLENGE, REFUSED, ScrapeAuth
-from gpuyard.shared.servicemetrics import MetricsServer
+from gpuyard.shared.auth.secretfile import CHALLENGE, REFUSED, ScrapeAuth
+from gpuyard.shared.contracts.events import GpuReading
+from gpuyard.shared.runtime.servicemetrics import MetricsServer
 
 __all__ = ["METRICS_PATH", "GuardedMetricsServer", "MetricsServer", "make_registry"]
 
@@ -252,7 +252,7 @@ def make_registry(
     service: CollectorRegistry | None = None,
 ) -> CollectorRegistry:
     """`figures` None: no platform figures; `node`: that node's GPUs only; `service`: the monitor process's
-    own figures (`gpuyard.shared.servicemetrics`: process, bus consumers), served with the rest."""
+    own figures (`gpuyard.shared.runtime.servicemetrics`: process, bus consumers), served with the rest."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(ingest, node=node))
     if figures is not None:

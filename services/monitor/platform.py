@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from prometheus_client.utils import floatToGoString
 
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.quotause import NOTHING, Holding, held_gpus, quota_use
-from gpuyard.shared.store import EndedJob
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.reporting.quotause import NOTHING, Holding, held_gpus, quota_use
+from gpuyard.shared.stores.events import EndedJob
 
 START_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
 """Seconds: the upper bounds of the submit→running histogram (+Inf after them)."""

@@ -10,7 +10,7 @@ Each rule has, as a Prometheus alerting rule has:
 
 The file names only what it changes; every other rule and field keeps its default. An unknown rule or field,
 or a value of the wrong kind, is refused with one line naming it (`RulesError`); the service then exits with
-status 2 (`gpuyard.shared.settings.EXIT_REFUSED`).
+status 2 (`gpuyard.shared.settings.common.EXIT_REFUSED`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from gpuyard.shared.events import AlertKind, AlertSeverity
-from gpuyard.shared.units import parse_duration
+from gpuyard.shared.contracts.events import AlertKind, AlertSeverity
+from gpuyard.shared.contracts.units import parse_duration
 
 APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
 """The XIDs NVIDIA's Kubernetes device plugin ignores as application errors (internal/rm/health.go): the GPU is
@@ -30,7 +30,7 @@ still healthy, the job on it failed. Every other XID is fatal: the GPU needs a r
 
 
 def _duration_or_zero(value: object) -> object:
-    """'90s', '30m', '1h30m', a number of seconds, or 0 ('0', '0s'): `gpuyard.shared.units.parse_duration` with zero."""
+    """'90s', '30m', '1h30m', a number of seconds, or 0 ('0', '0s'): `gpuyard.shared.contracts.units.parse_duration` with zero."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
         return 0.0
     if isinstance(value, str) and value.strip().lower() in ("0", "0s", "0m", "0h"):
@@ -237,7 +237,7 @@ def parse_rules(data: Any, origin: str = "alert rules") -> Rules:
 
 
 def rules_refusal(settings: Any) -> str | None:
-    """Why the monitor refuses its `alert_rules` file (the `preflight` of `gpuyard.shared.service.run_service`), or
+    """Why the monitor refuses its `alert_rules` file (the `preflight` of `gpuyard.shared.runtime.service.run_service`), or
     None when it loads."""
     try:
         load_rules(getattr(settings, "alert_rules", None))

@@ -1,4 +1,4 @@
-"""One node's GPUs read at one moment, as the `GpuReading`s of its `gpu.sample`: from NVML (`gpuyard.shared.nvml`) with
+"""One node's GPUs read at one moment, as the `GpuReading`s of its `gpu.sample`: from NVML (`gpuyard.shared.gpus.nvml`) with
 the holders of each GPU added, or from the simulated GPUs (`simulated.py`), which read their holders' CPU use.
 
 A sample is bounded: one node's GPUs, each with at most `MAX_LISTED` processes and holders.
@@ -11,10 +11,10 @@ import logging
 from gpuyard.services.monitor.cputime import CpuUse
 from gpuyard.services.monitor.jobs import HeldGpu
 from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
-from gpuyard.shared.events import GpuHolder, GpuReading
-from gpuyard.shared.gpus import simulated_gpus
-from gpuyard.shared.nvml import Nvml
-from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.contracts.events import GpuHolder, GpuReading
+from gpuyard.shared.gpus.inventory import simulated_gpus
+from gpuyard.shared.gpus.nvml import Nvml
+from gpuyard.shared.settings.monitor import MonitorSettings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 - temperature, power and the SM clock: a straight line from idle to busy (`FIGURES`), so that rules on them
   can be tried too; ECC counts 0, no XID, never lost.
 
-A replica's processes are found from its pid file (`gpuyard.shared.paths.ReplicaFiles.pid`, written by its reaper on
+A replica's processes are found from its pid file (`gpuyard.shared.runtime.paths.ReplicaFiles.pid`, written by its reaper on
 this node: the pid of its first process, whose session holds every process it starts); a replica without one
 (not started yet, or run by the Kubernetes backend) reads 0 %.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from gpuyard.services.monitor.cputime import CpuUse
 from gpuyard.services.monitor.jobs import HeldGpu
-from gpuyard.shared.events import GpuInfo, GpuProcessUse, GpuReading
-from gpuyard.shared.paths import replica_files
+from gpuyard.shared.contracts.events import GpuInfo, GpuProcessUse, GpuReading
+from gpuyard.shared.runtime.paths import replica_files
 
 
 @dataclass(frozen=True)

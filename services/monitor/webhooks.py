@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from gpuyard.shared.events import AlertRaised, AlertResolved, AlertSeverity, CloudEvent
+from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, AlertSeverity, CloudEvent
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from the stream, which also gives the last `node_timeout` of them again at start
 fact: each node's newest, by the time it was sent, is taken once, and a copy or an older one changes nothing.
 So a node whose heartbeats the stream refuses for longer than `node_timeout` is not declared lost.
 
-Several replicas may run; one leads at a time (a lease in NATS KV, `gpuyard.shared.lease`). Every replica follows
+Several replicas may run; one leads at a time (a lease in NATS KV, `gpuyard.shared.runtime.lease`). Every replica follows
 the events (an ordered consumer each, not a shared durable: the next leader must not have missed any); only
 the leader decides. A replica that becomes leader re-reads the live jobs from the event store first, and
 every replica re-reads them every `resync_interval` as well, so a missed event can only delay a decision.
@@ -27,13 +27,10 @@ from datetime import UTC, datetime, timedelta
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from gpuyard.services.scheduler.core import CycleResult, Pending, Placement, SchedulerConfig, decide
-from gpuyard.services.scheduler.core.reasons import Reason
 from gpuyard.services.scheduler.heartbeats import heartbeat_problem
 from gpuyard.services.scheduler.view import ClusterView, to_placement
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.bus import entity_of, event_id_of
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import entity_of, event_id_of
+from gpuyard.shared.contracts.events import (
     EVENTS_STREAM,
     TELEMETRY_STREAM,
     CloudEvent,
@@ -51,13 +48,16 @@ from gpuyard.shared.events import (
     make_event,
     subject_filter,
 )
-from gpuyard.shared.jobstate import ACTIVE_STATES, LIVE_STATES, JobState, JobView, state_values
-from gpuyard.shared.lease import Lease
-from gpuyard.shared.ledger import Decision, JobLedger
-from gpuyard.shared.queueline import LINE_KEY, LINE_MAX_JOBS, LINE_SECONDS, line_doc
-from gpuyard.shared.reasons import WAITING_ITS_TURN
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, LIVE_STATES, JobState, JobView, state_values
+from gpuyard.shared.contracts.reasons import WAITING_ITS_TURN
+from gpuyard.shared.runtime.lease import Lease
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.scheduling import CycleResult, Pending, Placement, SchedulerConfig, decide
+from gpuyard.shared.scheduling.reasons import Reason
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.ledger import Decision, JobLedger
+from gpuyard.shared.stores.readmodels import nodecontrol
+from gpuyard.shared.stores.readmodels.queueline import LINE_KEY, LINE_MAX_JOBS, LINE_SECONDS, line_doc
 
 log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 10.0  # a waiting job's changed estimated start is stored this often, at most
@@ -89,7 +89,7 @@ half of a job's events (its placement, the reasons it waits, its replicas' exits
 
 NODE_CONTROLS = (Subject.NODE_GPU_HEALTH, Subject.NODE_CONTROL)
 """The node events the scheduler follows (an unhealthy GPU, an admin's cordon, drain, uncordon): each says
-only which node's controls to read again from the event store (`gpuyard.shared.nodecontrol`)."""
+only which node's controls to read again from the event store (`gpuyard.shared.stores.readmodels.nodecontrol`)."""
 DRAIN_REASON = "drain"
 """`job.preempted`'s reason for the jobs of a drained node or GPU (requeued like preempted ones)."""
 
@@ -445,7 +445,7 @@ class SchedulerService:
     def waiting(self, job_id: str, reason, now: float) -> Decision | None:
         """Why a job waits, to store when it changed: its code or its sentence at once, its estimated start at
         most every PENDING_REFRESH_SECONDS. Its place in line alone is no change: the queue's line, stored
-        once per turn, says it (`shared/queueline.py`); a long queue would otherwise rewrite every job as the
+        once per turn, says it (`shared/stores/readmodels/queueline.py`); a long queue would otherwise rewrite every job as the
         head moves. A job that only waits its turn for busy resources gets its first reason once it has
         waited `pending_after` seconds: a burst of jobs placed within that time writes no reasons at all."""
         sent = self.pending_sent.get(job_id)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from gpuyard.services.scheduler.core import (
+from gpuyard.shared.contracts.events import GpuShare, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView
+from gpuyard.shared.scheduling import (
     Allocation,
     Gpu,
     GpuAssignment,
@@ -19,9 +21,7 @@ from gpuyard.services.scheduler.core import (
     Node,
     ReplicaAssignment,
 )
-from gpuyard.shared.events import GpuShare, NodeHeartbeat, ReplicaPlacement
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, JobView
-from gpuyard.shared.nodecontrol import NodeControl
+from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 
 
 @dataclass(slots=True)
@@ -91,7 +91,7 @@ class ClusterView:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
         self.controls: dict[str, NodeControl] = {}
-        """Each node's cordons and unhealthy GPUs (`gpuyard.shared.nodecontrol`), kept across its heartbeats."""
+        """Each node's cordons and unhealthy GPUs (`gpuyard.shared.stores.readmodels.nodecontrol`), kept across its heartbeats."""
         self.jobs: dict[str, JobView] = {}  # queued, placed and running jobs only
         self._requests: dict[str, tuple[int, JobRequest]] = {}  # job -> (view version, the core's request)
         self.queued_since: dict[str, float] = {}

@@ -1,16 +1,16 @@
 """Who may call which model on the serving entry point: the API's bearer tokens (the same tokens file) give the
-caller's tenant; a tenant calls its own models and public ones (`gpuyard.shared.modelregistry.visible_to`, the API's
+caller's tenant; a tenant calls its own models and public ones (`gpuyard.shared.stores.readmodels.modelregistry.visible_to`, the API's
 rule too). A model the caller may not see is answered as unknown (404), never as forbidden: its existence does
 not leak.
 
 A name is its owner's: `/v2/models/mnist` is the caller's own `mnist` and nothing else. Deployed, it answers;
 published but with no ready replica (not deployed, or between two deployments), it is 503 with the reason;
 never published, 404. It never falls through to another tenant's model of that name, however public. Another
-tenant's public model is named with its owner, `/v2/models/vision/mnist` (`gpuyard.shared.modelregistry.qualified_name`;
+tenant's public model is named with its owner, `/v2/models/vision/mnist` (`gpuyard.shared.stores.readmodels.modelregistry.qualified_name`;
 the caller's own tenant there names its own model). A model's visibility is read from the event store once and
 kept until a model event says it changed.
 
-The dashboard's inference form calls from the browser with its session cookie (`shared/sessions.py`, the submit
+The dashboard's inference form calls from the browser with its session cookie (`shared/auth/sessions.py`, the submit
 service's key and the same tokens): it is read only when a request has no Authorization header (the hot path of
 a bearer token is untouched), stands for its token while that token is valid, and a request that changes
 something must carry the session's CSRF token and, when it says its origin, come from the dashboard's."""
@@ -26,13 +26,13 @@ from gpuyard.services.serving.errors import Forbidden, NotFound, Unauthorized, U
 from gpuyard.services.serving.held import model_key, split_key
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
-from gpuyard.shared import sessions
-from gpuyard.shared.bearer import bearer_token
-from gpuyard.shared.jobspec import NAME_PATTERN
-from gpuyard.shared.jobtokens import is_job_token
-from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
-from gpuyard.shared.modelregistry import ModelView, split_qualified, visible_to
-from gpuyard.shared.tokens import Principal, TokenRefused, Tokens
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.bearer import bearer_token
+from gpuyard.shared.auth.jobtokens import is_job_token
+from gpuyard.shared.auth.tokens import Principal, TokenRefused, Tokens
+from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
+from gpuyard.shared.stores.readmodels.modelregistry import ModelView, split_qualified, visible_to
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 JOB_TOKEN = "a job's publish token is accepted by POST /v1/models only"

@@ -2,7 +2,7 @@
 holds (`v2app`), behind the API's bearer tokens (`access.py`), with one hop to another node for a version it
 does not hold (`proxy.py`), request bodies within `max_request_bytes` and the model's own limit (`v2app.py`),
 and `/metrics` (`metrics.py`, then the service's own figures:
-`gpuyard.shared.servicemetrics`). Health: `/v2/health/live` and `/v2/health/ready`
+`gpuyard.shared.runtime.servicemetrics`). Health: `/v2/health/live` and `/v2/health/ready`
 (the service's own `/healthz` and `/readyz` are on its health port, as every service's).
 
 CORS: the dashboard's pages (`dashboard_origins`) may call it from the browser with their session cookie (the
@@ -24,7 +24,7 @@ from gpuyard.services.serving.proxy import Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.stats import Stats
 from gpuyard.services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
-from gpuyard.shared.secretfile import ScrapeAuth
+from gpuyard.shared.auth.secretfile import ScrapeAuth
 
 CORS_METHODS = ["GET", "POST"]
 CORS_HEADERS = ["content-type", "x-csrf-token", "inference-header-content-length"]

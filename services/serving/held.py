@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.runtime import OnnxModel
-from gpuyard.shared.modelregistry import qualified_name
+from gpuyard.shared.stores.readmodels.modelregistry import qualified_name
 
 
 def model_key(tenant: str, name: str) -> str:

@@ -30,10 +30,9 @@ from nats.aio.msg import Msg
 from gpuyard.services.serving.errors import ModelLoadError
 from gpuyard.services.serving.held import Held, HeldSessions
 from gpuyard.services.serving.runtime import CUDA, OnnxModel, load_onnx
-from gpuyard.shared import modelstore
-from gpuyard.shared.bus import concerns_holder
-from gpuyard.shared.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import concerns_holder
+from gpuyard.shared.contracts.events import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     EventData,
     ExecutionProvider,
@@ -55,11 +54,12 @@ from gpuyard.shared.events import (
     make_event,
     subject_filter,
 )
-from gpuyard.shared.installhint import install_command
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobView, state_values
-from gpuyard.shared.ledger import JobLedger, Outcome
-from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
-from gpuyard.shared.store import ConcurrencyError
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView, state_values
+from gpuyard.shared.modelfiles import store as modelstore
+from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.stores.events import ConcurrencyError
+from gpuyard.shared.stores.ledger import JobLedger, Outcome
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 
 log = logging.getLogger(__name__)
 

@@ -22,17 +22,17 @@ from gpuyard.services.serving.proxy import Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.stats import Stats
-from gpuyard.shared.bus import placed_for
-from gpuyard.shared.events import EVENTS_STREAM, HOLDER_SERVING
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.secretfile import ScrapeAuth
-from gpuyard.shared.service import Service
-from gpuyard.shared.sessions import load_key as load_session_key
-from gpuyard.shared.settings import ServingSettings
-from gpuyard.shared.store import EventStore
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.secretfile import ScrapeAuth
+from gpuyard.shared.auth.sessions import load_key as load_session_key
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.bus.jetstream import placed_for
+from gpuyard.shared.contracts.events import EVENTS_STREAM, HOLDER_SERVING
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 
 log = logging.getLogger(__name__)
 PRUNE_INTERVAL = 30.0

@@ -7,7 +7,7 @@ Series (labels `tenant`, `model`, `version`):
   model to its answer: decoding, batching queue, `session.run`, encoding; a forwarded request counts on the
   node that answers it).
 
-Who reads them (`endpoint`): a scrape with the scrape token (`gpuyard.shared.secretfile.ScrapeAuth`: Prometheus's bearer
+Who reads them (`endpoint`): a scrape with the scrape token (`gpuyard.shared.auth.secretfile.ScrapeAuth`: Prometheus's bearer
 token or basic-auth password) or an admin reads every model's series and the service's own figures; a tenant's
 own API token or dashboard session reads its own models' series only (the dashboard's request rates); anyone
 else gets 401. With `metrics_auth=off` every caller reads everything."""
@@ -25,8 +25,8 @@ from gpuyard.services.serving.access import Access
 from gpuyard.services.serving.errors import ServingError
 from gpuyard.services.serving.held import split_key
 from gpuyard.services.serving.stats import LATENCY_BUCKETS, Stats
-from gpuyard.shared.secretfile import CHALLENGE, REFUSED, ScrapeAuth
-from gpuyard.shared.servicemetrics import render as render_service
+from gpuyard.shared.auth.secretfile import CHALLENGE, REFUSED, ScrapeAuth
+from gpuyard.shared.runtime.servicemetrics import render as render_service
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUESTS = "gpuyard_inference_requests_total"

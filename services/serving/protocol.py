@@ -149,8 +149,8 @@ HEADER_ALLOWANCE = 64 * 1024
 
 
 class Signed(Protocol):
-    """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.events.TensorSpec` (what
-    `gpuyard.shared.onnxsig` read when the model was published)."""
+    """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.contracts.events.TensorSpec` (what
+    `gpuyard.shared.modelfiles.signature` read when the model was published)."""
 
     datatype: str
     shape: Sequence[int]

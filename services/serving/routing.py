@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuyard.services.serving.held import model_key
-from gpuyard.shared.bus import entity_of
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import entity_of
+from gpuyard.shared.contracts.events import (
     EVENTS_STREAM,
     CloudEvent,
     JobCancelled,

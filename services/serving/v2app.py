@@ -43,8 +43,8 @@ from gpuyard.services.serving.protocol import (
 from gpuyard.services.serving.registry import ModelRegistry, ModelVersion
 from gpuyard.services.serving.runtime import OnnxModel, check_inputs
 from gpuyard.services.serving.stats import Stats
-from gpuyard.shared.settings import ServingSettings
-from gpuyard.shared.version import VERSION
+from gpuyard.shared.contracts.version import VERSION
+from gpuyard.shared.settings.serving import ServingSettings
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from gpuyard.services.submit.docs_pages import add_docs_pages
 from gpuyard.services.submit.errors import answers, too_many
 from gpuyard.services.submit.fastpath import FastSubmit
 from gpuyard.services.submit.queuedepth import QueueFull
-from gpuyard.shared.api import HealthOut
-from gpuyard.shared.bus import BusUnavailable
-from gpuyard.shared.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
-from gpuyard.shared.store import ConcurrencyError, StoreUnavailable
-from gpuyard.shared.version import VERSION
+from gpuyard.shared.bus.jetstream import BusUnavailable
+from gpuyard.shared.contracts.api import HealthOut
+from gpuyard.shared.contracts.version import VERSION
+from gpuyard.shared.runtime.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
+from gpuyard.shared.stores.events import ConcurrencyError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
 
     @app.get(METRICS_PATH, include_in_schema=False)
     async def metrics() -> Response:
-        """The submit service's own Prometheus figures (`gpuyard.shared.servicemetrics`), without a token as the
+        """The submit service's own Prometheus figures (`gpuyard.shared.runtime.servicemetrics`), without a token as the
         monitor's /metrics: a Prometheus scrape carries none (docs/operations.md, "Metrics of each service")."""
         body = await asyncio.to_thread(render, ctx.bus.metrics.registry) if ctx.bus is not None else b""
         return Response(body, media_type=CONTENT_TYPE)

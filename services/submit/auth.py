@@ -1,4 +1,4 @@
-"""Authentication: a bearer token, or a dashboard session's cookie (`shared/sessions.py`) that stands for the token it
+"""Authentication: a bearer token, or a dashboard session's cookie (`shared/auth/sessions.py`) that stands for the token it
 logged in with. Each token stands for a tenant (and a user); admins see every tenant."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from fastapi.security import HTTPBearer
 from starlette.requests import cookie_parser
 
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.shared import sessions
-from gpuyard.shared.bearer import bearer_token
-from gpuyard.shared.jobtokens import is_job_token
-from gpuyard.shared.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.bearer import bearer_token
+from gpuyard.shared.auth.jobtokens import is_job_token
+from gpuyard.shared.auth.tokens import Principal, TokenRefused, may_see  # noqa: F401 (the routes' import)
 
 
 class Bearer(HTTPBearer):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.telemetry import Telemetry
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import LogStore
-from gpuyard.shared.modelregistry import ModelRegistry
-from gpuyard.shared.onnxsig import CheckBounds
-from gpuyard.shared.queueline import LineReader
-from gpuyard.shared.store import EventStore
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.modelfiles.signature import CheckBounds
+from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import LogStore
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
+from gpuyard.shared.stores.readmodels.queueline import LineReader
 
 
 @dataclass
@@ -47,7 +47,7 @@ class SubmitContext:
     tokens: Tokens
     """Looked up on every request (`Tokens.authenticate`): a revocation counts at once."""
     logs: LogStore
-    """Jobs' output, shipped there by the executors (`gpuyard.shared.logstore`): read from any node."""
+    """Jobs' output, shipped there by the executors (`gpuyard.shared.stores.logs`): read from any node."""
     bus: Bus | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry())
     max_body_bytes: int = 1 << 20
@@ -62,9 +62,9 @@ class SubmitContext:
     model_check: CheckBounds = field(default_factory=CheckBounds)
     """The time and memory the check of an uploaded model may take (`model_check_timeout`, `_memory`)."""
     publish_secret_file: Path | None = None
-    """The secret that signs jobs' publish tokens (`gpuyard.shared.jobtokens`); None: no job may publish."""
+    """The secret that signs jobs' publish tokens (`gpuyard.shared.auth.jobtokens`); None: no job may publish."""
     session_secret: bytes | None = None
-    """The key that signs dashboard sessions (`shared/sessions.py`); None: no dashboard login."""
+    """The key that signs dashboard sessions (`shared/auth/sessions.py`); None: no dashboard login."""
     session_lifetime: float = 12 * 3600.0
     serving_url: str = ""
     """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""

@@ -16,7 +16,8 @@ from gpuyard.services.submit.auth import may_see
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.modelaccess import listed_version
 from gpuyard.services.submit.routes_jobs import cancel, queue_job
-from gpuyard.shared.api import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.api import (
     CancelOut,
     DeploymentAccepted,
     DeploymentIn,
@@ -24,10 +25,9 @@ from gpuyard.shared.api import (
     job_out,
     replica_out,
 )
-from gpuyard.shared.jobspec import JobSpec, ServeSpec
-from gpuyard.shared.jobstate import JobView
-from gpuyard.shared.modelregistry import ModelView, live_serve_jobs
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.contracts.jobspec import JobSpec, ServeSpec
+from gpuyard.shared.contracts.jobstate import JobView
+from gpuyard.shared.stores.readmodels.modelregistry import ModelView, live_serve_jobs
 
 PAGE = 500
 

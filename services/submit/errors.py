@@ -7,8 +7,8 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from gpuyard.services.submit.queuedepth import QueueFull
-from gpuyard.shared.api import ErrorOut
-from gpuyard.shared.store.base import RETRY_AFTER_SECONDS
+from gpuyard.shared.contracts.api import ErrorOut
+from gpuyard.shared.stores.events.base import RETRY_AFTER_SECONDS
 
 WHY = {
     400: "Bad request: an invalid Content-Length.",

@@ -19,11 +19,11 @@ from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.errors import too_many
 from gpuyard.services.submit.queuedepth import QueueFull
 from gpuyard.services.submit.routes_jobs import queue_job
-from gpuyard.shared.bearer import bearer_token
-from gpuyard.shared.bus import BusUnavailable
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.store import ConcurrencyError, StoreUnavailable
-from gpuyard.shared.tokens import TokenRefused
+from gpuyard.shared.auth.bearer import bearer_token
+from gpuyard.shared.auth.tokens import TokenRefused
+from gpuyard.shared.bus.jetstream import BusUnavailable
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import ConcurrencyError, StoreUnavailable
 
 SUBMIT_PATH = "/v1/jobs"
 IDEMPOTENCY_KEY_MAX = 200  # as the route's Header(max_length=...)

@@ -13,14 +13,14 @@ from gpuyard.services.submit import retention
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext, Uploads
 from gpuyard.services.submit.queuedepth import QueueDepth
-from gpuyard.shared import sessions
-from gpuyard.shared.jobtokens import secret_path
-from gpuyard.shared.modelregistry import ModelRegistry
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.onnxsig import CheckBounds
-from gpuyard.shared.service import Service
-from gpuyard.shared.settings import SubmitSettings
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.jobtokens import secret_path
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.modelfiles.signature import CheckBounds
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.settings.submit import SubmitSettings
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 
 log = logging.getLogger(__name__)
 CACHED_JOBS = 1000

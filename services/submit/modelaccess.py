@@ -10,10 +10,16 @@ from fastapi import HTTPException, status
 
 from gpuyard.services.submit.auth import may_see
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.shared.events import tenant_error
-from gpuyard.shared.jobspec import ServeSpec
-from gpuyard.shared.modelregistry import ModelError, ModelRegistry, ModelVersion, ModelView, visible_to
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.events import tenant_error
+from gpuyard.shared.contracts.jobspec import ServeSpec
+from gpuyard.shared.stores.readmodels.modelregistry import (
+    ModelError,
+    ModelRegistry,
+    ModelVersion,
+    ModelView,
+    visible_to,
+)
 
 NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 chars"
 

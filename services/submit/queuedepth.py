@@ -19,8 +19,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.store import EventStore
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.stores.events import EventStore
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from gpuyard.shared.logstore import LogStore
-from gpuyard.shared.store import EventStore
+from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.logs import LogStore
 
 log = logging.getLogger(__name__)
 BATCH = 500

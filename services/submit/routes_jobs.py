@@ -18,7 +18,9 @@ from gpuyard.services.submit.modelaccess import servable
 from gpuyard.services.submit.queuedepth import QueueFull
 from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Access, while_allowed
 from gpuyard.services.submit.yamlbody import SpecRoute, yaml_body
-from gpuyard.shared.api import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.capacity import unplaceable
+from gpuyard.shared.contracts.api import (
     CURSOR_MAX,
     CURSOR_PATTERN,
     CancelOut,
@@ -31,8 +33,7 @@ from gpuyard.shared.api import (
     page_cursor,
     page_place,
 )
-from gpuyard.shared.capacity import unplaceable
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     JobCancelled,
     JobCancelRequested,
     JobSubmitted,
@@ -40,14 +41,13 @@ from gpuyard.shared.events import (
     new_id,
     tenant_error,
 )
-from gpuyard.shared.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
-from gpuyard.shared.jobstate import JobState, JobView
-from gpuyard.shared.logstore import NOTE, LogKey
-from gpuyard.shared.logstore.reading import follow as follow_log
-from gpuyard.shared.logstore.reading import read_range, tail_start
-from gpuyard.shared.modelregistry import is_model_stream
-from gpuyard.shared.store.base import SEARCH_MAX, Order, decode_cursor, encode_cursor
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.contracts.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
+from gpuyard.shared.contracts.jobstate import JobState, JobView
+from gpuyard.shared.stores.events.base import SEARCH_MAX, Order, decode_cursor, encode_cursor
+from gpuyard.shared.stores.logs import NOTE, LogKey
+from gpuyard.shared.stores.logs.reading import follow as follow_log
+from gpuyard.shared.stores.logs.reading import read_range, tail_start
+from gpuyard.shared.stores.readmodels.modelregistry import is_model_stream
 
 
 class JobSpecRoute(SpecRoute):
@@ -191,7 +191,7 @@ async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal)
 async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
     """What `POST /v1/jobs` checks of a spec before it stores anything (its validation aside): the tenant's
     (403: another tenant's without an admin's token; 422: one its events cannot name), that its command and
-    environment fit a replica's start (422, `gpuyard.shared.jobspec.start_error`), that some node could ever hold it
+    environment fit a replica's start (422, `gpuyard.shared.contracts.jobspec.start_error`), that some node could ever hold it
     (422, unless GPUYARD_ACCEPT_UNPLACEABLE; always past MAX_GPUS_PER_REPLICA GPUs a replica), a serve job's
     model (422). Returns the job's tenant and why no node could hold it (None: one could, or no node is heard
     from yet)."""

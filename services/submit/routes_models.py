@@ -4,7 +4,7 @@ A model belongs to a tenant, and its name is that tenant's: a route names anothe
 `?tenant=`. A tenant sees its own models and public ones; it changes only its own (an admin: any). A model it
 may not see is answered as one that does not exist (404).
 
-`POST /v1/models` also takes a job's publish token (`gpuyard.shared.jobtokens`), which no other route accepts: the
+`POST /v1/models` also takes a job's publish token (`gpuyard.shared.auth.jobtokens`), which no other route accepts: the
 model is the job's tenant's, and records the job that produced it."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from gpuyard.services.submit.deployments import (
 )
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, answers
 from gpuyard.services.submit.modelaccess import owned_model, refused, registry_of, visible_model
-from gpuyard.shared.api import (
+from gpuyard.shared.auth.jobtokens import JobTokenError, is_job_token, read_secret, verify
+from gpuyard.shared.auth.tokens import Principal, TokenRefused
+from gpuyard.shared.contracts.api import (
     DeploymentAccepted,
     DeploymentIn,
     DeploymentListOut,
@@ -43,8 +45,8 @@ from gpuyard.shared.api import (
     ModelVersionOut,
     UndeployedOut,
 )
-from gpuyard.shared.events import tenant_error
-from gpuyard.shared.jobspec import (
+from gpuyard.shared.contracts.events import tenant_error
+from gpuyard.shared.contracts.jobspec import (
     DEFAULT_PRIORITY,
     GPUS_SCHEMA,
     MAX_DEPLOYMENT_REPLICAS,
@@ -54,13 +56,11 @@ from gpuyard.shared.jobspec import (
     SIZE_PATTERN,
     Priority,
 )
-from gpuyard.shared.jobstate import ACTIVE_STATES
-from gpuyard.shared.jobtokens import JobTokenError, is_job_token, read_secret, verify
-from gpuyard.shared.modelregistry import ModelError, ModelVersion, ModelView
-from gpuyard.shared.modelstore import CHUNK, ModelStore, ModelStoreError, StagedFile
-from gpuyard.shared.onnxsig import CheckBounds, InvalidModel, Signature, check_file_async
-from gpuyard.shared.tokens import Principal, TokenRefused
-from gpuyard.shared.units import format_size
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES
+from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.modelfiles.signature import CheckBounds, InvalidModel, Signature, check_file_async
+from gpuyard.shared.modelfiles.store import CHUNK, ModelStore, ModelStoreError, StagedFile
+from gpuyard.shared.stores.readmodels.modelregistry import ModelError, ModelVersion, ModelView
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=answers(400, 401, 413, 503))
 

@@ -1,6 +1,6 @@
 """Admins cordon, drain and uncordon a node or one GPU of it (`gpuyard nodes cordon|drain|uncordon NODE[/GPU]`),
 as `kubectl cordon|drain|uncordon` and `scontrol update State=DRAIN|RESUME` do. Each is a `node.control` event,
-recorded in the node's stream of the event store (`gpuyard.shared.nodecontrol`) and published; the scheduler acts on
+recorded in the node's stream of the event store (`gpuyard.shared.stores.readmodels.nodecontrol`) and published; the scheduler acts on
 it. docs/operations.md says what each does to running jobs.
 """
 
@@ -13,11 +13,11 @@ from fastapi import APIRouter, HTTPException, Path, status
 
 from gpuyard.services.submit.auth import Admin, Context
 from gpuyard.services.submit.errors import answers
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.api import NodeControlIn, NodeControlOut
-from gpuyard.shared.bus import publish_recorded
-from gpuyard.shared.events import NodeAction, NodeControlChanged, make_event
-from gpuyard.shared.nodecontrol import NodeControl
+from gpuyard.shared.bus.jetstream import publish_recorded
+from gpuyard.shared.contracts.api import NodeControlIn, NodeControlOut
+from gpuyard.shared.contracts.events import NodeAction, NodeControlChanged, make_event
+from gpuyard.shared.stores.readmodels import nodecontrol
+from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 
 log = logging.getLogger(__name__)
 

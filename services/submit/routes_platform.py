@@ -15,8 +15,8 @@ from gpuyard.services.submit.auth import Admin, Context, CurrentPrincipal
 from gpuyard.services.submit.errors import REFUSED_422, answers
 from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, Access, seen_by, while_allowed
 from gpuyard.services.submit.telemetry import Telemetry
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.api import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.api import (
     DeadLetterOut,
     GpuHolderOut,
     GpuOut,
@@ -25,8 +25,8 @@ from gpuyard.shared.api import (
     ServiceOut,
     ServiceState,
 )
-from gpuyard.shared.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.contracts.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
+from gpuyard.shared.stores.readmodels import nodecontrol
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))
 

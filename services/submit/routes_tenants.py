@@ -10,11 +10,11 @@ from pydantic import TypeAdapter
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
-from gpuyard.shared.api import TenantListOut, TenantOut
-from gpuyard.shared.events import ReplicaPlacement
-from gpuyard.shared.jobstate import ACTIVE_STATES, JobState, state_values
-from gpuyard.shared.quotause import NOTHING, Holding, held_gpus, quota_use
-from gpuyard.shared.store import EventStore
+from gpuyard.shared.contracts.api import TenantListOut, TenantOut
+from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, state_values
+from gpuyard.shared.reporting.quotause import NOTHING, Holding, held_gpus, quota_use
+from gpuyard.shared.stores.events import EventStore
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=answers(400, 401, 413, 503))
 

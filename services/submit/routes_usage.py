@@ -2,7 +2,7 @@
 used), `/v1/gpus/history` (a node's GPUs over a window) and `/v1/jobs/{id}/gpu` (a job's GPUs over its run).
 
 The figures come from the job's events (allocated) and from the GPU history the monitors write (used;
-`gpuyard.shared.gpuhistory`: beside a SQLite event store, or in its MongoDB database; 503 while it cannot be reached).
+`gpuyard.shared.stores.gpuhistory.base`: beside a SQLite event store, or in its MongoDB database; 503 while it cannot be reached).
 A tenant sees its own jobs' usage, and on a node's GPUs the figures, but of another tenant's holder only its
 share (`other`); an admin sees everything, or one tenant's usage with `?tenant=`."""
 
@@ -19,7 +19,8 @@ from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
 from gpuyard.services.submit.routes_jobs import visible_job
 from gpuyard.services.submit.routes_platform import holder_out
-from gpuyard.shared.api import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.api import (
     GpuHistoryOut,
     GpuPointOut,
     JobGpuOut,
@@ -27,11 +28,10 @@ from gpuyard.shared.api import (
     UsageOut,
     UsageRowOut,
 )
-from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint, downsample, open_gpu_history
-from gpuyard.shared.jobspec import DURATION_PATTERN, NAME_PATTERN, QUANTITY_MAX
-from gpuyard.shared.tokens import Principal
-from gpuyard.shared.units import parse_duration
-from gpuyard.shared.usage import allocated_seconds, group, job_usages, jobs_in_window, used_by_job
+from gpuyard.shared.contracts.jobspec import DURATION_PATTERN, NAME_PATTERN, QUANTITY_MAX
+from gpuyard.shared.contracts.units import parse_duration
+from gpuyard.shared.reporting.usage import allocated_seconds, group, job_usages, jobs_in_window, used_by_job
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, downsample, open_gpu_history
 
 router = APIRouter(prefix="/v1", tags=["usage"], responses=answers(400, 401, 413, 503))
 

@@ -1,4 +1,4 @@
-"""`GET /v1/jobs/{id}/why`: the explanation `gpuyard why` prints (shared/why.py), for the dashboard's job page
+"""`GET /v1/jobs/{id}/why`: the explanation `gpuyard why` prints (shared/reporting/why.py), for the dashboard's job page
 and any client: one wording of a job's reasons everywhere."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
 from gpuyard.services.submit.routes_jobs import public_job, visible_job
-from gpuyard.shared import why
-from gpuyard.shared.api import WhyOut
+from gpuyard.shared.contracts.api import WhyOut
+from gpuyard.shared.reporting import why
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
 

@@ -18,9 +18,15 @@ from fastapi import HTTPException, Request
 
 from gpuyard.services.submit.auth import current_principal
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.shared.bearer import bearer_token
-from gpuyard.shared.events import AlertRaised, AlertResolved, CloudEvent, GpuSample, tenant_of_subject
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.auth.bearer import bearer_token
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.events import (
+    AlertRaised,
+    AlertResolved,
+    CloudEvent,
+    GpuSample,
+    tenant_of_subject,
+)
 
 RECHECK_SECONDS = 0.5
 """How often a stream that sends nothing checks its caller's credential again: it ends within this (and the

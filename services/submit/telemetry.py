@@ -20,9 +20,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuyard.shared.api import ServiceOut, ServiceState
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.contracts.api import ServiceOut, ServiceState
+from gpuyard.shared.contracts.events import (
     SERVICE_HEARTBEAT_SECONDS,
     TELEMETRY_STREAM,
     CloudEvent,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events import GpuReading, GpuSample, make_event
 from tests.integration.conftest import Platform
 
 CHROMIUM = os.environ.get("GPUYARD_TEST_CHROMIUM", "/usr/bin/chromium")

@@ -30,7 +30,7 @@ def sleeper(board, name: str, gpus: float = 1, seconds: int = 600, **resources) 
 
 
 def api_seconds(text: str) -> int:
-    """The seconds of the API's "running on node-a for 1m05s" (shared/units.py, format_duration)."""
+    """The seconds of the API's "running on node-a for 1m05s" (shared/contracts/units.py, format_duration)."""
     found = re.search(r"\bfor ((?:\d+[dhms])+)", text)
     assert found, text
     return sum(
@@ -135,7 +135,9 @@ def test_sizes_are_written_as_the_api_writes_them(dashboard):
         board.yard.wait_state(job_id, {"running"})
         page = board.page
         page.goto(f"/jobs/{job_id}")
-        expect(page.locator("#why")).to_contain_text("256 MB memory")  # the API's words (shared/units.py)
+        expect(page.locator("#why")).to_contain_text(
+            "256 MB memory"
+        )  # the API's words (shared/contracts/units.py)
         expect(page.locator("#placements tbody td").nth(4)).to_have_text("256 MB")  # the page's, alike
     finally:
         board.api("POST", f"/v1/jobs/{job_id}/cancel")

@@ -1,5 +1,5 @@
 """The dashboard writes sizes as the API and the CLI do: its `bytes` (static/app.js) mirrors
-`gpuyard.shared.units.format_size`, checked here value by value in the browser."""
+`gpuyard.shared.contracts.units.format_size`, checked here value by value in the browser."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("playwright")
 
-from gpuyard.shared.units import format_size  # noqa: E402
+from gpuyard.shared.contracts.units import format_size  # noqa: E402
 
 SIZES = [
     0, 1, 900, 1000, 1023, 1024, 1536, 10**6, 256 * 10**6, 256 * 2**20, 255_999_999, 1536 * 2**20, 2**30,

@@ -12,11 +12,17 @@ from datetime import datetime
 
 import pytest
 
-from gpuyard.shared.events import JobCancelled, JobPlaced, JobSubmitted, ReplicaPlacement, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import apply
-from gpuyard.shared.ledger import projection_of
-from gpuyard.shared.store import Append, ConcurrencyError, EventStore, StoreUnavailable, open_store
+from gpuyard.shared.contracts.events import (
+    JobCancelled,
+    JobPlaced,
+    JobSubmitted,
+    ReplicaPlacement,
+    make_event,
+)
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import apply
+from gpuyard.shared.stores.events import Append, ConcurrencyError, EventStore, StoreUnavailable, open_store
+from gpuyard.shared.stores.ledger import projection_of
 from tests.contract.conftest import (
     EVENT_STORE_BACKENDS,
     SQLITE,
@@ -252,8 +258,8 @@ async def test_versions_of_the_projections_created_before_a_time(store):
 
 
 async def test_the_feed_of_jobs_ending_whatever_state_they_ended_from(store):
-    from gpuyard.shared.events import JobStarted, JobSucceeded
-    from gpuyard.shared.ledger import JobLedger
+    from gpuyard.shared.contracts.events import JobStarted, JobSucceeded
+    from gpuyard.shared.stores.ledger import JobLedger
 
     ledger = JobLedger(store, None, "/test")
     for job in ("ran", "dropped", "waits"):
@@ -344,8 +350,8 @@ async def test_append_many_checks_each_stream_on_its_own(store):
 async def ended_job(store: EventStore, job_id: str, pending: int = 3):
     """A job queued, told why it waits `pending` times, placed, then cancelled: through the ledger, as the
     services write it (projection included), every event published."""
-    from gpuyard.shared.events import JobPending, PendingReason
-    from gpuyard.shared.ledger import JobLedger
+    from gpuyard.shared.contracts.events import JobPending, PendingReason
+    from gpuyard.shared.stores.ledger import JobLedger
 
     ledger = JobLedger(store, None, "/test")
     await ledger.append(
@@ -398,7 +404,7 @@ async def test_an_ended_stream_with_unpublished_events_is_not_compacted(store):
 
 
 async def test_the_ledger_reads_a_compacted_job_from_its_projection(store):
-    from gpuyard.shared.ledger import JobLedger
+    from gpuyard.shared.stores.ledger import JobLedger
 
     before = await ended_job(store, "old")
     whole = await JobLedger(store, None, "/test").load("old")
@@ -419,14 +425,14 @@ async def mongo_store_url(request) -> str:
 
 
 async def test_mongodb_an_unreachable_server_is_store_unavailable():
-    from gpuyard.shared.store.mongo import MongoEventStore
+    from gpuyard.shared.stores.events.mongo import MongoEventStore
 
     with refused_url() as url, pytest.raises(StoreUnavailable, match=f"cannot reach MongoDB at {url}"):
         await MongoEventStore.open(url, timeout_ms=200)
 
 
 async def test_mongodb_a_server_that_refuses_is_store_unavailable_for_every_method(mongo_store_url):
-    """What the API answers with a 503 and a service waits out (`gpuyard.shared.service`), never a driver's error."""
+    """What the API answers with a 503 and a service waits out (`gpuyard.shared.runtime.service`), never a driver's error."""
     async with await open_store(mongo_store_url) as store:
         await ended_job(store, "old")
     async with failing(mongo_store_url) as url, await open_store(url) as store:

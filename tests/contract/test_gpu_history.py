@@ -1,4 +1,4 @@
-"""One contract suite for both GPU history backends (`gpuyard.shared.gpuhistory`): writes, reads by node, job, tenant and
+"""One contract suite for both GPU history backends (`gpuyard.shared.stores.gpuhistory.base`): writes, reads by node, job, tenant and
 window, the compaction into buckets (bounded, idempotent, never counting a sample twice, also with two monitors
 at once), retention, and the usage sums read from it.
 
@@ -13,10 +13,10 @@ import math
 
 import pytest
 
-from gpuyard.shared.events import GpuHolder
-from gpuyard.shared.gpuhistory import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history
-from gpuyard.shared.store import StoreUnavailable, open_store
-from gpuyard.shared.usage import group, job_usages
+from gpuyard.shared.contracts.events import GpuHolder
+from gpuyard.shared.reporting.usage import group, job_usages
+from gpuyard.shared.stores.events import StoreUnavailable, open_store
+from gpuyard.shared.stores.gpuhistory.base import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history
 from tests.contract.conftest import BACKENDS, SQLITE, failing, fresh_database, refused_url
 from tests.unit.gpureadings import reading
 
@@ -213,7 +213,7 @@ async def test_usage_sums_per_tenant_and_user_from_raw_and_compacted_points(hist
 
 @pytest.fixture
 async def mongo_history(mongo_url):
-    from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
+    from gpuyard.shared.stores.gpuhistory.mongo import MongoGpuHistory
 
     h = await MongoGpuHistory.open(mongo_url, raw_keep=HOUR, keep=WEEK)
     yield h
@@ -235,7 +235,7 @@ async def test_mongodb_a_compaction_stopped_before_deleting_its_samples_counts_t
 
 
 async def test_mongodb_points_expire_on_their_own(mongo_history):
-    from gpuyard.shared.gpuhistory_mongo import RAW_GRACE
+    from gpuyard.shared.stores.gpuhistory.mongo import RAW_GRACE
 
     h = mongo_history
     await h.add(per_second("n1", 0, 50.0, job("a"), T0, 60))
@@ -254,7 +254,7 @@ async def test_mongodb_a_bucket_that_changes_under_every_try_is_left_for_the_nex
     """Each try finds the bucket changed since it read it (another monitor's compaction, here forced before
     every write): after MAX_TRIES the compaction gives up on it and keeps its samples raw, and the next one
     merges them, each once."""
-    from gpuyard.shared.gpuhistory_mongo import MAX_TRIES
+    from gpuyard.shared.stores.gpuhistory.mongo import MAX_TRIES
 
     h = mongo_history
     samples = per_second("n1", 0, 50.0, job("a"), T0, 60)
@@ -295,7 +295,7 @@ async def test_mongodb_a_sample_the_server_refuses_is_an_error_and_the_rest_is_s
 
 
 async def test_mongodb_an_unreachable_server_is_store_unavailable():
-    from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
+    from gpuyard.shared.stores.gpuhistory.mongo import MongoGpuHistory
 
     with (
         refused_url() as url,
@@ -305,7 +305,7 @@ async def test_mongodb_an_unreachable_server_is_store_unavailable():
 
 
 async def test_mongodb_a_server_that_refuses_is_store_unavailable_for_every_method(mongo_url):
-    from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
+    from gpuyard.shared.stores.gpuhistory.mongo import MongoGpuHistory
 
     async with failing(mongo_url) as url:
         h = await MongoGpuHistory.open(url, raw_keep=HOUR, keep=WEEK)

@@ -11,7 +11,8 @@ import asyncio
 
 import pytest
 
-from gpuyard.shared.logstore import (
+from gpuyard.shared.stores.events import StoreUnavailable
+from gpuyard.shared.stores.logs import (
     MAX_CHUNK,
     Chunk,
     Extent,
@@ -21,9 +22,8 @@ from gpuyard.shared.logstore import (
     open_log_store,
     split,
 )
-from gpuyard.shared.logstore.reading import follow, read_range, tail_start
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.store import StoreUnavailable
+from gpuyard.shared.stores.logs.reading import follow, read_range, tail_start
+from gpuyard.shared.stores.logs.shipper import LogShipper
 from tests.contract.conftest import BACKENDS, SQLITE, failing, refused_url, server_url
 
 A = LogKey("job-a", 1, 0)
@@ -179,7 +179,7 @@ def test_the_log_store_sits_beside_the_event_store():
 
 
 async def test_mongodb_an_unreachable_server_is_store_unavailable():
-    from gpuyard.shared.logstore.mongo import MongoLogStore
+    from gpuyard.shared.stores.logs.mongo import MongoLogStore
 
     with refused_url() as url, pytest.raises(StoreUnavailable, match=f"cannot reach MongoDB at {url}"):
         await MongoLogStore.open(url, timeout_ms=200)

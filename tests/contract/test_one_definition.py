@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuyard.services.monitor.rules import KINDS, Rules
-from gpuyard.services.scheduler.core.placement import POLICIES, make_policy
-from gpuyard.shared.events import STREAMS, AlertKind, AlertSeverity, Subject, Wildcard, type_of
-from gpuyard.shared.jobstate import (
+from gpuyard.shared.contracts.events import STREAMS, AlertKind, AlertSeverity, Subject, Wildcard, type_of
+from gpuyard.shared.contracts.jobstate import (
     ACTIVE_STATES,
     LIVE_STATES,
     TERMINAL_STATES,
@@ -22,13 +21,14 @@ from gpuyard.shared.jobstate import (
     in_order,
     state_values,
 )
-from gpuyard.shared.policies import Policy
-from gpuyard.shared.reasons import Fit, PendingCode
+from gpuyard.shared.contracts.policies import Policy
+from gpuyard.shared.contracts.reasons import Fit, PendingCode
+from gpuyard.shared.scheduling.placement import POLICIES, make_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("shared", "services", "gpuyard")
-EVENTS_MODULE = ROOT / "shared" / "events.py"
-JOBSTATE_MODULE = ROOT / "shared" / "jobstate.py"
+EVENTS_MODULE = ROOT / "shared" / "contracts" / "events.py"
+JOBSTATE_MODULE = ROOT / "shared" / "contracts" / "jobstate.py"
 NATS_WILDCARD = re.compile(r"^[a-z_]+\.(>|\*)$")
 
 
@@ -78,7 +78,7 @@ def test_every_policy_has_an_implementation_and_nothing_else_does():
 
 # ------------------------------------------------------------------------------------------ subjects
 def owned_by_events_module() -> set[str]:
-    """The strings only shared/events.py may write: subjects, CloudEvents types, stream subjects."""
+    """The strings only shared/contracts/events.py may write: subjects, CloudEvents types, stream subjects."""
     return (
         {s.value for s in Subject}
         | {type_of(s) for s in Subject}
@@ -110,8 +110,8 @@ def test_no_module_but_events_spells_a_subject_a_type_or_a_wildcard():
         for path in product_modules()
         for line, text in subject_literals(path.read_text(), owned)
     ]
-    assert not found, "use gpuyard.shared.events (Subject, Wildcard, type_of) instead of:\n" + "\n".join(
-        found
+    assert not found, (
+        "use gpuyard.shared.contracts.events (Subject, Wildcard, type_of) instead of:\n" + "\n".join(found)
     )
 
 
@@ -154,7 +154,7 @@ def state_texts(node: ast.AST) -> list[ast.Constant]:
 
 
 def state_spellings(source: str) -> list[tuple[int, str]]:
-    """(line, code) of each place in `source` that spells job states instead of using shared/jobstate.py:
+    """(line, code) of each place in `source` that spells job states instead of using shared/contracts/jobstate.py:
     a list, tuple or set of two states or more, a filtered pick of JobState's members, or a state's text
     compared with a state or given as `state=`/`states=`."""
     found: dict[int, str] = {}
@@ -186,7 +186,7 @@ def test_no_module_but_jobstate_spells_a_set_of_states():
         for line, code in state_spellings(path.read_text())
     ]
     assert not found, (
-        "use gpuyard.shared.jobstate (LIVE_STATES, ACTIVE_STATES, TERMINAL_STATES, JobState, state_values) "
+        "use gpuyard.shared.contracts.jobstate (LIVE_STATES, ACTIVE_STATES, TERMINAL_STATES, JobState, state_values) "
         "instead of:\n" + "\n".join(found)
     )
 
@@ -248,7 +248,7 @@ def held(node: ast.AST) -> list[ast.expr]:
 
 def alert_spellings(source: str) -> list[tuple[int, str]]:
     """(line, text) of each place in `source` that spells an alert kind or severity instead of using
-    gpuyard.shared.events (AlertKind, AlertSeverity): a kind's text, or an alert id that starts with one
+    gpuyard.shared.contracts.events (AlertKind, AlertSeverity): a kind's text, or an alert id that starts with one
     (`node_lost/…`); a severity's text given as `severity=`, compared with a severity, or two severities or
     more in one list, tuple, set or dict ("warning" alone is also a log level)."""
     found: dict[int, str] = {}
@@ -281,7 +281,9 @@ def test_no_module_but_events_spells_an_alert_kind_or_severity():
         for path in product_modules()
         for line, text in alert_spellings(path.read_text())
     ]
-    assert not found, "use gpuyard.shared.events (AlertKind, AlertSeverity) instead of:\n" + "\n".join(found)
+    assert not found, (
+        "use gpuyard.shared.contracts.events (AlertKind, AlertSeverity) instead of:\n" + "\n".join(found)
+    )
 
 
 @pytest.mark.parametrize(

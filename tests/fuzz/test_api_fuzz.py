@@ -37,10 +37,9 @@ from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.yamlbody import YAML_TYPES
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.alertbook import AlertBook
-from gpuyard.shared.api import MAX_TOKEN_SECONDS
-from gpuyard.shared.events import (
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.api import MAX_TOKEN_SECONDS
+from gpuyard.shared.contracts.events import (
     AlertRaised,
     GpuHolder,
     GpuInfo,
@@ -50,13 +49,14 @@ from gpuyard.shared.events import (
     NodeHeartbeat,
     make_event,
 )
-from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import open_log_store
-from gpuyard.shared.modelregistry import ModelRegistry
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.store import open_store
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, history_path_beside
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import open_log_store
+from gpuyard.shared.stores.readmodels import nodecontrol
+from gpuyard.shared.stores.readmodels.alertbook import AlertBook
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 from tests.fuzz.depth import FUZZ_SEED, pick
 from tests.unit.onnxmodels import tiny_model
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
 from tests.integration.conftest import Platform
 
 GIB = 1 << 30

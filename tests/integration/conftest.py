@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuyard import ports
 from gpuyard.client import Client
-from gpuyard.shared.api import JobOut
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.buscredentials import credentials_path, read_credentials
+from gpuyard.shared.bus.credentials import credentials_path, read_credentials
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.contracts.api import JobOut
+from gpuyard.supervisor import ports
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ class Platform:
         return f"nats://127.0.0.1:{self.nats_port}"
 
     def credentials(self, role: str) -> Path:
-        """The bus user `gpuyard up` made for `role` (gpuyard.shared.buspermissions.Role)."""
+        """The bus user `gpuyard up` made for `role` (gpuyard.shared.bus.permissions.Role)."""
         return credentials_path(self.data_dir, role)
 
     def joining_env(self, role: str) -> dict[str, str]:

@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from gpuyard.shared.service import Service, run_service
-from gpuyard.shared.settings import CommonSettings
+from gpuyard.shared.runtime.service import Service, run_service
+from gpuyard.shared.settings.common import CommonSettings
 
 
 async def stubborn() -> None:

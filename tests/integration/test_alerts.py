@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared.events import GpuHolder, GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events import GpuHolder, GpuReading, GpuSample, make_event
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from gpuyard.shared.bus import Bus, entity_of
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import Bus, entity_of
+from gpuyard.shared.contracts.events import (
     DEADLETTER_STREAM,
     EVENTS_STREAM,
     STREAMS,

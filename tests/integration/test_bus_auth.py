@@ -1,4 +1,4 @@
-"""The bus with users (`gpuyard up`'s nats-server configuration, `gpuyard.busconfig`): a real nats-server run
+"""The bus with users (`gpuyard up`'s nats-server configuration, `gpuyard.supervisor.busconfig`): a real nats-server run
 with the generated configuration refuses anonymous clients and keeps each service to its own subjects; the
 platform works end to end with it, and forged events change nothing."""
 
@@ -14,11 +14,10 @@ from pathlib import Path
 import nats
 import pytest
 
-from gpuyard.busconfig import CONFIG_FILE, write_config
-from gpuyard.shared.bus import Bus, BusRefused
-from gpuyard.shared.buscredentials import bus_dir, credentials_path, ensure_credentials, read_credentials
-from gpuyard.shared.buspermissions import Role
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.credentials import bus_dir, credentials_path, ensure_credentials, read_credentials
+from gpuyard.shared.bus.jetstream import Bus, BusRefused
+from gpuyard.shared.bus.permissions import Role
+from gpuyard.shared.contracts.events import (
     EVENTS_STREAM,
     JOB_SUBJECTS,
     CloudEvent,
@@ -31,6 +30,7 @@ from gpuyard.shared.events import (
     subject_filter,
     tenant_wildcard,
 )
+from gpuyard.supervisor.busconfig import CONFIG_FILE, write_config
 
 from .conftest import BIN, free_port, wait_for
 from .witness import acknowledged
@@ -326,8 +326,8 @@ def test_a_tenants_integrator_reads_that_tenants_job_events_only_and_publishes_n
 async def test_the_supervisor_says_service_states_again_and_again_and_can_publish_nothing_else(secured):
     """`gpuyard up`'s reporter, as the `supervisor` user: a change goes out at once and is said again every
     interval; the user may publish no other event (and declares no stream: the services do)."""
-    from gpuyard.shared.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
-    from gpuyard.statusreport import StatusReporter
+    from gpuyard.shared.contracts.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
+    from gpuyard.supervisor.statusreport import StatusReporter
 
     url, data_dir = secured
     integrator, _ = await connect(url, data_dir, Role.INTEGRATOR)

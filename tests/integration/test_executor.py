@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpuyard.services.executor.announce import default_address
-from gpuyard.shared.events import JobPreempted
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.paths import log_files, log_path
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import JobPreempted
+from gpuyard.shared.runtime.paths import log_files, log_path
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
 
 from .conftest import Platform, wait_for
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.contracts.jobstate import JobState
 
 pytestmark = pytest.mark.integration
 REPLICAS = 16

@@ -13,9 +13,16 @@ from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError
 
 from gpuyard.services.scheduler.main import SchedulerService, follow_heartbeats
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.events import TELEMETRY_STREAM, GpuInfo, GpuSample, NodeHeartbeat, Subject, make_event
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.contracts.events import (
+    TELEMETRY_STREAM,
+    GpuInfo,
+    GpuSample,
+    NodeHeartbeat,
+    Subject,
+    make_event,
+)
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import wait_for
 

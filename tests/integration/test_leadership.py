@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.lease import Lease
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.runtime.lease import Lease
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import free_ports, wait_for
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared.events import CloudEvent, Wildcard
+from gpuyard.shared.contracts.events import CloudEvent, Wildcard
 from tests.integration.test_bus_auth import eventually
 from tests.unit.onnxmodels import tiny_model
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.shared.events import CloudEvent, GpuSample
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.contracts.events import CloudEvent, GpuSample
 
 pytestmark = pytest.mark.integration
 

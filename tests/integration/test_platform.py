@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from gpuyard.shared.events import CloudEvent, FailureReason, Subject, subject_filter, subject_of
-from gpuyard.shared.jobstate import JobState
+from gpuyard.shared.contracts.events import CloudEvent, FailureReason, Subject, subject_filter, subject_of
+from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import sse_events, wait_for
 from .witness import acknowledged

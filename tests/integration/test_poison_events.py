@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpuyard.shared.events import DEADLETTER_STREAM, EVENTS_STREAM, JobSucceeded, make_event
+from gpuyard.shared.contracts.events import DEADLETTER_STREAM, EVENTS_STREAM, JobSucceeded, make_event
 from tests.integration.test_bus import connect, eventually
 
 pytestmark = pytest.mark.integration

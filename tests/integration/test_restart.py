@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.contracts.reasons import PendingCode
 
 from .conftest import Platform, wait_for
 

@@ -9,11 +9,11 @@ import asyncio
 
 import pytest
 
-from gpuyard.shared.bus import Bus
-from gpuyard.shared.busmetrics import OUTCOMES, ConsumerLag
-from gpuyard.shared.events import EVENTS_STREAM, JobSucceeded, make_event
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.bus.metrics import OUTCOMES, ConsumerLag
+from gpuyard.shared.contracts.events import EVENTS_STREAM, JobSucceeded, make_event
+from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import Platform, wait_for
 from .servicemetrics import ack_pending_of, handled, handling_count, lag_of, metrics_addresses

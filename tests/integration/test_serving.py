@@ -19,7 +19,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.contracts.reasons import PendingCode
 from tests.integration.conftest import free_port, wait_for
 from tests.unit.serving.models import Mlp, unloadable
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuyard import up
-from gpuyard.shared.api import ServiceOut
-from gpuyard.shared.buscredentials import BusCredentials, write_credentials
-from gpuyard.shared.events import ProcessState, ServiceStatus
-from gpuyard.statusreport import PENDING_CHANGES, StatusReporter
-from gpuyard.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor
+from gpuyard.shared.bus.credentials import BusCredentials, write_credentials
+from gpuyard.shared.contracts.api import ServiceOut
+from gpuyard.shared.contracts.events import ProcessState, ServiceStatus
+from gpuyard.supervisor import up
+from gpuyard.supervisor.statusreport import PENDING_CHANGES, StatusReporter
+from gpuyard.supervisor.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor
 from tests.integration.conftest import BIN, Platform, free_ports, wait_for
 
 
@@ -267,7 +267,8 @@ async def test_reporting_never_holds_the_supervisor_up_with_nats_away(tmp_path, 
 
     def failed_tries() -> int:  # (each try the NATS client makes and fails, `Bus.connect` logs)
         return sum(
-            r.name == "gpuyard.shared.bus" and r.getMessage().startswith("nats: ") for r in caplog.records
+            r.name == "gpuyard.shared.bus.jetstream" and r.getMessage().startswith("nats: ")
+            for r in caplog.records
         )
 
     await asyncio.to_thread(wait_for, lambda: failed_tries() >= 3, 60, 0.1, "the reporter to try again")

@@ -1,6 +1,6 @@
 """`GET /v1/tenants` on a real platform (`gpuyard up` with GPUYARD_QUOTAS): each tenant's guarantee from the
 setting the scheduler reads, its jobs' GPUs used and borrowed as the scheduler placed them, the same figures
-the monitor's /metrics shows (one definition, `shared/quotause.py`)."""
+the monitor's /metrics shows (one definition, `shared/reporting/quotause.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
 
 from .conftest import Platform, wait_for
 

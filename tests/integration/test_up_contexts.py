@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
 
 from .conftest import Platform
 

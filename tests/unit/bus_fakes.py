@@ -1,4 +1,4 @@
-"""Stand-ins for NATS messages and the bus, to drive `gpuyard.shared.bus`'s consumer loops without a server (the unit
+"""Stand-ins for NATS messages and the bus, to drive `gpuyard.shared.bus.jetstream`'s consumer loops without a server (the unit
 tests of the bus figures and `benchmarks/bus_overhead.py`)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from gpuyard.shared.busmetrics import BusMetrics
+from gpuyard.shared.bus.metrics import BusMetrics
 
 
 class FakeMsg:

@@ -14,12 +14,12 @@ from fastapi import FastAPI
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.fastpath import FastSubmit
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import LogStore, open_log_store
-from gpuyard.shared.modelregistry import ModelRegistry
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.store import EventStore, open_store
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.stores.events import EventStore, open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import LogStore, open_log_store
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 
 TOKENS = {
     "tok-vision": {"tenant": "vision", "user": "ana"},

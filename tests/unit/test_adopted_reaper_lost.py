@@ -13,7 +13,7 @@ import pytest
 from gpuyard.services.executor import reaper_client
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.shared.paths import replica_files
+from gpuyard.shared.runtime.paths import replica_files
 from tests.unit.executor.harness import Harness
 
 

@@ -11,12 +11,12 @@ import tarfile
 
 import pytest
 
-from gpuyard.backup import BackupError, backup, restore
-from gpuyard.shared.events import JobSubmitted
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import LogKey, open_log_store, split
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import JobSubmitted
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import LogKey, open_log_store, split
+from gpuyard.supervisor.backup import BackupError, backup, restore
 
 
 async def platform_state(data_dir):

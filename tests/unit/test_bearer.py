@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared.bearer import bearer_token
+from gpuyard.shared.auth.bearer import bearer_token
 
 
 @pytest.mark.parametrize(

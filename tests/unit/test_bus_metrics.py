@@ -1,4 +1,4 @@
-"""The bus figures of each service (`gpuyard.shared.busmetrics`), counted in the consumer loops of `gpuyard.shared.bus`: a
+"""The bus figures of each service (`gpuyard.shared.bus.metrics`), counted in the consumer loops of `gpuyard.shared.bus.jetstream`: a
 message through a durable consumer or a watch counts once, with its outcome and handling time; a consumer's
 lag follows its consumer info; and every service's /metrics serves them (its own port, the submit API's)."""
 
@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.shared.bus import Bus, PullConsumer, Watch
-from gpuyard.shared.busmetrics import BusMetrics, subject_label
-from gpuyard.shared.events import JobCancelRequested, make_event, subject_of
-from gpuyard.shared.servicemetrics import MetricsServer, render, service_registry
+from gpuyard.shared.bus.jetstream import Bus, PullConsumer, Watch
+from gpuyard.shared.bus.metrics import BusMetrics, subject_label
+from gpuyard.shared.contracts.events import JobCancelRequested, make_event, subject_of
+from gpuyard.shared.runtime.servicemetrics import MetricsServer, render, service_registry
 from tests.unit.bus_fakes import FakeBus, FakeMsg
 
 HANDLED = "gpuyard_bus_events_handled_total"

@@ -1,12 +1,12 @@
-"""The README's picture of the bus is the bus users' grants (gpuyard.shared.busdiagram): who publishes which event
+"""The README's picture of the bus is the bus users' grants (gpuyard.docsgen.busdiagram): who publishes which event
 into which stream, who reads which stream, who hears what live; made anew by `make docs`."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared import busdiagram
-from gpuyard.shared.events import EVENTS_STREAM, TELEMETRY_STREAM, Subject
+from gpuyard.docsgen import busdiagram
+from gpuyard.shared.contracts.events import EVENTS_STREAM, TELEMETRY_STREAM, Subject
 from tests.unit.test_packaging import ROOT
 
 

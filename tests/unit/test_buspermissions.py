@@ -1,4 +1,4 @@
-"""The bus users' permission table (shared/buspermissions.py): each event has the publishers it should, the
+"""The bus users' permission table (shared/bus/permissions.py): each event has the publishers it should, the
 generated nats-server configuration says exactly that, and a service's outbox relay keeps to its own events."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.busconfig import render
-from gpuyard.shared.buscredentials import BusCredentials
-from gpuyard.shared.buspermissions import (
+from gpuyard.shared.bus.credentials import BusCredentials
+from gpuyard.shared.bus.permissions import (
     GRANTS,
     NOT_PUBLISHED_YET,
     SERVICE_ROLES,
@@ -18,10 +17,18 @@ from gpuyard.shared.buspermissions import (
     publishers,
     publishes,
 )
-from gpuyard.shared.events import JobPlaced, JobSubmitted, ReplicaPlacement, Subject, subject_of, type_of
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import (
+    JobPlaced,
+    JobSubmitted,
+    ReplicaPlacement,
+    Subject,
+    subject_of,
+    type_of,
+)
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.supervisor.busconfig import render
 
 ONLY = {
     Subject.JOB_SUBMITTED: [Role.SUBMIT],

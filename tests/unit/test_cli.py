@@ -16,10 +16,8 @@ import pytest
 from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
-from gpuyard.ports import free_ports
-from gpuyard.shared import why
-from gpuyard.shared.api import JobOut, job_out
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.api import JobOut, job_out
+from gpuyard.shared.contracts.events import (
     GpuShare,
     JobPending,
     JobPlaced,
@@ -32,11 +30,13 @@ from gpuyard.shared.events import (
     RequeueReason,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import fold
-from gpuyard.shared.reasons import PendingCode
-from gpuyard.shared.version import VERSION
-from gpuyard.up import job_rights
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import fold
+from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.contracts.version import VERSION
+from gpuyard.shared.reporting import why
+from gpuyard.supervisor.ports import free_ports
+from gpuyard.supervisor.up import job_rights
 
 
 def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
@@ -275,7 +275,7 @@ def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, caps
     api["new1"] = view("new1", spec, placed("new1", []), retry)
     assert rows(run(capsys, "why", "new1")[1])["Retry backoff"] == "not before about 2 min"
 
-    from gpuyard.shared.events import FailureReason, JobFailed
+    from gpuyard.shared.contracts.events import FailureReason, JobFailed
 
     failed = JobFailed(
         job_id="new1", attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3"
@@ -341,7 +341,7 @@ def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsy
 def test_describe_of_a_failed_job_shows_the_failure_and_the_last_lines_of_the_replica_that_failed(
     api, capsys
 ):
-    from gpuyard.shared.events import FailureReason, JobFailed, JobReplicaExited
+    from gpuyard.shared.contracts.events import FailureReason, JobFailed, JobReplicaExited
 
     exited = JobReplicaExited(
         job_id="bad1", attempt=1, node="n1", replica=1, exit_code=3, reason=FailureReason.EXIT_CODE
@@ -415,7 +415,7 @@ def test_gpuyard_sim_hands_its_arguments_unchanged_to_the_simulator(monkeypatch,
         "g40.png",
     ]
     cli.main(["sim", *args])
-    assert calls == [(sys.executable, [sys.executable, "-P", "-m", "gpuyard.services.scheduler.sim", *args])]
+    assert calls == [(sys.executable, [sys.executable, "-P", "-m", "gpuyard.shared.scheduling.sim", *args])]
     cli.main(["sim", "--help"])
     assert calls[-1][1][4:] == ["--help"]
 
@@ -442,7 +442,7 @@ def test_gpuyard_sim_answers_exactly_as_the_simulator(trace):
 
     def both(*args: str) -> list[tuple[int, str, str]]:
         answers = []
-        for program in (["-m", "gpuyard.cli", "sim"], ["-m", "gpuyard.services.scheduler.sim"]):
+        for program in (["-m", "gpuyard.cli", "sim"], ["-m", "gpuyard.shared.scheduling.sim"]):
             done = subprocess.run(
                 [sys.executable, *program, *args], capture_output=True, text=True, timeout=120
             )

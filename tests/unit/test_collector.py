@@ -1,4 +1,4 @@
-"""A service's collector (`gpuyard.shared.collector.collect_less`): what lived at its start is left out of every later
+"""A service's collector (`gpuyard.shared.runtime.collector.collect_less`): what lived at its start is left out of every later
 collection, and the youngest generation is collected far less often than Python's default."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from gpuyard.shared.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, collect_less
+from gpuyard.shared.runtime.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, collect_less
 
 
 @pytest.fixture

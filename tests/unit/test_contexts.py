@@ -13,8 +13,8 @@ import pytest
 
 from gpuyard import cli, client, contexts
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.tokens import Tokens
-from gpuyard.up import ensure_admin_token, save_context
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.supervisor.up import ensure_admin_token, save_context
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     GpuInfo,
     GpuShare,
     JobPlaced,

@@ -24,12 +24,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuyard.shared import sessions
-from gpuyard.shared.jobtokens import SECRETS_DIR
-from gpuyard.shared.servicemetrics import METRICS_PATH
-from gpuyard.shared.settings import ExecutorSettings, MonitorSettings, ServingSettings
-from gpuyard.shared.settingsdocs import TABLES, env_name
-from gpuyard.up import SERVICES as SERVICE_SETTINGS
+from gpuyard.docsgen.settings import TABLES
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.jobtokens import SECRETS_DIR
+from gpuyard.shared.runtime.servicemetrics import METRICS_PATH
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.settings.names import env_name
+from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.supervisor.up import SERVICES as SERVICE_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -611,7 +614,7 @@ def test_the_session_secret_as_shipped_turns_the_login_off_and_a_replaced_one_is
         (volume / "session.key").symlink_to("..data/session.key")
         return volume / "session.key"
 
-    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.sessions"):
+    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.auth.sessions"):
         assert (
             sessions.load_key(tmp_path, mount(secret["stringData"]["session.key"]), without_it="login off")
             is None
@@ -858,7 +861,7 @@ def test_every_gpuyard_variable_the_files_set_is_a_setting():
     found = gpuyard_variables_set()
     assert {"GPUYARD_NATS_URL", "GPUYARD_KUBERNETES_IMAGE"} <= set(found)
     unknown = {name: sorted(where) for name, where in found.items() if name not in known}
-    assert not unknown, f"not a setting of any model in shared/settings.py: {unknown}"
+    assert not unknown, f"not a setting of any model in shared/settings/: {unknown}"
 
 
 def test_serving_and_metrics_ports_are_the_settings():

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuyard.scrapeconfig import scrape_config
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
-from gpuyard.shared.settings import MonitorSettings, ServingSettings
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.supervisor.scrapeconfig import scrape_config
 from tests.unit.test_deploy import (
     BASE,
     COMPOSE,
@@ -124,7 +125,7 @@ def test_every_gpuyard_scrape_job_sends_the_token_its_deployment_keeps(path):
 
 
 def test_the_gpuyard_up_jobs_send_what_gpuyard_up_writes_for_its_data_dir():
-    """`gpuyard/scrapeconfig.py` writes the scrape configuration of one platform; the shipped one's jobs of
+    """`gpuyard/supervisor/scrapeconfig.py` writes the scrape configuration of one platform; the shipped one's jobs of
     the same name send the same authorization for the data dir it names."""
     jobs = {j["job_name"]: j for j in scrape_jobs(DEPLOY / "prometheus" / "prometheus.yml")}
     data_dir = up_data_dir(list(jobs.values()))
@@ -282,7 +283,7 @@ def test_the_secret_as_shipped_refuses_every_scrape_and_a_replaced_or_rotated_on
         MonitorSettings(data_dir=data_dir, metrics_token_file=path),
         ServingSettings(data_dir=data_dir, metrics_token_file=path),
     ]
-    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.secretfile"):
+    with caplog.at_level(logging.ERROR, logger="gpuyard.shared.auth.secretfile"):
         shipped = [ScrapeAuth.from_settings(s) for s in settings]
     assert "under 32 bytes" in caplog.text and str(path) in caplog.text
     assert not any(auth.allows("Bearer ") or auth.allows(None) for auth in shipped)

@@ -11,9 +11,9 @@ import re
 import pytest
 from rich.console import Console
 
-from gpuyard import ports, up
-from gpuyard.shared.events import STREAMS
-from gpuyard.shared.units import parse_size
+from gpuyard.shared.contracts.events import STREAMS
+from gpuyard.shared.contracts.units import parse_size
+from gpuyard.supervisor import ports, up
 
 MiB = 1 << 20
 

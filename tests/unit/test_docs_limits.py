@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuyard.shared.settingsdocs import TABLES
+from gpuyard.docsgen.settings import TABLES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 TITLE = "## Limits: what one tenant can take"

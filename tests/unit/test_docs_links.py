@@ -2,7 +2,7 @@
 names), every repository path they name (`services/…`, `shared/…`, `deploy/…`, `examples/…`, `benchmarks/…`,
 `tests/…`, `gpuyard/…`, `docs/…`, or a `../…` path, which must stay inside the repository), every module they
 run (`python -m gpuyard.services.submit`), and every class, function or constant they name with its module: a dotted
-name (`gpuyard.shared.policies.Policy`) or a name beside its file (`services/x.py`'s `Name`, `Name` in `x.py`,
+name (`gpuyard.shared.contracts.policies.Policy`) or a name beside its file (`services/x.py`'s `Name`, `Name` in `x.py`,
 `x.py` (`Name`…), a table row `| x.py | Name |`). Names are looked up in the module's source (its top level, or
 a class's body for `Class.member`), without importing it."""
 
@@ -199,7 +199,7 @@ def dotted_name_problem(dotted: str) -> str | None:
 
 
 def files_named(path: str) -> list[Path]:
-    """The repository's Python file at `path`, or, for a partial path (`core/cluster.py`), every file whose
+    """The repository's Python file at `path`, or, for a partial path (`scheduling/cluster.py`), every file whose
     path ends with it."""
     if path.startswith(tuple(f"{folder}/" for folder in TOP_FOLDERS)):
         return [ROOT / path] if (ROOT / path).is_file() else []
@@ -250,14 +250,14 @@ def test_the_checks_find_what_is_gone():
     """Each check on a page made of mistakes the docs once had, beside forms that are right."""
     page = ROOT / "docs" / "page.md"  # (a page that would sit beside the others)
     text = (
-        "# A page\n\n## Reason codes (`shared/reasons.py`)\n\n"
-        "[ok](#reason-codes-sharedreasonspy) [gone](#no-such-heading) ![img](images/none.png)\n"
+        "# A page\n\n## Reason codes (`shared/contracts/reasons.py`)\n\n"
+        "[ok](#reason-codes-sharedcontractsreasonspy) [gone](#no-such-heading) ![img](images/none.png)\n"
         "[out](../../elsewhere/notes.md) [web](https://example.com/x) `[code](not/a/link.md)` "
-        "[there](scheduler.md#reason-codes-sharedreasonspy) [not there](scheduler.md#nope)\n"
-        "kept in a `Scheduler` (`services/scheduler/core/scheduler.py`); `gpuyard.shared.policies.Policy`, "
-        "`gpuyard.shared.policies.NoSuchPolicy`, `gpuyard.client.Client.submit`, `gpuyard.client.Client.nope`\n"
-        "the rule's source: `../../shared/design/monitor-anchors.md`; `HeldCluster` in `core/cluster.py`, "
-        "`core/cluster.py`'s `Held`, `services/scheduler/sim/cli.py`'s `add_arguments`\n"
+        "[there](scheduler.md#reason-codes-sharedcontractsreasonspy) [not there](scheduler.md#nope)\n"
+        "kept in a `Scheduler` (`shared/scheduling/scheduler.py`); `gpuyard.shared.contracts.policies.Policy`, "
+        "`gpuyard.shared.contracts.policies.NoSuchPolicy`, `gpuyard.client.Client.submit`, `gpuyard.client.Client.nope`\n"
+        "the rule's source: `../../shared/design/monitor-anchors.md`; `HeldCluster` in `scheduling/cluster.py`, "
+        "`scheduling/cluster.py`'s `Held`, `shared/scheduling/sim/cli.py`'s `add_arguments`\n"
         "| `batching.py` | `Batcher`: … | and `deploy/kubernetes/overlays/<name>`, `tests/unit/test_docs_*.py`\n"
         "```\npython -m gpuyard.services.nope  # [not](a-link.md)\n```\n"
     )
@@ -269,13 +269,13 @@ def test_the_checks_find_what_is_gone():
     ]
     assert missing_paths(page, text) == [
         "line 6: ../../elsewhere/notes.md (outside the repository)",
-        "line 7: services/scheduler/core/scheduler.py",
+        "line 7: shared/scheduling/scheduler.py",
         "line 8: ../../shared/design/monitor-anchors.md (outside the repository)",
     ]
     assert missing_names(text) == [
-        "`gpuyard.shared.policies.NoSuchPolicy`: shared/policies.py defines no NoSuchPolicy",
+        "`gpuyard.shared.contracts.policies.NoSuchPolicy`: shared/contracts/policies.py defines no NoSuchPolicy",
         "`gpuyard.client.Client.nope`: gpuyard/client.py defines no Client.nope",
         "python -m gpuyard.services.nope: no such module",
-        "`Held`: not defined in services/scheduler/core/cluster.py",
-        "`services/scheduler/core/scheduler.py`: no such file (named with `Scheduler`)",
+        "`Held`: not defined in shared/scheduling/cluster.py",
+        "`shared/scheduling/scheduler.py`: no such file (named with `Scheduler`)",
     ]

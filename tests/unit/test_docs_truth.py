@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from gpuyard.cli import build_parser
-from gpuyard.services.scheduler.sim.cli import add_arguments as add_sim_arguments
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.settingsdocs import TABLES, env_name
-from gpuyard.upoptions import DEFAULT_NATS_PORT
+from gpuyard.docsgen.settings import TABLES
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.scheduling.sim.cli import add_arguments as add_sim_arguments
+from gpuyard.shared.settings.names import env_name
+from gpuyard.supervisor.options import DEFAULT_NATS_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from pydantic import Field, ValidationError
 
-from gpuyard.shared import events
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts import events
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     EventData,
     EventVersionError,
@@ -23,8 +23,8 @@ from gpuyard.shared.events import (
     upcast,
     upcaster,
 )
-from gpuyard.shared.jobstate import JobState, fold
-from gpuyard.shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.contracts.jobstate import JobState, fold
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore
 
 # A job.submitted event exactly as the store held it before data versions existed (no `dataversion`).
 STORED_BEFORE_VERSIONS = (

@@ -1,19 +1,19 @@
 from pathlib import Path
 
-from gpuyard.shared.eventdocs import render
+from gpuyard.docsgen.events import render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 
 
 def test_docs_events_md_matches_the_code():
     assert DOC.read_text() == render(), (
-        "docs/events.md drifted: run `python -m gpuyard.shared.eventdocs > docs/events.md`"
+        "docs/events.md drifted: run `python -m gpuyard.docsgen.events > docs/events.md`"
     )
 
 
 def test_every_subject_is_documented_with_an_example():
     text = render()
-    from gpuyard.shared.events import Subject
+    from gpuyard.shared.contracts.events import Subject
 
     for subject in Subject:
         assert f"### `{subject.value}`" in text

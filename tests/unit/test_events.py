@@ -2,8 +2,8 @@ import uuid
 
 import pytest
 
-from gpuyard.shared.eventdocs import EXAMPLES
-from gpuyard.shared.events import (
+from gpuyard.docsgen.events import EXAMPLES
+from gpuyard.shared.contracts.events import (
     REGISTRY,
     CloudEvent,
     Subject,
@@ -54,7 +54,7 @@ def test_readers_tolerate_unknown_fields():
 def test_a_replica_says_where_its_session_runs():
     from pydantic import ValidationError
 
-    from gpuyard.shared.events import ExecutionProvider, ModelFailed, ModelReady, make_event
+    from gpuyard.shared.contracts.events import ExecutionProvider, ModelFailed, ModelReady, make_event
 
     ready = ModelReady(
         name="mnist", tenant="vision", version=2, job_id="j1", node="n1", endpoint="http://10.0.0.7:8000",

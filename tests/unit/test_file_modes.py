@@ -12,13 +12,13 @@ import pytest
 from gpuyard.services.executor.logfile import RotatingLog
 from gpuyard.services.executor.pidfiles import make_replica_dirs
 from gpuyard.services.executor.reaper import write_atomically
-from gpuyard.shared.events import JobSubmitted, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.logstore.base import Chunk, LogKey
-from gpuyard.shared.logstore.sqlite import SqliteLogStore
-from gpuyard.shared.paths import replica_files
-from gpuyard.shared.store.sqlite import SqliteEventStore
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.runtime.paths import replica_files
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore
+from gpuyard.shared.stores.logs.base import Chunk, LogKey
+from gpuyard.shared.stores.logs.sqlite import SqliteLogStore
 
 
 @pytest.fixture

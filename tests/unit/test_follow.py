@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gpuyard.follow import event_line, parse_event
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     JobPreempted,
     JobReplicaExited,
     JobRequeued,

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from gpuyard import follow
 from gpuyard.follow import follow_job
-from gpuyard.shared.api import JobEventOut
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.api import JobEventOut
+from gpuyard.shared.contracts.events import (
     JobPlaced,
     JobReplicaExited,
     JobStarted,
@@ -22,7 +22,7 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 WAIT = 30  # seconds; only a broken test waits that long
 

@@ -9,8 +9,8 @@ from io import StringIO
 from rich.console import Console
 
 from gpuyard.follow import follow_job
-from gpuyard.shared.api import JobEventOut, JobOut, job_out
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.api import JobEventOut, JobOut, job_out
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     JobPlaced,
     JobReplicaExited,
@@ -20,8 +20,8 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import fold
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import fold
 
 
 def stored(datas) -> list[JobEventOut]:

@@ -7,10 +7,10 @@ import asyncio
 import logging
 import time
 
-from gpuyard.shared.logstore import LogKey
-from gpuyard.shared.logstore.base import Chunk
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.store import StoreFull
+from gpuyard.shared.stores.events import StoreFull
+from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs.base import Chunk
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 
 class FullStore:
@@ -31,7 +31,7 @@ class FullStore:
 
 
 async def test_a_full_log_store_is_said_once_and_its_output_kept_until_it_writes_again(caplog):
-    caplog.set_level(logging.WARNING, logger="gpuyard.shared.logstore.shipper")
+    caplog.set_level(logging.WARNING, logger="gpuyard.shared.stores.logs.shipper")
     store = FullStore(refusals=5)
     shipper = LogShipper(store, interval=0.01)  # type: ignore[arg-type]
     key = LogKey("job", 1, 0)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuyard import up
-from gpuyard.up import Child, ServiceLog, Supervisor, jetstream_broken
+from gpuyard.supervisor import up
+from gpuyard.supervisor.up import Child, ServiceLog, Supervisor, jetstream_broken
 
 WITHIN = 60.0  # a generous bound on each wait: a slow machine only takes longer to get there
 

@@ -1,4 +1,4 @@
-"""/healthz and /readyz (`gpuyard.shared.health.HealthServer`), which every service serves and every probe (the
+"""/healthz and /readyz (`gpuyard.shared.runtime.health.HealthServer`), which every service serves and every probe (the
 kubelet's, docker-compose's, `gpuyard up`'s) reads: a real server on a free port, real HTTP requests."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from gpuyard.shared.health import HealthServer
+from gpuyard.shared.runtime.health import HealthServer
 
 
 @pytest.fixture

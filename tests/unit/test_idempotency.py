@@ -10,7 +10,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
 from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-vision2=vision:bo,tok-nlp=nlp:cy")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.scheduler.sim import cli as sim_cli
-from gpuyard.shared import installhint
-from gpuyard.shared.installhint import install_command, pip_command
+from gpuyard.shared.runtime import installhint
+from gpuyard.shared.runtime.installhint import install_command, pip_command
+from gpuyard.shared.scheduling.sim import cli as sim_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
@@ -165,6 +165,6 @@ def test_no_message_spells_a_pip_command_of_its_own():
         str(path.relative_to(ROOT)): lines
         for package in PRODUCT
         for path in sorted((ROOT / package).rglob("*.py"))
-        if path != ROOT / "shared/installhint.py" and (lines := spelled_out_pip_commands(path))
+        if path != ROOT / "shared/runtime/installhint.py" and (lines := spelled_out_pip_commands(path))
     }
-    assert not spelled, f"say these through gpuyard.shared.installhint.install_command: {spelled}"
+    assert not spelled, f"say these through gpuyard.shared.runtime.installhint.install_command: {spelled}"

@@ -1,8 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from gpuyard.shared.jobspec import JobSpec, SpecError, load_spec_text
-from gpuyard.shared.units import parse_duration, parse_size
+from gpuyard.shared.contracts.jobspec import JobSpec, SpecError, load_spec_text
+from gpuyard.shared.contracts.units import parse_duration, parse_size
 
 
 def spec(**fields):
@@ -133,7 +133,7 @@ def test_a_job_has_a_command_or_a_model_to_serve_not_both_nor_neither(fields, wh
 
 
 def test_a_serve_job_restarts_a_replica_that_dies_unless_it_says_otherwise():
-    from gpuyard.shared.jobspec import SERVE_MAX_RETRIES
+    from gpuyard.shared.contracts.jobspec import SERVE_MAX_RETRIES
 
     assert JobSpec.model_validate({"serve": SERVE}).max_retries == SERVE_MAX_RETRIES > 0
     assert JobSpec.model_validate({"serve": SERVE, "max_retries": 0}).max_retries == 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.settings import MonitorSettings
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.settings.monitor import MonitorSettings
 from tests.unit.test_submit_api import SPEC, VISION, api, ctx  # noqa: F401 (fixtures)
 
 

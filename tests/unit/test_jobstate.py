@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
@@ -21,9 +21,9 @@ from gpuyard.shared.events import (
     RequeueReason,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
+from gpuyard.shared.contracts.reasons import PendingCode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 J = "job1"

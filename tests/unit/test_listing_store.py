@@ -9,11 +9,11 @@ import sqlite3
 
 import pytest
 
-from gpuyard.shared.events import JobSubmitted, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import JobState, apply
-from gpuyard.shared.ledger import projection_of
-from gpuyard.shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState, apply
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore
+from gpuyard.shared.stores.ledger import projection_of
 
 EVERY_STATE = [s.value for s in JobState]
 

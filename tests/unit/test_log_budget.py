@@ -14,12 +14,12 @@ import pytest
 
 from gpuyard.services.executor import logfile
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
-from gpuyard.shared.logstore import LogKey, open_log_store
-from gpuyard.shared.logstore.reading import read_range
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import log_files
-from gpuyard.shared.settings import ExecutorSettings
-from gpuyard.shared.units import parse_size
+from gpuyard.shared.contracts.units import parse_size
+from gpuyard.shared.runtime.paths import log_files
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.stores.logs import LogKey, open_log_store
+from gpuyard.shared.stores.logs.reading import read_range
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 
 def line(n: int, width: int = 99) -> bytes:

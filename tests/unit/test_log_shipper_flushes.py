@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuyard.shared.logstore import LogKey, open_log_store
-from gpuyard.shared.logstore.reading import read_range
-from gpuyard.shared.logstore.shipper import LogShipper
+from gpuyard.shared.stores.logs import LogKey, open_log_store
+from gpuyard.shared.stores.logs.reading import read_range
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 
 class HeldStore:

@@ -1,4 +1,4 @@
-"""Logging out of the dashboard ends the session on the server (shared/sessions.py): a copy of its cookie,
+"""Logging out of the dashboard ends the session on the server (shared/auth/sessions.py): a copy of its cookie,
 and its CSRF token, are refused from then on, by every service that shares the data dir's record, and what
 the session streams ends."""
 
@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared import sessions
+from gpuyard.shared.auth import sessions
 from tests.unit.submitctx import submit_app, submit_context
 from tests.unit.test_stream_revocation import WITNESS_TIMEOUT, StreamBus, rest_of, served
 

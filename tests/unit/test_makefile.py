@@ -22,11 +22,11 @@ DAILY = {
     "integration": ["BIN/pytest -q -rs tests/integration tests/chaos"],
     "browser": ["BIN/pytest -q -rs tests/browser"],
     "docs": [
-        "BIN/python -m gpuyard.shared.eventdocs > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }",
+        "BIN/python -m gpuyard.docsgen.events > docs/events.md.new || { rm -f docs/events.md.new; exit 1; }",
         "mv docs/events.md.new docs/events.md",
-        "BIN/python -m gpuyard.shared.settingsdocs",
-        "BIN/python -m gpuyard.shared.busdiagram",
-        "BIN/python -m gpuyard.shared.jscontracts",
+        "BIN/python -m gpuyard.docsgen.settings",
+        "BIN/python -m gpuyard.docsgen.busdiagram",
+        "BIN/python -m gpuyard.docsgen.jscontracts",
     ],
     "bench": [
         "BIN/python benchmarks/pipeline.py --start --jobs 1000 --concurrency 8",

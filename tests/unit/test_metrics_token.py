@@ -16,7 +16,6 @@ import yaml
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gpuyard.scrapeconfig import token_file, write_scrape_config
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.metrics import METRICS_PATH, GuardedMetricsServer, make_registry
 from gpuyard.services.serving import metrics as serving_metrics
@@ -24,11 +23,13 @@ from gpuyard.services.serving.access import Access
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.stats import Stats
-from gpuyard.shared.events import GpuHolder, GpuSample, make_event
-from gpuyard.shared.nvml import Nvml
-from gpuyard.shared.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
-from gpuyard.shared.settings import MonitorSettings, ServingSettings
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.gpus.nvml import Nvml
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.supervisor.scrapeconfig import token_file, write_scrape_config
 from tests.unit.monitor.test_nvml import FakeGpu, FakeNvml
 
 

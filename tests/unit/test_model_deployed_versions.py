@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared.events import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.events import (
     EventData,
     FailureReason,
     JobCancelled,
@@ -20,12 +21,11 @@ from gpuyard.shared.events import (
     JobSubmitted,
     ReplicaPlacement,
 )
-from gpuyard.shared.jobspec import JobSpec, ServeSpec
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.modelregistry import ModelError, ModelRegistry, deployed_versions
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.store import open_store
-from gpuyard.shared.tokens import Principal
+from gpuyard.shared.contracts.jobspec import JobSpec, ServeSpec
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.readmodels.modelregistry import ModelError, ModelRegistry, deployed_versions
 from tests.unit.onnxmodels import tiny_model
 
 ANA = Principal(tenant="vision", user="ana")

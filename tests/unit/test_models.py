@@ -20,13 +20,26 @@ from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.services.executor import jobenv
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.events import JobPlaced, JobStarted, JobSubmitted, JobSucceeded, ReplicaPlacement
-from gpuyard.shared.installhint import install_command
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobtokens import JobTokenError, ensure_secret, sign, verify
-from gpuyard.shared.modelregistry import stream_id
-from gpuyard.shared.modelstore import ChecksumMismatch, ModelStore, ModelStoreError, load, load_to, sha256_of
-from gpuyard.shared.onnxsig import InvalidModel, read_signature
+from gpuyard.shared.auth.jobtokens import JobTokenError, ensure_secret, sign, verify
+from gpuyard.shared.contracts.events import (
+    JobPlaced,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    ReplicaPlacement,
+)
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.modelfiles.signature import InvalidModel, read_signature
+from gpuyard.shared.modelfiles.store import (
+    ChecksumMismatch,
+    ModelStore,
+    ModelStoreError,
+    load,
+    load_to,
+    sha256_of,
+)
+from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.stores.readmodels.modelregistry import stream_id
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 

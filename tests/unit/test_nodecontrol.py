@@ -1,10 +1,10 @@
-"""A node's controls folded from its stream (`gpuyard.shared.nodecontrol.apply`): cordon, drain, uncordon of the node or
+"""A node's controls folded from its stream (`gpuyard.shared.stores.readmodels.nodecontrol.apply`): cordon, drain, uncordon of the node or
 one GPU, and unhealthy marks, which only an uncordon clears."""
 
 from __future__ import annotations
 
-from gpuyard.shared.events import GpuHealthChanged, NodeAction, NodeControlChanged, make_event
-from gpuyard.shared.nodecontrol import NodeControl, apply
+from gpuyard.shared.contracts.events import GpuHealthChanged, NodeAction, NodeControlChanged, make_event
+from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl, apply
 
 
 def fold(*datas) -> NodeControl:

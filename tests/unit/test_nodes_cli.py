@@ -9,7 +9,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from gpuyard.shared.events import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events import (
+    GpuHolder,
+    GpuInfo,
+    GpuReading,
+    GpuSample,
+    NodeHeartbeat,
+    make_event,
+)
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 
 GIB = 1 << 30

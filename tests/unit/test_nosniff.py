@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuyard.shared.logstore import LogKey, split
+from gpuyard.shared.stores.logs import LogKey, split
 from tests.unit.submitctx import submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

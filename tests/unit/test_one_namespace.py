@@ -44,7 +44,7 @@ def test_the_check_finds_each_old_form():
     text = (
         "from shared.events import Subject\nimport services.submit.app\nfrom shared import why\n"
         "python -m services.submit\nlog = 'services.executor'\n`shared.api.JobOut`\n"
-        "from gpuyard.shared.events import Subject\npython -P -m gpuyard.services.submit\n"
+        "from gpuyard.shared.contracts.events import Subject\npython -P -m gpuyard.services.submit\n"
         "shared.labels['job']\n"  # (a variable named shared)
     )
     assert old_names(text) == [

@@ -56,11 +56,9 @@ def test_onnx_runtime_and_matplotlib_are_extras_not_core():
 
 def test_matplotlib_is_imported_only_when_the_simulator_plots():
     found = imports_of("matplotlib")
-    assert set(found) == {Path("services/scheduler/sim/cli.py")}
-    tree = ast.parse((ROOT / "services/scheduler/sim/cli.py").read_text())
-    assert not any(
-        node in tree.body for node in found[Path("services/scheduler/sim/cli.py")]
-    )  # in a function
+    assert set(found) == {Path("shared/scheduling/sim/cli.py")}
+    tree = ast.parse((ROOT / "shared/scheduling/sim/cli.py").read_text())
+    assert not any(node in tree.body for node in found[Path("shared/scheduling/sim/cli.py")])  # in a function
 
 
 def make_installs() -> list[set[str]]:
@@ -81,7 +79,7 @@ SHIPPED_TRACE = (
     "openb_pod_list_default.csv",
     "openb_pod_list_gpushare40.csv",
 )
-TRACE_DATA = "services/scheduler/sim/traces"
+TRACE_DATA = "shared/scheduling/sim/traces"
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +104,11 @@ def test_the_wheel_installs_one_import_package_gpuyard(wheel):
         tops = {name.split("/")[0] for name in archive.namelist()}
         names = set(archive.namelist())
     assert tops == {"gpuyard", wheel.name.split("-py3")[0] + ".dist-info"}, tops
-    assert {"gpuyard/services/submit/__main__.py", "gpuyard/shared/events.py", "gpuyard/cli.py"} <= names
+    assert {
+        "gpuyard/services/submit/__main__.py",
+        "gpuyard/shared/contracts/events.py",
+        "gpuyard/cli.py",
+    } <= names
 
 
 def test_the_wheel_ships_the_trace_with_its_license_and_citation(wheel):
@@ -129,7 +131,7 @@ def test_the_readme_sim_command_works_from_the_installed_files_alone(wheel, tmp_
     away.mkdir()
     args = ["--trace", "openb_pod_list_gpushare40.csv", "--policy", "bestfit", "--seeds", "1", "--json"]
     run = subprocess.run(
-        [sys.executable, "-m", "gpuyard.services.scheduler.sim", *args],
+        [sys.executable, "-m", "gpuyard.shared.scheduling.sim", *args],
         cwd=away,
         env={**os.environ, "PYTHONPATH": str(installed)},
         capture_output=True,
@@ -150,7 +152,7 @@ def test_from_a_wheel_the_plot_hint_names_the_installed_gpuyard(wheel, tmp_path)
         archive.extractall(installed)
     hide_matplotlib = (
         "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'sim'; "
-        "runpy.run_module('gpuyard.services.scheduler.sim', run_name='__main__')"
+        "runpy.run_module('gpuyard.shared.scheduling.sim', run_name='__main__')"
     )
     run = subprocess.run(
         [sys.executable, "-c", hide_matplotlib, "--plot", str(tmp_path / "out.png")],

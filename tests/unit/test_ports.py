@@ -1,11 +1,11 @@
-"""Ports picked ahead of their owner (`gpuyard/ports.py`): below the kernel's ephemeral range, where no socket
+"""Ports picked ahead of their owner (`gpuyard/supervisor/ports.py`): below the kernel's ephemeral range, where no socket
 bound to port 0 in the meantime can take one."""
 
 from __future__ import annotations
 
 import socket
 
-from gpuyard import ports
+from gpuyard.supervisor import ports
 
 
 def test_ports_are_picked_apart_below_the_ephemeral_range_and_free():

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.queuedepth import RETRY_AFTER_UNKNOWN, QueueDepth, QueueFull
-from gpuyard.shared.events import (
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import (
     JobCancelled,
     JobPlaced,
     JobRequeued,
@@ -20,9 +21,8 @@ from gpuyard.shared.events import (
     RequeueReason,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.ledger import JobLedger
 from tests.unit.submitctx import submit_app, submit_context
 
 TOKENS = Tokens(None, "tok-vision=vision:ana,tok-nlp=nlp:bo")

@@ -11,12 +11,12 @@ import pytest
 
 from gpuyard.services.monitor.history import HistoryWriter
 from gpuyard.services.monitor.ingest import SampleIngest
-from gpuyard.shared import ledger as ledger_module
-from gpuyard.shared.events import GpuSample, JobSucceeded, make_event
-from gpuyard.shared.gpuhistory import Compacted
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.settings import MonitorSettings
-from gpuyard.shared.store import Outage, StoreBusy, StoreFull, StoreUnavailable
+from gpuyard.shared.contracts.events import GpuSample, JobSucceeded, make_event
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.stores import ledger as ledger_module
+from gpuyard.shared.stores.events import Outage, StoreBusy, StoreFull, StoreUnavailable
+from gpuyard.shared.stores.gpuhistory.base import Compacted
+from gpuyard.shared.stores.ledger import JobLedger
 from tests.unit.gpureadings import reading
 
 TRIES = 20  # ten seconds of a relay's turns

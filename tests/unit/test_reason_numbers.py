@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared.units import format_size
-from gpuyard.shared.why import details_text
+from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.reporting.why import details_text
 
 
 @pytest.mark.parametrize(

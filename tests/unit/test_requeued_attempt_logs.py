@@ -17,9 +17,9 @@ from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.shared.logstore import LogKey
-from gpuyard.shared.paths import log_path
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.runtime.paths import log_path
+from gpuyard.shared.stores.logs import LogKey
 from tests.unit.executor.harness import Harness
 from tests.unit.submitctx import TOKENS
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     FailureReason,
     JobFailed,
     JobPlaced,
@@ -22,7 +22,7 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     RequeueReason,
 )
-from gpuyard.shared.logstore import LogKey, split
+from gpuyard.shared.stores.logs import LogKey, split
 from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

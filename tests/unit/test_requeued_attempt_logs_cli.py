@@ -12,8 +12,14 @@ from fastapi.testclient import TestClient
 from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.events import JobPlaced, JobRequeued, JobStarted, ReplicaPlacement, RequeueReason
-from gpuyard.shared.logstore import LogKey, split
+from gpuyard.shared.contracts.events import (
+    JobPlaced,
+    JobRequeued,
+    JobStarted,
+    ReplicaPlacement,
+    RequeueReason,
+)
+from gpuyard.shared.stores.logs import LogKey, split
 from tests.unit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

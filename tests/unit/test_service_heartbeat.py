@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.events import CloudEvent, ServiceHeartbeat, Subject, make_event
-from gpuyard.shared.service import Service, metrics_url
-from gpuyard.shared.settings import CommonSettings
+from gpuyard.shared.contracts.events import CloudEvent, ServiceHeartbeat, Subject, make_event
+from gpuyard.shared.runtime.service import Service, metrics_url
+from gpuyard.shared.settings.common import CommonSettings
 
 
 @pytest.fixture

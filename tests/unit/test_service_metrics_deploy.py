@@ -20,11 +20,11 @@ from gpuyard.services.serving.entry import create_entry_app
 from gpuyard.services.serving.proxy import Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
-from gpuyard.shared.busmetrics import OUTCOMES, BusMetrics, ConsumerLag
-from gpuyard.shared.servicemetrics import render, service_registry
-from gpuyard.shared.tokens import Tokens
-from gpuyard.up import TARGETS_FILE, metrics_line, plan, write_metrics_targets
-from gpuyard.upoptions import UpOptions
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.bus.metrics import OUTCOMES, BusMetrics, ConsumerLag
+from gpuyard.shared.runtime.servicemetrics import render, service_registry
+from gpuyard.supervisor.options import UpOptions
+from gpuyard.supervisor.up import TARGETS_FILE, metrics_line, plan, write_metrics_targets
 from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.api import ServiceState
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.api import ServiceState
+from gpuyard.shared.contracts.events import (
     SERVICE_HEARTBEAT_SECONDS,
     ProcessState,
     ServiceHeartbeat,

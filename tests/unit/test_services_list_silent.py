@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from gpuyard.services.submit import routes_platform, telemetry
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.routes_platform import GONE_AFTER_SECONDS, listed_services
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     SERVICE_HEARTBEAT_SECONDS,
     ProcessState,
     ServiceHeartbeat,

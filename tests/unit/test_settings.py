@@ -14,25 +14,22 @@ from pydantic import BaseModel
 
 from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
-from gpuyard.services.scheduler.core import SchedulerConfig
+from gpuyard.docsgen import settings as settingsdocs
 from gpuyard.services.scheduler.main import config_of
-from gpuyard.shared import settingsdocs
-from gpuyard.shared.kubernetes_settings import FractionalGpuMode, KubernetesConfig, OwnerTarget
-from gpuyard.shared.policies import BackfillMode, Policy
-from gpuyard.shared.service import event_loop_factory
-from gpuyard.shared.settings import (
-    ClientSettings,
-    CommonSettings,
-    ExecutorSettings,
-    MonitorSettings,
-    SchedulerSettings,
-    ServingSettings,
-    SubmitSettings,
-    settings_from_argv,
-)
-from gpuyard.up import plan
-from gpuyard.upoptions import SETTING_FLAGS, UpOptions
-from gpuyard.upoptions import add_arguments as add_up_arguments
+from gpuyard.shared.contracts.policies import BackfillMode, Policy
+from gpuyard.shared.runtime.service import event_loop_factory
+from gpuyard.shared.scheduling import SchedulerConfig
+from gpuyard.shared.settings.client import ClientSettings
+from gpuyard.shared.settings.common import CommonSettings, settings_from_argv
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.settings.kubernetes import FractionalGpuMode, KubernetesConfig, OwnerTarget
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.shared.settings.submit import SubmitSettings
+from gpuyard.supervisor.options import SETTING_FLAGS, UpOptions
+from gpuyard.supervisor.options import add_arguments as add_up_arguments
+from gpuyard.supervisor.up import plan
 
 MODELS = (
     CommonSettings,
@@ -396,7 +393,7 @@ def test_every_setting_is_described(model: type[BaseModel]):
 def test_the_docs_list_every_setting_as_the_models_declare_it():
     text = settingsdocs.DOC.read_text()
     assert settingsdocs.with_tables(text) == text, (
-        "docs/operations.md is stale: run python -m gpuyard.shared.settingsdocs"
+        "docs/operations.md is stale: run python -m gpuyard.docsgen.settings"
     )
     tables = text.split(settingsdocs.BEGIN)[1].split(settingsdocs.END)[0]
     for table in settingsdocs.TABLES:

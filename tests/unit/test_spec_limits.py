@@ -1,6 +1,6 @@
 """A spec the platform could never run, or never read, is refused before it is queued, with the limit in its
 answer: a number too long to read (YAML or JSON) is a 422, not a 500; a command and environment larger than a
-replica's start can carry (shared/jobspec.py SPEC_START_BYTES, out of REPLICA_START_BYTES) are a 422 at
+replica's start can carry (shared/contracts/jobspec.py SPEC_START_BYTES, out of REPLICA_START_BYTES) are a 422 at
 submit and validate and one line of the CLI, not a job that fails to start."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.services.executor.jobenv import replica_env
-from gpuyard.shared.events import JobPlaced, ReplicaPlacement
-from gpuyard.shared.jobspec import (
+from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import (
     REPLICA_START_BYTES,
     SPEC_START_BYTES,
     JobSpec,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from gpuyard.shared.events import JobSubmitted, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.store import Append, ConcurrencyError
-from gpuyard.shared.store.sqlite import SqliteEventStore
+from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import Append, ConcurrencyError
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore
 
 
 def submitted(job_id: str):

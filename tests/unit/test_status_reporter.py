@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from gpuyard import statusreport
-from gpuyard.statusreport import StatusReporter
+from gpuyard.supervisor import statusreport
+from gpuyard.supervisor.statusreport import StatusReporter
 
 GENEROUS = 30.0
 """A bound on waits for what must come: a slow machine only takes longer to get there."""

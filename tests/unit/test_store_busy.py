@@ -14,10 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit import errors
-from gpuyard.shared.events import JobCancelRequested, make_event
-from gpuyard.shared.store import StoreBusy, StoreFull, StoreUnavailable, open_store
-from gpuyard.shared.store import sqlite as sqlite_store
-from gpuyard.shared.store.base import unavailable
+from gpuyard.shared.contracts.events import JobCancelRequested, make_event
+from gpuyard.shared.stores.events import StoreBusy, StoreFull, StoreUnavailable, open_store
+from gpuyard.shared.stores.events import sqlite as sqlite_store
+from gpuyard.shared.stores.events.base import unavailable
 from tests.unit.submitctx import submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 from pymongo import WriteConcern
 
-from gpuyard.shared.store import StoreUnavailable, open_store
-from gpuyard.shared.store import mongo as mongo_store
+from gpuyard.shared.stores.events import StoreUnavailable, open_store
+from gpuyard.shared.stores.events import mongo as mongo_store
 
 FULL = 2  # PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
 

@@ -10,10 +10,10 @@ import sqlite3
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared import service
-from gpuyard.shared.events import JobCancelRequested, make_event
-from gpuyard.shared.store import StoreBusy, open_store
-from gpuyard.shared.store import sqlite as sqlite_store
+from gpuyard.shared.contracts.events import JobCancelRequested, make_event
+from gpuyard.shared.runtime import service
+from gpuyard.shared.stores.events import StoreBusy, open_store
+from gpuyard.shared.stores.events import sqlite as sqlite_store
 
 SHORT = 0.3
 

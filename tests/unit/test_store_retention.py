@@ -8,11 +8,11 @@ import time
 import pytest
 
 from gpuyard.services.submit.retention import sweep
-from gpuyard.shared.events import JobCancelled, JobPending, JobSubmitted, PendingReason
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import LogKey, open_log_store, split
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import JobCancelled, JobPending, JobSubmitted, PendingReason
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import LogKey, open_log_store, split
 
 DAY = 86400.0
 

@@ -16,10 +16,10 @@ import httpx
 import pytest
 import uvicorn
 
-from gpuyard import ports
 from gpuyard.services.submit.streamview import while_allowed
-from gpuyard.shared import sessions, tokens
-from gpuyard.shared.logstore import LogKey, split
+from gpuyard.shared.auth import sessions, tokens
+from gpuyard.shared.stores.logs import LogKey, split
+from gpuyard.supervisor import ports
 from tests.unit.submitctx import submit_app, submit_context
 
 ADMIN = {"Authorization": "Bearer tok-admin"}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpuyard.services.submit.streamview import seen_by
-from gpuyard.shared.events import (
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.events import (
     AlertRaised,
     GpuHolder,
     GpuReading,
@@ -14,7 +15,6 @@ from gpuyard.shared.events import (
     make_event,
     subject_of,
 )
-from gpuyard.shared.tokens import Principal
 
 VISION = Principal(tenant="vision", user="ana")
 NLP = Principal(tenant="nlp", user="bo")

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     FailureReason,
     GpuHolder,
     GpuReading,
@@ -26,11 +26,11 @@ from gpuyard.shared.events import (
     PendingReason,
     ReplicaPlacement,
 )
-from gpuyard.shared.gpuhistory import GpuHistory, GpuPoint, history_path_beside
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.logstore import LogKey, split
-from gpuyard.shared.queueline import LINE_KEY, READ_SECONDS, line_doc
-from gpuyard.shared.reasons import waiting_message
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.reasons import waiting_message
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, history_path_beside
+from gpuyard.shared.stores.logs import LogKey, split
+from gpuyard.shared.stores.readmodels.queueline import LINE_KEY, READ_SECONDS, line_doc
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 
@@ -664,7 +664,7 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
     import time as clock
 
     from gpuyard.services.submit import telemetry
-    from gpuyard.shared.events import ServiceHeartbeat, make_event
+    from gpuyard.shared.contracts.events import ServiceHeartbeat, make_event
 
     def beat(instance: str):
         data = ServiceHeartbeat(
@@ -682,7 +682,7 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
 
 
 def test_services_answer_a_crash_looping_process_with_its_restarts_and_last_error(api, ctx):
-    from gpuyard.shared.events import ProcessState, ServiceStatus, make_event
+    from gpuyard.shared.contracts.events import ProcessState, ServiceStatus, make_event
 
     looping = ServiceStatus(
         service="serving",

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.events import NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events import NodeHeartbeat, make_event
 
 
 def heartbeat(node: str, sent: datetime):

@@ -11,9 +11,9 @@ import stat
 
 import pytest
 
-from gpuyard import busconfig, cli
-from gpuyard.shared.buscredentials import credentials_path, read_credentials
-from gpuyard.shared.buspermissions import (
+from gpuyard import cli
+from gpuyard.shared.bus.credentials import credentials_path, read_credentials
+from gpuyard.shared.bus.permissions import (
     GRANTS,
     Role,
     permissions,
@@ -21,7 +21,7 @@ from gpuyard.shared.buspermissions import (
     tenant_of_integrator,
     tenant_permissions,
 )
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     JOB_SUBJECTS,
     AlertRaised,
     JobPlaced,
@@ -36,7 +36,8 @@ from gpuyard.shared.events import (
     tenant_of_subject,
     utcnow,
 )
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.supervisor import busconfig
 
 PLACED = JobPlaced(job_id="j1", attempt=1, placements=[ReplicaPlacement(replica=0, node="n")])
 

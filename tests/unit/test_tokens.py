@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.tokens import TokenRefused, Tokens
-from gpuyard.up import ensure_admin_token
+from gpuyard.shared.auth.tokens import TokenRefused, Tokens
+from gpuyard.supervisor.up import ensure_admin_token
 from tests.unit.submitctx import another_instance, submit_context
 
 LEGACY = {

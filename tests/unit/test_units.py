@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared.units import count_text, format_size, parse_size
+from gpuyard.shared.contracts.units import count_text, format_size, parse_size
 
 
 @pytest.mark.parametrize(

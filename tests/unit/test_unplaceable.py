@@ -7,14 +7,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuyard.services.scheduler.core.demand import demand_of
-from gpuyard.services.scheduler.core.explain import never_fits
-from gpuyard.services.scheduler.core.index import CapacityIndex
 from gpuyard.services.scheduler.view import job_request
 from gpuyard.shared.capacity import unplaceable
-from gpuyard.shared.events import GpuInfo, JobSubmitted, NodeHeartbeat, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import fold
+from gpuyard.shared.contracts.events import GpuInfo, JobSubmitted, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import fold
+from gpuyard.shared.scheduling.demand import demand_of
+from gpuyard.shared.scheduling.explain import never_fits
+from gpuyard.shared.scheduling.index import CapacityIndex
 from tests.unit.test_submit_api import VISION, api, ctx  # noqa: F401 (fixtures)
 
 GIB = 2**30

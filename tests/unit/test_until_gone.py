@@ -1,4 +1,4 @@
-"""A service learns that its supervisor died (`gpuyard.shared.service.until_gone`): the wait returns once the supervisor
+"""A service learns that its supervisor died (`gpuyard.shared.runtime.service.until_gone`): the wait returns once the supervisor
 is no longer its parent, whether it blocks on a pidfd or polls."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared import service
+from gpuyard.shared.runtime import service
 
 ROOT = Path(__file__).resolve().parents[2]
 # The supervisor's pid comes in argv, as `gpuyard up` passes it in the settings: a child that asked for its parent
 # after a slow start (a loaded machine) would wait for whoever adopted it.
 CHILD = (
-    "import os, sys; from pathlib import Path; from gpuyard.shared.service import until_gone; "
+    "import os, sys; from pathlib import Path; from gpuyard.shared.runtime.service import until_gone; "
     "marker = Path(sys.argv[1]); marker.write_text('waiting'); until_gone(int(sys.argv[2])); marker.write_text('gone')"
 )
 PARENT = (

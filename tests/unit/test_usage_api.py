@@ -1,4 +1,4 @@
-"""GPU-hours accounting (gpuyard.shared.usage) for jobs whose run is known, and the routes of history and usage
+"""GPU-hours accounting (gpuyard.shared.reporting.usage) for jobs whose run is known, and the routes of history and usage
 (`/v1/usage`, `/v1/gpus/history`, `/v1/jobs/{id}/gpu`) with their tenant filters, and their answer while the
 history cannot be reached. (Each history backend's own behaviour: tests/contract/test_gpu_history.py.)"""
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     GpuHolder,
     GpuReading,
     GpuShare,
@@ -22,12 +22,12 @@ from gpuyard.shared.events import (
     RequeueReason,
     make_event,
 )
-from gpuyard.shared.gpuhistory import GpuPoint, open_gpu_history
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import fold
-from gpuyard.shared.ledger import projection_of
-from gpuyard.shared.store import StoreUnavailable
-from gpuyard.shared.usage import allocated_seconds, group, job_usages
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import fold
+from gpuyard.shared.reporting.usage import allocated_seconds, group, job_usages
+from gpuyard.shared.stores.events import StoreUnavailable
+from gpuyard.shared.stores.gpuhistory.base import GpuPoint, open_gpu_history
+from gpuyard.shared.stores.ledger import projection_of
 from tests.unit.test_submit_api import ADMIN, NLP, VISION, api, ctx  # noqa: F401 (fixtures)
 
 HOUR = 3600.0

@@ -15,15 +15,15 @@ IGNORE_DECORATORS = [
     "@app.*",  # FastAPI routes and exception handlers on the app
     "@model_validator",  # pydantic
     "@field_validator",
-    "@upcaster",  # shared/events.py: an event's older data versions, found by subject and version
+    "@upcaster",  # shared/contracts/events.py: an event's older data versions, found by subject and version
 ]
 
 CALLED_BY_NAME = {
     ("gpuyard/__init__.py", "__getattr__"): "the module's own attributes, imported when used (PEP 562)",
     ("services/serving/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
     ("services/submit/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
-    ("shared/busmetrics.py", "describe"): "prometheus_client's collector protocol",
-    ("shared/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
+    ("shared/bus/metrics.py", "describe"): "prometheus_client's collector protocol",
+    ("shared/runtime/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
 }
 
 PUBLIC_API = {
@@ -33,13 +33,19 @@ PUBLIC_API = {
 
 CHECKED_BY_TESTS = {
     # Definitions whose readers are the tests that hold the rest of the code to them.
-    ("shared/jobstate.py", "fold"): "the pure fold of a job's events: the state machine's tests",
-    ("shared/events.py", "missing_upcasters"): "every older event version has its upcaster: a contract test",
-    ("shared/buspermissions.py", "publishers"): "the permission table read by subject: its tests",
-    ("shared/buspermissions.py", "NOT_PUBLISHED_YET"): "the permission table's tests",
+    ("shared/contracts/jobstate.py", "fold"): "the pure fold of a job's events: the state machine's tests",
+    (
+        "shared/contracts/events.py",
+        "missing_upcasters",
+    ): "every older event version has its upcaster: a contract test",
+    ("shared/bus/permissions.py", "publishers"): "the permission table read by subject: its tests",
+    ("shared/bus/permissions.py", "NOT_PUBLISHED_YET"): "the permission table's tests",
     ("services/scheduler/main.py", "NOT_FOLLOWED"): "the job events it need not follow, and why: a test",
-    ("shared/busmetrics.py", "OUTCOMES"): "the label values of gpuyard_bus_events_handled: its tests",
-    ("shared/jobspec.py", "REPLICA_START_BYTES"): "what a replica's start fits in: the spec limits' tests",
+    ("shared/bus/metrics.py", "OUTCOMES"): "the label values of gpuyard_bus_events_handled: its tests",
+    (
+        "shared/contracts/jobspec.py",
+        "REPLICA_START_BYTES",
+    ): "what a replica's start fits in: the spec limits' tests",
 }
 
 PENDING = {
@@ -47,21 +53,21 @@ PENDING = {
     # tests that use them). The check fails once one is gone, until its entry is removed here too.
     ("gpuyard/client.py", "set_model_public"): "no caller, no test, no docs",
     ("services/monitor/metrics.py", "GPU_LABELS"): "no reader",
-    ("shared/alertbook.py", "is_alert_stream"): "no caller",
-    ("shared/bus.py", "version_of"): "no caller",
-    ("shared/events.py", "V2_DATATYPES"): "no reader",
-    ("shared/modelstore.py", "default_url"): "no caller",
-    ("services/scheduler/core/model.py", "free_memory"): "no reader (Gpu's and Node's)",
-    ("services/scheduler/core/model.py", "free_cpus"): "no reader",
-    ("services/scheduler/core/model.py", "expected_end"): "no reader",
-    ("services/scheduler/sim/timemode.py", "cycles"): "counted, never read",
-    ("services/scheduler/core/model.py", "idle_gpus"): "a test only",
-    ("services/scheduler/core/reasons.py", "sort_reasons"): "a test only (docs/scheduler.md names it)",
+    ("shared/stores/readmodels/alertbook.py", "is_alert_stream"): "no caller",
+    ("shared/bus/jetstream.py", "version_of"): "no caller",
+    ("shared/contracts/events.py", "V2_DATATYPES"): "no reader",
+    ("shared/modelfiles/store.py", "default_url"): "no caller",
+    ("shared/scheduling/model.py", "free_memory"): "no reader (Gpu's and Node's)",
+    ("shared/scheduling/model.py", "free_cpus"): "no reader",
+    ("shared/scheduling/model.py", "expected_end"): "no reader",
+    ("shared/scheduling/sim/timemode.py", "cycles"): "counted, never read",
+    ("shared/scheduling/model.py", "idle_gpus"): "a test only",
+    ("shared/scheduling/reasons.py", "sort_reasons"): "a test only (docs/scheduler.md names it)",
     ("services/serving/protocol.py", "datatype_of"): "a test only",
     ("services/executor/kubernetes/manifests.py", "objects"): "a test only",
-    ("shared/lease.py", "holder_now"): "an integration test only",
-    ("shared/paths.py", "job_dir"): "a test only",
-    ("shared/paths.py", "workdir"): "the chaos test only",
+    ("shared/runtime/lease.py", "holder_now"): "an integration test only",
+    ("shared/runtime/paths.py", "job_dir"): "a test only",
+    ("shared/runtime/paths.py", "workdir"): "the chaos test only",
     ("services/monitor/ingest.py", "on_message"): "a benchmark only (the service ingests otherwise)",
 }
 

@@ -39,10 +39,10 @@ from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.nodes import cluster_inventory
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
-from gpuyard.shared.events import FailureReason, JobReplicaExited, NodeHeartbeat
-from gpuyard.shared.logstore import LogKey
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import log_path
+from gpuyard.shared.contracts.events import FailureReason, JobReplicaExited, NodeHeartbeat
+from gpuyard.shared.runtime.paths import log_path
+from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from gpuyard.services.executor.kubernetes.config import KubernetesConfig, OwnerT
 from gpuyard.services.executor.kubernetes.env import replica_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames, attempt_names
 from gpuyard.services.executor.kubernetes.resources import container_resources
-from gpuyard.shared.events import ReplicaPlacement
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 CONTAINER = "worker"
 SHM_VOLUME = "dshm"

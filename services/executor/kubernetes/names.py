@@ -11,7 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from gpuyard.shared.jobspec import MAX_REPLICAS
+from gpuyard.shared.contracts.jobspec import MAX_REPLICAS
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63

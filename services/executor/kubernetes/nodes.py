@@ -29,8 +29,8 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
-from gpuyard.shared.events import GpuInfo, NodeHeartbeat
-from gpuyard.shared.gpus import short_model
+from gpuyard.shared.contracts.events import GpuInfo, NodeHeartbeat
+from gpuyard.shared.gpus.inventory import short_model
 
 MIB = 2**20
 GFD_PRODUCT = "nvidia.com/gpu.product"

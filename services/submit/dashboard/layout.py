@@ -9,9 +9,9 @@ from html import escape
 from importlib.resources import files
 
 from gpuyard.services.submit.dashboard.pages import NAV, Page
-from gpuyard.shared.events import Subject, type_of
-from gpuyard.shared.tokens import Principal
-from gpuyard.shared.version import VERSION
+from gpuyard.shared.auth.tokens import Principal
+from gpuyard.shared.contracts.events import Subject, type_of
+from gpuyard.shared.contracts.version import VERSION
 
 STATIC = "/static/dashboard"
 SECURITY_HEADERS = {

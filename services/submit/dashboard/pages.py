@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.shared.jobspec import PRIORITY_CLASSES
-from gpuyard.shared.usage import CSV_COLUMNS
+from gpuyard.shared.contracts.jobspec import PRIORITY_CLASSES
+from gpuyard.shared.reporting.usage import CSV_COLUMNS
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from gpuyard.services.submit.dashboard.layout import (
 )
 from gpuyard.services.submit.dashboard.pages import PAGES, Page
 from gpuyard.services.submit.routes_jobs import visible_job
-from gpuyard.shared import sessions
-from gpuyard.shared.jobtokens import is_job_token
-from gpuyard.shared.tokens import Principal, TokenRefused
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.jobtokens import is_job_token
+from gpuyard.shared.auth.tokens import Principal, TokenRefused
 
 LOGIN_FIELDS_MAX = 4096
 

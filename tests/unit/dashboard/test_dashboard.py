@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.submit.dashboard.pages import NAV, PAGES
-from gpuyard.shared import sessions
+from gpuyard.shared.auth import sessions
 from tests.unit.dashboard.conftest import HOST, login
 
 SPEC = {"name": "train", "command": "python train.py", "resources": {"gpus": 0}}

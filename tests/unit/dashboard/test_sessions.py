@@ -1,10 +1,10 @@
-"""Dashboard session cookies and CSRF tokens (shared/sessions.py)."""
+"""Dashboard session cookies and CSRF tokens (shared/auth/sessions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuyard.shared import sessions
+from gpuyard.shared.auth import sessions
 
 SECRET = b"k" * 48
 

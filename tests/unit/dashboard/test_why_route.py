@@ -1,12 +1,12 @@
-"""`GET /v1/jobs/{id}/why`: the dashboard's job page says what `gpuyard why` says (shared/why.py)."""
+"""`GET /v1/jobs/{id}/why`: the dashboard's job page says what `gpuyard why` says (shared/reporting/why.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gpuyard.shared import why
-from gpuyard.shared.api import JobOut
-from gpuyard.shared.events import JobPending, PendingReason
+from gpuyard.shared.contracts.api import JobOut
+from gpuyard.shared.contracts.events import JobPending, PendingReason
+from gpuyard.shared.reporting import why
 
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.services.executor.executor import Executor
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     EventData,
     GpuShare,
@@ -20,12 +20,12 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import JobView
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.logstore import open_log_store
-from gpuyard.shared.settings import ExecutorSettings
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobView
+from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.logs import open_log_store
 
 
 class FakeBus:

@@ -3,7 +3,7 @@ recorded (forged by whoever could publish, or about an attempt that does not exi
 
 from __future__ import annotations
 
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     JobCancelRequested,
     JobPlaced,
     JobPreempted,

@@ -8,9 +8,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from gpuyard.shared.events import GpuShare, JobPlaced, ReplicaPlacement
-from gpuyard.shared.ledger import MAX_CONFLICT_RETRIES
-from gpuyard.shared.store import ConcurrencyError
+from gpuyard.shared.contracts.events import GpuShare, JobPlaced, ReplicaPlacement
+from gpuyard.shared.stores.events import ConcurrencyError
+from gpuyard.shared.stores.ledger import MAX_CONFLICT_RETRIES
 
 REPLICAS = 16
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from gpuyard.shared import idlebook
-from gpuyard.shared.events import FailureReason, IdleStop, IdleWarning, make_event
+from gpuyard.shared.contracts.events import FailureReason, IdleStop, IdleWarning, make_event
+from gpuyard.shared.stores.readmodels import idlebook
 
 from .test_executor_local import crash
 from .witnesses import MARKER, notes, output, runs_unstopped

@@ -12,11 +12,11 @@ from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.names import attempt_names
-from gpuyard.shared.events import GpuShare, JobCancelRequested, JobSucceeded
-from gpuyard.shared.logstore import LogKey
-from gpuyard.shared.logstore.reading import read_range
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import log_path
+from gpuyard.shared.contracts.events import GpuShare, JobCancelRequested, JobSucceeded
+from gpuyard.shared.runtime.paths import log_path
+from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs.reading import read_range
+from gpuyard.shared.stores.logs.shipper import LogShipper
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 
 
@@ -205,7 +205,7 @@ async def test_a_restarted_executor_whose_pods_are_gone_records_the_attempt_lost
 async def test_the_backend_setting_is_checked():
     from pydantic import ValidationError
 
-    from gpuyard.shared.settings import ExecutorSettings
+    from gpuyard.shared.settings.executor import ExecutorSettings
 
     with pytest.raises(ValidationError, match="'local' or 'kubernetes'"):
         ExecutorSettings(executor_backend="k8s")

@@ -14,7 +14,7 @@ import pytest
 from gpuyard.services.executor import local
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     JobCancelRequested,
     JobPlaced,
     JobPreempted,
@@ -22,7 +22,7 @@ from gpuyard.shared.events import (
     JobStarted,
     ReplicaPlacement,
 )
-from gpuyard.shared.paths import log_files, log_path, replica_files
+from gpuyard.shared.runtime.paths import log_files, log_path, replica_files
 
 from .witnesses import job_sessions, running_marker_job, runs_unstopped
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuyard.shared.events import JobSucceeded
-from gpuyard.shared.ledger import ENDED_JOBS
+from gpuyard.shared.contracts.events import JobSucceeded
+from gpuyard.shared.stores.ledger import ENDED_JOBS
 from tests.unit.containers import containers
 
 JOBS = 2000  # four times the ended jobs the ledger keeps (ENDED_JOBS)
@@ -29,7 +29,10 @@ async def test_per_attempt_state_is_dropped_after_2000_jobs(h):
     assert (await h.view(ids[-1])).state.value == "succeeded"
 
     sizes = containers(
-        ex, "executor", ("gpuyard.services.executor", "gpuyard.shared.ledger", "gpuyard.shared.logstore"), 3
+        ex,
+        "executor",
+        ("gpuyard.services.executor", "gpuyard.shared.stores.ledger", "gpuyard.shared.stores.logs"),
+        3,
     )
     assert "executor.backend.replicas" in sizes  # the walk reaches the backend's state too
     assert "executor.ledger._known" in sizes  # and the ledger's cache of job views

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from gpuyard.shared.events import JobSubmitted, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.store import Projection
+from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import Projection
 
 
 class Unreadable(BaseModel):

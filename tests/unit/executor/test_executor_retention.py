@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from gpuyard.services.executor.retention import JobDirSweeper
-from gpuyard.shared.events import JobCancelled, JobSucceeded
-from gpuyard.shared.paths import job_dir
+from gpuyard.shared.contracts.events import JobCancelled, JobSucceeded
+from gpuyard.shared.runtime.paths import job_dir
 
 DAY = 86400.0
 

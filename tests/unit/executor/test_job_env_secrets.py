@@ -4,8 +4,8 @@ a short list of the executor's own variables, none of them GPUYARD_NATS_*."""
 from __future__ import annotations
 
 from gpuyard.services.executor.jobenv import replica_env
-from gpuyard.shared.events import JobPlaced, ReplicaPlacement
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 
 def test_a_replica_gets_no_nats_setting_of_the_executor(monkeypatch):

@@ -14,8 +14,8 @@ import pytest
 
 from gpuyard.services.executor.jobusers import JobUser, JobUsers
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.shared.paths import unreachable_to_others
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.runtime.paths import unreachable_to_others
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching a job's user needs root (as in CI)")
 

@@ -11,8 +11,8 @@ import pytest
 from gpuyard.services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig, OwnerTarget
 from gpuyard.services.executor.kubernetes.manifests import JobManifests, build_job_manifests, with_owner
 from gpuyard.services.executor.kubernetes.names import attempt_names, label_value
-from gpuyard.shared.events import GpuShare, ReplicaPlacement
-from gpuyard.shared.jobspec import JobSpec
+from gpuyard.shared.contracts.events import GpuShare, ReplicaPlacement
+from gpuyard.shared.contracts.jobspec import JobSpec
 
 K8S_VERSIONS = ["1.33", kubernetes_validate.utils.latest_version()]
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from gpuyard.services.executor.logfile import RotatingLog, tail_lines
-from gpuyard.shared.logstore import LogKey, open_log_store
-from gpuyard.shared.logstore.reading import follow, read_range, tail_start
-from gpuyard.shared.logstore.shipper import LogShipper
-from gpuyard.shared.paths import log_files, log_path
+from gpuyard.shared.runtime.paths import log_files, log_path
+from gpuyard.shared.stores.logs import LogKey, open_log_store
+from gpuyard.shared.stores.logs.reading import follow, read_range, tail_start
+from gpuyard.shared.stores.logs.shipper import LogShipper
 
 
 def lines(n: int, start: int = 1) -> bytes:

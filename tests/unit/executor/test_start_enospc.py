@@ -20,7 +20,7 @@ from gpuyard.services.executor.claims import Claims
 from gpuyard.services.executor.logfile import RotatingLog
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.reaper_client import ReaperClient, StartRefused
-from gpuyard.shared.paths import log_path
+from gpuyard.shared.runtime.paths import log_path
 
 NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

@@ -21,7 +21,7 @@ from gpuyard.services.executor.jobusers import (
     derived_number,
     uid_key,
 )
-from gpuyard.shared.secretfile import SecretFileError
+from gpuyard.shared.auth.secretfile import SecretFileError
 
 BASE = 2_000_000
 

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuyard.services.executor.executor import NOTE
-from gpuyard.shared import idlebook
-from gpuyard.shared.events import IdleWarning, make_event
-from gpuyard.shared.paths import replica_files
+from gpuyard.shared.contracts.events import IdleWarning, make_event
+from gpuyard.shared.runtime.paths import replica_files
+from gpuyard.shared.stores.readmodels import idlebook
 
 from .harness import Harness
 

@@ -13,10 +13,10 @@ import pytest
 from gpuyard.services.monitor.alerts import JobSnapshot
 from gpuyard.services.monitor.alertservice import AlertService
 from gpuyard.services.monitor.rules import parse_rules
-from gpuyard.shared.alertbook import active_alerts
-from gpuyard.shared.buspermissions import Role, permissions, publishers
-from gpuyard.shared.events import AlertRaised, Subject, make_event
-from gpuyard.shared.store import open_store
+from gpuyard.shared.bus.permissions import Role, permissions, publishers
+from gpuyard.shared.contracts.events import AlertRaised, Subject, make_event
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.readmodels.alertbook import active_alerts
 
 
 class Bus:

@@ -1,4 +1,4 @@
-"""Alerts recorded in the event store (gpuyard.shared.alertbook), once each, and `GET /v1/alerts`: a tenant sees the
+"""Alerts recorded in the event store (gpuyard.shared.stores.readmodels.alertbook), once each, and `GET /v1/alerts`: a tenant sees the
 alerts about its own jobs, an admin sees all."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from gpuyard.shared.alertbook import ACTIVE, AlertBook, active_alerts
-from gpuyard.shared.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.stores.readmodels.alertbook import ACTIVE, AlertBook, active_alerts
 from tests.unit.test_submit_api import ADMIN, NLP, VISION, api, ctx  # noqa: F401 (fixtures)
 
 T0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)

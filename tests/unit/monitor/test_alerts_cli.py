@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from gpuyard.shared.alertbook import AlertBook
-from gpuyard.shared.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.stores.readmodels.alertbook import AlertBook
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 
 

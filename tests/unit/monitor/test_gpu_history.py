@@ -1,4 +1,4 @@
-"""The GPU history's pure parts (gpuyard.shared.gpuhistory: raw points, their merging; the MongoDB documents) and the
+"""The GPU history's pure parts (gpuyard.shared.stores.gpuhistory.base: raw points, their merging; the MongoDB documents) and the
 monitor's writer of its own node's samples. What each backend stores, reads, compacts and drops is the
 contract suite's (tests/contract/test_gpu_history.py)."""
 
@@ -11,11 +11,11 @@ from pymongo.errors import BulkWriteError
 
 from gpuyard.services.monitor.history import HistoryWriter
 from gpuyard.services.monitor.ingest import SampleIngest
-from gpuyard.shared.events import GpuHolder, GpuSample, make_event
-from gpuyard.shared.gpuhistory import Compacted, GpuPoint, downsample, open_gpu_history
-from gpuyard.shared.gpuhistory_mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
-from gpuyard.shared.settings import MonitorSettings
-from gpuyard.shared.store import StoreUnavailable
+from gpuyard.shared.contracts.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.settings.monitor import MonitorSettings
+from gpuyard.shared.stores.events import StoreUnavailable
+from gpuyard.shared.stores.gpuhistory.base import Compacted, GpuPoint, downsample, open_gpu_history
+from gpuyard.shared.stores.gpuhistory.mongo import _bucket_id, _doc, _duplicates_only, _point, _raw_id
 from tests.unit.gpureadings import reading
 
 T0 = 1_800_000_000.0  # a whole minute (divisible by 60)
@@ -165,7 +165,7 @@ async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkey
 
 
 async def test_an_unreachable_mongodb_is_unavailable_not_a_hang():
-    from gpuyard.shared.gpuhistory_mongo import MongoGpuHistory
+    from gpuyard.shared.stores.gpuhistory.mongo import MongoGpuHistory
 
     with pytest.raises(StoreUnavailable, match="creating its indexes"):
         await MongoGpuHistory.open("mongodb://127.0.0.1:1/gpuyard_none", timeout_ms=200)

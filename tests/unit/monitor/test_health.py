@@ -11,9 +11,9 @@ import pytest
 from gpuyard.services.monitor.health import HealthJudge, HealthMarker
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.rules import APPLICATION_XIDS
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.events import GpuReading, GpuSample, make_event
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.readmodels import nodecontrol
 
 
 def sample(node: str = "node-a", **gpu1) -> GpuSample:

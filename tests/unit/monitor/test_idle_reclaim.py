@@ -16,11 +16,11 @@ from gpuyard.services.monitor.alertservice import AlertService
 from gpuyard.services.monitor.idlereclaim import IdleReclaim, Record
 from gpuyard.services.monitor.jobs import LiveJob
 from gpuyard.services.monitor.rules import parse_rules
-from gpuyard.shared import idlebook
-from gpuyard.shared.alertbook import active_alerts
-from gpuyard.shared.events import GpuHolder, GpuReading, GpuSample, IdleStop, IdleWarning
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.events import GpuHolder, GpuReading, GpuSample, IdleStop, IdleWarning
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.readmodels import idlebook
+from gpuyard.shared.stores.readmodels.alertbook import active_alerts
 
 T0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 

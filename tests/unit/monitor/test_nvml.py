@@ -1,4 +1,4 @@
-"""`gpuyard.shared.nvml` against a fake NVML module (the same functions, constants and error classes as pynvml): every
+"""`gpuyard.shared.gpus.nvml` against a fake NVML module (the same functions, constants and error classes as pynvml): every
 figure read, XID errors from the event set, ECC counts, a GPU lost, figures a GPU does not report, and a
 machine without the driver. `FakeNvml` is shared with the other monitor tests."""
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import gpuyard.shared.nvml
+import gpuyard.shared.gpus.nvml
 from gpuyard.services.executor.gpuwatch import GpuProcess, NvmlProcessReader
-from gpuyard.shared.gpus import nvml_gpus
-from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.gpus.inventory import nvml_gpus
+from gpuyard.shared.gpus.nvml import Nvml
 
 GIB = 1 << 30
 
@@ -256,8 +256,8 @@ def test_a_gpu_nvml_reports_lost_is_marked_lost_and_the_others_still_read():
 
 
 def test_no_driver_means_zero_gpus_said_once(caplog, monkeypatch):
-    monkeypatch.setattr(gpuyard.shared.nvml, "_said_absent", False)
-    with caplog.at_level(logging.INFO, logger="gpuyard.shared.nvml"):
+    monkeypatch.setattr(gpuyard.shared.gpus.nvml, "_said_absent", False)
+    with caplog.at_level(logging.INFO, logger="gpuyard.shared.gpus.nvml"):
         for _ in range(3):
             nvml = Nvml(FakeNvml([], driver=False)).open()
             assert not nvml.available and nvml.read() == [] and nvml.devices() == []
@@ -298,4 +298,4 @@ def test_close_shuts_nvml_down_once():
 
 @pytest.mark.parametrize("name,short", [("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"), ("NVIDIA L4", "L4")])
 def test_short_model_names(name, short):
-    assert gpuyard.shared.nvml.short_model(name) == short
+    assert gpuyard.shared.gpus.nvml.short_model(name) == short

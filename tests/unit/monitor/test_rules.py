@@ -16,7 +16,8 @@ from gpuyard.services.monitor.rules import (
     parse_rules,
     rules_refusal,
 )
-from gpuyard.shared.settings import EXIT_REFUSED, MonitorSettings
+from gpuyard.shared.settings.common import EXIT_REFUSED
+from gpuyard.shared.settings.monitor import MonitorSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "alert-rules.example.yaml"

@@ -19,7 +19,7 @@ from gpuyard.services.monitor.jobs import LiveJobs
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.services.monitor.sampler import NodeSampler
 from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     GpuReading,
     GpuSample,
     GpuShare,
@@ -30,10 +30,10 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.gpus import simulated_gpus
-from gpuyard.shared.jobstate import apply
-from gpuyard.shared.ledger import projection_of
-from gpuyard.shared.nvml import Nvml
+from gpuyard.shared.contracts.jobstate import apply
+from gpuyard.shared.gpus.inventory import simulated_gpus
+from gpuyard.shared.gpus.nvml import Nvml
+from gpuyard.shared.stores.ledger import projection_of
 from tests.unit.executor.harness import Harness
 from tests.unit.monitor.test_nvml import FakeGpu, FakeNvml
 
@@ -287,7 +287,7 @@ def test_the_start_wait_histogram_counts_each_job_in_its_bucket():
 
 def test_the_nvml_sampler_adds_each_gpus_holders():
     from gpuyard.services.monitor.jobs import HeldGpu
-    from gpuyard.shared.events import GpuHolder
+    from gpuyard.shared.contracts.events import GpuHolder
 
     sampler = NodeSampler(nvml=Nvml(FakeNvml([FakeGpu(uuid="GPU-0"), FakeGpu(uuid="GPU-1")])).open())
     holder = GpuHolder(job_id="j1", tenant="vision", user="ana")
@@ -376,9 +376,9 @@ async def test_a_placed_job_holds_its_gpu_before_its_processes_start(h):
 
 
 def test_the_monitor_subscribes_to_every_nodes_samples_only_where_its_bus_user_may(tmp_path, monkeypatch):
-    import gpuyard.shared.buspermissions as perms
+    import gpuyard.shared.bus.permissions as perms
     from gpuyard.services.monitor.main import may_listen_to_samples, subject_matches
-    from gpuyard.shared.settings import MonitorSettings
+    from gpuyard.shared.settings.monitor import MonitorSettings
 
     assert subject_matches("gpu.sample", "gpu.sample") and subject_matches("gpu.>", "gpu.sample")
     assert subject_matches("*.sample", "gpu.sample") and not subject_matches("gpu", "gpu.sample")
@@ -407,7 +407,7 @@ class SentBus:
 
 async def test_each_sample_is_one_event_of_the_whole_node_taken_in_and_published(h):
     from gpuyard.services.monitor.main import Monitor
-    from gpuyard.shared.settings import MonitorSettings
+    from gpuyard.shared.settings.monitor import MonitorSettings
 
     job = await h.submit(command="sleep 600", resources={"gpus": 1})
     await h.ledger.append(

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpuyard.services.monitor.webhooks import Webhooks, payload
-from gpuyard.shared.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
 
 
 class Receiver:

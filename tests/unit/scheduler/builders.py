@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuyard.services.scheduler.core import (
+from gpuyard.shared.scheduling import (
     Allocation,
     CapacityIndex,
     ClusterState,
@@ -16,7 +16,7 @@ from gpuyard.services.scheduler.core import (
     SchedulerConfig,
     decide,
 )
-from gpuyard.services.scheduler.core.cycle import allocate
+from gpuyard.shared.scheduling.cycle import allocate
 
 GIB = 1 << 30
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuyard.services.scheduler.core import SchedulerConfig
+from gpuyard.shared.scheduling import SchedulerConfig
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, job, node, running, where
 
 HOUR = 3600.0

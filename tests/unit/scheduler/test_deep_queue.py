@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.scheduler import main as scheduler_main
-from gpuyard.services.scheduler.core import (
+from gpuyard.services.scheduler.main import (
+    PENDING_SWEEP_PER_SECOND,
+    PENDING_WRITES_PER_CYCLE,
+    SchedulerService,
+)
+from gpuyard.shared.scheduling import (
     Allocation,
     GpuAssignment,
     HeldCluster,
@@ -18,16 +23,11 @@ from gpuyard.services.scheduler.core import (
     ReplicaAssignment,
     decide,
 )
-from gpuyard.services.scheduler.core import cycle as cycle_module
-from gpuyard.services.scheduler.core import queue as queue_module
-from gpuyard.services.scheduler.core.model import SchedulerConfig
-from gpuyard.services.scheduler.core.reasons import Blocker
-from gpuyard.services.scheduler.main import (
-    PENDING_SWEEP_PER_SECOND,
-    PENDING_WRITES_PER_CYCLE,
-    SchedulerService,
-)
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.scheduling import cycle as cycle_module
+from gpuyard.shared.scheduling import queue as queue_module
+from gpuyard.shared.scheduling.model import SchedulerConfig
+from gpuyard.shared.scheduling.reasons import Blocker
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 from tests.unit.scheduler.builders import job, node
 
 TENANTS = 4

@@ -20,23 +20,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuyard.services.scheduler.core import (
+from gpuyard.shared.scheduling import (
     Allocation,
     ClusterState,
     JobRequest,
     SchedulerConfig,
 )
-from gpuyard.services.scheduler.core import cycle as cycle_module
-from gpuyard.services.scheduler.core import index as index_module
-from gpuyard.services.scheduler.core.cycle import decide, popularity_for
-from gpuyard.services.scheduler.core.demand import MILLI, demand_of
-from gpuyard.services.scheduler.core.fragmentation import shape_of, typical_shapes
-from gpuyard.services.scheduler.core.index import CapacityIndex
-from gpuyard.services.scheduler.core.model import Gpu, Node
-from gpuyard.services.scheduler.core.ordering import in_order
-from gpuyard.services.scheduler.core.placement import POLICIES
-from gpuyard.services.scheduler.core.placement import base as placement_base
-from gpuyard.services.scheduler.core.quota import QuotaLedger
+from gpuyard.shared.scheduling import cycle as cycle_module
+from gpuyard.shared.scheduling import index as index_module
+from gpuyard.shared.scheduling.cycle import decide, popularity_for
+from gpuyard.shared.scheduling.demand import MILLI, demand_of
+from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
+from gpuyard.shared.scheduling.index import CapacityIndex
+from gpuyard.shared.scheduling.model import Gpu, Node
+from gpuyard.shared.scheduling.ordering import in_order
+from gpuyard.shared.scheduling.placement import POLICIES
+from gpuyard.shared.scheduling.placement import base as placement_base
+from gpuyard.shared.scheduling.quota import QuotaLedger
 from tests.unit.scheduler.builders import GIB, decide_snapshot
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -268,7 +268,7 @@ def test_fair_share_order_shortcut_keeps_the_order(queue, quotas, fair_share, pl
 def test_running_jobs_end_in_order_of_their_time_limits() -> None:
     """Ends = started_at + timeout (no time limit: never), stable: equal ends keep the running list's order, then
     this cycle's placements."""
-    from gpuyard.services.scheduler.core.backfill import ending_order
+    from gpuyard.shared.scheduling.backfill import ending_order
 
     def alloc(name: str, started: float, timeout: float | None) -> Allocation:
         return Allocation(

@@ -1,4 +1,4 @@
-"""The live scheduler and the node controls of the event store (`gpuyard.shared.nodecontrol`): a job on a GPU marked
+"""The live scheduler and the node controls of the event store (`gpuyard.shared.stores.readmodels.nodecontrol`): a job on a GPU marked
 unhealthy is requeued with `gpu_unhealthy` and placed again on the node's other GPU; a drain preempts the
 jobs there; a cordon keeps new jobs off until the uncordon; a restarted scheduler knows all of it."""
 
@@ -10,8 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared import nodecontrol
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     GpuHealthChanged,
     GpuInfo,
     GpuShare,
@@ -25,11 +24,12 @@ from gpuyard.shared.events import (
     RequeueReason,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.settings import SchedulerSettings
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.readmodels import nodecontrol
 
 GIB = 1 << 30
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuyard.services.scheduler.core import SchedulerConfig
-from gpuyard.services.scheduler.core.fragmentation import Fragmenter, TaskShape
-from gpuyard.services.scheduler.core.placement.gpuyard import stranded
+from gpuyard.shared.scheduling import SchedulerConfig
+from gpuyard.shared.scheduling.fragmentation import Fragmenter, TaskShape
+from gpuyard.shared.scheduling.placement.gpuyard import stranded
 from tests.unit.scheduler.builders import cluster, decide_snapshot, job, node, where
 
 # a workload of 1-GPU tasks asking for 11 CPUs each, and some CPU-only tasks
@@ -54,8 +54,8 @@ def test_gpu_task_with_few_cpus_goes_where_cpus_are_short() -> None:
 
 
 def test_model_pressure_per_model_and_computed_once() -> None:
-    from gpuyard.services.scheduler.core.index import CapacityIndex
-    from gpuyard.services.scheduler.core.placement.gpuyard import model_pressure
+    from gpuyard.shared.scheduling.index import CapacityIndex
+    from gpuyard.shared.scheduling.placement.gpuyard import model_pressure
 
     index = CapacityIndex(
         ["a", "b", "c"],

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.events import GpuInfo, NodeHeartbeat, make_event
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.contracts.events import GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 
 def heartbeat(sent: float, node: str = "n1", gpus: int = 1):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuyard.services.scheduler.core import HeldCluster, SchedulerConfig
-from gpuyard.shared.policies import BackfillMode, Policy
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.contracts.policies import BackfillMode, Policy
+from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.scheduling import HeldCluster, SchedulerConfig
 from tests.unit.scheduler.builders import cluster, decide_held, decide_snapshot, job, node, running, where
 
 

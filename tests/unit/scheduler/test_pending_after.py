@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.core.reasons import Reason
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.events import JobSubmitted, make_event
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import apply
-from gpuyard.shared.reasons import WAITING_ITS_TURN, PendingCode
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import apply
+from gpuyard.shared.contracts.reasons import WAITING_ITS_TURN, PendingCode
+from gpuyard.shared.scheduling.reasons import Reason
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 SUBMITTED_AT = 1_800_000_000.0
 

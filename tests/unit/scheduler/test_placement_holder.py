@@ -7,10 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.core.model import GpuAssignment, Placement, ReplicaAssignment
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus import HOLDER_HEADER, Bus, placed_for
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import HOLDER_HEADER, Bus, placed_for
+from gpuyard.shared.contracts.events import (
     HOLDER_EXECUTOR,
     HOLDER_SERVING,
     JobSubmitted,
@@ -18,9 +17,10 @@ from gpuyard.shared.events import (
     make_event,
     subject_filter,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import apply
-from gpuyard.shared.settings import SchedulerSettings
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import apply
+from gpuyard.shared.scheduling.model import GpuAssignment, Placement, ReplicaAssignment
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 SPECS = {
     HOLDER_EXECUTOR: {"command": "python train.py", "resources": {"gpus": 0.25}},

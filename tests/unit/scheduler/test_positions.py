@@ -9,17 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.core import HeldQueue, SchedulerConfig
-from gpuyard.services.scheduler.core import cycle as cycle_module
-from gpuyard.services.scheduler.core.reasons import Blocker
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus import VERSION_HEADER
-from gpuyard.shared.events import GpuInfo, JobCancelled, JobSubmitted, NodeHeartbeat
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.ledger import Decision, JobLedger
-from gpuyard.shared.queueline import LINE_KEY
-from gpuyard.shared.settings import SchedulerSettings
-from gpuyard.shared.store import open_store
+from gpuyard.shared.bus.jetstream import VERSION_HEADER
+from gpuyard.shared.contracts.events import GpuInfo, JobCancelled, JobSubmitted, NodeHeartbeat
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.scheduling import HeldQueue, SchedulerConfig
+from gpuyard.shared.scheduling import cycle as cycle_module
+from gpuyard.shared.scheduling.reasons import Blocker
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import Decision, JobLedger
+from gpuyard.shared.stores.readmodels.queueline import LINE_KEY
 from tests.unit.scheduler.builders import cluster, decide_snapshot, job, node, running
 from tests.unit.scheduler.test_deep_queue import cycle, full_node
 

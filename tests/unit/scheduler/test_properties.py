@@ -18,12 +18,12 @@ from collections import defaultdict
 from hypothesis import given, target
 from hypothesis import strategies as st
 
-from gpuyard.services.scheduler.core import Allocation, ClusterState, CycleResult, JobRequest, SchedulerConfig
-from gpuyard.services.scheduler.core.cycle import MAX_PREEMPTION_SEARCHES
-from gpuyard.services.scheduler.core.model import EPS
-from gpuyard.services.scheduler.core.placement import POLICIES
-from gpuyard.services.scheduler.core.reasons import NEVER_HELD
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.scheduling import Allocation, ClusterState, CycleResult, JobRequest, SchedulerConfig
+from gpuyard.shared.scheduling.cycle import MAX_PREEMPTION_SEARCHES
+from gpuyard.shared.scheduling.model import EPS
+from gpuyard.shared.scheduling.placement import POLICIES
+from gpuyard.shared.scheduling.reasons import NEVER_HELD
 from tests.fuzz.depth import pick, search
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, node
 from tests.unit.scheduler.test_fast_paths import groups_from_the_start, plain
@@ -235,7 +235,7 @@ def test_preemption_takes_only_what_the_rules_allow(
 ) -> None:
     """A busy cluster (what a first cycle placed, then every GPU left taken by a filler), run for `elapsed`
     seconds; more jobs arrive (`urgent`: all of the highest priority). The invariants of any cycle hold, and
-    every victim is one the rules let its preemptor take (`core/preemption.py`): it has run its minimum, and it
+    every victim is one the rules let its preemptor take (`scheduling/preemption.py`): it has run its minimum, and it
     has a lower priority, or (with quotas) it is another tenant's borrowed work, which a reclaim takes whatever
     its priority. Hypothesis steers towards cycles with many preemptions, and reclaims (`target`)."""
     state.quotas = q
@@ -337,11 +337,11 @@ def _snapshot(index) -> tuple:
 @given(clusters(), jobs(count=pick((1, 6), (1, 60))), st.sampled_from(POLICY_NAMES))
 def test_partial_gang_never_holds_capacity(state: ClusterState, queue: list[JobRequest], policy: str) -> None:
     """place_gang either places every replica or leaves the capacity exactly as it was."""
-    from gpuyard.services.scheduler.core.demand import demand_of
-    from gpuyard.services.scheduler.core.fragmentation import shape_of, typical_shapes
-    from gpuyard.services.scheduler.core.gang import place_gang
-    from gpuyard.services.scheduler.core.index import CapacityIndex
-    from gpuyard.services.scheduler.core.placement import make_policy
+    from gpuyard.shared.scheduling.demand import demand_of
+    from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
+    from gpuyard.shared.scheduling.gang import place_gang
+    from gpuyard.shared.scheduling.index import CapacityIndex
+    from gpuyard.shared.scheduling.placement import make_policy
 
     index = CapacityIndex.from_state(state)
     chooser = make_policy(policy, typical_shapes(shape_of(demand_of(j)) for j in queue))

@@ -1,4 +1,4 @@
-"""Scarce nodes (issue 25, B.2; `core/scarcity.py`): a job that could run on many nodes keeps off the few nodes
+"""Scarce nodes (issue 25, B.2; `scheduling/scarcity.py`): a job that could run on many nodes keeps off the few nodes
 that a waiting job can only run on, for every placement policy, also when they are the only nodes free.
 
 The cluster is the openb case in small: one G3-like node (8 GPUs, 128 CPUs, 768 GiB), first in inventory, and
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.services.scheduler.core import SchedulerConfig
-from gpuyard.services.scheduler.core.placement import POLICIES
+from gpuyard.shared.scheduling import SchedulerConfig
+from gpuyard.shared.scheduling.placement import POLICIES
 from tests.unit.scheduler.builders import GIB, cluster, decide_snapshot, job, node, running, where
 
 NOW = 10_000.0

@@ -9,7 +9,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuyard.services.scheduler.core import (
+from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.scheduling import (
     Allocation,
     ClusterState,
     Gpu,
@@ -20,9 +21,8 @@ from gpuyard.services.scheduler.core import (
     SchedulerConfig,
     decide,
 )
-from gpuyard.services.scheduler.core.index import CapacityIndex
-from gpuyard.services.scheduler.core.reasons import Blocker, sort_reasons
-from gpuyard.shared.reasons import PendingCode
+from gpuyard.shared.scheduling.index import CapacityIndex
+from gpuyard.shared.scheduling.reasons import Blocker, sort_reasons
 from tests.unit.scheduler.builders import GIB, decide_held, decide_snapshot, job, node, running, where
 from tests.unit.scheduler.test_fast_paths import (
     SETTINGS,

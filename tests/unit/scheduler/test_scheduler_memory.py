@@ -8,13 +8,13 @@ import asyncio
 from types import SimpleNamespace
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus import VERSION_HEADER
-from gpuyard.shared.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.ledger import ENDED_JOBS, Decision, JobLedger
-from gpuyard.shared.settings import SchedulerSettings
-from gpuyard.shared.store import open_store
+from gpuyard.shared.bus.jetstream import VERSION_HEADER
+from gpuyard.shared.contracts.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import ENDED_JOBS, Decision, JobLedger
 from tests.unit.containers import containers
 
 JOBS = 2000  # four times the ended jobs the ledger keeps (ENDED_JOBS)
@@ -22,7 +22,7 @@ BURST = 100
 SMALL = 16
 """Containers that do not grow with the jobs stay below this (the node, the policy's tables)."""
 PER_GPU_STATE = "scheduler.view.held._index.states"
-"""The interned GPU states of nodes (`core/gpustate.py`): one per distinct (model, free share of each GPU),
+"""The interned GPU states of nodes (`scheduling/gpustate.py`): one per distinct (model, free share of each GPU),
 whatever the number of jobs that made it."""
 
 
@@ -96,7 +96,12 @@ async def test_no_finished_job_stays_in_the_scheduler_after_2000_jobs(tmp_path):
         await scheduler.cycle()
 
     for scheduler in schedulers:
-        sizes = containers(scheduler, "scheduler", ("gpuyard.services.scheduler", "gpuyard.shared.ledger"), 4)
+        sizes = containers(
+            scheduler,
+            "scheduler",
+            ("gpuyard.services.scheduler", "gpuyard.shared.scheduling", "gpuyard.shared.stores.ledger"),
+            4,
+        )
         assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
         assert sizes.pop("scheduler.ledger._ended") == ENDED_JOBS  # the last to end, however many did
         grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuyard.services.scheduler.core import JobRequest
-from gpuyard.services.scheduler.sim import cli, presets, timemode
-from gpuyard.services.scheduler.sim.inflation import draw_workload, run_inflation
-from gpuyard.services.scheduler.sim.timemode import arrival_window, run_time, runtimes
-from gpuyard.services.scheduler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
+from gpuyard.shared.scheduling import JobRequest
+from gpuyard.shared.scheduling.sim import cli, presets, timemode
+from gpuyard.shared.scheduling.sim.inflation import draw_workload, run_inflation
+from gpuyard.shared.scheduling.sim.timemode import arrival_window, run_time, runtimes
+from gpuyard.shared.scheduling.sim.trace import DEFAULT_NODES, DEFAULT_PODS, read_nodes, read_pods
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
 n0,64000,262144,8,G2
@@ -324,7 +324,7 @@ def test_time_replay_looks_at_every_job_while_one_waits_for_kept_nodes(tmp_path,
     """The replay's shortcut (a cycle where nothing left looks only at the arrivals and the reservation
     holders) would hide k from j's cycle at 3, and j would take the big node's free half for 2,000 s, which k
     needs whole at 500. With scarce nodes kept every cycle looks at every job: j keeps off the big node
-    (`core/scarcity.py`) and starts at 600, when k has run."""
+    (`scheduling/scarcity.py`) and starts at 600, when k has run."""
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(KEPT_NODES)
     pods = tmp_path / "pods.csv"

@@ -1,4 +1,4 @@
-"""`python -m gpuyard.services.scheduler.sim` is the whole simulator command line (`gpuyard sim` runs it): a tiny run,
+"""`python -m gpuyard.shared.scheduling.sim` is the whole simulator command line (`gpuyard sim` runs it): a tiny run,
 and every argument that cannot work is one line on stderr with exit status 2, never a traceback."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.scheduler.sim import cli
-from gpuyard.shared.installhint import install_command
+from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.scheduling.sim import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
@@ -157,7 +157,7 @@ def test_the_module_runs_as_the_command(trace):
         [
             sys.executable,
             "-m",
-            "gpuyard.services.scheduler.sim",
+            "gpuyard.shared.scheduling.sim",
             "--trace",
             str(trace),
             "--nodes",
@@ -170,7 +170,7 @@ def test_the_module_runs_as_the_command(trace):
     )
     assert done.returncode == 2 and done.stderr.strip() == f"gpuyard sim: cannot read {trace}: Is a directory"
     helped = subprocess.run(
-        [sys.executable, "-m", "gpuyard.services.scheduler.sim", "--help"],
+        [sys.executable, "-m", "gpuyard.shared.scheduling.sim", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,

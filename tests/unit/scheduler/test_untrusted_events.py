@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
-from gpuyard.shared.events import (
+from gpuyard.shared.bus.jetstream import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
+from gpuyard.shared.contracts.events import (
     GpuInfo,
     JobCancelled,
     JobPlaced,
@@ -24,11 +24,11 @@ from gpuyard.shared.events import (
     make_event,
     subject_of,
 )
-from gpuyard.shared.jobspec import JobSpec
-from gpuyard.shared.jobstate import JobState
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.settings import SchedulerSettings
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.settings.scheduler import SchedulerSettings
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from gpuyard.services.serving.held import HeldSessions
 from gpuyard.services.serving.host import Host
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.runtime import load_onnx
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     CloudEvent,
     EventData,
     GpuShare,
@@ -24,12 +24,12 @@ from gpuyard.shared.events import (
     ReplicaPlacement,
     make_event,
 )
-from gpuyard.shared.jobspec import JobSpec, ServeSpec
-from gpuyard.shared.jobstate import JobView
-from gpuyard.shared.ledger import JobLedger
-from gpuyard.shared.modelregistry import ModelRegistry as ModelCatalog
-from gpuyard.shared.modelstore import ModelStore
-from gpuyard.shared.store import open_store
+from gpuyard.shared.contracts.jobspec import JobSpec, ServeSpec
+from gpuyard.shared.contracts.jobstate import JobView
+from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
+from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 
 NODE = "node-a"
 ENDPOINT = "http://node-a:8000"

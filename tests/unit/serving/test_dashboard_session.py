@@ -17,10 +17,10 @@ from gpuyard.services.serving.proxy import Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
-from gpuyard.shared import sessions
-from gpuyard.shared.tokens import Tokens
-from gpuyard.up import plan
-from gpuyard.upoptions import UpOptions
+from gpuyard.shared.auth import sessions
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.supervisor.options import UpOptions
+from gpuyard.supervisor.up import plan
 
 from .models import Mlp
 from .test_entry import Catalog, body, view

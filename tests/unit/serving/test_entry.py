@@ -19,10 +19,10 @@ from gpuyard.services.serving.proxy import HOP_HEADER, Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
-from gpuyard.shared.events import ExecutionProvider, ModelReady
-from gpuyard.shared.jobtokens import PREFIX as JOB_TOKEN_PREFIX
-from gpuyard.shared.modelregistry import ModelVersion, ModelView
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.jobtokens import PREFIX as JOB_TOKEN_PREFIX
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
+from gpuyard.shared.stores.readmodels.modelregistry import ModelVersion, ModelView
 
 from .models import Mlp
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuyard.services.serving.held import model_key
 from gpuyard.services.serving.host import CHECKSUM_MISMATCH, INVALID_MODEL
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     FailureReason,
     GpuShare,
     JobCancelRequested,

@@ -20,9 +20,14 @@ from gpuyard.services.serving.proxy import Forwarder
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
-from gpuyard.shared.events import ExecutionProvider, ModelReady
-from gpuyard.shared.modelregistry import ModelVersion, ModelView, qualified_name, split_qualified
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
+from gpuyard.shared.stores.readmodels.modelregistry import (
+    ModelVersion,
+    ModelView,
+    qualified_name,
+    split_qualified,
+)
 
 from .models import Mlp
 from .server import serve

@@ -5,7 +5,7 @@ turns, this node's are never a hop."""
 from __future__ import annotations
 
 from gpuyard.services.serving.routing import Routes
-from gpuyard.shared.events import (
+from gpuyard.shared.contracts.events import (
     ExecutionProvider,
     JobCancelled,
     JobRequeued,

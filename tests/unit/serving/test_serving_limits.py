@@ -23,10 +23,10 @@ from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
-from gpuyard.shared.events import ExecutionProvider, ModelReady
-from gpuyard.shared.events import TensorSpec as PublishedSpec
-from gpuyard.shared.settings import ServingSettings
-from gpuyard.shared.tokens import Tokens
+from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
+from gpuyard.shared.contracts.events import TensorSpec as PublishedSpec
+from gpuyard.shared.settings.serving import ServingSettings
 
 from .models import Mlp, text_echo
 from .server import serve
@@ -101,7 +101,7 @@ def test_a_models_limit_follows_its_inputs_and_never_passes_the_servers():
     assert body_limit([TensorSpec("t", "BYTES", (-1, 1))], 64, CAP) == CAP  # a string of any length
     two = [TensorSpec("a", "INT64", (-1, 3)), TensorSpec("m", "BOOL", (-1, 3))]
     assert body_limit(two, 10, CAP) == HEADER_ALLOWANCE + 10 * 3 * ((20 + 6) * 2 + (5 + 6) * 2)
-    # the signature read when the model was published (gpuyard.shared.onnxsig) bounds it the same way
+    # the signature read when the model was published (gpuyard.shared.modelfiles.signature) bounds it the same way
     published = [PublishedSpec(name="x", datatype="FP32", shape=[-1, 4])]
     assert body_limit(published, 64, CAP) == body_limit([TensorSpec("x", "FP32", (-1, 4))], 64, CAP)
 

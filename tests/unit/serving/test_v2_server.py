@@ -16,7 +16,7 @@ from gpuyard.services.serving.errors import Forbidden
 from gpuyard.services.serving.registry import ModelRegistry, ModelSource, VersionState
 from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.services.serving.v2app import create_app
-from gpuyard.shared.version import VERSION
+from gpuyard.shared.contracts.version import VERSION
 
 from .models import BROKEN, Mlp, doubler, half_to_double, text_echo, two_by_two, two_by_two_reference
 from .server import serve

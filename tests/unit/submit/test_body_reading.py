@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gpuyard.services.submit.body import BodyTooLarge, read_body, replaying
-from gpuyard.shared.jobtokens import PREFIX
+from gpuyard.shared.auth.jobtokens import PREFIX
 from tests.unit.submitctx import TOKENS, submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

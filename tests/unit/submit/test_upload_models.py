@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
 from gpuyard.services.submit.context import Uploads
-from gpuyard.shared.events import ModelDeleted
-from gpuyard.shared.modelstore import UPLOADS_DIR, sha256_of
-from gpuyard.shared.onnxsig import CheckBounds
+from gpuyard.shared.contracts.events import ModelDeleted
+from gpuyard.shared.modelfiles.signature import CheckBounds
+from gpuyard.shared.modelfiles.store import UPLOADS_DIR, sha256_of
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import TOKENS, submit_app, submit_context
 
@@ -205,7 +205,7 @@ async def test_a_file_that_is_not_a_model_is_refused_by_its_check_with_the_reaso
 
 
 async def test_a_job_token_may_stream_a_model_too_and_the_upload_counts_for_its_tenant(ctx, app, tmp_path):
-    from gpuyard.shared.jobtokens import ensure_secret
+    from gpuyard.shared.auth.jobtokens import ensure_secret
     from tests.unit.test_models import job_token, running_job
 
     ctx.publish_secret_file = tmp_path / "publish.key"

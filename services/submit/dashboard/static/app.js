@@ -294,7 +294,7 @@ export function duration(seconds) {
   return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
 }
 
-// Sizes as the API and the CLI write them (shared/units.py, format_size: mirrored here, keep them alike): in
+// Sizes as the API and the CLI write them (shared/contracts/units.py, format_size: mirrored here, keep them alike): in
 // the unit they were most likely written in when it divides them into at most four digits ("256 MB",
 // "16 GiB", "1536 MiB"), else three figures in binary units ("1.5 GiB", "23.5 GiB", "900 B").
 const WRITTEN_UNITS = [

@@ -8,7 +8,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const CHART_MIN_WIDTH = 560; // (app.css: .usage-chart svg's min-width)
 const PERIODS = { "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days" };
 const BYS = { tenant: "by tenant", user: "by user" };
-const CSV_COLUMNS = (params.usageColumns ?? "").split(","); // gpuyard usage --csv's (shared/usage.py)
+const CSV_COLUMNS = (params.usageColumns ?? "").split(","); // gpuyard usage --csv's (shared/reporting/usage.py)
 const query = new URLSearchParams(location.search);
 const usageQuery = {
   since: PERIODS[query.get("since")] ? query.get("since") : "7d",

@@ -1,0 +1,297 @@
+"""The job state machine: one table of legal transitions and a pure fold of events into the job's view.
+
+    queued ──placed──▶ placed ──started──▶ running ──succeeded──▶ succeeded
+      ▲                  │                   │ └─────failed─────▶ failed
+      └────requeued──────┴───────────────────┘ (retry, preemption, lost node: a new attempt)
+    queued/placed/running ──cancelled──▶ cancelled
+
+Events that belong to an older attempt (a late exit of a replica that was already requeued, say) are refused
+as stale; every refusal names the offending event so that it can be logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from gpuyard.shared.contracts.events import (
+    CloudEvent,
+    FailureReason,
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPending,
+    JobPlaced,
+    JobPreempted,
+    JobReplicaExited,
+    JobRequeued,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+    PendingReason,
+    ReplicaPlacement,
+    Subject,
+)
+from gpuyard.shared.contracts.jobspec import JobSpec
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+Q, P, R = JobState.QUEUED, JobState.PLACED, JobState.RUNNING
+# subject -> (states it may arrive in, state it leads to; None keeps the state)
+TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
+    Subject.JOB_PENDING: (frozenset({Q}), None),
+    Subject.JOB_PLACED: (frozenset({Q}), P),
+    Subject.JOB_STARTED: (frozenset({P, R}), R),
+    Subject.JOB_REPLICA_EXITED: (frozenset({P, R}), None),
+    Subject.JOB_SUCCEEDED: (frozenset({R}), JobState.SUCCEEDED),
+    Subject.JOB_FAILED: (frozenset({P, R}), JobState.FAILED),
+    Subject.JOB_CANCEL_REQUESTED: (frozenset({Q, P, R}), None),
+    Subject.JOB_CANCELLED: (frozenset({Q, P, R}), JobState.CANCELLED),
+    Subject.JOB_PREEMPTED: (frozenset({P, R}), None),
+    Subject.JOB_REQUEUED: (frozenset({P, R}), Q),
+}
+
+# The state sets every module uses (one definition: none spells its own), read off the table above.
+LIVE_STATES: frozenset[JobState] = frozenset().union(*(arrive_in for arrive_in, _ in TRANSITIONS.values()))
+"""A job not yet ended: the states some event may still arrive in (queued, placed, running)."""
+TERMINAL_STATES: frozenset[JobState] = frozenset(JobState) - LIVE_STATES
+"""A job that ended: no event leads out of these (succeeded, failed, cancelled)."""
+ACTIVE_STATES: frozenset[JobState] = LIVE_STATES - {JobState.QUEUED}
+"""A live job placed on its nodes: it holds its GPUs (placed, running)."""
+
+
+def in_order(states: Collection[JobState]) -> list[JobState]:
+    """`states` in the machine's order (queued, placed, running, succeeded…): for a listing or a query."""
+    return [state for state in JobState if state in states]
+
+
+def state_values(states: Collection[JobState]) -> list[str]:
+    """The plain values of `states`, in the machine's order: what the event store's queries take."""
+    return [state.value for state in in_order(states)]
+
+
+class IllegalTransition(Exception):
+    """An event that the job's current state does not allow. Carries the event for the log."""
+
+    def __init__(self, message: str, event: CloudEvent):
+        super().__init__(message)
+        self.event = event
+
+
+class StaleEvent(IllegalTransition):
+    """An event of an attempt that is no longer the current one."""
+
+
+class ReplicaExit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    replica: int
+    node: str
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: FailureReason | None = None
+    message: str = ""
+
+
+class Attempt(BaseModel):
+    """One try at running the job: where it ran and how it ended."""
+
+    number: int
+    queued_at: datetime
+    placed_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    nodes: list[str] = Field(default_factory=list)
+    started: list[int] = Field(default_factory=list)  # the replicas whose processes started
+    outcome: str | None = None
+    exit_code: int | None = None
+    message: str = ""
+    notes: list[str] = Field(default_factory=list)  # what the nodes could not do (JobStarted.notes)
+
+
+class JobView(BaseModel):
+    """The current state of one job, derived only from its events (the projection stored for listing)."""
+
+    job_id: str
+    name: str
+    tenant: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    version: int = 0
+    attempt: int = 1
+    created_at: datetime
+    updated_at: datetime
+    placements: list[ReplicaPlacement] = Field(default_factory=list)
+    borrowed: bool = False  # the current placement runs on another tenant's idle quota
+    pending: PendingReason | None = None
+    not_before: datetime | None = None
+    cancel_requested: bool = False
+    preempt_requested: JobPreempted | None = None
+    exits: list[ReplicaExit] = Field(default_factory=list)
+    exit_code: int | None = None
+    signal: int | None = None
+    failure_reason: FailureReason | None = None
+    message: str = ""
+    log_tail: list[str] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[-1]
+
+    @computed_field
+    @property
+    def gpus(self) -> float:
+        return self.spec.resources.gpus * self.spec.replicas
+
+    @computed_field
+    @property
+    def started_at(self) -> datetime | None:
+        return self.current.started_at if self.attempts else None
+
+    @computed_field
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.current.ended_at if self.state.terminal else None
+
+
+def fold(events: list[CloudEvent]) -> JobView | None:
+    """Replay a job's events from the start; raises IllegalTransition on the first illegal one."""
+    view: JobView | None = None
+    for version, ev in enumerate(events, start=1):
+        view = apply(view, ev, version=version)
+    return view
+
+
+def check(view: JobView | None, ev: CloudEvent) -> Subject:
+    """Refuse an event the state machine does not allow, without applying it; returns its subject."""
+    subject = ev.nats_subject
+    if subject == Subject.JOB_SUBMITTED:
+        if view is not None:
+            raise IllegalTransition(f"job {view.job_id} was already submitted", ev)
+        return subject
+    if view is None:
+        raise IllegalTransition(f"{subject} for a job that was never submitted ({ev.subject})", ev)
+    rule = TRANSITIONS.get(subject)
+    if rule is None:
+        raise IllegalTransition(f"{subject} is not a job event", ev)
+    allowed, _ = rule
+    attempt = getattr(ev.data, "attempt", None)
+    if attempt is not None:
+        expected = view.attempt + 1 if subject == Subject.JOB_REQUEUED else view.attempt
+        if attempt != expected:
+            raise StaleEvent(
+                f"{subject} for attempt {attempt} of job {view.job_id}, whose current attempt is {view.attempt}",
+                ev,
+            )
+    if view.state not in allowed:
+        raise IllegalTransition(f"{subject} is not allowed for job {view.job_id} in state {view.state}", ev)
+    return subject
+
+
+def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -> JobView:
+    """Return the job's view after `ev` (a new object); raise IllegalTransition if `ev` is not allowed."""
+    subject = check(view, ev)
+    data = ev.data
+    at = ev.time
+    if isinstance(data, JobSubmitted):
+        return JobView(
+            job_id=data.job_id,
+            name=data.name,
+            tenant=data.tenant,
+            user=data.user,
+            spec=data.spec,
+            state=JobState.QUEUED,
+            version=version or 1,
+            created_at=at,
+            updated_at=at,
+            attempts=[Attempt(number=1, queued_at=at)],
+        )
+    assert view is not None
+    # The changes go into one shallow copy of the view (and of the current attempt): the rest is shared and
+    # never mutated; a deep copy of the spec on every event would be most of the cost of a write.
+    changes: dict = {"version": version if version is not None else view.version + 1, "updated_at": at}
+    _, target = TRANSITIONS[subject]
+    if target is not None:
+        changes["state"] = target
+    current = view.current
+    attempt: dict = {}  # changes to the current attempt
+    match data:
+        case JobPending():
+            changes["pending"] = data.reason
+        case JobPlaced():
+            # the message said why the previous attempt ended (a drain, a preemption): stale once placed again
+            changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None, message="")
+            attempt.update(placed_at=at, nodes=data.nodes)
+        case JobStarted():
+            if current.started_at is None:
+                attempt["started_at"] = at
+            attempt["started"] = sorted({*current.started, *data.replicas})
+            attempt["notes"] = [*current.notes, *(n for n in data.notes if n not in current.notes)]
+        case JobReplicaExited():
+            exited = ReplicaExit(
+                replica=data.replica,
+                node=data.node,
+                exit_code=data.exit_code,
+                signal=data.signal,
+                reason=data.reason,
+                message=data.message,
+            )
+            changes["exits"] = [*view.exits, exited]
+            if data.log_tail:
+                changes["log_tail"] = list(data.log_tail)
+        case JobSucceeded():  # what an earlier attempt's end said is in that attempt, not the job's word
+            changes.update(exit_code=0, signal=None, failure_reason=None, message="")
+            attempt.update(_ended(at, "succeeded", 0))
+        case JobFailed():
+            changes.update(
+                exit_code=data.exit_code, signal=data.signal, failure_reason=data.reason, message=data.message
+            )
+            if data.log_tail:
+                changes["log_tail"] = list(data.log_tail)
+            attempt.update(_ended(at, f"failed: {data.reason}", data.exit_code, data.message))
+        case JobCancelRequested():
+            changes["cancel_requested"] = True
+        case JobCancelled():
+            changes["message"] = message = data.message or f"cancelled by {data.by}"
+            attempt.update(_ended(at, "cancelled", None, message))
+        case JobPreempted():
+            changes["preempt_requested"] = data
+        case JobRequeued():
+            ended = current.model_copy(
+                update=_ended(at, f"requeued: {data.reason}", data.exit_code, data.message)
+            )
+            changes.update(
+                attempt=data.attempt,
+                attempts=[*view.attempts[:-1], ended, Attempt(number=data.attempt, queued_at=at)],
+                placements=[],
+                exits=[],
+                pending=None,
+                borrowed=False,
+                preempt_requested=None,
+                not_before=data.not_before,
+                message=data.message,
+            )
+    if attempt:
+        changes["attempts"] = [*view.attempts[:-1], current.model_copy(update=attempt)]
+    return view.model_copy(update=changes)
+
+
+def _ended(at: datetime, outcome: str, exit_code: int | None, message: str = "") -> dict:
+    """The changes to an attempt that ends."""
+    return {"ended_at": at, "outcome": outcome, "exit_code": exit_code, "message": message}

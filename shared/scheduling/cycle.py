@@ -1,0 +1,505 @@
+"""One scheduling cycle: order the queue, admit what quotas allow, place gangs, preempt, backfill, explain.
+
+`decide(index, running, queue, config, quotas, now)` is the one entry point to a cycle, on a `CapacityIndex`
+(updated in place with the placements): the live service gets its index from a `cluster.HeldCluster`, the
+trace simulator keeps its own, and a caller with a snapshot builds one (`CapacityIndex.from_state`).
+
+Per job, in the order of `ordering.in_order`:
+1. retry backoff (`not_before` in the future) -> waits;
+2. strict order (`backfill=BackfillMode.OFF`) and an earlier job is blocked -> waits behind it;
+3. user cap / borrowing off -> waits (quota codes);
+4. a job of the same shape already failed to fit this cycle -> same answer without searching again
+   (capacity only shrinks inside a cycle);
+5. place all replicas through the placement policy (gang: all or nothing);
+   - placed while a backfill reservation stands: kept only if it does not delay the reservation;
+   - not placed: try preemption (priority, or reclaim of borrowed quota); otherwise explain with numbers.
+     The first `config.reservation_depth` jobs blocked on resources get reservations (EASY backfill) and an
+     estimated start.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from operator import attrgetter
+
+import numpy as np
+
+from gpuyard.shared.contracts.policies import BackfillMode
+from gpuyard.shared.contracts.reasons import GPU_SHORTAGES, PendingCode
+from gpuyard.shared.contracts.units import count_text, format_rough_duration
+from gpuyard.shared.scheduling import reasons as R
+from gpuyard.shared.scheduling.backfill import Projection, Reservation, ending_order
+from gpuyard.shared.scheduling.demand import Demand, demand_of, shape_key
+from gpuyard.shared.scheduling.explain import never_fits, no_room_now
+from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
+from gpuyard.shared.scheduling.gang import place_gang, undo_gang
+from gpuyard.shared.scheduling.index import CapacityIndex
+from gpuyard.shared.scheduling.model import (
+    Allocation,
+    CycleResult,
+    GpuAssignment,
+    JobRequest,
+    Node,
+    Placement,
+    Preemption,
+    ReplicaAssignment,
+    SchedulerConfig,
+)
+from gpuyard.shared.scheduling.ordering import Order
+from gpuyard.shared.scheduling.placement import POLICIES, make_policy
+from gpuyard.shared.scheduling.placement.base import Choice
+from gpuyard.shared.scheduling.preemption import choose_victims, eligible_victims
+from gpuyard.shared.scheduling.queue import HeldQueue, Pending
+from gpuyard.shared.scheduling.quota import QuotaLedger, RunningKinds, borrowed_jobs
+from gpuyard.shared.scheduling.scarcity import Scarcity, drain_times
+
+NEVER = frozenset(
+    {PendingCode.NO_NODES, PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL}
+)  # not in this cycle
+MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
+SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector for the length of one cycle.
+
+    A cycle allocates one reason per waiting job and lots of short-lived tuples, which trigger collections
+    that walk every live object (the caller's queue and running jobs included): tens of milliseconds, at
+    random. Nothing the core allocates is cyclic garbage (reference counting frees it), so collection waits
+    for the end of the cycle; a caller that had switched the collector off keeps it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def allocate(node: Node, replicas: Iterable[ReplicaAssignment]) -> None:
+    """Add what these replicas (on this node) hold to its allocations (a GPU the node does not list is skipped)."""
+    by_index = {g.index: g for g in node.gpus}
+    for r in replicas:
+        node.allocated_cpus += r.cpus
+        node.allocated_memory += r.memory
+        for a in r.gpus:
+            gpu = by_index.get(a.index)
+            if gpu is not None:
+                gpu.allocated = min(1.0, gpu.allocated + a.fraction)
+                gpu.allocated_memory += a.memory or 0
+
+
+def popularity_for(
+    config: SchedulerConfig,
+    queue: list[JobRequest] | HeldQueue,
+    running: list[Allocation],
+    kinds: RunningKinds | None = None,
+) -> tuple:
+    if config.shape_popularity is not None:
+        return tuple(config.shape_popularity)
+    if not POLICIES[config.policy].needs_popularity:
+        return ()
+    # jobs per key (kept by a held queue), then per (GPUs, CPUs, GPU models), then per task shape (a handful)
+    keys = Counter(queue.keys) if isinstance(queue, HeldQueue) else Counter(map(_KEY, queue))
+    kinds = kinds if kinds is not None else RunningKinds(running)
+    for (_tenant, _user, key), n in kinds.counts.items():
+        keys[key] += n
+    counts: Counter = Counter()
+    for (gpus, _replicas, cpus, _memory, _gpu_memory, models, _priority), n in keys.items():
+        counts[gpus, cpus, models] += n
+    shapes: Counter = Counter()
+    for (gpus, cpus, models), n in counts.items():
+        shapes[shape_of(demand_of(JobRequest("", "", gpus=gpus, cpus=cpus, gpu_models=models)))] += n
+    return typical_shapes(shapes)
+
+
+_KEY = attrgetter("key")
+_BACKFILL_MODES = frozenset(BackfillMode)  # (a set: a plain string from the caller is found by value)
+
+
+class _Cycle:
+    """The state of one cycle's decisions (kept together so each step stays a small method)."""
+
+    def __init__(
+        self,
+        index: CapacityIndex,
+        running: list[Allocation],
+        queue: HeldQueue,
+        config: SchedulerConfig,
+        quotas: dict[str, float],
+        now: float,
+        kinds: RunningKinds | None = None,
+    ) -> None:
+        if config.backfill not in _BACKFILL_MODES:
+            raise ValueError(f"backfill must be one of {', '.join(BackfillMode)}, not {config.backfill!r}")
+        self.index = index
+        self.running = running
+        self.config = config
+        self.quotas = quotas
+        self.now = now
+        if config.policy not in POLICIES:
+            make_policy(config.policy)  # raises with the list of known policies
+        self.kinds = kinds = kinds if kinds is not None else RunningKinds(running)
+        self.policy = make_policy(config.policy, popularity_for(config, queue, running, kinds))
+        capacity = (
+            index.total_gpus(),
+            float(index.cpus[index.schedulable].sum()),
+            float(index.memory[index.schedulable].sum()),
+        )
+        self.ledger = QuotaLedger(quotas, running, config, capacity, kinds)
+        # the nodes a job must keep off (`core/scarcity.py`)
+        self.scarcity = Scarcity(index, queue.keys if config.keep_scarce_nodes else ())
+        self.result = CycleResult(pending=Pending())
+        self.waiting = 0
+        self.demands: dict[tuple, Demand] = {}
+        self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
+        self.delayed: dict[
+            tuple, tuple[Reservation, R.Blocker]
+        ] = {}  # shape -> the reservation it would delay
+        self.head: JobRequest | None = None  # first job blocked on resources
+        self.reservations: list[Reservation] = []  # in line order; their starts never decrease
+        self.projection: Projection | None = None
+        self.depth = config.reservation_depth if config.backfill == BackfillMode.EASY else 0
+        self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
+        self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
+        self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
+        self._borrowed: set[str] | None = None
+        self._lowest_priority: int | None = None
+        self.victims: set[str] = set()
+        self.preemption_searches = 0
+        self.no_victims: set[tuple] = set()
+        # Without quotas and user caps, a job whose shape failed this cycle, with no victims to preempt for its
+        # priority and the head already chosen, gets exactly its shape's cached reason: (*shape, priority) ->
+        # that reason, answered before anything else is looked at (most of a long queue of blocked jobs).
+        self.strict = config.backfill == BackfillMode.OFF
+        self.pending = self.result.pending.known
+        self.simple = SETTLE_BY_SHAPE and not self.ledger.quotas_on and not self.ledger.caps_on
+        self.settled: dict[tuple, R.Blocker] = {}
+        self.examined = 0  # jobs looked at one by one (the rest of a stopped cycle is answered by the order)
+        self.left: Counter = Counter()
+        self.unsettled = 0
+
+    # ------------------------------------------------------------------------------------------- the loop
+    def run(self, queue: HeldQueue) -> CycleResult:
+        # the settled answer (see `settle`) is given right here, before `consider`: most jobs of a long queue
+        # on a full cluster get it (not in strict order, where waiting behind the head comes first). Once every
+        # job left would get it (`left` counts them by key, `unsettled` those whose key has no answer yet, and
+        # none is in its retry backoff), the cycle stops: their reasons follow from the order (`Pending`).
+        fast = self.simple and not self.strict
+        settled, pending, now = self.settled, self.pending, self.now
+        order = Order(queue, self.ledger, self.config.fair_share)
+        if fast:
+            self.left = left = Counter(queue.keys)
+            self.unsettled = len(queue)
+            backing_off = sum(1 for job in queue.backoff.values() if job.not_before > now)
+        for job in order:
+            if fast:
+                key = job.key
+                left[key] -= 1
+                if key not in settled:
+                    self.unsettled -= 1
+                if job.not_before is not None and job.not_before > now:
+                    backing_off -= 1
+                elif settled:
+                    found = settled.get(key)
+                    if found is not None:
+                        if found.in_line:
+                            self.waiting += 1
+                        self.examined += 1
+                        pending[job.job_id] = found.at(self.waiting)
+                        if not self.unsettled and not backing_off:
+                            break
+                        continue
+            self.examined += 1
+            self.consider(job)
+            if fast and not self.unsettled and not backing_off:
+                break
+        else:
+            return self.result
+        self.result.pending.stopped(queue, order.rest(), settled, self.waiting)
+        return self.result
+
+    def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
+        """The job waits: its place in line is the next one, unless no node could ever hold it (then it has
+        none and takes none: `reasons.NEVER_HELD`)."""
+        if blocker.in_line:
+            self.waiting += 1
+        self.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
+
+    def consider(self, job: JobRequest) -> None:
+        if job.not_before is not None and job.not_before > self.now:
+            self.wait(
+                job,
+                R.Blocker(
+                    PendingCode.RETRY_BACKOFF,
+                    f"waiting {format_rough_duration(job.not_before - self.now)} before the next attempt (retry backoff)",
+                    {"not_before": job.not_before},
+                ),
+            )
+            return
+        if self.strict and self.head is not None:
+            self.wait(
+                job,
+                R.Blocker(
+                    PendingCode.BLOCKED_BY_HEAD,
+                    f"strict order: waits behind job {self.head.job_id}",
+                    {"head": self.head.job_id},
+                ),
+            )
+            return
+        if self.simple:
+            settled = self.settled.get(job.key)
+            if settled is not None:
+                self.wait(job, settled)
+                return
+        key = shape_key(job)
+        blocker = self.ledger.admission_blocker(job)
+        if blocker is not None:
+            self.wait(job, blocker)
+            return
+        delayed = self.delayed.get(key)
+        if delayed is not None and delayed[0].outlasts(job, self.now):
+            self.wait(job, delayed[1])
+            return
+        demand = self.demands.get(key)
+        if demand is None:
+            demand = self.demands[key] = demand_of(job)
+        cached = self.failed.get(key)
+        if cached is not None:
+            self.blocked(job, demand, key, cached)
+            return
+        choices = None
+        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        outlasted = self.outlasted(job)
+        if outlasted:
+            choices = self.place_around_reservations(demand, job.replicas, outlasted, allowed)
+        if choices is None:
+            if allowed is None:
+                choices = place_gang(self.index, self.policy, demand, job.replicas)
+            else:
+                choices = self.under(allowed, place_gang, self.index, self.policy, demand, job.replicas)
+        if choices is None and allowed is not None and job.timeout is not None:
+            end = self.now + job.timeout
+            spare = self.scarcity.spare(job, demand, allowed, self.drain(), end)
+            if spare is not None:  # kept nodes it leaves before they would be free anyway
+                choices = self.under(spare, place_gang, self.index, self.policy, demand, job.replicas)
+        if choices is None:
+            self.blocked(job, demand, key, None)
+            return
+        for k, reservation in enumerate(outlasted):
+            if not reservation.admits(job, demand, choices, self.now):
+                for earlier in outlasted[:k]:
+                    earlier.withdraw(job, demand, choices, self.now)
+                undo_gang(self.index, demand, choices)
+                head = reservation.job_id
+                self.delayed[key] = (
+                    reservation,
+                    R.Blocker(
+                        PendingCode.BACKFILL_WOULD_DELAY,
+                        f"fits now but would delay the reserved start of job {head}",
+                        {"reserved_for": head, "reserved_start": reservation.start},
+                    ),
+                )
+                self.wait(job, self.delayed[key][1])
+                return
+        self.placed(job, demand, choices)
+
+    def outlasted(self, job: JobRequest) -> list[Reservation]:
+        """The reservations this job would still run at (a prefix: their starts never decrease)."""
+        reservations = self.reservations
+        if not reservations or not reservations[0].outlasts(job, self.now):
+            return []
+        if len(reservations) == 1:
+            return reservations
+        return [r for r in reservations if r.outlasts(job, self.now)]
+
+    def place_around_reservations(
+        self, demand: Demand, replicas: int, reservations: list[Reservation], allowed: np.ndarray | None
+    ) -> list[Choice] | None:
+        """Try the nodes these reservations do not need first (a long job there can never delay them)."""
+        reserved = (
+            reservations[0].nodes
+            if len(reservations) == 1
+            else frozenset().union(*(r.nodes for r in reservations))
+        )
+        if not reserved:
+            return None
+        index = self.index
+        elsewhere = np.ones(len(index), dtype=bool) if allowed is None else allowed.copy()
+        elsewhere[list(reserved)] = False
+        return self.under(elsewhere, place_gang, index, self.policy, demand, replicas)
+
+    def under(self, allowed: np.ndarray | None, fn, *args):
+        """`fn(*args)` with placement (and what explains or preempts for it) only on the `allowed` nodes
+        (`index.restrict`); None: every node."""
+        if allowed is None:
+            return fn(*args)
+        self.index.restrict = allowed
+        try:
+            return fn(*args)
+        finally:
+            self.index.restrict = None
+
+    # ------------------------------------------------------------------------------------------- outcomes
+    def placed(self, job: JobRequest, demand: Demand, choices: list[Choice]) -> None:
+        borrowed = self.ledger.would_borrow(job)
+        self.ledger.add(job)
+        index = self.index
+        replicas = []
+        for replica, (i, slots) in enumerate(choices):
+            ids = index.gpu_ids[i]
+            memory = (
+                int(demand.gpu_memory) if demand.count and not demand.whole and demand.gpu_memory else None
+            )
+            gpus = tuple(GpuAssignment(ids[s], demand.fraction, memory) for s in slots)
+            replicas.append(ReplicaAssignment(replica, index.names[i], gpus, job.cpus, job.memory))
+        replicas_t = tuple(replicas)
+        self.result.placements.append(Placement(job.job_id, replicas_t, borrowed))
+        if job.timeout is not None:
+            self.placed_ending.append((self.now + job.timeout, replicas_t))
+        if self.scarcity.confined:  # (what `drain` needs; only kept nodes ask)
+            end = self.now + job.timeout if job.timeout is not None else np.inf
+            self.placed_until.append((end, replicas_t))
+            if self._drain is not None:
+                for i, _slots in choices:
+                    self._drain[i] = max(self._drain[i], end)
+
+    def drain(self) -> np.ndarray:
+        if self._drain is None:
+            self._drain = drain_times(self.index, self.running, self.placed_until)
+        return self._drain
+
+    def blocked(self, job: JobRequest, demand: Demand, key: tuple, cached: R.Blocker | None) -> None:
+        """The job does not fit now; `cached` is what an earlier job of the same shape learnt this cycle."""
+        if cached is None:
+            never = never_fits(self.index, job, demand)
+            if never is not None:
+                self.failed[key] = never
+                self.settle(key, job, never)
+                self.wait(job, never)
+                return
+        elif cached.code in NEVER:
+            self.settle(key, job, cached)
+            self.wait(job, cached)
+            return
+        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        if self.config.preemption and self.under(allowed, self.try_preempt, job, demand, key):
+            return
+        if cached is None:
+            cached = self.failed[key] = self.under(allowed, no_room_now, self.index, job, demand)
+        # A borrowing job is told about its quota only when GPUs are what it lacks (not CPUs or memory).
+        short_of_gpus = cached.code in GPU_SHORTAGES
+        blocker = (
+            self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
+        )
+        estimated = None
+        reserving = len(self.reservations) < self.depth and not (
+            self.projection is not None and self.projection.exhausted
+        )
+        if self.head is not None and not reserving and self.preemption_settled(job, key):
+            self.settle(key, job, blocker)
+        if self.head is None:
+            self.head = job
+        if reserving:
+            if self.projection is None:
+                ending = ending_order(self.running, self.placed_ending)
+                self.projection = Projection(self.index, self.policy, ending, self.now)
+            reservation = self.projection.reserve(job, demand, allowed)
+            if reservation.start is not None:
+                self.reservations.append(reservation)
+                estimated = reservation.start
+        self.wait(job, blocker, estimated)
+
+    def settle(self, key: tuple, job: JobRequest, blocker: R.Blocker) -> None:
+        """Every later job of this shape and priority gets `blocker` (see `simple`; never while a job of the
+        shape may still be answered by the backfill reservation instead)."""
+        if self.simple and key not in self.delayed:
+            if job.key not in self.settled and not self.strict:
+                self.unsettled -= self.left[job.key]
+            self.settled[job.key] = blocker
+
+    def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
+        """Would a later job of this shape and priority certainly not preempt either?"""
+        return (
+            not self.config.preemption
+            or self.preemption_searches >= MAX_PREEMPTION_SEARCHES
+            or self.search_key(job, key) in self.no_victims
+        )
+
+    def search_key(self, job: JobRequest, key: tuple) -> tuple:
+        reclaim = self.ledger.quotas_on and not self.ledger.would_borrow(job)
+        return (key, job.priority, job.tenant if self.ledger.quotas_on else "", reclaim)
+
+    def try_preempt(self, job: JobRequest, demand: Demand, key: tuple) -> bool:
+        reclaim = self.ledger.quotas_on and not self.ledger.would_borrow(job)
+        search_key = (key, job.priority, job.tenant if self.ledger.quotas_on else "", reclaim)
+        if search_key in self.no_victims or self.preemption_searches >= MAX_PREEMPTION_SEARCHES:
+            return False
+        if self._borrowed is None:
+            self._borrowed = borrowed_jobs(self.running, self.quotas)
+            self._lowest_priority = self.kinds.lowest_priority()
+        if not self._borrowed and (self._lowest_priority is None or self._lowest_priority >= job.priority):
+            self.no_victims.add(search_key)
+            return False
+        candidates = eligible_victims(
+            job,
+            self.running,
+            self._borrowed,
+            self.ledger.quotas_on,
+            reclaim,
+            self.config,
+            self.now,
+            self.victims,
+        )
+        if not candidates:
+            self.no_victims.add(search_key)
+            return False
+        self.preemption_searches += 1
+        victims = choose_victims(self.index, self.policy, demand, job.replicas, candidates)
+        if victims is None:
+            self.no_victims.add(search_key)
+            return False
+        names = []
+        for alloc in victims:
+            why = "priority" if alloc.job.priority < job.priority else "reclaim"
+            self.result.preemptions.append(Preemption(alloc.job.job_id, why, job.job_id))
+            self.victims.add(alloc.job.job_id)
+            names.append(alloc.job.job_id)
+        gpus = sum(a.job.total_gpus for a in victims)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.wait(
+            job,
+            R.Blocker(
+                PendingCode.PREEMPTING,
+                f"preempting {len(names)} job{'s' if len(names) != 1 else ''} ({shown}) to free {count_text(gpus, 'GPU')}",
+                {"victims": names, "gpus": gpus},
+            ),
+        )
+        return True
+
+
+def decide(
+    index: CapacityIndex,
+    running: list[Allocation],
+    queue: list[JobRequest] | HeldQueue,
+    config: SchedulerConfig,
+    quotas: dict[str, float] | None = None,
+    now: float = 0.0,
+    kinds: RunningKinds | None = None,
+) -> CycleResult:
+    """Decide placements, preemptions and reasons for one cycle.
+
+    `index`: the free capacity, updated in place with each placement; `running`: what running jobs hold (the
+    preemption candidates and the backfill reservation's end times); `quotas`: tenant -> guaranteed GPUs
+    (empty: no quotas); `now`: the caller's clock in seconds; `kinds`: the running jobs already counted (see
+    `RunningKinds`), else they are counted here."""
+    with gc_paused():
+        if isinstance(queue, HeldQueue):
+            queue.prepare()
+        else:
+            queue = HeldQueue(queue)
+        return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)
