@@ -55,7 +55,7 @@ integration: $(BIN)/.installed-test
 browser: $(BIN)/.installed-test
 	$(BIN)/pytest -q -rs tests/browser $(PYTEST_ARGS)
 
-# The generated docs, made anew from their one definition: docs/events.md from shared/contracts/events.py, the
+# The generated docs, made anew from their one definition: docs/events.md from shared/contracts/events/, the
 # settings tables of docs/operations.md from shared/settings/, and the README's picture of the bus from the bus
 # users' grants (shared/bus/permissions.py), the dashboard's contracts.js from the enums; a unit test fails while
 # any is stale.

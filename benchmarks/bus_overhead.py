@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.shared.bus.jetstream import PullConsumer, Watch  # noqa: E402
-from gpuyard.shared.contracts.events import JobCancelRequested, make_event, subject_of  # noqa: E402
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 from tests.unit.bus_fakes import FakeBus, FakeMsg  # noqa: E402
 

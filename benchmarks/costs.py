@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
-from gpuyard.shared.contracts.events import (  # noqa: E402
+from gpuyard.shared.contracts.events.envelope import derived_id, make_event
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobPlaced,
     JobReplicaExited,
@@ -36,8 +37,6 @@ from gpuyard.shared.contracts.events import (  # noqa: E402
     JobSubmitted,
     JobSucceeded,
     ReplicaPlacement,
-    derived_id,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
 from gpuyard.shared.contracts.jobstate import apply  # noqa: E402

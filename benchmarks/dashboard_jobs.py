@@ -40,7 +40,8 @@ import httpx  # noqa: E402
 from gpuyard.services.submit.app import create_app  # noqa: E402
 from gpuyard.services.submit.context import SubmitContext  # noqa: E402
 from gpuyard.shared.auth.tokens import Tokens  # noqa: E402
-from gpuyard.shared.contracts.events import (  # noqa: E402
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     GpuShare,
     JobCancelled,
@@ -50,7 +51,6 @@ from gpuyard.shared.contracts.events import (  # noqa: E402
     JobSubmitted,
     JobSucceeded,
     ReplicaPlacement,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
 from gpuyard.shared.contracts.jobstate import JobState, apply  # noqa: E402

@@ -30,14 +30,9 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.services.scheduler.main import SchedulerService  # noqa: E402
-from gpuyard.shared.contracts.events import (  # noqa: E402
-    GpuInfo,
-    JobStarted,
-    JobSubmitted,
-    JobSucceeded,
-    NodeHeartbeat,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobStarted, JobSubmitted, JobSucceeded
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
 from gpuyard.shared.contracts.jobstate import JobState  # noqa: E402
 from gpuyard.shared.settings.scheduler import SchedulerSettings

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from gpuyard.services.executor.local import LocalBackend  # noqa: E402
-from gpuyard.shared.contracts.events import JobSucceeded  # noqa: E402
+from gpuyard.shared.contracts.events.jobs import JobSucceeded  # noqa: E402
 from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 from tests.unit.executor.harness import Harness  # noqa: E402
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # (after PYTHONPATH: another checkout may be given)
 import gpuyard.shared.stores.ledger as ledger_module  # noqa: E402
-from gpuyard.shared.contracts.events import (  # noqa: E402
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobReplicaExited,
     JobStarted,

@@ -39,15 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
-from gpuyard.shared.contracts.events import (  # noqa: E402
-    STREAMS,
-    GpuHolder,
-    GpuProcessUse,
-    GpuReading,
-    GpuSample,
-    Subject,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuProcessUse, GpuReading, GpuSample
+from gpuyard.shared.contracts.events.subjects import STREAMS, Subject
 from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 
 GIB = 1 << 30

@@ -42,7 +42,7 @@ from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 from gpuyard.client import Client  # noqa: E402
 from gpuyard.shared.bus.credentials import credentials_path, read_credentials  # noqa: E402
-from gpuyard.shared.contracts.events import Subject, subject_filter  # noqa: E402
+from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")

@@ -14,7 +14,7 @@
 - `os.mkdir` of a fresh directory under `--dir` (default: the system's temporary folder; give the data disk):
   wall and CPU per call;
 - making a replica's path as a `pathlib.Path` against as a string (`gpuyard.shared.runtime.paths` uses strings);
-- `gpuyard.shared.contracts.events.derived_id` against `uuid.uuid5` (the same ids).
+- `gpuyard.shared.contracts.events.envelope.derived_id` against `uuid.uuid5` (the same ids).
 
 The starts are measured in a process like a reaper (`python -I -S`, the standard library only): a fork's cost
 grows with the memory of the process that forks. Each figure is the best of 5 rounds (the machine's other work
@@ -148,7 +148,7 @@ def main() -> None:
         print(json.dumps(spawn_figures(args.starts, args.dir, args.helper)))
         return
     from gpuyard.services.executor.start_helper import start_helper
-    from gpuyard.shared.contracts.events import _ID_NAMESPACE, derived_id
+    from gpuyard.shared.contracts.events.envelope import _ID_NAMESPACE, derived_id
 
     base = str(args.dir)
     for k in range(100):  # the two give the same ids

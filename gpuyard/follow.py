@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.jobs import (
     JobFailed,
     JobPending,
     JobPlaced,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from gpuyard.shared.contracts.events import NodeHeartbeat
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.units import count_text, format_size
 

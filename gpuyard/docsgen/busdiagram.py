@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpuyard.shared.bus.permissions import GRANTS, SERVICE_ROLES, Role
-from gpuyard.shared.contracts.events import DEADLETTER_STREAM, STREAMS, StreamDef, Subject
+from gpuyard.shared.contracts.events.subjects import DEADLETTER_STREAM, STREAMS, StreamDef, Subject
 
 BEGIN = "<!-- the bus, drawn from the bus users' grants by `python -m gpuyard.docsgen.busdiagram`: do not edit -->"
 END = "<!-- end of the bus -->"

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuyard.shared.bus.permissions import EVENT_FAMILIES
-from gpuyard.shared.contracts.events import Subject, Wildcard
+from gpuyard.shared.contracts.events.subjects import Subject, Wildcard
 from gpuyard.shared.contracts.jobstate import (
     ACTIVE_STATES,
     LIVE_STATES,

@@ -1,5 +1,5 @@
 """What `gpuyard up` tells the platform about the service processes it runs: a service that keeps crashing
-cannot say so itself, so its supervisor does, on the bus (`service.status`, shared/contracts/events.py), as the
+cannot say so itself, so its supervisor does, on the bus (`service.status`, shared/contracts/events/), as the
 `supervisor` bus user, which may publish that and nothing else (shared/bus/permissions.py). The submit service
 keeps the latest of each process for `GET /v1/services`.
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from gpuyard.shared.bus.credentials import CredentialsError, read_credentials
 from gpuyard.shared.bus.jetstream import Bus, BusRefused, BusUnavailable
 from gpuyard.shared.bus.permissions import Role
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.services import (
     LAST_ERROR_CHARS,
     SERVICE_HEARTBEAT_SECONDS,
     ServiceStatus,
-    make_event,
 )
 
 log = logging.getLogger(__name__)

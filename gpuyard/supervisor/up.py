@@ -46,7 +46,8 @@ from gpuyard.shared.auth.secretfile import SecretFileError
 from gpuyard.shared.auth.tokens import Tokens, TokensFixed
 from gpuyard.shared.bus.credentials import credentials_path
 from gpuyard.shared.bus.permissions import Role
-from gpuyard.shared.contracts.events import STREAMS, ProcessState, ServiceStatus
+from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
+from gpuyard.shared.contracts.events.subjects import STREAMS
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.contracts.version import VERSION
 from gpuyard.shared.runtime.installhint import pip_command

@@ -10,7 +10,8 @@ import logging
 import socket
 
 from gpuyard.services.executor.backend import Backend
-from gpuyard.shared.contracts.events import CloudEvent, GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.gpus.inventory import host_cpus, host_memory
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings

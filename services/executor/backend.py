@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuyard.services.executor.exits import AttemptKey
-from gpuyard.shared.contracts.events import JobReplicaExited, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobReplicaExited, ReplicaPlacement
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 

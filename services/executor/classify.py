@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from gpuyard.services.executor.cgroups import ENTER_FAILED
 from gpuyard.services.executor.logfile import NO_SPACE
-from gpuyard.shared.contracts.events import (
-    EventData,
+from gpuyard.shared.contracts.events.envelope import EventData
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobFailed,

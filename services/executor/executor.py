@@ -37,11 +37,9 @@ from gpuyard.services.executor.gpuwatch import GpuProcessReader, Overuse
 from gpuyard.services.executor.logfile import NOTE
 from gpuyard.services.executor.rendezvous import master_endpoint
 from gpuyard.shared.bus.jetstream import concerns_holder, entity_of
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
-    IdleStop,
-    IdleWarning,
+from gpuyard.shared.contracts.events.alerts import IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, derived_id
+from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobFailed,
@@ -52,9 +50,8 @@ from gpuyard.shared.contracts.events import (
     JobStarted,
     JobSucceeded,
     ReplicaPlacement,
-    Subject,
-    derived_id,
 )
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.contracts.units import parse_size
 from gpuyard.shared.gpus.inventory import node_gpus

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from gpuyard.shared.contracts.events import FailureReason, JobReplicaExited
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
 
 ReplicaKey = tuple[str, int, int]
 """(job id, attempt, replica)."""

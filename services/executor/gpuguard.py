@@ -22,15 +22,8 @@ from gpuyard.services.executor.gpuwatch import (
 )
 from gpuyard.services.executor.jobenv import share_bytes
 from gpuyard.services.executor.nodelog import node_log
-from gpuyard.shared.contracts.events import (
-    AlertKind,
-    AlertRaised,
-    AlertResolved,
-    AlertSeverity,
-    EventData,
-    derived_id,
-    make_event,
-)
+from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved, AlertSeverity
+from gpuyard.shared.contracts.events.envelope import EventData, derived_id, make_event
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuyard.shared.auth.jobtokens import JobTokenError, read_secret, secret_path, sign
-from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 log = logging.getLogger(__name__)

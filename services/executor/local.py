@@ -62,7 +62,7 @@ from gpuyard.services.executor.reaper_client import (
     watch_adopted,
 )
 from gpuyard.services.executor.start_helper import start_helper
-from gpuyard.shared.contracts.events import FailureReason, JobPlaced, JobReplicaExited
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobPlaced, JobReplicaExited
 from gpuyard.shared.runtime.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,

@@ -21,8 +21,8 @@ from gpuyard.services.executor.executor import IDLE_SUBJECTS, Executor
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
 from gpuyard.shared.bus.jetstream import placed_for
-from gpuyard.shared.contracts.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.contracts.events import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
+from gpuyard.shared.contracts.events.subjects import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings
 

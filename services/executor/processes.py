@@ -16,7 +16,7 @@ from typing import Protocol
 
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.pidfiles import PidRecord
-from gpuyard.shared.contracts.events import FailureReason
+from gpuyard.shared.contracts.events.jobs import FailureReason
 
 
 class Process(Protocol):

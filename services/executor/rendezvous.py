@@ -7,7 +7,8 @@ from __future__ import annotations
 import socket
 from collections.abc import Awaitable, Callable
 
-from gpuyard.shared.contracts.events import ReplicaPlacement, derived_id
+from gpuyard.shared.contracts.events.envelope import derived_id
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 
 FIRST_PORT = 29500
 PORTS = 2000

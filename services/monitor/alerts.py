@@ -12,7 +12,7 @@ clear, not yet for `keep_firing_for`) → resolved, and back to firing from clea
 - CLEAR: past the clear threshold;
 - GONE: its subject went away (the job let the GPU go, ended, was placed): resolved at once.
 
-Event ids are derived from the alert id and when its condition began (`gpuyard.shared.contracts.events.derived_id`), so the
+Event ids are derived from the alert id and when its condition began (`gpuyard.shared.contracts.events.envelope.derived_id`), so the
 same observations give the same events whoever computes them, and a redelivered observation (not newer than
 the last one seen) changes nothing. A restarted engine is given the alerts still active (`restore`), so it never
 raises one again; one whose subject is no longer reported for STALE_SECONDS is resolved.
@@ -26,14 +26,9 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from gpuyard.services.monitor.rules import GpuXidRule, Rule, Rules
-from gpuyard.shared.contracts.events import (
-    AlertKind,
-    AlertRaised,
-    AlertResolved,
-    GpuReading,
-    GpuSample,
-    derived_id,
-)
+from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import derived_id
+from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
 from gpuyard.shared.contracts.units import format_duration
 
 STALE_SECONDS = 120.0

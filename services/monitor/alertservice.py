@@ -36,18 +36,10 @@ from gpuyard.services.monitor.rules import Rules, RulesError, load_rules, rules_
 from gpuyard.services.monitor.webhooks import Webhooks
 from gpuyard.shared.bus.jetstream import entity_of, publish_recorded
 from gpuyard.shared.bus.permissions import publishes
-from gpuyard.shared.contracts.events import (
-    EVENTS_STREAM,
-    TELEMETRY_STREAM,
-    AlertKind,
-    CloudEvent,
-    GpuSample,
-    NodeHeartbeat,
-    NodeLost,
-    Subject,
-    Wildcard,
-    make_event,
-)
+from gpuyard.shared.contracts.events.alerts import AlertKind
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, TELEMETRY_STREAM, Subject, Wildcard
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.runtime.lease import Lease
 from gpuyard.shared.runtime.service import Service, run_service

@@ -36,16 +36,16 @@ from gpuyard.services.monitor.idle import (
     warning_text,
 )
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.alerts import (
     AlertKind,
     AlertRaised,
     AlertResolved,
     AlertSeverity,
-    GpuSample,
     IdleStop,
     IdleWarning,
-    derived_id,
 )
+from gpuyard.shared.contracts.events.envelope import derived_id
+from gpuyard.shared.contracts.events.nodes import GpuSample
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.monitor import MonitorSettings
 

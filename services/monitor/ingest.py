@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from gpuyard.shared.contracts.events import CloudEvent, GpuSample
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
 

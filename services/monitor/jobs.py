@@ -25,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from gpuyard.shared.contracts.events import GpuHolder, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
+from gpuyard.shared.contracts.events.nodes import GpuHolder
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.reporting.quotause import held_gpus
 from gpuyard.shared.stores.events import EventStore

@@ -24,7 +24,9 @@ from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.services.monitor.sampler import NodeSampler, choose_sampler
 from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.bus.permissions import Role, permissions
-from gpuyard.shared.contracts.events import GpuSample, Subject, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuSample
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.gpus.nvml import Nvml
 from gpuyard.shared.runtime.service import Service

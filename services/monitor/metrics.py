@@ -31,7 +31,7 @@ from prometheus_client.core import (
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.shared.auth.secretfile import CHALLENGE, REFUSED, ScrapeAuth
-from gpuyard.shared.contracts.events import GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuReading
 from gpuyard.shared.runtime.servicemetrics import MetricsServer
 
 __all__ = ["METRICS_PATH", "GuardedMetricsServer", "MetricsServer", "make_registry"]

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from gpuyard.shared.contracts.events import AlertKind, AlertSeverity
+from gpuyard.shared.contracts.events.alerts import AlertKind, AlertSeverity
 from gpuyard.shared.contracts.units import parse_duration
 
 APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)

@@ -11,7 +11,7 @@ import logging
 from gpuyard.services.monitor.cputime import CpuUse
 from gpuyard.services.monitor.jobs import HeldGpu
 from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
-from gpuyard.shared.contracts.events import GpuHolder, GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading
 from gpuyard.shared.gpus.inventory import simulated_gpus
 from gpuyard.shared.gpus.nvml import Nvml
 from gpuyard.shared.settings.monitor import MonitorSettings

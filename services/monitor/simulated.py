@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpuyard.services.monitor.cputime import CpuUse
 from gpuyard.services.monitor.jobs import HeldGpu
-from gpuyard.shared.contracts.events import GpuInfo, GpuProcessUse, GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuInfo, GpuProcessUse, GpuReading
 from gpuyard.shared.runtime.paths import replica_files
 
 

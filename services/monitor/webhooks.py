@@ -22,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, AlertSeverity, CloudEvent
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved, AlertSeverity
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from gpuyard.shared.contracts.events import NodeHeartbeat
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 
 MAX_GPUS = 64
 """GPUs of one node: eight or sixteen in today's largest machines."""

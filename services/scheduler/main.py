@@ -30,22 +30,21 @@ from pydantic import ValidationError
 from gpuyard.services.scheduler.heartbeats import heartbeat_problem
 from gpuyard.services.scheduler.view import ClusterView, to_placement
 from gpuyard.shared.bus.jetstream import entity_of, event_id_of
-from gpuyard.shared.contracts.events import (
-    EVENTS_STREAM,
-    TELEMETRY_STREAM,
-    CloudEvent,
+from gpuyard.shared.contracts.events.envelope import CloudEvent, derived_id, make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobPending,
     JobPlaced,
     JobPreempted,
     JobRequeued,
-    NodeHeartbeat,
-    NodeLost,
     PendingReason,
     RequeueReason,
+)
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat, NodeLost
+from gpuyard.shared.contracts.events.subjects import (
+    EVENTS_STREAM,
+    TELEMETRY_STREAM,
     Subject,
-    derived_id,
     job_subject,
-    make_event,
     subject_filter,
 )
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, LIVE_STATES, JobState, JobView, state_values

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from gpuyard.shared.contracts.events import GpuShare, NodeHeartbeat, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import GpuShare, ReplicaPlacement
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView
 from gpuyard.shared.scheduling import (
     Allocation,

@@ -31,11 +31,8 @@ from gpuyard.services.serving.errors import ModelLoadError
 from gpuyard.services.serving.held import Held, HeldSessions
 from gpuyard.services.serving.runtime import CUDA, OnnxModel, load_onnx
 from gpuyard.shared.bus.jetstream import concerns_holder
-from gpuyard.shared.contracts.events import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
-    ExecutionProvider,
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, derived_id, make_event
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
@@ -46,14 +43,11 @@ from gpuyard.shared.contracts.events import (
     JobRequeued,
     JobStarted,
     JobSucceeded,
-    ModelFailed,
-    ModelReady,
     RequeueReason,
-    Subject,
-    derived_id,
-    make_event,
-    subject_filter,
 )
+from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelFailed, ModelReady
+from gpuyard.shared.contracts.events.subjects import CONTROL_SUBJECTS as CONTROL_EVENTS
+from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles import store as modelstore
 from gpuyard.shared.runtime.installhint import install_command

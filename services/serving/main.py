@@ -26,7 +26,7 @@ from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.auth.sessions import load_key as load_session_key
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.bus.jetstream import placed_for
-from gpuyard.shared.contracts.events import EVENTS_STREAM, HOLDER_SERVING
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, HOLDER_SERVING
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.modelfiles.store import ModelStore
 from gpuyard.shared.runtime.service import Service

@@ -149,7 +149,7 @@ HEADER_ALLOWANCE = 64 * 1024
 
 
 class Signed(Protocol):
-    """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.contracts.events.TensorSpec` (what
+    """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.contracts.events.models.TensorSpec` (what
     `gpuyard.shared.modelfiles.signature` read when the model was published)."""
 
     datatype: str

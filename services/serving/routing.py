@@ -19,22 +19,16 @@ from datetime import UTC, datetime
 
 from gpuyard.services.serving.held import model_key
 from gpuyard.shared.bus.jetstream import entity_of
-from gpuyard.shared.contracts.events import (
-    EVENTS_STREAM,
-    CloudEvent,
-    JobCancelled,
-    JobFailed,
-    JobRequeued,
-    JobSucceeded,
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobFailed, JobRequeued, JobSucceeded
+from gpuyard.shared.contracts.events.models import (
     ModelDeleted,
     ModelFailed,
     ModelPublished,
     ModelReady,
     ModelVisibilityChanged,
-    Subject,
-    Wildcard,
-    subject_filter,
 )
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, Subject, Wildcard, subject_filter
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from fastapi import HTTPException, status
 from gpuyard.services.submit.auth import may_see
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.events import tenant_error
+from gpuyard.shared.contracts.events.subjects import tenant_error
 from gpuyard.shared.contracts.jobspec import ServeSpec
 from gpuyard.shared.stores.readmodels.modelregistry import (
     ModelError,

@@ -33,14 +33,9 @@ from gpuyard.shared.contracts.api import (
     page_cursor,
     page_place,
 )
-from gpuyard.shared.contracts.events import (
-    JobCancelled,
-    JobCancelRequested,
-    JobSubmitted,
-    derived_id,
-    new_id,
-    tenant_error,
-)
+from gpuyard.shared.contracts.events.envelope import derived_id, new_id
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobCancelRequested, JobSubmitted
+from gpuyard.shared.contracts.events.subjects import tenant_error
 from gpuyard.shared.contracts.jobspec import MAX_GPUS_PER_REPLICA, JobSpec, SpecError, read_int, start_error
 from gpuyard.shared.contracts.jobstate import JobState, JobView
 from gpuyard.shared.stores.events.base import SEARCH_MAX, Order, decode_cursor, encode_cursor

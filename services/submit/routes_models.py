@@ -45,7 +45,7 @@ from gpuyard.shared.contracts.api import (
     ModelVersionOut,
     UndeployedOut,
 )
-from gpuyard.shared.contracts.events import tenant_error
+from gpuyard.shared.contracts.events.subjects import tenant_error
 from gpuyard.shared.contracts.jobspec import (
     DEFAULT_PRIORITY,
     GPUS_SCHEMA,

@@ -15,7 +15,8 @@ from gpuyard.services.submit.auth import Admin, Context
 from gpuyard.services.submit.errors import answers
 from gpuyard.shared.bus.jetstream import publish_recorded
 from gpuyard.shared.contracts.api import NodeControlIn, NodeControlOut
-from gpuyard.shared.contracts.events import NodeAction, NodeControlChanged, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import NodeAction, NodeControlChanged
 from gpuyard.shared.stores.readmodels import nodecontrol
 from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 

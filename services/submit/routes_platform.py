@@ -25,7 +25,9 @@ from gpuyard.shared.contracts.api import (
     ServiceOut,
     ServiceState,
 )
-from gpuyard.shared.contracts.events import SERVICE_HEARTBEAT_SECONDS, CloudEvent, Subject
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.services import SERVICE_HEARTBEAT_SECONDS
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.stores.readmodels import nodecontrol
 
 router = APIRouter(prefix="/v1", tags=["platform"], responses=answers(400, 401, 413))

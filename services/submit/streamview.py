@@ -20,13 +20,10 @@ from gpuyard.services.submit.auth import current_principal
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.shared.auth.bearer import bearer_token
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.events import (
-    AlertRaised,
-    AlertResolved,
-    CloudEvent,
-    GpuSample,
-    tenant_of_subject,
-)
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.nodes import GpuSample
+from gpuyard.shared.contracts.events.subjects import tenant_of_subject
 
 RECHECK_SECONDS = 0.5
 """How often a stream that sends nothing checks its caller's credential again: it ends within this (and the

@@ -22,18 +22,15 @@ from typing import Any
 
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.api import ServiceOut, ServiceState
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
+from gpuyard.shared.contracts.events.services import (
     SERVICE_HEARTBEAT_SECONDS,
-    TELEMETRY_STREAM,
-    CloudEvent,
-    GpuSample,
-    NodeHeartbeat,
-    NodeLost,
     ProcessState,
     ServiceHeartbeat,
     ServiceStatus,
-    Subject,
 )
+from gpuyard.shared.contracts.events.subjects import TELEMETRY_STREAM, Subject
 
 FORGET_SERVICE_AFTER = 86400.0
 RECENT_SECONDS = 3 * SERVICE_HEARTBEAT_SECONDS

@@ -1,7 +1,7 @@
 """The event bus: JetStream streams, de-duplicated publishing, and durable pull consumers that ack only
 after the handler's effect is stored.
 
-- Streams (`gpuyard.shared.contracts.events.STREAMS`) are declared idempotently by every service at start-up.
+- Streams (`gpuyard.shared.contracts.events.subjects.STREAMS`) are declared idempotently by every service at start-up.
 - `publish` sets `Nats-Msg-Id` to the event id: a retried publish inside the stream's duplicate window is
   dropped by the server. `send` does the same without waiting for the server's ack (a future of it): many
   events in flight, their writes to the socket coalesced.
@@ -68,16 +68,9 @@ from gpuyard.shared.bus.metrics import (
     BusMetrics,
     ConsumerLag,
 )
-from gpuyard.shared.contracts.events import (
-    ATTEMPT_STOPS,
-    CONTENT_TYPE,
-    DEADLETTER_STREAM,
-    STREAMS,
-    CloudEvent,
-    JobPlaced,
-    StreamDef,
-    subject_of,
-)
+from gpuyard.shared.contracts.events.envelope import CONTENT_TYPE, CloudEvent, subject_of
+from gpuyard.shared.contracts.events.jobs import JobPlaced
+from gpuyard.shared.contracts.events.subjects import ATTEMPT_STOPS, DEADLETTER_STREAM, STREAMS, StreamDef
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +271,7 @@ class Bus:
     async def publish(
         self, event: CloudEvent, *, tenant: str | None = None, version: int | None = None
     ) -> Published:
-        """`tenant`: the tenant of a job event's job, the last token of its subject (`gpuyard.shared.contracts.events.subject_of`;
+        """`tenant`: the tenant of a job event's job, the last token of its subject (`gpuyard.shared.contracts.events.envelope.subject_of`;
         a job.submitted event names it itself). `version`: the event's position in its entity's stream in the
         event store, sent as the `Gpuyard-Version` header so that a reader holding the previous version can
         apply it without a read."""

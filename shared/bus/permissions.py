@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuyard.shared.bus.credentials import inbox_prefix
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.subjects import (
     DEADLETTER_STREAM,
     EVENTS_STREAM,
     STREAMS,

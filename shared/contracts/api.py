@@ -18,13 +18,10 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
-from gpuyard.shared.contracts.events import (
-    AlertSeverity,
-    FailureReason,
-    PendingReason,
-    ProcessState,
-    TensorSpec,
-)
+from gpuyard.shared.contracts.events.alerts import AlertSeverity
+from gpuyard.shared.contracts.events.jobs import FailureReason, PendingReason
+from gpuyard.shared.contracts.events.models import TensorSpec
+from gpuyard.shared.contracts.events.services import ProcessState
 from gpuyard.shared.contracts.jobspec import (
     DEFAULT_PRIORITY,
     JSON_INTEGER,

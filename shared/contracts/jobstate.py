@@ -17,8 +17,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
@@ -33,8 +33,8 @@ from gpuyard.shared.contracts.events import (
     JobSucceeded,
     PendingReason,
     ReplicaPlacement,
-    Subject,
 )
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from gpuyard.shared.contracts.events import GpuInfo
+from gpuyard.shared.contracts.events.nodes import GpuInfo
 from gpuyard.shared.gpus.nvml import Nvml, short_model
 
 __all__ = ["host_cpus", "host_memory", "node_gpus", "nvml_gpus", "short_model", "simulated_gpus"]

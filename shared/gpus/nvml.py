@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from gpuyard.shared.contracts.events import GpuInfo, GpuProcessUse, GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuInfo, GpuProcessUse, GpuReading
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.shared.contracts.events import TensorSpec
+from gpuyard.shared.contracts.events.models import TensorSpec
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.modelfiles.store import StagedFile
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 
 DIGITS = 6
 """Sums of fractions rounded to this many decimals (0.1 + 0.2 is 0.3, not 0.30000000000000004)."""

@@ -23,7 +23,9 @@ from gpuyard.shared.bus.credentials import CredentialsError, read_credentials
 from gpuyard.shared.bus.jetstream import Bus, BusRefused, BusUnavailable
 from gpuyard.shared.bus.metrics import BusMetrics
 from gpuyard.shared.bus.permissions import publishes
-from gpuyard.shared.contracts.events import SERVICE_HEARTBEAT_SECONDS, STREAMS, ServiceHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.services import SERVICE_HEARTBEAT_SECONDS, ServiceHeartbeat
+from gpuyard.shared.contracts.events.subjects import STREAMS
 from gpuyard.shared.contracts.version import VERSION
 from gpuyard.shared.runtime.collector import collect_less
 from gpuyard.shared.runtime.health import HealthServer

@@ -35,15 +35,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
-    JobRequeued,
-    RequeueReason,
-    Subject,
-    derived_id,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, derived_id, make_event
+from gpuyard.shared.contracts.events.jobs import JobRequeued, RequeueReason
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, IllegalTransition, JobView, apply
 from gpuyard.shared.stores.events import Append, ConcurrencyError, EventStore, Outage, Projection, StoreError
 

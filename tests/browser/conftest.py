@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared.contracts.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
 from tests.integration.conftest import Platform
 
 CHROMIUM = os.environ.get("GPUYARD_TEST_CHROMIUM", "/usr/bin/chromium")

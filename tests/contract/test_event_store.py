@@ -12,13 +12,8 @@ from datetime import datetime
 
 import pytest
 
-from gpuyard.shared.contracts.events import (
-    JobCancelled,
-    JobPlaced,
-    JobSubmitted,
-    ReplicaPlacement,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobPlaced, JobSubmitted, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import apply
 from gpuyard.shared.stores.events import Append, ConcurrencyError, EventStore, StoreUnavailable, open_store
@@ -258,7 +253,7 @@ async def test_versions_of_the_projections_created_before_a_time(store):
 
 
 async def test_the_feed_of_jobs_ending_whatever_state_they_ended_from(store):
-    from gpuyard.shared.contracts.events import JobStarted, JobSucceeded
+    from gpuyard.shared.contracts.events.jobs import JobStarted, JobSucceeded
     from gpuyard.shared.stores.ledger import JobLedger
 
     ledger = JobLedger(store, None, "/test")
@@ -350,7 +345,7 @@ async def test_append_many_checks_each_stream_on_its_own(store):
 async def ended_job(store: EventStore, job_id: str, pending: int = 3):
     """A job queued, told why it waits `pending` times, placed, then cancelled: through the ledger, as the
     services write it (projection included), every event published."""
-    from gpuyard.shared.contracts.events import JobPending, PendingReason
+    from gpuyard.shared.contracts.events.jobs import JobPending, PendingReason
     from gpuyard.shared.stores.ledger import JobLedger
 
     ledger = JobLedger(store, None, "/test")

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from gpuyard.shared.contracts.events import GpuHolder
+from gpuyard.shared.contracts.events.nodes import GpuHolder
 from gpuyard.shared.reporting.usage import group, job_usages
 from gpuyard.shared.stores.events import StoreUnavailable, open_store
 from gpuyard.shared.stores.gpuhistory.base import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history

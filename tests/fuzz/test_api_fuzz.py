@@ -39,15 +39,15 @@ from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.yamlbody import YAML_TYPES
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.contracts.api import MAX_TOKEN_SECONDS
-from gpuyard.shared.contracts.events import (
-    AlertRaised,
+from gpuyard.shared.contracts.events.alerts import AlertRaised
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import (
     GpuHolder,
     GpuInfo,
     GpuReading,
     NodeAction,
     NodeControlChanged,
     NodeHeartbeat,
-    make_event,
 )
 from gpuyard.shared.modelfiles.store import ModelStore
 from gpuyard.shared.stores.events import open_store

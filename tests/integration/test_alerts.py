@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared.contracts.events import GpuHolder, GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration

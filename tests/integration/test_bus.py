@@ -17,17 +17,9 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpuyard.shared.bus.jetstream import Bus, entity_of
-from gpuyard.shared.contracts.events import (
-    DEADLETTER_STREAM,
-    EVENTS_STREAM,
-    STREAMS,
-    CloudEvent,
-    FailureReason,
-    JobCancelled,
-    JobFailed,
-    JobSucceeded,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobCancelled, JobFailed, JobSucceeded
+from gpuyard.shared.contracts.events.subjects import DEADLETTER_STREAM, EVENTS_STREAM, STREAMS
 from tests.integration.conftest import BIN, free_port, wait_for
 from tests.integration.witness import ACK_WITNESS_SECONDS, acknowledged
 

@@ -17,16 +17,13 @@ import pytest
 from gpuyard.shared.bus.credentials import bus_dir, credentials_path, ensure_credentials, read_credentials
 from gpuyard.shared.bus.jetstream import Bus, BusRefused
 from gpuyard.shared.bus.permissions import Role
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested, JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.subjects import (
     EVENTS_STREAM,
     JOB_SUBJECTS,
-    CloudEvent,
-    JobCancelRequested,
-    JobPlaced,
-    ReplicaPlacement,
     Subject,
     Wildcard,
-    make_event,
     subject_filter,
     tenant_wildcard,
 )
@@ -326,7 +323,8 @@ def test_a_tenants_integrator_reads_that_tenants_job_events_only_and_publishes_n
 async def test_the_supervisor_says_service_states_again_and_again_and_can_publish_nothing_else(secured):
     """`gpuyard up`'s reporter, as the `supervisor` user: a change goes out at once and is said again every
     interval; the user may publish no other event (and declares no stream: the services do)."""
-    from gpuyard.shared.contracts.events import TELEMETRY_STREAM, ProcessState, ServiceStatus
+    from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
+    from gpuyard.shared.contracts.events.subjects import TELEMETRY_STREAM
     from gpuyard.supervisor.statusreport import StatusReporter
 
     url, data_dir = secured

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.services.executor.announce import default_address
-from gpuyard.shared.contracts.events import JobPreempted
+from gpuyard.shared.contracts.events.jobs import JobPreempted
 from gpuyard.shared.runtime.paths import log_files, log_path
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger

@@ -15,7 +15,7 @@ import pytest
 from nats.js.errors import APIError
 
 from gpuyard.shared.bus.jetstream import INSUFFICIENT_STORAGE, Bus
-from gpuyard.shared.contracts.events import STREAMS, TELEMETRY_STREAM, StreamDef, Subject
+from gpuyard.shared.contracts.events.subjects import STREAMS, TELEMETRY_STREAM, StreamDef, Subject
 from tests.integration.conftest import BIN, free_port, wait_for
 from tests.integration.test_full_disk import mount_small, unmount
 

@@ -12,7 +12,8 @@ import contextlib
 import pytest
 
 from gpuyard.client import ClientError
-from gpuyard.shared.contracts.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
 from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import Platform, wait_for

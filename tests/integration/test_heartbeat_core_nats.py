@@ -14,14 +14,9 @@ from nats.js.errors import APIError
 
 from gpuyard.services.scheduler.main import SchedulerService, follow_heartbeats
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.contracts.events import (
-    TELEMETRY_STREAM,
-    GpuInfo,
-    GpuSample,
-    NodeHeartbeat,
-    Subject,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuInfo, GpuSample, NodeHeartbeat
+from gpuyard.shared.contracts.events.subjects import TELEMETRY_STREAM, Subject
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared.contracts.events import CloudEvent, Wildcard
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.subjects import Wildcard
 from tests.integration.test_bus_auth import eventually
 from tests.unit.onnxmodels import tiny_model
 

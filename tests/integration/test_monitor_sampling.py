@@ -13,7 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
-from gpuyard.shared.contracts.events import CloudEvent, GpuSample
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.nodes import GpuSample
 
 pytestmark = pytest.mark.integration
 

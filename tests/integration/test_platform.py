@@ -10,7 +10,9 @@ import threading
 
 import pytest
 
-from gpuyard.shared.contracts.events import CloudEvent, FailureReason, Subject, subject_filter, subject_of
+from gpuyard.shared.contracts.events.envelope import CloudEvent, subject_of
+from gpuyard.shared.contracts.events.jobs import FailureReason
+from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import sse_events, wait_for

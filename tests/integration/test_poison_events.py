@@ -10,7 +10,9 @@ import json
 
 import pytest
 
-from gpuyard.shared.contracts.events import DEADLETTER_STREAM, EVENTS_STREAM, JobSucceeded, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSucceeded
+from gpuyard.shared.contracts.events.subjects import DEADLETTER_STREAM, EVENTS_STREAM
 from tests.integration.test_bus import connect, eventually
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,9 @@ import pytest
 from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.bus.metrics import OUTCOMES, ConsumerLag
-from gpuyard.shared.contracts.events import EVENTS_STREAM, JobSucceeded, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSucceeded
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM
 from gpuyard.shared.contracts.jobstate import JobState
 
 from .conftest import Platform, wait_for

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from gpuyard.shared.bus.credentials import BusCredentials, write_credentials
 from gpuyard.shared.contracts.api import ServiceOut
-from gpuyard.shared.contracts.events import ProcessState, ServiceStatus
+from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
 from gpuyard.supervisor import up
 from gpuyard.supervisor.statusreport import PENDING_CHANGES, StatusReporter
 from gpuyard.supervisor.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.contracts.events import EVENTS_STREAM
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM
 
 ACK_WITNESS_SECONDS = 60.0
 """A generous bound on the wait: a slow machine only takes longer to get there."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuyard.shared.contracts.events import GpuHolder, GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading
 
 
 def reading(index: int, util: float | None, *holders: GpuHolder, mem: int = 1000) -> GpuReading:

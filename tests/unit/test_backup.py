@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from gpuyard.shared.contracts.events import JobSubmitted
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger

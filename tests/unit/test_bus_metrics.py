@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuyard.shared.bus.jetstream import Bus, PullConsumer, Watch
 from gpuyard.shared.bus.metrics import BusMetrics, subject_label
-from gpuyard.shared.contracts.events import JobCancelRequested, make_event, subject_of
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime.servicemetrics import MetricsServer, render, service_registry
 from tests.unit.bus_fakes import FakeBus, FakeMsg
 

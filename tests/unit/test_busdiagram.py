@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.docsgen import busdiagram
-from gpuyard.shared.contracts.events import EVENTS_STREAM, TELEMETRY_STREAM, Subject
+from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, TELEMETRY_STREAM, Subject
 from tests.unit.test_packaging import ROOT
 
 

@@ -17,14 +17,9 @@ from gpuyard.shared.bus.permissions import (
     publishers,
     publishes,
 )
-from gpuyard.shared.contracts.events import (
-    JobPlaced,
-    JobSubmitted,
-    ReplicaPlacement,
-    Subject,
-    subject_of,
-    type_of,
-)
+from gpuyard.shared.contracts.events.envelope import subject_of, type_of
+from gpuyard.shared.contracts.events.jobs import JobPlaced, JobSubmitted, ReplicaPlacement
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger

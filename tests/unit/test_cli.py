@@ -17,7 +17,8 @@ from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
 from gpuyard.shared.contracts.api import JobOut, job_out
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobPending,
     JobPlaced,
@@ -28,7 +29,6 @@ from gpuyard.shared.contracts.events import (
     PendingReason,
     ReplicaPlacement,
     RequeueReason,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold
@@ -275,7 +275,7 @@ def test_why_before_the_first_decision_after_a_retry_and_when_finished(api, caps
     api["new1"] = view("new1", spec, placed("new1", []), retry)
     assert rows(run(capsys, "why", "new1")[1])["Retry backoff"] == "not before about 2 min"
 
-    from gpuyard.shared.contracts.events import FailureReason, JobFailed
+    from gpuyard.shared.contracts.events.jobs import FailureReason, JobFailed
 
     failed = JobFailed(
         job_id="new1", attempt=1, reason=FailureReason.EXIT_CODE, exit_code=3, message="exited with 3"
@@ -341,7 +341,7 @@ def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsy
 def test_describe_of_a_failed_job_shows_the_failure_and_the_last_lines_of_the_replica_that_failed(
     api, capsys
 ):
-    from gpuyard.shared.contracts.events import FailureReason, JobFailed, JobReplicaExited
+    from gpuyard.shared.contracts.events.jobs import FailureReason, JobFailed, JobReplicaExited
 
     exited = JobReplicaExited(
         job_id="bad1", attempt=1, node="n1", replica=1, exit_code=3, reason=FailureReason.EXIT_CODE

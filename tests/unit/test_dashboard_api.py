@@ -10,15 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from gpuyard.shared.contracts.events import (
-    GpuInfo,
-    GpuShare,
-    JobPlaced,
-    JobStarted,
-    NodeHeartbeat,
-    ReplicaPlacement,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobPlaced, JobStarted, ReplicaPlacement
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from tests.unit.test_submit_api import ADMIN, NLP, SPEC, VISION, api, ctx, submit  # noqa: F401 (fixtures)
 
 YAML_SPEC = """\

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobPlaced,
     JobPreempted,

@@ -11,7 +11,7 @@ import re
 import pytest
 from rich.console import Console
 
-from gpuyard.shared.contracts.events import STREAMS
+from gpuyard.shared.contracts.events.subjects import STREAMS
 from gpuyard.shared.contracts.units import parse_size
 from gpuyard.supervisor import ports, up
 

@@ -10,19 +10,19 @@ import sqlite3
 import pytest
 from pydantic import Field, ValidationError
 
-from gpuyard.shared.contracts import events
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events import envelope as events
+from gpuyard.shared.contracts.events.envelope import (
     CloudEvent,
     EventData,
     EventVersionError,
-    ModelPublished,
-    Subject,
     event,
     make_event,
     missing_upcasters,
     upcast,
     upcaster,
 )
+from gpuyard.shared.contracts.events.models import ModelPublished
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import JobState, fold
 from gpuyard.shared.stores.events.sqlite import SqliteEventStore
 

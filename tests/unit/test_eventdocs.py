@@ -13,7 +13,7 @@ def test_docs_events_md_matches_the_code():
 
 def test_every_subject_is_documented_with_an_example():
     text = render()
-    from gpuyard.shared.contracts.events import Subject
+    from gpuyard.shared.contracts.events.subjects import Subject
 
     for subject in Subject:
         assert f"### `{subject.value}`" in text

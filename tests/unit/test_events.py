@@ -3,15 +3,15 @@ import uuid
 import pytest
 
 from gpuyard.docsgen.events import EXAMPLES
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import (
     REGISTRY,
     CloudEvent,
-    Subject,
     derived_id,
     make_event,
     subject_of_type,
     type_of,
 )
+from gpuyard.shared.contracts.events.subjects import Subject
 
 
 def test_every_subject_has_exactly_one_model_and_an_example():
@@ -54,7 +54,8 @@ def test_readers_tolerate_unknown_fields():
 def test_a_replica_says_where_its_session_runs():
     from pydantic import ValidationError
 
-    from gpuyard.shared.contracts.events import ExecutionProvider, ModelFailed, ModelReady, make_event
+    from gpuyard.shared.contracts.events.envelope import make_event
+    from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelFailed, ModelReady
 
     ready = ModelReady(
         name="mnist", tenant="vision", version=2, job_id="j1", node="n1", endpoint="http://10.0.0.7:8000",

@@ -13,7 +13,8 @@ from gpuyard.services.executor.logfile import RotatingLog
 from gpuyard.services.executor.pidfiles import make_replica_dirs
 from gpuyard.services.executor.reaper import write_atomically
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.runtime.paths import replica_files
 from gpuyard.shared.stores.events.sqlite import SqliteEventStore

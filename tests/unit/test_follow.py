@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from gpuyard.follow import event_line, parse_event
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobPreempted,
     JobReplicaExited,
     JobRequeued,
     JobStarted,
     RequeueReason,
-    make_event,
 )
 
 

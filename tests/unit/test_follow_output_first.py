@@ -13,14 +13,14 @@ from rich.console import Console
 from gpuyard import follow
 from gpuyard.follow import follow_job
 from gpuyard.shared.contracts.api import JobEventOut
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobReplicaExited,
     JobStarted,
     JobSubmitted,
     JobSucceeded,
     ReplicaPlacement,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 

@@ -10,15 +10,14 @@ from rich.console import Console
 
 from gpuyard.follow import follow_job
 from gpuyard.shared.contracts.api import JobEventOut, JobOut, job_out
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobReplicaExited,
     JobStarted,
     JobSubmitted,
     JobSucceeded,
     ReplicaPlacement,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold

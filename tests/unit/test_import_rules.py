@@ -75,12 +75,18 @@ def broken_rules(name: str, source: str) -> list[str]:
             own = ".".join(name.split(".")[:3])
             if within(module, "gpuyard.services", "services") and not within(module, own):
                 found.append(f"line {line}: {module} (a service imports no other service)")
-        elif within(name, "gpuyard.shared.contracts"):
-            if within(module, "gpuyard") and not within(module, "gpuyard.shared.contracts"):
-                found.append(f"line {line}: {module} (the contracts import only the contracts)")
-        if within(name, "gpuyard.shared") and within(module, "gpuyard", "services", "shared"):
-            if not within(module, "gpuyard.shared"):
-                found.append(f"line {line}: {module} (shared imports nothing outside itself)")
+        elif (
+            within(name, "gpuyard.shared.contracts")
+            and within(module, "gpuyard")
+            and not within(module, "gpuyard.shared.contracts")
+        ):
+            found.append(f"line {line}: {module} (the contracts import only the contracts)")
+        if (
+            within(name, "gpuyard.shared")
+            and within(module, "gpuyard", "services", "shared")
+            and not within(module, "gpuyard.shared")
+        ):
+            found.append(f"line {line}: {module} (shared imports nothing outside itself)")
         if within(name, "gpuyard.shared.scheduling") and (
             within(module, *SERVER_PACKAGES[:6], "httpx", "gpuyard.shared.stores", "gpuyard.shared.bus")
         ):

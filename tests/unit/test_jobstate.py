@@ -4,7 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
@@ -19,7 +20,6 @@ from gpuyard.shared.contracts.events import (
     PendingReason,
     ReplicaPlacement,
     RequeueReason,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold

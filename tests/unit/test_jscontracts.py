@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from gpuyard.docsgen import jscontracts
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import Subject, Wildcard
+from gpuyard.shared.contracts.events.subjects import Subject, Wildcard
 from gpuyard.shared.contracts.jobstate import (
     ACTIVE_STATES,
     LIVE_STATES,

@@ -7,14 +7,13 @@ import asyncio
 
 import pytest
 
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobReplicaExited,
     JobStarted,
     JobSubmitted,
     ReplicaPlacement,
-    make_event,
-    subject_of,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState, fold
@@ -240,7 +239,7 @@ async def test_job_events_are_sent_and_relayed_on_subjects_ending_with_their_job
 
 
 async def test_a_fact_and_its_consequence_are_stored_in_one_append_and_published_in_order(store):
-    from gpuyard.shared.contracts.events import JobReplicaExited, JobSucceeded
+    from gpuyard.shared.contracts.events.jobs import JobReplicaExited, JobSucceeded
 
     bus = RecordingBus()
     ledger = JobLedger(store, bus, "/x")
@@ -267,7 +266,7 @@ async def test_a_fact_and_its_consequence_are_stored_in_one_append_and_published
 
 
 async def test_a_refused_consequence_leaves_the_fact_recorded(store):
-    from gpuyard.shared.contracts.events import JobReplicaExited, JobSucceeded
+    from gpuyard.shared.contracts.events.jobs import JobReplicaExited, JobSucceeded
 
     ledger = JobLedger(store, None, "/x")
     await ledger.append(J, submitted())
@@ -293,7 +292,7 @@ def gang(replicas: int) -> list:
 @pytest.mark.parametrize("cached", [False, True])
 async def test_concurrent_records_for_one_job_in_one_process_all_land(store, cached):
     """Twenty replicas exiting at once: every exit is stored, and the last one ends the attempt (issue 24)."""
-    from gpuyard.shared.contracts.events import JobReplicaExited, JobSucceeded
+    from gpuyard.shared.contracts.events.jobs import JobReplicaExited, JobSucceeded
 
     n = 20
     bus = RecordingBus()
@@ -415,7 +414,7 @@ async def test_record_many_and_record_take_turns_on_the_jobs_they_share(store):
 
 
 async def test_the_cache_holds_live_jobs_up_to_its_size_and_no_final_one(store):
-    from gpuyard.shared.contracts.events import JobCancelled
+    from gpuyard.shared.contracts.events.jobs import JobCancelled
 
     ledger = JobLedger(store, None, "/test", cached_jobs=10)
     for k in range(30):
@@ -435,7 +434,7 @@ async def test_the_last_events_of_a_job_that_ended_cost_no_read_when_they_come_a
     """A reader often finds a job's start, exit and end in one read (they are written together), then gets each
     of them from the bus: the job has ended and left the live cache, and its whole stream used to be read
     again for each. The few that ended last are kept apart, so those events are known without a read."""
-    from gpuyard.shared.contracts.events import JobSucceeded
+    from gpuyard.shared.contracts.events.jobs import JobSucceeded
 
     writer, reader = JobLedger(store, None, "/executor"), JobLedger(store, None, "/scheduler", ended_jobs=2)
     counted = reader.store = CountingStore(store)

@@ -9,7 +9,8 @@ import sqlite3
 
 import pytest
 
-from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState, apply
 from gpuyard.shared.stores.events.sqlite import SqliteEventStore

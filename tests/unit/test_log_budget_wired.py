@@ -17,7 +17,7 @@ from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.logfile import NOTE, LogBudget
 from gpuyard.services.executor.pidfiles import pid_file, read_pid_files
-from gpuyard.shared.contracts.events import GpuShare
+from gpuyard.shared.contracts.events.jobs import GpuShare
 from gpuyard.shared.runtime.paths import log_files, log_path
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 from tests.unit.executor.harness import Harness

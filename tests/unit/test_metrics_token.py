@@ -25,7 +25,8 @@ from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.stats import Stats
 from gpuyard.shared.auth.secretfile import METRICS_TOKEN_FILE, ScrapeAuth
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuSample
 from gpuyard.shared.gpus.nvml import Nvml
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.serving import ServingSettings

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.events import (
-    EventData,
+from gpuyard.shared.contracts.events.envelope import EventData
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobFailed,

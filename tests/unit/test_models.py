@@ -21,7 +21,7 @@ from gpuyard.client import Client
 from gpuyard.services.executor import jobenv
 from gpuyard.services.submit.app import create_app
 from gpuyard.shared.auth.jobtokens import JobTokenError, ensure_secret, sign, verify
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobStarted,
     JobSubmitted,

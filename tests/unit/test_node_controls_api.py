@@ -10,7 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import GpuHealthChanged, GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, GpuInfo, NodeHeartbeat
 from gpuyard.shared.stores.readmodels import nodecontrol
 from tests.unit.submitctx import submit_context
 

@@ -3,7 +3,8 @@ one GPU, and unhealthy marks, which only an uncordon clears."""
 
 from __future__ import annotations
 
-from gpuyard.shared.contracts.events import GpuHealthChanged, NodeAction, NodeControlChanged, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, NodeAction, NodeControlChanged
 from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl, apply
 
 

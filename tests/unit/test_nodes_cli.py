@@ -9,14 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from gpuyard.shared.contracts.events import (
-    GpuHolder,
-    GpuInfo,
-    GpuReading,
-    GpuSample,
-    NodeHeartbeat,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 
 GIB = 1 << 30

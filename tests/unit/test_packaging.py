@@ -106,7 +106,7 @@ def test_the_wheel_installs_one_import_package_gpuyard(wheel):
     assert tops == {"gpuyard", wheel.name.split("-py3")[0] + ".dist-info"}, tops
     assert {
         "gpuyard/services/submit/__main__.py",
-        "gpuyard/shared/contracts/events.py",
+        "gpuyard/shared/contracts/events/jobs.py",
         "gpuyard/cli.py",
     } <= names
 

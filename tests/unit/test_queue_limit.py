@@ -12,14 +12,14 @@ from fastapi.testclient import TestClient
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.queuedepth import RETRY_AFTER_UNKNOWN, QueueDepth, QueueFull
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobPlaced,
     JobRequeued,
     JobSubmitted,
     ReplicaPlacement,
     RequeueReason,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.ledger import JobLedger

@@ -11,7 +11,9 @@ import pytest
 
 from gpuyard.services.monitor.history import HistoryWriter
 from gpuyard.services.monitor.ingest import SampleIngest
-from gpuyard.shared.contracts.events import GpuSample, JobSucceeded, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSucceeded
+from gpuyard.shared.contracts.events.nodes import GpuSample
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.stores import ledger as ledger_module
 from gpuyard.shared.stores.events import Outage, StoreBusy, StoreFull, StoreUnavailable

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobFailed,
     JobPlaced,

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobRequeued,
     JobStarted,

@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.contracts.events import CloudEvent, ServiceHeartbeat, Subject, make_event
+from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
+from gpuyard.shared.contracts.events.services import ServiceHeartbeat
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.runtime.service import Service, metrics_url
 from gpuyard.shared.settings.common import CommonSettings
 

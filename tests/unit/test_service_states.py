@@ -10,12 +10,12 @@ import pytest
 
 from gpuyard.services.submit import telemetry
 from gpuyard.shared.contracts.api import ServiceState
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.services import (
     SERVICE_HEARTBEAT_SECONDS,
     ProcessState,
     ServiceHeartbeat,
     ServiceStatus,
-    make_event,
 )
 
 T0 = 1_800_000_000.0

@@ -13,12 +13,12 @@ from fastapi.testclient import TestClient
 from gpuyard.services.submit import routes_platform, telemetry
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.routes_platform import GONE_AFTER_SECONDS, listed_services
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.services import (
     SERVICE_HEARTBEAT_SECONDS,
     ProcessState,
     ServiceHeartbeat,
     ServiceStatus,
-    make_event,
 )
 from tests.unit.submitctx import submit_context
 

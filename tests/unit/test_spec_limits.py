@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from gpuyard import cli
 from gpuyard.services.executor.jobenv import replica_env
-from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import (
     REPLICA_START_BYTES,
     SPEC_START_BYTES,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.events import Append, ConcurrencyError
 from gpuyard.shared.stores.events.sqlite import SqliteEventStore

@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit import errors
-from gpuyard.shared.contracts.events import JobCancelRequested, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.stores.events import StoreBusy, StoreFull, StoreUnavailable, open_store
 from gpuyard.shared.stores.events import sqlite as sqlite_store
 from gpuyard.shared.stores.events.base import unavailable

@@ -10,7 +10,8 @@ import sqlite3
 import pytest
 
 from gpuyard.client import Client
-from gpuyard.shared.contracts.events import JobCancelRequested, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime import service
 from gpuyard.shared.stores.events import StoreBusy, open_store
 from gpuyard.shared.stores.events import sqlite as sqlite_store

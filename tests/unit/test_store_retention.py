@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpuyard.services.submit.retention import sweep
-from gpuyard.shared.contracts.events import JobCancelled, JobPending, JobSubmitted, PendingReason
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobPending, JobSubmitted, PendingReason
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger

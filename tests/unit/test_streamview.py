@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from gpuyard.services.submit.streamview import seen_by
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.events import (
-    AlertRaised,
-    GpuHolder,
-    GpuReading,
-    GpuSample,
-    JobPlaced,
-    ModelReady,
-    NodeHeartbeat,
-    make_event,
-    subject_of,
-)
+from gpuyard.shared.contracts.events.alerts import AlertRaised
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of
+from gpuyard.shared.contracts.events.jobs import JobPlaced
+from gpuyard.shared.contracts.events.models import ModelReady
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample, NodeHeartbeat
 
 VISION = Principal(tenant="vision", user="ana")
 NLP = Principal(tenant="nlp", user="bo")

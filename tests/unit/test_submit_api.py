@@ -11,10 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
-    GpuHolder,
-    GpuReading,
     GpuShare,
     JobFailed,
     JobPending,
@@ -26,6 +24,7 @@ from gpuyard.shared.contracts.events import (
     PendingReason,
     ReplicaPlacement,
 )
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.reasons import waiting_message
 from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, history_path_beside
@@ -664,7 +663,8 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
     import time as clock
 
     from gpuyard.services.submit import telemetry
-    from gpuyard.shared.contracts.events import ServiceHeartbeat, make_event
+    from gpuyard.shared.contracts.events.envelope import make_event
+    from gpuyard.shared.contracts.events.services import ServiceHeartbeat
 
     def beat(instance: str):
         data = ServiceHeartbeat(
@@ -682,7 +682,8 @@ def test_telemetry_forgets_service_instances_silent_for_a_day(monkeypatch):
 
 
 def test_services_answer_a_crash_looping_process_with_its_restarts_and_last_error(api, ctx):
-    from gpuyard.shared.contracts.events import ProcessState, ServiceStatus, make_event
+    from gpuyard.shared.contracts.events.envelope import make_event
+    from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
 
     looping = ServiceStatus(
         service="serving",

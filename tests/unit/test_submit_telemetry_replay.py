@@ -7,7 +7,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.contracts.events import NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 
 
 def heartbeat(node: str, sent: datetime):

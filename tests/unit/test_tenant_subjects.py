@@ -21,20 +21,16 @@ from gpuyard.shared.bus.permissions import (
     tenant_of_integrator,
     tenant_permissions,
 )
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.alerts import AlertRaised
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of, utcnow
+from gpuyard.shared.contracts.events.jobs import JobPlaced, JobSubmitted, ReplicaPlacement
+from gpuyard.shared.contracts.events.nodes import NodeLost
+from gpuyard.shared.contracts.events.subjects import (
     JOB_SUBJECTS,
-    AlertRaised,
-    JobPlaced,
-    JobSubmitted,
-    NodeLost,
-    ReplicaPlacement,
     Subject,
-    make_event,
     subject_filter,
-    subject_of,
     tenant_error,
     tenant_of_subject,
-    utcnow,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.supervisor import busconfig

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from gpuyard.services.scheduler.view import job_request
 from gpuyard.shared.capacity import unplaceable
-from gpuyard.shared.contracts.events import GpuInfo, JobSubmitted, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold
 from gpuyard.shared.scheduling.demand import demand_of

@@ -9,9 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuyard.shared.contracts.events import (
-    GpuHolder,
-    GpuReading,
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobPlaced,
     JobRequeued,
@@ -20,8 +19,8 @@ from gpuyard.shared.contracts.events import (
     JobSucceeded,
     ReplicaPlacement,
     RequeueReason,
-    make_event,
 )
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold
 from gpuyard.shared.reporting.usage import allocated_seconds, group, job_usages

@@ -16,14 +16,8 @@ from rich.console import Console
 from gpuyard import cli
 from gpuyard.client import ClientError
 from gpuyard.shared.contracts.api import GpuOut, NodeOut
-from gpuyard.shared.contracts.events import (
-    GpuHolder,
-    GpuInfo,
-    GpuReading,
-    GpuSample,
-    NodeHeartbeat,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat
 from gpuyard.top import run_top
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 from tests.unit.test_usage_api import two_tenants_ran  # noqa: F401 (fixture)

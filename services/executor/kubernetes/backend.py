@@ -39,7 +39,8 @@ from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.nodes import cluster_inventory
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
-from gpuyard.shared.contracts.events import FailureReason, JobReplicaExited, NodeHeartbeat
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.runtime.paths import log_path
 from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper

@@ -35,7 +35,7 @@ from gpuyard.services.executor.kubernetes.manifests import (
     with_owner,
 )
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
-from gpuyard.shared.contracts.events import FailureReason, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import FailureReason, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpuyard.services.executor.jobenv import identity_env, torchrun_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames
 from gpuyard.services.executor.kubernetes.resources import gpu_memory_slice
-from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 LOCALHOST = "127.0.0.1"

@@ -27,7 +27,7 @@ from gpuyard.services.executor.kubernetes.config import KubernetesConfig, OwnerT
 from gpuyard.services.executor.kubernetes.env import replica_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames, attempt_names
 from gpuyard.services.executor.kubernetes.resources import container_resources
-from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 CONTAINER = "worker"

@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
-from gpuyard.shared.contracts.events import GpuInfo, NodeHeartbeat
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.gpus.inventory import short_model
 
 MIB = 2**20

@@ -21,7 +21,7 @@ from typing import Any
 from gpuyard.services.executor.exits import replica_exit
 from gpuyard.services.executor.kubernetes import labels as job_labels
 from gpuyard.services.executor.kubernetes.manifests import CONTAINER
-from gpuyard.shared.contracts.events import FailureReason, JobReplicaExited
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
 
 
 class ReplicaPhase(StrEnum):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from gpuyard.services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig
-from gpuyard.shared.contracts.events import ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import Resources
 
 MIB = 2**20

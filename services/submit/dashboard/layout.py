@@ -10,7 +10,8 @@ from importlib.resources import files
 
 from gpuyard.services.submit.dashboard.pages import NAV, Page
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.events import Subject, type_of
+from gpuyard.shared.contracts.events.envelope import type_of
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.version import VERSION
 
 STATIC = "/static/dashboard"

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpuyard.shared.contracts.events import CloudEvent
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 
 
 class StoreError(Exception):

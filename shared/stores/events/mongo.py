@@ -28,7 +28,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
-from gpuyard.shared.contracts.events import CloudEvent
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.stores.events.base import (
     AppendResult,
     ConcurrencyError,

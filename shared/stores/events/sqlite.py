@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gpuyard.shared.contracts.events import CloudEvent
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.runtime.paths import private_file
 from gpuyard.shared.stores.events.base import (
     Append,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuyard.shared.contracts.events import GpuReading
+from gpuyard.shared.contracts.events.nodes import GpuReading
 from gpuyard.shared.settings.monitor import MonitorSettings
 
 if TYPE_CHECKING:

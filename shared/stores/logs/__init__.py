@@ -1,6 +1,5 @@
 """The log store behind one interface; `open_log_store(url)` picks the backend from the event store's URL."""
 
-
 from gpuyard.shared.settings.common import log_store_url
 from gpuyard.shared.stores.logs.base import MAX_CHUNK, NOTE, Chunk, Extent, LogKey, LogStore, split
 

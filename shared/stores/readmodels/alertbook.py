@@ -22,7 +22,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from gpuyard.shared.contracts.api import AlertOut, AlertState
-from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, CloudEvent
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Page, Projection
 from gpuyard.shared.stores.events.base import encode_cursor
 

@@ -10,7 +10,8 @@ known id.
 
 from __future__ import annotations
 
-from gpuyard.shared.contracts.events import CloudEvent, IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.alerts import IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.stores.events import ConcurrencyError, EventStore
 
 STREAM_PREFIX = "/idle/"

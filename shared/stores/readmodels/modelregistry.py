@@ -28,14 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuyard.shared.auth.tokens import Principal, may_see
 from gpuyard.shared.bus.jetstream import Bus, publish_recorded
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, make_event
+from gpuyard.shared.contracts.events.models import (
     ModelDeleted,
     ModelPublished,
     ModelVisibilityChanged,
     TensorSpec,
-    make_event,
 )
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles.signature import read_signature

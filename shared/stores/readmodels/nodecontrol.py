@@ -22,7 +22,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuyard.shared.contracts.events import CloudEvent, GpuHealthChanged, NodeAction, NodeControlChanged
+from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, NodeAction, NodeControlChanged
 from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)

@@ -11,15 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.services.executor.executor import Executor
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
-    GpuShare,
-    JobPlaced,
-    JobSubmitted,
-    ReplicaPlacement,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, make_event
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobPlaced, JobSubmitted, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobView
 from gpuyard.shared.settings.executor import ExecutorSettings

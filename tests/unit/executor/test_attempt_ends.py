@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from gpuyard.shared.bus.jetstream import ENTITY_HEADER
-from gpuyard.shared.contracts.events import Subject, subject_filter
+from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 
 
 def control_msg(subject: Subject, job_id: str | None):

@@ -3,7 +3,8 @@ recorded (forged by whoever could publish, or about an attempt that does not exi
 
 from __future__ import annotations
 
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     JobCancelRequested,
     JobPlaced,
     JobPreempted,
@@ -11,7 +12,6 @@ from gpuyard.shared.contracts.events import (
     JobSucceeded,
     ReplicaPlacement,
     RequeueReason,
-    make_event,
 )
 
 from .witnesses import job_sessions, running_marker_job, runs_unstopped

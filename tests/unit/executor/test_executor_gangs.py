@@ -8,7 +8,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from gpuyard.shared.contracts.events import GpuShare, JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobPlaced, ReplicaPlacement
 from gpuyard.shared.stores.events import ConcurrencyError
 from gpuyard.shared.stores.ledger import MAX_CONFLICT_RETRIES
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from gpuyard.shared.contracts.events import FailureReason, IdleStop, IdleWarning, make_event
+from gpuyard.shared.contracts.events.alerts import IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import FailureReason
 from gpuyard.shared.stores.readmodels import idlebook
 
 from .test_executor_local import crash

@@ -12,7 +12,7 @@ from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.names import attempt_names
-from gpuyard.shared.contracts.events import GpuShare, JobCancelRequested, JobSucceeded
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobCancelRequested, JobSucceeded
 from gpuyard.shared.runtime.paths import log_path
 from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.reading import read_range

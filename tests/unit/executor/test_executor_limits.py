@@ -13,7 +13,7 @@ import pytest
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.gpuwatch import GpuProcess, NvmlProcessReader, SliceWatch, WatchedReplica
 from gpuyard.services.executor.jobenv import mps_running, replica_env
-from gpuyard.shared.contracts.events import GpuShare, JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 GiB = 2**30

@@ -14,7 +14,7 @@ import pytest
 from gpuyard.services.executor import local
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     JobCancelRequested,
     JobPlaced,
     JobPreempted,

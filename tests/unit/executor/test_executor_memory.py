@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuyard.shared.contracts.events import JobSucceeded
+from gpuyard.shared.contracts.events.jobs import JobSucceeded
 from gpuyard.shared.stores.ledger import ENDED_JOBS
 from tests.unit.containers import containers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from gpuyard.services.executor.retention import JobDirSweeper
-from gpuyard.shared.contracts.events import JobCancelled, JobSucceeded
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobSucceeded
 from gpuyard.shared.runtime.paths import job_dir
 
 DAY = 86400.0

@@ -4,7 +4,7 @@ serving service, while a command placed beside it runs as ever."""
 
 from __future__ import annotations
 
-from gpuyard.shared.contracts.events import JobCancelRequested, JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested, JobPlaced, ReplicaPlacement
 
 from .witnesses import job_sessions
 

@@ -10,7 +10,7 @@ import os
 from gpuyard.services.executor.claims import Claims
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.shared.contracts.events import JobCancelRequested, JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobCancelRequested, JobPlaced, ReplicaPlacement
 
 from .witnesses import job_sessions
 

@@ -4,7 +4,7 @@ a short list of the executor's own variables, none of them GPUYARD_NATS_*."""
 from __future__ import annotations
 
 from gpuyard.services.executor.jobenv import replica_env
-from gpuyard.shared.contracts.events import JobPlaced, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 

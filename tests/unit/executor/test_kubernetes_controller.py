@@ -15,7 +15,7 @@ from gpuyard.services.executor.kubernetes.api import KubeApiError, KubeNotFound
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaPhase
-from gpuyard.shared.contracts.events import FailureReason, GpuShare, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import FailureReason, GpuShare, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 

@@ -11,7 +11,7 @@ import pytest
 from gpuyard.services.executor.kubernetes.config import FractionalGpuMode, KubernetesConfig, OwnerTarget
 from gpuyard.services.executor.kubernetes.manifests import JobManifests, build_job_manifests, with_owner
 from gpuyard.services.executor.kubernetes.names import attempt_names, label_value
-from gpuyard.shared.contracts.events import GpuShare, ReplicaPlacement
+from gpuyard.shared.contracts.events.jobs import GpuShare, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 K8S_VERSIONS = ["1.33", kubernetes_validate.utils.latest_version()]

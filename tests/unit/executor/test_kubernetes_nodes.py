@@ -21,7 +21,8 @@ from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.nodes import byte_count, cluster_inventory, cpu_cores, gpu_model
 from gpuyard.services.scheduler.view import ClusterView, to_placement
-from gpuyard.shared.contracts.events import GpuInfo, JobPlaced, NodeHeartbeat
+from gpuyard.shared.contracts.events.jobs import JobPlaced
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.scheduling import SchedulerConfig, decide
 from tests.unit.executor.fake_kube_api import FakeKubeApi
 

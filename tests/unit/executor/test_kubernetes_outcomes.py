@@ -8,7 +8,7 @@ import pytest
 
 from gpuyard.services.executor.classify import classify_log_tail
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaPhase, pod_outcome
-from gpuyard.shared.contracts.events import FailureReason
+from gpuyard.shared.contracts.events.jobs import FailureReason
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ import pytest
 from gpuyard.services.executor.local import NOT_PRIVATE, SHM_JOBS
 from gpuyard.services.executor.processes import Namespaces, kernel_at_least, probe_namespaces, under
 from gpuyard.services.executor.reaper_client import ReaperClient
-from gpuyard.shared.contracts.events import FailureReason, JobFailed, JobStarted
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobFailed, JobStarted
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace per job needs a root platform")
 

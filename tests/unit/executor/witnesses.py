@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuyard.services.executor.executor import NOTE
-from gpuyard.shared.contracts.events import IdleWarning, make_event
+from gpuyard.shared.contracts.events.alerts import IdleWarning
+from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.runtime.paths import replica_files
 from gpuyard.shared.stores.readmodels import idlebook
 

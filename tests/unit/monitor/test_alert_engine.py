@@ -9,7 +9,8 @@ import pytest
 
 from gpuyard.services.monitor.alerts import STALE_SECONDS, ActiveAlert, Engine, JobSnapshot, Raise, Resolve
 from gpuyard.services.monitor.rules import parse_rules
-from gpuyard.shared.contracts.events import AlertRaised, GpuHolder, GpuReading, GpuSample
+from gpuyard.shared.contracts.events.alerts import AlertRaised
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 
 T0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 

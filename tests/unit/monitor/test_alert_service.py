@@ -14,7 +14,9 @@ from gpuyard.services.monitor.alerts import JobSnapshot
 from gpuyard.services.monitor.alertservice import AlertService
 from gpuyard.services.monitor.rules import parse_rules
 from gpuyard.shared.bus.permissions import Role, permissions, publishers
-from gpuyard.shared.contracts.events import AlertRaised, Subject, make_event
+from gpuyard.shared.contracts.events.alerts import AlertRaised
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.readmodels.alertbook import active_alerts
 

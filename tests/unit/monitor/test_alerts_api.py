@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.stores.readmodels.alertbook import ACTIVE, AlertBook, active_alerts
 from tests.unit.test_submit_api import ADMIN, NLP, VISION, api, ctx  # noqa: F401 (fixtures)
 

@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard import cli
-from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.stores.readmodels.alertbook import AlertBook
 from tests.unit.test_submit_api import api, ctx  # noqa: F401 (fixtures)
 

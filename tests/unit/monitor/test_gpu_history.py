@@ -11,7 +11,8 @@ from pymongo.errors import BulkWriteError
 
 from gpuyard.services.monitor.history import HistoryWriter
 from gpuyard.services.monitor.ingest import SampleIngest
-from gpuyard.shared.contracts.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuSample
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.stores.events import StoreUnavailable
 from gpuyard.shared.stores.gpuhistory.base import Compacted, GpuPoint, downsample, open_gpu_history

@@ -11,7 +11,8 @@ import pytest
 from gpuyard.services.monitor.health import HealthJudge, HealthMarker
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.rules import APPLICATION_XIDS
-from gpuyard.shared.contracts.events import GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.readmodels import nodecontrol
 

@@ -16,7 +16,8 @@ from gpuyard.services.monitor.alertservice import AlertService
 from gpuyard.services.monitor.idlereclaim import IdleReclaim, Record
 from gpuyard.services.monitor.jobs import LiveJob
 from gpuyard.services.monitor.rules import parse_rules
-from gpuyard.shared.contracts.events import GpuHolder, GpuReading, GpuSample, IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.alerts import IdleStop, IdleWarning
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.readmodels import idlebook

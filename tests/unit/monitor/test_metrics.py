@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.metrics import MetricsServer, make_registry
 from gpuyard.services.monitor.platform import PlatformFigures, PlatformSnapshot, TenantQueue, TenantQuota
-from gpuyard.shared.contracts.events import GpuHolder, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuSample
 from gpuyard.shared.gpus.nvml import Nvml
 from tests.unit.monitor.test_nvml import NOT_SUPPORTED, FakeGpu, FakeNvml
 

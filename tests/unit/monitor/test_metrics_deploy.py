@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.metrics import make_registry
 from gpuyard.services.monitor.platform import PlatformFigures, PlatformSnapshot, TenantQueue, TenantQuota
-from gpuyard.shared.contracts.events import GpuHolder, GpuReading, GpuSample, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 from gpuyard.shared.settings.monitor import MonitorSettings
 from tests.unit.grafana import queried_metrics
 

@@ -19,17 +19,16 @@ from gpuyard.services.monitor.jobs import LiveJobs
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.services.monitor.sampler import NodeSampler
 from gpuyard.services.monitor.simulated import ReplicaPids, SimulatedGpus
-from gpuyard.shared.contracts.events import (
-    GpuReading,
-    GpuSample,
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobCancelled,
     JobPending,
     JobPlaced,
     PendingReason,
     ReplicaPlacement,
-    make_event,
 )
+from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
 from gpuyard.shared.contracts.jobstate import apply
 from gpuyard.shared.gpus.inventory import simulated_gpus
 from gpuyard.shared.gpus.nvml import Nvml
@@ -287,7 +286,7 @@ def test_the_start_wait_histogram_counts_each_job_in_its_bucket():
 
 def test_the_nvml_sampler_adds_each_gpus_holders():
     from gpuyard.services.monitor.jobs import HeldGpu
-    from gpuyard.shared.contracts.events import GpuHolder
+    from gpuyard.shared.contracts.events.nodes import GpuHolder
 
     sampler = NodeSampler(nvml=Nvml(FakeNvml([FakeGpu(uuid="GPU-0"), FakeGpu(uuid="GPU-1")])).open())
     holder = GpuHolder(job_id="j1", tenant="vision", user="ana")

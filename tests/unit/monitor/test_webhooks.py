@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpuyard.services.monitor.webhooks import Webhooks, payload
-from gpuyard.shared.contracts.events import AlertRaised, AlertResolved, make_event
+from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.envelope import make_event
 
 
 class Receiver:

@@ -1,7 +1,7 @@
 """The job events the scheduler reads from the bus, and those it does without: one or the other for each."""
 
 from gpuyard.services.scheduler.main import CHANGES_DECISIONS, FOLLOWED, NOT_FOLLOWED
-from gpuyard.shared.contracts.events import JOB_SUBJECTS
+from gpuyard.shared.contracts.events.subjects import JOB_SUBJECTS
 
 
 def test_every_job_event_is_followed_or_said_why_not():

@@ -10,19 +10,21 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.contracts.events import (
-    GpuHealthChanged,
-    GpuInfo,
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobPlaced,
     JobStarted,
     JobSubmitted,
+    ReplicaPlacement,
+    RequeueReason,
+)
+from gpuyard.shared.contracts.events.nodes import (
+    GpuHealthChanged,
+    GpuInfo,
     NodeAction,
     NodeControlChanged,
     NodeHeartbeat,
-    ReplicaPlacement,
-    RequeueReason,
-    make_event,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState

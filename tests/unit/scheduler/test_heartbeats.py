@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.contracts.events import GpuInfo, NodeHeartbeat, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.contracts.events import JobSubmitted, make_event
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import apply
 from gpuyard.shared.contracts.reasons import WAITING_ITS_TURN, PendingCode

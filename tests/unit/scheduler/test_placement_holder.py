@@ -9,14 +9,9 @@ import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
 from gpuyard.shared.bus.jetstream import HOLDER_HEADER, Bus, placed_for
-from gpuyard.shared.contracts.events import (
-    HOLDER_EXECUTOR,
-    HOLDER_SERVING,
-    JobSubmitted,
-    Subject,
-    make_event,
-    subject_filter,
-)
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobSubmitted
+from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR, HOLDER_SERVING, Subject, subject_filter
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import apply
 from gpuyard.shared.scheduling.model import GpuAssignment, Placement, ReplicaAssignment

@@ -11,7 +11,8 @@ import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
 from gpuyard.shared.bus.jetstream import VERSION_HEADER
-from gpuyard.shared.contracts.events import GpuInfo, JobCancelled, JobSubmitted, NodeHeartbeat
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobSubmitted
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.scheduling import HeldQueue, SchedulerConfig
 from gpuyard.shared.scheduling import cycle as cycle_module

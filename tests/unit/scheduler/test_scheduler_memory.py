@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 from gpuyard.services.scheduler.main import SchedulerService
 from gpuyard.shared.bus.jetstream import VERSION_HEADER
-from gpuyard.shared.contracts.events import GpuInfo, JobStarted, JobSubmitted, JobSucceeded, NodeHeartbeat
+from gpuyard.shared.contracts.events.jobs import JobStarted, JobSubmitted, JobSucceeded
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.scheduler import SchedulerSettings

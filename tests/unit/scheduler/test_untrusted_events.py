@@ -12,18 +12,16 @@ import pytest
 
 from gpuyard.services.scheduler.main import SchedulerService
 from gpuyard.shared.bus.jetstream import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
-from gpuyard.shared.contracts.events import (
-    GpuInfo,
+from gpuyard.shared.contracts.events.envelope import make_event, subject_of
+from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobPlaced,
     JobStarted,
     JobSubmitted,
     JobSucceeded,
-    NodeHeartbeat,
     ReplicaPlacement,
-    make_event,
-    subject_of,
 )
+from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.scheduler import SchedulerSettings

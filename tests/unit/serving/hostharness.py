@@ -15,15 +15,8 @@ from gpuyard.services.serving.held import HeldSessions
 from gpuyard.services.serving.host import Host
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.runtime import load_onnx
-from gpuyard.shared.contracts.events import (
-    CloudEvent,
-    EventData,
-    GpuShare,
-    JobPlaced,
-    JobSubmitted,
-    ReplicaPlacement,
-    make_event,
-)
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, make_event
+from gpuyard.shared.contracts.events.jobs import GpuShare, JobPlaced, JobSubmitted, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec, ServeSpec
 from gpuyard.shared.contracts.jobstate import JobView
 from gpuyard.shared.modelfiles.store import ModelStore

@@ -21,7 +21,7 @@ from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.shared.auth.jobtokens import PREFIX as JOB_TOKEN_PREFIX
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
+from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelReady
 from gpuyard.shared.stores.readmodels.modelregistry import ModelVersion, ModelView
 
 from .models import Mlp

@@ -13,18 +13,17 @@ import pytest
 
 from gpuyard.services.serving.held import model_key
 from gpuyard.services.serving.host import CHECKSUM_MISMATCH, INVALID_MODEL
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     GpuShare,
     JobCancelRequested,
     JobPlaced,
     JobPreempted,
     JobRequeued,
-    ModelFailed,
-    ModelReady,
     ReplicaPlacement,
     RequeueReason,
 )
+from gpuyard.shared.contracts.events.models import ModelFailed, ModelReady
 
 from .hostharness import ENDPOINT, NODE, CountingLoader, HostHarness
 from .models import Mlp, unloadable

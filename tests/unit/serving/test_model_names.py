@@ -21,7 +21,7 @@ from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
+from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelReady
 from gpuyard.shared.stores.readmodels.modelregistry import (
     ModelVersion,
     ModelView,

@@ -5,15 +5,13 @@ turns, this node's are never a hop."""
 from __future__ import annotations
 
 from gpuyard.services.serving.routing import Routes
-from gpuyard.shared.contracts.events import (
+from gpuyard.shared.contracts.events.envelope import make_event
+from gpuyard.shared.contracts.events.jobs import JobCancelled, JobRequeued, RequeueReason
+from gpuyard.shared.contracts.events.models import (
     ExecutionProvider,
-    JobCancelled,
-    JobRequeued,
     ModelFailed,
     ModelReady,
     ModelVisibilityChanged,
-    RequeueReason,
-    make_event,
 )
 
 

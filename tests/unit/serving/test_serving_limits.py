@@ -24,8 +24,8 @@ from gpuyard.services.serving.routing import Routes
 from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.services.serving.v2app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS, create_app
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.events import ExecutionProvider, ModelReady
-from gpuyard.shared.contracts.events import TensorSpec as PublishedSpec
+from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelReady
+from gpuyard.shared.contracts.events.models import TensorSpec as PublishedSpec
 from gpuyard.shared.settings.serving import ServingSettings
 
 from .models import Mlp, text_echo

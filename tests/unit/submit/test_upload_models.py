@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
 from gpuyard.services.submit.context import Uploads
-from gpuyard.shared.contracts.events import ModelDeleted
+from gpuyard.shared.contracts.events.models import ModelDeleted
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.modelfiles.store import UPLOADS_DIR, sha256_of
 from tests.unit.onnxmodels import tiny_model
