@@ -27,7 +27,11 @@ from rich.text import Text
 from gpuyard import contexts
 from gpuyard.client import CHOSEN_CONTEXT, Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
-from gpuyard.shared.contracts.api import AlertOut, JobOut, NodeOut, ReplicaOut, UsageOut, pending_text
+from gpuyard.shared.contracts.api.alerts import AlertOut
+from gpuyard.shared.contracts.api.jobs import JobOut, pending_text
+from gpuyard.shared.contracts.api.models import ReplicaOut
+from gpuyard.shared.contracts.api.nodes import NodeOut
+from gpuyard.shared.contracts.api.usage import UsageOut
 from gpuyard.shared.contracts.events.alerts import AlertSeverity
 from gpuyard.shared.contracts.jobspec import PRIORITY_CLASSES, JobSpec, SpecError, load_spec_file, start_error
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobState, in_order

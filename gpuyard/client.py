@@ -14,31 +14,22 @@ from pydantic import TypeAdapter, ValidationError
 
 from gpuyard import contexts
 from gpuyard.contexts import Context, ContextError
-from gpuyard.shared.contracts.api import (
-    AlertListOut,
-    CancelOut,
-    DeadLetterOut,
+from gpuyard.shared.contracts.api.alerts import AlertListOut
+from gpuyard.shared.contracts.api.jobs import CancelOut, JobAccepted, JobEventOut, JobListOut, JobOut
+from gpuyard.shared.contracts.api.models import (
     DeploymentAccepted,
     DeploymentListOut,
-    GpuHistoryOut,
-    JobAccepted,
-    JobEventOut,
-    JobGpuOut,
-    JobListOut,
-    JobOut,
     ModelDeletedOut,
     ModelListOut,
     ModelOut,
     ModelPublishedOut,
     ModelVersionOut,
-    NodeControlOut,
-    NodeOut,
-    ServiceOut,
-    TokenCreated,
-    TokenOut,
     UndeployedOut,
-    UsageOut,
 )
+from gpuyard.shared.contracts.api.nodes import NodeControlOut, NodeOut
+from gpuyard.shared.contracts.api.platform import DeadLetterOut, ServiceOut
+from gpuyard.shared.contracts.api.tenants import TokenCreated, TokenOut
+from gpuyard.shared.contracts.api.usage import GpuHistoryOut, JobGpuOut, UsageOut
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.client import ClientSettings
 

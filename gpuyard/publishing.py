@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.contracts.api import ModelPublishedOut
+from gpuyard.shared.contracts.api.models import ModelPublishedOut
 from gpuyard.shared.settings.client import ClientSettings
 
 

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuyard.client import Client, ClientError
-from gpuyard.shared.contracts.api import GpuHolderOut, GpuOut, NodeOut
+from gpuyard.shared.contracts.api.nodes import GpuHolderOut, GpuOut, NodeOut
 from gpuyard.shared.contracts.units import format_size
 
 BAR_WIDTH = 20

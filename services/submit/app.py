@@ -36,7 +36,7 @@ from gpuyard.services.submit.errors import answers, too_many
 from gpuyard.services.submit.fastpath import FastSubmit
 from gpuyard.services.submit.queuedepth import QueueFull
 from gpuyard.shared.bus.jetstream import BusUnavailable
-from gpuyard.shared.contracts.api import HealthOut
+from gpuyard.shared.contracts.api.common import HealthOut
 from gpuyard.shared.contracts.version import VERSION
 from gpuyard.shared.runtime.servicemetrics import CONTENT_TYPE, METRICS_PATH, render
 from gpuyard.shared.stores.events import ConcurrencyError, StoreUnavailable

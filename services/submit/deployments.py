@@ -17,14 +17,8 @@ from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.modelaccess import listed_version
 from gpuyard.services.submit.routes_jobs import cancel, queue_job
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.api import (
-    CancelOut,
-    DeploymentAccepted,
-    DeploymentIn,
-    ReplicaOut,
-    job_out,
-    replica_out,
-)
+from gpuyard.shared.contracts.api.jobs import CancelOut, job_out
+from gpuyard.shared.contracts.api.models import DeploymentAccepted, DeploymentIn, ReplicaOut, replica_out
 from gpuyard.shared.contracts.jobspec import JobSpec, ServeSpec
 from gpuyard.shared.contracts.jobstate import JobView
 from gpuyard.shared.stores.readmodels.modelregistry import ModelView, live_serve_jobs

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from gpuyard.services.submit.queuedepth import QueueFull
-from gpuyard.shared.contracts.api import ErrorOut
+from gpuyard.shared.contracts.api.common import ErrorOut
 from gpuyard.shared.stores.events.base import RETRY_AFTER_SECONDS
 
 WHY = {

@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from gpuyard.services.submit.auth import Admin, Context
 from gpuyard.services.submit.errors import answers
 from gpuyard.shared.auth.tokens import TokenEntry, TokensFixed
-from gpuyard.shared.contracts.api import TokenCreated, TokenIn, TokenOut
+from gpuyard.shared.contracts.api.tenants import TokenCreated, TokenIn, TokenOut
 
 router = APIRouter(prefix="/v1/admin/tokens", tags=["admin"], responses=answers(400, 401, 403, 413))
 REFUSED = {

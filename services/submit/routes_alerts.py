@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
 from gpuyard.services.submit.routes_jobs import Cursor, api_cursor, store_cursor
-from gpuyard.shared.contracts.api import AlertListOut, AlertStates
+from gpuyard.shared.contracts.api.alerts import AlertListOut, AlertStates
 from gpuyard.shared.contracts.jobspec import NAME_PATTERN
 from gpuyard.shared.stores.readmodels.alertbook import ACTIVE, RESOLVED, alert_out, list_alerts
 

@@ -20,9 +20,8 @@ from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, JOB_TEXT, Ac
 from gpuyard.services.submit.yamlbody import SpecRoute, yaml_body
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.capacity import unplaceable
-from gpuyard.shared.contracts.api import (
-    CURSOR_MAX,
-    CURSOR_PATTERN,
+from gpuyard.shared.contracts.api.common import CURSOR_MAX, CURSOR_PATTERN, page_cursor, page_place
+from gpuyard.shared.contracts.api.jobs import (
     CancelOut,
     JobAccepted,
     JobEventOut,
@@ -30,8 +29,6 @@ from gpuyard.shared.contracts.api import (
     JobOut,
     SpecCheckOut,
     job_out,
-    page_cursor,
-    page_place,
 )
 from gpuyard.shared.contracts.events.envelope import derived_id, new_id
 from gpuyard.shared.contracts.events.jobs import JobCancelled, JobCancelRequested, JobSubmitted

@@ -31,11 +31,11 @@ from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, answers
 from gpuyard.services.submit.modelaccess import owned_model, refused, registry_of, visible_model
 from gpuyard.shared.auth.jobtokens import JobTokenError, is_job_token, read_secret, verify
 from gpuyard.shared.auth.tokens import Principal, TokenRefused
-from gpuyard.shared.contracts.api import (
+from gpuyard.shared.contracts.api.common import ErrorOut
+from gpuyard.shared.contracts.api.models import (
     DeploymentAccepted,
     DeploymentIn,
     DeploymentListOut,
-    ErrorOut,
     ModelDeletedOut,
     ModelListOut,
     ModelOut,

@@ -16,15 +16,8 @@ from gpuyard.services.submit.errors import REFUSED_422, answers
 from gpuyard.services.submit.streamview import JOB_CONTENT_HEADERS, Access, seen_by, while_allowed
 from gpuyard.services.submit.telemetry import Telemetry
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.api import (
-    DeadLetterOut,
-    GpuHolderOut,
-    GpuOut,
-    NodeOut,
-    NodeState,
-    ServiceOut,
-    ServiceState,
-)
+from gpuyard.shared.contracts.api.nodes import GpuHolderOut, GpuOut, NodeOut, NodeState
+from gpuyard.shared.contracts.api.platform import DeadLetterOut, ServiceOut, ServiceState
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.services import SERVICE_HEARTBEAT_SECONDS
 from gpuyard.shared.contracts.events.subjects import Subject

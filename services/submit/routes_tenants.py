@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
-from gpuyard.shared.contracts.api import TenantListOut, TenantOut
+from gpuyard.shared.contracts.api.tenants import TenantListOut, TenantOut
 from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, state_values
 from gpuyard.shared.reporting.quotause import NOTHING, Holding, held_gpus, quota_use

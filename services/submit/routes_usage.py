@@ -20,7 +20,7 @@ from gpuyard.services.submit.errors import answers
 from gpuyard.services.submit.routes_jobs import visible_job
 from gpuyard.services.submit.routes_platform import holder_out
 from gpuyard.shared.auth.tokens import Principal
-from gpuyard.shared.contracts.api import (
+from gpuyard.shared.contracts.api.usage import (
     GpuHistoryOut,
     GpuPointOut,
     JobGpuOut,

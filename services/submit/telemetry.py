@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.contracts.api import ServiceOut, ServiceState
+from gpuyard.shared.contracts.api.platform import ServiceOut, ServiceState
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
 from gpuyard.shared.contracts.events.services import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuyard.shared.contracts.api import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
+from gpuyard.shared.contracts.api.jobs import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.contracts.reasons import ordinal

@@ -38,7 +38,7 @@ from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.yamlbody import YAML_TYPES
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.shared.contracts.api import MAX_TOKEN_SECONDS
+from gpuyard.shared.contracts.api.tenants import MAX_TOKEN_SECONDS
 from gpuyard.shared.contracts.events.alerts import AlertRaised
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import (

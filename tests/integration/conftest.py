@@ -17,7 +17,7 @@ import pytest
 from gpuyard.client import Client
 from gpuyard.shared.bus.credentials import credentials_path, read_credentials
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.contracts.api import JobOut
+from gpuyard.shared.contracts.api.jobs import JobOut
 from gpuyard.supervisor import ports
 
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.shared.contracts.api import NodeOut
+from gpuyard.shared.contracts.api.nodes import NodeOut
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuyard.shared.bus.credentials import BusCredentials, write_credentials
-from gpuyard.shared.contracts.api import ServiceOut
+from gpuyard.shared.contracts.api.platform import ServiceOut
 from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
 from gpuyard.supervisor import up
 from gpuyard.supervisor.statusreport import PENDING_CHANGES, StatusReporter

@@ -16,7 +16,7 @@ import pytest
 from gpuyard import cli
 from gpuyard.cli import build_parser
 from gpuyard.client import Client
-from gpuyard.shared.contracts.api import JobOut, job_out
+from gpuyard.shared.contracts.api.jobs import JobOut, job_out
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
     GpuShare,

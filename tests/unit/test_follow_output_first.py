@@ -12,7 +12,7 @@ from rich.console import Console
 
 from gpuyard import follow
 from gpuyard.follow import follow_job
-from gpuyard.shared.contracts.api import JobEventOut
+from gpuyard.shared.contracts.api.jobs import JobEventOut
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,

@@ -9,7 +9,7 @@ from io import StringIO
 from rich.console import Console
 
 from gpuyard.follow import follow_job
-from gpuyard.shared.contracts.api import JobEventOut, JobOut, job_out
+from gpuyard.shared.contracts.api.jobs import JobEventOut, JobOut, job_out
 from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
 from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuyard.shared.contracts.api import CURSOR_PATTERN, page_cursor, page_place
+from gpuyard.shared.contracts.api.common import CURSOR_PATTERN, page_cursor, page_place
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.test_submit_api import ADMIN, SPEC, VISION, api, ctx, submit  # noqa: F401 (fixtures)
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuyard.services.submit import telemetry
-from gpuyard.shared.contracts.api import ServiceState
+from gpuyard.shared.contracts.api.platform import ServiceState
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.services import (
     SERVICE_HEARTBEAT_SECONDS,

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gpuyard import cli
 from gpuyard.client import ClientError
-from gpuyard.shared.contracts.api import GpuOut, NodeOut
+from gpuyard.shared.contracts.api.nodes import GpuOut, NodeOut
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuInfo, GpuReading, GpuSample, NodeHeartbeat
 from gpuyard.top import run_top

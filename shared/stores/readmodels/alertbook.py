@@ -21,7 +21,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuyard.shared.contracts.api import AlertOut, AlertState
+from gpuyard.shared.contracts.api.alerts import AlertOut, AlertState
 from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Page, Projection

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuyard.shared.contracts.api import JobOut
+from gpuyard.shared.contracts.api.jobs import JobOut
 from gpuyard.shared.contracts.events.jobs import JobPending, PendingReason
 from gpuyard.shared.reporting import why
 
