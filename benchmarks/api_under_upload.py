@@ -48,7 +48,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 TOKENS = "tok-vision=vision:ana,tok-nlp=nlp:bo,tok-speech=speech:cy"
 UPLOADER = {"Authorization": "Bearer tok-vision", "Content-Type": "application/octet-stream"}

@@ -18,17 +18,14 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpuyard.shared.bus.jetstream import PullConsumer, Watch  # noqa: E402
+from gpuyard.shared.bus.consumers import PullConsumer
+from gpuyard.shared.bus.watches import Watch
 from gpuyard.shared.contracts.events.envelope import make_event, subject_of
 from gpuyard.shared.contracts.events.jobs import JobCancelRequested
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
-from tests.unit.bus_fakes import FakeBus, FakeMsg  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory
+from tests.unit.bus_fakes import FakeBus, FakeMsg
 
 
 class Uncounted:

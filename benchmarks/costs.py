@@ -19,15 +19,11 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
-
-from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.envelope import derived_id, make_event
 from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
@@ -38,13 +34,14 @@ from gpuyard.shared.contracts.events.jobs import (
     JobSucceeded,
     ReplicaPlacement,
 )
-from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.contracts.jobstate import apply  # noqa: E402
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
-from gpuyard.shared.stores.events import Append  # noqa: E402
-from gpuyard.shared.stores.events.sqlite import SqliteEventStore  # noqa: E402
-from gpuyard.shared.stores.ledger import projection_of  # noqa: E402
-from gpuyard.supervisor.up import nats_server_binary  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import apply
+from gpuyard.shared.runtime.service import event_loop_factory
+from gpuyard.shared.stores.events import Append
+from gpuyard.shared.stores.events.sqlite import SqliteEventStore
+from gpuyard.shared.stores.ledger import projection_of
+from gpuyard.supervisor.natsserver import nats_server_binary
+from gpuyard.supervisor.ports import free_ports
 
 N = 2000
 SPEC = JobSpec.model_validate(
@@ -138,7 +135,7 @@ async def bus_costs(url: str) -> dict:
 
 async def main() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        (port,) = free_ports(1)
+        (port,) = free_ports("127.0.0.1", 1)
         server = subprocess.Popen(  # noqa: ASYNC220 (started once, before anything is measured)
             [nats_server_binary(), "-js", "-p", str(port), "-sd", str(Path(tmp) / "nats")],
             stdout=subprocess.DEVNULL,

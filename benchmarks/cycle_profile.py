@@ -16,20 +16,22 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import scheduler as bench  # noqa: E402  (benchmarks/scheduler.py)
+from gpuyard.shared import scheduling
+from gpuyard.shared.scheduling import Allocation, HeldCluster, SchedulerConfig
 
-from gpuyard.shared.scheduling import Allocation, HeldCluster, SchedulerConfig  # noqa: E402
+# imported as benchmarks.cycle_profile (python -m, a test), or run as a script: its own folder first on the path
+if __package__:
+    from benchmarks import scheduler as bench
+else:
+    import scheduler as bench
 
-CORE = str(ROOT / "services" / "scheduler" / "core")
+CORE = str(Path(scheduling.__file__).parent) + os.sep  # the scheduling core's files (its sim/ included)
 
 
 def main() -> None:

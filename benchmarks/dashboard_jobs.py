@@ -28,18 +28,16 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # (after PYTHONPATH: another checkout may be given)
-import httpx  # noqa: E402
+import httpx
 
-from gpuyard.services.submit.app import create_app  # noqa: E402
-from gpuyard.services.submit.context import SubmitContext  # noqa: E402
-from gpuyard.shared.auth.tokens import Tokens  # noqa: E402
+from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
@@ -52,11 +50,11 @@ from gpuyard.shared.contracts.events.jobs import (
     JobSucceeded,
     ReplicaPlacement,
 )
-from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.contracts.jobstate import JobState, apply  # noqa: E402
-from gpuyard.shared.stores.events import Append, open_store  # noqa: E402
-from gpuyard.shared.stores.ledger import JobLedger, projection_of  # noqa: E402
-from gpuyard.shared.stores.logs import open_log_store  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState, apply
+from gpuyard.shared.stores.events import Append, open_store
+from gpuyard.shared.stores.ledger import JobLedger, projection_of
+from gpuyard.shared.stores.logs import open_log_store
 
 TENANTS = ["vision", "nlp", "audio", "robotics", "speech", "search", "ads", "infra"]
 USERS = ["ana", "bo", "cy", "dee", "eli"]

@@ -27,17 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpuyard.services.scheduler.main import SchedulerService  # noqa: E402
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import JobStarted, JobSubmitted, JobSucceeded
 from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
-from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.contracts.jobstate import JobState  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.scheduler import SchedulerSettings
-from gpuyard.shared.stores.events import open_store  # noqa: E402
-from gpuyard.shared.stores.ledger import Decision, JobLedger  # noqa: E402
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import Decision, JobLedger
 
 GIB = 1 << 30
 TENANTS = 4

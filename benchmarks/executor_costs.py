@@ -9,7 +9,7 @@ CPU time per job over the whole run (the store's appends included, the children'
 `user_us` (the Python code: what the executor's own code changes) and `system_us` (the kernel's: process
 starts, pipes and files, which varies from run to run on a VM);
 `reaper_us` is the CPU of the executor's reaper per job (the process that starts each replica and records its
-end, `services/executor/reaper.py`; its children's own CPU not counted), `node_us` = `total_us` + `reaper_us`;
+end, `services/executor/reaper/`; its children's own CPU not counted), `node_us` = `total_us` + `reaper_us`;
 `executor_us` is, with --profile, the CPU spent in the functions of services/executor itself (cProfile
 `tottime`, inflated by the profiler); `--top N` adds `top_cumulative_us`: the N functions with the most
 cumulative time per job (their callees included: `posix_spawn`, SQLite's `execute`, `os.mkdir`, reading the
@@ -25,17 +25,16 @@ import json
 import os
 import pstats
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from gpuyard.services.executor.local import LocalBackend
+from gpuyard.shared.contracts.events.jobs import JobSucceeded
+from gpuyard.shared.runtime.service import event_loop_factory
+from tests.unit.executor.harness import Harness
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from gpuyard.services.executor.local import LocalBackend  # noqa: E402
-from gpuyard.shared.contracts.events.jobs import JobSucceeded  # noqa: E402
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
-from tests.unit.executor.harness import Harness  # noqa: E402
 
 
 async def run(jobs: int, burst: int, profiler: cProfile.Profile | None) -> dict:

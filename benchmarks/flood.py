@@ -30,13 +30,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform  # noqa: E402
+from gpuyard.client import Client
+from gpuyard.shared.bus.credentials import credentials_path
+from gpuyard.shared.runtime.service import event_loop_factory
 
-from gpuyard.client import Client  # noqa: E402
-from gpuyard.shared.bus.credentials import credentials_path  # noqa: E402
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
+# imported as benchmarks.flood (python -m, a test), or run as a script: its own folder first on the path
+if __package__:
+    from benchmarks.pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform
+else:
+    from pipeline import Submitter, Tap, pct, platform_processes, start_platform, stop_platform
 
 NOOP = {"command": ["true"], "resources": {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"}}
 GREEDY = "greedy"

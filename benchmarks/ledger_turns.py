@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # (after PYTHONPATH: another checkout may be given)
-import gpuyard.shared.stores.ledger as ledger_module  # noqa: E402
+import gpuyard.shared.stores.ledger as ledger_module
 from gpuyard.shared.contracts.events.jobs import (
     JobPlaced,
     JobReplicaExited,
@@ -28,10 +25,10 @@ from gpuyard.shared.contracts.events.jobs import (
     JobSucceeded,
     ReplicaPlacement,
 )
-from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
-from gpuyard.shared.stores.events.base import AppendResult  # noqa: E402
-from gpuyard.shared.stores.ledger import JobLedger  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.runtime.service import event_loop_factory
+from gpuyard.shared.stores.events.base import AppendResult
+from gpuyard.shared.stores.ledger import JobLedger
 
 
 class InstantStore:

@@ -35,14 +35,12 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
-
-from gpuyard.shared.bus.jetstream import Bus  # noqa: E402
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuProcessUse, GpuReading, GpuSample
 from gpuyard.shared.contracts.events.subjects import STREAMS, Subject
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory
+from gpuyard.supervisor.ports import free_ports
 
 GIB = 1 << 30
 
@@ -153,7 +151,7 @@ def listening(port: int) -> bool:
 def start_nats(folder: Path) -> tuple[subprocess.Popen, str]:
     binary = Path(sys.executable).parent / "nats-server"
     binary = str(binary) if binary.exists() else shutil.which("nats-server")
-    [port] = free_ports(1)
+    [port] = free_ports("127.0.0.1", 1)
     proc = subprocess.Popen(
         [binary, "-js", "-sd", str(folder / "nats"), "-a", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -183,7 +181,7 @@ async def run(args: argparse.Namespace) -> dict:
         else:
             raise RuntimeError("nats-server did not start")
         await bus.ensure_streams(STREAMS)
-        [metrics_port] = free_ports(1)
+        [metrics_port] = free_ports("127.0.0.1", 1)
         ingester = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,

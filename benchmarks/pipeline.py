@@ -37,13 +37,11 @@ import nats
 from rich.console import Console
 from rich.progress import Progress
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
-
-from gpuyard.client import Client  # noqa: E402
-from gpuyard.shared.bus.credentials import credentials_path, read_credentials  # noqa: E402
+from gpuyard.client import Client
+from gpuyard.shared.bus.credentials import credentials_path, read_credentials
 from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
-from gpuyard.shared.runtime.service import event_loop_factory  # noqa: E402
+from gpuyard.shared.runtime.service import event_loop_factory
+from gpuyard.supervisor.ports import free_ports
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")
@@ -89,7 +87,7 @@ def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, 
     jobs.mkdir(0o711)
     jobs.chmod(0o711)  # (whatever the umask: the jobs' users pass through it)
     env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config"), "GPUYARD_JOB_ROOT": str(jobs / "jobs")}
-    port, nats_port, serving_port, monitor_port = free_ports(4)
+    port, nats_port, serving_port, monitor_port = free_ports("127.0.0.1", 4)
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gpuyard"),
@@ -243,7 +241,7 @@ def platform_processes(up_pid: int) -> dict[int, str]:
         parents.setdefault(int(stat[1]), []).append(pid)
         module = next((a.decode() for a in argv if a.startswith(b"gpuyard.services.")), None)
         service = module and module.removeprefix("gpuyard.services.")  # (its name: scheduler, executor…)
-        reaper = any(a.endswith(b"reaper.py") for a in argv)
+        reaper = any(a.endswith(b"reaper/__main__.py") for a in argv)
         names[pid] = "reaper" if reaper else service or Path(argv[0].decode(errors="replace")).name
     found = {up_pid: "gpuyard up"}
     todo = [up_pid]

@@ -28,12 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpuyard.shared.scheduling.sim import presets, timemode  # noqa: E402
-from gpuyard.shared.scheduling.sim.cluster import popularity  # noqa: E402
-from gpuyard.shared.scheduling.sim.timemode import run_time  # noqa: E402
-from gpuyard.shared.scheduling.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods  # noqa: E402
+from gpuyard.shared.scheduling.sim import presets, timemode
+from gpuyard.shared.scheduling.sim.cluster import popularity
+from gpuyard.shared.scheduling.sim.timemode import run_time
+from gpuyard.shared.scheduling.sim.trace import SHIPPED_DIR, NodeTable, read_nodes, read_pods
 
 SETUP = {
     "cluster_fraction": 0.1,

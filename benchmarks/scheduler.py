@@ -29,9 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpuyard.shared.scheduling import (  # noqa: E402
+from gpuyard.shared.scheduling import (
     Allocation,
     CapacityIndex,
     ClusterState,
@@ -45,13 +43,16 @@ from gpuyard.shared.scheduling import (  # noqa: E402
     SchedulerConfig,
     decide,
 )
-from gpuyard.shared.scheduling.cycle import allocate, gc_paused  # noqa: E402
-from gpuyard.shared.scheduling.sim.cli import PUBLISHED_AT_100  # noqa: E402
-from gpuyard.shared.scheduling.sim.inflation import InflationSummary, run_inflation  # noqa: E402
-from gpuyard.shared.scheduling.sim.trace import SHIPPED, read_nodes, read_pods  # noqa: E402
+from gpuyard.shared.scheduling.cycle import allocate, gc_paused
+from gpuyard.shared.scheduling.sim.cli import PUBLISHED_AT_100
+from gpuyard.shared.scheduling.sim.inflation import InflationSummary, run_inflation
+from gpuyard.shared.scheduling.sim.trace import SHIPPED, read_nodes, read_pods
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import replay  # noqa: E402  (benchmarks/replay.py: the time replay under contention)
+# imported as benchmarks.scheduler (python -m, a test), or run as a script: its own folder first on the path
+if __package__:
+    from benchmarks import replay
+else:
+    import replay
 
 GIB = 1 << 30
 POD_FILES = ["default", "gpushare40", "multigpu20", "gpuspec33", "cpu050"]

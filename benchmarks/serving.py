@@ -59,11 +59,10 @@ from pathlib import Path
 import numpy as np
 from fastapi import Request as FastApiRequest  # the FastAPI endpoint's annotation, resolved in this module
 
+from gpuyard.supervisor.ports import free_ports
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-from ports import free_ports  # noqa: E402  (benchmarks/ports.py)
 
 
 @dataclass(frozen=True)
@@ -262,7 +261,8 @@ def null_app(model_path: str, name: str):
 
 
 def fastapi_app(model_path: str, name: str):
-    """A bare FastAPI v2-JSON endpoint: json.loads, numpy, `session.run` in a thread, json.dumps."""
+    """A bare FastAPI v2-JSON endpoint: json.loads, numpy, `session.run` in a thread, json.dumps. (In a server
+    process, which runs this file as a script: `serving_peers` is beside it on the path.)"""
     from fastapi import FastAPI, Response
     from serving_peers.common import ort_session, v2_inputs, v2_response
 
@@ -377,7 +377,7 @@ def in_tree_servers(model_path: Path, name: str, ports: list[int], args) -> list
 
 def peer_servers(model_path: Path, name: str, peers: dict[str, str]) -> list[Server]:
     servers = []
-    for (peer, python), port in zip(peers.items(), free_ports(len(peers)), strict=True):
+    for (peer, python), port in zip(peers.items(), free_ports("127.0.0.1", len(peers)), strict=True):
         spec = PEERS[peer]
         command = [python, str(HERE / "serving_peers" / spec.script), "--model", str(model_path)]
         command += ["--name", name, "--port", str(port)]
@@ -718,7 +718,7 @@ def measure_model(
     from gpuyard.services.serving.runtime import load_onnx
 
     expected = load_onnx(str(model_path)).run({"x": x})["y"]
-    servers = in_tree_servers(model_path, name, free_ports(4), bench.args)
+    servers = in_tree_servers(model_path, name, free_ports("127.0.0.1", 4), bench.args)
     servers += peer_servers(model_path, name, peers)
     for server in servers:
         server.path = f"/v2/models/{name}/infer"

@@ -35,9 +35,8 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from gpuyard.services.executor.reaper import load_helper, spawn, subreaper  # noqa: E402 (standard library only, as it)
+from gpuyard.services.executor.reaper.helper import load_helper, spawn  # (standard library only, as it)
+from gpuyard.services.executor.reaper.kernel import subreaper
 
 ROUNDS = 5
 

@@ -12,13 +12,11 @@ import json
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuyard.shared.contracts.events.jobs import JobSubmitted
-from gpuyard.shared.contracts.jobspec import JobSpec  # noqa: E402
-from gpuyard.shared.stores.events import open_store  # noqa: E402
-from gpuyard.shared.stores.ledger import JobLedger  # noqa: E402
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.stores.ledger import JobLedger
 
 
 async def run(mode, n=400, conc=1):

@@ -15,39 +15,46 @@ import uuid
 
 from common import ort_session, server_arguments
 
-ARGS = server_arguments(__doc__)
-sys.argv = sys.argv[:1]  # kserve parses the command line when imported: give it none of ours
 
-from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer  # noqa: E402
+def onnx_model(name: str, model_path: str):
+    """The session as a KServe `Model`, a class made here: kserve is imported only after the command line is
+    read (it parses the command line when imported)."""
+    from kserve import InferOutput, InferRequest, InferResponse, Model
 
+    class OnnxModel(Model):
+        def __init__(self, name: str, model_path: str):
+            super().__init__(name)
+            self.model_path = model_path
+            self.load()
 
-class OnnxModel(Model):
-    def __init__(self, name: str, model_path: str):
-        super().__init__(name)
-        self.model_path = model_path
-        self.load()
+        def load(self) -> bool:
+            self.session = ort_session(self.model_path)
+            self.names = [output.name for output in self.session.get_outputs()]
+            self.ready = True
+            return self.ready
 
-    def load(self) -> bool:
-        self.session = ort_session(self.model_path)
-        self.names = [output.name for output in self.session.get_outputs()]
-        self.ready = True
-        return self.ready
+        async def predict(self, payload: InferRequest, headers=None, response_headers=None) -> InferResponse:
+            feeds = {tensor.name: tensor.as_numpy() for tensor in payload.inputs}
+            run = self.session.run
+            results = await asyncio.get_running_loop().run_in_executor(None, run, self.names, feeds)
+            outputs = []
+            for name, array in zip(self.names, results, strict=True):
+                output = InferOutput(name=name, shape=list(array.shape), datatype="FP32")
+                output.set_data_from_numpy(array, binary_data=payload.use_binary_outputs)
+                outputs.append(output)
+            return InferResponse(
+                response_id=payload.id or str(uuid.uuid4()),  # as KServe's own models do
+                model_name=self.name,
+                infer_outputs=outputs,
+                use_binary_outputs=payload.use_binary_outputs,
+            )
 
-    async def predict(self, payload: InferRequest, headers=None, response_headers=None) -> InferResponse:
-        feeds = {tensor.name: tensor.as_numpy() for tensor in payload.inputs}
-        results = await asyncio.get_running_loop().run_in_executor(None, self.session.run, self.names, feeds)
-        outputs = []
-        for name, array in zip(self.names, results, strict=True):
-            output = InferOutput(name=name, shape=list(array.shape), datatype="FP32")
-            output.set_data_from_numpy(array, binary_data=payload.use_binary_outputs)
-            outputs.append(output)
-        return InferResponse(
-            response_id=payload.id or str(uuid.uuid4()),  # as KServe's own models do
-            model_name=self.name,
-            infer_outputs=outputs,
-            use_binary_outputs=payload.use_binary_outputs,
-        )
+    return OnnxModel(name, model_path)
 
 
 if __name__ == "__main__":
-    ModelServer(http_port=ARGS.port, workers=1, enable_grpc=False).start([OnnxModel(ARGS.name, ARGS.model)])
+    ARGS = server_arguments(__doc__)
+    sys.argv = sys.argv[:1]  # kserve parses the command line when imported: give it none of ours
+    from kserve import ModelServer
+
+    ModelServer(http_port=ARGS.port, workers=1, enable_grpc=False).start([onnx_model(ARGS.name, ARGS.model)])

@@ -56,6 +56,11 @@ def free_ports(host: str, n: int, avoid: frozenset[int] = frozenset()) -> list[i
         return picked
 
 
+def loopback_for(host: str) -> str:
+    """Where a process of this machine reaches a socket bound to `host` (an any-address: the loopback)."""
+    return "127.0.0.1" if host in ANY_ADDRESS else host
+
+
 def port_free(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

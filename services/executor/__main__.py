@@ -1,6 +1,6 @@
 from gpuyard.services.executor.jobusers import JobUsers
-from gpuyard.services.executor.local import check_reachable
 from gpuyard.services.executor.main import main
+from gpuyard.services.executor.privatetmp import check_reachable
 from gpuyard.shared.runtime.service import run_service
 from gpuyard.shared.settings.executor import ExecutorSettings
 

@@ -13,6 +13,10 @@ cancel. The executor never starts, adopts or cancels one (`hosts`).
 Several executor processes may share a node (`executor_workers`, local backend): `job.placed` goes to one of
 them, every one of them sees the control events, and an attempt's claim file says which one runs it
 (`claims.py`).
+
+When it acts on an event is the protocol of every host of attempts (`gpuyard.shared.runtime.hosting`): a
+placement, a cancel or preemption, the attempt's end, each once the event store holds it; the executor adds
+the monitor's idle warning and stop (`on_idle_warning`, `on_idle_stop`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from nats.aio.msg import Msg
 
 from gpuyard.services.executor.announce import NodeAnnouncer
-from gpuyard.services.executor.attempts import Attempts
+from gpuyard.services.executor.attempts import Attempt, Attempts
 from gpuyard.services.executor.backend import AttemptLaunch, Backend
 from gpuyard.services.executor.backends import make_backend
 from gpuyard.services.executor.claims import Claims
@@ -36,25 +40,21 @@ from gpuyard.services.executor.gpuguard import SliceGuard, choose_reader
 from gpuyard.services.executor.gpuwatch import GpuProcessReader, Overuse
 from gpuyard.services.executor.logfile import NOTE
 from gpuyard.services.executor.rendezvous import master_endpoint
-from gpuyard.shared.bus.jetstream import concerns_holder, entity_of
+from gpuyard.shared.bus.headers import entity_of
 from gpuyard.shared.contracts.events.alerts import IdleStop, IdleWarning
 from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, derived_id
 from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
-    JobCancelRequested,
-    JobFailed,
     JobPlaced,
-    JobPreempted,
     JobReplicaExited,
-    JobRequeued,
     JobStarted,
-    JobSucceeded,
     ReplicaPlacement,
 )
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.contracts.units import parse_size
 from gpuyard.shared.gpus.inventory import node_gpus
+from gpuyard.shared.runtime.hosting import CANCELLED, AttemptHost, StopRequest, ignored
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings
 from gpuyard.shared.stores.events import ConcurrencyError
@@ -71,7 +71,7 @@ to 5 min 20 s with the default backoff)."""
 IDLE_SUBJECTS = (Subject.IDLE_WARNING.value, Subject.IDLE_STOP.value)
 
 
-class Executor:
+class Executor(AttemptHost):
     def __init__(
         self,
         service: Service,
@@ -123,7 +123,7 @@ class Executor:
             self.shipper.start()
         await self.backend.open(self)
 
-    def mine(self, placements: list[ReplicaPlacement]) -> list[ReplicaPlacement]:
+    def mine(self, placements: Sequence[ReplicaPlacement]) -> list[ReplicaPlacement]:
         return [p for p in placements if self.backend.runs_every_node or p.node == self.node]
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -132,60 +132,55 @@ class Executor:
         task.add_done_callback(self.tasks.discard)
         return task
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ the hosting protocol (hosting.py)
 
-    async def on_event(self, event: CloudEvent, _msg) -> None:
-        """Act on a job event only when the event store holds it: the bus is not the truth, and an event that
-        was never recorded (forged, or about an attempt that does not exist) changes nothing."""
-        data = event.data
-        if isinstance(data, JobPlaced):
-            if self.mine(data.placements):
-                view = await self.ledger.stored(event, fresh=True)  # (the read launch needs anyway)
-                if view is None:
-                    return self.ignored(event)
-                if self.hosts(view):
-                    await self.launch(data, view)
-        elif isinstance(data, JobCancelRequested):
-            await self.cancel(event)
-        elif isinstance(data, JobPreempted):
-            key = AttemptKey(data.job_id, data.attempt)
-            record = self.attempts.get(key)
-            if record is not None and record.running:  # (only the worker that runs it reads the store)
-                if await self.ledger.stored(event) is None:
-                    return self.ignored(event)
-                await self.stop_attempt(key, "preempted", data.grace_seconds)
-        elif isinstance(data, IdleWarning | IdleStop):
-            await self.on_idle(event)
-        elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
-            ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
-            key = AttemptKey(data.job_id, ended)
-            if self.attempts.get(key) is not None:
-                if await self.ledger.stored(event) is None:  # (no read when this worker wrote it)
-                    return self.ignored(event)
-                await self.end_attempt(key)
-
-    def concerns(self, msg: Msg) -> bool:
-        """Whether a control event may concern this executor process (every executor process sees every
-        job's end, and acts only on those of the attempts it holds): `concerns_holder`."""
-        if msg.subject in IDLE_SUBJECTS:
-            job_id = entity_of(msg)
-            return job_id is None or self.attempts.holds_job(job_id)
-        return concerns_holder(msg, self.attempts.holds_job)
+    def places_here(self, placements: Sequence[ReplicaPlacement]) -> bool:
+        return bool(self.mine(placements))
 
     @staticmethod
     def hosts(view: JobView) -> bool:
         """Whether the job's replicas are the executor's to run: every job's but a serve job's."""
         return view.spec.serve is None
 
-    @staticmethod
-    def ignored(event: CloudEvent) -> None:
-        log.warning(
-            "ignored %s %s about job %s: the event store does not hold it (forged, or about an attempt that "
-            "does not exist)",
-            event.type,
-            event.id,
-            event.subject,
-        )
+    def holds(self, job_id: str, attempt: int) -> bool:
+        return AttemptKey(job_id, attempt) in self.attempts
+
+    def runs(self, job_id: str, attempt: int) -> bool:
+        record = self.attempts.get(AttemptKey(job_id, attempt))
+        return record is not None and bool(record.running)
+
+    def holds_job(self, job_id: str) -> bool:
+        return self.attempts.holds_job(job_id)
+
+    async def on_placed(self, placed: JobPlaced, view: JobView) -> None:
+        await self.launch(placed, view)
+
+    async def on_stop_requested(self, stop: StopRequest) -> None:
+        """Stop what runs of the attempt here; a cancelled attempt not started here is recorded cancelled, once
+        this executor process claims it (the claim keeps the node's other executor processes from starting
+        it)."""
+        key = AttemptKey(stop.job_id, stop.attempt)
+        record = self.attempts.get(key)
+        if record is not None and record.running:
+            grace = self.settings.grace_seconds if stop.grace is None else stop.grace
+            await self.stop_attempt(key, stop.why, grace)
+        elif stop.why == CANCELLED and stop.view.state in ACTIVE_STATES and self.claims.take(key):
+            await self.finish(key, JobCancelled(job_id=stop.job_id, attempt=stop.attempt, by="executor"))
+
+    async def on_attempt_ended(self, job_id: str, attempt: int) -> None:
+        await self.end_attempt(AttemptKey(job_id, attempt))
+
+    def more_handlers(self) -> dict:
+        return {IdleWarning: self.on_idle_warning, IdleStop: self.on_idle_stop}
+
+    def concerns(self, msg: Msg) -> bool:
+        """Whether an event for this executor process's own consumer may concern it (every executor process
+        sees every job's end, and acts only on those of the attempts it holds): `concerns_holder`; the
+        monitor's idle warnings and stops likewise."""
+        if msg.subject in IDLE_SUBJECTS:
+            job_id = entity_of(msg)
+            return job_id is None or self.attempts.holds_job(job_id)
+        return super().concerns(msg)
 
     # ------------------------------------------------------------------ launching
 
@@ -439,39 +434,33 @@ class Executor:
 
     # ------------------------------------------------------------------ stopping
 
-    async def cancel(self, requested: CloudEvent) -> None:
-        job_id = requested.subject
-        view = await self.ledger.stored(requested, fresh=True)
-        if view is None:
-            return self.ignored(requested)
-        if not self.mine(view.placements) or not self.hosts(view):
-            return
-        key = AttemptKey(job_id, view.attempt)
-        record = self.attempts.get(key)
-        if record is not None and record.running:
-            await self.stop_attempt(key, "cancelled", self.settings.grace_seconds)
-        elif view.state in ACTIVE_STATES and self.claims.take(key):
-            # not started here: the claim keeps this node's other executor processes from starting it
-            await self.finish(key, JobCancelled(job_id=job_id, attempt=view.attempt, by="executor"))
+    async def on_idle_warning(self, data: IdleWarning, event: CloudEvent) -> None:
+        """The monitor's idle warning: a line in the job's output."""
+        record = await self.idle_attempt(data, event)
+        if record is not None:
+            self.backend.note(record.key, f"{NOTE}idle: {data.message}")
 
-    async def on_idle(self, event: CloudEvent) -> None:
-        """The monitor's idle warning (a line in the job's output) or stop (the attempt stopped as a preempted
-        one is, then ended `failed`, reason `idle`), for an attempt running here and recorded in the store."""
-        data = event.data
-        assert isinstance(data, IdleWarning | IdleStop)
-        key = AttemptKey(data.job_id, data.attempt)
-        record = self.attempts.get(key)
-        if record is None or not record.running or record.stop_reason is not None:
-            return  # not running here, or over, or already being stopped: a late or repeated event
-        if not await idlebook.holds(self.service.store, event):
-            return self.ignored(event)
-        if isinstance(data, IdleWarning):
-            self.backend.note(key, f"{NOTE}idle: {data.message}")
+    async def on_idle_stop(self, data: IdleStop, event: CloudEvent) -> None:
+        """The monitor's idle stop: the attempt is stopped as a preempted one is, then ends `failed`, reason
+        `idle`."""
+        record = await self.idle_attempt(data, event)
+        if record is None:
             return
         grace = self.settings.grace_seconds
-        self.backend.note(key, f"{NOTE}idle: {data.message}; SIGTERM now, SIGKILL in {grace:g}s")
+        self.backend.note(record.key, f"{NOTE}idle: {data.message}; SIGTERM now, SIGKILL in {grace:g}s")
         record.stop_message = data.message
-        await self.stop_attempt(key, "idle", grace)
+        await self.stop_attempt(record.key, "idle", grace)
+
+    async def idle_attempt(self, data: IdleWarning | IdleStop, event: CloudEvent) -> Attempt | None:
+        """The record of the attempt an idle event is about, when it runs here, is not being stopped, and the
+        store holds the event; None otherwise (a late or repeated event, or a forged one)."""
+        record = self.attempts.get(AttemptKey(data.job_id, data.attempt))
+        if record is None or not record.running or record.stop_reason is not None:
+            return None  # not running here, or over, or already being stopped: a late or repeated event
+        if not await idlebook.holds(self.service.store, event):
+            ignored(event)
+            return None
+        return record
 
     async def idle_stop_of(self, key: AttemptKey) -> IdleStop | None:
         """The monitor's `idle.stop` of the attempt, when the store holds one."""

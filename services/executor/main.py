@@ -17,17 +17,12 @@ import os
 import signal
 
 from gpuyard.services.executor import jobenv
-from gpuyard.services.executor.executor import IDLE_SUBJECTS, Executor
+from gpuyard.services.executor.executor import Executor
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
-from gpuyard.shared.bus.jetstream import placed_for
-from gpuyard.shared.contracts.events.subjects import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, HOLDER_EXECUTOR, Subject, subject_filter
+from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR, Subject
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings
-
-CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]  # of every tenant's jobs
-
 
 JOB_UMASK = 0o022
 """Jobs inherit the executor's umask, through its reaper (whose child sets none): they get the usual one, while
@@ -53,19 +48,14 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     try:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
-        for name, subjects, wanted in (
-            (durable, [subject_filter(Subject.JOB_PLACED)], placed_for(HOLDER_EXECUTOR)),
-            (f"{durable}-{executor.worker}", [*CONTROL_SUBJECTS, *IDLE_SUBJECTS], executor.concerns),
-        ):
-            await service.bus.consume(
-                name,
-                subjects,
-                executor.on_event,
-                stream=EVENTS_STREAM.name,
-                max_deliver=settings.max_deliver,
-                concurrency=settings.event_concurrency,
-                wanted=wanted,
-            )
+        await executor.consume(
+            service.bus,
+            shared=durable,
+            own=f"{durable}-{executor.worker}",
+            holder=HOLDER_EXECUTOR,
+            max_deliver=settings.max_deliver,
+            concurrency=settings.event_concurrency,
+        )
         await executor.reconcile()  # placed before the consumers existed (a new JetStream store: a restore)
         await service.stopping.wait()
     finally:

@@ -1,4 +1,4 @@
-"""The executor's side of its reaper (`reaper.py`): start the reaper, have it start replicas, learn their ends;
+"""The executor's side of its reaper (`reaper/`): start the reaper, have it start replicas, learn their ends;
 and, after a restart, watch a replica an earlier executor's reaper started, until its exit file says how it
 ended.
 
@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-REAPER = str(Path(__file__).with_name("reaper.py"))
+REAPER = str(Path(__file__).with_name("reaper") / "__main__.py")
+"""The reaper's entry, run as a file by `python -I -S` (`reaper/__main__.py`)."""
 MAX_MESSAGE = 64 * 1024
 EXIT_FILE_WAIT = 5.0
 """Seconds an adopted replica's exit file may take to appear once its process has ended (its reaper writes it
@@ -124,7 +125,7 @@ class ReaperClient:
         hide_pids: bool = False,
     ) -> ReapedProcess:
         """Start a replica; `output` is its pipe (write end for the replica, read end for the reaper to hold);
-        `binds` (source, target) and `hide_pids`: a mount namespace of its own (reaper.py, `private_mounts`).
+        `binds` (source, target) and `hide_pids`: a mount namespace of its own (`reaper/kernel.py`, `private_mounts`).
         Raises StartRefused (with the step) or ReaperGone."""
         if self.sock is None or self.gone.done():
             raise ReaperGone("the reaper has ended")

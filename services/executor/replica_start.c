@@ -1,4 +1,4 @@
-/* The start helper: a shared library the reaper (reaper.py) loads, whose function (`gpuyard_start`, or
+/* The start helper: a shared library the reaper (reaper/helper.py) loads, whose function (`gpuyard_start`, or
    `gpuyard_start_private` for a replica with a mount namespace of its own) starts a replica's first process
    with vfork, as CPython's _posixsubprocess does for subprocess: nothing of the reaper's memory is
    copied, and the child takes, in C, the steps that only the process itself can take before its exec:

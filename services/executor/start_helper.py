@@ -1,6 +1,6 @@
 """The start helper (`replica_start.c`): a shared library whose function starts a replica's first process
 with vfork and takes its last steps in C (its mount namespace among them, `gpuyard_start_private`), so that
-the reaper neither forks itself nor runs Python in the child (reaper.py).
+the reaper neither forks itself nor runs Python in the child (reaper/child.py).
 
 It is built from its source with the node's C compiler (`$CC`, else `cc` or `gcc`) at the executor's start,
 once per data directory and version of the source: its name carries the source's hash, so that a reaper

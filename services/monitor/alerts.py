@@ -28,7 +28,7 @@ from enum import Enum
 from gpuyard.services.monitor.rules import GpuXidRule, Rule, Rules
 from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
 from gpuyard.shared.contracts.events.envelope import derived_id
-from gpuyard.shared.contracts.events.nodes import GpuReading, GpuSample
+from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 from gpuyard.shared.contracts.units import format_duration
 
 STALE_SECONDS = 120.0
@@ -62,6 +62,11 @@ class Resolve:
 
 
 Change = Raise | Resolve
+
+Judged = tuple[Verdict, Callable[[], AlertRaised]]
+"""What an observation says of a rule's condition, and how to make its alert."""
+Observation = tuple[str, str, Rule, Judged]
+"""(alert id, kind, rule, what a sample says of it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,52 +148,57 @@ class Engine:
         self._born = self._born or at
         changes: list[Change] = []
         seen: set[str] = set()
-        rules = self.rules
         for gpu in sample.gpus:
-            subject = f"{sample.node}/{gpu.index}"
-            where = f"GPU {gpu.index} on {sample.node}"
-            jobs = {h.job_id: h for h in gpu.holders}
-            for job_id in jobs:
-                if gpu.utilization_pct >= rules.job_silent.gpu_below_pct:
+            holders = {h.job_id: h for h in gpu.holders}
+            for job_id in holders:
+                if gpu.utilization_pct >= self.rules.job_silent.gpu_below_pct:
                     self._gpu_active[job_id] = at
-            checks: list[tuple[str, Rule, Verdict, Callable[[], AlertRaised]]] = []
-            if rules.gpu_temperature.enabled and gpu.temperature_c is not None:
-                checks.append(
-                    (AlertKind.GPU_TEMPERATURE, rules.gpu_temperature, *self._temperature(gpu, where))
-                )
-            if rules.gpu_power.enabled and (power := self._power(gpu, where)) is not None:
-                checks.append((AlertKind.GPU_POWER, rules.gpu_power, *power))
-            if rules.gpu_ecc.enabled and gpu.ecc_uncorrected is not None:
-                checks.append((AlertKind.GPU_ECC, rules.gpu_ecc, *self._ecc(gpu, where)))
-            if rules.gpu_lost.enabled:
-                checks.append((AlertKind.GPU_LOST, rules.gpu_lost, *self._lost(gpu, where)))
-            fatal = [x for x in gpu.xids if x not in rules.gpu_xid.application_xids]
-            if rules.gpu_xid.enabled:
-                checks.append((AlertKind.GPU_XID, rules.gpu_xid, *self._xid(fatal, gpu, where)))
-            for kind, rule, verdict, make in checks:
-                alert_id = f"{kind}/{subject}"
+            subject, where = f"{sample.node}/{gpu.index}", f"GPU {gpu.index} on {sample.node}"
+            observed = self._gpu_observations(gpu, subject, where)
+            observed += self._holder_observations(gpu, subject, where, holders)
+            for alert_id, kind, rule, (verdict, make) in observed:
                 if verdict is not Verdict.CLEAR or alert_id in self.trackers:
                     seen.add(alert_id)
                     changes += self._step(alert_id, kind, rule, at, verdict, make, node=sample.node)
-            application = [x for x in gpu.xids if x in rules.gpu_xid.application_xids]
-            for job_id, holder in jobs.items():
-                job_subject = f"{subject}/{job_id}"
-                if rules.gpu_idle.enabled:
-                    alert_id = f"{AlertKind.GPU_IDLE}/{job_subject}"
-                    verdict, make = self._idle(gpu, where, holder)
-                    if verdict is not Verdict.CLEAR or alert_id in self.trackers:
-                        seen.add(alert_id)
-                        changes += self._step(
-                            alert_id, AlertKind.GPU_IDLE, rules.gpu_idle, at, verdict, make, node=sample.node
-                        )
-                if rules.job_xid.enabled:
-                    alert_id = f"{AlertKind.JOB_XID}/{job_subject}"
-                    verdict, make = self._job_xid(application, gpu, where, holder)
-                    if verdict is not Verdict.CLEAR or alert_id in self.trackers:
-                        seen.add(alert_id)
-                        changes += self._step(
-                            alert_id, AlertKind.JOB_XID, rules.job_xid, at, verdict, make, node=sample.node
-                        )
+        return changes + self._unreported(sample, seen, at)
+
+    def _gpu_observations(self, gpu: GpuReading, subject: str, where: str) -> list[Observation]:
+        """What one GPU's reading says of each enabled GPU rule (`subject`: its node and index)."""
+        rules = self.rules
+        found: list[tuple[str, Rule, Judged]] = []
+        if rules.gpu_temperature.enabled and gpu.temperature_c is not None:
+            found.append((AlertKind.GPU_TEMPERATURE, rules.gpu_temperature, self._temperature(gpu, where)))
+        if rules.gpu_power.enabled and (power := self._power(gpu, where)) is not None:
+            found.append((AlertKind.GPU_POWER, rules.gpu_power, power))
+        if rules.gpu_ecc.enabled and gpu.ecc_uncorrected is not None:
+            found.append((AlertKind.GPU_ECC, rules.gpu_ecc, self._ecc(gpu, where)))
+        if rules.gpu_lost.enabled:
+            found.append((AlertKind.GPU_LOST, rules.gpu_lost, self._lost(gpu, where)))
+        if rules.gpu_xid.enabled:
+            fatal = [x for x in gpu.xids if x not in rules.gpu_xid.application_xids]
+            found.append((AlertKind.GPU_XID, rules.gpu_xid, self._xid(fatal, gpu, where)))
+        return [(f"{kind}/{subject}", kind, rule, judged) for kind, rule, judged in found]
+
+    def _holder_observations(
+        self, gpu: GpuReading, subject: str, where: str, holders: dict[str, GpuHolder]
+    ) -> list[Observation]:
+        """What one GPU's reading says of each job holding it, for each enabled job rule of a GPU."""
+        rules = self.rules
+        application = [x for x in gpu.xids if x in rules.gpu_xid.application_xids]
+        found: list[Observation] = []
+        for job_id, holder in holders.items():
+            if rules.gpu_idle.enabled:
+                alert_id = f"{AlertKind.GPU_IDLE}/{subject}/{job_id}"
+                found.append((alert_id, AlertKind.GPU_IDLE, rules.gpu_idle, self._idle(gpu, where, holder)))
+            if rules.job_xid.enabled:
+                alert_id = f"{AlertKind.JOB_XID}/{subject}/{job_id}"
+                verdict = self._job_xid(application, gpu, where, holder)
+                found.append((alert_id, AlertKind.JOB_XID, rules.job_xid, verdict))
+        return found
+
+    def _unreported(self, sample: GpuSample, seen: set[str], at: datetime) -> list[Change]:
+        """The node's alerts its sample did not report: gone (the GPU, or the job on it), or clear."""
+        changes: list[Change] = []
         for alert_id in self._by_node.get(sample.node, set()) - seen:
             tracker = self.trackers.get(alert_id)
             if tracker is None:

@@ -34,13 +34,15 @@ from gpuyard.services.monitor.idlereclaim import Action, IdleReclaim, Record
 from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
 from gpuyard.services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from gpuyard.services.monitor.webhooks import Webhooks
-from gpuyard.shared.bus.jetstream import entity_of, publish_recorded
+from gpuyard.shared.bus.headers import entity_of
+from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.bus.permissions import publishes
-from gpuyard.shared.contracts.events.alerts import AlertKind
+from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
 from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
 from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, TELEMETRY_STREAM, Subject, Wildcard
 from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.runtime.handlers import HandlerTable
 from gpuyard.shared.runtime.lease import Lease
 from gpuyard.shared.runtime.service import Service, run_service
 from gpuyard.shared.settings.common import EXIT_REFUSED
@@ -131,29 +133,30 @@ class AlertService:
 
     # ------------------------------------------------------------------ observations
 
-    async def on_telemetry(self, event: CloudEvent, _: Msg) -> None:
+    async def on_sample(self, data: GpuSample, event: CloudEvent) -> None:
         if not self.leading:
             return
-        data = event.data
-        if isinstance(data, GpuSample):
-            await self.apply(self.engine.sample(data, event.time))
-            if self.idle is not None:
-                await self.reclaim(self.idle.sample(data, event.time))
-        elif isinstance(data, NodeHeartbeat):
+        await self.apply(self.engine.sample(data, event.time))
+        if self.idle is not None:
+            await self.reclaim(self.idle.sample(data, event.time))
+
+    async def on_heartbeat(self, data: NodeHeartbeat, event: CloudEvent) -> None:
+        if self.leading:
             await self.apply(self.engine.node_heartbeat(data.node, event.time))
 
     def wanted(self, msg: Msg) -> bool:
-        """Whether a telemetry message is worth decoding: none while another monitor leads, and a node's
-        heartbeat only while that node has a node_lost alert."""
+        """Whether a telemetry message is worth decoding (the watch's filter, told from the message's subject
+        and headers before any decode): none while another monitor leads, and a node's heartbeat only while
+        that node has a node_lost alert."""
         if not self.leading:
             return False
         if msg.subject == Subject.NODE_HEARTBEAT.value:
             return f"{AlertKind.NODE_LOST}/{entity_of(msg)}" in self.engine.trackers
         return True
 
-    async def on_node_lost(self, event: CloudEvent, _: Msg) -> None:
-        if self.leading and isinstance(event.data, NodeLost):
-            await self.apply(self.engine.node_lost(event.data.node, event.time, event.data.last_seen))
+    async def on_node_lost(self, data: NodeLost, event: CloudEvent) -> None:
+        if self.leading:
+            await self.apply(self.engine.node_lost(data.node, event.time, data.last_seen))
 
     @property
     def job_poll_seconds(self) -> float:
@@ -249,7 +252,7 @@ class AlertService:
 
     # ------------------------------------------------------------------ every alert on the bus
 
-    async def on_alert(self, event: CloudEvent, _: Msg) -> None:
+    async def on_alert(self, _: AlertRaised | AlertResolved, event: CloudEvent) -> None:
         """Any service's alert: recorded once, and to the webhooks once."""
         await self.book.record(event)
         if event.id in self.sent:
@@ -264,22 +267,25 @@ class AlertService:
     async def start(self) -> None:
         self.webhooks.start()
         await self.lease.open()
+        alerts = HandlerTable({(AlertRaised, AlertResolved): self.on_alert})
         await self.bus.consume(
             DURABLE,
-            [Wildcard.ALERT.value],
-            self.on_alert,
+            [Wildcard.ALERT.value],  # (alert.>: alert.raised and alert.resolved, the two the table handles)
+            alerts,
             stream=EVENTS_STREAM.name,
             max_deliver=self.service.settings.max_deliver,
         )
+        telemetry = HandlerTable({GpuSample: self.on_sample, NodeHeartbeat: self.on_heartbeat})
         await self.bus.watch(
-            [Subject.GPU_SAMPLE.value, Subject.NODE_HEARTBEAT.value],
-            self.on_telemetry,
+            telemetry.subject_filters(),
+            telemetry,
             stream=TELEMETRY_STREAM.name,
             wanted=self.wanted,
             name=TELEMETRY_WATCH,
         )
+        node_lost = HandlerTable({NodeLost: self.on_node_lost})
         await self.bus.watch(
-            Subject.NODE_LOST.value, self.on_node_lost, stream=EVENTS_STREAM.name, name=NODE_LOST_WATCH
+            node_lost.subject_filters(), node_lost, stream=EVENTS_STREAM.name, name=NODE_LOST_WATCH
         )
 
     async def run(self, stopping: asyncio.Event) -> None:

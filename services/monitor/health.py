@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuyard.services.monitor.ingest import NodeSample, SampleIngest
 from gpuyard.services.monitor.rules import APPLICATION_XIDS
-from gpuyard.shared.bus.jetstream import publish_recorded
+from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.contracts.events.envelope import derived_id, make_event
 from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, GpuReading, GpuSample
 from gpuyard.shared.stores.readmodels import nodecontrol

@@ -8,7 +8,8 @@ write, and the history is compacted every `history_bucket`: this node's old samp
 they are older still (`ORPHAN_AFTER`: a node gone for good leaves none behind); with MongoDB, several monitors
 compacting the same samples never count one twice (`gpuyard.shared.stores.gpuhistory.mongo`). The buffer is bounded: if the
 history cannot be written for long, the oldest samples are dropped, never the sampling held up; that it
-cannot is said once (`Outage`), and once that it is written again.
+cannot is said once (`Outage`), and once that it is written again. `keep_history` runs it, once the history
+is open (`open_history` tries again while it cannot be opened).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from collections import deque
 from gpuyard.services.monitor.ingest import NodeSample, SampleIngest
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.stores.events import Outage
-from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint
+from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, open_gpu_history
 
 log = logging.getLogger(__name__)
 
 MAX_BUFFERED_SAMPLES = 3600
 """Samples kept while the history cannot be written (an hour at 1 Hz); older ones are dropped."""
+HISTORY_RETRY_MAX = 60.0
+"""Most seconds between two tries to open the GPU history (the wait doubles from 1 s)."""
 
 
 class HistoryWriter:
@@ -113,3 +116,31 @@ class HistoryWriter:
                 await self.flush()
             except Exception as exc:
                 log.warning("the last samples were not written to the GPU history: %s", exc)
+
+
+async def open_history(settings: MonitorSettings) -> GpuHistory:
+    """The GPU history of the event store (`gpu_history.db` beside SQLite, or collections of its MongoDB
+    database), tried again while it cannot be opened (MongoDB away when the monitor starts): sampling,
+    /metrics and alerts go on meanwhile."""
+    wait = 1.0
+    while True:
+        try:
+            return await open_gpu_history(
+                settings.store_url, raw_keep=settings.history_raw_keep, keep=settings.history_keep
+            )
+        except Exception as exc:
+            log.warning("no GPU history yet: %s; trying again in %.0f s", exc, wait)
+        await asyncio.sleep(wait)
+        wait = min(2 * wait, HISTORY_RETRY_MAX)
+
+
+async def keep_history(settings: MonitorSettings, ingest: SampleIngest) -> None:
+    """Write this node's samples to the GPU history until cancelled (`HistoryWriter`)."""
+    history = await open_history(settings)
+    writer = HistoryWriter(history, settings)
+    stop = writer.attach(ingest)
+    try:
+        await writer.run()
+    finally:
+        stop()
+        await history.close()

@@ -1,8 +1,8 @@
 """The samples the monitor knows: the latest `gpu.sample` of every node, and whoever wants each one as it comes.
 
 Every sample goes through `SampleIngest.ingest`: those of other nodes from the bus (`on_message`, a core NATS
-subscription to `gpu.sample`: live, not stored, nothing to acknowledge), and this node's own straight from its
-sampler (no round trip). /metrics renders `snapshot()`; the alert engine and the usage history read the same
+subscription to `gpu.sample`: live, not stored, nothing to acknowledge; its raw messages are decoded here), and
+this node's own straight from its sampler (no round trip). /metrics renders `snapshot()`; the alert engine and the usage history read the same
 samples in-process through `subscribe(listener)` (each sample once, in arrival order) or `snapshot()`.
 
 Idempotent: a sample of a node that is not newer than the one held (a duplicate, or one overtaken on the way)
@@ -16,11 +16,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.nodes import GpuSample
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +104,10 @@ class SampleIngest:
             return None
         return self.ingest(event)
 
-    async def on_message(self, msg) -> None:
-        """The bus subscription's callback (`Bus.subscribe(Subject.GPU_SAMPLE, ...)`)."""
+    async def on_message(self, msg: Msg) -> None:
+        """The callback of the core subscription to `gpu.sample` (`Bus.subscribe`): the raw message, decoded
+        here, so that an unreadable sample is counted among those passed over (`ignored`) rather than logged by
+        a consumer loop, on the hottest path of the bus (every node's sample, every `sample_interval`)."""
         self.ingest_json(msg.data)
 
     def snapshot(self) -> list[NodeSample]:

@@ -32,7 +32,9 @@ from gpuyard.services.monitor.ingest import SampleIngest
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.shared.auth.secretfile import CHALLENGE, REFUSED, ScrapeAuth
 from gpuyard.shared.contracts.events.nodes import GpuReading
+from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.runtime.servicemetrics import MetricsServer
+from gpuyard.shared.settings.monitor import MonitorSettings
 
 __all__ = ["METRICS_PATH", "GuardedMetricsServer", "MetricsServer", "make_registry"]
 
@@ -285,3 +287,32 @@ class GuardedMetricsServer(MetricsServer):
                 super().do_GET()
 
         self.server.RequestHandlerClass = Guarded
+
+
+def serve_metrics(
+    service: Service, settings: MonitorSettings, ingest: SampleIngest, figures: PlatformFigures | None
+) -> GuardedMetricsServer | None:
+    """The monitor's /metrics on `metrics_host:metrics_port`, started: every node's GPUs and the platform's
+    `figures` in a cluster-scope monitor, its own node's GPUs otherwise, and the process's own figures. None
+    when the port is taken: sampling and publishing go on without /metrics."""
+    registry = make_registry(
+        ingest,
+        figures,
+        node=None if settings.metrics_scope == "cluster" else settings.node_name,
+        service=service.metrics,
+    )
+    host, port = settings.metrics_host, settings.metrics_port
+    auth = ScrapeAuth.from_settings(settings)  # (a token that cannot be read: every scrape refused)
+    try:
+        server = GuardedMetricsServer(registry, host, port, auth=auth, path=METRICS_PATH).start()
+    except OSError as exc:  # the port is taken: sampling and publishing go on without /metrics
+        log.error("cannot serve /metrics on %s:%d: %s; samples are still published", host, port, exc)
+        return None
+    log.info(
+        "Prometheus /metrics on http://%s:%d/metrics, %s",
+        host,
+        server.port,
+        f"for scrapes with the token of {auth.path}" if auth.path else "open to all (metrics_auth=off)",
+    )
+    service.metrics_served_on(host, server.port)
+    return server

@@ -38,31 +38,39 @@ ICON_CRITICAL = ":rotating_light:"
 ICON_RESOLVED = ":white_check_mark:"
 
 
+def _firing(data: AlertRaised) -> tuple[str, str, str]:
+    icon = ICON.get(data.severity, ICON_CRITICAL)
+    where = ", ".join(
+        part
+        for part in (
+            f"node {data.node}" if data.node else "",
+            f"GPU {data.gpu_index}" if data.gpu_index is not None else "",
+            f"job {data.job_id}" if data.job_id else "",
+            f"tenant {data.tenant}" if data.tenant else "",
+        )
+        if part
+    )
+    text = f"{icon} [{data.severity.upper()}] {data.kind}: {data.message}"
+    return "firing", text, f"alert `{data.alert_id}`" + (f" · {where}" if where else "")
+
+
+def _resolved(data: AlertResolved) -> tuple[str, str, str]:
+    text = f"{ICON_RESOLVED} [RESOLVED] {data.kind}: {data.message or 'cleared'}"
+    return "resolved", text, f"alert `{data.alert_id}`"
+
+
+NOTICES: dict[type, Callable[[Any], tuple[str, str, str]]] = {AlertRaised: _firing, AlertResolved: _resolved}
+"""How each alert event is told: (status, in Alertmanager's words; the notification's text; its detail)."""
+
+
 def payload(event: CloudEvent) -> dict[str, Any]:
     """The JSON POSTed for an alert event: Slack's `text` and `blocks`, then `status` (firing or resolved,
     Alertmanager's words), the event's id and time, and the alert's fields under `alert`."""
     data = event.data
-    if isinstance(data, AlertRaised):
-        icon = ICON.get(data.severity, ICON_CRITICAL)
-        status = "firing"
-        where = ", ".join(
-            part
-            for part in (
-                f"node {data.node}" if data.node else "",
-                f"GPU {data.gpu_index}" if data.gpu_index is not None else "",
-                f"job {data.job_id}" if data.job_id else "",
-                f"tenant {data.tenant}" if data.tenant else "",
-            )
-            if part
-        )
-        text = f"{icon} [{data.severity.upper()}] {data.kind}: {data.message}"
-        detail = f"alert `{data.alert_id}`" + (f" · {where}" if where else "")
-    elif isinstance(data, AlertResolved):
-        status = "resolved"
-        text = f"{ICON_RESOLVED} [RESOLVED] {data.kind}: {data.message or 'cleared'}"
-        detail = f"alert `{data.alert_id}`"
-    else:
+    notice = NOTICES.get(type(data))
+    if notice is None:
         raise ValueError(f"{event.type} is not an alert event")
+    status, text, detail = notice(data)
     detail += f" · {event.time.isoformat(timespec='seconds')}"
     return {
         "text": text,

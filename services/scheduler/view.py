@@ -14,14 +14,13 @@ from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView
 from gpuyard.shared.scheduling import (
     Allocation,
-    Gpu,
     GpuAssignment,
     HeldCluster,
     HeldQueue,
     JobRequest,
-    Node,
     ReplicaAssignment,
 )
+from gpuyard.shared.scheduling.inputs import job_request, node_of
 from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 
 
@@ -29,39 +28,6 @@ from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 class NodeRecord:
     heartbeat: NodeHeartbeat
     last_seen: float
-
-
-def job_request(view: JobView) -> JobRequest:
-    r = view.spec.resources
-    return JobRequest(
-        job_id=view.job_id,
-        tenant=view.tenant,
-        user=view.user,
-        gpus=r.gpus,
-        replicas=view.spec.replicas,
-        cpus=r.cpus,
-        memory=r.memory,
-        gpu_memory=r.gpu_memory,
-        gpu_models=tuple(r.gpu_model),
-        priority=view.spec.priority_value,
-        submitted_at=view.created_at.timestamp(),
-        timeout=view.spec.timeout,
-        not_before=view.not_before.timestamp() if view.not_before else None,
-    )
-
-
-def node_of(hb: NodeHeartbeat, control: NodeControl | None = None) -> Node:
-    """The core's node: a cordoned node is not schedulable, an unhealthy or cordoned GPU not usable."""
-    return Node(
-        name=hb.node,
-        gpus=[
-            Gpu(g.index, g.model, g.memory_bytes, g.uuid, usable=control is None or control.usable(g.index))
-            for g in hb.gpus
-        ],
-        cpus=hb.cpus,
-        memory=hb.memory_bytes,
-        schedulable=control is None or not control.cordoned,
-    )
 
 
 def to_assignment(p: ReplicaPlacement) -> ReplicaAssignment:

@@ -30,7 +30,7 @@ from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.bearer import bearer_token
 from gpuyard.shared.auth.jobtokens import is_job_token
 from gpuyard.shared.auth.tokens import Principal, TokenRefused, Tokens
-from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 from gpuyard.shared.stores.readmodels.modelregistry import ModelView, split_qualified, visible_to
 

@@ -11,8 +11,10 @@ to another origin carries no CORS header, so its page cannot read it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
+import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
@@ -71,3 +73,16 @@ def create_entry_app(
             max_age=CORS_MAX_AGE,
         )
     return app
+
+
+class EntryServer(uvicorn.Server):
+    """uvicorn in the service's event loop (`entry_server`)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # the service runtime owns SIGTERM/SIGINT
+        yield
+
+
+def entry_server(app: Starlette, host: str, port: int) -> EntryServer:
+    """The entry point's HTTP server, to `serve()` in the service's event loop; no access log."""
+    return EntryServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))

@@ -13,52 +13,44 @@
 - After a restart (`reconcile`): the serve jobs placed on or running on this node are loaded again; nothing
   is recorded twice (every event this host records has a deterministic id).
 
-As for the executor, the bus is not the truth: a job event is acted on only when the event store holds it
-(`JobLedger.stored`)."""
+When it acts on a job event is the protocol of every host of attempts (`gpuyard.shared.runtime.hosting`, the
+executor's too): the bus is not the truth, and a job event is acted on only when the event store holds it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from nats.aio.msg import Msg
 
 from gpuyard.services.serving.errors import ModelLoadError
 from gpuyard.services.serving.held import Held, HeldSessions
 from gpuyard.services.serving.runtime import CUDA, OnnxModel, load_onnx
-from gpuyard.shared.bus.jetstream import concerns_holder
-from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, derived_id, make_event
+from gpuyard.shared.contracts.events.envelope import EventData, derived_id, make_event
 from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
-    JobCancelRequested,
     JobFailed,
     JobPlaced,
-    JobPreempted,
     JobReplicaExited,
     JobRequeued,
     JobStarted,
-    JobSucceeded,
+    ReplicaPlacement,
     RequeueReason,
 )
 from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelFailed, ModelReady
-from gpuyard.shared.contracts.events.subjects import CONTROL_SUBJECTS as CONTROL_EVENTS
-from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
+from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles import store as modelstore
+from gpuyard.shared.runtime.hosting import AttemptHost, StopRequest
 from gpuyard.shared.runtime.installhint import install_command
 from gpuyard.shared.stores.events import ConcurrencyError
 from gpuyard.shared.stores.ledger import JobLedger, Outcome
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry as ModelCatalog
 
 log = logging.getLogger(__name__)
-
-PLACEMENT_SUBJECTS = [subject_filter(Subject.JOB_PLACED)]
-CONTROL_SUBJECTS = [subject_filter(subject) for subject in CONTROL_EVENTS]
 
 # model.failed reasons (for machines)
 CHECKSUM_MISMATCH = "checksum_mismatch"
@@ -76,7 +68,7 @@ class LoadFailure(Exception):
         self.reason, self.message, self.retry = reason, message, retry
 
 
-class Host:
+class Host(AttemptHost):
     def __init__(
         self,
         service,
@@ -101,42 +93,36 @@ class Host:
         self.intra_op_threads = intra_op_threads
         self.loader = loader
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ the hosting protocol (hosting.py)
 
-    async def on_event(self, event: CloudEvent, _msg) -> None:
-        data = event.data
-        if isinstance(data, JobPlaced):
-            if any(p.node == self.node for p in data.placements):
-                view = await self.ledger.stored(event, fresh=True)
-                if view is None:
-                    return ignored(event)
-                if view.attempt == data.attempt:
-                    await self.take_on(view)
-        elif isinstance(data, JobCancelRequested | JobPreempted):
-            held = self.sessions.get(data.job_id)
-            if isinstance(data, JobPreempted) and (held is None or held.attempt != data.attempt):
-                return
-            view = await self.ledger.stored(event, fresh=True)
-            if view is None:
-                return ignored(event)
-            if view.spec.serve is None or not self.mine(view):
-                return
-            await self.stop(view, "cancelled" if isinstance(data, JobCancelRequested) else "preempted")
-        elif isinstance(data, JobFailed | JobCancelled | JobSucceeded | JobRequeued):
-            ended = data.attempt - 1 if isinstance(data, JobRequeued) else data.attempt
-            held = self.sessions.get(data.job_id)
-            if held is not None and held.attempt == ended:
-                if await self.ledger.stored(event) is None:
-                    return ignored(event)
-                await self.release(held, "ended")
+    def places_here(self, placements: Sequence[ReplicaPlacement]) -> bool:
+        return any(p.node == self.node for p in placements)
 
-    def concerns(self, msg: Msg) -> bool:
-        """Whether a control event may concern this node's serving service (it sees every job's end, and acts
-        only on those of the replicas it holds): `concerns_holder`."""
-        return concerns_holder(msg, self.sessions.holds_job)
+    def hosts(self, view: JobView) -> bool:
+        """Whether the job's replica is the serving service's: a serve job's."""
+        return view.spec.serve is not None
+
+    def holds(self, job_id: str, attempt: int) -> bool:
+        held = self.sessions.get(job_id)
+        return held is not None and held.attempt == attempt
+
+    def holds_job(self, job_id: str) -> bool:
+        return self.sessions.holds_job(job_id)
+
+    async def on_placed(self, placed: JobPlaced, view: JobView) -> None:
+        if view.attempt == placed.attempt:
+            await self.take_on(view)
+
+    async def on_stop_requested(self, stop: StopRequest) -> None:
+        await self.stop(stop.view, stop.why)
+
+    async def on_attempt_ended(self, job_id: str, attempt: int) -> None:
+        held = self.sessions.get(job_id)
+        if held is not None and held.attempt == attempt:
+            await self.release(held, "ended")
 
     def mine(self, view: JobView) -> bool:
-        return any(p.node == self.node for p in view.placements)
+        return self.places_here(view.placements)
 
     # ------------------------------------------------------------------ taking a replica on
 
@@ -414,9 +400,3 @@ async def written(write: Callable[[], Awaitable[Outcome]]) -> Outcome:
         except ConcurrencyError as exc:
             log.info("%s; writing again", exc)
             await asyncio.sleep(random.uniform(0.01, 0.1))
-
-
-def ignored(event: CloudEvent) -> None:
-    log.warning(
-        "ignored %s %s about job %s: the event store does not hold it", event.type, event.id, event.subject
-    )

@@ -181,17 +181,7 @@ def body_limit(inputs: Iterable[Signed], max_rows: int, cap: int) -> int:
 def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     """Parse an inference request body: JSON alone, or JSON then the binary inputs when `header_length` (the
     `Inference-Header-Content-Length` header) is given."""
-    if header_length is None:
-        json_end = len(body)
-    else:
-        try:
-            json_end = int(header_length)
-        except ValueError:
-            raise BadRequest(f"Inference-Header-Content-Length is not a number: {header_length!r}") from None
-        if not 0 <= json_end <= len(body):
-            raise BadRequest(
-                f"Inference-Header-Content-Length is {json_end} but the body has {len(body)} bytes"
-            )
+    json_end = _json_end(body, header_length)
     try:
         request = _decode_json((body[:json_end] if json_end != len(body) else body).decode())
     except (ValueError, UnicodeDecodeError) as exc:
@@ -207,9 +197,33 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequest("parameter 'binary_data_output' must be a boolean")
+    inputs, datatypes = _decode_inputs(raw_inputs, body, json_end)
+    outputs = _requested_outputs(request["outputs"]) if "outputs" in request else None
+    request_id = request.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadRequest("'id' must be a string")
+    return InferRequest(inputs, datatypes, outputs, binary_output, request_id, parameters)
 
+
+def _json_end(body: bytes, header_length: str | None) -> int:
+    """Where the body's JSON ends: its end, or where `Inference-Header-Content-Length` says."""
+    if header_length is None:
+        return len(body)
+    try:
+        json_end = int(header_length)
+    except ValueError:
+        raise BadRequest(f"Inference-Header-Content-Length is not a number: {header_length!r}") from None
+    if not 0 <= json_end <= len(body):
+        raise BadRequest(f"Inference-Header-Content-Length is {json_end} but the body has {len(body)} bytes")
+    return json_end
+
+
+def _decode_inputs(
+    raw_inputs: list, body: bytes, offset: int
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The request's input tensors (name -> array) and their datatypes: from their JSON `data`, or from the
+    binary part of the body, which starts at `offset` and must be used up exactly."""
     view = memoryview(body)
-    offset = json_end
     inputs: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
     for raw in raw_inputs:
@@ -218,15 +232,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
             raise BadRequest(f"input '{name}' is given twice")
         size = input_parameters.get("binary_data_size")
         if size is not None:
-            if "data" in raw:
-                raise BadRequest(f"input '{name}' has both 'data' and 'binary_data_size'")
-            if type(size) is not int or size < 0:
-                raise BadRequest(f"input '{name}': binary_data_size must be a non-negative integer")
-            if offset + size > len(body):
-                raise BadRequest(
-                    f"input '{name}': binary_data_size is {size} but only {len(body) - offset} bytes "
-                    "are left in the body (truncated?)"
-                )
+            _check_binary_size(raw, name, size, len(body) - offset)
             inputs[name] = from_binary(view[offset : offset + size], datatype, shape, name)
             offset += size
         elif "data" in raw:
@@ -236,27 +242,36 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         datatypes[name] = datatype
     if offset != len(body):
         raise BadRequest(f"{len(body) - offset} bytes of the body follow the last binary input")
+    return inputs, datatypes
 
-    outputs = None
-    if "outputs" in request:
-        raw_outputs = request["outputs"]
-        if not isinstance(raw_outputs, list):
-            raise BadRequest("'outputs' must be a list")
-        outputs = []
-        for raw in raw_outputs:
-            if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-                raise BadRequest("each requested output needs a 'name'")
-            output_parameters = _object(raw.get("parameters"), "output '{}' parameters", raw["name"])
-            if "classification" in output_parameters:
-                raise BadRequest("the classification extension is not supported")
-            binary = output_parameters.get("binary_data")
-            if binary is not None and not isinstance(binary, bool):
-                raise BadRequest(f"output '{raw['name']}': binary_data must be a boolean")
-            outputs.append(RequestedOutput(raw["name"], binary))
-    request_id = request.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise BadRequest("'id' must be a string")
-    return InferRequest(inputs, datatypes, outputs, binary_output, request_id, parameters)
+
+def _check_binary_size(raw: dict, name: str, size, left: int) -> None:
+    if "data" in raw:
+        raise BadRequest(f"input '{name}' has both 'data' and 'binary_data_size'")
+    if type(size) is not int or size < 0:
+        raise BadRequest(f"input '{name}': binary_data_size must be a non-negative integer")
+    if size > left:
+        raise BadRequest(
+            f"input '{name}': binary_data_size is {size} but only {left} bytes are left in the body (truncated?)"
+        )
+
+
+def _requested_outputs(raw_outputs) -> list[RequestedOutput]:
+    """The request's `outputs`: each a name and, when it says, whether it is wanted binary."""
+    if not isinstance(raw_outputs, list):
+        raise BadRequest("'outputs' must be a list")
+    outputs = []
+    for raw in raw_outputs:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise BadRequest("each requested output needs a 'name'")
+        output_parameters = _object(raw.get("parameters"), "output '{}' parameters", raw["name"])
+        if "classification" in output_parameters:
+            raise BadRequest("the classification extension is not supported")
+        binary = output_parameters.get("binary_data")
+        if binary is not None and not isinstance(binary, bool):
+            raise BadRequest(f"output '{raw['name']}': binary_data must be a boolean")
+        outputs.append(RequestedOutput(raw["name"], binary))
+    return outputs
 
 
 def _object(value, what: str, name: str = "") -> dict:
@@ -330,15 +345,7 @@ def from_json(data, datatype: str, shape: tuple[int, ...], name: str) -> np.ndar
     if not isinstance(data, list):
         data = [data]
     if datatype == "BYTES":
-        flat = _flatten(data)
-        if len(flat) != count:
-            raise BadRequest(f"input '{name}': {len(flat)} elements given, shape {list(shape)} holds {count}")
-        out = np.empty(count, dtype=object)
-        for i, item in enumerate(flat):
-            if not isinstance(item, str):
-                raise BadRequest(f"input '{name}': BYTES data must be strings, element {i} is {item!r}")
-            out[i] = item.encode()
-        return out.reshape(shape)
+        return _bytes_from_json(data, count, shape, name)
     try:
         array = np.asarray(data)
     except ValueError:
@@ -352,17 +359,35 @@ def from_json(data, datatype: str, shape: tuple[int, ...], name: str) -> np.ndar
                 return np.array(_flatten(data), dtype=DATATYPES[datatype]).reshape(shape)
             except OverflowError:
                 raise BadRequest(f"input '{name}': a value is out of {datatype}'s range") from None
-        if datatype == "BOOL":
-            if kind != "b":
-                raise BadRequest(f"input '{name}': BOOL data must be true/false")
-        elif kind not in "iu" + ("f" if datatype.startswith("FP") else ""):
-            expected = "numbers" if datatype.startswith("FP") else "integers"
-            raise BadRequest(f"input '{name}': {datatype} data must be {expected}")
-        elif datatype in _INTEGER_RANGE:
-            limits = _INTEGER_RANGE[datatype]
-            if array.min() < limits.min or array.max() > limits.max:
-                raise BadRequest(f"input '{name}': a value is out of {datatype}'s range")
+        _check_elements(array, datatype, name)
     return array.astype(DATATYPES[datatype], copy=False).reshape(shape)
+
+
+def _bytes_from_json(data: list, count: int, shape: tuple[int, ...], name: str) -> np.ndarray:
+    flat = _flatten(data)
+    if len(flat) != count:
+        raise BadRequest(f"input '{name}': {len(flat)} elements given, shape {list(shape)} holds {count}")
+    out = np.empty(count, dtype=object)
+    for i, item in enumerate(flat):
+        if not isinstance(item, str):
+            raise BadRequest(f"input '{name}': BYTES data must be strings, element {i} is {item!r}")
+        out[i] = item.encode()
+    return out.reshape(shape)
+
+
+def _check_elements(array: np.ndarray, datatype: str, name: str) -> None:
+    """BadRequest unless the elements numpy read are of the datatype's kind, and within its range."""
+    kind = array.dtype.kind
+    if datatype == "BOOL":
+        if kind != "b":
+            raise BadRequest(f"input '{name}': BOOL data must be true/false")
+    elif kind not in "iu" + ("f" if datatype.startswith("FP") else ""):
+        expected = "numbers" if datatype.startswith("FP") else "integers"
+        raise BadRequest(f"input '{name}': {datatype} data must be {expected}")
+    elif datatype in _INTEGER_RANGE:
+        limits = _INTEGER_RANGE[datatype]
+        if array.min() < limits.min or array.max() > limits.max:
+            raise BadRequest(f"input '{name}': a value is out of {datatype}'s range")
 
 
 def _flatten(data: list) -> list:

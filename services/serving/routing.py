@@ -16,9 +16,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 
 from gpuyard.services.serving.held import model_key
-from gpuyard.shared.bus.jetstream import entity_of
+from gpuyard.shared.bus.headers import entity_of
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.jobs import JobCancelled, JobFailed, JobRequeued, JobSucceeded
 from gpuyard.shared.contracts.events.models import (
@@ -29,6 +30,8 @@ from gpuyard.shared.contracts.events.models import (
     ModelVisibilityChanged,
 )
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, Subject, Wildcard, subject_filter
+from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.runtime.handlers import HandlerTable
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +79,29 @@ class Routes:
         if not versions:
             self._by_key.pop(route.key, None)
 
-    async def on_event(self, event: CloudEvent, _msg=None) -> None:
-        data = event.data
-        if isinstance(data, ModelReady):
-            self.ready(data)
-        elif isinstance(data, ModelFailed | JobCancelled | JobFailed | JobSucceeded | JobRequeued):
-            self.gone(data.job_id)
-        elif (
-            isinstance(data, ModelPublished | ModelVisibilityChanged | ModelDeleted)
-            and self.on_model_change is not None
-        ):
+    @cached_property
+    def handlers(self) -> HandlerTable:
+        """What it learns from each event it follows."""
+        return HandlerTable(
+            {
+                ModelReady: self.on_ready,
+                (ModelFailed, JobCancelled, JobFailed, JobSucceeded, JobRequeued): self.on_gone,
+                (ModelPublished, ModelVisibilityChanged, ModelDeleted): self.on_model_changed,
+            }
+        )
+
+    async def on_ready(self, data: ModelReady, _event: CloudEvent) -> None:
+        self.ready(data)
+
+    async def on_gone(
+        self, data: ModelFailed | JobCancelled | JobFailed | JobSucceeded | JobRequeued, _event: CloudEvent
+    ) -> None:
+        self.gone(data.job_id)
+
+    async def on_model_changed(
+        self, data: ModelPublished | ModelVisibilityChanged | ModelDeleted, _event: CloudEvent
+    ) -> None:
+        if self.on_model_change is not None:
             self.on_model_change(data.tenant, data.name)
 
     def routes_job(self, msg) -> bool:
@@ -97,14 +113,14 @@ class Routes:
         start (replayed in the background)."""
         await bus.watch(
             [subject_filter(subject) for subject in JOB_ENDS],
-            self.on_event,
+            self.handlers,
             stream=EVENTS_STREAM.name,
             wanted=self.routes_job,  # every job's end comes: only those of the replicas it routes to are read
             name="serving-routes-job-ends",
         )
         await bus.watch(
             Wildcard.MODEL.value,
-            self.on_event,
+            self.handlers,
             stream=EVENTS_STREAM.name,
             since=EPOCH,
             name="serving-routes-models",
@@ -147,3 +163,17 @@ class Routes:
         if not routes:
             return None
         return routes[next(self._turn) % len(routes)]
+
+
+def running_in(store) -> Callable[[list[str]], Awaitable[set[str]]]:
+    """`Routes.prune`'s `running` over the event store: those of the given jobs whose projection says running."""
+
+    async def running(job_ids: list[str]) -> set[str]:
+        alive = set()
+        for job_id in job_ids:
+            doc = await store.get_projection(job_id)
+            if doc is not None and doc.get("state") == JobState.RUNNING:
+                alive.add(job_id)
+        return alive
+
+    return running

@@ -21,6 +21,7 @@ import json
 import logging
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Protocol
 
@@ -32,9 +33,11 @@ from starlette.routing import Route
 
 from gpuyard.services.serving.errors import BadRequest, Forbidden, PayloadTooLarge, ServingError, Unavailable
 from gpuyard.services.serving.protocol import (
+    InferRequest,
     ModelMetadata,
     RepositoryEntry,
     ServerMetadata,
+    TensorSpec,
     body_limit,
     decode_request,
     encode_response,
@@ -179,6 +182,242 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return _error(500, f"internal error: {exc}")
 
 
+@dataclass(eq=False)
+class V2Server:
+    """What the routes serve and how (`create_app`'s arguments), on the app as `app.state.v2`."""
+
+    registry: ModelRegistry
+    authorize: Authorize | None
+    stats: Stats
+    router: Router | None
+    repository_loads: bool
+    max_request_bytes: int
+    max_request_rows: int
+    limits: weakref.WeakKeyDictionary[OnnxModel, int] = field(default_factory=weakref.WeakKeyDictionary)
+    """Each model's own body limit (`protocol.body_limit`), once known."""
+
+    def limit_of(self, model: OnnxModel) -> int:
+        limit = self.limits.get(model)
+        if limit is None:
+            limit = body_limit(model.inputs.values(), self.max_request_rows, self.max_request_bytes)
+            self.limits[model] = limit
+        return limit
+
+    async def allow(self, request: Request, name: str | None):
+        if self.authorize is None:
+            return None
+        result = self.authorize(request, name)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def held(self, key: str, version: str) -> bool:
+        entry = self.registry.models.get(key, {}).get(int(version)) if version.isdigit() else None
+        return entry is not None and entry.ready
+
+    async def model_for(self, request: Request) -> tuple[str, ModelVersion | Response]:
+        """The name as the caller wrote it, and the version that answers here, or the answer of the node
+        that holds it (one hop, the body read within `max_request_bytes`)."""
+        name = requested_name(request)
+        allowed = await self.allow(request, name)
+        key = allowed if isinstance(allowed, str) else name
+        version = request.path_params.get("version")
+        if self.router is not None:
+            if version is None:
+                version = self.router.default_version(key)
+            if version is not None and not self.held(key, version):
+                where = self.router.remote(request, key, version)
+                if where is not None:
+                    body = await read_body(request, self.max_request_bytes, declared_length(request))
+                    return name, await self.router.forward(request, where, name, version, body)
+        if (
+            isinstance(allowed, str) and key not in self.registry.models
+        ):  # a model that exists, held nowhere now
+            at = "" if version is None else f" version {version}"
+            raise Unavailable(f"model '{name}'{at} has no ready replica: wait until one is ready")
+        return name, self.registry.resolve(key, version, shown=name)
+
+
+def served(request: Request) -> V2Server:
+    return request.app.state.v2
+
+
+# --- the routes -----------------------------------------------------------------------------------------
+
+
+async def server_metadata(request: Request) -> Response:
+    body = ServerMetadata(name=SERVER_NAME, version=VERSION, extensions=EXTENSIONS)
+    return JSONResponse(body.model_dump())
+
+
+async def live(request: Request) -> Response:
+    return JSONResponse({"live": True})
+
+
+async def ready(request: Request) -> Response:
+    return JSONResponse({"ready": True})
+
+
+async def model_metadata(request: Request) -> Response:
+    v2 = served(request)
+    name, entry = await v2.model_for(request)
+    if isinstance(entry, Response):
+        return entry
+    model = entry.model
+    body = ModelMetadata(
+        name=name,
+        versions=[str(v) for v in v2.registry.ready_versions(entry.name)],
+        platform=PLATFORM,
+        inputs=[spec.metadata() for spec in model.inputs.values()],
+        outputs=[spec.metadata() for spec in model.outputs.values()],
+    )
+    return JSONResponse(body.model_dump())
+
+
+async def model_ready(request: Request) -> Response:
+    name, entry = await served(request).model_for(request)  # Unavailable (503) when not ready
+    if isinstance(entry, Response):
+        return entry
+    return JSONResponse({"name": name, "version": str(entry.version), "ready": True})
+
+
+async def infer(request: Request) -> Response:
+    v2 = served(request)
+    declared = declared_length(request)  # (over every limit: refused before the model is even looked up)
+    if declared is not None and declared > v2.max_request_bytes:
+        raise too_large(v2.max_request_bytes)
+    name, entry = await v2.model_for(request)
+    if isinstance(entry, Response):
+        return entry
+    started = perf_counter()
+    ok = False
+    try:
+        content, json_length = await inference(v2, request, name, entry, declared)
+        ok = True
+    finally:
+        v2.stats.of(entry.name, str(entry.version)).observe(perf_counter() - started, ok)
+    return _Answer(content, json_length)
+
+
+async def inference(
+    v2: V2Server, request: Request, name: str, entry: ModelVersion, declared: int | None
+) -> tuple[bytes, int | None]:
+    """The answer's body to an inference request for `entry` (and the length of its JSON part when it has
+    binary outputs): the body read within the model's limit, decoded, checked, batched, encoded."""
+    model = entry.model
+    limit = v2.limit_of(model)
+    named = name if limit < v2.max_request_bytes else None  # (the model's own limit, else the server's)
+    body = await read_body(request, limit, declared, named, v2.max_request_rows)
+    req = decode_request(body, request.headers.get("inference-header-content-length"))
+    check_inputs(model, req.inputs, req.datatypes)
+    check_rows(model, req, v2.max_request_rows)
+    wanted = wanted_outputs(model, req)
+    try:
+        results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
+    except Unavailable as exc:  # unloaded while the body was read (a redeploy): say which model
+        raise Unavailable(f"model '{name}' version {entry.version}: {exc.message}") from None
+    return encode_response(
+        name,
+        str(entry.version),
+        req.id,
+        [(spec.name, spec.datatype, results[spec.name], binary) for spec, binary in wanted],
+    )
+
+
+def check_rows(model: OnnxModel, req: InferRequest, max_rows: int) -> None:
+    """PayloadTooLarge for an input with more than `max_rows` rows on the model's dynamic first dimension."""
+    for input_name, array in req.inputs.items():
+        if model.inputs[input_name].shape[:1] == (-1,) and array.shape[0] > max_rows:
+            raise PayloadTooLarge(
+                f"input '{input_name}' has {array.shape[0]} rows: at most {max_rows} in one "
+                "request; send fewer rows per request"
+            )
+
+
+def wanted_outputs(model: OnnxModel, req: InferRequest) -> list[tuple[TensorSpec, bool]]:
+    """The outputs the request asks for (every output of the model when it names none), each with whether it
+    is answered binary."""
+    if req.outputs is None:
+        return [(spec, req.binary_output) for spec in model.outputs.values()]
+    wanted = []
+    for output in req.outputs:
+        spec = model.outputs.get(output.name)
+        if spec is None:
+            raise BadRequest(f"unknown output '{output.name}': the model gives {', '.join(model.outputs)}")
+        wanted.append((spec, req.binary_output if output.binary is None else output.binary))
+    return wanted
+
+
+async def repository_index(request: Request) -> Response:
+    v2 = served(request)
+    shown = await v2.allow(request, None)
+    if not callable(shown):
+        shown = None
+    body = await read_body(request, v2.max_request_bytes, declared_length(request))
+    ready_only = False
+    if body.strip():
+        try:
+            query = json.loads(body)
+        except ValueError as exc:
+            raise BadRequest(f"the request's JSON is malformed: {exc}") from None
+        ready_only = isinstance(query, dict) and query.get("ready") is True
+    entries = [
+        RepositoryEntry(name=name, version=str(e.version), state=e.state.value, reason=e.reason)
+        for e in v2.registry.index(ready_only)
+        if (name := e.name if shown is None else shown(e.name)) is not None
+    ]
+    return JSONResponse([e.model_dump() for e in entries])
+
+
+async def load(request: Request) -> Response:
+    v2 = served(request)
+    name = request.path_params["name"]
+    await v2.allow(request, name)
+    if not v2.repository_loads:
+        raise Forbidden(MANAGED_ELSEWHERE)
+    loaded = await v2.registry.load_model(name)
+    if not any(entry.ready for entry in loaded):
+        reasons = "; ".join(f"version {e.version}: {e.reason}" for e in loaded)
+        raise BadRequest(f"failed to load model '{name}': {reasons}")
+    return Response(b"", media_type=JSON)
+
+
+async def unload(request: Request) -> Response:
+    v2 = served(request)
+    name = request.path_params["name"]
+    await v2.allow(request, name)
+    if not v2.repository_loads:
+        raise Forbidden(MANAGED_ELSEWHERE)
+    await v2.registry.unload(name)
+    return Response(b"", media_type=JSON)
+
+
+def v2_routes() -> list[Route]:
+    """The protocol's routes, matched in order: inference first, a name before a qualified name."""
+    model = "/v2/models/{name}"
+    version = "/v2/models/{name}/versions/{version}"
+    owned = "/v2/models/{owner}/{name}"  # another tenant's model, by its qualified name OWNER/NAME
+    owned_version = "/v2/models/{owner}/{name}/versions/{version}"
+    models = (model, version, owned, owned_version)
+    return [
+        *(Route(f"{path}/infer", infer, methods=["POST"]) for path in models),
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route(model, model_metadata, methods=["GET"]),
+        Route(version, model_metadata, methods=["GET"]),
+        Route(f"{model}/ready", model_ready, methods=["GET"]),
+        Route(f"{version}/ready", model_ready, methods=["GET"]),
+        Route(owned, model_metadata, methods=["GET"]),
+        Route(owned_version, model_metadata, methods=["GET"]),
+        Route(f"{owned}/ready", model_ready, methods=["GET"]),
+        Route(f"{owned_version}/ready", model_ready, methods=["GET"]),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
+    ]
+
+
 def create_app(
     registry: ModelRegistry,
     authorize: Authorize | None = None,
@@ -197,193 +436,16 @@ def create_app(
     `max_request_rows`: the most rows an inference request may carry on a model's dynamic first dimension,
     which with the model's inputs gives its requests a tighter limit (`protocol.body_limit`)."""
     stats = stats if stats is not None else Stats()
-    limits: weakref.WeakKeyDictionary[OnnxModel, int] = weakref.WeakKeyDictionary()
-
-    def limit_of(model: OnnxModel) -> int:
-        limit = limits.get(model)
-        if limit is None:
-            limit = limits[model] = body_limit(model.inputs.values(), max_request_rows, max_request_bytes)
-        return limit
-
-    async def allow(request: Request, name: str | None):
-        if authorize is None:
-            return None
-        result = authorize(request, name)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    def held(key: str, version: str) -> bool:
-        entry = registry.models.get(key, {}).get(int(version)) if version.isdigit() else None
-        return entry is not None and entry.ready
-
-    async def model_for(request: Request) -> tuple[str, ModelVersion | Response]:
-        """The name as the caller wrote it, and the version that answers here, or the answer of the node
-        that holds it (one hop, the body read within `max_request_bytes`)."""
-        name = requested_name(request)
-        allowed = await allow(request, name)
-        key = allowed if isinstance(allowed, str) else name
-        version = request.path_params.get("version")
-        if router is not None:
-            if version is None:
-                version = router.default_version(key)
-            if version is not None and not held(key, version):
-                where = router.remote(request, key, version)
-                if where is not None:
-                    body = await read_body(request, max_request_bytes, declared_length(request))
-                    return name, await router.forward(request, where, name, version, body)
-        if isinstance(allowed, str) and key not in registry.models:  # a model that exists, held nowhere now
-            at = "" if version is None else f" version {version}"
-            raise Unavailable(f"model '{name}'{at} has no ready replica: wait until one is ready")
-        return name, registry.resolve(key, version, shown=name)
-
-    async def server_metadata(request: Request) -> Response:
-        body = ServerMetadata(name=SERVER_NAME, version=VERSION, extensions=EXTENSIONS)
-        return JSONResponse(body.model_dump())
-
-    async def live(request: Request) -> Response:
-        return JSONResponse({"live": True})
-
-    async def ready(request: Request) -> Response:
-        return JSONResponse({"ready": True})
-
-    async def model_metadata(request: Request) -> Response:
-        name, entry = await model_for(request)
-        if isinstance(entry, Response):
-            return entry
-        model = entry.model
-        body = ModelMetadata(
-            name=name,
-            versions=[str(v) for v in registry.ready_versions(entry.name)],
-            platform=PLATFORM,
-            inputs=[spec.metadata() for spec in model.inputs.values()],
-            outputs=[spec.metadata() for spec in model.outputs.values()],
-        )
-        return JSONResponse(body.model_dump())
-
-    async def model_ready(request: Request) -> Response:
-        name, entry = await model_for(request)  # Unavailable (503) when not ready
-        if isinstance(entry, Response):
-            return entry
-        return JSONResponse({"name": name, "version": str(entry.version), "ready": True})
-
-    async def infer(request: Request) -> Response:
-        declared = declared_length(request)  # (over every limit: refused before the model is even looked up)
-        if declared is not None and declared > max_request_bytes:
-            raise too_large(max_request_bytes)
-        name, entry = await model_for(request)
-        if isinstance(entry, Response):
-            return entry
-        started = perf_counter()
-        ok = False
-        try:
-            model = entry.model
-            limit = limit_of(model)
-            named = name if limit < max_request_bytes else None  # (the model's own limit, else the server's)
-            body = await read_body(request, limit, declared, named, max_request_rows)
-            req = decode_request(body, request.headers.get("inference-header-content-length"))
-            check_inputs(model, req.inputs, req.datatypes)
-            for input_name, array in req.inputs.items():
-                if model.inputs[input_name].shape[:1] == (-1,) and array.shape[0] > max_request_rows:
-                    raise PayloadTooLarge(
-                        f"input '{input_name}' has {array.shape[0]} rows: at most {max_request_rows} in one "
-                        "request; send fewer rows per request"
-                    )
-            if req.outputs is None:
-                wanted = [(spec, req.binary_output) for spec in model.outputs.values()]
-            else:
-                wanted = []
-                for output in req.outputs:
-                    spec = model.outputs.get(output.name)
-                    if spec is None:
-                        raise BadRequest(
-                            f"unknown output '{output.name}': the model gives {', '.join(model.outputs)}"
-                        )
-                    wanted.append((spec, req.binary_output if output.binary is None else output.binary))
-            try:
-                results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
-            except Unavailable as exc:  # unloaded while the body was read (a redeploy): say which model
-                raise Unavailable(f"model '{name}' version {entry.version}: {exc.message}") from None
-            content, json_length = encode_response(
-                name,
-                str(entry.version),
-                req.id,
-                [(spec.name, spec.datatype, results[spec.name], binary) for spec, binary in wanted],
-            )
-            ok = True
-        finally:
-            stats.of(entry.name, str(entry.version)).observe(perf_counter() - started, ok)
-        return _Answer(content, json_length)
-
-    async def repository_index(request: Request) -> Response:
-        shown = await allow(request, None)
-        if not callable(shown):
-            shown = None
-        body = await read_body(request, max_request_bytes, declared_length(request))
-        ready_only = False
-        if body.strip():
-            try:
-                query = json.loads(body)
-            except ValueError as exc:
-                raise BadRequest(f"the request's JSON is malformed: {exc}") from None
-            ready_only = isinstance(query, dict) and query.get("ready") is True
-        entries = [
-            RepositoryEntry(name=name, version=str(e.version), state=e.state.value, reason=e.reason)
-            for e in registry.index(ready_only)
-            if (name := e.name if shown is None else shown(e.name)) is not None
-        ]
-        return JSONResponse([e.model_dump() for e in entries])
-
-    async def load(request: Request) -> Response:
-        name = request.path_params["name"]
-        await allow(request, name)
-        if not repository_loads:
-            raise Forbidden(MANAGED_ELSEWHERE)
-        loaded = await registry.load_model(name)
-        if not any(entry.ready for entry in loaded):
-            reasons = "; ".join(f"version {e.version}: {e.reason}" for e in loaded)
-            raise BadRequest(f"failed to load model '{name}': {reasons}")
-        return Response(b"", media_type=JSON)
-
-    async def unload(request: Request) -> Response:
-        name = request.path_params["name"]
-        await allow(request, name)
-        if not repository_loads:
-            raise Forbidden(MANAGED_ELSEWHERE)
-        await registry.unload(name)
-        return Response(b"", media_type=JSON)
-
-    model = "/v2/models/{name}"
-    version = "/v2/models/{name}/versions/{version}"
-    owned = "/v2/models/{owner}/{name}"  # another tenant's model, by its qualified name OWNER/NAME
-    owned_version = "/v2/models/{owner}/{name}/versions/{version}"
-    routes = [  # matched in order: inference first, a name before a qualified name
-        Route(f"{model}/infer", infer, methods=["POST"]),
-        Route(f"{version}/infer", infer, methods=["POST"]),
-        Route(f"{owned}/infer", infer, methods=["POST"]),
-        Route(f"{owned_version}/infer", infer, methods=["POST"]),
-        Route("/v2", server_metadata, methods=["GET"]),
-        Route("/v2/health/live", live, methods=["GET"]),
-        Route("/v2/health/ready", ready, methods=["GET"]),
-        Route(model, model_metadata, methods=["GET"]),
-        Route(version, model_metadata, methods=["GET"]),
-        Route(f"{model}/ready", model_ready, methods=["GET"]),
-        Route(f"{version}/ready", model_ready, methods=["GET"]),
-        Route(owned, model_metadata, methods=["GET"]),
-        Route(owned_version, model_metadata, methods=["GET"]),
-        Route(f"{owned}/ready", model_ready, methods=["GET"]),
-        Route(f"{owned_version}/ready", model_ready, methods=["GET"]),
-        Route("/v2/repository/index", repository_index, methods=["POST"]),
-        Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
-        Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
-    ]
     app = Starlette(
-        routes=routes,
+        routes=v2_routes(),
         exception_handlers={
             ServingError: _serving_error,
             HTTPException: _http_error,
             Exception: _internal_error,
         },
+    )
+    app.state.v2 = V2Server(
+        registry, authorize, stats, router, repository_loads, max_request_bytes, max_request_rows
     )
     app.state.registry = registry
     app.state.stats = stats

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuyard.services.submit.placeability import Placeability
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.telemetry import Telemetry
 from gpuyard.shared.auth.tokens import Tokens
@@ -54,6 +55,8 @@ class SubmitContext:
     queue: QueueDepth = field(default_factory=QueueDepth)
     accept_unplaceable: bool = False
     """Queue a job no node could ever hold (for a cluster that grows) instead of refusing it."""
+    placeability: Placeability = field(init=False)
+    """Whether some node heard from (`telemetry`) could ever hold a job: the scheduler's own rule."""
     models: ModelRegistry | None = None
     """Published models (`/v1/models`): their events in the store, their files in the model store."""
     max_model_bytes: int = 1 << 30
@@ -74,5 +77,6 @@ class SubmitContext:
     """The queue's line (queued jobs' places), read from the store (default: a reader of `store`)."""
 
     def __post_init__(self) -> None:
+        self.placeability = Placeability(self.telemetry)
         if self.line is None:
             self.line = LineReader(self.store)

@@ -14,8 +14,8 @@ from fastapi import HTTPException, status
 
 from gpuyard.services.submit.auth import may_see
 from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.jobs import cancel, queue_job
 from gpuyard.services.submit.modelaccess import listed_version
-from gpuyard.services.submit.routes_jobs import cancel, queue_job
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.jobs import CancelOut, job_out
 from gpuyard.shared.contracts.api.models import DeploymentAccepted, DeploymentIn, ReplicaOut, replica_out

@@ -17,8 +17,8 @@ from fastapi import HTTPException
 from gpuyard.services.submit.body import read_body, replaying
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.errors import too_many
+from gpuyard.services.submit.jobs import queue_job
 from gpuyard.services.submit.queuedepth import QueueFull
-from gpuyard.services.submit.routes_jobs import queue_job
 from gpuyard.shared.auth.bearer import bearer_token
 from gpuyard.shared.auth.tokens import TokenRefused
 from gpuyard.shared.bus.jetstream import BusUnavailable

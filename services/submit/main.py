@@ -9,7 +9,7 @@ import logging
 
 import uvicorn
 
-from gpuyard.services.submit import retention
+from gpuyard.services.submit import following, retention
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext, Uploads
 from gpuyard.services.submit.queuedepth import QueueDepth
@@ -83,7 +83,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         serving_url=settings.serving_url,
         quotas=settings.quotas,
     )
-    await ctx.telemetry.follow(service.bus)
+    await following.follow(service.bus, ctx.telemetry)
     service.spawn(ctx.queue.follow(service.store), "queue-depth")
     service.spawn(
         retention.run(service.store, service.logs, settings.retention, settings.retention_interval),

@@ -11,9 +11,9 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
-from gpuyard.services.submit.routes_jobs import Cursor, api_cursor, store_cursor
+from gpuyard.services.submit.paging import Cursor, api_cursor, store_cursor
 from gpuyard.shared.contracts.api.alerts import AlertListOut, AlertStates
-from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.stores.readmodels.alertbook import ACTIVE, RESOLVED, alert_out, list_alerts
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"], responses=answers(400, 401, 413, 503))

@@ -46,14 +46,12 @@ from gpuyard.shared.contracts.api.models import (
     UndeployedOut,
 )
 from gpuyard.shared.contracts.events.subjects import tenant_error
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN, QUANTITY_MAX, SIZE_PATTERN
 from gpuyard.shared.contracts.jobspec import (
     DEFAULT_PRIORITY,
     GPUS_SCHEMA,
     MAX_DEPLOYMENT_REPLICAS,
     MAX_GPUS_PER_REPLICA,
-    NAME_PATTERN,
-    QUANTITY_MAX,
-    SIZE_PATTERN,
     Priority,
 )
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES

@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, status
 
 from gpuyard.services.submit.auth import Admin, Context
 from gpuyard.services.submit.errors import answers
-from gpuyard.shared.bus.jetstream import publish_recorded
+from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.contracts.api.nodes import NodeControlIn, NodeControlOut
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import NodeAction, NodeControlChanged

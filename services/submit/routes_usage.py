@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
-from gpuyard.services.submit.routes_jobs import visible_job
+from gpuyard.services.submit.jobs import visible_job
 from gpuyard.services.submit.routes_platform import holder_out
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.usage import (
@@ -28,7 +28,7 @@ from gpuyard.shared.contracts.api.usage import (
     UsageOut,
     UsageRowOut,
 )
-from gpuyard.shared.contracts.jobspec import DURATION_PATTERN, NAME_PATTERN, QUANTITY_MAX
+from gpuyard.shared.contracts.fieldtypes import DURATION_PATTERN, NAME_PATTERN, QUANTITY_MAX
 from gpuyard.shared.contracts.units import parse_duration
 from gpuyard.shared.reporting.usage import allocated_seconds, group, job_usages, jobs_in_window, used_by_job
 from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, downsample, open_gpu_history

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.errors import answers
-from gpuyard.services.submit.routes_jobs import public_job, visible_job
+from gpuyard.services.submit.jobs import public_job, visible_job
 from gpuyard.shared.contracts.api.jobs import WhyOut
 from gpuyard.shared.reporting import why
 

@@ -15,14 +15,13 @@ instance whose heartbeats stopped as long ago, and which no supervisor says is r
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.api.platform import ServiceOut, ServiceState
-from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
 from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
 from gpuyard.shared.contracts.events.services import (
     SERVICE_HEARTBEAT_SECONDS,
@@ -30,23 +29,23 @@ from gpuyard.shared.contracts.events.services import (
     ServiceHeartbeat,
     ServiceStatus,
 )
-from gpuyard.shared.contracts.events.subjects import TELEMETRY_STREAM, Subject
 
 FORGET_SERVICE_AFTER = 86400.0
 RECENT_SECONDS = 3 * SERVICE_HEARTBEAT_SECONDS
 """Heartbeats, statuses and samples sent this long before the submit service starts are read again."""
-TELEMETRY_FOLLOWED = (
-    Subject.NODE_HEARTBEAT,
-    Subject.SERVICE_HEARTBEAT,
-    Subject.SERVICE_STATUS,
-    Subject.GPU_SAMPLE,
-)
 SAMPLE_STALE_INTERVALS = 5
 """A node's latest gpu.sample is shown for this many of its intervals (and at least SAMPLE_STALE_MIN_SECONDS)."""
 SAMPLE_STALE_MIN_SECONDS = 10.0
 
 Supervised = tuple[str, str]
 """A supervised process: (host, the supervisor's name of it)."""
+Recorder = Callable[[Any, CloudEvent], None]
+"""`on_node_heartbeat(hb: NodeHeartbeat, event: CloudEvent)`: records what one model's event says."""
+
+
+def _shape(hb: NodeHeartbeat) -> tuple:
+    """What a node is as a job's placement sees it (its GPUs, CPUs and memory)."""
+    return (hb.cpus, hb.memory_bytes, tuple((g.index, g.model, g.memory_bytes, g.uuid) for g in hb.gpus))
 
 
 def _stale(seen: float, interval: float, now: float) -> bool:
@@ -65,9 +64,12 @@ class Telemetry:
         """(host, pid) of every process a status named -> the supervised process it was."""
         self.samples: dict[str, tuple[float, GpuSample]] = {}
         """The latest gpu.sample of each node: (its time, the sample)."""
+        self.node_shapes = 0
+        """Counts the heartbeats of a node new, or changed in its GPUs, CPUs or memory."""
         self._pruned = 0.0
         self._following_since: float | None = None
-        """When `follow` began: an event sent before it was read again from the stream."""
+        """When the following began (`replay_from`): an event sent before it was read again from the stream."""
+        self._recorders = self.recorders()
 
     def latest_sample(self, node: str, now: float | None = None) -> tuple[float, GpuSample] | None:
         """The node's latest gpu.sample and its time, unless stale (older than its stale time)."""
@@ -80,26 +82,53 @@ class Telemetry:
             return None
         return found
 
+    def recorders(self) -> dict[type[EventData], Recorder]:
+        """What each event heard says, recorded by the recorder of its model."""
+        return {
+            GpuSample: self.on_gpu_sample,
+            NodeHeartbeat: self.on_node_heartbeat,
+            NodeLost: self.on_node_lost,
+            ServiceHeartbeat: self.on_service_heartbeat,
+            ServiceStatus: self.on_service_status,
+        }
+
     def observe(self, event: CloudEvent) -> None:
-        if isinstance(event.data, GpuSample):
-            taken_at = event.time.timestamp()
-            held = self.samples.get(event.data.node)
-            if held is None or taken_at > held[0]:  # (a duplicate or an overtaken one changes nothing)
-                self.samples[event.data.node] = (taken_at, event.data)
-        elif isinstance(event.data, NodeHeartbeat):
-            self.nodes[event.data.node] = (self._seen(event), event.data)
-            self.lost.discard(event.data.node)
-        elif isinstance(event.data, NodeLost):
-            self.lost.add(event.data.node)
-        elif isinstance(event.data, ServiceHeartbeat):
-            self.services[event.data.instance] = (self._seen(event), event.data)
-            self._prune()
-        elif isinstance(event.data, ServiceStatus):
-            status = event.data
-            key = (status.host, status.process)
-            self.statuses[key] = (self._seen(event), status)
-            self.supervised[status.host, status.pid] = key
-            self._prune()
+        """Record what `event` says, as the bus's delivery of it does (an event of another model: nothing)."""
+        record = self._recorders.get(type(event.data))
+        if record is not None:
+            record(event.data, event)
+
+    def on_gpu_sample(self, sample: GpuSample, event: CloudEvent) -> None:
+        taken_at = event.time.timestamp()
+        held = self.samples.get(sample.node)
+        if held is None or taken_at > held[0]:  # (a duplicate or an overtaken one changes nothing)
+            self.samples[sample.node] = (taken_at, sample)
+
+    def on_node_heartbeat(self, hb: NodeHeartbeat, event: CloudEvent) -> None:
+        held = self.nodes.get(hb.node)
+        if held is None or _shape(held[1]) != _shape(hb):
+            self.node_shapes += 1
+        self.nodes[hb.node] = (self._seen(event), hb)
+        self.lost.discard(hb.node)
+
+    def on_node_lost(self, lost: NodeLost, _event: CloudEvent) -> None:
+        self.lost.add(lost.node)
+
+    def on_service_heartbeat(self, hb: ServiceHeartbeat, event: CloudEvent) -> None:
+        self.services[hb.instance] = (self._seen(event), hb)
+        self._prune()
+
+    def on_service_status(self, status: ServiceStatus, event: CloudEvent) -> None:
+        key = (status.host, status.process)
+        self.statuses[key] = (self._seen(event), status)
+        self.supervised[status.host, status.pid] = key
+        self._prune()
+
+    def replay_from(self, now: float) -> datetime:
+        """Follow from `now` on: an event sent before it is read again, and counts from when it was sent.
+        Returns when the replay begins (RECENT_SECONDS before)."""
+        self._following_since = now
+        return datetime.fromtimestamp(now - RECENT_SECONDS, UTC)
 
     def _seen(self, event: CloudEvent) -> float:
         """When an event was heard: now, or for one read again at start, when it was sent (never later than
@@ -176,28 +205,6 @@ class Telemetry:
                     )
                 )
         return sorted(found, key=lambda s: (s.service, s.instance))
-
-    async def follow(self, bus: Bus) -> None:
-        """The heartbeats, statuses and samples of the last RECENT_SECONDS read again from the telemetry stream,
-        then every new one; node.lost as it comes. A submit service that just started knows the nodes and
-        services at once, not at their next heartbeat."""
-
-        async def on_event(event: CloudEvent, _msg=None) -> None:
-            self.observe(event)
-
-        async def on_msg(msg) -> None:
-            with contextlib.suppress(ValueError):
-                self.observe(CloudEvent.from_json(msg.data))
-
-        self._following_since = time.time()
-        await bus.watch(
-            [s.value for s in TELEMETRY_FOLLOWED],
-            on_event,
-            stream=TELEMETRY_STREAM.name,
-            since=datetime.fromtimestamp(self._following_since - RECENT_SECONDS, UTC),
-            name="submit-telemetry",
-        )
-        await bus.subscribe(Subject.NODE_LOST.value, on_msg)
 
 
 def _state(status: ServiceStatus | None, *, silent: bool) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Job specs in YAML as well as JSON: the routes that take a spec (`POST /v1/jobs`, `POST /v1/jobs/validate`)
-read a body of a YAML media type as `gpuyard submit job.yaml` reads the file (`gpuyard.shared.contracts.jobspec.load_spec_text`),
+read a body of a YAML media type as `gpuyard submit job.yaml` reads the file (`gpuyard.shared.contracts.specfiles.load_spec_text`),
 then validate it as they validate JSON: one answer, the same errors, whichever was sent."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from gpuyard.shared.contracts.jobspec import SpecError, load_spec_text, yaml_problem
+from gpuyard.shared.contracts.specfiles import SpecError, load_spec_text, yaml_problem
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 """The media types read as YAML (any other goes to FastAPI's JSON reading)."""

@@ -1,42 +1,34 @@
-"""The event bus: JetStream streams, de-duplicated publishing, and durable pull consumers that ack only
-after the handler's effect is stored.
+"""The event bus, one per service: its connection to NATS, the JetStream streams, de-duplicated publishing, and
+the consumers and watches it runs.
 
 - Streams (`gpuyard.shared.contracts.events.subjects.STREAMS`) are declared idempotently by every service at start-up.
 - `publish` sets `Nats-Msg-Id` to the event id: a retried publish inside the stream's duplicate window is
   dropped by the server. `send` does the same without waiting for the server's ack (a future of it): many
-  events in flight, their writes to the socket coalesced.
-- `consume` runs a durable pull consumer. Several processes that consume with the same durable name share
-  its work. The loop keeps one pull request in flight and hands each message to the handler as soon as it
-  arrives (no batching delay). A handler that raises gets the event redelivered with a growing delay; after
-  `max_deliver` deliveries the event goes to `deadletter.<durable>` with the error and is terminated, so a
-  poison event never blocks the consumer. An event that does not even parse goes there at once.
-- `concurrency` > 1 handles up to that many events at once, still one at a time per entity (the CloudEvents
-  `subject`, e.g. the job id): events of one job keep their order, different jobs do not wait for each other.
-- A durable whose settings changed is updated in place where JetStream allows it (ack_wait, max_deliver,
-  max_ack_pending, subjects, description); where it does not (ack policy, max_waiting, ...), it is recreated
-  to start right after the last event the old one had acknowledged. Where a consumer starts (`deliver_new`)
-  only matters when it is first created: an existing one always goes on from where it is.
+  events in flight, their writes to the socket coalesced. The headers it writes (`gpuyard.shared.bus.headers`)
+  let a consumer pass over an event without decoding it.
+- `consume` runs a durable pull consumer that acks only after the handler's effect is stored, redelivers and
+  dead-letters (`gpuyard.shared.bus.consumers`). Where a consumer starts (`deliver_new`) only matters when it
+  is first created: an existing one always goes on from where it is.
 - `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
-  replica its own), for a process that keeps a view and re-reads the store for the truth. It resumes after
-  the last event it saw when its consumer is lost (a NATS restart, a gap in the sequence).
+  replica its own), resuming after the last event it saw when its consumer is lost
+  (`gpuyard.shared.bus.watches`).
 - `key_value` opens a KV bucket (the scheduler's leader lease, `gpuyard.shared.runtime.lease`).
 - Every consumer and watch counts what it handles, how long it took and how far it is behind in the bus's
   `BusMetrics` (`gpuyard.shared.bus.metrics`): the service's /metrics (`consumer_lags` reads the backlog).
 
-NATS objects stay in this module and `gpuyard.shared.runtime.lease`: services use the methods below, never `nc`/`js`.
+NATS objects stay in `gpuyard.shared.bus` and `gpuyard.shared.runtime.lease`: services use the Bus's methods,
+never `nc`/`js`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import nats
@@ -47,7 +39,6 @@ from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
-    ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
     KeyValueConfig,
@@ -56,77 +47,23 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
-from pydantic import ValidationError
 
+from gpuyard.shared.bus.consumers import Handler, PullConsumer, declare_durable
 from gpuyard.shared.bus.credentials import BusCredentials, inbox_prefix
-from gpuyard.shared.bus.metrics import (
-    DEAD_LETTERED,
-    FAILED,
-    OK,
-    REDELIVERED,
-    SKIPPED,
-    BusMetrics,
-    ConsumerLag,
-)
+from gpuyard.shared.bus.deadletters import DeadLetter, read_dead_letters, send_dead_letter
+from gpuyard.shared.bus.headers import ENTITY_HEADER, HOLDER_HEADER, MSG_ID_HEADER, VERSION_HEADER
+from gpuyard.shared.bus.metrics import BusMetrics, ConsumerLag
+from gpuyard.shared.bus.watches import Watch
 from gpuyard.shared.contracts.events.envelope import CONTENT_TYPE, CloudEvent, subject_of
 from gpuyard.shared.contracts.events.jobs import JobPlaced
-from gpuyard.shared.contracts.events.subjects import ATTEMPT_STOPS, DEADLETTER_STREAM, STREAMS, StreamDef
+from gpuyard.shared.contracts.events.subjects import STREAMS, StreamDef
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[CloudEvent | None, Msg], Awaitable[None]]  # (None: a watch with decode=False)
-
-DEADLETTER_PREFIX = "deadletter."
-VERSION_HEADER = "Gpuyard-Version"
-MSG_ID_HEADER = "Nats-Msg-Id"  # the event's id: JetStream drops a second publish of it (`publish`)
-_ATTEMPT_STOP_PREFIXES = tuple(f"{subject.value}." for subject in ATTEMPT_STOPS)
-ENTITY_HEADER = "Gpuyard-Entity"  # the event's entity (a job's id): a consumer may pass over it undecoded
-HOLDER_HEADER = "Gpuyard-Holder"  # who holds a placement's replicas (JobPlaced.holder), told without a decode
-ACK_DELAY = 0.002  # seconds an ack of a handled event waits for others to leave with
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 CONSUMER_INFO_TIMEOUT = 2.0  # seconds a consumer's info may take to come (the backlog of /metrics)
 SUBSCRIBE_FLUSH_SECONDS = 2.0  # most a core subscription waits for the server to confirm it (`Bus.subscribe`)
-CONSUMER_CREATE_ERROR = 10012  # JetStream's err_code for a refused consumer, e.g. a change it cannot make
 INSUFFICIENT_STORAGE = 10047  # JetStream's err_code for a stream whose max_bytes its disk cannot hold
-
-
-def version_of(msg: Msg) -> int | None:
-    """The store version a message's event was written at, when its publisher said so."""
-    value = (msg.headers or {}).get(VERSION_HEADER)
-    return int(value) if value and value.isdigit() else None
-
-
-def entity_of(msg: Msg) -> str | None:
-    """The entity (a job's id) of a message's event, when its publisher said so."""
-    return (msg.headers or {}).get(ENTITY_HEADER)
-
-
-def event_id_of(msg: Msg) -> str | None:
-    """The id of a message's event, when its publisher said so (`Nats-Msg-Id`, which `Bus.publish` sets)."""
-    return (msg.headers or {}).get(MSG_ID_HEADER)
-
-
-def placed_for(holder: str) -> Callable[[Msg], bool]:
-    """`wanted` for a consumer of placements: False for a placement whose replicas another service of the node
-    holds (its `Gpuyard-Holder` header), which is then passed over undecoded; a placement without the header
-    is decoded."""
-
-    def wanted(msg: Msg) -> bool:
-        named = (msg.headers or {}).get(HOLDER_HEADER)
-        return named is None or named == holder
-
-    return wanted
-
-
-def concerns_holder(msg: Msg, holds: Callable[[str], bool]) -> bool:
-    """Whether a control event may concern a host of replicas, told from its subject and headers without
-    decoding it: an attempt's stop or end (`ATTEMPT_STOPS`) only when `holds(job_id)`; a cancel request
-    always (of a job placed on the host and not started yet, too), and so does an event whose publisher did
-    not name its job."""
-    if not msg.subject.startswith(_ATTEMPT_STOP_PREFIXES):
-        return True
-    job_id = entity_of(msg)
-    return job_id is None or holds(job_id)
 
 
 class BusUnavailable(Exception):
@@ -135,18 +72,6 @@ class BusUnavailable(Exception):
 
 class BusRefused(BusUnavailable):
     """NATS refused the connection: wrong or missing credentials (trying again will not help)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An event a consumer gave up on: where it was going, who gave up, why, and the event itself."""
-
-    seq: int
-    consumer: str
-    original_subject: str
-    error: str
-    deliveries: int | None
-    event: dict | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +85,8 @@ class Bus:
     def __init__(self, nc: NATS, source: str, *, replicas: int = 1, metrics: BusMetrics | None = None):
         """`metrics`: where its consumers count what they handle (the service's registry); default: a
         registry of its own."""
-        # Internal: the connection and its JetStream context, for this module, gpuyard.shared.runtime.lease and tests that
-        # look at the server's state. Services use the Bus's methods.
+        # Internal: the connection and its JetStream context, for gpuyard.shared.bus (its consumers and watches),
+        # gpuyard.shared.runtime.lease and tests that look at the server's state. Services use the Bus's methods.
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.source = source
@@ -344,7 +269,7 @@ class Bus:
             max_ack_pending=batch * 4,
             deliver_policy=DeliverPolicy.NEW if deliver_new else DeliverPolicy.ALL,
         )
-        await self.declare_consumer(stream, config)
+        await declare_durable(self.js, stream, config)
         consumer = PullConsumer(
             self,
             stream,
@@ -359,41 +284,6 @@ class Bus:
         task = asyncio.create_task(consumer.run(), name=f"consume:{durable}")
         self._tasks.append(task)
         return task
-
-    async def declare_consumer(self, stream: str, config: ConsumerConfig) -> ConsumerInfo:
-        """Create the durable `config` names, or bring the existing one to `config` without skipping an event.
-
-        JetStream updates an existing consumer in place when it is created again with another configuration,
-        for the fields it can change (ack_wait, max_deliver, max_ack_pending, filter_subjects, description,
-        ...); it refuses the others (deliver policy, start sequence or time, ack policy, max_waiting, ...)
-        with err_code 10012. The start position is taken from the existing consumer, since it only matters at
-        creation. For any other refused change the consumer is recreated from its acknowledged position:
-        nothing published while it was down or not yet acknowledged is skipped (redelivered at worst)."""
-        durable = config.durable_name
-        try:
-            old = await self.js.consumer_info(stream, durable)
-        except NotFoundError:
-            return await self.js.add_consumer(stream, config)
-        try:
-            return await self.js.add_consumer(
-                stream,
-                config.evolve(
-                    deliver_policy=old.config.deliver_policy,
-                    opt_start_seq=old.config.opt_start_seq,
-                    opt_start_time=old.config.opt_start_time,
-                ),
-            )
-        except APIError as exc:
-            if exc.err_code != CONSUMER_CREATE_ERROR:
-                raise
-            refused = exc.description
-        start = old.ack_floor.stream_seq + 1
-        log.warning("consumer %s: %s; recreating it from stream sequence %d", durable, refused, start)
-        with contextlib.suppress(NotFoundError):
-            await self.js.delete_consumer(stream, durable)
-        return await self.js.add_consumer(
-            stream, config.evolve(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
-        )
 
     async def watch(
         self,
@@ -449,16 +339,8 @@ class Bus:
         return lags
 
     async def dead_letter(self, msg: Msg, durable: str, error: str) -> None:
-        headers = {
-            "Content-Type": (msg.headers or {}).get("Content-Type", CONTENT_TYPE),
-            "Gpuyard-Original-Subject": msg.subject,
-            "Gpuyard-Consumer": durable,
-            "Gpuyard-Error": error[:2000].replace("\r", " ").replace("\n", " "),
-        }
-        with contextlib.suppress(Exception):
-            headers["Gpuyard-Stream-Seq"] = str(msg.metadata.sequence.stream)
-            headers["Gpuyard-Deliveries"] = str(msg.metadata.num_delivered)
-        await self.js.publish(DEADLETTER_PREFIX + durable, msg.data, headers=headers)
+        """Give `msg`'s event up: to `deadletter.<durable>` (`gpuyard.shared.bus.deadletters`)."""
+        await send_dead_letter(self.js, msg, durable, error)
 
     # ------------------------------------------------------------------ key-value buckets
 
@@ -470,7 +352,7 @@ class Bus:
         except BadRequestError:
             return await self.js.key_value(config.bucket)
 
-    # ------------------------------------------------------------------ plain subscriptions, dead letters
+    # ------------------------------------------------------------------ plain subscriptions
 
     async def subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Subscription:
         """Core NATS: every message on `subject` from now on, to this process alone, not stored, not acked
@@ -487,33 +369,7 @@ class Bus:
 
     async def dead_letters(self, limit: int) -> list[DeadLetter]:
         """The newest dead letters first, at most `limit`, each with the consumer, subject and error."""
-        info = await self.js.stream_info(DEADLETTER_STREAM.name)
-        out: list[DeadLetter] = []
-        seq = info.state.last_seq
-        while seq >= max(info.state.first_seq, 1) and len(out) < limit:
-            try:
-                msg = await self.js.get_msg(DEADLETTER_STREAM.name, seq)
-            except NotFoundError:  # deleted or expired in between
-                seq -= 1
-                continue
-            headers = msg.headers or {}
-            try:
-                body: dict | str = json.loads(msg.data)
-            except (ValueError, TypeError):
-                body = (msg.data or b"").decode(errors="replace")
-            deliveries = headers.get("Gpuyard-Deliveries", "")
-            out.append(
-                DeadLetter(
-                    seq=seq,
-                    consumer=headers.get("Gpuyard-Consumer", ""),
-                    original_subject=headers.get("Gpuyard-Original-Subject", ""),
-                    error=headers.get("Gpuyard-Error", ""),
-                    deliveries=int(deliveries) if deliveries.isdigit() else None,
-                    event=body,
-                )
-            )
-            seq -= 1
-        return out
+        return await read_dead_letters(self.js, limit)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -525,345 +381,3 @@ class Bus:
         self._consumers.clear()
         with contextlib.suppress(Exception):
             await self.nc.drain()
-
-
-class PullConsumer:
-    """One durable pull consumer: one pull request in flight, each message handled as soon as it arrives
-    (up to `concurrency` at once, in order per entity)."""
-
-    expires = 5.0
-    heartbeat = 1.0
-
-    def __init__(
-        self,
-        bus: Bus,
-        stream: str,
-        durable: str,
-        handler: Handler,
-        *,
-        max_deliver: int,
-        batch: int,
-        concurrency: int = 1,
-        wanted: Callable[[Msg], bool] | None = None,
-    ):
-        self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
-        self.consumer_name: str | None = durable
-        self.figures = bus.metrics.consumer(durable)
-        self.wanted = wanted
-        self.max_deliver = max_deliver
-        self.batch = batch
-        self.slots = asyncio.Semaphore(max(1, concurrency))
-        self.concurrent = concurrency > 1
-        self.chains: dict[str | None, asyncio.Task] = {}  # entity -> its latest handling task
-        self.remaining = batch
-        self.request_over = asyncio.Event()
-        self.pause = 0.0
-        self.acks: list[Msg] = []
-        self.ack_flush: asyncio.TimerHandle | None = None
-        self.ack_tasks: set[asyncio.Task] = set()
-
-    async def run(self) -> None:
-        nc = self.bus.nc
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox, cb=self._delivered)
-        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}"
-        request = json.dumps(
-            {
-                "batch": self.batch,
-                "expires": int(self.expires * 1e9),
-                "idle_heartbeat": int(self.heartbeat * 1e9),
-            }
-        ).encode()
-        try:
-            while True:
-                self.remaining = self.batch
-                self.request_over.clear()
-                await nc.publish(api, request, reply=inbox)
-                with contextlib.suppress(TimeoutError):  # no end in sight: the request was lost (reconnect)
-                    await asyncio.wait_for(self.request_over.wait(), self.expires + 2 * self.heartbeat)
-                if self.pause:
-                    await asyncio.sleep(self.pause)
-                    self.pause = 0.0
-        finally:
-            for task in list(self.chains.values()):
-                task.cancel()
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    async def _delivered(self, msg: Msg) -> None:
-        """Each message of the pull request's answer, in order: events, idle heartbeats, and the status that
-        ends the request (then `run` asks again)."""
-        status = (msg.headers or {}).get("Status")
-        if status == "100":
-            return  # idle heartbeat
-        if status is not None:
-            if status not in ("404", "408"):
-                log.info("consumer %s: status %s %s", self.durable, status, msg.headers)
-                self.pause = 0.5
-            self.request_over.set()
-            return
-        self.remaining -= 1
-        if self.remaining <= 0:
-            self.request_over.set()
-        await self.dispatch(msg)
-
-    def _ack(self, msg: Msg) -> None:
-        """Acks leave together a moment later: one write to the socket for the events handled meanwhile
-        (an ack only stops redelivery, so a millisecond's delay changes nothing else)."""
-        self.acks.append(msg)
-        if self.ack_flush is None:
-            self.ack_flush = asyncio.get_running_loop().call_later(ACK_DELAY, self._send_acks)
-
-    def _send_acks(self) -> None:
-        acks, self.acks, self.ack_flush = self.acks, [], None
-        task = asyncio.create_task(self._publish_acks(acks))
-        self.ack_tasks.add(task)
-        task.add_done_callback(self.ack_tasks.discard)
-
-    async def _publish_acks(self, acks: list[Msg]) -> None:
-        for msg in acks:
-            try:
-                await msg.ack()
-            except Exception as exc:  # not acked: redelivered after ack_wait, and handled idempotently
-                log.warning("consumer %s: ack failed: %s", self.durable, exc)
-
-    async def dispatch(self, msg: Msg) -> None:
-        if self.wanted is not None and not self.wanted(msg) and entity_of(msg) not in self.chains:
-            self.figures.count(msg.subject, SKIPPED)
-            self._ack(msg)  # nothing to do with it: no decode
-            return
-        event = await self.parse(msg)
-        if event is None:
-            return
-        if not self.concurrent:
-            await self.handle(event, msg)
-            return
-        await self.slots.acquire()
-        key = event.subject
-        task = asyncio.create_task(self._handle_after(self.chains.get(key), event, msg))
-        self.chains[key] = task
-
-        def done(t: asyncio.Task, key=key) -> None:
-            self.slots.release()
-            if self.chains.get(key) is t:
-                del self.chains[key]
-
-        task.add_done_callback(done)
-
-    async def _handle_after(self, previous: asyncio.Task | None, event: CloudEvent, msg: Msg) -> None:
-        if previous is not None:
-            await asyncio.wait({previous})  # its outcome is its own; only the order matters here
-        await self.handle(event, msg)
-
-    async def parse(self, msg: Msg) -> CloudEvent | None:
-        try:
-            return CloudEvent.from_json(msg.data)
-        except (ValidationError, ValueError) as exc:
-            log.error(
-                "consumer %s: unreadable event on %s, dead-lettered: %s", self.durable, msg.subject, exc
-            )
-            self.figures.count(msg.subject, DEAD_LETTERED)
-            await self.bus.dead_letter(msg, self.durable, f"unreadable event: {exc}")
-            await msg.term()
-            return None
-
-    async def handle(self, event: CloudEvent, msg: Msg) -> None:
-        started = time.perf_counter()
-        try:
-            await self.handler(event, msg)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.figures.observe(time.perf_counter() - started)
-            delivered = msg.metadata.num_delivered
-            if delivered >= self.max_deliver:
-                log.exception(
-                    "consumer %s: %s %s failed %d times, dead-lettered",
-                    self.durable,
-                    event.type,
-                    event.id,
-                    delivered,
-                )
-                self.figures.count(msg.subject, DEAD_LETTERED)
-                await self.bus.dead_letter(msg, self.durable, f"{type(exc).__name__}: {exc}")
-                await msg.term()
-            else:
-                log.warning(
-                    "consumer %s: %s %s failed (delivery %d): %s",
-                    self.durable,
-                    event.type,
-                    event.id,
-                    delivered,
-                    exc,
-                )
-                self.figures.count(msg.subject, REDELIVERED)
-                await msg.nak(delay=min(0.2 * 2**delivered, 10))
-            return
-        self.figures.observe(time.perf_counter() - started)
-        self.figures.count(msg.subject, OK)
-        self._ack(msg)
-
-
-class Watch:
-    """An ordered view of some subjects for one process: an ephemeral push consumer (no acks, flow control,
-    idle heartbeats) that delivers in stream order. When it is lost (a NATS restart, a gap in its sequence, a
-    silence of three heartbeats) a new one starts from the stream sequence after the last event
-    delivered: a start time or "new" only picks the first event of all."""
-
-    heartbeat = 1.0  # seconds between the server's idle heartbeats
-    retry = 0.5  # seconds between tries to start a new consumer while JetStream is not back
-
-    def __init__(
-        self,
-        bus: Bus,
-        stream: str,
-        subjects: list[str],
-        handler: Handler,
-        *,
-        since: datetime | None,
-        wanted: Callable[[Msg], bool] | None = None,
-        name: str | None = None,
-        decode: bool = True,
-    ):
-        self.bus, self.stream, self.subjects, self.handler = bus, stream, subjects, handler
-        self.wanted, self.decode = wanted, decode
-        self.subject = ",".join(subjects)  # (for the logs)
-        self.figures = bus.metrics.consumer(name or f"watch:{self.subject}")
-        self.consumer_name: str | None = None
-        """The current consumer's name on the server (a new one after each loss)."""
-        self.since = since
-        self.next_seq: int | None = None  # the stream sequence to go on from, once known
-        self.expected = 1  # the consumer sequence of the next event
-        self.generation = 0  # which consumer is current: messages of an older one are ignored
-        self.sub: Subscription | None = None
-        self.active = False
-        self.lost = asyncio.Event()
-
-    def _start(self) -> dict:
-        if self.next_seq is not None:
-            return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": self.next_seq}
-        if self.since is not None:
-            when = self.since.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            return {"deliver_policy": DeliverPolicy.BY_START_TIME, "opt_start_time": when}
-        return {"deliver_policy": DeliverPolicy.NEW}
-
-    async def open(self) -> None:
-        """A new consumer, from where the last one stopped."""
-        await self.drop()
-        self.consumer_name = None
-        self.generation += 1
-        self.expected, self.active = 1, True
-        self.lost.clear()
-        generation, inbox = self.generation, self.bus.nc.new_inbox()
-
-        async def delivered(msg: Msg) -> None:
-            if generation == self.generation:
-                await self._delivered(msg)
-
-        self.sub = await self.bus.nc.subscribe(inbox, cb=delivered)
-        config = ConsumerConfig(
-            deliver_subject=inbox,
-            **(
-                {"filter_subject": self.subjects[0]}
-                if len(self.subjects) == 1
-                else {"filter_subjects": self.subjects}
-            ),
-            ack_policy=AckPolicy.NONE,
-            flow_control=True,
-            idle_heartbeat=self.heartbeat,
-            inactive_threshold=5 * self.heartbeat,  # the server drops one left behind
-            mem_storage=True,
-            num_replicas=1,
-            **self._start(),
-        )
-        info = await self.bus.js.add_consumer(self.stream, config)
-        self.consumer_name = info.name
-        if self.next_seq is None:  # where it starts: after the stream's last event for "new"
-            self.next_seq = info.delivered.stream_seq + 1
-
-    async def drop(self) -> None:
-        sub, self.sub = self.sub, None
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    async def run(self) -> None:
-        """Start a new consumer whenever the current one is lost or silent."""
-        try:
-            while True:
-                self.active = False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.lost.wait(), 3 * self.heartbeat)
-                if not self.lost.is_set() and (self.active or (self.sub and self.sub.pending_msgs)):
-                    continue
-                log.info(
-                    "watch %s: consumer lost, resuming from stream sequence %s", self.subject, self.next_seq
-                )
-                while True:
-                    try:
-                        await self.open()
-                        break
-                    except Exception as exc:  # NATS or JetStream not back yet
-                        log.info("watch %s: cannot resume yet: %s", self.subject, exc)
-                        await asyncio.sleep(self.retry)
-        finally:
-            await self.drop()
-
-    async def _delivered(self, msg: Msg) -> None:
-        self.active = True
-        headers = msg.headers or {}
-        status = headers.get("Status")
-        if status == "100":  # flow control request (answered: everything before it is handled) or heartbeat
-            if msg.reply:
-                await self.bus.nc.publish(msg.reply)
-                return
-            if stalled := headers.get("Nats-Consumer-Stalled"):
-                await self.bus.nc.publish(stalled)
-            last = headers.get("Nats-Last-Consumer")
-            if last is not None and int(last) != self.expected - 1:
-                self.lost.set()  # events were sent that never arrived
-            return
-        if status is not None:  # e.g. 409 consumer deleted
-            self.lost.set()
-            return
-        sequence = msg.metadata.sequence
-        if sequence.consumer != self.expected:
-            self.lost.set()
-            return
-        self.expected = sequence.consumer + 1
-        self.next_seq = sequence.stream + 1
-        if self.wanted is not None and not self.wanted(msg):
-            self.figures.count(msg.subject, SKIPPED)
-            return
-        event = None
-        if self.decode:
-            try:
-                event = CloudEvent.from_json(msg.data)
-            except (ValidationError, ValueError):
-                self.figures.count(msg.subject, FAILED)
-                return  # a durable consumer of the same subject dead-letters it
-        started = time.perf_counter()
-        try:
-            await self.handler(event, msg)
-        except Exception:
-            self.figures.observe(time.perf_counter() - started)
-            self.figures.count(msg.subject, FAILED)
-            log.exception(
-                "watch %s: handler failed on %s", self.subject, event.id if event else event_id_of(msg)
-            )
-            return
-        self.figures.observe(time.perf_counter() - started)
-        self.figures.count(msg.subject, OK)
-
-
-async def publish_recorded(bus, event: CloudEvent, store, *, version: int | None = None) -> bool:
-    """Publish an event the event store `store` already holds (None: none does), and mark it published there.
-    A failure is said and left to the outbox relay, which publishes what stays unmarked. True once published."""
-    try:
-        await (bus.publish(event) if version is None else bus.publish(event, version=version))
-        if store is not None:
-            await store.mark_published([event.id])
-    except Exception as exc:
-        log.warning("publish of %s %s failed, left to the outbox relay: %s", event.type, event.id, exc)
-        return False
-    return True

@@ -1,9 +1,10 @@
 """What a service's bus consumers do, as Prometheus figures: the events each consumer handled (by subject and
 outcome), how long its handler took, and how far each of its JetStream consumers is behind.
 
-`gpuyard.shared.bus.jetstream` counts, in one place for every service: each `PullConsumer` (a durable) and each `Watch` (an
-ordered consumer) gets the `ConsumerFigures` of its name and tells it each event's outcome and handling time.
-Those are plain numbers the event loop adds to (a dict entry, a histogram bucket: a fraction of a microsecond;
+The bus's consumer loops count, in one place for every service: each `PullConsumer` (a durable,
+`gpuyard.shared.bus.consumers`) and each `Watch` (an ordered consumer, `gpuyard.shared.bus.watches`) gets
+the `ConsumerFigures` of its name and tells it each event's outcome and handling time. Those are plain
+numbers the event loop adds to (a dict entry, a histogram bucket: a fraction of a microsecond;
 prometheus-client's own Counter and Histogram, with their locks, cost several times more), rendered at each
 scrape by `BusMetrics.collect` (the registry's collector, as the monitor's are), from whatever thread scrapes:
 it reads copies, each taken whole.

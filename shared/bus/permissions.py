@@ -3,7 +3,7 @@
 This table is the one definition: `gpuyard up` writes the nats-server configuration from it
 (`gpuyard.supervisor.busconfig`), each service's outbox relay publishes only what its role may (`publishes`), and
 docs/operations.md describes it. Event subjects come from `gpuyard.shared.contracts.events`; the rest is what the NATS client
-library sends for the JetStream calls a role makes (`gpuyard.shared.bus.jetstream`, `gpuyard.shared.runtime.lease`):
+library sends for the JetStream calls a role makes (`gpuyard.shared.bus`, `gpuyard.shared.runtime.lease`):
 
 - declaring the streams (every service does at start-up): `$JS.API.STREAM.CREATE|UPDATE|INFO.<stream>`;
 - following a stream (durable pull consumers, ordered watches): the consumer API of that stream, its acks
@@ -247,3 +247,19 @@ def publishes(name: str) -> frozenset[Subject] | None:
 def publishers(subject: Subject) -> list[Role]:
     """The roles that may publish `subject`."""
     return [role for role, grant in GRANTS.items() if subject in grant.publishes]
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def may_subscribe(role: Role, subject: str) -> bool:
+    """Whether `role`'s bus user may subscribe to `subject` (one of its subscribe filters matches it)."""
+    return any(subject_matches(pattern, subject) for pattern in permissions(role).subscribe)

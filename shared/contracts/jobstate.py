@@ -1,4 +1,5 @@
-"""The job state machine: one table of legal transitions and a pure fold of events into the job's view.
+"""The job state machine: a table of legal transitions (`TRANSITIONS`), a table of what each event changes
+(`APPLIERS`), and a pure fold of events into the job's view.
 
     queued ──placed──▶ placed ──started──▶ running ──succeeded──▶ succeeded
       ▲                  │                   │ └─────failed─────▶ failed
@@ -11,13 +12,14 @@ as stale; every refusal names the offending event so that it can be logged.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from gpuyard.shared.contracts.events.envelope import CloudEvent
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
 from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
@@ -208,88 +210,141 @@ def apply(view: JobView | None, ev: CloudEvent, *, version: int | None = None) -
     """Return the job's view after `ev` (a new object); raise IllegalTransition if `ev` is not allowed."""
     subject = check(view, ev)
     data = ev.data
-    at = ev.time
     if isinstance(data, JobSubmitted):
-        return JobView(
-            job_id=data.job_id,
-            name=data.name,
-            tenant=data.tenant,
-            user=data.user,
-            spec=data.spec,
-            state=JobState.QUEUED,
-            version=version or 1,
-            created_at=at,
-            updated_at=at,
-            attempts=[Attempt(number=1, queued_at=at)],
-        )
+        return _submitted(data, ev.time, version)
     assert view is not None
     # The changes go into one shallow copy of the view (and of the current attempt): the rest is shared and
     # never mutated; a deep copy of the spec on every event would be most of the cost of a write.
-    changes: dict = {"version": version if version is not None else view.version + 1, "updated_at": at}
+    changes: dict = {"version": version if version is not None else view.version + 1, "updated_at": ev.time}
     _, target = TRANSITIONS[subject]
     if target is not None:
         changes["state"] = target
-    current = view.current
-    attempt: dict = {}  # changes to the current attempt
-    match data:
-        case JobPending():
-            changes["pending"] = data.reason
-        case JobPlaced():
-            # the message said why the previous attempt ended (a drain, a preemption): stale once placed again
-            changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None, message="")
-            attempt.update(placed_at=at, nodes=data.nodes)
-        case JobStarted():
-            if current.started_at is None:
-                attempt["started_at"] = at
-            attempt["started"] = sorted({*current.started, *data.replicas})
-            attempt["notes"] = [*current.notes, *(n for n in data.notes if n not in current.notes)]
-        case JobReplicaExited():
-            exited = ReplicaExit(
-                replica=data.replica,
-                node=data.node,
-                exit_code=data.exit_code,
-                signal=data.signal,
-                reason=data.reason,
-                message=data.message,
-            )
-            changes["exits"] = [*view.exits, exited]
-            if data.log_tail:
-                changes["log_tail"] = list(data.log_tail)
-        case JobSucceeded():  # what an earlier attempt's end said is in that attempt, not the job's word
-            changes.update(exit_code=0, signal=None, failure_reason=None, message="")
-            attempt.update(_ended(at, "succeeded", 0))
-        case JobFailed():
-            changes.update(
-                exit_code=data.exit_code, signal=data.signal, failure_reason=data.reason, message=data.message
-            )
-            if data.log_tail:
-                changes["log_tail"] = list(data.log_tail)
-            attempt.update(_ended(at, f"failed: {data.reason}", data.exit_code, data.message))
-        case JobCancelRequested():
-            changes["cancel_requested"] = True
-        case JobCancelled():
-            changes["message"] = message = data.message or f"cancelled by {data.by}"
-            attempt.update(_ended(at, "cancelled", None, message))
-        case JobPreempted():
-            changes["preempt_requested"] = data
-        case JobRequeued():
-            ended = current.model_copy(
-                update=_ended(at, f"requeued: {data.reason}", data.exit_code, data.message)
-            )
-            changes.update(
-                attempt=data.attempt,
-                attempts=[*view.attempts[:-1], ended, Attempt(number=data.attempt, queued_at=at)],
-                placements=[],
-                exits=[],
-                pending=None,
-                borrowed=False,
-                preempt_requested=None,
-                not_before=data.not_before,
-                message=data.message,
-            )
+    applier = APPLIERS.get(type(data))
+    attempt = applier(view, data, ev.time, changes) if applier is not None else {}
     if attempt:
-        changes["attempts"] = [*view.attempts[:-1], current.model_copy(update=attempt)]
+        changes["attempts"] = [*view.attempts[:-1], view.current.model_copy(update=attempt)]
     return view.model_copy(update=changes)
+
+
+def _submitted(data: JobSubmitted, at: datetime, version: int | None) -> JobView:
+    return JobView(
+        job_id=data.job_id,
+        name=data.name,
+        tenant=data.tenant,
+        user=data.user,
+        spec=data.spec,
+        state=JobState.QUEUED,
+        version=version or 1,
+        created_at=at,
+        updated_at=at,
+        attempts=[Attempt(number=1, queued_at=at)],
+    )
+
+
+# ------------------------------------------------------------------ what each event changes
+# Each applier adds what its event changes in the job's view to `changes` and returns the changes to the
+# current attempt (empty: none). The state and the version are `apply`'s, from TRANSITIONS.
+
+
+def _pending(view: JobView, data: JobPending, at: datetime, changes: dict) -> dict:
+    changes["pending"] = data.reason
+    return {}
+
+
+def _placed(view: JobView, data: JobPlaced, at: datetime, changes: dict) -> dict:
+    # the message said why the previous attempt ended (a drain, a preemption): stale once placed again
+    changes.update(placements=list(data.placements), borrowed=data.borrowed, pending=None, message="")
+    return {"placed_at": at, "nodes": data.nodes}
+
+
+def _started(view: JobView, data: JobStarted, at: datetime, changes: dict) -> dict:
+    current = view.current
+    attempt: dict = {} if current.started_at is not None else {"started_at": at}
+    attempt["started"] = sorted({*current.started, *data.replicas})
+    attempt["notes"] = [*current.notes, *(n for n in data.notes if n not in current.notes)]
+    return attempt
+
+
+def _replica_exited(view: JobView, data: JobReplicaExited, at: datetime, changes: dict) -> dict:
+    exited = ReplicaExit(
+        replica=data.replica,
+        node=data.node,
+        exit_code=data.exit_code,
+        signal=data.signal,
+        reason=data.reason,
+        message=data.message,
+    )
+    changes["exits"] = [*view.exits, exited]
+    if data.log_tail:
+        changes["log_tail"] = list(data.log_tail)
+    return {}
+
+
+def _succeeded(view: JobView, data: JobSucceeded, at: datetime, changes: dict) -> dict:
+    # what an earlier attempt's end said is in that attempt, not the job's word
+    changes.update(exit_code=0, signal=None, failure_reason=None, message="")
+    return _ended(at, "succeeded", 0)
+
+
+def _failed(view: JobView, data: JobFailed, at: datetime, changes: dict) -> dict:
+    changes.update(
+        exit_code=data.exit_code, signal=data.signal, failure_reason=data.reason, message=data.message
+    )
+    if data.log_tail:
+        changes["log_tail"] = list(data.log_tail)
+    return _ended(at, f"failed: {data.reason}", data.exit_code, data.message)
+
+
+def _cancel_requested(view: JobView, data: JobCancelRequested, at: datetime, changes: dict) -> dict:
+    changes["cancel_requested"] = True
+    return {}
+
+
+def _cancelled(view: JobView, data: JobCancelled, at: datetime, changes: dict) -> dict:
+    changes["message"] = message = data.message or f"cancelled by {data.by}"
+    return _ended(at, "cancelled", None, message)
+
+
+def _preempted(view: JobView, data: JobPreempted, at: datetime, changes: dict) -> dict:
+    changes["preempt_requested"] = data
+    return {}
+
+
+def _requeued(view: JobView, data: JobRequeued, at: datetime, changes: dict) -> dict:
+    """The current attempt ends (in `attempts`, as it was) and a new one, queued, begins."""
+    ended = view.current.model_copy(
+        update=_ended(at, f"requeued: {data.reason}", data.exit_code, data.message)
+    )
+    changes.update(
+        attempt=data.attempt,
+        attempts=[*view.attempts[:-1], ended, Attempt(number=data.attempt, queued_at=at)],
+        placements=[],
+        exits=[],
+        pending=None,
+        borrowed=False,
+        preempt_requested=None,
+        not_before=data.not_before,
+        message=data.message,
+    )
+    return {}
+
+
+Applier = Callable[[JobView, Any, datetime, dict], dict]
+"""`(view, the event's data, its time, the changes to the view) -> the changes to the current attempt`."""
+
+APPLIERS: dict[type[EventData], Applier] = {
+    JobPending: _pending,
+    JobPlaced: _placed,
+    JobStarted: _started,
+    JobReplicaExited: _replica_exited,
+    JobSucceeded: _succeeded,
+    JobFailed: _failed,
+    JobCancelRequested: _cancel_requested,
+    JobCancelled: _cancelled,
+    JobPreempted: _preempted,
+    JobRequeued: _requeued,
+}
+"""What each job event (but `job.submitted`, which makes the view) changes: the machine's second table."""
 
 
 def _ended(at: datetime, outcome: str, exit_code: int | None, message: str = "") -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.runtime.installhint import install_command
 
 CHUNK = 1 << 20

@@ -36,9 +36,6 @@ class HandlerTable:
                     raise ValueError(f"two handlers for {model.__name__}")
                 self.handlers[model] = handler
 
-    def handler_of(self, event: CloudEvent) -> Handler | None:
-        return self.handlers.get(type(event.data))
-
     async def __call__(self, event: CloudEvent, _msg: object = None) -> None:
         handler = self.handlers.get(type(event.data))
         if handler is not None:

@@ -230,40 +230,36 @@ class _Cycle:
             self.waiting += 1
         self.pending[job.job_id] = blocker.at(self.waiting, estimated_start, self.now)
 
-    def consider(self, job: JobRequest) -> None:
+    def held_back(self, job: JobRequest, key: tuple) -> R.Blocker | None:
+        """Why the job waits before any placement is tried, if it does: its retry backoff, strict order behind
+        the head, a reason settled earlier in the cycle, its tenant's quota, or a reservation it would delay."""
         if job.not_before is not None and job.not_before > self.now:
-            self.wait(
-                job,
-                R.Blocker(
-                    PendingCode.RETRY_BACKOFF,
-                    f"waiting {format_rough_duration(job.not_before - self.now)} before the next attempt (retry backoff)",
-                    {"not_before": job.not_before},
-                ),
+            return R.Blocker(
+                PendingCode.RETRY_BACKOFF,
+                f"waiting {format_rough_duration(job.not_before - self.now)} before the next attempt (retry backoff)",
+                {"not_before": job.not_before},
             )
-            return
         if self.strict and self.head is not None:
-            self.wait(
-                job,
-                R.Blocker(
-                    PendingCode.BLOCKED_BY_HEAD,
-                    f"strict order: waits behind job {self.head.job_id}",
-                    {"head": self.head.job_id},
-                ),
+            return R.Blocker(
+                PendingCode.BLOCKED_BY_HEAD,
+                f"strict order: waits behind job {self.head.job_id}",
+                {"head": self.head.job_id},
             )
-            return
-        if self.simple:
-            settled = self.settled.get(job.key)
-            if settled is not None:
-                self.wait(job, settled)
-                return
-        key = shape_key(job)
+        if self.simple and (settled := self.settled.get(job.key)) is not None:
+            return settled
         blocker = self.ledger.admission_blocker(job)
         if blocker is not None:
-            self.wait(job, blocker)
-            return
+            return blocker
         delayed = self.delayed.get(key)
         if delayed is not None and delayed[0].outlasts(job, self.now):
-            self.wait(job, delayed[1])
+            return delayed[1]
+        return None
+
+    def consider(self, job: JobRequest) -> None:
+        key = shape_key(job)
+        blocker = self.held_back(job, key)
+        if blocker is not None:
+            self.wait(job, blocker)
             return
         demand = self.demands.get(key)
         if demand is None:

@@ -8,7 +8,6 @@ events by the trace simulator: the same code places jobs in both.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
@@ -17,6 +16,7 @@ import numpy as np
 from gpuyard.shared.scheduling.demand import MILLI, Demand, share_to_milli, used_to_milli
 from gpuyard.shared.scheduling.gpustate import STATES, GpuStateTable
 from gpuyard.shared.scheduling.model import EPS, ClusterState, Node, ReplicaAssignment
+from gpuyard.shared.scheduling.nodegroups import NodeGroups
 
 MIXED = -2  # model id of a node whose GPUs are not all the same model
 GROUP_FROM = 64  # node groups are built once a replica fits on more nodes than this
@@ -77,13 +77,42 @@ class CapacityIndex:
         self.states = states
         self.names = list(names)
         self.position = {name: i for i, name in enumerate(self.names)}
-        # rows that never change are shared between nodes with the same GPUs (thousands of alike nodes)
+        model_rows = self._gpu_rows(gpu_models, gpu_memory, gpu_ids, used, free, used_memory)
+        self.cpus = np.asarray(cpus, dtype=np.float64)
+        self.memory = np.asarray(memory, dtype=np.float64)
+        self.cpu_free = self.cpus - (
+            np.asarray(used_cpus, dtype=np.float64) if used_cpus is not None else 0.0
+        )
+        self.mem_free = self.memory - (
+            np.asarray(used_mem, dtype=np.float64) if used_mem is not None else 0.0
+        )
+        self.schedulable = (
+            np.asarray(schedulable, dtype=bool) if schedulable is not None else np.ones(n, dtype=bool)
+        )
+        self.blocked: dict[int, frozenset[int]] = dict(blocked or {})
+        """Node position -> the GPU slots out of service (unhealthy or cordoned): their free share is held at
+        0, whatever is given back on them (a what-if release in a reservation or a preemption trial)."""
+        for i, slots in self.blocked.items():
+            for slot in slots:
+                self.free[i][slot] = 0
+        self._node_summaries(model_rows)
+        self._model_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self.memo: dict = {}  # per-index facts policies derive once (capacity per GPU model, ...)
+        self.restrict: np.ndarray | None = None  # extra node mask for placement (None = every node)
+        self.grouped = grouped  # place through node groups (built on first use, see `NodeGroups`)
+        self.group = np.full(n, -1, dtype=np.int64)
+        self._groups: NodeGroups | None = None
+
+    def _gpu_rows(self, gpu_models, gpu_memory, gpu_ids, used, free, used_memory) -> dict[tuple, list[int]]:
+        """Per GPU: model ids, memory, indices, free milli-GPU and free memory of every node. Rows that never
+        change are shared between nodes with the same GPUs (thousands of alike nodes); returns the model rows."""
+        states = self.states
         model_rows: dict[tuple, list[int]] = {}
         memory_rows: dict[tuple, list[float]] = {}
         id_rows: dict[tuple, list[int]] = {}
         self.gpu_models, self.gpu_memory_total, self.gpu_ids = [], [], []
         self.free, self.gpu_memory_free = [], []
-        for k in range(n):
+        for k in range(len(self.names)):
             models = tuple(gpu_models[k])
             row = model_rows.get(models)
             if row is None:
@@ -108,23 +137,11 @@ class CapacityIndex:
             self.gpu_memory_free.append(
                 _memory_free(total, used_memory[k] if used_memory is not None else ())
             )
-        self.cpus = np.asarray(cpus, dtype=np.float64)
-        self.memory = np.asarray(memory, dtype=np.float64)
-        self.cpu_free = self.cpus - (
-            np.asarray(used_cpus, dtype=np.float64) if used_cpus is not None else 0.0
-        )
-        self.mem_free = self.memory - (
-            np.asarray(used_mem, dtype=np.float64) if used_mem is not None else 0.0
-        )
-        self.schedulable = (
-            np.asarray(schedulable, dtype=bool) if schedulable is not None else np.ones(n, dtype=bool)
-        )
-        self.blocked: dict[int, frozenset[int]] = dict(blocked or {})
-        """Node position -> the GPU slots out of service (unhealthy or cordoned): their free share is held at
-        0, whatever is given back on them (a what-if release in a reservation or a preemption trial)."""
-        for i, slots in self.blocked.items():
-            for slot in slots:
-                self.free[i][slot] = 0
+        return model_rows
+
+    def _node_summaries(self, model_rows: dict[tuple, list[int]]) -> None:
+        """Per node, what the vectorised filter reads: GPU model (MIXED when they differ), idle GPUs, largest free
+        share and free memory slice, GPU state id."""
         kinds = {
             id(m): (m[0] if m and all(x == m[0] for x in m) else (MIXED if m else -1))
             for m in model_rows.values()
@@ -132,7 +149,7 @@ class CapacityIndex:
         node_model = [kinds[id(m)] for m in self.gpu_models]
         self.node_model = np.array(node_model, dtype=np.int32)
         idle, max_free, max_memory_free, state = [], [], [], []
-        intern = states.intern
+        intern = self.states.intern
         for row, mems, model in zip(self.free, self.gpu_memory_free, node_model, strict=True):
             idle.append(row.count(MILLI))
             max_free.append(max(row) if row else 0)
@@ -142,12 +159,6 @@ class CapacityIndex:
         self.max_free = np.array(max_free, dtype=np.int32)
         self.max_memory_free = np.array(max_memory_free, dtype=np.float64)
         self.state = np.array(state, dtype=np.int64)
-        self._model_masks: dict[tuple[str, ...], np.ndarray] = {}
-        self.memo: dict = {}  # per-index facts policies derive once (capacity per GPU model, ...)
-        self.restrict: np.ndarray | None = None  # extra node mask for placement (None = every node)
-        self.grouped = grouped  # place through node groups (built on first use, see `NodeGroups`)
-        self.group = np.full(n, -1, dtype=np.int64)
-        self._groups: NodeGroups | None = None
 
     # ----------------------------------------------------------------------------------------------- building
     @classmethod
@@ -435,174 +446,3 @@ def _blocked(nodes: Sequence[Node]) -> dict[int, frozenset[int]]:
 
 def _memory_free(total: list[float], taken: Sequence[float]) -> list[float]:
     return [t - u for t, u in zip(total, taken, strict=True)] if any(taken) else list(total)
-
-
-class NodeGroups:
-    """Nodes grouped by everything a placement decision reads, so a policy scores one node per group.
-
-    Key: (GPU state id, free CPUs, free memory, and either the GPUs' memory size when every GPU of the node is
-    the same model with the same memory and no memory slice is handed out, or else the sorted per-GPU tuples
-    (free milli-GPU, model, memory, free memory)). Per group, numpy arrays hold the filter values and the
-    representative (lowest node position, kept with a lazily cleaned heap); a node moves between groups on
-    every change of its free capacity. Unschedulable nodes belong to no group. Group ids of emptied groups are
-    reused, so the arrays stay about as long as the number of distinct node states.
-    """
-
-    __slots__ = (
-        "index",
-        "keys",
-        "key_of",
-        "count",
-        "heaps",
-        "spare",
-        "top",
-        "cpu_free",
-        "mem_free",
-        "idle",
-        "max_free",
-        "max_memory_free",
-        "rep",
-        "active",
-        "plain",
-    )
-
-    def __init__(self, index: CapacityIndex) -> None:
-        self.index = index
-        self.keys: dict[tuple, int] = {}
-        self.key_of: list[tuple | None] = []
-        self.count: list[int] = []
-        self.heaps: list[list[int]] = []
-        self.spare: list[int] = []
-        self.top = 0  # group ids in use are < top
-        size = 64
-        self.cpu_free = np.zeros(size, dtype=np.float64)
-        self.mem_free = np.zeros(size, dtype=np.float64)
-        self.idle = np.zeros(size, dtype=np.int32)
-        self.max_free = np.zeros(size, dtype=np.int32)
-        self.max_memory_free = np.zeros(size, dtype=np.float64)
-        self.rep = np.zeros(size, dtype=np.int64)
-        self.active = np.zeros(size, dtype=bool)
-        # per node: its GPUs' memory when all its GPUs are alike (same model and memory), else None
-        self.plain: list[float | None] = [
-            (
-                mems[0]
-                if mems and all(m == models[0] for m in models) and all(x == mems[0] for x in mems)
-                else None
-            )
-            for models, mems in zip(index.gpu_models, index.gpu_memory_total, strict=True)
-        ]
-        index.group[:] = -1
-        for i in range(len(index)):
-            if index.schedulable[i]:
-                self._join(i, self.key(i))
-
-    def key(self, i: int) -> tuple:
-        ix = self.index
-        mems = ix.gpu_memory_free[i]
-        plain = self.plain[i]
-        if plain is not None and mems == ix.gpu_memory_total[i]:
-            extra: object = plain
-        else:
-            extra = tuple(
-                sorted(zip(ix.free[i], ix.gpu_models[i], ix.gpu_memory_total[i], mems, strict=True))
-            )
-        return (int(ix.state[i]), float(ix.cpu_free[i]), float(ix.mem_free[i]), extra)
-
-    def update(self, i: int) -> None:
-        ix = self.index
-        g = int(ix.group[i])
-        if not ix.schedulable[i]:
-            if g >= 0:
-                self._leave(i, g)
-            return
-        key = self.key(i)
-        if g >= 0:
-            if self.key_of[g] == key:
-                return
-            self._leave(i, g)
-        self._join(i, key)
-
-    def _join(self, i: int, key: tuple) -> None:
-        g = self.keys.get(key)
-        if g is None:
-            g = self._new(key, i)
-        self.count[g] += 1
-        heapq.heappush(self.heaps[g], i)
-        if i < self.rep[g]:
-            self.rep[g] = i
-        self.index.group[i] = g
-
-    def _new(self, key: tuple, i: int) -> int:
-        if self.spare:
-            g = self.spare.pop()
-        else:
-            g = self.top
-            self.top += 1
-            if g >= self.rep.shape[0]:
-                self._grow()
-            self.key_of.append(None)
-            self.count.append(0)
-            self.heaps.append([])
-        ix = self.index
-        self.keys[key] = g
-        self.key_of[g] = key
-        self.count[g] = 0
-        self.heaps[g] = []
-        self.cpu_free[g] = ix.cpu_free[i]
-        self.mem_free[g] = ix.mem_free[i]
-        self.idle[g] = ix.idle[i]
-        self.max_free[g] = ix.max_free[i]
-        self.max_memory_free[g] = ix.max_memory_free[i]
-        self.rep[g] = i
-        self.active[g] = True
-        return g
-
-    def _leave(self, i: int, g: int) -> None:
-        group = self.index.group
-        group[i] = -1
-        self.count[g] -= 1
-        if not self.count[g]:
-            del self.keys[self.key_of[g]]
-            self.key_of[g] = None
-            self.heaps[g] = []
-            self.active[g] = False
-            self.spare.append(g)
-            return
-        heap = self.heaps[g]
-        if len(heap) > 2 * self.count[g] + 16:  # drop stale entries now and then
-            heap[:] = sorted({x for x in heap if group[x] == g})
-        while group[heap[0]] != g:
-            heapq.heappop(heap)
-        self.rep[g] = heap[0]
-
-    def _grow(self) -> None:
-        size = 2 * self.rep.shape[0]
-        for name in ("cpu_free", "mem_free", "idle", "max_free", "max_memory_free", "rep", "active"):
-            old = getattr(self, name)
-            new = np.zeros(size, dtype=old.dtype)
-            new[: old.shape[0]] = old
-            setattr(self, name, new)
-
-    def candidates(self, demand: Demand) -> np.ndarray:
-        """Representatives (in node order) of the groups where one replica fits now."""
-        top = self.top
-        mask = (
-            self.active[:top]
-            & (self.cpu_free[:top] >= demand.cpus - EPS)
-            & (self.mem_free[:top] >= demand.memory)
-        )
-        if demand.count:
-            if demand.whole:
-                mask &= self.idle[:top] >= demand.count
-            else:
-                mask &= self.max_free[:top] >= demand.milli
-                if demand.gpu_memory:
-                    mask &= self.max_memory_free[:top] >= demand.gpu_memory
-            if demand.models:
-                mask &= self.index.model_mask(demand.models)[self.rep[:top]]
-        found = np.sort(self.rep[:top][mask])
-        if demand.count and found.size and (demand.gpu_memory or demand.models):
-            index = self.index
-            exact = [i for i in found.tolist() if len(index.eligible(i, demand)) >= demand.count]
-            found = np.asarray(exact, dtype=np.int64)
-        return found

@@ -60,7 +60,6 @@ def _tenant_durations(value: object) -> object:
 
 
 TenantDurations = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_durations)]
-
 """A duration per tenant, `vision=30m,nlp=1h` (`*`: every other tenant's)."""
 
 
@@ -93,17 +92,14 @@ Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]
-
 """A TCP port to listen on: a bad one (99999, -1) is refused at start, never wrapped into some other port."""
 
 
 PortOrAny = Annotated[int, Field(ge=0, le=65535)]
-
 """A TCP port, or 0 where the setting's description says that it picks any free one."""
 
 
 EXIT_REFUSED = 2
-
 """A service's exit status when it refuses its configuration (settings, credentials, job users): a supervisor
 does not restart it (`gpuyard up` stops with its reason); any other failure is 1, and worth a restart."""
 

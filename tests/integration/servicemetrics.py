@@ -8,7 +8,7 @@ import json
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.supervisor.up import TARGETS_FILE
+from gpuyard.supervisor.scrapeconfig import TARGETS_FILE
 
 from .conftest import Platform
 

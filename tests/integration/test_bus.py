@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from gpuyard.shared.bus.jetstream import Bus, entity_of
+from gpuyard.shared.bus.headers import entity_of
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobCancelled, JobFailed, JobSucceeded
 from gpuyard.shared.contracts.events.subjects import DEADLETTER_STREAM, EVENTS_STREAM, STREAMS

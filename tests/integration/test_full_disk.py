@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuyard.supervisor.up import free_space
+from gpuyard.supervisor.diskroom import free_space
 from tests.integration.conftest import Platform, wait_for
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,9 @@ import pytest
 from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError
 
-from gpuyard.services.scheduler.main import SchedulerService, follow_heartbeats
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.main import follow_heartbeats
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import GpuInfo, GpuSample, NodeHeartbeat
@@ -60,21 +62,22 @@ async def test_a_heartbeat_the_stream_refuses_still_keeps_its_node_alive_and_eac
         scheduler = SchedulerService(
             SimpleNamespace(bus=bus, ledger=None), SchedulerSettings(node_timeout=30)
         )
+        handlers = SchedulerHandlers(scheduler)
         heard: list[str] = []  # the id of each heartbeat the scheduler is given, live or from the stream
         taken: list[str] = []  # ... and of those it took
-        given, observe = scheduler.on_heartbeat, scheduler.view.observe_node
+        given, observe = handlers.on_heartbeat, scheduler.view.observe_node
 
-        async def on_heartbeat(event, msg=None):
+        async def on_heartbeat(data, event):
             heard.append(event.id)
-            await given(event, msg)
+            await given(data, event)
 
         def observe_node(hb, now=None):
             taken.append(current[0])
             return observe(hb, now=now)
 
         current = [""]
-        scheduler.on_heartbeat, scheduler.view.observe_node = on_heartbeat, observe_node
-        await follow_heartbeats(SimpleNamespace(bus=bus), scheduler)
+        handlers.on_heartbeat, scheduler.view.observe_node = on_heartbeat, observe_node
+        await follow_heartbeats(SimpleNamespace(bus=bus), handlers, node_timeout=30)
 
         await stream_refuses(bus, True)
         refused = heartbeat()

@@ -113,7 +113,7 @@ def test_a_waiting_job_shows_reason_position_and_estimate_in_api_and_cli(platfor
     text = why.stdout
     assert (
         f"waiting: {head.pending.code}: " in text.splitlines()[0]
-    )  # as gpuyard.shared.contracts.api.pending_text renders it
+    )  # as gpuyard.shared.contracts.api.jobs.pending_text renders it
     assert head.pending.message in text
     assert "#1 (1st in line)" in text
     assert "in about 10 min" in text or "in about 9 min" in text

@@ -62,7 +62,7 @@ def test_a_crashed_main_is_not_ready_from_the_crash_on_and_exits_nonzero(nats_ur
 
 SUPERVISOR = """
 import os, subprocess, sys, time
-from gpuyard.supervisor.up import _die_with_parent
+from gpuyard.supervisor.child import die_with_parent as _die_with_parent
 env = {**os.environ, "GPUYARD_SUPERVISOR_PID": str(os.getpid())}
 child = subprocess.Popen(sys.argv[1:], env=env, preexec_fn=_die_with_parent, start_new_session=True)
 print(child.pid, flush=True)

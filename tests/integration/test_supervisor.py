@@ -22,9 +22,10 @@ from rich.console import Console
 from gpuyard.shared.bus.credentials import BusCredentials, write_credentials
 from gpuyard.shared.contracts.api.platform import ServiceOut
 from gpuyard.shared.contracts.events.services import ProcessState, ServiceStatus
-from gpuyard.supervisor import up
+from gpuyard.supervisor import supervision
+from gpuyard.supervisor.child import Child
 from gpuyard.supervisor.statusreport import PENDING_CHANGES, StatusReporter
-from gpuyard.supervisor.up import CRASH_LOOP, STARTED_LINE, Child, Supervisor
+from gpuyard.supervisor.supervision import CRASH_LOOP, STARTED_LINE, Supervisor
 from tests.integration.conftest import BIN, Platform, free_ports, wait_for
 
 
@@ -216,7 +217,7 @@ async def test_a_child_that_keeps_crashing_is_reported_restarting_then_crash_loo
 
 
 async def test_a_child_that_runs_a_while_after_its_crash_is_reported_running_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(up, "STABLE_SECONDS", 1.5)
+    monkeypatch.setattr(supervision, "STABLE_SECONDS", 1.5)
     fixed = tmp_path / "fixed"
     code = (
         f"import os, sys, time\nif not os.path.exists({str(fixed)!r}):\n"

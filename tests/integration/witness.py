@@ -1,7 +1,7 @@
 """Positive witnesses for the tests' "it changed nothing" checks: instead of sleeping and then looking, a test
 waits for proof that the event it sent has been handled, and only then checks that nothing came of it.
 
-A durable consumer acknowledges an event only once its handler is done with it (`gpuyard.shared.bus.jetstream`: ack after the
+A durable consumer acknowledges an event only once its handler is done with it (`gpuyard.shared.bus.consumers`: ack after the
 effect), and JetStream never delivers an acknowledged event again. So once a consumer's ack floor (the stream
 sequence up to which it has acknowledged everything) has reached an event's sequence, whatever that consumer
 was going to do about the event is done."""
@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.bus.consumers import Bus
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM
 
 ACK_WITNESS_SECONDS = 60.0

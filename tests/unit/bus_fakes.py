@@ -1,4 +1,4 @@
-"""Stand-ins for NATS messages and the bus, to drive `gpuyard.shared.bus.jetstream`'s consumer loops without a server (the unit
+"""Stand-ins for NATS messages and the bus, to drive the bus's consumer loops (`gpuyard.shared.bus.consumers`, `watches`) without a server (the unit
 tests of the bus figures and `benchmarks/bus_overhead.py`)."""
 
 from __future__ import annotations

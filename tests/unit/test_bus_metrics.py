@@ -1,4 +1,4 @@
-"""The bus figures of each service (`gpuyard.shared.bus.metrics`), counted in the consumer loops of `gpuyard.shared.bus.jetstream`: a
+"""The bus figures of each service (`gpuyard.shared.bus.metrics`), counted in the bus's consumer loops (`gpuyard.shared.bus.consumers`, `watches`): a
 message through a durable consumer or a watch counts once, with its outcome and handling time; a consumer's
 lag follows its consumer info; and every service's /metrics serves them (its own port, the submit API's)."""
 
@@ -12,8 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuyard.shared.bus.jetstream import Bus, PullConsumer, Watch
+from gpuyard.shared.bus.consumers import PullConsumer
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.bus.metrics import BusMetrics, subject_label
+from gpuyard.shared.bus.watches import Watch
 from gpuyard.shared.contracts.events.envelope import make_event, subject_of
 from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime.servicemetrics import MetricsServer, render, service_registry

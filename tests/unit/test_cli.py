@@ -35,8 +35,8 @@ from gpuyard.shared.contracts.jobstate import fold
 from gpuyard.shared.contracts.reasons import PendingCode
 from gpuyard.shared.contracts.version import VERSION
 from gpuyard.shared.reporting import why
+from gpuyard.supervisor.banner import job_rights
 from gpuyard.supervisor.ports import free_ports
-from gpuyard.supervisor.up import job_rights
 
 
 def view(job_id: str, spec: dict, *steps, tenant: str = "vision", user: str = "ana", at=None) -> dict:
@@ -126,7 +126,7 @@ def api(monkeypatch):
             super().__init__("http://api.test", "token")
             self.http = httpx.Client(base_url=self.server, transport=httpx.MockTransport(handler))
 
-    monkeypatch.setattr(cli, "Client", FakeClient)
+    monkeypatch.setattr(cli.common, "Client", FakeClient)
     return jobs
 
 
@@ -405,7 +405,7 @@ def one_line_error(code: int, err: str) -> str:
 
 def test_gpuyard_sim_hands_its_arguments_unchanged_to_the_simulator(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: calls.append((path, argv)))
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append((path, argv)))
     args = [
         "--trace",
         "openb_pod_list_gpushare40.csv",
@@ -427,9 +427,7 @@ def test_gpuyard_sim_on_a_client_installation_is_one_line_naming_the_extra_and_e
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a)
     )
-    monkeypatch.setattr(
-        cli.os, "execv", lambda *a: pytest.fail("exec without the scheduling core's packages")
-    )
+    monkeypatch.setattr(os, "execv", lambda *a: pytest.fail("exec without the scheduling core's packages"))
     code, out, err = run(capsys, "sim", "--trace", "x.csv")
     assert code == 2 and out == ""
     line = one_line_error(code, err)

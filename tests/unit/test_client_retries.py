@@ -116,7 +116,7 @@ def test_gpuyard_submit_says_why_it_waits(monkeypatch, tmp_path, capsys):
             self.http = httpx.Client(base_url=self.server, transport=httpx.MockTransport(handler))
             self.sleep = lambda seconds: None
 
-    monkeypatch.setattr(cli, "Client", FakeClient)
+    monkeypatch.setattr(cli.common, "Client", FakeClient)
     assert cli.main(["submit", str(spec)]) == 0
     captured = capsys.readouterr()
     assert "tenant 'vision' has 5 jobs queued (HTTP 429); trying again in 3 s" in captured.err

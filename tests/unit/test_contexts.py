@@ -14,7 +14,7 @@ import pytest
 from gpuyard import cli, client, contexts
 from gpuyard.client import Client, ClientError
 from gpuyard.shared.auth.tokens import Tokens
-from gpuyard.supervisor.up import ensure_admin_token, save_context
+from gpuyard.supervisor.datadir import ensure_admin_token, save_context
 
 
 @pytest.fixture

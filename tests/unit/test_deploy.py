@@ -32,7 +32,7 @@ from gpuyard.shared.settings.executor import ExecutorSettings
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import env_name
 from gpuyard.shared.settings.serving import ServingSettings
-from gpuyard.supervisor.up import SERVICES as SERVICE_SETTINGS
+from gpuyard.supervisor.servicecommands import SERVICES as SERVICE_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"

@@ -192,7 +192,7 @@ def cli_api(api, monkeypatch):
             self.http = api
             self.http.headers["Authorization"] = f"Bearer {self.token}"
 
-    monkeypatch.setattr(cli, "Client", AppClient)
+    monkeypatch.setattr(cli.common, "Client", AppClient)
     return api
 
 

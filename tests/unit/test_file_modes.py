@@ -11,7 +11,7 @@ import pytest
 
 from gpuyard.services.executor.logfile import RotatingLog
 from gpuyard.services.executor.pidfiles import make_replica_dirs
-from gpuyard.services.executor.reaper import write_atomically
+from gpuyard.services.executor.reaper.files import write_atomically
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import JobSubmitted

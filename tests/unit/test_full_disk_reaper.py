@@ -10,8 +10,9 @@ import socket
 
 import pytest
 
-from gpuyard.services.executor import reaper
-from gpuyard.services.executor.reaper import Reaper, Replica, write_atomically
+from gpuyard.services.executor.reaper import files as reaper
+from gpuyard.services.executor.reaper.files import write_atomically
+from gpuyard.services.executor.reaper.loop import Reaper, Replica
 
 
 @pytest.fixture

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuyard.supervisor import up
-from gpuyard.supervisor.up import Child, ServiceLog, Supervisor, jetstream_broken
+from gpuyard.supervisor import servicelog
+from gpuyard.supervisor.child import Child
+from gpuyard.supervisor.natsserver import jetstream_broken
+from gpuyard.supervisor.servicelog import ServiceLog
+from gpuyard.supervisor.supervision import Supervisor
 
 WITHIN = 60.0  # a generous bound on each wait: a slow machine only takes longer to get there
 
@@ -48,13 +51,13 @@ def test_a_log_that_cannot_be_written_drops_its_output_says_so_once_and_fills_th
     log = ServiceLog(tmp_path / "executor.log", said.append, write=disk.write, clock=lambda: now[0])
     log.write(b"first line\n")
     log.write(b"second line\n")  # within the retry interval: dropped without a try
-    now[0] += up.LOG_RETRY_SECONDS + 1
+    now[0] += servicelog.LOG_RETRY_SECONDS + 1
     log.write(b"third line\n")  # tried again: the disk is still full
     assert disk.refused == 2
     assert len(said) == 1 and "no space left on its disk" in said[0] and "executor.log" in said[0]
     disk.full = False
     log.write(b"too soon\n")  # the retry interval after the last refusal has not passed: dropped too
-    now[0] += up.LOG_RETRY_SECONDS + 1
+    now[0] += servicelog.LOG_RETRY_SECONDS + 1
     log.write(b"fourth line\n")
     log.close()
     text = (tmp_path / "executor.log").read_text()
@@ -107,7 +110,7 @@ async def test_a_service_whose_log_cannot_be_written_is_never_held_up(tmp_path):
 
 
 async def test_its_log_is_written_again_once_the_disk_has_room(tmp_path, monkeypatch):
-    monkeypatch.setattr(up, "LOG_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(servicelog, "LOG_RETRY_SECONDS", 0.0)
     disk, out = Disk(), io.StringIO()
     sup = Supervisor(Console(file=out, width=400), tmp_path, write=disk.write)
     freed = tmp_path / "freed"
@@ -199,7 +202,7 @@ async def test_nats_that_failed_a_write_is_restarted_once_its_store_has_room(tmp
         await until(
             lambda: nats.proc is not first and starts.exists() and len(starts.read_text()) == 2, "a restart"
         )
-        await until(lambda: sup.healing.done(), "the restart to be over")
+        await until(lambda: sup.healer.task.done(), "the restart to be over")
     finally:
         watcher.cancel()
         await sup.stop(["nats"])

@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from gpuyard.shared.contracts.jobspec import JobSpec, SpecError, load_spec_text
+from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.specfiles import SpecError, load_spec_text
 from gpuyard.shared.contracts.units import parse_duration, parse_size
 
 

@@ -55,13 +55,13 @@ def gpuyard(api, ctx, monkeypatch, capsys):  # noqa: F811
     [("node-a", ("node-a", None)), ("node-a/1", ("node-a", 1)), ("n.b/12", ("n.b", 12))],
 )
 def test_a_target_is_a_node_or_one_gpu_of_it(target, expected):
-    assert cli.parse_node_target(target) == expected
+    assert cli.nodes.parse_node_target(target) == expected
 
 
 @pytest.mark.parametrize("target", ["/1", "node-a/", "node-a/x", "node-a/-1"])
 def test_a_bad_target_is_a_clear_error(target):
-    with pytest.raises(cli.CliError, match="NODE/GPU|index"):
-        cli.parse_node_target(target)
+    with pytest.raises(cli.common.CliError, match="NODE/GPU|index"):
+        cli.nodes.parse_node_target(target)
 
 
 def test_cordon_a_gpu_then_the_listing_shows_it_and_uncordon_undoes_it(gpuyard):

@@ -107,7 +107,7 @@ def test_the_wheel_installs_one_import_package_gpuyard(wheel):
     assert {
         "gpuyard/services/submit/__main__.py",
         "gpuyard/shared/contracts/events/jobs.py",
-        "gpuyard/cli.py",
+        "gpuyard/cli/__init__.py",
     } <= names
 
 

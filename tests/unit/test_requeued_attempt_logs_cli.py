@@ -43,7 +43,7 @@ def api(ctx, monkeypatch):
                 app.headers.update(self.http.headers)
                 self.http = app
 
-        monkeypatch.setattr(cli, "Client", InProcess)
+        monkeypatch.setattr(cli.common, "Client", InProcess)
         yield app
 
 

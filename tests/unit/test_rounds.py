@@ -3,16 +3,9 @@ contain dots (process names), list indexes."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "rounds", Path(__file__).parents[2] / "benchmarks" / "rounds.py"
-)
-rounds = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rounds)
+from benchmarks import rounds
 
 
 def test_the_json_after_progress_lines_is_read():

@@ -23,8 +23,10 @@ from gpuyard.services.serving.routing import Routes
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.bus.metrics import OUTCOMES, BusMetrics, ConsumerLag
 from gpuyard.shared.runtime.servicemetrics import render, service_registry
+from gpuyard.supervisor.banner import metrics_line
 from gpuyard.supervisor.options import UpOptions
-from gpuyard.supervisor.up import TARGETS_FILE, metrics_line, plan, write_metrics_targets
+from gpuyard.supervisor.plan import plan
+from gpuyard.supervisor.scrapeconfig import TARGETS_FILE, write_metrics_targets
 from tests.unit.grafana import queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.rounds import parse_json_tail
+
 pytest.importorskip("onnxruntime", reason="the serving extra (onnxruntime) is not installed")
 pytest.importorskip("tritonclient.http", reason="tritonclient[http] (the test extra) is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from rounds import parse_json_tail  # noqa: E402  (benchmarks/rounds.py)
 
 IN_TREE = {
     "null": {"binary", "json", "tritonclient"},

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from gpuyard.cli import build_parser
 from gpuyard.client import Client, config_dir
 from gpuyard.docsgen import settings as settingsdocs
-from gpuyard.services.scheduler.main import config_of
+from gpuyard.services.scheduler.service import config_of
 from gpuyard.shared.contracts.policies import BackfillMode, Policy
 from gpuyard.shared.runtime.service import event_loop_factory
 from gpuyard.shared.scheduling import SchedulerConfig
@@ -29,7 +29,7 @@ from gpuyard.shared.settings.serving import ServingSettings
 from gpuyard.shared.settings.submit import SubmitSettings
 from gpuyard.supervisor.options import SETTING_FLAGS, UpOptions
 from gpuyard.supervisor.options import add_arguments as add_up_arguments
-from gpuyard.supervisor.up import plan
+from gpuyard.supervisor.plan import plan
 
 MODELS = (
     CommonSettings,

@@ -19,11 +19,10 @@ from gpuyard.shared.contracts.jobspec import (
     REPLICA_START_BYTES,
     SPEC_START_BYTES,
     JobSpec,
-    SpecError,
-    load_spec_text,
     start_bytes,
     start_error,
 )
+from gpuyard.shared.contracts.specfiles import SpecError, load_spec_text
 from tests.unit.submitctx import submit_app, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}

@@ -15,7 +15,7 @@ from gpuyard import cli
 from gpuyard.client import Client
 from gpuyard.services.submit.app import create_app
 from gpuyard.shared.auth.tokens import TokenRefused, Tokens
-from gpuyard.supervisor.up import ensure_admin_token
+from gpuyard.supervisor.datadir import ensure_admin_token
 from tests.unit.submitctx import another_instance, submit_context
 
 LEGACY = {
@@ -203,7 +203,7 @@ def cli_api(api, monkeypatch):
             self.http = api
             self.http.headers["Authorization"] = f"Bearer {self.token}"
 
-    monkeypatch.setattr(cli, "Client", AppClient)
+    monkeypatch.setattr(cli.common, "Client", AppClient)
     return api
 
 

@@ -20,9 +20,11 @@ IGNORE_DECORATORS = [
 
 CALLED_BY_NAME = {
     ("gpuyard/__init__.py", "__getattr__"): "the module's own attributes, imported when used (PEP 562)",
-    ("services/serving/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
+    (
+        "services/serving/entry.py",
+        "capture_signals",
+    ): "uvicorn.Server calls it (the service owns the signals)",
     ("services/submit/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
-    ("shared/bus/metrics.py", "describe"): "prometheus_client's collector protocol",
     ("shared/runtime/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
 }
 
@@ -40,7 +42,7 @@ CHECKED_BY_TESTS = {
     ): "every older event version has its upcaster: a contract test",
     ("shared/bus/permissions.py", "publishers"): "the permission table read by subject: its tests",
     ("shared/bus/permissions.py", "NOT_PUBLISHED_YET"): "the permission table's tests",
-    ("services/scheduler/main.py", "NOT_FOLLOWED"): "the job events it need not follow, and why: a test",
+    ("services/scheduler/handlers.py", "NOT_FOLLOWED"): "the job events it need not follow, and why: a test",
     ("shared/bus/metrics.py", "OUTCOMES"): "the label values of gpuyard_bus_events_handled: its tests",
     (
         "shared/contracts/jobspec.py",
@@ -54,13 +56,11 @@ PENDING = {
     ("gpuyard/client.py", "set_model_public"): "no caller, no test, no docs",
     ("services/monitor/metrics.py", "GPU_LABELS"): "no reader",
     ("shared/stores/readmodels/alertbook.py", "is_alert_stream"): "no caller",
-    ("shared/bus/jetstream.py", "version_of"): "no caller",
     ("shared/contracts/events/models.py", "V2_DATATYPES"): "no reader",
     ("shared/modelfiles/store.py", "default_url"): "no caller",
     ("shared/scheduling/model.py", "free_memory"): "no reader (Gpu's and Node's)",
     ("shared/scheduling/model.py", "free_cpus"): "no reader",
     ("shared/scheduling/model.py", "expected_end"): "no reader",
-    ("shared/scheduling/sim/timemode.py", "cycles"): "counted, never read",
     ("shared/scheduling/model.py", "idle_gpus"): "a test only",
     ("shared/scheduling/reasons.py", "sort_reasons"): "a test only (docs/scheduler.md names it)",
     ("services/serving/protocol.py", "datatype_of"): "a test only",
@@ -68,7 +68,6 @@ PENDING = {
     ("shared/runtime/lease.py", "holder_now"): "an integration test only",
     ("shared/runtime/paths.py", "job_dir"): "a test only",
     ("shared/runtime/paths.py", "workdir"): "the chaos test only",
-    ("services/monitor/ingest.py", "on_message"): "a benchmark only (the service ingests otherwise)",
 }
 
 WHITELIST: dict[tuple[str, str], str] = CALLED_BY_NAME | PUBLIC_API | CHECKED_BY_TESTS | PENDING

@@ -22,7 +22,7 @@ from gpuyard.services.submit.dashboard.layout import (
     page_html,
 )
 from gpuyard.services.submit.dashboard.pages import PAGES, Page
-from gpuyard.services.submit.routes_jobs import visible_job
+from gpuyard.services.submit.jobs import visible_job
 from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.jobtokens import is_job_token
 from gpuyard.shared.auth.tokens import Principal, TokenRefused

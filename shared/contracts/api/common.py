@@ -19,7 +19,6 @@ PublicModel = TypeVar("PublicModel", bound=Out)
 
 
 CURSOR_PATTERN = r"^([A-Za-z0-9_-]{4})*([A-Za-z0-9_-]{2,3})?$"
-
 """A page cursor (`?cursor=`): base64url, unpadded. Every such text is a place in a listing, where its next page
 starts: the cursor a page answers, or any other (a cursor not made by a page is a place all the same)."""
 

@@ -35,7 +35,6 @@ class TenantListOut(Out):
 
 
 MAX_TOKEN_SECONDS = 100 * 365 * 86400.0
-
 """The longest a created token lives (`expires_in`): a longer one expires after this, well before the last date
 a date can hold (year 9999)."""
 

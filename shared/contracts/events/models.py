@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuyard.shared.contracts.events.envelope import EventData, event
 from gpuyard.shared.contracts.events.subjects import Subject
-from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 
 V2_DATATYPES = (
     "BOOL",
@@ -27,7 +27,6 @@ V2_DATATYPES = (
     "BYTES",
     "BF16",
 )
-
 """Tensor datatypes as the Open Inference Protocol (v2) names them."""
 
 

@@ -12,7 +12,6 @@ from gpuyard.shared.contracts.events.envelope import EventData, event, upcaster
 from gpuyard.shared.contracts.events.subjects import Subject
 
 SERVICE_HEARTBEAT_SECONDS = 5.0
-
 """How often a service process sends its `service.heartbeat`."""
 
 
@@ -55,7 +54,6 @@ class ProcessState(StrEnum):
 
 
 LAST_ERROR_CHARS = 500
-
 """The most of a process's last words a `service.status` event carries (longer ones are cut, ending in '…')."""
 
 

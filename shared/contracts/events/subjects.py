@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from gpuyard.shared.contracts.jobspec import NAME_PATTERN
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 
 
 class Subject(StrEnum):
@@ -62,23 +62,16 @@ ATTEMPT_STOPS = (
     Subject.JOB_CANCELLED,
     Subject.JOB_REQUEUED,
 )
-
-"""The job events that stop or end an attempt: they concern only the host that holds it (`gpuyard.shared.bus.jetstream.
-concerns_holder`)."""
-
-
-CONTROL_SUBJECTS = (Subject.JOB_CANCEL_REQUESTED, *ATTEMPT_STOPS)
+"""The job events that stop or end an attempt: they concern only the host that holds it
+(`gpuyard.shared.bus.headers.concerns_holder`)."""
 
 
 HOLDER_EXECUTOR = "executor"
 
 
 HOLDER_SERVING = "serving"
-
 """Who holds a placement's replicas (`JobPlaced.holder`): a node's executor runs processes, its serving service
 holds model sessions."""
-
-"""What a host of replicas (an executor, a serving service) follows besides its placements."""
 
 """The subjects whose events are published with their job's tenant as a last token (`subject_of`)."""
 

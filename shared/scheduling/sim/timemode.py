@@ -155,109 +155,149 @@ def run_time(
     progress: Callable[[int], None] | None = None,
 ) -> TimeRun:
     started = time.perf_counter()
-    index = node_index(nodes)
-    capacity = float(nodes.total_gpus * 1000) or 1.0
     jobs, duration, skipped = trace_jobs(pods, limit_factor, speedup)
-    arrival = {j.job_id: j.submitted_at for j in jobs}
-    running: dict[str, tuple[Allocation, float]] = {}
-    ends: list[tuple[float, str]] = []
-    queue: dict[str, JobRequest] = {}
-    first_start: dict[str, float] = {}
-    last_start = jobs[0].submitted_at if jobs else 0.0
-    finished: dict[str, float] = {}
-    preemptions = 0
-    allocated = 0.0
-    timeline = {"t": [], "allocated_pct": [], "queue": []}
-    area = window_area = 0.0
-    last_t = jobs[0].submitted_at if jobs else 0.0
-    window_start, window_end = arrival_window(jobs)
-    holders: list[str] = []  # the first jobs blocked on resources last cycle (reservations)
-    depth = max(1, config.reservation_depth)
-    scarce = config.keep_scarce_nodes  # every cycle looks at every waiting job (see the module)
-    k = 0
-    cycles = 0
-    while k < len(jobs) or ends:
-        t = min(jobs[k].submitted_at if k < len(jobs) else np.inf, ends[0][0] if ends else np.inf)
-        area += allocated * (t - last_t)
-        window_area += allocated * max(0.0, min(t, window_end) - max(last_t, window_start))
-        last_t = t
-        freed = False
-        while ends and ends[0][0] <= t:
-            _, job_id = heapq.heappop(ends)
-            alloc, _ = running.pop(job_id)
-            index.release(alloc.replicas)
-            allocated -= alloc.job.total_gpus * 1000
-            finished[job_id] = t
-            freed = True
-        arrivals = []
-        while k < len(jobs) and jobs[k].submitted_at <= t:
-            queue[jobs[k].job_id] = jobs[k]
-            arrivals.append(jobs[k])
-            k += 1
+    replay = _Replay(nodes, jobs, duration, config)
+    while replay.k < len(jobs) or replay.ends:
+        t = min(
+            jobs[replay.k].submitted_at if replay.k < len(jobs) else np.inf,
+            replay.ends[0][0] if replay.ends else np.inf,
+        )
+        replay.advance_to(t)
+        freed = replay.release_ended(t)
+        arrivals = replay.admit_arrived(t)
         if progress is not None and arrivals:
             progress(len(arrivals))
-        if FULL_CYCLES or scarce or freed or not holders or any(h not in queue for h in holders):
-            considered = list(queue.values())
-        else:
-            considered = [*(queue[h] for h in holders), *arrivals]
+        considered = replay.considered(arrivals, freed)
         if considered:
-            cycles += 1
-            result = decide(index, [a for a, _ in running.values()], considered, config, {}, t)
-            for p in result.placements:
-                job = queue.pop(p.job_id)
-                running[p.job_id] = (Allocation(job, p.replicas, t), t + duration[p.job_id])
-                heapq.heappush(ends, (t + duration[p.job_id], p.job_id))
-                allocated += job.total_gpus * 1000
-                first_start.setdefault(p.job_id, t)
-                last_start = t
-            for pre in result.preemptions:  # victims leave now and start over later (their work is lost)
-                alloc, _ = running.pop(pre.job_id)
-                ends.remove((_end_of(ends, pre.job_id), pre.job_id))
-                heapq.heapify(ends)
-                index.release(alloc.replicas)
-                allocated -= alloc.job.total_gpus * 1000
-                queue[pre.job_id] = alloc.job
-                preemptions += 1
-            holders = [
-                j
-                for j, r in sorted(
-                    ((j, r) for j, r in result.pending.items() if _resource_blocked(r.code)),
-                    key=lambda kv: kv[1].position,
-                )
-            ][:depth]
-        timeline["t"].append(t)
-        timeline["allocated_pct"].append(100.0 * allocated / capacity)
-        timeline["queue"].append(float(len(queue)))
-        if k >= len(jobs) and not ends and queue:
+            replay.cycle(considered, t)
+        replay.note(t)
+        if replay.k >= len(jobs) and not replay.ends and replay.queue:
             break  # what is left can never start
-    first = jobs[0].submitted_at if jobs else 0.0
-    span = max(last_t - first, 1e-9)
-    window = window_end - window_start
-    jct = np.array([finished[j] - arrival[j] for j in finished])
-    wait = np.array([first_start[j] - arrival[j] for j in first_start])
-    never = len(queue)
-    if never:  # count what never started as waiting until the end of the replay
-        wait = np.concatenate([wait, [last_t - arrival[j] for j in queue]])
-    return TimeRun(
-        name,
-        len(jobs),
-        skipped,
-        never,
-        jct,
-        wait,
-        float(max(finished.values(), default=first) - first),
-        float(100.0 * window_area / capacity / window)
-        if window > 0
-        else float(100.0 * area / capacity / span),
-        float(100.0 * area / capacity / span),
-        preemptions,
-        _thin(timeline),
-        time.perf_counter() - started,
-        first,
-        jobs[-1].submitted_at if jobs else 0.0,
-        last_start,
-        {j: first_start[j] - arrival[j] for j in first_start},
-    )
+    return replay.run(name, skipped, time.perf_counter() - started)
+
+
+class _Replay:
+    """The state of one time replay: the cluster's index, the running jobs and their ends, the queue, and the
+    figures gathered on the way (starts, ends, the allocated GPU area over time)."""
+
+    def __init__(
+        self, nodes: NodeTable, jobs: list[JobRequest], duration: dict[str, float], config: SchedulerConfig
+    ) -> None:
+        self.jobs, self.duration, self.config = jobs, duration, config
+        self.index = node_index(nodes)
+        self.capacity = float(nodes.total_gpus * 1000) or 1.0
+        self.arrival = {j.job_id: j.submitted_at for j in jobs}
+        self.running: dict[str, tuple[Allocation, float]] = {}
+        self.ends: list[tuple[float, str]] = []
+        self.queue: dict[str, JobRequest] = {}
+        self.first_start: dict[str, float] = {}
+        self.last_start = jobs[0].submitted_at if jobs else 0.0
+        self.finished: dict[str, float] = {}
+        self.preemptions = 0
+        self.allocated = 0.0
+        self.timeline: dict[str, list[float]] = {"t": [], "allocated_pct": [], "queue": []}
+        self.area = self.window_area = 0.0
+        self.last_t = jobs[0].submitted_at if jobs else 0.0
+        self.window_start, self.window_end = arrival_window(jobs)
+        self.holders: list[str] = []  # the first jobs blocked on resources last cycle (reservations)
+        self.depth = max(1, config.reservation_depth)
+        self.scarce = config.keep_scarce_nodes  # every cycle looks at every waiting job (see the module)
+        self.k = 0
+
+    def advance_to(self, t: float) -> None:
+        self.area += self.allocated * (t - self.last_t)
+        self.window_area += self.allocated * max(
+            0.0, min(t, self.window_end) - max(self.last_t, self.window_start)
+        )
+        self.last_t = t
+
+    def release_ended(self, t: float) -> bool:
+        """Release the jobs that ended by `t`; whether any did."""
+        freed = False
+        while self.ends and self.ends[0][0] <= t:
+            _, job_id = heapq.heappop(self.ends)
+            alloc, _ = self.running.pop(job_id)
+            self.index.release(alloc.replicas)
+            self.allocated -= alloc.job.total_gpus * 1000
+            self.finished[job_id] = t
+            freed = True
+        return freed
+
+    def admit_arrived(self, t: float) -> list[JobRequest]:
+        arrivals = []
+        jobs = self.jobs
+        while self.k < len(jobs) and jobs[self.k].submitted_at <= t:
+            self.queue[jobs[self.k].job_id] = jobs[self.k]
+            arrivals.append(jobs[self.k])
+            self.k += 1
+        return arrivals
+
+    def considered(self, arrivals: list[JobRequest], freed: bool) -> list[JobRequest]:
+        """The jobs this cycle looks at: every waiting job, or after a cycle in which nothing left, only the
+        reservation holders and the new arrivals (the shortcut of the module's description)."""
+        queue, holders = self.queue, self.holders
+        if FULL_CYCLES or self.scarce or freed or not holders or any(h not in queue for h in holders):
+            return list(queue.values())
+        return [*(queue[h] for h in holders), *arrivals]
+
+    def cycle(self, considered: list[JobRequest], t: float) -> None:
+        result = decide(self.index, [a for a, _ in self.running.values()], considered, self.config, {}, t)
+        for p in result.placements:
+            job = self.queue.pop(p.job_id)
+            end = t + self.duration[p.job_id]
+            self.running[p.job_id] = (Allocation(job, p.replicas, t), end)
+            heapq.heappush(self.ends, (end, p.job_id))
+            self.allocated += job.total_gpus * 1000
+            self.first_start.setdefault(p.job_id, t)
+            self.last_start = t
+        for pre in result.preemptions:  # victims leave now and start over later (their work is lost)
+            alloc, _ = self.running.pop(pre.job_id)
+            self.ends.remove((_end_of(self.ends, pre.job_id), pre.job_id))
+            heapq.heapify(self.ends)
+            self.index.release(alloc.replicas)
+            self.allocated -= alloc.job.total_gpus * 1000
+            self.queue[pre.job_id] = alloc.job
+            self.preemptions += 1
+        blocked = sorted(
+            ((j, r) for j, r in result.pending.items() if _resource_blocked(r.code)),
+            key=lambda kv: kv[1].position,
+        )
+        self.holders = [j for j, _ in blocked][: self.depth]
+
+    def note(self, t: float) -> None:
+        self.timeline["t"].append(t)
+        self.timeline["allocated_pct"].append(100.0 * self.allocated / self.capacity)
+        self.timeline["queue"].append(float(len(self.queue)))
+
+    def run(self, name: str, skipped: int, seconds: float) -> TimeRun:
+        jobs, arrival, capacity = self.jobs, self.arrival, self.capacity
+        first = jobs[0].submitted_at if jobs else 0.0
+        span = max(self.last_t - first, 1e-9)
+        window = self.window_end - self.window_start
+        jct = np.array([self.finished[j] - arrival[j] for j in self.finished])
+        wait = np.array([self.first_start[j] - arrival[j] for j in self.first_start])
+        never = len(self.queue)
+        if never:  # count what never started as waiting until the end of the replay
+            wait = np.concatenate([wait, [self.last_t - arrival[j] for j in self.queue]])
+        makespan_pct = float(100.0 * self.area / capacity / span)
+        return TimeRun(
+            name,
+            len(jobs),
+            skipped,
+            never,
+            jct,
+            wait,
+            float(max(self.finished.values(), default=first) - first),
+            float(100.0 * self.window_area / capacity / window) if window > 0 else makespan_pct,
+            makespan_pct,
+            self.preemptions,
+            _thin(self.timeline),
+            seconds,
+            first,
+            jobs[-1].submitted_at if jobs else 0.0,
+            self.last_start,
+            {j: self.first_start[j] - arrival[j] for j in self.first_start},
+        )
 
 
 def arrival_window(jobs: list[JobRequest]) -> tuple[float, float]:

@@ -27,7 +27,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuyard.shared.auth.tokens import Principal, may_see
-from gpuyard.shared.bus.jetstream import Bus, publish_recorded
+from gpuyard.shared.bus.jetstream import Bus
+from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, make_event
 from gpuyard.shared.contracts.events.models import (
     ModelDeleted,

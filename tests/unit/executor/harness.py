@@ -1,6 +1,6 @@
 """The real `Executor` over a real embedded event store, without NATS: events it records are stored (the
 ledger has no bus), events it publishes (alerts) are kept in `bus.published`, and the test delivers job
-events to it by calling `on_event` as the bus consumer would."""
+events to it by calling its `handlers` as the bus consumer would."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ class Harness:
         store does not hold, as a forger would)."""
         stored = [e for e in await self.ledger.events(data.job_id) if e.data == data]
         event = stored[-1] if stored else make_event(data, source="/test")
-        await executor.on_event(event, None)
+        await executor.handlers(event)
 
     async def view(self, job_id: str) -> JobView:
         return await self.ledger.load(job_id)

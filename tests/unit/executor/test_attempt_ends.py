@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpuyard.shared.bus.jetstream import ENTITY_HEADER
+from gpuyard.shared.bus.headers import ENTITY_HEADER
 from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 
 

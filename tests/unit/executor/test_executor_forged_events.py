@@ -19,7 +19,7 @@ from .witnesses import job_sessions, running_marker_job, runs_unstopped
 
 async def forge(ex, data) -> None:
     """An event delivered as the bus would, that no service stored."""
-    await ex.on_event(make_event(data, source="/forger"), None)
+    await ex.handlers(make_event(data, source="/forger"))
 
 
 async def running_job(h, ex) -> str:

@@ -43,11 +43,11 @@ async def recorded(h, ex, data) -> None:
     """As the monitor does: recorded in the job's idle stream, then delivered."""
     event = make_event(data, source="/gpuyard/monitor/test")
     await idlebook.record(h.store, event)
-    await ex.on_event(event, None)
+    await ex.handlers(event)
 
 
 async def forged(ex, data) -> None:
-    await ex.on_event(make_event(data, source="/forger"), None)
+    await ex.handlers(make_event(data, source="/forger"))
 
 
 # a job that checkpoints on SIGTERM and exits 0: it still ends `failed`, reason idle

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpuyard.services.executor import local
+from gpuyard.services.executor import localstart
 from gpuyard.services.executor.pidfiles import pid_file
 from gpuyard.services.executor.processes import process_start_time
 from gpuyard.shared.contracts.events.jobs import (
@@ -387,7 +387,7 @@ async def test_a_replica_that_cannot_be_started_fails_the_job_and_leaks_nothing(
     if where == "start":  # the reaper refuses it, or cannot be asked
         monkeypatch.setattr(ex.backend.reaper, "start", fails(error))
     else:
-        monkeypatch.setattr(local, where, fails(error))
+        monkeypatch.setattr(localstart, where, fails(error))
     await h.place(ex, job)
     view = await h.wait(job, "failed")
     assert view.failure_reason == "start_failed" and words in view.message

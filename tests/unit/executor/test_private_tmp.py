@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.executor.local import NOT_PRIVATE, SHM_JOBS
+from gpuyard.services.executor.privatetmp import NOT_PRIVATE, SHM_JOBS
 from gpuyard.services.executor.processes import Namespaces, kernel_at_least, probe_namespaces, under
 from gpuyard.services.executor.reaper_client import ReaperClient
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobFailed, JobStarted
@@ -47,10 +47,10 @@ async def test_a_tenant_cannot_reach_another_tenants_tmp_nor_see_its_processes(h
     /tmp and reads what another tenant's job writes through them. Here each job finds its own /tmp empty, the
     other's files never meet, and /proc does not list the other tenant's process."""
     ex = await h.executor(job_users="", job_root=job_root, replica_start=start)
-    if not ex.backend.namespaces.mounts:
-        pytest.skip(f"no mount namespaces on this node: {ex.backend.namespaces.reason}")
-    if ex.backend.hidden:  # (a checkout under /tmp: a mount over it would hide the platform's own Python)
-        pytest.skip(f"no private /tmp for jobs here: the platform's Python is under {ex.backend.hidden}")
+    if not ex.backend.private.namespaces.mounts:
+        pytest.skip(f"no mount namespaces on this node: {ex.backend.private.namespaces.reason}")
+    if hidden := ex.backend.private.hidden:  # (a checkout under /tmp: a mount over it would hide its Python)
+        pytest.skip(f"no private /tmp for jobs here: the platform's Python is under {hidden}")
     name = f"results-{uuid.uuid4().hex[:8]}"
     trap = (
         f"find /tmp /var/tmp /dev/shm -mindepth 1 | wc -l; echo TMPDIR=$TMPDIR; touch /tmp/{name}; chmod 666 /tmp/{name}; "
@@ -84,8 +84,8 @@ async def test_a_tenant_cannot_reach_another_tenants_tmp_nor_see_its_processes(h
     spied = log_of(h, attacker).splitlines()
     assert spied[0] == "0" and spied[1] == "TMPDIR=/tmp", spied  # its own /tmp, empty at its start
     assert "secret" not in spied and "read-done" in spied, spied
-    assert "no-cmdline" in spied or not ex.backend.namespaces.hide_pids
-    if ex.backend.namespaces.hide_pids:
+    assert "no-cmdline" in spied or not ex.backend.private.namespaces.hide_pids
+    if ex.backend.private.namespaces.hide_pids:
         assert spied[-1] == "0", spied  # /proc lists no process of the other tenant
     seen = log_of(h, victim).splitlines()
     assert seen[:2] == ["0", "TMPDIR=/tmp"], seen  # nothing of the other tenant's in its /tmp nor /dev/shm
@@ -93,7 +93,7 @@ async def test_a_tenant_cannot_reach_another_tenants_tmp_nor_see_its_processes(h
         assert event.isolation.startswith(
             "private /tmp, /var/tmp and /dev/shm (a mount namespace of its own)"
         )
-        assert ("its user's processes only" in event.isolation) == ex.backend.namespaces.hide_pids
+        assert ("its user's processes only" in event.isolation) == ex.backend.private.namespaces.hide_pids
     assert not os.path.exists(f"/tmp/{name}") and not os.path.exists(f"/dev/shm/{name}")  # (the node's)
     uid = ex.backend.job_users.for_tenant("vision").uid
     assert (victim_tmp.stat().st_uid, stat.S_IMODE(victim_tmp.stat().st_mode)) == (uid, 0o700)
@@ -171,10 +171,10 @@ async def test_a_replica_started_without_the_namespace_it_asked_for_does_not_run
 
     monkeypatch.setattr(ReaperClient, "start", ignoring)
     ex = await h.executor(job_users="", job_root=job_root)
-    if not ex.backend.namespaces.mounts:
-        pytest.skip(f"no mount namespaces on this node: {ex.backend.namespaces.reason}")
-    if ex.backend.hidden:  # (a checkout under /tmp: a mount over it would hide the platform's own Python)
-        pytest.skip(f"no private /tmp for jobs here: the platform's Python is under {ex.backend.hidden}")
+    if not ex.backend.private.namespaces.mounts:
+        pytest.skip(f"no mount namespaces on this node: {ex.backend.private.namespaces.reason}")
+    if hidden := ex.backend.private.hidden:  # (a checkout under /tmp: a mount over it would hide its Python)
+        pytest.skip(f"no private /tmp for jobs here: the platform's Python is under {hidden}")
     job = await h.submit(command="sleep 30", tenant="vision")
     await h.place(ex, job)
     await h.wait(job, "failed")

@@ -1,4 +1,4 @@
-"""The reaper (`services/executor/reaper.py`) starts a replica's process as Popen would (same session,
+"""The reaper (`services/executor/reaper/`) starts a replica's process as Popen would (same session,
 descriptors, signals, directory and environment, the command found on the environment's PATH), says which
 step of a start failed, writes each end to the replica's exit file even after its executor is gone, and lets
 nothing of a replica outlive its first process. Each test runs twice: with the start helper
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.services.executor.processes import process_start_time
-from gpuyard.services.executor.reaper import load_helper, spawn
+from gpuyard.services.executor.reaper.helper import load_helper, spawn
 from gpuyard.services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
 from gpuyard.services.executor.start_helper import start_helper
 

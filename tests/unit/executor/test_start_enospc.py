@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuyard.services.executor import local
+from gpuyard.services.executor import localstart
 from gpuyard.services.executor.claims import Claims
 from gpuyard.services.executor.logfile import RotatingLog
 from gpuyard.services.executor.pidfiles import pid_file
@@ -36,14 +36,14 @@ def full_disk_at(where: str, monkeypatch, replicas: set[int] | None = None) -> N
         return replicas is None or replica in replicas
 
     if where == "working dir":
-        made = local.make_replica_dirs
+        made = localstart.make_replica_dirs
 
         def dirs(files, *, work=True):
             if refused(replica_of(files.log)):
                 raise NO_SPACE
             made(files, work=work)
 
-        monkeypatch.setattr(local, "make_replica_dirs", dirs)
+        monkeypatch.setattr(localstart, "make_replica_dirs", dirs)
     elif where == "log":
         opened = RotatingLog._open
 
@@ -112,7 +112,7 @@ async def test_a_start_that_fails_for_another_reason_still_fails_the_job(h, monk
     def broken(files, *, work=True):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(local, "make_replica_dirs", broken)
+    monkeypatch.setattr(localstart, "make_replica_dirs", broken)
     await h.place(ex, job)
     view = await h.wait(job, "failed")
     assert view.failure_reason == "start_failed" and "Input/output error" in view.message
@@ -154,7 +154,7 @@ async def test_a_full_disk_met_after_the_process_started_leaves_nothing_behind(h
         raise NO_SPACE
 
     monkeypatch.setattr(ex.backend.reaper, "start", start)
-    monkeypatch.setattr(local, "LogPump", pump)
+    monkeypatch.setattr(localstart, "LogPump", pump)
     await h.place(ex, job)
     view = await h.wait(job, "queued")
     assert view.attempt == 2 and "started" not in await h.types(job) and ex.backend.replicas == {}

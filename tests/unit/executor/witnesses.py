@@ -2,7 +2,7 @@
 a test delivers a legitimate marker after the event that must change nothing, waits until the marker's effect
 is seen, and only then checks that the earlier event left no trace.
 
-The harness delivers one event at a time: `Harness.deliver` returns once the executor's `on_event` has (a
+The harness delivers one event at a time: `Harness.deliver` returns once the executor's `handlers` have (a
 launch is awaited up to its `job.started` record, a stop up to the replica's end or the grace's SIGKILL). So
 whatever the executor does about an event is done, or marked on the attempt's record (a stop's reason), before
 the next event reaches it; the marker's effect shows from outside that the executor got that far, whatever
@@ -39,7 +39,7 @@ def notes(h: Harness, job: str, attempt: int = 1) -> list[str]:
 async def runs_unstopped(h: Harness, ex, job: str, attempt: int = 1) -> None:
     """Return once a recorded idle warning, delivered to `ex` after everything the test delivered before, has
     written its line into the job's output. The executor writes that line only for an attempt it runs and is
-    not stopping (`Executor.on_idle`: a warning for an attempt that is over, or being stopped, is a late one),
+    not stopping (`Executor.idle_attempt`: a warning for an attempt that is over, or being stopped, is a late one),
     so nothing delivered before it stopped or ended the attempt. (It leaves a warning in the job's idle
     stream, which only an `idle.stop` acts on.)"""
     warning = IdleWarning(
@@ -48,7 +48,7 @@ async def runs_unstopped(h: Harness, ex, job: str, attempt: int = 1) -> None:
     )  # fmt: skip
     event = make_event(warning, source="/gpuyard/monitor/test")
     await idlebook.record(h.store, event)
-    await ex.on_event(event, None)
+    await ex.handlers(event)
     await h.wait_for(
         lambda: f"{NOTE}idle: {MARKER}" in output(h, job, attempt),
         what=f"the marker in job {job}'s output (none: the attempt was stopped or ended before it)",

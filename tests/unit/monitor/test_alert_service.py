@@ -72,11 +72,11 @@ def test_a_raise_is_stored_then_published_and_reaches_the_webhooks_once(store):
         assert view.raised_id == event.id and view.raised.alert_id == "job_waiting/j1"
         assert await store.unpublished(older_than=0) == []  # marked published
         for _ in range(2):  # back from the bus, and redelivered
-            await alerts.on_alert(event, None)
+            await alerts.on_alert(event.data, event)
         assert alerts.webhooks.sent == [event]
         await alerts.apply(alerts.engine.jobs([], [], datetime.now(UTC)))
         resolved = bus.published[-1]
-        await alerts.on_alert(resolved, None)
+        await alerts.on_alert(resolved.data, resolved)
         assert alerts.webhooks.sent == [event, resolved] and await active_alerts(store) == []
 
     asyncio.run(go())
@@ -89,7 +89,7 @@ def test_another_services_alert_is_recorded_and_delivered(store):
             alert_id="gpu_memory_over_slice/n/0/j1/0", kind="gpu_memory_over_slice", message="over"
         )
         event = make_event(data, source="/gpuyard/executor/x")
-        await alerts.on_alert(event, None)
+        await alerts.on_alert(event.data, event)
         [view] = await active_alerts(store)
         assert view.raised == data and alerts.webhooks.sent == [event]
 

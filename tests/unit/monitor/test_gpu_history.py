@@ -138,7 +138,7 @@ def test_only_duplicates_are_passed_over():
 
 
 async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkeypatch):
-    from gpuyard.services.monitor import main
+    from gpuyard.services.monitor import history as monitor_history
 
     tries, waits = [], []
 
@@ -151,11 +151,11 @@ async def test_the_monitor_opens_the_history_again_until_it_can(tmp_path, monkey
     async def waiting(seconds):
         waits.append(seconds)
 
-    monkeypatch.setattr(main, "open_gpu_history", opening)
-    monkeypatch.setattr(main.asyncio, "sleep", waiting)
-    monkeypatch.setattr(main, "HISTORY_RETRY_MAX", 3.0)
+    monkeypatch.setattr(monitor_history, "open_gpu_history", opening)
+    monkeypatch.setattr(monitor_history.asyncio, "sleep", waiting)
+    monkeypatch.setattr(monitor_history, "HISTORY_RETRY_MAX", 3.0)
     settings = MonitorSettings(node_name="n1", data_dir=tmp_path, history_raw_keep=600, history_keep=3600)
-    history = await main.open_history(settings)
+    history = await monitor_history.open_history(settings)
     try:
         assert waits == [1.0, 2.0, 3.0] and len(tries) == 4
         assert tries[0] == (settings.store_url, {"raw_keep": 600, "keep": 3600})

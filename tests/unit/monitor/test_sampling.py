@@ -376,7 +376,8 @@ async def test_a_placed_job_holds_its_gpu_before_its_processes_start(h):
 
 def test_the_monitor_subscribes_to_every_nodes_samples_only_where_its_bus_user_may(tmp_path, monkeypatch):
     import gpuyard.shared.bus.permissions as perms
-    from gpuyard.services.monitor.main import may_listen_to_samples, subject_matches
+    from gpuyard.services.monitor.main import may_listen_to_samples
+    from gpuyard.shared.bus.permissions import subject_matches
     from gpuyard.shared.settings.monitor import MonitorSettings
 
     assert subject_matches("gpu.sample", "gpu.sample") and subject_matches("gpu.>", "gpu.sample")
@@ -422,7 +423,7 @@ async def test_each_sample_is_one_event_of_the_whole_node_taken_in_and_published
     fake = FakeNvml([FakeGpu(uuid="GPU-0"), FakeGpu(uuid="GPU-1")])
     monitor = Monitor(service, settings, nvml=Nvml(fake).open())
     await monitor.jobs.refresh()
-    await monitor.sample_once()
+    await monitor.sampling.sample_once()
     [event] = service.bus.sent
     assert event.type == "io.gpuyard.gpu.sample" and event.subject == "node-a"
     sample = event.data
@@ -430,4 +431,4 @@ async def test_each_sample_is_one_event_of_the_whole_node_taken_in_and_published
     assert [g.uuid for g in sample.gpus] == ["GPU-0", "GPU-1"]
     assert [[x.job_id for x in g.holders] for g in sample.gpus] == [[], [job]]
     assert [s.sample for s in monitor.ingest.snapshot()] == [sample]  # its own, without the bus
-    assert monitor.published == 1
+    assert monitor.sampling.published == 1

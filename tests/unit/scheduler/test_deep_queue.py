@@ -9,12 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler import main as scheduler_main
-from gpuyard.services.scheduler.main import (
-    PENDING_SWEEP_PER_SECOND,
-    PENDING_WRITES_PER_CYCLE,
-    SchedulerService,
-)
+from gpuyard.services.scheduler import decisions as scheduler_decisions
+from gpuyard.services.scheduler.decisions import PENDING_SWEEP_PER_SECOND, PENDING_WRITES_PER_CYCLE
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.scheduling import (
     Allocation,
     GpuAssignment,
@@ -141,7 +138,7 @@ def test_the_reasons_behind_the_head_of_the_line_are_swept_by_the_second_not_by_
     held, queue = full_node(), HeldQueue(small(k) for k in range(WAITING))
     pending = cycle(held, queue).pending
     clock = [100.0]
-    monkeypatch.setattr(scheduler_main.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(scheduler_decisions.time, "monotonic", lambda: clock[0])
     bus = SimpleNamespace(js=None, replicas=1)
     service = SchedulerService(SimpleNamespace(ledger=None, bus=bus), SchedulerSettings())
     head = len(pending.known)  # (the jobs the cycle looked at: a few, the node being full)
@@ -149,10 +146,10 @@ def test_the_reasons_behind_the_head_of_the_line_are_swept_by_the_second_not_by_
     swept: list[str] = []
     for _ in range(1000):  # ten seconds of cycles 10 ms apart
         clock[0] += 0.01
-        looked_at = service.due(pending)
+        looked_at = service.decisions.due(pending)
         assert [job_id for job_id, _ in looked_at[:head]] == list(pending)[:head]  # those: every cycle
         swept += [job_id for job_id, _ in looked_at[head:]]
     assert len(swept) == pytest.approx(10 * PENDING_SWEEP_PER_SECOND, abs=PENDING_SWEEP_PER_SECOND / 10)
     assert swept == list(pending)[head : head + len(swept)]  # in turn, from the head on, none twice
     clock[0] += 1000  # a long pause: still at most a cycle's worth
-    assert len(service.due(pending)) <= head + PENDING_WRITES_PER_CYCLE
+    assert len(service.decisions.due(pending)) <= head + PENDING_WRITES_PER_CYCLE

@@ -33,6 +33,7 @@ from gpuyard.shared.scheduling.demand import MILLI, demand_of
 from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
 from gpuyard.shared.scheduling.index import CapacityIndex
 from gpuyard.shared.scheduling.model import Gpu, Node
+from gpuyard.shared.scheduling.nodegroups import NodeGroups
 from gpuyard.shared.scheduling.ordering import in_order
 from gpuyard.shared.scheduling.placement import POLICIES
 from gpuyard.shared.scheduling.placement import base as placement_base
@@ -178,7 +179,7 @@ def test_groups_track_every_change_of_a_node() -> None:
         }
     )
     index = CapacityIndex.from_state(state)
-    index._groups = index_module.NodeGroups(index)
+    index._groups = NodeGroups(index)
     demands = [
         demand_of(JobRequest("x", "t", gpus=g, cpus=c, memory=m * GIB, gpu_memory=gm))
         for g, c, m, gm in [(1, 4, 8, None), (2, 8, 16, None), (0.25, 1, 0, 10 * GIB), (0, 2, 4, None)]

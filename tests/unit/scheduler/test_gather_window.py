@@ -3,7 +3,12 @@ long queue makes them expensive, so that cycles never take most of its time."""
 
 from __future__ import annotations
 
-from gpuyard.services.scheduler.main import CYCLE_SHARE, MAX_GATHER_SECONDS, MIN_GATHER_SECONDS, gather_window
+from gpuyard.services.scheduler.service import (
+    CYCLE_SHARE,
+    MAX_GATHER_SECONDS,
+    MIN_GATHER_SECONDS,
+    gather_window,
+)
 
 
 def test_cheap_cycles_run_a_few_milliseconds_after_the_event_that_wakes_them():

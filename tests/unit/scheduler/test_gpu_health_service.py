@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
@@ -84,7 +85,7 @@ async def say(s: SchedulerService, data) -> None:
     """What the API or the node's monitor does: record the event in the node's stream, publish it."""
     event = make_event(data, source="/test")
     await nodecontrol.record(s.service.store, event)
-    await s.on_node_control(event)
+    await SchedulerHandlers(s).on_node_control(event.data, event)
 
 
 def gpus_of(s: SchedulerService, job_id: str) -> list[int]:
@@ -171,6 +172,6 @@ async def test_a_mark_the_bus_never_brought_is_read_at_the_next_resync(store):
     await nodecontrol.record(store, make_event(unhealthy, source="/monitor"))  # recorded, never published
     await s.cycle()
     assert s.view.jobs["j1"].state == JobState.RUNNING
-    await s.load_controls()  # what `resync` does every resync_interval
+    await s.node_controls.load()  # what `resync` does every resync_interval
     await s.cycle()
     assert (await s.ledger.load("j1")).attempt == 2

@@ -8,9 +8,12 @@ import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.main import live_heartbeats
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
+from gpuyard.shared.runtime.handlers import HandlerTable
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 
 
@@ -35,15 +38,26 @@ def scheduler() -> SchedulerService:
         return observe(hb, now=now)
 
     made.view.observe_node = counted
+    made.heartbeats_table = HandlerTable({NodeHeartbeat: SchedulerHandlers(made).on_heartbeat})
     return made
+
+
+async def from_stream(s: SchedulerService, event) -> None:
+    """A heartbeat as the stream's watch hands it over."""
+    await s.heartbeats_table(event)
+
+
+async def live(s: SchedulerService, msg) -> None:
+    """A message of the plain core-NATS subscription."""
+    await live_heartbeats(s.heartbeats_table)(msg)
 
 
 async def test_a_heartbeat_heard_live_and_from_the_stream_is_taken_once():
     s = scheduler()
     now = float(int(time.time()))  # (whole seconds: the times round-trip exactly)
     beat = heartbeat(now - 1)
-    await s.on_live_heartbeat(SimpleNamespace(data=beat.to_json(), subject="node.heartbeat"))
-    await s.on_heartbeat(beat)  # the stream's copy
+    await live(s, SimpleNamespace(data=beat.to_json(), subject="node.heartbeat"))
+    await from_stream(s, beat)  # the stream's copy
     assert s.observed == [("n1", now - 1)]
     assert s.view.nodes["n1"].last_seen == now - 1
 
@@ -52,10 +66,10 @@ async def test_an_older_heartbeat_delivered_late_does_not_make_a_node_look_older
     s = scheduler()
     now = float(int(time.time()))  # (whole seconds: the times round-trip exactly)
     newer, older = heartbeat(now - 1, gpus=2), heartbeat(now - 6, gpus=1)
-    await s.on_heartbeat(newer)
-    await s.on_heartbeat(older)  # the stream catching up after the live one
+    await from_stream(s, newer)
+    await from_stream(s, older)  # the stream catching up after the live one
     assert s.observed == [("n1", now - 1)] and len(s.view.nodes["n1"].heartbeat.gpus) == 2
-    await s.on_heartbeat(heartbeat(now, gpus=2))
+    await from_stream(s, heartbeat(now, gpus=2))
     assert s.view.nodes["n1"].last_seen == now and len(s.observed) == 2
     assert s.view.lost_nodes(30, now=now + 29) == []
 
@@ -63,19 +77,19 @@ async def test_an_older_heartbeat_delivered_late_does_not_make_a_node_look_older
 async def test_nodes_are_told_apart_and_a_lost_node_is_not_brought_back_by_a_late_old_copy():
     s = scheduler()
     now = float(int(time.time()))  # (whole seconds: the times round-trip exactly)
-    await s.on_heartbeat(heartbeat(now - 100, node="n1"))
-    await s.on_heartbeat(heartbeat(now - 100, node="n2"))
+    await from_stream(s, heartbeat(now - 100, node="n1"))
+    await from_stream(s, heartbeat(now - 100, node="n2"))
     assert set(s.view.nodes) == {"n1", "n2"}
     for rec in s.view.lost_nodes(30, now=now):
         s.view.forget_node(rec.heartbeat.node)
-    await s.on_heartbeat(heartbeat(now - 101, node="n1"))  # a late copy from before it was lost
+    await from_stream(s, heartbeat(now - 101, node="n1"))  # a late copy from before it was lost
     assert "n1" not in s.view.nodes
-    await s.on_heartbeat(heartbeat(now, node="n1"))  # it is back
+    await from_stream(s, heartbeat(now, node="n1"))  # it is back
     assert "n1" in s.view.nodes
 
 
 async def test_what_is_not_an_event_on_the_live_subject_is_ignored():
     s = scheduler()
-    await s.on_live_heartbeat(SimpleNamespace(data=b"not json", subject="node.heartbeat"))
-    await s.on_live_heartbeat(SimpleNamespace(data=b'{"specversion": "1.0"}', subject="node.heartbeat"))
+    await live(s, SimpleNamespace(data=b"not json", subject="node.heartbeat"))
+    await live(s, SimpleNamespace(data=b'{"specversion": "1.0"}', subject="node.heartbeat"))
     assert s.view.nodes == {} and s.observed == []

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.main import SchedulerService
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
@@ -32,7 +32,7 @@ def scheduler(pending_after: float) -> SchedulerService:
 
 def stores(held: SchedulerService, code: str, waited: float) -> bool:
     reason = Reason(code, "why", {}, position=1, now=SUBMITTED_AT + waited)
-    return held.waiting("j1", reason, SUBMITTED_AT + waited) is not None
+    return held.decisions.waiting("j1", reason, SUBMITTED_AT + waited) is not None
 
 
 @pytest.mark.parametrize("code", sorted(WAITING_ITS_TURN))

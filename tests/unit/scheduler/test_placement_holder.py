@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus.jetstream import HOLDER_HEADER, Bus, placed_for
+from gpuyard.services.scheduler.service import SchedulerService
+from gpuyard.shared.bus.headers import HOLDER_HEADER, placed_for
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR, HOLDER_SERVING, Subject, subject_filter
@@ -31,7 +32,7 @@ def placement_of(spec: dict):
     view = apply(None, make_event(submitted, source="/test"))
     held.view.put_job(view)
     replica = ReplicaAssignment(replica=0, node="n1", gpus=(GpuAssignment(index=0, fraction=0.25),))
-    decision = held.placed(Placement("j1", (replica,)))
+    decision = held.decisions.placed(Placement("j1", (replica,)))
     return make_event(decision.decide(view), source="/test")
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus.jetstream import VERSION_HEADER
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.jobs import JobCancelled, JobSubmitted
 from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
@@ -156,6 +156,7 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
         NodeHeartbeat(node="node-a", gpus=gpus, cpus=8, memory_bytes=1 << 34, simulated=True)
     )
     scheduler.leading.set()
+    handlers = SchedulerHandlers(scheduler)
     seen: dict[str, int] = {}
 
     async def submit(job_id: str, **resources) -> None:
@@ -174,9 +175,8 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     async def deliver() -> None:
         for job_id in ("holder", "huge", "h100", "next", "after"):
             for stored in await store.read_stream(job_id, after_version=seen.get(job_id, 0)):
-                await scheduler.on_job_event(
-                    stored.event, SimpleNamespace(headers={VERSION_HEADER: str(stored.version)})
-                )
+                event = stored.event  # (what its watch reads of it: job, id and kind)
+                handlers.job_changed(event.subject, event.id, event.nats_subject)
                 seen[job_id] = stored.version
         await scheduler.refresh_dirty()
 
@@ -187,7 +187,7 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     await submit("h100", gpus=1, gpu_model=["H100"])
     await submit("next", gpus=1)
     await submit("after", gpus=1)
-    scheduler.line_stored_at = 0.0  # (the line's turn: every LINE_SECONDS)
+    scheduler.decisions.line_stored_at = 0.0  # (the line's turn: every LINE_SECONDS)
     await scheduler.decide_and_record()
     stored = {j: (await store.get_projection(j))["pending"] for j in ("huge", "h100", "next", "after")}
     assert {j: (p["code"], p["position"]) for j, p in stored.items()} == {
@@ -203,9 +203,9 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     versions = {j: (await store.get_projection(j))["version"] for j in ("huge", "h100", "after")}
     await submitter.append("holder", JobCancelled(job_id="holder", attempt=1, by="u"))
     await deliver()
-    scheduler.line_stored_at = 0.0  # (its turn has come)
-    scheduler.pending_sent = {
-        j: (*sent[:3], sent[3] - 60) for j, sent in scheduler.pending_sent.items()
+    scheduler.decisions.line_stored_at = 0.0  # (its turn has come)
+    scheduler.decisions.pending_sent = {
+        j: (*sent[:3], sent[3] - 60) for j, sent in scheduler.decisions.pending_sent.items()
     }  # (long ago)
     await scheduler.decide_and_record()
     await deliver()
@@ -217,7 +217,7 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     stored = await store.get_document(LINE_KEY)
     await scheduler.decide_and_record()
     assert await store.get_document(LINE_KEY) == stored  # (not its turn yet)
-    scheduler.line_stored_at = 0.0
+    scheduler.decisions.line_stored_at = 0.0
     await scheduler.decide_and_record()
     assert (
         await store.get_document(LINE_KEY) == stored
@@ -225,7 +225,7 @@ async def test_the_live_scheduler_stores_places_that_skip_the_jobs_no_node_could
     for job_id in ("huge", "h100", "after"):
         await submitter.append(job_id, JobCancelled(job_id=job_id, attempt=1, by="u"))
     await deliver()
-    scheduler.line_stored_at = 0.0
+    scheduler.decisions.line_stored_at = 0.0
     await scheduler.decide_and_record()
     assert (await store.get_document(LINE_KEY))["jobs"] == []  # nothing waits: stored once more, empty
     await store.close()

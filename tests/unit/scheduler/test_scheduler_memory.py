@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus.jetstream import VERSION_HEADER
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.jobs import JobStarted, JobSubmitted, JobSucceeded
 from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
@@ -48,6 +48,7 @@ async def test_no_finished_job_stays_in_the_scheduler_after_2000_jobs(tmp_path):
         scheduler.view.observe_node(node())
         schedulers.append(scheduler)
     leader, follower = schedulers
+    handlers = [SchedulerHandlers(scheduler) for scheduler in schedulers]
     leader.leading.set()
     seen: dict[str, int] = {}
 
@@ -55,9 +56,9 @@ async def test_no_finished_job_stays_in_the_scheduler_after_2000_jobs(tmp_path):
         """Every event stored since the last delivery, to both, as their watch of the bus would."""
         for job_id in job_ids:
             for stored in await store.read_stream(job_id, after_version=seen.get(job_id, 0)):
-                msg = SimpleNamespace(headers={VERSION_HEADER: str(stored.version)})
-                for scheduler in schedulers:
-                    await scheduler.on_job_event(stored.event, msg)
+                event = stored.event  # (what its watch reads of it: job, id and kind)
+                for handler in handlers:
+                    handler.job_changed(event.subject, event.id, event.nats_subject)
                 seen[job_id] = stored.version
         for scheduler in schedulers:
             await scheduler.refresh_dirty()
@@ -104,6 +105,11 @@ async def test_no_finished_job_stays_in_the_scheduler_after_2000_jobs(tmp_path):
             4,
         )
         assert "scheduler.view.held._on" in sizes  # the walk reaches the core's held state
+        assert {
+            "scheduler.decisions.pending_sent",
+            "scheduler.heartbeats.heard",
+            "scheduler.node_controls.due",
+        } <= set(sizes)  # ... and what the service's parts keep per job and per node
         assert sizes.pop("scheduler.ledger._ended") == ENDED_JOBS  # the last to end, however many did
         grown = {path: n for path, n in sizes.items() if n > SMALL and not path.startswith(PER_GPU_STATE)}
         assert grown == {}, "leader" if scheduler is leader else "follower"

@@ -3,11 +3,11 @@ job is never placed onto GPU memory a model holds (issue 26, section 2)."""
 
 from __future__ import annotations
 
-from gpuyard.services.scheduler.view import job_request
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold
+from gpuyard.shared.scheduling.inputs import job_request
 from tests.unit.scheduler.builders import cluster, decide_snapshot, node, where
 
 

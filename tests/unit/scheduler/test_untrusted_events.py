@@ -10,8 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuyard.services.scheduler.main import SchedulerService
-from gpuyard.shared.bus.jetstream import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
+from gpuyard.services.scheduler.handlers import SchedulerHandlers
+from gpuyard.services.scheduler.main import job_events, job_messages
+from gpuyard.services.scheduler.service import SchedulerService
+from gpuyard.shared.bus.headers import ENTITY_HEADER, MSG_ID_HEADER, VERSION_HEADER
 from gpuyard.shared.contracts.events.envelope import make_event, subject_of
 from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
@@ -59,7 +61,12 @@ def deliver(request):
         if request.param != "undecoded, without headers":
             headers.update({MSG_ID_HEADER: event.id, ENTITY_HEADER: event.subject})
         msg = SimpleNamespace(headers=headers, subject=subject_of(event, "t"), data=event.to_json())
-        await s.on_job_event(event if request.param == "decoded" else None, msg)
+        handlers = SchedulerHandlers(s)
+        table = job_events(handlers)
+        if request.param == "decoded":
+            await table(event, msg)
+        else:
+            await job_messages(table, handlers.job_changed)(None, msg)
 
     return deliver
 
@@ -161,7 +168,10 @@ async def test_a_heartbeat_no_machine_could_send_is_ignored(changes):
     s = SchedulerService(
         SimpleNamespace(ledger=None, bus=SimpleNamespace(js=None, replicas=1)), SchedulerSettings()
     )
-    await s.on_heartbeat(make_event(heartbeat(**changes), source="/forger"))
+    handlers = SchedulerHandlers(s)
+    forged = make_event(heartbeat(**changes), source="/forger")
+    await handlers.on_heartbeat(forged.data, forged)
     assert not s.view.nodes and not s.wake.is_set()
-    await s.on_heartbeat(make_event(heartbeat(), source="/executor"))  # a real one still counts
+    real = make_event(heartbeat(), source="/executor")
+    await handlers.on_heartbeat(real.data, real)  # a real one still counts
     assert list(s.view.nodes) == ["n1"] and s.view.nodes["n1"].last_seen <= time.time()

@@ -1,6 +1,6 @@
 """A serving `Host` over a real embedded event store and model store, without NATS: the job events it records
 are stored (the ledger has no bus), the model events it publishes are kept in `bus.published`, and the test
-delivers job events to it by calling `on_event` as the bus consumers would (see tests/unit/executor/harness.py
+delivers job events to it by calling its `handlers` as the bus consumers would (see tests/unit/executor/harness.py
 for the executor's)."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class HostHarness:
     async def deliver(self, host: Host, data: EventData) -> None:
         stored = [e for e in await self.ledger.events(data.job_id) if e.data == data]
         event = stored[-1] if stored else make_event(data, source="/test")
-        await host.on_event(event, None)
+        await host.handlers(event)
 
     async def view(self, job_id: str) -> JobView:
         return await self.ledger.load(job_id)

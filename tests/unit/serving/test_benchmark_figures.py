@@ -18,8 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-serving = pytest.importorskip("serving", reason="benchmarks/serving.py needs fastapi")
+serving = pytest.importorskip("benchmarks.serving", reason="benchmarks/serving.py needs fastapi")
 
 
 def test_the_cpu_time_of_a_process_counts_its_threads():

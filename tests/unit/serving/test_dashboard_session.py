@@ -20,7 +20,7 @@ from gpuyard.services.serving.runtime import load_onnx
 from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.supervisor.options import UpOptions
-from gpuyard.supervisor.up import plan
+from gpuyard.supervisor.plan import plan
 
 from .models import Mlp
 from .test_entry import Catalog, body, view

@@ -23,7 +23,7 @@ def ready(job: str, version: int, node: str) -> ModelReady:
 
 
 async def deliver(routes: Routes, data) -> None:
-    await routes.on_event(make_event(data, source="/test"))
+    await routes.handlers(make_event(data, source="/test"))
 
 
 async def test_replicas_come_with_ready_and_go_with_failed_or_the_end_of_their_job():

@@ -1,0 +1,36 @@
+"""The Linux calls the reaper and a replica's first process make through libc (ctypes): becoming a child
+subreaper, and a mount namespace of the replica's own. Standard library only (see `__init__.py`)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_SLAVE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x80000
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _checked(result: int) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def subreaper() -> None:
+    """The calling process becomes a child subreaper: its orphaned descendants are re-parented to it."""
+    _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+
+
+def private_mounts(binds: list[list[str]], hide_pids: bool) -> None:
+    """A mount namespace of the calling process's own (it is root): mounts of the host still reach it (slave),
+    none of its own goes back; each `[source, target]` bound over its target, then, with `hide_pids`, a proc
+    of its own on /proc that shows only its user's processes. As replica_start.c's `private_mounts`."""
+    _checked(_libc.unshare(CLONE_NEWNS))
+    _checked(_libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None))
+    for source, target in binds:
+        _checked(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND | MS_REC, None))
+    if hide_pids:
+        _checked(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"))
