@@ -1,4 +1,4 @@
-"""Draining a deep queue (issue 24, item 14): the scheduler's CPU time per placed job as the queue grows.
+"""Draining a deep queue: the scheduler's CPU time per placed job as the queue grows.
 
     python benchmarks/drain.py                      # 1,000 / 5,000 / 20,000 queued, both parts
     python benchmarks/drain.py --queued 20000 --profile   # where a cycle's time goes (cProfile, service part)

@@ -1,4 +1,4 @@
-"""Flood benchmark (issue 24 §3): many submissions at once, several tenants, one of them beyond its queue limit.
+"""Flood benchmark: many submissions at once, several tenants, one of them beyond its queue limit.
 
     python benchmarks/flood.py                       # 50,000 submissions to a platform it starts
     python benchmarks/flood.py --jobs 5000 --clients 8

@@ -13,7 +13,7 @@ Reports, as one JSON object at the end (benchmarks/rounds.py reads it):
 - the ingest process's CPU over the measured window: % of one core, µs per node sample and per GPU reading;
 - `/metrics` with every GPU: scrape time (p50, max of `--scrapes` GETs, taken after the window while the
   samples keep coming), the CPU one scrape costs the monitor, and its size in bytes and series.
-The target (issue 27): 1 Hz for 1,000 GPUs under 10 % of one core.
+The target: 1 Hz for 1,000 GPUs under 10 % of one core.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Run a benchmark several times, interleaved across versions of the code, and report min / median / max of the
-figures it prints: the way every throughput figure in docs/benchmarks.md is taken (issue 25, B.4).
+figures it prints: the way every throughput figure in docs/benchmarks.md is taken.
 
     # five rounds of this tree's pipeline benchmark
     python benchmarks/rounds.py --runs 5 --field end_to_end_jobs_per_s --field cpu_ms_per_job_total \\

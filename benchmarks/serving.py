@@ -1,4 +1,4 @@
-"""Serving benchmark (issue 26 §5): GPUYard's Open Inference Protocol v2 endpoint against its floors and peers,
+"""Serving benchmark: GPUYard's Open Inference Protocol v2 endpoint against its floors and peers,
 on the same ONNX models and with one load generator for all.
 
     # in-tree servers only, quick (< 1 minute):
@@ -34,7 +34,7 @@ the processes of its group too): the null endpoint's is the cost of HTTP alone, 
 no server carries more requests a second than the null endpoint, so the batching target's figures give that
 ceiling too (`ceiling_speedup`: the null endpoint's throughput over the unbatched server's).
 
-Issue 26's targets are checked at the end (`targets`), each with its figures and whether it holds. stderr has
+The serving targets are checked at the end (`targets`), each with its figures and whether it holds. stderr has
 a progress bar; stdout has one JSON object (benchmarks/rounds.py reads its fields), with `--markdown` preceded by tables.
 """
 
@@ -836,7 +836,7 @@ def targets_of_model(name: str, model: dict, concurrency: int) -> dict:
         "holds": all_hold(batching_checks),
     }
     if name != "mlp":  # what batching does where the model, not HTTP, is most of a request's time
-        batching["note"] = "issue 26 sets this target on the small model (mlp) only"
+        batching["note"] = "this target is set on the small model (mlp) only"
     return out
 
 
@@ -869,7 +869,7 @@ def markdown(result: dict) -> str:
                     f"{heavy.get('throughput_per_s', '')} | {heavy.get('p95_ms', '')} | "
                     f"{cpu} | {'' if beyond is None else beyond} |"
                 )
-    lines += ["\n### Targets (issue 26)\n", "| model | target | holds |", "| --- | --- | --- |"]
+    lines += ["\n### Targets\n", "| model | target | holds |", "| --- | --- | --- |"]
     for name, targets in result["targets"].items():
         for target, verdict in targets.items():
             lines.append(f"| {name} | {target} | {verdict['holds']} |")

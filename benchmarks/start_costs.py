@@ -3,7 +3,7 @@
     python benchmarks/start_costs.py [--starts 300] [--dir DIR]
 
 - starting a no-op child (`true`) with glibc's `posix_spawn` (`os.posix_spawnp`, what the executor used
-  before replicas were started by its reaper, issue 24) against `subprocess.Popen`, against a fork whose
+  before replicas were started by its reaper) against `subprocess.Popen`, against a fork whose
   child takes the reaper's steps before its exec (a new session, a child subreaper, its output, its folder,
   its other descriptors closed), and against the reaper's start through the start helper (`replica_start.c`,
   a library built here with the machine's C compiler), whose vfork child takes those steps in C and execs

@@ -41,7 +41,6 @@ __all__ = ["METRICS_PATH", "GuardedMetricsServer", "MetricsServer", "make_regist
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "job", "tenant", "user")
 METRICS_PATH = "/metrics"
 """The DCGM exporter's path (`MetricsServer(registry, host, port, path=METRICS_PATH)`)."""
 

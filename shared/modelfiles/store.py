@@ -114,10 +114,6 @@ def sha256_of(data: bytes | StagedFile) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def default_url(data_dir: Path | str) -> str:
-    return str(Path(data_dir) / MODELS_DIR)
-
-
 def _filesystem(url: str):
     """(fsspec filesystem, path in it) of a URL; a plain path is a local directory."""
     import fsspec

@@ -15,7 +15,7 @@ fits that node now; it then costs a confined job that needs what those jobs hold
 terms: it ends before the earliest start the node allows). Without it the kept nodes would stand idle while
 they drain.
 
-Why (issue 25, B.2; docs/benchmarks.md, time replay): the openb G3 nodes (8 GPUs, 128 CPUs, 768 GiB) are the
+Why (docs/benchmarks.md, time replay): the openb G3 nodes (8 GPUs, 128 CPUs, 768 GiB) are the
 only ones that hold the trace's jobs of 120 CPUs and 625–720 GiB; on a sub-cluster with three of them, two
 held for weeks, a job of 88 CPUs that also fits the 58 G2 nodes took the third when it was the only node free
 at its reserved start and kept it for 11 days, while three G3-only jobs behind it waited for it.

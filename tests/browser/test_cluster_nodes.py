@@ -1,4 +1,4 @@
-"""The Cluster and Nodes pages in a real browser (issue 28): node-a's 8 GPUs in the heat map, a busy job's cell
+"""The Cluster and Nodes pages in a real browser: node-a's 8 GPUs in the heat map, a busy job's cell
 turning allocated and busy from the monitor's samples without a reload, a 0.5-GPU job's cell shared, the
 tenants' queue figures (or the page's word that the server has none), 1,000 generated nodes drawn at once and
 the page staying a few screens high; the Nodes page with node-a's inventory and heartbeat, an admin cordoning a

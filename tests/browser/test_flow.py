@@ -1,4 +1,4 @@
-"""The dashboard's main flow in a real browser (issue 28): log in, submit from the form and watch the job run
+"""The dashboard's main flow in a real browser: log in, submit from the form and watch the job run
 without reloading, its logs, cancel, a bad spec's error in place, a waiting job's reason, a running job's times
 counting on while nothing happens to it, sizes written as the API writes them, tenants kept apart, log out."""
 

@@ -1,4 +1,4 @@
-"""The dashboard's Models, Alerts and usage, and Tenants pages in a real browser (issue 28): deploy a published
+"""The dashboard's Models, Alerts and usage, and Tenants pages in a real browser: deploy a published
 model from its page, see its replica go ready live, send one inference from the form (the browser calls the
 serving entry point itself with the session cookie) and undeploy; an alert raised shows without a reload, and
 only to whom it concerns; GPU-hours of a job that ran as bars, and their CSV; tenants' quotas, and an admin's

@@ -173,7 +173,7 @@ DCGM_READ = (
 
 
 def test_the_monitor_reads_every_gpu_through_nvml_under_the_dcgm_names(ran):
-    """The monitor's real NVML path (issue 27 §7): each GPU NVML sees is on /metrics under the DCGM exporter's
+    """The monitor's real NVML path: each GPU NVML sees is on /metrics under the DCGM exporter's
     names and UUID label, with figures a working GPU gives; GET /v1/nodes shows the same sample."""
     families = {f.name: f for f in text_string_to_metric_families(ran["metrics"])}
     for uuid, memory in GPUS:

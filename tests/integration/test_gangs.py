@@ -1,6 +1,6 @@
 """A gang of 16 replicas on one node, through the whole platform: it is placed on the node's simulated GPUs
-(eighth-GPU shares, or no GPU), its replicas exit together, and it ends with every exit recorded (issue 24:
-from nine replicas on one node on, the job stayed running for ever)."""
+(eighth-GPU shares, or no GPU), its replicas exit together, and it ends with every exit recorded (a
+regression test: from nine replicas on one node on, the job once stayed running for ever)."""
 
 from __future__ import annotations
 

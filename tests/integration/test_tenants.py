@@ -1,4 +1,4 @@
-"""Jobs without the platform's rights, through `gpuyard up` as root (issue 24, item 2): each tenant's jobs run
+"""Jobs without the platform's rights, through `gpuyard up` as root: each tenant's jobs run
 as an unprivileged user of its own; they cannot read the tokens, the event store or another tenant's working
 directory, nor signal another tenant's job. Needs root (as CI runs): skipped otherwise."""
 

@@ -1,4 +1,4 @@
-"""Model deployments (issue 26, section 2), the submit API's and the CLI's side: a deployment is one serve job
+"""Model deployments, the submit API's and the CLI's side: a deployment is one serve job
 per replica, queued as any job is, named NAME:VERSION, holding its GPU share; undeploying cancels them; tenants
 deploy their own models and public ones, nothing else."""
 

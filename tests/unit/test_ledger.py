@@ -291,7 +291,7 @@ def gang(replicas: int) -> list:
 
 @pytest.mark.parametrize("cached", [False, True])
 async def test_concurrent_records_for_one_job_in_one_process_all_land(store, cached):
-    """Twenty replicas exiting at once: every exit is stored, and the last one ends the attempt (issue 24)."""
+    """Twenty replicas exiting at once: every exit is stored, and the last one ends the attempt."""
     from gpuyard.shared.contracts.events.jobs import JobReplicaExited, JobSucceeded
 
     n = 20

@@ -1,4 +1,4 @@
-"""Publishing models (issue 26, section 1): the signature read from the ONNX graph, the model store (immutable,
+"""Publishing models: the signature read from the ONNX graph, the model store (immutable,
 atomic, checked on every load), jobs' publish tokens, /v1/models with tenants kept apart, the executor's
 token in a replica's environment, and the CLI."""
 

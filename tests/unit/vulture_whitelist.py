@@ -54,10 +54,6 @@ PENDING = {
     # Dead, or read by tests or benchmarks only: for the owners of these files to remove (or move into the
     # tests that use them). The check fails once one is gone, until its entry is removed here too.
     ("gpuyard/client.py", "set_model_public"): "no caller, no test, no docs",
-    ("services/monitor/metrics.py", "GPU_LABELS"): "no reader",
-    ("shared/stores/readmodels/alertbook.py", "is_alert_stream"): "no caller",
-    ("shared/contracts/events/models.py", "V2_DATATYPES"): "no reader",
-    ("shared/modelfiles/store.py", "default_url"): "no caller",
     ("shared/scheduling/model.py", "free_memory"): "no reader (Gpu's and Node's)",
     ("shared/scheduling/model.py", "free_cpus"): "no reader",
     ("shared/scheduling/model.py", "expected_end"): "no reader",

@@ -11,25 +11,6 @@ from gpuyard.shared.contracts.events.envelope import EventData, event
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 
-V2_DATATYPES = (
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-    "BF16",
-)
-"""Tensor datatypes as the Open Inference Protocol (v2) names them."""
-
-
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 

@@ -44,10 +44,6 @@ def stream_id(alert_id: str, raised_id: str) -> str:
     return f"{STREAM_PREFIX}{alert_id}@{raised_id}"
 
 
-def is_alert_stream(stream: str) -> bool:
-    return stream.startswith(STREAM_PREFIX)
-
-
 class AlertView(BaseModel):
     """One occurrence of an alert: its raise, and its resolve once it cleared."""
 

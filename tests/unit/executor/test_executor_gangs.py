@@ -1,5 +1,5 @@
 """A gang's replicas on one node ending together, with the local backend: every exit is recorded, and the
-attempt ends (issue 24: with nine replicas or more, the ninth exit ran out of the ledger's retries, the
+attempt ends (a regression test: with nine replicas or more, the ninth exit ran out of the ledger's retries, the
 watcher died with it, and the job stayed running for ever)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Jobs without the platform's rights (issue 24, item 2): on a root platform each tenant's jobs run as an
+"""Jobs without the platform's rights: on a root platform each tenant's jobs run as an
 unprivileged user of its own, which cannot read the platform's files or another tenant's working directory,
 nor signal another tenant's processes. Real executor, real processes; the tests that switch users need root."""
 

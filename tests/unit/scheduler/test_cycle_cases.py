@@ -412,7 +412,7 @@ CASES = [
         # Two whole-node jobs wait for two half-busy nodes that drain at different times. With one
         # reservation (classic EASY) only "big1" is protected: the long "small" job goes onto n1, the node
         # "big2" needs next, and big2 would wait for it (10 h) instead of for "b" (200 s): the starvation of
-        # the line behind the first blocked job that the time replay showed (issue 25).
+        # the line behind the first blocked job that the time replay showed.
         "reservations for the first blocked jobs: a long job does not take the node the second one needs",
         two_half_busy_nodes,
         [

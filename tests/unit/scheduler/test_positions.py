@@ -1,4 +1,4 @@
-"""Places in line (issue 25, A.7): a job no node could ever hold (`too_large`, `no_matching_gpu_model`; queued
+"""Places in line: a job no node could ever hold (`too_large`, `no_matching_gpu_model`; queued
 only with GPUYARD_ACCEPT_UNPLACEABLE) has no place in line and never counts in another job's, whether the cycle
 looks at the jobs one by one or answers a long queue from the order (`Pending`)."""
 

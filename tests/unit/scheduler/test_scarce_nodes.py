@@ -1,4 +1,4 @@
-"""Scarce nodes (issue 25, B.2; `scheduling/scarcity.py`): a job that could run on many nodes keeps off the few nodes
+"""Scarce nodes (`scheduling/scarcity.py`): a job that could run on many nodes keeps off the few nodes
 that a waiting job can only run on, for every placement policy, also when they are the only nodes free.
 
 The cluster is the openb case in small: one G3-like node (8 GPUs, 128 CPUs, 768 GiB), first in inventory, and

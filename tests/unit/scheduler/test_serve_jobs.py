@@ -1,5 +1,5 @@
 """A serve job (one replica of a model deployment) is placed like any job: its GPU share is held, so a training
-job is never placed onto GPU memory a model holds (issue 26, section 2)."""
+job is never placed onto GPU memory a model holds."""
 
 from __future__ import annotations
 

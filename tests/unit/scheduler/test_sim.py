@@ -253,7 +253,7 @@ STARVE_PODS = [  # name, GPUs, creation, runtime
 
 
 def test_time_replay_second_blocked_job_does_not_starve(tmp_path) -> None:
-    """Issue 25: with one reservation (fifo-backfill, classic EASY) "small" takes n1's free half at 200 and
+    """With one reservation (fifo-backfill, classic EASY) "small" takes n1's free half at 200 and
     big2, second in line, gets a node only when big1, first in line, has run its whole hour on n0: the jobs
     behind the first blocked one wait one after the other. With GPUYard's reservation depth big2 holds n1
     from 400 and "small", which came after it, waits instead."""
