@@ -13,7 +13,8 @@ the replay to say anything about contention. Policies are the simulator's preset
 (`shared/scheduling/sim/presets.py`): fifo (strict order), fifo-backfill (classic EASY: one reservation),
 firstfit (GPUYard's queueing with first fit), gpuyard (the default configuration); `name:depth=K` runs a
 preset with `reservation_depth=K`, `name:scarce=off` without keeping scarce nodes for the jobs that fit only
-there (`SchedulerConfig.keep_scarce_nodes`). Prints one JSON object; the table goes to stderr. CPU seconds per run are
+there (`SchedulerConfig.keep_scarce_nodes`), `name:window=S` with that short-first window (0: arrival order, the
+line before it) and `name:shapes=K` with K reservations per shape class. Prints one JSON object; the table goes to stderr. CPU seconds per run are
 given (the machine is shared; wall time is not comparable between runs).
 """
 
@@ -67,8 +68,10 @@ def sub_cluster(nodes: NodeTable, fraction: float, offset: int = 0) -> NodeTable
 
 
 def config(spec: str, shapes: tuple):
-    """A preset name, optionally with options `:depth=K` (its reservation depth) and `:scarce=off` (no nodes
-    kept for the jobs that fit only there, `SchedulerConfig.keep_scarce_nodes`)."""
+    """A preset name, optionally with options `:depth=K` (its reservation depth), `:scarce=off` (no nodes
+    kept for the jobs that fit only there, `SchedulerConfig.keep_scarce_nodes`), `:window=S` (the
+    short-first window in seconds, `SchedulerConfig.short_first_window`; 0 = arrival order, as before it) and
+    `:shapes=K` (the reservations for the oldest jobs of each shape, `SchedulerConfig.shape_reservations`)."""
     name, *options = spec.split(":")
     cfg = presets.config_for(name, shapes)
     for option in options:
@@ -77,8 +80,12 @@ def config(spec: str, shapes: tuple):
             cfg = replace(cfg, reservation_depth=int(value))
         elif key == "scarce" and value in ("on", "off"):
             cfg = replace(cfg, keep_scarce_nodes=value == "on")
+        elif key == "window":
+            cfg = replace(cfg, short_first_window=float(value))
+        elif key == "shapes":
+            cfg = replace(cfg, shape_reservations=int(value))
         else:
-            raise ValueError(f"unknown option {option!r} (depth=K, scarce=on|off)")
+            raise ValueError(f"unknown option {option!r} (depth=K, scarce=on|off, window=SECONDS, shapes=K)")
     return cfg
 
 
@@ -144,7 +151,9 @@ def main() -> int:
         "--limit-factor", type=float, default=SETUP["limit_factor"], help="time limit = runtime x this"
     )
     parser.add_argument(
-        "--policies", default=POLICIES, help="presets, comma-separated; NAME:depth=K, NAME:scarce=off"
+        "--policies",
+        default=POLICIES,
+        help="presets, comma-separated; NAME:depth=K, NAME:scarce=off, NAME:window=S, NAME:shapes=K",
     )
     parser.add_argument("--offsets", default="0", help="sub-clusters, comma-separated node offsets")
     parser.add_argument("--json", type=Path, help="also write the result here")

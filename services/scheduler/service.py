@@ -54,6 +54,8 @@ def config_of(settings: SchedulerSettings) -> SchedulerConfig:
         min_runtime_before_preemption=settings.min_runtime_before_preemption,
         backfill=settings.backfill,
         reservation_depth=settings.reservation_depth,
+        short_first_window=settings.short_first_window,
+        shape_reservations=settings.shape_reservations,
     )
 
 

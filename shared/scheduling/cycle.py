@@ -14,7 +14,9 @@ Per job, in the order of `ordering.in_order`:
    - placed while a backfill reservation stands: kept only if it does not delay the reservation;
    - not placed: try preemption (priority, or reclaim of borrowed quota); otherwise explain with numbers.
      The first `config.reservation_depth` jobs blocked on resources get reservations (EASY backfill) and an
-     estimated start.
+     estimated start. With a short-first window (`config.short_first_window`, the line order of
+     `queue.line_order`) these are the oldest waiting jobs instead (priority, then arrival), whose
+     reservations are made before anything is placed: see `protect`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from gpuyard.shared.scheduling.placement.base import Choice
 from gpuyard.shared.scheduling.preemption import choose_victims, eligible_victims
 from gpuyard.shared.scheduling.queue import HeldQueue, Pending
 from gpuyard.shared.scheduling.quota import QuotaLedger, RunningKinds, borrowed_jobs
-from gpuyard.shared.scheduling.scarcity import Scarcity, drain_times
+from gpuyard.shared.scheduling.scarcity import Scarcity, drain_times, room
 
 NEVER = frozenset(
     {PendingCode.NO_NODES, PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL}
@@ -164,6 +166,10 @@ class _Cycle:
         self.reservations: list[Reservation] = []  # in line order; their starts never decrease
         self.projection: Projection | None = None
         self.depth = config.reservation_depth if config.backfill == BackfillMode.EASY else 0
+        # with a short-first window: the jobs that may get the reservations, and the starts of those made
+        # before the loop (`protect`)
+        self.protected: frozenset[str] | None = None
+        self.reserved: dict[str, float] = {}
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
         self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
@@ -183,6 +189,77 @@ class _Cycle:
         self.left: Counter = Counter()
         self.unsettled = 0
 
+    def protect(self, queue: HeldQueue) -> None:
+        """With a short-first window the reservations go to the oldest waiting jobs, made before anything is
+        placed: the `depth` oldest (`queue.ages`: priority, then arrival) and, besides them, the
+        `config.shape_reservations` oldest of each shape class (`shape_class`), leaving out those in their
+        retry backoff, those their quota holds and those no node could ever hold. Those that do not fit now
+        reserve in age order, and every job of the line (which lets short jobs pass) must then not delay them,
+        as it must not delay the first blocked jobs in EASY backfill. Protection stays with age: a job that
+        needs a drained node is not put off by each short job that passes it in line. And a job of a rare
+        shape (a whole node of 8 GPUs in a queue of single GPUs) is protected from the time it is among the
+        oldest of its shape, not only once it is among the oldest of the whole queue: long jobs that arrive
+        meanwhile do not take the nodes that drain for it. Cost: a pass over the waiting jobs in age order,
+        which stops once each class has its jobs; up to `depth` + classes x `shape_reservations` placement
+        tries (undone) and the projection the reservations need anyway."""
+        jobs, now, found = queue.jobs, self.now, []
+        candidates: list[tuple[JobRequest, Demand]] = []
+        per_shape = self.config.shape_reservations
+        classes: dict[tuple, tuple | None] = {}  # shape_key -> its shape class (None: no node could hold it)
+        wanted: Counter = Counter()  # shape class -> how many of its jobs are still to be taken
+        if per_shape > 0:
+            for job_key, n in queue.keys.items():
+                found_class = self.shape_class(job_key[:6], job_key[1])
+                if found_class is not None:
+                    wanted[found_class] = min(per_shape, wanted[found_class] + n)
+        left = sum(wanted.values())
+        for _priority, _at, job_id in queue.ages:
+            if len(found) >= self.depth and not left:
+                break
+            job = jobs[job_id]
+            if job.not_before is not None and job.not_before > now:
+                continue
+            key = shape_key(job)
+            shape = classes.get(key, False)
+            if shape is False:
+                shape = classes[key] = self.shape_class(key, job.replicas)
+            if shape is None:
+                continue
+            taken = wanted[shape] > 0
+            if (taken or len(found) < self.depth) and self.ledger.admission_blocker(job) is None:
+                found.append(job_id)
+                candidates.append((job, self.demands[key]))
+                if taken:
+                    wanted[shape] -= 1
+                    left -= 1
+        self.protected = frozenset(found)
+        for job, demand in candidates:
+            allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+            choices = self.under(allowed, place_gang, self.index, self.policy, demand, job.replicas)
+            if choices is not None:  # it fits now: the line places it (or it reserves when it gets there)
+                undo_gang(self.index, demand, choices)
+                continue
+            if self.projection is None:
+                ending = ending_order(self.running, self.placed_ending)
+                self.projection = Projection(self.index, self.policy, ending, self.now)
+            reservation = self.projection.reserve(job, demand, allowed)
+            if reservation.start is None:
+                break  # (the projection is exhausted: no later job gets one either)
+            self.reservations.append(reservation)
+            self.reserved[job.job_id] = reservation.start
+
+    def shape_class(self, key: tuple, replicas: int) -> tuple | None:
+        """The class of a shape (`shape_key`) for `protect`: (GPUs per replica, whole GPUs or a share, GPU
+        models, replicas, how many nodes could hold one replica); None when no node could."""
+        demand = self.demands.get(key)
+        if demand is None:
+            gpus, _replicas, cpus, memory, gpu_memory, models = key
+            demand = self.demands[key] = demand_of(
+                JobRequest("", "", gpus, cpus=cpus, memory=memory, gpu_memory=gpu_memory, gpu_models=models)
+            )
+        size = room(self.index, demand)[1]
+        return (demand.count, demand.whole, demand.models, replicas, size) if size > 0 else None
+
     # ------------------------------------------------------------------------------------------- the loop
     def run(self, queue: HeldQueue) -> CycleResult:
         # the settled answer (see `settle`) is given right here, before `consider`: most jobs of a long queue
@@ -192,6 +269,9 @@ class _Cycle:
         fast = self.simple and not self.strict
         settled, pending, now = self.settled, self.pending, self.now
         order = Order(queue, self.ledger, self.config.fair_share)
+        if self.depth and queue.window > 0:
+            self.protect(queue)
+        protected = self.protected
         if fast:
             self.left = left = Counter(queue.keys)
             self.unsettled = len(queue)
@@ -204,7 +284,7 @@ class _Cycle:
                     self.unsettled -= 1
                 if job.not_before is not None and job.not_before > now:
                     backing_off -= 1
-                elif settled:
+                elif settled and not (protected and job.job_id in protected):
                     found = settled.get(key)
                     if found is not None:
                         if found.in_line:
@@ -232,7 +312,9 @@ class _Cycle:
 
     def held_back(self, job: JobRequest, key: tuple) -> R.Blocker | None:
         """Why the job waits before any placement is tried, if it does: its retry backoff, strict order behind
-        the head, a reason settled earlier in the cycle, its tenant's quota, or a reservation it would delay."""
+        the head, a reason settled earlier in the cycle (not for a job that holds a reservation), its tenant's
+        quota, or a reservation it would delay."""
+        protected = self.protected is not None and job.job_id in self.protected
         if job.not_before is not None and job.not_before > self.now:
             return R.Blocker(
                 PendingCode.RETRY_BACKOFF,
@@ -245,7 +327,7 @@ class _Cycle:
                 f"strict order: waits behind job {self.head.job_id}",
                 {"head": self.head.job_id},
             )
-        if self.simple and (settled := self.settled.get(job.key)) is not None:
+        if self.simple and not protected and (settled := self.settled.get(job.key)) is not None:
             return settled
         blocker = self.ledger.admission_blocker(job)
         if blocker is not None:
@@ -271,6 +353,8 @@ class _Cycle:
         choices = None
         allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
         outlasted = self.outlasted(job)
+        if outlasted and job.job_id in self.reserved:  # (it does not wait for its own reservation)
+            outlasted = [r for r in outlasted if r.job_id != job.job_id]
         if outlasted:
             choices = self.place_around_reservations(demand, job.replicas, outlasted, allowed)
         if choices is None:
@@ -393,9 +477,13 @@ class _Cycle:
             self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
         )
         estimated = None
-        reserving = len(self.reservations) < self.depth and not (
-            self.projection is not None and self.projection.exhausted
+        reserving = (
+            len(self.reservations) < self.depth
+            and not (self.projection is not None and self.projection.exhausted)
+            and (self.protected is None or (job.job_id in self.protected and job.job_id not in self.reserved))
         )
+        if self.reserved:
+            estimated = self.reserved.get(job.job_id)
         if self.head is not None and not reserving and self.preemption_settled(job, key):
             self.settle(key, job, blocker)
         if self.head is None:
@@ -495,7 +583,8 @@ def decide(
     `RunningKinds`), else they are counted here."""
     with gc_paused():
         if isinstance(queue, HeldQueue):
+            queue.reorder(config.short_first_window)
             queue.prepare()
         else:
-            queue = HeldQueue(queue)
+            queue = HeldQueue(queue, config.short_first_window)
         return _Cycle(index, running, queue, config, quotas or {}, now, kinds).run(queue)

@@ -200,6 +200,17 @@ class SchedulerConfig:
         each cycle from the queue and the running jobs.
     keep_scarce_nodes: a job that could run on many nodes keeps off the few nodes that waiting jobs can only run
         on (`core/scarcity.py`), even when they are the only ones free; off = any node that fits.
+    short_first_window: seconds; inside a tenant's (and a class's) jobs, a job's place in line is its arrival
+        plus its time limit, at most this (no time limit: all of it): a short job passes longer ones that
+        arrived shortly before it, never one that has waited this long (`core/queue.py`, `line_order`). With a
+        window the backfill reservations go to the oldest waiting jobs, made before the cycle places anything
+        (`cycle._Cycle.protect`), not to the first blocked ones in line: the `reservation_depth` oldest, and
+        the `shape_reservations` oldest of each shape. 0 = arrival order, reservations in line order.
+    shape_reservations: with a short-first window, how many of the oldest waiting jobs of each shape class
+        (GPUs per replica, whole or a share, GPU models, replicas, how many nodes could hold one) get a
+        reservation besides the `reservation_depth` oldest of all: a job of a rare shape (a whole 8-GPU node
+        in a queue of single GPUs) is protected while it is young, before long jobs fill the nodes that would
+        drain for it. 0 = only the `reservation_depth` oldest.
     """
 
     policy: Policy = Policy.GPUYARD
@@ -213,6 +224,8 @@ class SchedulerConfig:
     reservation_depth: int = 8
     shape_popularity: tuple | None = None
     keep_scarce_nodes: bool = True
+    short_first_window: float = 3600.0
+    shape_reservations: int = 2
 
 
 @dataclass(slots=True)

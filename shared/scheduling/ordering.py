@@ -2,8 +2,10 @@
 
 Higher priority class first. Inside a class, with fair share on: the tenant whose next job stays within its
 guarantee before a tenant that would borrow, then the smallest weighted dominant share (DRF over GPUs, CPUs
-and memory, updated after every placement), then the tenant name; each tenant's own jobs go oldest first
-(submitted_at, then job id). With fair share off: (priority, submitted_at, job id).
+and memory, updated after every placement), then the tenant name; each tenant's own jobs go in line order:
+oldest first (submitted_at, then job id), but with a short-first window W
+(`SchedulerConfig.short_first_window`) a job's place is its arrival plus min(its time limit, W)
+(`queue.line_order`). With fair share off: (priority, line order).
 
 The jobs come from a `queue.HeldQueue`, which keeps each class and each tenant's jobs in arrival order between
 cycles: nothing is sorted here. `Order.rest()` says, at any point, which jobs are left and in what order,

@@ -3,8 +3,12 @@ of a cycle as a mapping that computes most of them when read.
 
 A `HeldQueue` is told what changed (`put`, `drop`); the changes are applied at the next cycle (`prepare`), so
 what a cycle answered about the queue stays valid until the next one. It keeps, per priority class, the jobs
-in arrival order (submitted_at, then job id) and, per class and tenant, the tenant's own jobs in that order:
-the order of `ordering.in_order` without sorting the whole queue every cycle. It also counts the jobs per
+in line order and, per class and tenant, the tenant's own jobs in that order: the order of `ordering.in_order`
+without sorting the whole queue every cycle. Line order (`line_order`) is arrival order (submitted_at, then
+job id) with a short-first window W (`SchedulerConfig.short_first_window`): a job's place is its arrival plus
+its time limit, at most W (no time limit: W). A short job passes the longer ones that arrived less than the
+difference of their limits before it, never one that has waited W; W = 0 is plain arrival order. The key
+never changes while a job waits, so the lists stay sorted between cycles. It also counts the jobs per
 `JobRequest.key` (shape popularity, and what a cycle still has to look at) and keeps the jobs with a retry
 backoff apart.
 
@@ -27,12 +31,31 @@ from operator import attrgetter
 from gpuyard.shared.scheduling.model import JobRequest
 from gpuyard.shared.scheduling.reasons import Blocker, Reason
 
-ARRIVAL = attrgetter("submitted_at", "job_id")  # the order inside a priority class (and a tenant)
+ARRIVAL = attrgetter("submitted_at", "job_id")  # arrival order (a short-first window of 0)
+
+
+def line_order(window: float = 0.0):
+    """The key of the order inside a priority class (and a tenant): (submitted_at + min(timeout, window), job
+    id); a job without a time limit counts the whole window. `window` <= 0: `ARRIVAL`."""
+    if window <= 0:
+        return ARRIVAL
+
+    def key(job: JobRequest) -> tuple:
+        limit = job.timeout
+        return (job.submitted_at + (window if limit is None or limit > window else limit), job.job_id)
+
+    return key
+
+
 _BULK = 32  # more new jobs than this for one list: appended and sorted once, not inserted one by one
 
 
 class HeldQueue:
-    def __init__(self, jobs: Iterable[JobRequest] = ()) -> None:
+    def __init__(self, jobs: Iterable[JobRequest] = (), window: float = 0.0) -> None:
+        self.window = window  # the short-first window of the line order (see the module)
+        self.order = line_order(window)
+        # with a window: (-priority, submitted_at, job id) of every job, sorted (`cycle._Cycle.protect`)
+        self.ages: list[tuple] = []
         self.jobs: dict[str, JobRequest] = {}
         self.keys: Counter = Counter()  # JobRequest.key -> waiting jobs (in the order first put)
         # JobRequest.key -> its jobs by id, for the keys asked about (`of`), kept up to date from then on
@@ -44,6 +67,17 @@ class HeldQueue:
         for job in jobs:
             self.put(job)
         self.prepare()
+
+    def reorder(self, window: float) -> None:
+        """Keep the lists in the line order of this short-first window from now on (sorted again once if it
+        changed: a caller that made the queue before it knew the configuration)."""
+        if window == self.window:
+            return
+        self.window, self.order = window, line_order(window)
+        for lists in (self.classes, *self.tenants.values()):
+            for jobs in lists.values():
+                jobs.sort(key=self.order)
+        self.ages = sorted(map(_age, self.jobs.values())) if window > 0 else []
 
     def put(self, job: JobRequest) -> None:
         """The job waits (new, or what is known of it changed)."""
@@ -75,6 +109,8 @@ class HeldQueue:
                     self.backoff[job_id] = job
                 added.setdefault((job.priority, None), []).append(job)
                 added.setdefault((job.priority, job.tenant), []).append(job)
+                if self.window > 0:
+                    bisect.insort(self.ages, _age(job))
         for (priority, tenant), jobs in added.items():
             if tenant is None:
                 target = self.classes.get(priority)
@@ -85,10 +121,10 @@ class HeldQueue:
                 by_tenant = self.tenants.setdefault(priority, {})
                 target = by_tenant.setdefault(tenant, [])
             if len(jobs) > _BULK:
-                _merge(target, jobs)
+                _merge(target, jobs, self.order)
             else:
                 for job in jobs:
-                    bisect.insort(target, job, key=ARRIVAL)
+                    bisect.insort(target, job, key=self.order)
 
     def _remove(self, job: JobRequest) -> None:
         del self.jobs[job.job_id]
@@ -100,9 +136,12 @@ class HeldQueue:
             del members[job.job_id]
             if not members:
                 del self.members[job.key]
-        _take(self.classes, job.priority, job)
+        if self.window > 0:
+            ages = self.ages
+            del ages[bisect.bisect_left(ages, _age(job))]
+        _take(self.classes, job.priority, job, self.order)
         by_tenant = self.tenants[job.priority]
-        _take(by_tenant, job.tenant, job)
+        _take(by_tenant, job.tenant, job, self.order)
         if not by_tenant:
             del self.tenants[job.priority]
 
@@ -118,28 +157,33 @@ class HeldQueue:
 
     def position_in(self, jobs: list[JobRequest], job: JobRequest) -> int | None:
         """Where `job` is in `jobs` (one of this queue's lists), or None."""
-        i = bisect.bisect_left(jobs, ARRIVAL(job), key=ARRIVAL)
+        order = self.order
+        i = bisect.bisect_left(jobs, order(job), key=order)
         return i if i < len(jobs) and jobs[i] is job else None
 
 
-def _merge(target: list[JobRequest], jobs: list[JobRequest]) -> None:
-    """Put `jobs` into `target` (in arrival order): work in the number of new jobs and of the jobs they
-    overtake, not in the length of `target`. New jobs mostly arrive after every job that waits, so they are
-    appended; sorting the whole list instead (a key for each of its jobs) was a cost in the depth of the queue
-    on every cycle that received a burst."""
-    jobs.sort(key=ARRIVAL)
-    at = bisect.bisect_right(target, ARRIVAL(jobs[0]), key=ARRIVAL)  # the first job a new one overtakes
+def _age(job: JobRequest) -> tuple:
+    return (-job.priority, job.submitted_at, job.job_id)
+
+
+def _merge(target: list[JobRequest], jobs: list[JobRequest], order=ARRIVAL) -> None:
+    """Put `jobs` into `target` (in line order, `order` its key): work in the number of new jobs and of the
+    jobs they overtake, not in the length of `target`. New jobs mostly arrive after every job that waits, so
+    they are appended; sorting the whole list instead (a key for each of its jobs) was a cost in the depth of
+    the queue on every cycle that received a burst."""
+    jobs.sort(key=order)
+    at = bisect.bisect_right(target, order(jobs[0]), key=order)  # the first job a new one overtakes
     if at == len(target):
         target.extend(jobs)
         return
     overtaken = target[at:]
     del target[at:]
-    target.extend(heapq.merge(overtaken, jobs, key=ARRIVAL))
+    target.extend(heapq.merge(overtaken, jobs, key=order))
 
 
-def _take(lists: dict, name, job: JobRequest) -> None:
+def _take(lists: dict, name, job: JobRequest, order=ARRIVAL) -> None:
     jobs = lists[name]
-    i = bisect.bisect_left(jobs, ARRIVAL(job), key=ARRIVAL)
+    i = bisect.bisect_left(jobs, order(job), key=order)
     while jobs[i] is not job:  # (equal arrival keys: only with equal job ids, which a queue does not hold)
         i += 1
     del jobs[i]

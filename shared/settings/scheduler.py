@@ -48,13 +48,29 @@ class SchedulerSettings(CommonSettings):
     )
     backfill: BackfillMode = Field(
         BackfillMode.EASY,
-        description="easy (never delays the reservations of the first blocked jobs: reservation_depth), greedy or off (strict order).",
+        description="easy (never delays the reservations of the oldest waiting jobs: reservation_depth, shape_reservations), greedy or off (strict order).",
     )
     reservation_depth: int = Field(
         8,
         ge=1,
-        description="With easy backfill, how many of the first jobs blocked on resources get a reservation "
-        "that later jobs may not delay; 1: classic EASY.",
+        description="With easy backfill, how many jobs get a reservation that later jobs may not delay: the "
+        "oldest waiting ones (with short_first_window 0: the first blocked on resources in line; 1: classic "
+        "EASY).",
+    )
+    short_first_window: float = Field(
+        3600.0,
+        ge=0,
+        description="Seconds: a job's place in line is its arrival plus its time limit, at most this (a short "
+        "job passes longer ones that came shortly before it, never one that has waited this long); the "
+        "reservations then go to the oldest waiting jobs; 0: arrival order, reservations for the first blocked "
+        "jobs in line.",
+    )
+    shape_reservations: int = Field(
+        2,
+        ge=0,
+        description="With a short-first window, how many of the oldest waiting jobs of each shape (GPUs per "
+        "replica, GPU models, replicas, the nodes that could hold one) get a reservation besides the "
+        "reservation_depth oldest: a job of a rare shape is protected while it is young; 0: none.",
     )
     pending_after: float = Field(
         5.0,

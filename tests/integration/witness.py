@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from gpuyard.shared.bus.consumers import Bus
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM
 
 ACK_WITNESS_SECONDS = 60.0

@@ -97,6 +97,13 @@ def test_the_service_builds_the_core_config_from_its_settings():
     assert SchedulerSettings().policy is Policy.GPUYARD and SchedulerSettings().backfill is BackfillMode.EASY
     assert config_of(SchedulerSettings(reservation_depth=3)).reservation_depth == 3
     assert config_of(SchedulerSettings()).reservation_depth == SchedulerConfig().reservation_depth
+    off = config_of(SchedulerSettings(short_first_window=0, shape_reservations=0))
+    assert (off.short_first_window, off.shape_reservations) == (0, 0)
+    default = config_of(SchedulerSettings())
+    assert (default.short_first_window, default.shape_reservations) == (
+        SchedulerConfig().short_first_window,
+        SchedulerConfig().shape_reservations,
+    )
 
 
 def test_ports_of_serving_and_the_monitor():

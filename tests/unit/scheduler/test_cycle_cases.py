@@ -48,6 +48,26 @@ def two_half_busy_nodes():
     )
 
 
+def drains_n1_then_n0():
+    """n0 and n1, each with 4 of its 8 GPUs held by a job that ends after 200 s (n0) or 100 s (n1)."""
+    return cluster(
+        node("n0", 8),
+        node("n1", 8),
+        running=[
+            running(job("a", 4, timeout=200), "n0", [0, 1, 2, 3], NOW),
+            running(job("b", 4, timeout=100), "n1", [0, 1, 2, 3], NOW),
+        ],
+    )
+
+
+# One reservation for the oldest job of all ("old", 6 GPUs: n1 at 100 s); "big" (8 GPUs) is the oldest of
+# its shape, and the only one.
+OLDEST_OF_A_SHAPE = [
+    job("old", 6, timeout=HOUR, submitted_at=1),
+    job("big", 8, timeout=HOUR, submitted_at=2),
+    job("long", 4, timeout=10 * HOUR, submitted_at=3),
+]
+
 CASES = [
     Case(
         "whole GPUs go to the first node with room",
@@ -394,7 +414,7 @@ CASES = [
             job("short", 4, timeout=600, submitted_at=3),
             job("side", 2, submitted_at=4),
         ],
-        ff(preemption=False),
+        ff(preemption=False, short_first_window=0),  # arrival order (no job passes another in line)
         placed={"short": [("n0", (4, 5, 6, 7))], "side": [("n1", (2, 3))]},
         pending={
             "head": (
@@ -421,7 +441,7 @@ CASES = [
             job("small", 4, timeout=10 * HOUR, submitted_at=3),
             job("quick", 4, timeout=50, submitted_at=4),
         ],
-        ff(preemption=False),
+        ff(preemption=False, short_first_window=0),  # arrival order (no job passes another in line)
         placed={"quick": None},
         pending={
             "big1": (
@@ -447,7 +467,7 @@ CASES = [
             job("big2", 8, timeout=HOUR, submitted_at=2),
             job("small", 4, timeout=10 * HOUR, submitted_at=3),
         ],
-        ff(preemption=False, reservation_depth=1),
+        ff(preemption=False, reservation_depth=1, short_first_window=0),  # classic EASY: in line order
         placed={"small": [("n1", (4, 5, 6, 7))]},
         pending={
             "big1": (
@@ -460,6 +480,48 @@ CASES = [
             ),
         },
         estimated={"big1": NOW + 100, "big2": None},
+    ),
+    Case(
+        # "big" is not among the reservation_depth oldest jobs (1 here), but it is the oldest of its shape: it
+        # reserves n0 (free at 200 s), and the 10-hour job must not take the half of n0 that is free now.
+        "the oldest job of each shape gets a reservation besides the reservation_depth oldest",
+        drains_n1_then_n0,
+        OLDEST_OF_A_SHAPE,
+        ff(preemption=False, reservation_depth=1),
+        pending={
+            "old": (
+                "insufficient_gpus",
+                "needs 6 GPUs on one node; the largest free block is 4 (n0); 1st in line; estimated start in about 2 min",
+            ),
+            "big": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 2nd in line; estimated start in about 3 min",
+            ),
+            "long": (
+                "backfill_would_delay",
+                "fits now but would delay the reserved start of job big; 3rd in line",
+            ),
+        },
+        estimated={"old": NOW + 100, "big": NOW + 200},
+    ),
+    Case(
+        # The same without reservations per shape: the 10-hour job takes half of n0, and "big" waits for it.
+        "without reservations per shape only the reservation_depth oldest are protected",
+        drains_n1_then_n0,
+        OLDEST_OF_A_SHAPE,
+        ff(preemption=False, reservation_depth=1, shape_reservations=0),
+        placed={"long": [("n0", (4, 5, 6, 7))]},
+        pending={
+            "old": (
+                "insufficient_gpus",
+                "needs 6 GPUs on one node; the largest free block is 4 (n0); 1st in line; estimated start in about 2 min",
+            ),
+            "big": (
+                "insufficient_gpus",
+                "needs 8 GPUs on one node; the largest free block is 4 (n0); 2nd in line",
+            ),
+        },
+        estimated={"old": NOW + 100, "big": None},
     ),
     Case(
         "strict order (backfill off) lets nothing pass a blocked job",
@@ -540,3 +602,21 @@ def test_schedule_applies_placements_to_the_state() -> None:
 def test_unknown_policy_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown placement policy"):
         decide_snapshot(cluster(node("n0")), [job("a")], SchedulerConfig(policy="nope"))
+
+
+def test_short_first_window_lets_a_short_job_pass_and_keeps_reservations_with_the_oldest() -> None:
+    """One free GPU: with the short-first window (the default) the 1-minute job that came a second after the
+    10-hour one takes it; in arrival order (no window) the 10-hour one does. A whole-node job, the oldest,
+    keeps its reservation although a short job is before it in line."""
+    state = lambda: cluster(  # noqa: E731
+        node("n0", 8), running=[running(job("x", 7, timeout=HOUR), "n0", list(range(7)), NOW - 10)]
+    )
+    queue = [job("long", 1, timeout=10 * HOUR, submitted_at=1), job("short", 1, timeout=60, submitted_at=2)]
+    windowed = decide_snapshot(state(), queue, ff(preemption=False))
+    assert [p.job_id for p in windowed.placements] == ["short"]
+    plain = decide_snapshot(state(), queue, ff(preemption=False, short_first_window=0))
+    assert [p.job_id for p in plain.placements] == ["long"]
+    big = job("big", 8, timeout=HOUR, submitted_at=0)
+    windowed = decide_snapshot(state(), [big, *queue], ff(preemption=False))
+    assert [p.job_id for p in windowed.placements] == ["short"]
+    assert windowed.pending["big"].estimated_start == NOW - 10 + HOUR
