@@ -43,6 +43,10 @@ fmt: $(BIN)/.installed-test
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# mypy on the product packages, as `make test` runs it (tests/unit/test_types.py; settings in pyproject.toml).
+typecheck: $(BIN)/.installed-test
+	$(BIN)/pytest -q tests/unit/test_types.py $(PYTEST_ARGS)
+
 # The quick part of the suite: the unit tests, and the stores' contract tests (SQLite and the MongoDB stand-in).
 unit: $(BIN)/.installed-test
 	$(BIN)/pytest -q -rs tests/unit tests/contract $(PYTEST_ARGS)
@@ -77,4 +81,4 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python benchmarks/pipeline.py --start --jobs 300 --concurrency 4 --rate 20
 	$(BIN)/python benchmarks/scheduler.py --quick --only speed
 
-.PHONY: install demo test test-deep lint fmt unit integration browser docs bench
+.PHONY: install demo test test-deep lint fmt typecheck unit integration browser docs bench

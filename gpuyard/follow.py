@@ -64,7 +64,7 @@ def describe_event(event: CloudEvent) -> str:
             return f"failed: {d.message}"
         case JobPreempted() as d:
             by = f" by job {d.by_job}" if d.by_job else ""
-            return f"preempted ({d.reason}){by}: stopping within {d.grace_seconds:g}s"
+            return f"preempted ({d.text}){by}: stopping within {d.grace_seconds:g}s"
         case JobStarted() as d:
             return f"started on {d.node} (replicas {', '.join(map(str, d.replicas))})"
         case JobRequeued() as d:
@@ -170,11 +170,11 @@ def follow_job(
                 view = apply(view, event, version=item.version) if event is not None else view
             except IllegalTransition:
                 event = None
-            show(item.event, ends=event is not None and known and view.state.terminal)
+            show(item.event, ends=event is not None and known and view is not None and view.state.terminal)
             if event is None:  # a newer server's event: from here on, the server says when the job ends
                 known = False
                 continue
-            if logs and isinstance(event.data, JobStarted):
+            if logs and isinstance(event.data, JobStarted) and view is not None:
                 output = output or ReplicaOutput(client, job_id, console, view.spec.replicas)
                 output.start(event.data.attempt)
         state = view.state if known and view is not None else None

@@ -44,7 +44,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     for col in ("SEVERITY", "SINCE", "SUBJECT", "MESSAGE", *(["RESOLVED"] if args.all else [])):
         table.add_column(col, overflow="fold" if col == "MESSAGE" else "ellipsis", no_wrap=col != "MESSAGE")
     for a in alerts:
-        row = [
+        row: list[str | Text] = [
             Text(a.severity.value, style=SEVERITY_STYLE.get(a.severity, "")),
             f"{age(a.raised_at)} ago",
             Text(alert_subject(a)),

@@ -88,6 +88,9 @@ def cmd_context_rm(args: argparse.Namespace) -> int:
 
 def _context(saved: contexts.Contexts, name: str) -> contexts.Context:
     try:
-        return saved.pick(name)
+        picked = saved.pick(name)
     except contexts.ContextError as exc:
         raise CliError(str(exc)) from None
+    if picked is None:  # (an empty name: the current context, and none is current)
+        raise CliError(f"no context {name!r}: {contexts.LIST_THEM}")
+    return picked

@@ -193,7 +193,7 @@ def _ps_reason(job: JobOut) -> str:
     if job.cancel_requested:
         return "cancel requested"
     if job.preemption:
-        return f"being preempted ({job.preemption.reason})"
+        return f"being preempted ({job.preemption.cause})"
     return f"attempt {job.attempt}" if job.attempt > 1 else ""
 
 
@@ -242,7 +242,7 @@ def _describe_rows(job: JobOut) -> list[tuple[str, str]]:
         rows.append(("Message", job.message))
     for a in job.attempts:
         rows.append(
-            (f"Attempt {a.number}", f"{a.outcome or 'in progress'} · nodes {', '.join(a.nodes) or '-'}")
+            (f"Attempt {a.number}", f"{a.summary or 'in progress'} · nodes {', '.join(a.nodes) or '-'}")
         )
         rows.extend(("", f"note: {note}") for note in a.notes)
     return rows
@@ -382,7 +382,7 @@ def no_output_text(job: JobOut, replica: int, attempt: int | str | None = None) 
     if number != job.attempt:  # an earlier attempt, over
         past = next((a for a in job.attempts if a.number == number), None)
         if past is not None and past.started_at is None:
-            return f"no output: {which} ended ({past.outcome or 'over'}) before it started"
+            return f"no output: {which} ended ({past.summary or 'over'}) before it started"
         return f"no output: replica {replica} of {which} wrote nothing"
     ran = [a.number for a in job.attempts if a.number < number and a.started_at is not None]
     where = ""

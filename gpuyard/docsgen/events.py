@@ -60,6 +60,7 @@ from gpuyard.shared.contracts.events.subjects import STREAMS, Subject
 from gpuyard.shared.contracts.jobspec import JobSpec, Resources
 from gpuyard.shared.contracts.jobstate import TRANSITIONS
 from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.contracts.stops import PreemptionCause
 
 T = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 J = "5f0c2a9e1b7d4c11"
@@ -115,7 +116,7 @@ EXAMPLES = {
     Subject.JOB_PREEMPTED: JobPreempted(
         job_id=J,
         attempt=1,
-        reason="tenant nlp reclaims its quota",
+        cause=PreemptionCause.RECLAIM,
         by_job="9a8b7c6d5e4f3a2b",
         grace_seconds=30,
     ),

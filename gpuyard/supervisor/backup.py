@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from gpuyard.shared.auth.jobtokens import SECRETS_DIR
 from gpuyard.shared.modelfiles.store import MODELS_DIR
@@ -177,6 +178,14 @@ def _member_path(member: tarfile.TarInfo) -> PurePosixPath:
     return path
 
 
+def _member_file(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> IO[bytes]:
+    """The content of `member`, a file of the archive."""
+    content = tar.extractfile(member)
+    if content is None:
+        raise BackupError(f"{member.name!r} of {archive} is not a file: refusing the archive")
+    return content
+
+
 def restore(archive: Path, data_dir: Path) -> Summary:
     """Unpack `archive` into `data_dir`, which must be empty (or not exist) and not in use."""
     data_dir = data_dir.expanduser()
@@ -193,7 +202,7 @@ def restore(archive: Path, data_dir: Path) -> Summary:
         paths = [_member_path(m) for m in members]
         if MANIFEST not in {m.name for m in members}:
             raise BackupError(f"{archive} has no {MANIFEST}: not a GPUYARD backup")
-        manifest = json.loads(tar.extractfile(MANIFEST).read())
+        manifest = json.loads(_member_file(tar, tar.getmember(MANIFEST), archive).read())
         if manifest.get("format") != FORMAT:
             raise BackupError(f"{archive} is a backup of format {manifest.get('format')}, not {FORMAT}")
         private_dir(data_dir)
@@ -205,7 +214,7 @@ def restore(archive: Path, data_dir: Path) -> Summary:
                 private_dir(target)
                 continue
             private_dir(target.parent)
-            source = tar.extractfile(member)
+            source = _member_file(tar, member, archive)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
             with os.fdopen(fd, "wb") as f:
                 while chunk := source.read(1 << 20):

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpuyard.shared.runtime.paths import PLATFORM_PYTHON_CLOSED, unreachable_to_others
+from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.supervisor.datadir import Prepared
 from gpuyard.supervisor.plan import Plan
 
@@ -25,7 +26,7 @@ def banner(platform: Plan, ready: Prepared) -> str:
         f"  data dir    {platform.data_dir}",
         f"  admin token {ready.admin_token}  (saved for the CLI in {ready.config_path} as context "
         f"{ready.context.name!r}, now the current one; `gpuyard context ls` lists every context)",
-        f"  scheduler   policy {platform.settings['scheduler'].policy}",
+        f"  scheduler   policy {platform.settings_of('scheduler', SchedulerSettings).policy}",
     ]
     executor = platform.executor
     if executor.simulate_gpus:
@@ -87,7 +88,7 @@ def _every_tenant_as_root(job_users: str, others: list[str]) -> str:
 def metrics_line(platform: Plan) -> str:
     """Where each service's /metrics is: `submit 127.0.0.1:8080 · scheduler 127.0.0.1:41001 · …`."""
     parts = [f"{t['labels']['process']} {t['targets'][0]}" for t in platform.metrics_targets()]
-    monitor = platform.settings.get("monitor")
+    monitor = platform.monitor
     if monitor is not None:
         parts.append(f"monitor {monitor.metrics_host}:{monitor.metrics_port}")
     return " · ".join(parts)

@@ -7,10 +7,12 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict, TypeVar
 
 from gpuyard.shared.bus.credentials import credentials_path
 from gpuyard.shared.settings.common import CommonSettings, settings_from_argv
 from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import env_name
 from gpuyard.shared.settings.serving import ServingSettings
 from gpuyard.shared.settings.submit import SubmitSettings
@@ -27,6 +29,15 @@ from gpuyard.supervisor.portplan import (
 from gpuyard.supervisor.ports import Wanted, loopback_for
 from gpuyard.supervisor.servicecommands import SERVICES, health_flags, service_command, settings_flags
 
+S = TypeVar("S", bound=CommonSettings)
+
+
+class ScrapeTarget(TypedDict):
+    """One target of a Prometheus file_sd file."""
+
+    targets: list[str]
+    labels: dict[str, str]
+
 
 @dataclass
 class Plan:
@@ -42,25 +53,40 @@ class Plan:
     ports: list[Wanted] = field(default_factory=list)
     """Every port its processes will listen on (`wanted_ports`), checked before anything starts."""
 
+    def settings_of(self, name: str, model: type[S]) -> S:
+        """The settings of the child `name`, read with its service's `model` (SERVICES)."""
+        settings = self.settings[name]
+        if not isinstance(settings, model):
+            raise TypeError(f"{name} runs with {type(settings).__name__}, not {model.__name__}")
+        return settings
+
     @property
     def submit(self) -> SubmitSettings:
-        return self.settings["submit"]
+        return self.settings_of("submit", SubmitSettings)
 
     @property
     def executor(self) -> ExecutorSettings:
-        return self.settings["executor"]
+        return self.settings_of("executor", ExecutorSettings)
 
-    def metrics_targets(self) -> list[dict]:
+    @property
+    def monitor(self) -> MonitorSettings | None:
+        """The monitor's settings; None when it is not started."""
+        return self.settings_of("monitor", MonitorSettings) if "monitor" in self.settings else None
+
+    def metrics_targets(self) -> list[ScrapeTarget]:
         """Where Prometheus finds each service process's figures (but the monitor's, whose /metrics has its own
         scrape job), in the file_sd format: one target each, labelled with its process (`executor-1`); its
         service is the `service` label of its `gpuyard_service_info`."""
-        targets = []
+        targets: list[ScrapeTarget] = []
         for c in self.children:
             service, settings = c.service or c.name, self.settings[c.name]
+            address: tuple[str, int]
             if service == "submit":
-                address = (settings.submit_host, settings.submit_port)
+                api = self.settings_of(c.name, SubmitSettings)
+                address = (api.submit_host, api.submit_port)
             elif service == "serving":
-                address = (settings.serving_host, settings.serving_port)
+                serving = self.settings_of(c.name, ServingSettings)
+                address = (serving.serving_host, serving.serving_port)
             elif settings.service_metrics_port is not None:
                 address = (settings.service_metrics_host, settings.service_metrics_port)
             else:

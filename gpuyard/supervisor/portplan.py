@@ -39,18 +39,9 @@ def check_port_flags(opts: UpOptions) -> None:
 def named_ports(opts: UpOptions, api: SubmitSettings) -> frozenset[int]:
     """The ports the platform's settings name (the API's, NATS', serving's, the monitor's): none of the ports
     picked for the rest may be one of them, though nothing is bound there yet."""
-    given = {
-        model: settings_from_argv(model, settings_flags(model, opts.given), "gpuyard up")
-        for model in (ServingSettings, MonitorSettings)
-    }
-    return frozenset(
-        {
-            api.submit_port,
-            opts.nats_port,
-            given[ServingSettings].serving_port,
-            given[MonitorSettings].metrics_port,
-        }
-    )
+    serving = settings_from_argv(ServingSettings, settings_flags(ServingSettings, opts.given), "gpuyard up")
+    monitor = settings_from_argv(MonitorSettings, settings_flags(MonitorSettings, opts.given), "gpuyard up")
+    return frozenset({api.submit_port, opts.nats_port, serving.serving_port, monitor.metrics_port})
 
 
 def own_metrics_ports(opts: UpOptions, host: str, named: frozenset[int]) -> list[int]:
@@ -76,7 +67,7 @@ def wanted_ports(platform: Plan, opts: UpOptions, env: dict[str, str]) -> list[W
     the monitor's, then each process's own /metrics and health ports (those that name 0, any free port, bind
     whatever is free and are left out)."""
     s = platform.settings
-    api, serving = s["submit"], s["serving"]
+    api, serving = platform.submit, platform.settings_of("serving", ServingSettings)
     wanted = [
         Wanted("the API", api.submit_host, api.submit_port, "--port", "pass --port"),
         Wanted("NATS", platform.nats_host, platform.nats_port, "--nats-port", "pass --nats-port"),
@@ -88,7 +79,7 @@ def wanted_ports(platform: Plan, opts: UpOptions, env: dict[str, str]) -> list[W
             "pass --serving-port",
         ),
     ]
-    monitor = s["monitor"]
+    monitor = platform.settings_of("monitor", MonitorSettings)
     if monitor.metrics_port:  # (0: any free port)
         what = "the monitor's /metrics"
         wanted.append(
@@ -110,6 +101,8 @@ def _metrics_port(child: Child, own: CommonSettings, opts: UpOptions) -> Wanted:
     else:
         source, remedy = PICKED, PICKED_REMEDY
     what = f"the /metrics of {child.name}"
+    # only the children with a /metrics port of their own are asked (`wanted_ports`)
+    assert own.service_metrics_port is not None
     return Wanted(what, own.service_metrics_host, own.service_metrics_port, source, remedy)
 
 

@@ -90,7 +90,7 @@ def write_prometheus_files(platform: Plan) -> tuple[Path, Path | None]:
     """The targets file, and with a monitor the scrape token (0600, unless metrics_auth=off) and a scrape
     configuration that sends it: (the targets file, the scrape configuration or None)."""
     targets_path = write_metrics_targets(platform)
-    monitor = platform.settings.get("monitor")
+    monitor = platform.monitor
     if monitor is None:
         return targets_path, None
     try:

@@ -4,7 +4,7 @@ process's command line (its module run by this interpreter, with the settings `u
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from gpuyard.shared.settings.common import CommonSettings
 from gpuyard.shared.settings.executor import ExecutorSettings
@@ -31,7 +31,7 @@ def service_command(name: str) -> list[str]:
     return [sys.executable, "-P", "-m", f"gpuyard.services.{name.split('-')[0]}"]
 
 
-def settings_flags(model: type[CommonSettings], values: dict[str, object]) -> list[str]:
+def settings_flags(model: type[CommonSettings], values: Mapping[str, object]) -> list[str]:
     """`values` that are settings of `model`, as its flags: {'policy': 'fgd'} -> ['--policy', 'fgd']."""
     flags = []
     for name, value in values.items():

@@ -31,7 +31,7 @@ class ServiceLog:
         path: Path,
         say: Callable[[str], None],
         *,
-        write: Callable[[int, bytes], int] = os.write,
+        write: Callable[[int, memoryview], int] = os.write,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.path = path

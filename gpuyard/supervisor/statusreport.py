@@ -139,8 +139,11 @@ class StatusReporter:
                 await asyncio.sleep(CONNECT_RETRY_SECONDS)
 
     async def _publish(self, status: ServiceStatus) -> None:
+        if (bus := self._bus) is None:  # closed meanwhile
+            log.debug("service.status of %s not published: no connection", status.process)
+            return
         try:
-            await asyncio.wait_for(self._bus.publish(make_event(status, source=self.source)), PUBLISH_SECONDS)
+            await asyncio.wait_for(bus.publish(make_event(status, source=self.source)), PUBLISH_SECONDS)
         except Exception as exc:  # NATS away, no stream yet: said again next round
             log.debug("service.status of %s not published: %r", status.process, exc)
 

@@ -55,7 +55,7 @@ class Supervisor:
         report: Callable[[ServiceStatus], None] | None = None,
         *,
         nats_store: Path | None = None,
-        write: Callable[[int, bytes], int] = os.write,
+        write: Callable[[int, memoryview], int] = os.write,
     ):
         """`report`: told the status of each service process it starts, and of each change (a
         `StatusReporter`'s `update`: it must neither block nor raise). `nats_store`: NATS's store directory,
@@ -127,6 +127,7 @@ class Supervisor:
             self.log_dir / f"{child.name}.log", lambda text: self.say(child.name, text), write=self.write
         )
         partial = b""
+        assert proc.stdout is not None  # `start` runs every process with stdout=PIPE
         try:
             while data := await proc.stdout.read(READ_CHUNK):
                 log.write(data)

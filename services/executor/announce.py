@@ -91,9 +91,12 @@ class NodeAnnouncer:
             gpus = sum(len(hb.gpus) for hb in heartbeats)
             log.info("announcing %d node(s) with %d GPU(s): %s", len(names), gpus, ", ".join(names) or "none")
         self.announced = names
+        bus = self.service.bus
+        if bus is None:
+            raise RuntimeError("nodes are announced once the service has started (connected to the bus)")
         for heartbeat in heartbeats:
             with contextlib.suppress(Exception):
-                await self.service.bus.publish(make_event(heartbeat, source=self.service.source))
+                await bus.publish(make_event(heartbeat, source=self.service.source))
         return heartbeats
 
     async def run(self) -> None:

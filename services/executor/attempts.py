@@ -9,7 +9,7 @@ keeps a redelivered placement from starting an attempt twice once it is over is 
 The record is where everything per attempt lives: what was launched, which replicas still run, why and with
 what grace it is being stopped, its timeout timer. Long-running replicas (a model server of a serving
 deployment) are records like any other, without a timer, held until their deployment stops them; an attempt
-adopted after a restart is opened by the executor's reconciliation with the replicas still running (issue 24:
+adopted after a restart is opened by the executor's reconciliation with the replicas still running (and
 those whose exits its reaper wrote meanwhile are reported ended by the backend, like any other end).
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gpuyard.services.executor.backend import AttemptLaunch
 from gpuyard.services.executor.exits import AttemptKey
+from gpuyard.shared.contracts.stops import StopReason
 
 
 @dataclass(slots=True, eq=False)
@@ -30,9 +31,8 @@ class Attempt:
     """What this executor starts (or watches again) of the attempt; None until known."""
     running: set[int] = field(default_factory=set)
     """Its replicas started (or adopted) here that have not ended yet."""
-    stop_reason: str | None = None
-    """Why the executor stops it (cancelled, preempted, timeout, gpu_memory, idle, peer_failed, ended): the first
-    reason given wins, and says how the attempt ends."""
+    stop_reason: StopReason | None = None
+    """Why the executor stops it: the first reason given wins, and says how the attempt ends."""
     stop_grace: float | None = None
     stop_message: str = ""
     """The cause in plain words, where the stop's reason alone does not say it (a GPU memory overrun)."""
@@ -41,7 +41,7 @@ class Attempt:
     over: bool = False
     """Its end was seen (the record is closed): a launch still in progress stops what it started."""
 
-    def stopping(self, reason: str, grace: float) -> None:
+    def stopping(self, reason: StopReason, grace: float) -> None:
         if self.stop_reason is None:
             self.stop_reason, self.stop_grace = reason, grace
 

@@ -59,6 +59,16 @@ class BackendEvents(Protocol):
     async def replica_ended(self, ended: JobReplicaExited) -> None: ...
 
 
+class NotOpened:
+    """A backend's events before `Backend.open` gave it the executor's: a report then is a mistake."""
+
+    async def replicas_started(self, key: AttemptKey, node: str, replicas: list[int]) -> None:
+        raise RuntimeError("a backend reports once it has been opened (Backend.open)")
+
+    async def replica_ended(self, ended: JobReplicaExited) -> None:
+        raise RuntimeError("a backend reports once it has been opened (Backend.open)")
+
+
 class Backend(ABC):
     name: str
     runs_every_node: bool = False

@@ -29,6 +29,7 @@ from gpuyard.shared.contracts.events.jobs import (
     RequeueReason,
 )
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView
+from gpuyard.shared.contracts.stops import StopReason
 from gpuyard.shared.contracts.units import format_size
 
 _CUDA_OOM = re.compile(
@@ -104,17 +105,17 @@ def node_fault(exc: BaseException) -> str | None:
 
 
 def exit_after_stop(
-    ended: JobReplicaExited, stop: str | None, message: str, timeout: float | None
+    ended: JobReplicaExited, stop: StopReason | None, message: str, timeout: float | None
 ) -> JobReplicaExited:
     """The exit to record for a replica that ended while its attempt was being stopped for `stop`."""
-    if stop == "timeout":
+    if stop == StopReason.TIMEOUT:
         why = f"timed out after {timeout:g}s and was stopped" if timeout else "timed out"
         return ended.model_copy(update={"reason": FailureReason.TIMEOUT, "message": why})
-    if stop == "idle":
+    if stop == StopReason.IDLE:
         return ended.model_copy(
             update={"reason": FailureReason.IDLE, "message": message or "stopped for idle GPUs"}
         )
-    if stop == "gpu_memory":
+    if stop == StopReason.GPU_MEMORY:
         return ended.model_copy(
             update={
                 "reason": FailureReason.GPU_MEMORY_EXCEEDED,
@@ -125,7 +126,7 @@ def exit_after_stop(
 
 
 def attempt_end(
-    view: JobView | None, attempt: int, stop: str | None, retry_backoff: float
+    view: JobView | None, attempt: int, stop: StopReason | None, retry_backoff: float
 ) -> EventData | None:
     """How the attempt ended, once its replicas' exits say so: cancelled, requeued (preempted, or a retry with
     backoff), failed (its first failed replica's cause), succeeded (every replica exited 0). None: not yet, or
@@ -133,11 +134,10 @@ def attempt_end(
     if view is None or view.attempt != attempt or view.state not in ACTIVE_STATES:
         return None
     job_id = view.job_id
-    if stop == "cancelled" or view.cancel_requested:
+    if stop == StopReason.CANCELLED or view.cancel_requested:
         return JobCancelled(job_id=job_id, attempt=attempt, by="executor", message="cancelled while running")
-    if stop == "preempted":
-        why = view.preempt_requested.reason if view.preempt_requested else "preempted"
-        return JobRequeued(job_id=job_id, attempt=attempt + 1, reason=RequeueReason.PREEMPTED, message=why)
+    if stop == StopReason.PREEMPTED:
+        return preempted_requeue(view, attempt)
     failed = [e for e in view.exits if e.reason is not None]
     idle = next((e for e in failed if e.reason == FailureReason.IDLE), None)
     if idle is not None:  # stopped for idle GPUs: the job ends (a retry would hold them idle again)
@@ -185,3 +185,9 @@ def attempt_end(
     if len({e.replica for e in view.exits}) == view.spec.replicas and view.state == JobState.RUNNING:
         return JobSucceeded(job_id=job_id, attempt=attempt)
     return None
+
+
+def preempted_requeue(view: JobView, attempt: int) -> JobRequeued:
+    """The requeue that ends a preempted attempt: its message the preemption in words."""
+    why = view.preempt_requested.text if view.preempt_requested else StopReason.PREEMPTED.value
+    return JobRequeued(job_id=view.job_id, attempt=attempt + 1, reason=RequeueReason.PREEMPTED, message=why)

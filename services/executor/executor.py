@@ -52,12 +52,13 @@ from gpuyard.shared.contracts.events.jobs import (
 )
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
+from gpuyard.shared.contracts.stops import STOPS_AWAITING_EVERY_REPLICA, StopReason
 from gpuyard.shared.contracts.units import parse_size
 from gpuyard.shared.gpus.inventory import node_gpus
-from gpuyard.shared.runtime.hosting import CANCELLED, AttemptHost, StopRequest, ignored
+from gpuyard.shared.runtime.hosting import AttemptHost, StopRequest, ignored
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings
-from gpuyard.shared.stores.events import ConcurrencyError
+from gpuyard.shared.stores.events import ConcurrencyError, EventStore
 from gpuyard.shared.stores.ledger import Decide, JobLedger, Outcome
 from gpuyard.shared.stores.logs.shipper import LogShipper
 from gpuyard.shared.stores.readmodels import idlebook
@@ -85,7 +86,10 @@ class Executor(AttemptHost):
         self.node = settings.node_name
         self.worker = settings.executor_worker
         self.claims = Claims(settings.data_dir, self.node, self.worker, shared=settings.executor_workers > 1)
+        if service.ledger is None or service.store is None:
+            raise RuntimeError("the executor is made once its service has started (opened its event store)")
         self.ledger: JobLedger = service.ledger
+        self.store: EventStore = service.store
         gpus, simulated = node_gpus(
             self.node,
             settings.simulate_gpus,
@@ -164,7 +168,7 @@ class Executor(AttemptHost):
         if record is not None and record.running:
             grace = self.settings.grace_seconds if stop.grace is None else stop.grace
             await self.stop_attempt(key, stop.why, grace)
-        elif stop.why == CANCELLED and stop.view.state in ACTIVE_STATES and self.claims.take(key):
+        elif stop.why == StopReason.CANCELLED and stop.view.state in ACTIVE_STATES and self.claims.take(key):
             await self.finish(key, JobCancelled(job_id=stop.job_id, attempt=stop.attempt, by="executor"))
 
     async def on_attempt_ended(self, job_id: str, attempt: int) -> None:
@@ -293,7 +297,7 @@ class Executor(AttemptHost):
         backend can watch it again, else record it lost (the scheduler requeues it)."""
         cursor = None
         while True:
-            page = await self.service.store.list_projections(
+            page = await self.store.list_projections(
                 states=state_values(ACTIVE_STATES), limit=500, cursor=cursor
             )
             for doc in page.items:
@@ -337,7 +341,7 @@ class Executor(AttemptHost):
         unannounced = bool(set(replicas) - set(view.current.started))  # its executor died before it said so
         idle = await self.idle_stop_of(key)
         if idle is not None:  # its executor was stopping it for idle GPUs: it ends so, whenever it ends
-            record.stopping("idle", self.settings.grace_seconds)
+            record.stopping(StopReason.IDLE, self.settings.grace_seconds)
             record.stop_message = idle.message
         if not await self.backend.adopt(key, replicas, unannounced=unannounced):
             self.attempts.close(record)
@@ -380,7 +384,9 @@ class Executor(AttemptHost):
                 timeout = record.launch.spec.timeout if record.launch else None
                 ended = exit_after_stop(ended, stop, record.stop_message, timeout)
         if ended.reason is not None and stop is None:  # a failed replica stops its gang
-            self._spawn(self.stop_attempt(attempt_key(ended), "peer_failed", self.settings.grace_seconds))
+            self._spawn(
+                self.stop_attempt(attempt_key(ended), StopReason.PEER_FAILED, self.settings.grace_seconds)
+            )
         await self.record_exit(ended)
 
     async def record_exit(self, exited: JobReplicaExited) -> None:
@@ -396,7 +402,7 @@ class Executor(AttemptHost):
                 cached=True,
             )
         )
-        if outcome.applied:
+        if outcome.applied and outcome.event is not None:  # (an applied write has its event)
             log.debug("job %s attempt %d: %s", job_id, attempt, outcome.event.type.rsplit(".", 1)[-1])
         view = outcome.view
         if view is not None and (view.state.terminal or view.attempt > attempt):
@@ -422,7 +428,7 @@ class Executor(AttemptHost):
         if record is not None:
             stop = record.stop_reason
             if record.running:
-                if stop in ("cancelled", "preempted", "idle"):
+                if stop in STOPS_AWAITING_EVERY_REPLICA:
                     return None  # wait until every local replica is gone
             else:
                 record.cancel_timer()
@@ -449,7 +455,7 @@ class Executor(AttemptHost):
         grace = self.settings.grace_seconds
         self.backend.note(record.key, f"{NOTE}idle: {data.message}; SIGTERM now, SIGKILL in {grace:g}s")
         record.stop_message = data.message
-        await self.stop_attempt(record.key, "idle", grace)
+        await self.stop_attempt(record.key, StopReason.IDLE, grace)
 
     async def idle_attempt(self, data: IdleWarning | IdleStop, event: CloudEvent) -> Attempt | None:
         """The record of the attempt an idle event is about, when it runs here, is not being stopped, and the
@@ -457,14 +463,14 @@ class Executor(AttemptHost):
         record = self.attempts.get(AttemptKey(data.job_id, data.attempt))
         if record is None or not record.running or record.stop_reason is not None:
             return None  # not running here, or over, or already being stopped: a late or repeated event
-        if not await idlebook.holds(self.service.store, event):
+        if not await idlebook.holds(self.store, event):
             ignored(event)
             return None
         return record
 
     async def idle_stop_of(self, key: AttemptKey) -> IdleStop | None:
         """The monitor's `idle.stop` of the attempt, when the store holds one."""
-        for stored in await self.service.store.read_stream(idlebook.stream_id(key.job_id)):
+        for stored in await self.store.read_stream(idlebook.stream_id(key.job_id)):
             data = stored.event.data
             if isinstance(data, IdleStop) and data.attempt == key.attempt:
                 return data
@@ -472,15 +478,15 @@ class Executor(AttemptHost):
 
     async def enforce_timeout(self, key: AttemptKey, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        await self.stop_attempt(key, "timeout", self.settings.grace_seconds)
+        await self.stop_attempt(key, StopReason.TIMEOUT, self.settings.grace_seconds)
 
     def stop_for_gpu_memory(self, over: Overuse, message: str) -> None:
         record = self.attempts.get(AttemptKey(over.job_id, over.attempt))
         if record is not None:
             record.stop_message = message
-            self._spawn(self.stop_attempt(record.key, "gpu_memory", self.settings.grace_seconds))
+            self._spawn(self.stop_attempt(record.key, StopReason.GPU_MEMORY, self.settings.grace_seconds))
 
-    async def stop_attempt(self, key: AttemptKey, reason: str, grace: float) -> None:
+    async def stop_attempt(self, key: AttemptKey, reason: StopReason, grace: float) -> None:
         record = self.attempts.get(key)
         if record is None or not record.running:
             return
@@ -490,7 +496,7 @@ class Executor(AttemptHost):
 
     async def end_attempt(self, key: AttemptKey) -> None:
         """The attempt is over (succeeded, failed, cancelled, requeued): stop what is left, free the rest."""
-        await self.stop_attempt(key, "ended", self.settings.grace_seconds)
+        await self.stop_attempt(key, StopReason.ENDED, self.settings.grace_seconds)
         record = self.attempts.get(key)
         if record is None:
             return

@@ -164,8 +164,11 @@ class SliceGuard:
         return tenant, user
 
     async def publish(self, data: EventData, event_id: str) -> None:
+        bus = self.service.bus
+        if bus is None:
+            raise RuntimeError("GPU memory alerts go out once the service has started (connected to the bus)")
         with contextlib.suppress(Exception):
-            await self.service.bus.publish(make_event(data, source=self.service.source, id=event_id))
+            await bus.publish(make_event(data, source=self.service.source, id=event_id))
 
     async def run(self) -> None:
         while True:

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +61,10 @@ def platform_path(inherited_path: str | None) -> dict[str, str]:
     return env
 
 
-def mps_running(environ: dict[str, str] | None = None) -> bool:
+def mps_running(environ: Mapping[str, str] | None = None) -> bool:
     """Whether an MPS control daemon (nvidia-cuda-mps-control -d) serves this node: its pipe exists."""
-    environ = os.environ if environ is None else environ
-    pipe_dir = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
+    env = os.environ if environ is None else environ
+    pipe_dir = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
     return (pipe_dir / "control").exists()
 
 

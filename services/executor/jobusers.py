@@ -1,4 +1,4 @@
-"""Which local user runs a tenant's jobs (issue 24, item 2): never the platform's own when it runs as root.
+"""Which local user runs a tenant's jobs: never the platform's own when it runs as root.
 
 `GPUYARD_JOB_USERS` maps tenants to users: `vision=gpu-vision,nlp=1500:1500,*=nobody` (a user name, or
 uid[:gid]; `*` for every tenant not named; `platform`: the platform's own user, which must be asked for by

@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import classify_exit
 from gpuyard.services.executor.exits import AttemptKey, NodeFault, replica_exit
@@ -78,7 +78,7 @@ class LocalBackend(Backend):
         mps: bool = False,
         shipper: LogShipper | None = None,
         job_users: JobUsers | None = None,
-        job_root: Path | None = None,
+        job_root: Path,
         start_helper: bool = True,
         log_budget: LogBudget | None = None,
     ):
@@ -97,7 +97,7 @@ class LocalBackend(Backend):
         self.gpu_memory = gpu_memory or {}
         self.mps = mps
         self.replicas: dict[AttemptKey, dict[int, LocalReplica]] = {}
-        self.events: BackendEvents | None = None
+        self.events: BackendEvents = NotOpened()
         self.watchers: set[asyncio.Task] = set()
         self.reaper = ReaperClient()
         self.start_helper = start_helper
@@ -184,7 +184,7 @@ class LocalBackend(Backend):
             shipper=self.shipper,
             key=key,
             budget=self.log_budget if tenant else None,
-            tenant=tenant,
+            tenant=tenant or "",
         )
 
     async def _finish_io(self, rep: LocalReplica) -> None:
@@ -209,6 +209,7 @@ class LocalBackend(Backend):
         returncode = await rep.proc.wait()
         await self._finish_io(rep)
         await self._shipped()  # its output is in the log store before its end is: `logs -f` misses nothing
+        reason: FailureReason | None  # (None: it succeeded)
         if returncode is None:
             reason, exit_code, sig, message, tail = FailureReason.NODE_LOST, None, None, LOST_MESSAGE, []
         else:
@@ -297,6 +298,7 @@ class LocalBackend(Backend):
         if status is not None:
             proc.exited(status)
         else:
+            assert rec is not None, "a replica that has not ended is still running: adopt found its pid file"
             pump, sink = self._reopen_output(rec, files, key, replica)
             task = asyncio.create_task(watch_adopted(rec.pid, rec.start, files.exit))
             self.watchers.add(task)

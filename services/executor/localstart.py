@@ -69,7 +69,7 @@ class ReplicaStarter:
         node: str,
         data_dir: Path,
         job_users: JobUsers,
-        job_root: Path | None,
+        job_root: Path,
         cgroups: Cgroups,
         reaper: ReaperClient,
         private: PrivateTmps,
@@ -236,7 +236,8 @@ class ReplicaStarter:
                 },
                 cgroup=str(cgroup) if cgroup else None,
                 user=(user.uid, user.gid) if user else None,
-                **({"binds": private.binds, "hide_pids": private.hide_pids} if private.binds else {}),
+                binds=private.binds,  # (none: no namespace of its own)
+                hide_pids=private.hide_pids and bool(private.binds),
             )
         except StartRefused as exc:
             if (why := node_fault(exc)) is not None:

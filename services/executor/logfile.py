@@ -151,12 +151,12 @@ class RotatingLog:
         self.size = os.fstat(self.fd).st_size
         self.written = 0
         """Bytes written through this object (rotations included)."""
-        self.shipper = shipper if key is not None else None
-        self.key = key
+        self.shipped = (shipper, key) if shipper is not None and key is not None else None
+        """Where the bytes also go (the shipper, under the key), when there is a shipper and a key."""
         # a log written before (an executor restarted while its replica ran) goes on at its whole size
         before = sum(os.path.getsize(f) for f in log_files(Path(path))) if self.size else 0
-        if self.shipper is not None:
-            self.shipper.open(key, before)
+        if self.shipped is not None:
+            self.shipped[0].open(self.shipped[1], before)
         self.budget = budget
         self.tenant = tenant
         self.held = before
@@ -228,11 +228,12 @@ class RotatingLog:
     def _put(self, chunk: memoryview | bytes) -> None:
         """Ship `chunk` and write it to the file. What the disk refuses is dropped (`lost`), said once per
         process; the first write it takes again begins with a line saying how much is missing."""
-        if self.shipper is not None:
-            whole = (
-                isinstance(chunk, memoryview) and type(chunk.obj) is bytes and chunk.nbytes == len(chunk.obj)
-            )
-            self.shipper.write(self.key, chunk.obj if whole else bytes(chunk))
+        if self.shipped is not None:
+            shipper, key = self.shipped
+            if isinstance(chunk, memoryview) and type(obj := chunk.obj) is bytes and chunk.nbytes == len(obj):
+                shipper.write(key, obj)  # the whole of a bytes object: no copy
+            else:
+                shipper.write(key, bytes(chunk))
         if self.lost:
             gap = self._note(f"{format_size(self.lost)} of output lost here: the disk refused it")
             if not self._write_file(memoryview(gap), counted=False):
@@ -299,8 +300,8 @@ class RotatingLog:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if self.shipper is not None:
-            self.shipper.close(self.key)
+        if self.shipped is not None:
+            self.shipped[0].close(self.shipped[1])
         if self.budget is not None:
             self.budget.give_back(self.tenant, self.held)
             self.budget = None

@@ -33,23 +33,26 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     os.umask(JOB_UMASK)
     said_by(settings.executor_worker)
     jobenv.configure_publishing(jobenv.publishing_from_settings(settings))
+    if service.bus is None:
+        raise RuntimeError("the executor is wired once its service has started (connected to the bus)")
+    bus = service.bus
     executor = Executor(service, settings)
     await executor.start()
     service.spawn(executor.backend.run(), "backend")
     if executor.worker == 0:
         service.spawn(executor.nodes.run(), "heartbeat")
         sweeper = JobDirSweeper(
-            settings.data_dir, service.store, executor.attempts, settings.retention, settings.job_root
+            settings.data_dir, executor.store, executor.attempts, settings.retention, settings.job_root
         )
         service.spawn(sweeper.run(settings.retention_interval), "retention")
-    await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
+    await bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
     if executor.gpu_guard.reader is not None:
         service.spawn(executor.gpu_guard.run(), "gpu-memory-watch")
     try:
         await executor.reconcile()
         durable = f"executor-{settings.node_name}".replace(".", "-")
         await executor.consume(
-            service.bus,
+            bus,
             shared=durable,
             own=f"{durable}-{executor.worker}",
             holder=HOLDER_EXECUTOR,

@@ -60,7 +60,7 @@ class PrivateTmp:
 class PrivateTmps:
     """The node's means of keeping replicas apart (`open`), and each attempt's private folders on it."""
 
-    def __init__(self, data_dir: Path, job_root: Path | None):
+    def __init__(self, data_dir: Path, job_root: Path):
         self.data_dir = data_dir
         self.job_root = job_root
         self.namespaces = Namespaces(False, False, "not tried yet")
@@ -74,7 +74,7 @@ class PrivateTmps:
 
     async def open(self, *, switches: bool) -> None:
         """Find what the node allows, where jobs run as other users (`switches`), and say what it lacks."""
-        if switches and self.job_root is not None:
+        if switches:
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)
             self.namespaces = await asyncio.to_thread(probe_namespaces)
@@ -157,8 +157,7 @@ class PrivateTmps:
             f"{replica_files(self.data_dir, *key, 0).attempt}/tmp",
             f"{SHM_JOBS}/{key.job_id}-{key.attempt}",
         ]
-        if self.job_root is not None:
-            folders.append(f"{os.path.dirname(job_workdir(self.job_root, *key, 0))}/tmp")
+        folders.append(f"{os.path.dirname(job_workdir(self.job_root, *key, 0))}/tmp")
         for folder in folders:  # (rmtree follows no link: one a job left in them leads nowhere)
             shutil.rmtree(folder, ignore_errors=True)
 

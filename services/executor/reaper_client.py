@@ -102,7 +102,7 @@ class ReaperClient:
         ours.setblocking(False)
         self.sock = ours
         self.gone = loop.create_future()
-        loop.add_reader(ours.fileno(), self._readable)
+        loop.add_reader(ours.fileno(), self._readable, ours)
 
     @property
     def pid(self) -> int:
@@ -127,7 +127,7 @@ class ReaperClient:
         """Start a replica; `output` is its pipe (write end for the replica, read end for the reaper to hold);
         `binds` (source, target) and `hide_pids`: a mount namespace of its own (`reaper/kernel.py`, `private_mounts`).
         Raises StartRefused (with the step) or ReaperGone."""
-        if self.sock is None or self.gone.done():
+        if self.sock is None or self.gone is None or self.gone.done():
             raise ReaperGone("the reaper has ended")
         request = dict(
             argv=list(argv),
@@ -144,24 +144,26 @@ class ReaperClient:
         )
         data = json.dumps(request).encode("utf-8", "surrogateescape")
         answer = asyncio.get_running_loop().create_future()
-        await self._send(data, list(output))
+        await self._send(self.sock, self.gone, data, list(output))
         self.answers.append(answer)
         return await answer
 
-    async def _send(self, data: bytes, fds: list[int]) -> None:
+    async def _send(
+        self, sock: socket.socket, gone: asyncio.Future[None], data: bytes, fds: list[int]
+    ) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                socket.send_fds(self.sock, [data], fds)
+                socket.send_fds(sock, [data], fds)
                 return
             except BlockingIOError:
-                writable = loop.create_future()
-                loop.add_writer(self.sock.fileno(), _resolve, writable)
+                writable: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(sock.fileno(), _resolve, writable)
                 try:
-                    await asyncio.wait([writable, self.gone], return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait([writable, gone], return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    loop.remove_writer(self.sock.fileno())
-                if self.gone.done():
+                    loop.remove_writer(sock.fileno())
+                if gone.done():
                     raise ReaperGone("the reaper has ended") from None
             except OSError as exc:
                 if exc.errno == 90:  # EMSGSIZE
@@ -171,10 +173,10 @@ class ReaperClient:
                 self._lost()
                 raise ReaperGone(f"the reaper has ended: {exc}") from None
 
-    def _readable(self) -> None:
+    def _readable(self, sock: socket.socket) -> None:
         while True:
             try:
-                data = self.sock.recv(MAX_MESSAGE)
+                data = sock.recv(MAX_MESSAGE)
             except BlockingIOError:
                 return
             except OSError:
@@ -193,7 +195,8 @@ class ReaperClient:
                     refused = StartRefused(
                         message["error"], message.get("step", ""), message.get("message", "")
                     )
-                    answer.done() or answer.set_exception(refused)
+                    if not answer.done():
+                        answer.set_exception(refused)
                     continue
                 # known at once: its end may come in the same read, before the start's caller resumes
                 proc = self.running[message["pid"]] = ReapedProcess(message["pid"], message.get("start"))
@@ -201,7 +204,7 @@ class ReaperClient:
                     answer.set_result(proc)
 
     def _lost(self) -> None:
-        if self.sock is None or self.gone.done():
+        if self.sock is None or self.gone is None or self.gone.done():
             return
         asyncio.get_running_loop().remove_reader(self.sock.fileno())
         if not self.closing:
@@ -215,6 +218,8 @@ class ReaperClient:
 
     async def until_gone(self) -> None:
         """Returns only when the reaper ended while the executor still needs it (raises ReaperGone then)."""
+        if self.gone is None:
+            raise RuntimeError("the reaper is watched once it has started (ReaperClient.open)")
         await asyncio.shield(self.gone)
         if not self.closing:
             raise ReaperGone(f"the executor's reaper (pid {self.pid}) ended")
@@ -243,7 +248,7 @@ async def watch_adopted(pid: int, start: int | None, exit_file: str) -> int | No
             pidfd = -1
     if pidfd >= 0:
         ended = loop.create_future()
-        loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+        loop.add_reader(pidfd, _resolve, ended)
         try:
             await ended
         finally:

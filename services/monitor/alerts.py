@@ -150,8 +150,9 @@ class Engine:
         seen: set[str] = set()
         for gpu in sample.gpus:
             holders = {h.job_id: h for h in gpu.holders}
+            util = gpu.utilization_pct  # (None: not reported, a lost GPU's)
             for job_id in holders:
-                if gpu.utilization_pct >= self.rules.job_silent.gpu_below_pct:
+                if util is not None and util >= self.rules.job_silent.gpu_below_pct:
                     self._gpu_active[job_id] = at
             subject, where = f"{sample.node}/{gpu.index}", f"GPU {gpu.index} on {sample.node}"
             observed = self._gpu_observations(gpu, subject, where)
@@ -187,9 +188,10 @@ class Engine:
         application = [x for x in gpu.xids if x in rules.gpu_xid.application_xids]
         found: list[Observation] = []
         for job_id, holder in holders.items():
-            if rules.gpu_idle.enabled:
+            if rules.gpu_idle.enabled and gpu.utilization_pct is not None:
                 alert_id = f"{AlertKind.GPU_IDLE}/{subject}/{job_id}"
-                found.append((alert_id, AlertKind.GPU_IDLE, rules.gpu_idle, self._idle(gpu, where, holder)))
+                idle = self._idle(gpu.utilization_pct, gpu, where, holder)
+                found.append((alert_id, AlertKind.GPU_IDLE, rules.gpu_idle, idle))
             if rules.job_xid.enabled:
                 alert_id = f"{AlertKind.JOB_XID}/{subject}/{job_id}"
                 verdict = self._job_xid(application, gpu, where, holder)
@@ -334,8 +336,8 @@ class Engine:
             gpu_index=gpu.index, value=float(fatal[-1]),
         )  # fmt: skip
 
-    def _idle(self, gpu: GpuReading, where: str, holder):
-        rule, util = self.rules.gpu_idle, gpu.utilization_pct
+    def _idle(self, util: float, gpu: GpuReading, where: str, holder):
+        rule = self.rules.gpu_idle
         verdict = (
             Verdict.BREACH
             if util < rule.below_pct
@@ -535,7 +537,7 @@ class Engine:
         return GONE.get(tracker.kind, "no longer reported")
 
 
-CLEARED = {
+CLEARED: dict[str, str] = {
     AlertKind.GPU_IDLE: "the GPU is busy again",
     AlertKind.GPU_TEMPERATURE: "the GPU cooled down",
     AlertKind.GPU_POWER: "the GPU's power draw is back under its threshold",
@@ -547,7 +549,7 @@ CLEARED = {
     AlertKind.JOB_WAITING: "the job no longer waits",
     AlertKind.JOB_SILENT: "the job shows signs of life again",
 }
-GONE = {
+GONE: dict[str, str] = {
     AlertKind.GPU_IDLE: "the job let the GPU go",
     AlertKind.JOB_XID: "the job let the GPU go",
     AlertKind.JOB_WAITING: "the job no longer waits (placed, cancelled or gone)",

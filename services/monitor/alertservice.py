@@ -35,6 +35,7 @@ from gpuyard.services.monitor.jobs import LiveJob, LiveJobs
 from gpuyard.services.monitor.rules import Rules, RulesError, load_rules, rules_refusal
 from gpuyard.services.monitor.webhooks import Webhooks
 from gpuyard.shared.bus.headers import entity_of
+from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.bus.permissions import publishes
 from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
@@ -84,7 +85,9 @@ class AlertService:
         """`live`: the monitor's live jobs, refreshed by the monitor; without it the service keeps its own.
         `idle`: the idle-GPU reclaim, on those live jobs (none: no job is stopped for idle GPUs)."""
         self.service = service
-        self.bus = service.bus
+        if service.bus is None:
+            raise RuntimeError("the alerts run once the service has started (connected to the bus)")
+        self.bus: Bus = service.bus
         self.rules = rules
         self.store = store
         self.logs = logs

@@ -89,7 +89,10 @@ class Monitor:
         # decodes itself (`SampleIngest.on_message`). Our own samples come back too: passed over, not newer
         # than the one taken in from the sampler; one this node's monitor credentials published otherwise is
         # judged for GPU health.
-        await self.service.bus.subscribe(Subject.GPU_SAMPLE.value, self.ingest.on_message)
+        bus = self.service.bus
+        if bus is None:
+            raise RuntimeError("the monitor listens to the bus once its service has started")
+        await bus.subscribe(Subject.GPU_SAMPLE.value, self.ingest.on_message)
 
 
 async def main(service: Service, settings: MonitorSettings) -> None:

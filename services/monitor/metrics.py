@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -270,22 +271,22 @@ class GuardedMetricsServer(MetricsServer):
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, auth: ScrapeAuth, path: str):
         super().__init__(registry, host, port, path=path)
-        served = self.server.RequestHandlerClass
+        self.auth = auth
+        self.guarded_path = path
+
+    def refused(self, request: BaseHTTPRequestHandler) -> bool:
+        if request.path.split("?")[0] != self.guarded_path or self.auth.allows(
+            request.headers.get("Authorization")
+        ):
+            return False
         refusal = (REFUSED + "\n").encode()
-
-        class Guarded(served):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                if self.path.split("?")[0] == path and not auth.allows(self.headers.get("Authorization")):
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", CHALLENGE)
-                    self.send_header("Content-Type", "text/plain; charset=utf-8")
-                    self.send_header("Content-Length", str(len(refusal)))
-                    self.end_headers()
-                    self.wfile.write(refusal)
-                    return
-                super().do_GET()
-
-        self.server.RequestHandlerClass = Guarded
+        request.send_response(401)
+        request.send_header("WWW-Authenticate", CHALLENGE)
+        request.send_header("Content-Type", "text/plain; charset=utf-8")
+        request.send_header("Content-Length", str(len(refusal)))
+        request.end_headers()
+        request.wfile.write(refusal)
+        return True
 
 
 def serve_metrics(

@@ -37,7 +37,12 @@ class NodeSampler:
 
     @property
     def count(self) -> int:
-        return len(self.simulated.gpus) if self.simulated is not None else self.nvml.count
+        return len(self.simulated.gpus) if self.simulated is not None else self._nvml.count
+
+    @property
+    def _nvml(self) -> Nvml:
+        assert self.nvml is not None  # (one of the two: `__init__` checks)
+        return self.nvml
 
     def read(self, held: list[HeldGpu]) -> list[GpuReading]:
         if self.simulated is not None:
@@ -45,7 +50,7 @@ class NodeSampler:
         by_gpu: dict[int, list[GpuHolder]] = {}
         for h in held:
             by_gpu.setdefault(h.gpu_index, []).append(h.holder)
-        return [bounded(r.model_copy(update={"holders": by_gpu.get(r.index, [])})) for r in self.nvml.read()]
+        return [bounded(r.model_copy(update={"holders": by_gpu.get(r.index, [])})) for r in self._nvml.read()]
 
 
 def bounded(reading: GpuReading) -> GpuReading:

@@ -73,8 +73,11 @@ class Sampling:
         await self.publish(event)
 
     async def publish(self, event: CloudEvent) -> None:
+        bus = self.service.bus
+        if bus is None:  # (not connected yet: the next sample tries again)
+            return
         try:
-            ack = await self.service.bus.send(event)
+            ack = await bus.send(event)
         except Exception as exc:  # NATS away: the next sample tries again (samples are not kept)
             log.debug("gpu.sample not published: %s", exc)
             return

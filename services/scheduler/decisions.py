@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cached_property
 
+from gpuyard.services.scheduler.started import ledger_of
 from gpuyard.services.scheduler.view import ClusterView, to_placement
 from gpuyard.shared.contracts.events.envelope import derived_id
 from gpuyard.shared.contracts.events.jobs import JobPending, JobPlaced, JobPreempted, PendingReason
@@ -75,13 +77,10 @@ class DecisionRecorder:
     """Records the leader's decisions through the job ledger, and remembers what it stored of each waiting
     job's reason (forgotten once the job leaves the queue: `forget_left`)."""
 
-    def __init__(
-        self, service, settings: SchedulerSettings, view: ClusterView, ledger: JobLedger, policy: Policy
-    ) -> None:
+    def __init__(self, service, settings: SchedulerSettings, view: ClusterView, policy: Policy) -> None:
         self.service = service  # (its event store, for the queue's line: read when the line is stored)
         self.settings = settings
         self.view = view
-        self.ledger = ledger
         self.policy = policy
         self.pending_sent: dict[str, Sent] = {}  # job -> its reason as stored last (`waiting`)
         self.line_stored_at = 0.0  # when the queue's line was looked at last (`store_line`)
@@ -89,6 +88,11 @@ class DecisionRecorder:
         self.line_stored: int | None = None
         self.pending_cursor = 0  # where the next cycle looks at the reasons past the head of the line (`due`)
         self.swept_at = time.monotonic()  # ... and when it last moved
+
+    @cached_property
+    def ledger(self) -> JobLedger:
+        """The service's job ledger, read on first use (the service has started by then)."""
+        return ledger_of(self.service)
 
     def forget_left(self) -> None:
         """What is kept per waiting job goes once the job has left the queue (placed, cancelled, ended)."""
@@ -118,7 +122,7 @@ class DecisionRecorder:
             data = JobPreempted(
                 job_id=job.job_id,
                 attempt=job.attempt,
-                reason=preemption.reason,
+                cause=preemption.reason,
                 by_job=preemption.by_job,
                 grace_seconds=self.settings.preemption_grace,
             )

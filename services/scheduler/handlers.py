@@ -9,6 +9,7 @@ says only which node's controls to read again from the event store (`nodecontrol
 from __future__ import annotations
 
 import time
+from functools import cached_property
 
 from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
@@ -23,6 +24,7 @@ from gpuyard.shared.contracts.events.jobs import (
 )
 from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, NodeControlChanged, NodeHeartbeat
 from gpuyard.shared.contracts.events.subjects import Subject
+from gpuyard.shared.stores.ledger import JobLedger
 
 FOLLOWED = (
     JobSubmitted,
@@ -64,7 +66,12 @@ class SchedulerHandlers:
 
     def __init__(self, scheduler: SchedulerService) -> None:
         self.scheduler = scheduler  # (its `dirty`, a new set every cycle, is read from it each time)
-        self.ledger, self.view, self.wake = scheduler.ledger, scheduler.view, scheduler.wake
+        self.view, self.wake = scheduler.view, scheduler.wake
+
+    @cached_property
+    def ledger(self) -> JobLedger:
+        """The scheduler's job ledger, read once, at the first job event (its service has started by then)."""
+        return self.scheduler.ledger
 
     def job_changed(self, job_id: str, event_id: str, kind: Subject) -> None:
         """Event `event_id` (of `kind`) of job `job_id` came: its own writes the ledger knows already (no

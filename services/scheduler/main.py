@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from gpuyard.services.scheduler.handlers import FOLLOWED, NODE_CONTROL_EVENTS, SchedulerHandlers
 from gpuyard.services.scheduler.service import SchedulerService
+from gpuyard.services.scheduler.started import bus_of
 from gpuyard.shared.bus.headers import ENTITY_HEADER, MSG_ID_HEADER
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
@@ -44,7 +45,7 @@ def job_messages(
     over undecoded (`decode=False`: docs/benchmarks.md, "the scheduler's share of a deep queue"). A message
     without those headers is decoded and goes through `table`."""
 
-    async def on_message(_event: None, msg: Msg) -> None:
+    async def on_message(_event: CloudEvent | None, msg: Msg) -> None:  # (None: undecoded)
         headers = msg.headers or {}  # (read once: this runs for every job event)
         job_id, event_id = headers.get(ENTITY_HEADER), headers.get(MSG_ID_HEADER)
         kind = job_subject(msg.subject)
@@ -77,8 +78,9 @@ def live_heartbeats(table: HandlerTable) -> Callable[[Msg], Awaitable[None]]:
 async def follow_heartbeats(service: Service, handlers: SchedulerHandlers, node_timeout: float) -> None:
     """The nodes' heartbeats, live and from the stream (the last `node_timeout` of them again at start)."""
     table = HandlerTable({NodeHeartbeat: handlers.on_heartbeat})
-    await service.bus.subscribe(Subject.NODE_HEARTBEAT.value, live_heartbeats(table))
-    await service.bus.watch(
+    bus = bus_of(service)
+    await bus.subscribe(Subject.NODE_HEARTBEAT.value, live_heartbeats(table))
+    await bus.watch(
         table.subject_filters(),
         table,
         stream=TELEMETRY_STREAM.name,
@@ -90,7 +92,8 @@ async def follow_heartbeats(service: Service, handlers: SchedulerHandlers, node_
 async def follow_events(service: Service, handlers: SchedulerHandlers) -> None:
     """The job events it follows (`handlers.FOLLOWED`), and the node controls."""
     jobs = job_events(handlers)
-    await service.bus.watch(
+    bus = bus_of(service)
+    await bus.watch(
         jobs.subject_filters(),
         job_messages(jobs, handlers.job_changed),
         stream=EVENTS_STREAM.name,
@@ -98,7 +101,7 @@ async def follow_events(service: Service, handlers: SchedulerHandlers) -> None:
         decode=False,  # (it reads the jobs from the event store)
     )
     controls = HandlerTable({NODE_CONTROL_EVENTS: handlers.on_node_control})
-    await service.bus.watch(
+    await bus.watch(
         controls.subject_filters(), controls, stream=EVENTS_STREAM.name, name="scheduler-node-controls"
     )
 

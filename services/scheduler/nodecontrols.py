@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from functools import cached_property
 
+from gpuyard.services.scheduler.started import ledger_of
 from gpuyard.services.scheduler.view import ClusterView
 from gpuyard.shared.contracts.events.envelope import derived_id, make_event
 from gpuyard.shared.contracts.events.jobs import JobPreempted, JobRequeued, RequeueReason
 from gpuyard.shared.contracts.events.nodes import NodeLost
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.readmodels import nodecontrol
@@ -23,19 +26,20 @@ from gpuyard.shared.stores.readmodels.nodecontrol import NodeControl
 
 log = logging.getLogger(__name__)
 
-DRAIN_REASON = "drain"
-"""`job.preempted`'s reason for the jobs of a drained node or GPU (requeued like preempted ones)."""
-
 
 class NodeControls:
     """The nodes' controls as the scheduler holds them (in its view), and what the leader does about them."""
 
-    def __init__(self, service, settings: SchedulerSettings, view: ClusterView, ledger: JobLedger) -> None:
+    def __init__(self, service, settings: SchedulerSettings, view: ClusterView) -> None:
         self.service = service  # (its event store, its bus: read when used)
         self.settings = settings
         self.view = view
-        self.ledger = ledger
         self.due: set[str] = set()  # nodes whose unhealthy or drained GPUs' jobs the leader looks at (`act`)
+
+    @cached_property
+    def ledger(self) -> JobLedger:
+        """The service's job ledger, read on first use (the service has started by then)."""
+        return ledger_of(self.service)
 
     async def load(self) -> None:
         """Every node's cordons and unhealthy GPUs from the event store."""
@@ -127,7 +131,8 @@ class NodeControls:
         data = JobPreempted(
             job_id=job.job_id,
             attempt=job.attempt,
-            reason=f"{DRAIN_REASON}: node {node} is being drained",
+            cause=PreemptionCause.DRAIN,
+            node=node,
             grace_seconds=self.settings.preemption_grace,
         )
         outcome = await self.ledger.record(

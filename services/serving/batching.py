@@ -192,18 +192,18 @@ class Batcher:
         self._look_timed = False
         if self._running:
             return  # the run's end looks again
-        key = self._oldest()
-        if key is None:
+        key, loop = self._oldest(), self._loop
+        if key is None or loop is None:  # (nothing queued: `infer` sets the loop as it queues)
             if self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
             return
         if not self._closing and self._rows[key] < self.max_batch_size:
-            wait = self._queues[key][0].arrived + self.max_queue_delay - self._loop.time()
+            wait = self._queues[key][0].arrived + self.max_queue_delay - loop.time()
             if wait > 0:
-                self._look_handle = self._loop.call_later(wait, self._look)
+                self._look_handle = loop.call_later(wait, self._look)
                 self._look_timed = True
                 return
-        self._send(self._take(key))
+        self._send(self._take(key), loop)
 
     def _oldest(self) -> tuple | None:
         """The key of the request that has waited longest (callers that went away dropped first)."""
@@ -240,7 +240,7 @@ class Batcher:
 
     # --- a batch ------------------------------------------------------------------------------------------
 
-    def _send(self, batch: list[_Queued]) -> None:
+    def _send(self, batch: list[_Queued], loop: asyncio.AbstractEventLoop) -> None:
         """Run `batch`: on the loop when it is expected to be short (then look at the queue again in the
         loop's next iteration), else in a thread (looking again when it ends)."""
         names = list(dict.fromkeys(name for queued in batch for name in queued.outputs))
@@ -270,9 +270,7 @@ class Batcher:
                 self._drained.set_result(None)
             return
         self._running = True
-        running = self._loop.run_in_executor(
-            self.executor, self._timed_run, feeds, names, size, self._thread_clock
-        )
+        running = loop.run_in_executor(self.executor, self._timed_run, feeds, names, size, self._thread_clock)
         running.add_done_callback(partial(self._ran, batch))
 
     def _ran(self, batch: list[_Queued], running: asyncio.Future) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuyard.services.serving.registry import ModelRegistry
 from gpuyard.services.serving.runtime import OnnxModel
+from gpuyard.shared.contracts.stops import StopReason
 from gpuyard.shared.stores.readmodels.modelregistry import qualified_name
 
 
@@ -43,7 +44,7 @@ class Held:
     gpu: int | None = None
     model: OnnxModel | None = None
     """None while it loads."""
-    stop: str | None = None
+    stop: StopReason | None = None
     """Why it is being stopped while it loads (cancelled, preempted, ended): the loader settles it."""
 
     @property
@@ -77,14 +78,14 @@ class HeldSessions:
         """`held` has loaded: the registry serves it unless another session of its version already answers."""
         held.model = model
         if (held.key, held.version) not in self._served:
-            self._put(held)
+            self._put(held, model)
 
-    def _put(self, held: Held) -> None:
+    def _put(self, held: Held, model: OnnxModel) -> None:
         self._served[(held.key, held.version)] = held
         self.registry.add(
             held.key,
             held.version,
-            held.model,
+            model,
             max_batch_size=self.max_batch_size,
             max_queue_delay_us=self.max_queue_delay_us,
         )
@@ -98,12 +99,12 @@ class HeldSessions:
         if self._served.get(slot) is not held:
             return
         del self._served[slot]
-        other = next(
-            (h for h in self.by_job.values() if (h.key, h.version) == slot and h.model is not None), None
-        )
-        if other is not None:
-            self._put(other)  # (the registry closes the old batcher: what it queued still runs)
-            return
+        for other in self.by_job.values():
+            if (other.key, other.version) == slot and other.model is not None:
+                self._put(
+                    other, other.model
+                )  # (the registry closes the old batcher: what it queued still runs)
+                return
         versions = self.registry.models.get(held.key, {})
         entry = versions.get(held.version)
         if entry is None:

@@ -24,6 +24,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeGuard
 
 from gpuyard.services.serving.errors import ModelLoadError
 from gpuyard.services.serving.held import Held, HeldSessions
@@ -43,6 +44,7 @@ from gpuyard.shared.contracts.events.jobs import (
 from gpuyard.shared.contracts.events.models import ExecutionProvider, ModelFailed, ModelReady
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView, state_values
+from gpuyard.shared.contracts.stops import ASKED_STOPS, StopReason
 from gpuyard.shared.modelfiles import store as modelstore
 from gpuyard.shared.runtime.hosting import AttemptHost, StopRequest
 from gpuyard.shared.runtime.installhint import install_command
@@ -119,7 +121,7 @@ class Host(AttemptHost):
     async def on_attempt_ended(self, job_id: str, attempt: int) -> None:
         held = self.sessions.get(job_id)
         if held is not None and held.attempt == attempt:
-            await self.release(held, "ended")
+            await self.release(held, StopReason.ENDED)
 
     def mine(self, view: JobView) -> bool:
         return self.places_here(view.placements)
@@ -136,9 +138,9 @@ class Host(AttemptHost):
         if old is not None:
             if old.attempt == view.attempt:
                 return
-            await self.release(old, "ended")  # an older attempt's, whose end was not seen here
+            await self.release(old, StopReason.ENDED)  # an older attempt's, whose end was not seen here
         if view.cancel_requested:
-            await self.settle(view.job_id, view.attempt, "cancelled")
+            await self.settle(view.job_id, view.attempt, StopReason.CANCELLED)
             return
         placement = next(p for p in view.placements if p.node == self.node)
         held = Held(
@@ -156,7 +158,7 @@ class Host(AttemptHost):
             model = await self.load(held)
         except LoadFailure as failure:
             await self.sessions.release(held)
-            if held.stop in ("cancelled", "preempted"):  # stopped while it loaded: that is how it ends
+            if held.stop in ASKED_STOPS:  # stopped while it loaded: that is how it ends
                 await self.settle(held.job_id, held.attempt, held.stop)
             else:
                 await self.failed(held, failure)
@@ -166,7 +168,7 @@ class Host(AttemptHost):
             raise
         if held.stop is not None or self.sessions.get(held.job_id) is not held:
             await self.sessions.release(held)  # stopped while it loaded
-            if held.stop in ("cancelled", "preempted"):
+            if held.stop in ASKED_STOPS:
                 await self.settle(held.job_id, held.attempt, held.stop)
             return
         self.sessions.serve(held, model)
@@ -289,7 +291,7 @@ class Host(AttemptHost):
             )
         )
 
-    async def announce(self, data: EventData, event_id: str) -> None:
+    async def announce(self, data: ModelReady | ModelFailed, event_id: str) -> None:
         """Publish a model event (not a job's: the event store does not keep it). Its id is deterministic, so
         JetStream drops a repeat; a failed publish is logged (the other nodes then do not route to it)."""
         try:
@@ -299,7 +301,7 @@ class Host(AttemptHost):
 
     # ------------------------------------------------------------------ stopping
 
-    async def stop(self, view: JobView, why: str) -> None:
+    async def stop(self, view: JobView, why: StopReason) -> None:
         """Cancel or preempt this node's replica of the job: release it, then record how the attempt ended."""
         held = self.sessions.get(view.job_id)
         if held is not None and held.attempt == view.attempt:
@@ -307,18 +309,18 @@ class Host(AttemptHost):
                 held.stop = held.stop or why
                 return
             await self.release(held, why)
-        elif why != "cancelled" or view.state not in ACTIVE_STATES:
+        elif why != StopReason.CANCELLED or view.state not in ACTIVE_STATES:
             return  # (a cancel of a replica not taken on here is settled here all the same)
         await self.settle(view.job_id, view.attempt, why)
 
-    async def release(self, held: Held, why: str) -> None:
+    async def release(self, held: Held, why: StopReason) -> None:
         held.stop = held.stop or why
         if held.model is None:
             return  # loading: the loader sees `stop`
         await self.sessions.release(held)
         log.info("job %s: released %s:%d (%s)", held.job_id, held.key, held.version, why)
 
-    async def settle(self, job_id: str, attempt: int, why: str) -> None:
+    async def settle(self, job_id: str, attempt: int, why: StopReason) -> None:
         await written(
             lambda: self.ledger.record(
                 job_id,
@@ -352,19 +354,19 @@ class Host(AttemptHost):
         await self.sessions.close()
 
 
-def current(view: JobView | None, attempt: int) -> bool:
+def current(view: JobView | None, attempt: int) -> TypeGuard[JobView]:
     return view is not None and view.attempt == attempt and view.state in ACTIVE_STATES
 
 
-def stopped(view: JobView | None, attempt: int, why: str) -> EventData | None:
+def stopped(view: JobView | None, attempt: int, why: StopReason) -> EventData | None:
     """How an attempt this host stopped ends: cancelled (undeployed), or requeued when preempted (the scheduler
     places it again); None when it is no longer this attempt's to say."""
     if not current(view, attempt):
         return None
-    if why == "cancelled" or view.cancel_requested:
+    if why == StopReason.CANCELLED or view.cancel_requested:
         return JobCancelled(job_id=view.job_id, attempt=attempt, by="serving", message="undeployed")
-    if why == "preempted":
-        reason = view.preempt_requested.reason if view.preempt_requested else "preempted"
+    if why == StopReason.PREEMPTED:
+        reason = view.preempt_requested.text if view.preempt_requested else StopReason.PREEMPTED.value
         return JobRequeued(
             job_id=view.job_id, attempt=attempt + 1, reason=RequeueReason.PREEMPTED, message=reason
         )

@@ -64,7 +64,10 @@ async def main(service: Service, settings: ServingSettings) -> None:
     sessions = HeldSessions(
         registry, max_batch_size=settings.max_batch_size, max_queue_delay_us=settings.max_queue_delay_us
     )
-    catalog = ModelCatalog(service.store, service.bus, service.source, ModelStore(settings.model_store_url))
+    store, bus = service.store, service.bus
+    if store is None or bus is None:
+        raise RuntimeError("serving is wired once its service has started (its event store and bus)")
+    catalog = ModelCatalog(store, bus, service.source, ModelStore(settings.model_store_url))
     routes = Routes(settings.node_name)
     forwarder = Forwarder(registry, routes)
     host = Host(
@@ -92,12 +95,12 @@ async def main(service: Service, settings: ServingSettings) -> None:
     http = service.spawn(server.serve(), "http")
     service.metrics_served_on(settings.serving_host, settings.serving_port)  # (on the API's /metrics)
     try:
-        await routes.follow(service.bus)
-        service.spawn(routes.prune_every(running_in(service.store), PRUNE_INTERVAL), "routes")
+        await routes.follow(bus)
+        service.spawn(routes.prune_every(running_in(store), PRUNE_INTERVAL), "routes")
         await host.reconcile()
         durable = f"serving-{settings.node_name}".replace(".", "-")
         await host.consume(
-            service.bus,
+            bus,
             shared=durable,
             own=f"{durable}-control",
             holder=HOLDER_SERVING,

@@ -152,8 +152,11 @@ class Signed(Protocol):
     """A tensor of a model's signature: `TensorSpec` here, or `gpuyard.shared.contracts.events.models.TensorSpec` (what
     `gpuyard.shared.modelfiles.signature` read when the model was published)."""
 
-    datatype: str
-    shape: Sequence[int]
+    @property
+    def datatype(self) -> str: ...
+
+    @property
+    def shape(self) -> Sequence[int]: ...
 
 
 def body_limit(inputs: Iterable[Signed], max_rows: int, cap: int) -> int:
@@ -331,7 +334,7 @@ def decode_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
 
 
 def encode_bytes(array: np.ndarray) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     for item in array.ravel():
         data = item.encode() if isinstance(item, str) else bytes(item)
         parts += (struct.pack("<I", len(data)), data)
@@ -416,7 +419,7 @@ def encode_response(
     tensors = []
     chunks = []
     for name, datatype, array, binary in outputs:
-        tensor = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        tensor: dict[str, object] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if binary:
             raw = to_binary(array, datatype)
             tensor["parameters"] = {"binary_data_size": len(raw)}

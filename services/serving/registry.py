@@ -54,6 +54,12 @@ class ModelVersion:
     def ready(self) -> bool:
         return self.state is VersionState.READY
 
+    def loaded(self) -> tuple[OnnxModel, Batcher]:
+        """Its model and batcher: a READY version has both (`ModelRegistry.resolve` gives only those)."""
+        if self.model is None or self.batcher is None:
+            raise Unavailable(f"model '{self.name}' {_describe(self)}")
+        return self.model, self.batcher
+
 
 SourceLookup = Callable[[str], dict[int, ModelSource]]
 """For `/load` of a model this registry never held: its versions and their sources (empty if unknown)."""

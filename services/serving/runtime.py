@@ -11,6 +11,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,12 +56,18 @@ def _spec(arg) -> TensorSpec:
     return TensorSpec(arg.name, datatype, shape)
 
 
+class Session(Protocol):
+    """What a model runs in: an ONNX Runtime `InferenceSession`."""
+
+    def run(self, output_names: list[str], input_feed: dict[str, Any]) -> list[Any]: ...
+
+
 @dataclass(eq=False)
 class OnnxModel:
     """A loaded model. `run` may be called from several threads at once (ONNX Runtime's `Run` is
     thread-safe and releases the GIL)."""
 
-    session: object
+    session: Session
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
     provider: str

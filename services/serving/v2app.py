@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -69,19 +69,21 @@ DEFAULT_MAX_REQUEST_BYTES: int = ServingSettings.model_fields["max_request_bytes
 DEFAULT_MAX_REQUEST_ROWS: int = ServingSettings.model_fields["max_request_rows"].default
 
 
-class Router(Protocol):
+Where = TypeVar("Where")
+"""What a `Router` says of where a request goes (its `remote`), handed back to its `forward`."""
+
+
+class Router(Protocol[Where]):
     """Where a request goes when this server does not hold the version it asks for (the platform's serving
     entry point: `services/serving/entry.py`)."""
 
     def default_version(self, key: str) -> str | None:
         """The version a request without one gets: the newest ready anywhere (None: none is)."""
 
-    def remote(self, request: Request, key: str, version: str) -> object | None:
+    def remote(self, request: Request, key: str, version: str) -> Where | None:
         """Where the request goes instead (one hop), or None when it is answered here."""
 
-    async def forward(
-        self, request: Request, where: object, name: str, version: str, body: bytes
-    ) -> Response:
+    async def forward(self, request: Request, where: Where, name: str, version: str, body: bytes) -> Response:
         """The answer of the server `remote` chose, asked for model `name` (as the caller named it) and
         `version` with the request's `body` (already read, within the limit)."""
 
@@ -189,7 +191,7 @@ class V2Server:
     registry: ModelRegistry
     authorize: Authorize | None
     stats: Stats
-    router: Router | None
+    router: Router[Any] | None
     repository_loads: bool
     max_request_bytes: int
     max_request_rows: int
@@ -263,7 +265,7 @@ async def model_metadata(request: Request) -> Response:
     name, entry = await v2.model_for(request)
     if isinstance(entry, Response):
         return entry
-    model = entry.model
+    model, _ = entry.loaded()
     body = ModelMetadata(
         name=name,
         versions=[str(v) for v in v2.registry.ready_versions(entry.name)],
@@ -304,7 +306,7 @@ async def inference(
 ) -> tuple[bytes, int | None]:
     """The answer's body to an inference request for `entry` (and the length of its JSON part when it has
     binary outputs): the body read within the model's limit, decoded, checked, batched, encoded."""
-    model = entry.model
+    model, batcher = entry.loaded()
     limit = v2.limit_of(model)
     named = name if limit < v2.max_request_bytes else None  # (the model's own limit, else the server's)
     body = await read_body(request, limit, declared, named, v2.max_request_rows)
@@ -313,7 +315,7 @@ async def inference(
     check_rows(model, req, v2.max_request_rows)
     wanted = wanted_outputs(model, req)
     try:
-        results = await entry.batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
+        results = await batcher.infer(req.inputs, [spec.name for spec, _ in wanted])
     except Unavailable as exc:  # unloaded while the body was read (a redeploy): say which model
         raise Unavailable(f"model '{name}' version {entry.version}: {exc.message}") from None
     return encode_response(
@@ -422,7 +424,7 @@ def create_app(
     registry: ModelRegistry,
     authorize: Authorize | None = None,
     stats: Stats | None = None,
-    router: Router | None = None,
+    router: Router[Any] | None = None,
     *,
     repository_loads: bool = True,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
@@ -439,8 +441,9 @@ def create_app(
     app = Starlette(
         routes=v2_routes(),
         exception_handlers={
-            ServingError: _serving_error,
-            HTTPException: _http_error,
+            # (Starlette calls each handler with its own class of exception: its types say any exception)
+            ServingError: _serving_error,  # type: ignore[dict-item]
+            HTTPException: _http_error,  # type: ignore[dict-item]
             Exception: _internal_error,
         },
     )

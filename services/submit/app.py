@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.services.submit import (
     routes_admin,
@@ -56,14 +57,14 @@ class BodyLimit:
       apply their own limit (a model's file, `routes_models.publish_model`): passed on unread."""
 
     def __init__(
-        self, app, ctx: SubmitContext, limit: int, uploads: frozenset[tuple[str, str]] = frozenset()
+        self, app: ASGIApp, ctx: SubmitContext, limit: int, uploads: frozenset[tuple[str, str]] = frozenset()
     ):
         self.app = app
         self.ctx = ctx
         self.limit = limit
         self.uploads = uploads
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers: dict[bytes, bytes] = {}
@@ -95,7 +96,14 @@ class BodyLimit:
         return await self.app(scope, replaying(body, receive), send)
 
     @staticmethod
-    async def refuse(scope, receive, send, code: int, detail: str, headers: dict | None = None) -> None:
+    async def refuse(
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        code: int,
+        detail: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         await JSONResponse({"detail": detail}, status_code=code, headers=headers)(scope, receive, send)
 
 

@@ -73,10 +73,9 @@ class SubmitContext:
     """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""
     quotas: dict[str, float] = field(default_factory=dict)
     """Guaranteed GPUs per tenant (the scheduler's `GPUYARD_QUOTAS`): what `GET /v1/tenants` shows."""
-    line: LineReader | None = None
-    """The queue's line (queued jobs' places), read from the store (default: a reader of `store`)."""
+    line: LineReader = field(init=False)
+    """The queue's line (queued jobs' places), read from the store (a reader of `store`)."""
 
     def __post_init__(self) -> None:
         self.placeability = Placeability(self.telemetry)
-        if self.line is None:
-            self.line = LineReader(self.store)
+        self.line = LineReader(self.store)

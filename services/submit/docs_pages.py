@@ -18,11 +18,14 @@ def add_docs_pages(app: FastAPI) -> None:
     """Mount the assets and the two pages (the app is created with docs_url=None, redoc_url=None)."""
     app.mount(ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="api-docs")
     title = f"{app.title} API"
+    openapi_url = app.openapi_url
+    if openapi_url is None:
+        raise ValueError("the API docs pages need the app's OpenAPI document (its openapi_url)")
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url,
+            openapi_url=openapi_url,
             title=title,
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
@@ -32,7 +35,7 @@ def add_docs_pages(app: FastAPI) -> None:
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
         return get_redoc_html(
-            openapi_url=app.openapi_url,
+            openapi_url=openapi_url,
             title=title,
             redoc_js_url=f"{ASSETS}/redoc.standalone.js",
             redoc_favicon_url=f"{ASSETS}/favicon.png",

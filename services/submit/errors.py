@@ -32,9 +32,11 @@ RETRY_AFTER = {
     "Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}
 }
 HEADERS = {429: RETRY_AFTER, 503: RETRY_AFTER}
+Responses = dict[int | str, dict[str, Any]]
+"""A route's or router's `responses=`: by status code, what the OpenAPI schema says of that answer."""
 
 
-def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+def answers(*codes: int) -> Responses:
     """`responses=` for a route or router that can answer `codes`."""
     return {
         code: {
@@ -46,7 +48,7 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-REFUSED_422 = {
+REFUSED_422: Responses = {
     422: {
         "description": "Invalid (a list of validation errors, one per field), or refused with one reason "
         "(`detail` a string): a tenant its events cannot name, a job no node could ever hold.",
@@ -65,7 +67,7 @@ REFUSED_422 = {
 """The 422 of a route that also refuses a valid request with one reason (`POST /v1/jobs`)."""
 
 
-def json_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+def json_answers(*codes: int) -> Responses:
     """`answers` for a route whose own answer is not JSON (a `response_class` such as text): FastAPI would
     document its errors in that media type, but they are JSON (ErrorOut) like every other route's."""
     return {

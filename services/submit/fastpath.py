@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from fastapi import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.services.submit.body import read_body, replaying
 from gpuyard.services.submit.context import SubmitContext
@@ -38,11 +39,11 @@ def is_json(content_type: bytes | None) -> bool:
 
 
 class FastSubmit:
-    def __init__(self, app, ctx: SubmitContext):
+    def __init__(self, app: ASGIApp, ctx: SubmitContext):
         self.app = app
         self.ctx = ctx
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SUBMIT_PATH:
             return await self.app(scope, receive, send)
         headers: dict[bytes, bytes] = {}

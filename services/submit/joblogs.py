@@ -60,7 +60,7 @@ def attempt_line(view: JobView, number: int) -> bytes:
     ended (`requeued: node_lost`, `failed: exit_code`…) with why, or its state while it is the job's current
     one (`running`, `queued`…); on one line."""
     found = next((a for a in view.attempts if a.number == number), None)
-    said = found.outcome if found is not None and found.outcome else None
+    said = found.summary if found is not None else None
     if said is None:
         said = view.state.value if number == view.attempt else "ended"
     message = found.message if found is not None and found.outcome else ""

@@ -54,22 +54,24 @@ def preflight(settings: SubmitSettings) -> str | None:
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
-    service.ledger.cached_jobs = CACHED_JOBS
+    store, ledger, logs, bus = service.store, service.ledger, service.logs, service.bus
+    # started (`run_service` calls main after `Service.start`), with a store and its ledger (needs_store, the
+    # default) and the log store (needs_logs, __main__)
+    assert store is not None and ledger is not None and logs is not None and bus is not None
+    ledger.cached_jobs = CACHED_JOBS
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
     ctx = SubmitContext(
-        store=service.store,
-        ledger=service.ledger,
+        store=store,
+        ledger=ledger,
         tokens=tokens,
-        logs=service.logs,
-        bus=service.bus,
+        logs=logs,
+        bus=bus,
         max_body_bytes=settings.max_body_bytes,
         queue=QueueDepth(settings.max_queued_per_tenant, settings.queue_limits),
         accept_unplaceable=settings.accept_unplaceable,
-        models=ModelRegistry(
-            service.store, service.bus, service.source, ModelStore(settings.model_store_url)
-        ),
+        models=ModelRegistry(store, bus, service.source, ModelStore(settings.model_store_url)),
         max_model_bytes=settings.max_model_bytes,
         uploads=Uploads(limit=settings.max_uploads_per_tenant),
         model_check=CheckBounds(
@@ -83,10 +85,10 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         serving_url=settings.serving_url,
         quotas=settings.quotas,
     )
-    await following.follow(service.bus, ctx.telemetry)
-    service.spawn(ctx.queue.follow(service.store), "queue-depth")
+    await following.follow(bus, ctx.telemetry)
+    service.spawn(ctx.queue.follow(store), "queue-depth")
     service.spawn(
-        retention.run(service.store, service.logs, settings.retention, settings.retention_interval),
+        retention.run(store, logs, settings.retention, settings.retention_interval),
         "retention",
     )
     config = uvicorn.Config(

@@ -44,7 +44,7 @@ async def visible_model(ctx: SubmitContext, principal: Principal, name: str, ten
     """The listed model `name` of `tenant` (default: the caller's), if the caller may see it."""
     owner = tenant or principal.tenant
     view = await registry_of(ctx).get(owner, model_name(name)) if tenant_error(owner) is None else None
-    if not visible_to(principal, view):
+    if view is None or not visible_to(principal, view):
         where = f" of tenant {owner!r}" if tenant else ""
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {name!r}{where}")
     return view

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException, Response, status
 
 from gpuyard.services.submit.auth import Admin, Context
-from gpuyard.services.submit.errors import answers
+from gpuyard.services.submit.errors import Responses, answers
 from gpuyard.shared.auth.tokens import TokenEntry, TokensFixed
 from gpuyard.shared.contracts.api.tenants import TokenCreated, TokenIn, TokenOut
 
 router = APIRouter(prefix="/v1/admin/tokens", tags=["admin"], responses=answers(400, 401, 403, 413))
-REFUSED = {
+REFUSED: Responses = {
     422: {
         "description": "Invalid (a list of validation errors, one per field), or refused with one reason "
         "(`detail` a string): an `expires_at` already past.",

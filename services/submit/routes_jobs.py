@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
@@ -126,6 +126,16 @@ JOB_STATES = [s.value for s in JobState]
 nodes' streams too, in states of their own."""
 
 
+class JobFilters(TypedDict):
+    """Which jobs a listing holds, as the store's `list_projections` and `count_projections` take them."""
+
+    states: list[str]
+    tenant: str | None
+    user: str | None
+    name: str | None
+    search: str | None
+
+
 @router.get("", response_model=JobListOut, responses=answers(403))
 async def list_jobs(
     ctx: Context,
@@ -155,7 +165,7 @@ async def list_jobs(
         if tenant not in (None, principal.tenant):
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"your token is for tenant {principal.tenant!r}")
         tenant = principal.tenant
-    filters = {
+    filters: JobFilters = {
         "states": [s.value for s in state] if state else JOB_STATES,
         "tenant": tenant,
         "user": user,

@@ -27,7 +27,7 @@ from gpuyard.services.submit.deployments import (
     replicas_out,
     undeploy,
 )
-from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, answers
+from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
 from gpuyard.services.submit.modelaccess import owned_model, refused, registry_of, visible_model
 from gpuyard.shared.auth.jobtokens import JobTokenError, is_job_token, read_secret, verify
 from gpuyard.shared.auth.tokens import Principal, TokenRefused
@@ -72,7 +72,7 @@ OwnerQuery = Annotated[
     ),
 ]
 VersionPath = Annotated[int, Path(ge=1, le=2**31)]
-INVALID = {
+INVALID: Responses = {
     422: {
         "description": "Invalid input: the fields refused, each with its reason, or a file that is not a "
         "publishable ONNX model, with the reason.",
@@ -201,7 +201,7 @@ def serve_query(
 # ---------------------------------------------------------------- routes
 
 
-UPLOADS_FULL = {
+UPLOADS_FULL: Responses = {
     429: {
         "model": ErrorOut,
         "description": "The tenant has as many model uploads in progress as it may (`max_uploads_per_tenant`), "

@@ -177,7 +177,9 @@ class Telemetry:
         }
         found = []
         for seen, hb in self.services.values():
-            _, status = statuses.get(self.supervised.get((hb.host, hb.pid)), (None, None))
+            key = self.supervised.get((hb.host, hb.pid))
+            latest = statuses.get(key) if key is not None else None
+            status = latest[1] if latest is not None else None
             found.append(
                 ServiceOut(
                     service=hb.service,

@@ -111,15 +111,19 @@ class ScrapeAuth:
         return self.path is None
 
     def token(self) -> bytes:
-        """The token, read again when its file changed; b'' (nothing matches it) when it cannot be read."""
+        """The token, read again when its file changed; b'' (nothing matches it) when it cannot be read (or
+        when scrapes are open, with no token file)."""
+        path = self.path
+        if path is None:
+            return b""
         try:
-            found = self.path.stat()
+            found = path.stat()
         except OSError:
             return b""
         seen = (found.st_mtime_ns, found.st_ino)
         if seen != self._seen:
             try:
-                self._token = read_secret(self.path, METRICS_TOKEN_WHAT)
+                self._token = read_secret(path, METRICS_TOKEN_WHAT)
             except SecretFileError as exc:
                 log.error("every scrape of /metrics is refused: %s", exc)
                 self._token = b""

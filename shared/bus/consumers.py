@@ -57,6 +57,8 @@ async def declare_durable(js: JetStreamContext, stream: str, config: ConsumerCon
     creation. For any other refused change the consumer is recreated from its acknowledged position:
     nothing published while it was down or not yet acknowledged is skipped (redelivered at worst)."""
     durable = config.durable_name
+    if durable is None:
+        raise ValueError("declare_durable needs a durable consumer (config.durable_name)")
     try:
         old = await js.consumer_info(stream, durable)
     except NotFoundError:

@@ -57,7 +57,7 @@ async def read_dead_letters(js: JetStreamContext, limit: int) -> list[DeadLetter
             continue
         headers = msg.headers or {}
         try:
-            body: dict | str = json.loads(msg.data)
+            body: dict | str = json.loads(msg.data or b"")
         except (ValueError, TypeError):
             body = (msg.data or b"").decode(errors="replace")
         deliveries = headers.get("Gpuyard-Deliveries", "")

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -62,7 +63,9 @@ log = logging.getLogger(__name__)
 
 ACK_TIMEOUT = 5.0  # seconds without the server's ack after which a sent event counts as not published
 CONSUMER_INFO_TIMEOUT = 2.0  # seconds a consumer's info may take to come (the backlog of /metrics)
-SUBSCRIBE_FLUSH_SECONDS = 2.0  # most a core subscription waits for the server to confirm it (`Bus.subscribe`)
+SUBSCRIBE_FLUSH_SECONDS = 2
+"""Most a core subscription waits for the server to confirm it (`Bus.subscribe`), in whole seconds, as nats-py's
+`flush` takes them."""
 INSUFFICIENT_STORAGE = 10047  # JetStream's err_code for a stream whose max_bytes its disk cannot hold
 
 
@@ -119,7 +122,7 @@ class Bus:
                 refused.set_result(exc)  # (nats-py would try again forever: credentials do not improve)
             log.warning("nats: %s", exc)
 
-        auth = {}
+        auth: dict[str, Any] = {}
         if credentials is not None:
             auth = {
                 "user": credentials.user,

@@ -108,6 +108,7 @@ class Watch:
         info = await self.bus.js.add_consumer(self.stream, config)
         self.consumer_name = info.name
         if self.next_seq is None:  # where it starts: after the stream's last event for "new"
+            assert info.delivered is not None  # (the server reports it for every consumer it creates)
             self.next_seq = info.delivered.stream_seq + 1
 
     async def drop(self) -> None:

@@ -33,10 +33,11 @@ TEXT_PATTERN = r"^[^\x00]*$"
 COMMAND_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
 
 
-def _matching(pattern: str, message: str) -> Any:
-    """A string that matches `pattern`, which the JSON schema carries too (one definition of the rule), refused
-    with `message`. Every string of a spec has one: a NUL byte cannot reach exec, an environment or a path
-    (C strings end at it), and the pattern also refuses a lone surrogate (text no store or answer can hold)."""
+def _refused_as(message: str) -> WrapValidator:
+    """The check of a string that must match its pattern (`StringConstraints`, which the JSON schema carries
+    too: one definition of the rule), refused with `message`. Every string of a spec has one: a NUL byte cannot
+    reach exec, an environment or a path (C strings end at it), and the pattern also refuses a lone surrogate
+    (text no store or answer can hold)."""
 
     def check(value: Any, handler) -> str:
         try:
@@ -49,17 +50,25 @@ def _matching(pattern: str, message: str) -> Any:
                 raise ValueError(message) from None
             raise
 
-    return Annotated[str, StringConstraints(pattern=pattern), WrapValidator(check)]
+    return WrapValidator(check)
 
 
-Name = _matching(
-    NAME_PATTERN, "use lowercase letters, digits and '-', start and end with a letter or digit, ≤ 63 chars"
-)
-EnvName = _matching(
-    ENV_NAME_PATTERN, "an environment variable name is letters, digits and '_', not first a digit"
-)
-Text = _matching(TEXT_PATTERN, "must not contain a NUL byte")
-CommandLine = _matching(COMMAND_PATTERN, "the command is empty or contains a NUL byte")
+Name = Annotated[
+    str,
+    StringConstraints(pattern=NAME_PATTERN),
+    _refused_as("use lowercase letters, digits and '-', start and end with a letter or digit, ≤ 63 chars"),
+]
+EnvName = Annotated[
+    str,
+    StringConstraints(pattern=ENV_NAME_PATTERN),
+    _refused_as("an environment variable name is letters, digits and '_', not first a digit"),
+]
+Text = Annotated[str, StringConstraints(pattern=TEXT_PATTERN), _refused_as("must not contain a NUL byte")]
+CommandLine = Annotated[
+    str,
+    StringConstraints(pattern=COMMAND_PATTERN),
+    _refused_as("the command is empty or contains a NUL byte"),
+]
 
 
 def _program(argv: list[str]) -> list[str]:

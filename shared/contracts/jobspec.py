@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 
 from gpuyard.shared.contracts.fieldtypes import (
     IDLE_OFF_PATTERN,
@@ -187,12 +188,12 @@ class ServeSpec(Strict):
         return f"{self.model}:{self.version}"
 
 
-def _given(field: str) -> dict[str, Any]:
+def _given(field: str) -> JsonDict:
     """JSON Schema for: `field` is there, and not null."""
     return {"required": [field], "properties": {field: {"not": {"type": "null"}}}}
 
 
-SERVE_RULES = {  # (`JobSpec._command_or_model`'s rules of a serve job)
+SERVE_RULES: JsonDict = {  # (`JobSpec._command_or_model`'s rules of a serve job)
     "properties": {
         "replicas": {"const": 1},
         "idle_timeout": {

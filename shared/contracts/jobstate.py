@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
 from gpuyard.shared.contracts.events.jobs import (
@@ -35,9 +35,11 @@ from gpuyard.shared.contracts.events.jobs import (
     JobSucceeded,
     PendingReason,
     ReplicaPlacement,
+    RequeueReason,
 )
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.stops import AttemptOutcome, PreemptionCause
 
 
 class JobState(StrEnum):
@@ -119,10 +121,50 @@ class Attempt(BaseModel):
     ended_at: datetime | None = None
     nodes: list[str] = Field(default_factory=list)
     started: list[int] = Field(default_factory=list)  # the replicas whose processes started
-    outcome: str | None = None
+    outcome: AttemptOutcome | None = None  # None while in progress
+    failure: FailureReason | None = None  # why it failed (a failed attempt)
+    requeue: RequeueReason | None = None  # why the job was queued again (a requeued or preempted attempt)
+    preemption: PreemptionCause | None = None  # why it was preempted (a preempted attempt)
+    node: str | None = None  # the node its preemption names (a drained one)
     exit_code: int | None = None
     message: str = ""
     notes: list[str] = Field(default_factory=list)  # what the nodes could not do (JobStarted.notes)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        return read_outcome_text(data)
+
+    @property
+    def summary(self) -> str | None:
+        """How it ended, short: 'succeeded', 'failed: cuda_oom', 'requeued: node_lost', 'preempted: drain';
+        None while in progress."""
+        if self.outcome is None:
+            return None
+        why = {
+            AttemptOutcome.FAILED: self.failure,
+            AttemptOutcome.REQUEUED: self.requeue,
+            AttemptOutcome.PREEMPTED: self.preemption,
+        }.get(self.outcome)
+        return f"{self.outcome}: {why}" if why is not None else self.outcome.value
+
+
+def read_outcome_text(data: Any) -> Any:
+    """An attempt (a dict) as an earlier release stored or sent it, saying how it ended in text ('failed:
+    cuda_oom', 'requeued: preempted'), with its outcome and reason as fields instead (and that text as its
+    `summary`); anything else as it is."""
+    outcome = data.get("outcome") if isinstance(data, dict) else None
+    if not isinstance(outcome, str) or ": " not in outcome:
+        return data
+    said, _, why = outcome.partition(": ")
+    upgraded = {"summary": outcome, **data, "outcome": said}
+    if said == AttemptOutcome.FAILED:
+        upgraded["failure"] = FailureReason._value2member_map_.get(why)
+    elif said == AttemptOutcome.REQUEUED:
+        upgraded["requeue"] = requeue = RequeueReason._value2member_map_.get(why)
+        if requeue == RequeueReason.PREEMPTED:
+            upgraded["outcome"] = AttemptOutcome.PREEMPTED
+    return upgraded
 
 
 class JobView(BaseModel):
@@ -156,17 +198,19 @@ class JobView(BaseModel):
     def current(self) -> Attempt:
         return self.attempts[-1]
 
-    @computed_field
+    # Derived fields, in the job's documents and answers. mypy does not follow pydantic's computed field over a
+    # property (pydantic's own spelling); a cached_property would keep a stale value through `model_copy`.
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def gpus(self) -> float:
         return self.spec.resources.gpus * self.spec.replicas
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def started_at(self) -> datetime | None:
         return self.current.started_at if self.attempts else None
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def finished_at(self) -> datetime | None:
         return self.current.ended_at if self.state.terminal else None
@@ -283,7 +327,7 @@ def _replica_exited(view: JobView, data: JobReplicaExited, at: datetime, changes
 def _succeeded(view: JobView, data: JobSucceeded, at: datetime, changes: dict) -> dict:
     # what an earlier attempt's end said is in that attempt, not the job's word
     changes.update(exit_code=0, signal=None, failure_reason=None, message="")
-    return _ended(at, "succeeded", 0)
+    return _ended(at, AttemptOutcome.SUCCEEDED, 0)
 
 
 def _failed(view: JobView, data: JobFailed, at: datetime, changes: dict) -> dict:
@@ -292,7 +336,7 @@ def _failed(view: JobView, data: JobFailed, at: datetime, changes: dict) -> dict
     )
     if data.log_tail:
         changes["log_tail"] = list(data.log_tail)
-    return _ended(at, f"failed: {data.reason}", data.exit_code, data.message)
+    return {**_ended(at, AttemptOutcome.FAILED, data.exit_code, data.message), "failure": data.reason}
 
 
 def _cancel_requested(view: JobView, data: JobCancelRequested, at: datetime, changes: dict) -> dict:
@@ -302,7 +346,7 @@ def _cancel_requested(view: JobView, data: JobCancelRequested, at: datetime, cha
 
 def _cancelled(view: JobView, data: JobCancelled, at: datetime, changes: dict) -> dict:
     changes["message"] = message = data.message or f"cancelled by {data.by}"
-    return _ended(at, "cancelled", None, message)
+    return _ended(at, AttemptOutcome.CANCELLED, None, message)
 
 
 def _preempted(view: JobView, data: JobPreempted, at: datetime, changes: dict) -> dict:
@@ -312,9 +356,7 @@ def _preempted(view: JobView, data: JobPreempted, at: datetime, changes: dict) -
 
 def _requeued(view: JobView, data: JobRequeued, at: datetime, changes: dict) -> dict:
     """The current attempt ends (in `attempts`, as it was) and a new one, queued, begins."""
-    ended = view.current.model_copy(
-        update=_ended(at, f"requeued: {data.reason}", data.exit_code, data.message)
-    )
+    ended = view.current.model_copy(update=_requeue_end(view, data, at))
     changes.update(
         attempt=data.attempt,
         attempts=[*view.attempts[:-1], ended, Attempt(number=data.attempt, queued_at=at)],
@@ -347,6 +389,18 @@ APPLIERS: dict[type[EventData], Applier] = {
 """What each job event (but `job.submitted`, which makes the view) changes: the machine's second table."""
 
 
-def _ended(at: datetime, outcome: str, exit_code: int | None, message: str = "") -> dict:
+def _ended(at: datetime, outcome: AttemptOutcome, exit_code: int | None, message: str = "") -> dict:
     """The changes to an attempt that ends."""
     return {"ended_at": at, "outcome": outcome, "exit_code": exit_code, "message": message}
+
+
+def _requeue_end(view: JobView, data: JobRequeued, at: datetime) -> dict:
+    """The changes to an attempt that ends by a requeue: `preempted` (with the preemption's cause and node)
+    when it was preempted, else `requeued`."""
+    if data.reason != RequeueReason.PREEMPTED:
+        return {**_ended(at, AttemptOutcome.REQUEUED, data.exit_code, data.message), "requeue": data.reason}
+    ended = _ended(at, AttemptOutcome.PREEMPTED, data.exit_code, data.message)
+    asked = view.preempt_requested
+    if asked is not None:
+        ended.update(preemption=asked.cause, node=asked.node)
+    return {**ended, "requeue": data.reason}

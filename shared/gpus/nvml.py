@@ -91,7 +91,8 @@ class Nvml:
 
     def __init__(self, module: ModuleType | Any | None = None):
         """`module`: pynvml or a fake with its functions; None imports pynvml."""
-        self.module = module
+        self.module: Any = module
+        """pynvml (untyped) or a fake with its functions; None once closed or when there is no NVML."""
         self.devices_: list[Device] = []
         self.why: str | None = None
         """Why there are no GPUs (no driver, no nvidia-ml-py), when there are none for a reason."""
@@ -119,12 +120,12 @@ class Nvml:
         nv = self.module
         if nv is None:
             try:
-                import pynvml as nv
+                import pynvml
             except ImportError:
                 self.why = "nvidia-ml-py is not installed"
                 _say_absent_once(self.why)
                 return self
-            self.module = nv
+            nv = self.module = pynvml
         try:
             nv.nvmlInit()
             count = nv.nvmlDeviceGetCount()

@@ -199,7 +199,7 @@ def explain(job: JobOut, now: datetime | None = None) -> tuple[str, list[tuple[s
     elif job.state.terminal and job.message:
         rows.append(("Message", job.message))
     for a in _previous_attempts(job):
-        outcome = a.outcome or "in progress"
+        outcome = a.summary or "in progress"
         rows.append((f"Attempt {a.number}", outcome + (f" ({a.message})" if a.message else "")))
     return summary(job, now), rows
 

@@ -36,7 +36,9 @@ class HandlerTable:
                     raise ValueError(f"two handlers for {model.__name__}")
                 self.handlers[model] = handler
 
-    async def __call__(self, event: CloudEvent, _msg: object = None) -> None:
+    async def __call__(self, event: CloudEvent | None, _msg: object = None) -> None:
+        if event is None:  # (the bus passes None only to a watch with decode=False: a table needs the event)
+            raise TypeError("a HandlerTable handles decoded events: watch with decode=True")
         handler = self.handlers.get(type(event.data))
         if handler is not None:
             await handler(event.data, event)

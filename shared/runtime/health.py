@@ -24,6 +24,7 @@ class HealthServer:
             path = parts[1] if len(parts) > 1 else "/"
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass
+            body: dict[str, object]
             if path == "/healthz":
                 status, body = 200, {"status": "ok", "service": self.name}
             elif path == "/readyz":

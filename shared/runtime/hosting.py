@@ -24,7 +24,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
 
 from nats.aio.msg import Msg
 
@@ -42,13 +41,11 @@ from gpuyard.shared.contracts.events.jobs import (
 )
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, Subject, subject_filter
 from gpuyard.shared.contracts.jobstate import JobView
+from gpuyard.shared.contracts.stops import StopReason
 from gpuyard.shared.runtime.handlers import Handler, HandlerTable, Models
 from gpuyard.shared.stores.ledger import JobLedger
 
 log = logging.getLogger(__name__)
-
-CANCELLED = "cancelled"
-PREEMPTED = "preempted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +55,8 @@ class StopRequest:
 
     job_id: str
     attempt: int
-    why: Literal["cancelled", "preempted"]
+    why: StopReason
+    """One of `ASKED_STOPS`: the job's cancel, or the attempt's preemption."""
     view: JobView
     """The job as the event store has it now."""
     grace: float | None = None
@@ -143,7 +141,7 @@ class AttemptHost(ABC):
         if view is None:
             return ignored(event)
         if self.hosts(view) and self.places_here(view.placements):
-            await self.on_stop_requested(StopRequest(data.job_id, view.attempt, CANCELLED, view))
+            await self.on_stop_requested(StopRequest(data.job_id, view.attempt, StopReason.CANCELLED, view))
 
     async def _preempted(self, data: JobPreempted, event: CloudEvent) -> None:
         if not self.runs(data.job_id, data.attempt):  # (only the host that runs it reads the store)
@@ -152,7 +150,7 @@ class AttemptHost(ABC):
         if view is None:
             return ignored(event)
         await self.on_stop_requested(
-            StopRequest(data.job_id, data.attempt, PREEMPTED, view, data.grace_seconds)
+            StopRequest(data.job_id, data.attempt, StopReason.PREEMPTED, view, data.grace_seconds)
         )
 
     async def _ended(self, data: JobSucceeded | JobFailed | JobCancelled, event: CloudEvent) -> None:

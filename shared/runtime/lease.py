@@ -84,7 +84,7 @@ class Lease:
         except (KeyNotFoundError, KeyValueError):
             return None
         with contextlib.suppress(ValueError, TypeError, AttributeError):
-            return json.loads(entry.value)["holder"]
+            return json.loads(entry.value or b"")["holder"]
         return None
 
     async def release(self) -> None:

@@ -127,8 +127,8 @@ class Service:
         port = await self.health.start()
         self.serve_metrics()
         log.info("%s %s started (pid %d, health on port %d)", self.name, VERSION, os.getpid(), port)
-        self.spawn(self._heartbeat(), "service-heartbeat")
-        self.spawn(self._consumer_lags(), "consumer-lag")
+        self.spawn(self._heartbeat(self.bus), "service-heartbeat")
+        self.spawn(self._consumer_lags(self.bus), "consumer-lag")
 
     def serve_metrics(self) -> None:
         """/metrics on `service_metrics_port` when set; a port that is taken is said and the service goes on
@@ -183,16 +183,16 @@ class Service:
             metrics=self.metrics_url,
         )
 
-    async def _heartbeat(self, interval: float = SERVICE_HEARTBEAT_SECONDS) -> None:
+    async def _heartbeat(self, bus: Bus, interval: float = SERVICE_HEARTBEAT_SECONDS) -> None:
         while True:  # (made anew each time: the service may say where its /metrics is after the first)
             with contextlib.suppress(Exception):
-                await self.bus.publish(make_event(self.heartbeat(), source=self.source))
+                await bus.publish(make_event(self.heartbeat(), source=self.source))
             await asyncio.sleep(interval)
 
-    async def _consumer_lags(self) -> None:
+    async def _consumer_lags(self, bus: Bus) -> None:
         """The backlog of this process's consumers, for /metrics (`Bus.consumer_lags` never raises)."""
         while True:
-            self.bus_metrics.lags = tuple(await self.bus.consumer_lags())
+            self.bus_metrics.lags = tuple(await bus.consumer_lags())
             await asyncio.sleep(self.settings.consumer_lag_interval)
 
     async def stop(self) -> bool:

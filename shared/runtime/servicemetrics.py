@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import generate_latest
@@ -49,9 +50,12 @@ class MetricsServer:
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, path: str = METRICS_PATH):
         """OSError when the address cannot be bound (the port is taken)."""
         self.registry = registry
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if server.refused(self):
+                    return
                 if self.path.split("?")[0] != path:
                     self.send_error(404, f"only {path} is served here")
                     return
@@ -70,7 +74,12 @@ class MetricsServer:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True)
 
-    def start(self) -> MetricsServer:
+    def refused(self, request: BaseHTTPRequestHandler) -> bool:
+        """Whether `request` was refused, its answer sent (a subclass that guards the figures refuses some:
+        the monitor's `GuardedMetricsServer`); here none is."""
+        return False
+
+    def start(self) -> Self:
         self.thread.start()
         return self
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from gpuyard.shared.contracts.policies import BackfillMode
 from gpuyard.shared.contracts.reasons import GPU_SHORTAGES, PendingCode
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.contracts.units import count_text, format_rough_duration
 from gpuyard.shared.scheduling import reasons as R
 from gpuyard.shared.scheduling.backfill import Projection, Reservation, ending_order
@@ -155,7 +156,9 @@ class _Cycle:
         self.ledger = QuotaLedger(quotas, running, config, capacity, kinds)
         # the nodes a job must keep off (`core/scarcity.py`)
         self.scarcity = Scarcity(index, queue.keys if config.keep_scarce_nodes else ())
-        self.result = CycleResult(pending=Pending())
+        # the result's `pending`: why each job waits, and (`stopped`) the jobs not looked at
+        self.lined = Pending()
+        self.result = CycleResult(pending=self.lined)
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
         self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
@@ -182,7 +185,7 @@ class _Cycle:
         # priority and the head already chosen, gets exactly its shape's cached reason: (*shape, priority) ->
         # that reason, answered before anything else is looked at (most of a long queue of blocked jobs).
         self.strict = config.backfill == BackfillMode.OFF
-        self.pending = self.result.pending.known
+        self.pending = self.lined.known
         self.simple = SETTLE_BY_SHAPE and not self.ledger.quotas_on and not self.ledger.caps_on
         self.settled: dict[tuple, R.Blocker] = {}
         self.examined = 0  # jobs looked at one by one (the rest of a stopped cycle is answered by the order)
@@ -202,7 +205,8 @@ class _Cycle:
         meanwhile do not take the nodes that drain for it. Cost: a pass over the waiting jobs in age order,
         which stops once each class has its jobs; up to `depth` + classes x `shape_reservations` placement
         tries (undone) and the projection the reservations need anyway."""
-        jobs, now, found = queue.jobs, self.now, []
+        jobs, now = queue.jobs, self.now
+        found: list[str] = []
         candidates: list[tuple[JobRequest, Demand]] = []
         per_shape = self.config.shape_reservations
         classes: dict[tuple, tuple | None] = {}  # shape_key -> its shape class (None: no node could hold it)
@@ -275,7 +279,8 @@ class _Cycle:
         if fast:
             self.left = left = Counter(queue.keys)
             self.unsettled = len(queue)
-            backing_off = sum(1 for job in queue.backoff.values() if job.not_before > now)
+            # (the jobs of `backoff` all have a `not_before`)
+            backing_off = sum(1 for job in queue.backoff.values() if (job.not_before or 0.0) > now)
         for job in order:
             if fast:
                 key = job.key
@@ -300,7 +305,7 @@ class _Cycle:
                 break
         else:
             return self.result
-        self.result.pending.stopped(queue, order.rest(), settled, self.waiting)
+        self.lined.stopped(queue, order.rest(), settled, self.waiting)
         return self.result
 
     def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
@@ -549,7 +554,7 @@ class _Cycle:
             return False
         names = []
         for alloc in victims:
-            why = "priority" if alloc.job.priority < job.priority else "reclaim"
+            why = PreemptionCause.PRIORITY if alloc.job.priority < job.priority else PreemptionCause.RECLAIM
             self.result.preemptions.append(Preemption(alloc.job.job_id, why, job.job_id))
             self.victims.add(alloc.job.job_id)
             names.append(alloc.job.job_id)

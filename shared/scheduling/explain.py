@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -48,6 +48,12 @@ def gpu_counts(index: CapacityIndex, demand: Demand) -> np.ndarray:
     return out
 
 
+@overload
+def out_of_service(index: CapacityIndex, blocker: R.Blocker, *, nodes: bool = True) -> R.Blocker: ...
+@overload
+def out_of_service(
+    index: CapacityIndex, blocker: R.Blocker | None, *, nodes: bool = True
+) -> R.Blocker | None: ...
 def out_of_service(
     index: CapacityIndex, blocker: R.Blocker | None, *, nodes: bool = True
 ) -> R.Blocker | None:
@@ -246,11 +252,11 @@ def _no_room_now(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blo
             f"with that share free lack CPUs or memory",
             {"needed": demand.fraction, "cpus": demand.cpus, "memory": demand.memory},
         )
-    largest = max(int(shares[best]), 0) / MILLI
+    largest_share = max(int(shares[best]), 0) / MILLI
     return R.Blocker(
         PendingCode.INSUFFICIENT_GPU_SHARE,
-        f"needs {demand.fraction:g} of a GPU; the largest free share is {largest:.3g} ({index.names[best]})",
-        {"needed": demand.fraction, "largest_free_share": largest, "node": index.names[best]},
+        f"needs {demand.fraction:g} of a GPU; the largest free share is {largest_share:.3g} ({index.names[best]})",
+        {"needed": demand.fraction, "largest_free_share": largest_share, "node": index.names[best]},
     )
 
 
@@ -273,9 +279,10 @@ def _short_of(
 
     if demand.count and demand.whole:
         idle = index.idle[nodes].astype(np.int64)
-        free, most = int(idle.sum()), int(idle.max(initial=0))
-        text = count_text(free, "GPU") + " idle" + (f", at most {most} on one node" if most < free else "")
-        limit(idle // demand.count, "GPUs", text, {"idle_gpus": free})
+        idle_gpus, most_idle = int(idle.sum()), int(idle.max(initial=0))
+        text = count_text(idle_gpus, "GPU") + " idle"
+        text += f", at most {most_idle} on one node" if most_idle < idle_gpus else ""
+        limit(idle // demand.count, "GPUs", text, {"idle_gpus": idle_gpus})
     elif demand.count:
         shares = [sum(share // demand.milli for share in index.free[i]) for i in nodes.tolist()]
         largest = int(index.max_free[nodes].max(initial=0)) / MILLI

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuyard.shared.contracts.policies import BackfillMode, Policy
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.scheduling.reasons import Reason
 
 EPS = 1e-9
@@ -162,9 +163,7 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class Preemption:
     job_id: str
-    reason: (
-        str  # "priority" (a higher-priority job needs the room) or "reclaim" (an owner takes its quota back)
-    )
+    reason: PreemptionCause  # priority (a higher-priority job needs the room) or reclaim (of lent quota)
     by_job: str | None = None
 
 

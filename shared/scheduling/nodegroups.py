@@ -140,7 +140,9 @@ class NodeGroups:
         group[i] = -1
         self.count[g] -= 1
         if not self.count[g]:
-            del self.keys[self.key_of[g]]
+            key = self.key_of[g]
+            assert key is not None  # (a group in use has its key: `_join` set it)
+            del self.keys[key]
             self.key_of[g] = None
             self.heaps[g] = []
             self.active[g] = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from operator import attrgetter
+from typing import cast
 
 from gpuyard.shared.scheduling.model import JobRequest
 from gpuyard.shared.scheduling.queue import HeldQueue
@@ -35,10 +36,9 @@ class Order:
         self.fair_share = fair_share
         self._classes = list(queue.classes)  # priorities, high first
         self._next_class = 0
-        self._lists: dict[
-            str, list[JobRequest]
-        ] = {}  # this class: tenant -> its jobs (or None -> the class's)
-        self._at: dict[str, int] = {}  # ... and how many of them were yielded
+        # this class: tenant -> its jobs (or None -> the class's)
+        self._lists: dict[str | None, list[JobRequest]] = {}
+        self._at: dict[str | None, int] = {}  # ... and how many of them were yielded
         self._heap: list[tuple] = []
         self._current: str | None = None  # the tenant being served (fair share)
         self._priority: int | None = None
@@ -58,7 +58,9 @@ class Order:
                     at[None] += 1
                     yield job
                 continue
-            tenants = self._lists = self.queue.tenants[priority]
+            tenants = self.queue.tenants[priority]
+            # (only read through `_lists`, which never puts a None key in the queue's own table)
+            self._lists = cast("dict[str | None, list[JobRequest]]", tenants)
             at.clear()
             for tenant in tenants:
                 at[tenant] = 0
@@ -86,7 +88,7 @@ class Order:
     def rest(self) -> list[tuple[list[JobRequest], int, tuple]]:
         """The jobs not yielded yet, in the order they would come if nothing more were placed (and no quotas:
         see `cycle._Cycle.simple`): [(jobs, from, (priority, tenant or None))]."""
-        out = []
+        out: list[tuple[list[JobRequest], int, tuple[int, str | None]]] = []
         priority = self._priority
         if priority is not None:
             if None in self._lists:

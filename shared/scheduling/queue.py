@@ -74,8 +74,10 @@ class HeldQueue:
         if window == self.window:
             return
         self.window, self.order = window, line_order(window)
-        for lists in (self.classes, *self.tenants.values()):
-            for jobs in lists.values():
+        for jobs in self.classes.values():
+            jobs.sort(key=self.order)
+        for by_tenant in self.tenants.values():
+            for jobs in by_tenant.values():
                 jobs.sort(key=self.order)
         self.ages = sorted(map(_age, self.jobs.values())) if window > 0 else []
 
@@ -219,7 +221,7 @@ class Pending(Mapping):
         for key, blocker in self.settled.items():
             if not blocker.in_line:
                 for job in queue.of(key).values():
-                    found = self._find(job)
+                    found = self._find(queue, job)
                     if found is not None:
                         skips[found[0]].append(found[1])
         slot, place = len(self.known) + 1, in_line + 1
@@ -307,23 +309,26 @@ class Pending(Mapping):
         """The place in line of the first job in line from index i of rest segment n."""
         return self._places[n] + i - self.rest[n][1] - bisect.bisect_left(self._skips[n], i)
 
-    def _find(self, job: JobRequest) -> tuple[int, int] | None:
-        """(rest segment, index in its list) of a job the cycle did not look at, or None."""
+    def _find(self, queue: HeldQueue, job: JobRequest) -> tuple[int, int] | None:
+        """(rest segment, index in its list in `queue`) of a job the cycle did not look at, or None."""
         for owner in ((job.priority, job.tenant), (job.priority, None)):
             n = self._owners.get(owner)
             if n is None:
                 continue
             jobs, start, _owner = self.rest[n]
-            i = self.queue.position_in(jobs, job)
+            i = queue.position_in(jobs, job)
             if i is not None and i >= start:
                 return n, i
         return None
 
     def _lookup(self, job_id) -> Reason | None:
-        job = self.queue.jobs.get(job_id) if self.queue is not None else None
+        queue = self.queue
+        if queue is None:
+            return None
+        job = queue.jobs.get(job_id)
         if job is None:
             return None
-        found = self._find(job)
+        found = self._find(queue, job)
         if found is None:
             return None
         return self.settled[job.key].at(self._place(*found))

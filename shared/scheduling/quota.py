@@ -67,7 +67,8 @@ class QuotaLedger:
         self.memory: dict[str, float] = defaultdict(float)
         self.user_gpus: dict[tuple[str, str], float] = defaultdict(float)
         self.caps_on = bool(config.user_gpu_cap)
-        self._running = running  # counted on first use: a cycle with one tenant and no quotas never needs it
+        # counted on first use: a cycle with one tenant and no quotas never needs it
+        self._running: list[Allocation] | None = running
         self._kinds = kinds if kinds is not None else RunningKinds(running)
         self._pending: list[tuple[JobRequest, float]] = []
         self.version = 0  # bumped by every `add` (what fair-share ordering compares)

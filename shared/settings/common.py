@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, NoReturn, TypeVar
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
@@ -63,7 +63,7 @@ TenantDurations = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_
 """A duration per tenant, `vision=30m,nlp=1h` (`*`: every other tenant's)."""
 
 
-def _keep_for(value: object) -> object:
+def _keep_for(value: Any) -> object:
     """'7d', '12h', a number of seconds; '0' or 'never': kept for ever (0)."""
     if isinstance(value, str) and value.strip().lower() in ("never", "0", "forever", ""):
         return 0.0
@@ -89,6 +89,13 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]  # '7d', '12h' or a
 
 
 Size = Annotated[int, BeforeValidator(parse_size)]  # '64MiB', '2GB' or a number of bytes
+
+
+def written(default: str) -> Any:
+    """A Size, Duration or KeepFor field's default as one writes it ('1GiB', '7d'): settings validate their
+    defaults, so the field's validator parses it like a value from the environment, and the docs show it as
+    written. (Typed Any: `Field("1GiB")` would type the field str, where it holds the parsed int or float.)"""
+    return default
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -169,7 +176,7 @@ class CommonSettings(BaseSettings):
         1, ge=1, le=5, description="Replicas of each JetStream stream and KV bucket: 3 on a 3-server cluster."
     )
     retention: KeepFor = Field(
-        "7d",
+        written("7d"),
         description="How long a finished job's working directories, node log files, shipped output and "
         "intermediate events are kept after it ends (`7d`, `12h`); its state and first and last events are "
         "kept for good. `never` (or 0): everything is kept.",
@@ -178,7 +185,7 @@ class CommonSettings(BaseSettings):
         3600.0, gt=0, description="Seconds between retention sweeps (the executor's, the submit service's)."
     )
     stream_max_bytes: Size = Field(
-        "1GiB",
+        written("1GiB"),
         description="Most bytes each JetStream stream keeps; beyond it the oldest messages go (the event "
         "store keeps every job; see docs/operations.md#jetstream-limits).",
     )

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from gpuyard.shared.settings.common import CommonSettings, Duration, Size
+from gpuyard.shared.settings.common import CommonSettings, Duration, Size, written
 from gpuyard.shared.settings.kubernetes import KubernetesConfig
 
 
@@ -45,11 +45,11 @@ class ExecutorSettings(CommonSettings):
         0, ge=0, description="Which of them this one is, from 0 (0 announces the node)."
     )
     log_max_bytes: Size = Field(
-        "64MiB", description="Size of a replica's log file before it is rotated (0: never rotated)."
+        written("64MiB"), description="Size of a replica's log file before it is rotated (0: never rotated)."
     )
     log_backups: int = Field(4, ge=0, description="Rotated log files kept per replica and attempt.")
     tenant_log_budget: Size = Field(
-        "2GiB",
+        written("2GiB"),
         ge=0,
         description="Most node log the running replicas of one tenant hold on this node together (their log "
         "files, rotated ones included; the node's executor processes share it equally): beyond it their output "
@@ -85,7 +85,8 @@ class ExecutorSettings(CommonSettings):
     gpu_memory_grace: float = Field(30.0, ge=0, description="Seconds over its slice before a job is stopped.")
     gpu_memory_interval: float = Field(5.0, gt=0, description="Seconds between GPU memory readings.")
     gpu_memory_slack: Size = Field(
-        "512MiB", description="Tolerated use above a slice: NVML counts the CUDA context (~0.5 GiB) too."
+        written("512MiB"),
+        description="Tolerated use above a slice: NVML counts the CUDA context (~0.5 GiB) too.",
     )
     mps: Literal["auto", "on", "off"] = Field(
         "auto", description="Give fractional jobs CUDA MPS limits: auto = when an MPS daemon runs here."
@@ -96,7 +97,7 @@ class ExecutorSettings(CommonSettings):
         "its publish token (`gpuyard up` sets it).",
     )
     publish_token_lifetime: Duration = Field(
-        "7d",
+        written("7d"),
         description="How long a job's publish token is valid at most (`7d`, `12h`): it is refused sooner, once "
         "the attempt that got it has ended.",
     )

@@ -18,6 +18,7 @@ from gpuyard.shared.settings.common import (
     TenantDurations,
     TenantNumbers,
     comma_list,
+    written,
 )
 
 
@@ -38,7 +39,9 @@ class MonitorSettings(CommonSettings):
     simulated_gpu_model: str = Field(
         "SIM-GPU", description="Model name of the simulated GPUs (the executor's)."
     )
-    simulated_gpu_memory: Size = Field("16GiB", description="Memory of each simulated GPU (the executor's).")
+    simulated_gpu_memory: Size = Field(
+        written("16GiB"), description="Memory of each simulated GPU (the executor's)."
+    )
     sample_interval: Duration = Field(
         1.0, gt=0, description="Seconds between two samples of the node's GPUs (one `gpu.sample` each)."
     )

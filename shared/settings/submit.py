@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gpuyard.shared.settings.common import CommonSettings, Duration, Port, Size, TenantNumbers
+from gpuyard.shared.settings.common import CommonSettings, Duration, Port, Size, TenantNumbers, written
 
 
 class SubmitSettings(CommonSettings):
@@ -46,7 +46,7 @@ class SubmitSettings(CommonSettings):
     )
     max_body_bytes: int = Field(1 << 20, description="Largest request body the API accepts, in bytes.")
     max_model_bytes: Size = Field(
-        "1GiB",
+        written("1GiB"),
         description="Largest ONNX file `POST /v1/models` accepts (a single-file model: ONNX's own limit is 2 "
         "GiB), from a token that may publish; streamed to disk, never held in memory.",
     )
@@ -63,7 +63,7 @@ class SubmitSettings(CommonSettings):
         "own; a file that needs longer is refused (422).",
     )
     model_check_memory: Size = Field(
-        "4GiB",
+        written("4GiB"),
         ge=256 * 1024 * 1024,
         description="Address space the process that checks an uploaded ONNX file may use (its RLIMIT_AS: about "
         "three times the file, and 200 MB for the libraries); a file that needs more is refused (422).",

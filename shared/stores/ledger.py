@@ -197,6 +197,7 @@ class JobLedger:
                     if view.version >= stored.version:
                         continue  # the snapshot holds it
                 view = apply(view, stored.event, version=stored.version)
+            assert view is not None  # (`newer` is not empty: its first event set it)
             known = _Known(view, ids)
         if known is not None:
             self._remember(job_id, known)
@@ -324,14 +325,14 @@ class JobLedger:
             results = (
                 await self.store.append_many(
                     [
-                        Append(decisions[i].job_id, view.version if view else 0, events, projection_of(new))
-                        for i, _, view, events, new in staged
+                        Append(decisions[i].job_id, view.version if view else 0, events, projection_of(after))
+                        for i, _, view, events, after in staged
                     ]
                 )
                 if staged
                 else []
             )
-            for (i, known, view, events, new), result in zip(staged, results, strict=True):
+            for (i, known, view, events, after), result in zip(staged, results, strict=True):
                 if isinstance(result, ConcurrencyError):
                     conflict = result
                     pending.append(i)  # someone wrote first: decide again on the newer view
@@ -339,13 +340,15 @@ class JobLedger:
                     outcomes[i] = Outcome(view, events[-1], duplicate=True)
                 else:
                     for event in events:
-                        known = _Known.after(known, new, event.id)
+                        known = _Known.after(known, after, event.id)
+                    assert known is not None  # (a staged append holds at least one event)
                     self._remember(decisions[i].job_id, known)
-                    outcomes[i] = Outcome(new, events[-1], applied=True)
-                    published.append((events, new.version - len(events) + 1, new.tenant))
+                    outcomes[i] = Outcome(after, events[-1], applied=True)
+                    published.append((events, after.version - len(events) + 1, after.tenant))
             for events, first, tenant in published:
                 await self._send(events, first, tenant)
         if pending:
+            assert conflict is not None  # (a job stays pending only after a conflict)
             raise conflict  # another process kept writing to the job first: the caller tries again
         return [o for o in outcomes if o is not None]
 

@@ -38,6 +38,22 @@ class SqliteFile:
         opened._read_conn = await opened._on(opened._reader, opened._connect, False)
         return opened
 
+    @property
+    def write_conn(self) -> sqlite3.Connection:
+        """The connection of the writer thread (use it there only); StoreUnavailable before `open` or once
+        closed."""
+        if self._write_conn is None:
+            raise StoreUnavailable(f"{self.WHAT} at {self.path} is not open")
+        return self._write_conn
+
+    @property
+    def read_conn(self) -> sqlite3.Connection:
+        """The connection of the reader thread (use it there only); StoreUnavailable before `open` or once
+        closed."""
+        if self._read_conn is None:
+            raise StoreUnavailable(f"{self.WHAT} at {self.path} is not open")
+        return self._read_conn
+
     def _connect(self, create: bool) -> sqlite3.Connection:
         try:
             if create:

@@ -86,6 +86,7 @@ def test_submit_from_the_form_and_watch_it_run_without_reloading(dashboard):
     assert page.evaluate("window.__stayed") is True  # the same document all along: no reload
     expect(page.locator("#log")).to_contain_text("hello from the browser")  # step 3: its logs
     expect(page.locator("#timeline li[data-kind='job.succeeded']")).to_have_count(1)
+    expect(page.locator("#attempts tbody tr td:nth-child(6)")).to_have_text("succeeded")  # its outcome
     board.screenshot("job")
 
 

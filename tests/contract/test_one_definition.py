@@ -1,6 +1,6 @@
 """Each contract has exactly one definition: the docs, the scheduler and the other services use it, and no
 module spells out what belongs to it (a subject, an event type, a stream wildcard, a set of job states, an
-alert kind, an alert severity)."""
+alert kind, an alert severity, a stop's reason, a preemption's cause, an attempt's outcome)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from gpuyard.shared.contracts.jobstate import (
 )
 from gpuyard.shared.contracts.policies import Policy
 from gpuyard.shared.contracts.reasons import Fit, PendingCode
+from gpuyard.shared.contracts.stops import AttemptOutcome, PreemptionCause, StopReason
 from gpuyard.shared.scheduling.placement import POLICIES, make_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,3 +323,142 @@ def test_the_alert_check_leaves_other_strings_alone():
         ]
     )
     assert alert_spellings(source) == []
+
+
+# ------------------------------------------------------------------------------------------ stops, preemptions, outcomes
+STOPS_MODULE = ROOT / "shared" / "contracts" / "stops.py"
+STOP_VALUES = (
+    {reason.value for reason in StopReason}
+    | {cause.value for cause in PreemptionCause}
+    | {outcome.value for outcome in AttemptOutcome}
+)
+STOP_NAMES = re.compile(r"why|stop|cause|reason|outcome|preempt", re.IGNORECASE)
+"""Names that hold a stop's reason, a preemption's cause or an attempt's outcome."""
+STOPPERS = {
+    "stop_attempt",
+    "stopping",
+    "stop",
+    "settle",
+    "release",
+    "stopped",
+    "attempt_end",
+    "exit_after_stop",
+}
+"""The functions that take a stop's reason."""
+
+
+def stop_texts(node: ast.AST | None) -> set[str]:
+    """The stop reasons, preemption causes or outcomes `node` spells as strings (a constant, the items of a
+    list, tuple or set, or either side of a conditional)."""
+    if isinstance(node, ast.IfExp):
+        return stop_texts(node.body) | stop_texts(node.orelse)
+    return {i.value for i in held(node) if isinstance(i, ast.Constant) and i.value in STOP_VALUES}
+
+
+def outcome_text(node: ast.JoinedStr) -> bool:
+    """An f-string that writes an attempt's outcome with its reason as text: f"failed: {data.reason}" (not a
+    sentence that starts with the word: f"failed: {d.message}")."""
+    first, second = (node.values + [None, None])[:2]
+    return (
+        isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and first.value.endswith(": ")
+        and first.value[:-2] in {o.value for o in AttemptOutcome}
+        and isinstance(second, ast.FormattedValue)
+        and bool(re.search(r"reason|cause|failure|requeue", ast.unparse(second.value)))
+    )
+
+
+def enum_members(tree: ast.AST) -> set[ast.AST]:
+    """The member definitions of the enums `tree` defines (another enum's values may be alike: RequeueReason)."""
+    return {
+        item
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and any("Enum" in ast.unparse(base) for base in node.bases)
+        for item in node.body
+    }
+
+
+def stop_spellings(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each place in `source` that spells a stop's reason, a preemption's cause or an attempt's
+    outcome instead of using gpuyard.shared.contracts.stops (StopReason, PreemptionCause, AttemptOutcome): such a
+    text assigned to, given as or compared with a name that holds one (`why`, `stop`, `cause`, `outcome`…),
+    given to a function that stops an attempt, or an outcome written with its reason (`f"failed: {r}"`)."""
+    tree = ast.parse(source)
+    members = enum_members(tree)
+    found: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node not in members:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            spelled = any(STOP_NAMES.search(ast.unparse(t)) for t in targets) and bool(stop_texts(node.value))
+        elif isinstance(node, ast.keyword):
+            spelled = (
+                node.arg is not None and bool(STOP_NAMES.search(node.arg)) and bool(stop_texts(node.value))
+            )
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            spelled = any(STOP_NAMES.search(ast.unparse(side)) for side in sides) and any(
+                stop_texts(side) for side in sides
+            )
+        elif isinstance(node, ast.Call):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            spelled = func in STOPPERS and any(stop_texts(arg) for arg in node.args)
+        elif isinstance(node, ast.JoinedStr):
+            spelled = outcome_text(node)
+        else:
+            continue
+        if spelled:
+            found.setdefault(node.lineno, ast.unparse(node))
+    return sorted(found.items())
+
+
+def test_no_module_but_stops_spells_a_stop_reason_a_preemption_cause_or_an_outcome():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {code}"
+        for path in product_modules(STOPS_MODULE)
+        for line, code in stop_spellings(path.read_text())
+    ]
+    assert not found, (
+        "use gpuyard.shared.contracts.stops (StopReason, PreemptionCause, AttemptOutcome) instead of:\n"
+        + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'ended = stop in ("cancelled", "preempted", "idle")',
+        'await self.stop_attempt(key, "timeout", grace)',
+        'record.stopping("idle", grace)',
+        'if why == "cancelled" or view.cancel_requested: pass',
+        'why = "priority" if lower else "reclaim"',
+        'PREEMPTED = "preempted"',
+        'DRAIN_REASON = "drain"',
+        'data = JobPreempted(job_id=j, attempt=1, cause="drain", node=n)',
+        'outcome = f"failed: {data.reason}"',
+        'return _ended(at, f"requeued: {data.reason}", code)',
+        'if held.stop in ("cancelled", "preempted"): pass',
+    ],
+)
+def test_the_stop_check_finds_a_spelled_reason_cause_or_outcome(source):
+    assert [line for line, _ in stop_spellings(source)] == [1]
+
+
+def test_the_stop_check_leaves_other_strings_and_the_definitions_uses_alone():
+    source = "\n".join(
+        [
+            'message = "cancelled while running"',
+            'PRIORITY_CLASSES = {"low": 10, "normal": 50, "high": 100, "critical": 1000}',
+            "why = PreemptionCause.PRIORITY if lower else PreemptionCause.RECLAIM",
+            "await self.stop_attempt(key, StopReason.TIMEOUT, grace)",
+            "if held.stop in ASKED_STOPS: pass",
+            'return f"{self.outcome}: {why}"',
+            'text = f"requeued as attempt {d.attempt}"',
+            'line = f"failed: {d.message}"',
+            'class RequeueReason(StrEnum):\n    PREEMPTED = "preempted"',
+            'job = platform.wait_state(job_id, {"failed"})',
+            'rows.append(("Priority", spec.priority))',
+        ]
+    )
+    assert stop_spellings(source) == []
+    assert stop_spellings('why = "drain"') and len(product_modules(STOPS_MODULE)) > 50

@@ -59,7 +59,7 @@ def test_a_replica_whose_reaper_is_killed_after_its_adoption_is_requeued_as_lost
         done = p.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
         assert (done.state, done.attempt) == ("succeeded", 2), done
         lost = done.attempts[0]
-        assert lost.outcome == "requeued: node_lost" and "its exit status was lost" in lost.message, lost
+        assert lost.summary == "requeued: node_lost" and "its exit status was lost" in lost.message, lost
         kinds = [e.event["type"].rsplit(".", 1)[1] for e in client.events(job_id)]
         assert "failed" not in kinds and kinds.count("requeued") == 1, kinds
 

@@ -16,6 +16,7 @@ import pytest
 
 from gpuyard.services.executor.announce import default_address
 from gpuyard.shared.contracts.events.jobs import JobPreempted
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.runtime.paths import log_files, log_path
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger
@@ -85,9 +86,7 @@ def test_preemption_gives_the_grace_then_sigkill_and_requeues(platform, tmp_path
         store = await open_store(f"sqlite:///{platform.data_dir / 'events.db'}")
         try:
             ledger = JobLedger(store, bus, "/test")
-            data = JobPreempted(
-                job_id=job_id, attempt=1, reason="a critical job needs the GPU", grace_seconds=2
-            )
+            data = JobPreempted(job_id=job_id, attempt=1, cause=PreemptionCause.PRIORITY, grace_seconds=2)
             return (await ledger.append(job_id, data)).applied
         finally:
             await store.close()
@@ -115,7 +114,7 @@ def test_a_failing_job_is_retried_with_backoff_and_every_attempt_is_visible(plat
     job_id = client.submit(spec).job_id
     job = platform.wait_state(job_id, {"failed"}, timeout=60)
     assert job.attempt == 3 and job.failure.exit_code == 5
-    assert [a.outcome for a in job.attempts] == [
+    assert [a.summary for a in job.attempts] == [
         "requeued: retry",
         "requeued: retry",
         "failed: exit_code",

@@ -136,10 +136,14 @@ def test_a_drain_requeues_the_running_job_like_a_preemption(platform):
     wait_for(lambda: "ready" in client.logs(job), 10, 0.1, "the job to say ready")
     assert platform.cli("nodes", "drain", "node-a").returncode == 0
     preempted = wait_for(lambda: events(client, job, "preempted"), 30, 0.2, "job.preempted")
-    assert preempted[0]["data"]["reason"].startswith("drain")
+    assert (preempted[0]["data"]["cause"], preempted[0]["data"]["node"]) == ("drain", "node-a")
     requeued = wait_for(lambda: events(client, job, "requeued"), 30, 0.2, "job.requeued")
     assert requeued[0]["data"]["reason"] == "preempted"
     assert "got-term" in client.logs(job, attempt=1)
-    assert client.job(job).state == "queued"
+    drained = client.job(job)
+    assert drained.state == "queued"
+    ended = drained.attempts[0]
+    assert (ended.outcome, ended.preemption, ended.node) == ("preempted", "drain", "node-a")
+    assert ended.message == "drain: node node-a is being drained"
     assert platform.cli("nodes", "uncordon", "node-a").returncode == 0
     platform.wait_state(job, {"running"})

@@ -85,7 +85,7 @@ def test_a_lost_node_is_taken_out_and_its_job_requeued_then_runs_again_when_it_r
         requeued = platform.wait_state(job_id, {"queued"}, timeout=NODE_TIMEOUT + 20)
         assert requeued.attempt == 2
         last = requeued.attempts[0]
-        assert last.outcome == "requeued: node_lost" and "node-b" in last.message
+        assert last.summary == "requeued: node_lost" and "node-b" in last.message
         assert node(platform, "node-b").state == "lost"
         waiting = wait_for(lambda: (j := client.job(job_id)).pending and j, 20, what="a reason")
         assert "SIM-B" in waiting.pending.message or waiting.pending.code == "no_matching_gpu_model"

@@ -190,7 +190,7 @@ def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(plat
     assert reason["code"] == "preempting" and low in reason["details"]["victims"], reason
     preempted = wait_for(lambda: events(client, low, "preempted"), 15, 0.1, "job.preempted")
     data = preempted[0]["data"]
-    assert (data["job_id"], data["attempt"], data["reason"], data["by_job"]) == (low, 1, "priority", urgent)
+    assert (data["job_id"], data["attempt"], data["cause"], data["by_job"]) == (low, 1, "priority", urgent)
     requeued = wait_for(lambda: events(client, low, "requeued"), 30, 0.1, "job.requeued")
     assert requeued[0]["data"]["attempt"] == 2 and requeued[0]["data"]["reason"] == "preempted"
 
@@ -200,9 +200,9 @@ def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(plat
         lambda: (j := client.job(low)).pending and j.state == "queued" and j, 10, 0.1, "low's reason"
     )
     assert waiting.attempt == 2
-    assert waiting.attempts[0].outcome == "requeued: preempted"
+    assert waiting.attempts[0].summary == "preempted: priority"
     why = platform.cli("why", low).stdout
-    assert "attempt 2" in why and "Attempt 1" in why and "requeued: preempted" in why
+    assert "attempt 2" in why and "preempted" in why.split("Attempt 1", 1)[1].splitlines()[0]
     assert waiting.pending.message in why
 
     assert platform.wait_state(urgent, {"succeeded"}, timeout=30).state == "succeeded"
@@ -229,7 +229,7 @@ def test_a_tenant_within_its_guarantee_reclaims_a_gpu_from_a_borrowing_tenant(pl
     youngest = borrowers[-1]  # borrowed, and the least work lost
     assert reason["code"] == "preempting" and reason["details"]["victims"] == [youngest], reason
     preempted = wait_for(lambda: events(client, youngest, "preempted"), 15, 0.1, "job.preempted")
-    assert preempted[0]["data"]["reason"] == "reclaim" and preempted[0]["data"]["by_job"] == owner
+    assert preempted[0]["data"]["cause"] == "reclaim" and preempted[0]["data"]["by_job"] == owner
     platform.wait_state(owner, {"running", "succeeded"})
 
     # team-a, at 3 GPUs for a guarantee of 2, finds nothing idle to borrow until team-b is done.

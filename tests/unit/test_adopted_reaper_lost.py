@@ -67,7 +67,7 @@ async def test_an_adopted_replica_whose_reaper_was_killed_is_requeued_as_lost_wh
     view = await h.wait(job, "queued", "failed", "succeeded")
     assert view.state == "queued", (view.state, view.failure_reason, view.message)
     [lost] = view.attempts[:1]
-    assert view.attempt == 2 and lost.outcome == "requeued: node_lost"
+    assert view.attempt == 2 and lost.summary == "requeued: node_lost"
     assert "its exit status was lost" in lost.message and "replica 0" in lost.message
     assert not os.path.exists(replica_files(h.data_dir, job, 1, 0).exit)  # (no reaper wrote one)
     types = await h.types(job)
@@ -79,4 +79,4 @@ async def test_retries_are_not_spent_on_a_lost_attempt(h, tmp_path):
     job, _ = await adopted_then_reaper_killed(h, go, max_retries=1)
     go.touch()
     view = await h.wait(job, "queued", "failed", "succeeded")
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: node_lost", view.attempts[0]
+    assert view.attempt == 2 and view.attempts[0].summary == "requeued: node_lost", view.attempts[0]

@@ -33,6 +33,7 @@ from gpuyard.shared.contracts.events.jobs import (
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import fold
 from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text
 from gpuyard.shared.contracts.version import VERSION
 from gpuyard.shared.reporting import why
 from gpuyard.supervisor.banner import job_rights
@@ -241,22 +242,25 @@ def test_why_tells_of_a_preemption_under_way_and_of_the_attempt_it_cost(api, cap
     steps = [
         placed("low1", [GpuShare(index=0), GpuShare(index=1)]),
         JobStarted(job_id="low1", attempt=1, node="n1", replicas=[0]),
-        JobPreempted(job_id="low1", attempt=1, reason="priority", by_job="urgent1", grace_seconds=30),
+        JobPreempted(
+            job_id="low1", attempt=1, cause=PreemptionCause.PRIORITY, by_job="urgent1", grace_seconds=30
+        ),
     ]
     api["low1"] = view("low1", spec, *steps)
     code, out, _ = run(capsys, "why", "low1")
+    said = preemption_text(PreemptionCause.PRIORITY)
     assert out.splitlines()[0] == (
-        "running on n1, being preempted (priority) by job urgent1; it is stopped within 30 s and queued "
+        f"running on n1, being preempted ({said}) by job urgent1; it is stopped within 30 s and queued "
         "again as attempt 2"
     )
-    assert rows(out)["Preempted"] == "priority by job urgent1 · grace 30 s"
+    assert rows(out)["Preempted"] == f"{said} by job urgent1 · grace 30 s"
 
-    requeued = JobRequeued(job_id="low1", attempt=2, reason=RequeueReason.PREEMPTED, message="priority")
+    requeued = JobRequeued(job_id="low1", attempt=2, reason=RequeueReason.PREEMPTED, message=said)
     waiting = pending("low1", "insufficient_gpus", "needs 2 GPUs on one node; 1st in line", 1, attempt=2)
     api["low1"] = view("low1", spec, *steps, requeued, waiting)
     got = rows(run(capsys, "why", "low1")[1])
     assert got["State"] == "queued · attempt 2"
-    assert got["Attempt 1"] == "requeued: preempted (priority)"
+    assert got["Attempt 1"] == f"preempted: priority ({said})"
     assert got["Reason"] == "insufficient_gpus: needs 2 GPUs on one node; 1st in line"
 
 
@@ -326,6 +330,33 @@ def test_ps_shows_each_waiting_jobs_place_in_line_and_reason(api, capsys):
     assert "insufficient_gpus: needs 4 GPUs on one node" in by_id["head1"]
     assert by_id["third1"].split()[3:5] == ["queued", "#3"]
     assert by_id["run1"].split()[3:5] == ["running", "0.5"]  # no position: the POS cell is empty
+
+
+def test_ps_and_describe_say_why_a_job_is_preempted_and_how_its_attempt_ended(api, capsys):
+    spec = {"name": "drained", "command": "true", "resources": {"gpus": 1}}
+    steps = [
+        placed("drn1", [GpuShare(index=0)]),
+        JobStarted(job_id="drn1", attempt=1, node="n1", replicas=[0]),
+        JobPreempted(job_id="drn1", attempt=1, cause=PreemptionCause.DRAIN, node="n1", grace_seconds=30),
+    ]
+    api["drn1"] = view("drn1", spec, *steps)
+    assert "being preempted (drain)" in run(capsys, "ps")[1]
+    said = preemption_text(PreemptionCause.DRAIN, "n1")
+    preempted = next(line for line in run(capsys, "describe", "drn1")[1].splitlines() if "Preempted" in line)
+    assert preempted.split(None, 1)[1].strip() == f"{said}, stopping"
+
+    requeued = JobRequeued(job_id="drn1", attempt=2, reason=RequeueReason.PREEMPTED, message=said)
+    api["drn1"] = view("drn1", spec, *steps, requeued)
+    out = run(capsys, "describe", "drn1")[1]
+    first = next(line for line in out.splitlines() if line.startswith("Attempt 1"))
+    assert first.split(None, 2)[2].strip() == "preempted: drain · nodes n1"
+    data = json.loads(run(capsys, "describe", "drn1", "--json")[1])["attempts"][0]
+    assert (data["outcome"], data["requeue"], data["preemption"], data["node"]) == (
+        "preempted",
+        "preempted",
+        "drain",
+        "n1",
+    )
 
 
 def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsys):

@@ -18,6 +18,7 @@ from gpuyard.shared.contracts.events.jobs import (
     ReplicaPlacement,
     RequeueReason,
 )
+from gpuyard.shared.contracts.stops import PreemptionCause
 from tests.unit.onnxmodels import tiny_model
 from tests.unit.submitctx import submit_context
 
@@ -63,7 +64,7 @@ def test_a_drained_replica_says_so_while_it_waits_and_not_once_it_serves_again(a
     record(
         ctx,
         job_id,
-        JobPreempted(job_id=job_id, attempt=1, reason=DRAINED),
+        JobPreempted(job_id=job_id, attempt=1, cause=PreemptionCause.DRAIN, node="vm"),
         JobRequeued(job_id=job_id, attempt=2, reason=RequeueReason.PREEMPTED, message=DRAINED),
     )
     waiting = replica(api)

@@ -21,9 +21,11 @@ from gpuyard.shared.contracts.events.envelope import (
     upcast,
     upcaster,
 )
+from gpuyard.shared.contracts.events.jobs import JobPreempted
 from gpuyard.shared.contracts.events.models import ModelPublished
 from gpuyard.shared.contracts.events.subjects import Subject
 from gpuyard.shared.contracts.jobstate import JobState, fold
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text
 from gpuyard.shared.stores.events.sqlite import SqliteEventStore
 
 # A job.submitted event exactly as the store held it before data versions existed (no `dataversion`).
@@ -172,3 +174,63 @@ def test_a_version_1_gpu_sample_reads_as_a_node_sample_of_one_gpu():
     assert sample.data.node == "node-1" and sample.data.simulated
     [gpu] = sample.data.gpus
     assert (gpu.index, gpu.uuid, gpu.utilization_pct, gpu.temperature_c) == (3, "GPU-1", 42.0, 61.0)
+
+
+def preempted_v1(reason: str, event_id: str) -> str:
+    """A job.preempted as version 1 wrote it: why in free text."""
+    return json.dumps(
+        {
+            "specversion": "1.0",
+            "id": event_id,
+            "source": "/gpuyard/scheduler/host-1",
+            "type": "io.gpuyard.job.preempted",
+            "subject": "job-1",
+            "time": "2026-05-01T12:01:00Z",
+            "datacontenttype": "application/json",
+            "data": {
+                "job_id": "job-1",
+                "attempt": 1,
+                "reason": reason,
+                "by_job": "job-9",
+                "grace_seconds": 5,
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause", "node", "message"),
+    [
+        ("drain: node n1 is being drained", PreemptionCause.DRAIN, "n1", ""),
+        ("priority", PreemptionCause.PRIORITY, None, ""),
+        ("reclaim", PreemptionCause.RECLAIM, None, ""),
+        ("an admin wanted it", PreemptionCause.OTHER, None, "an admin wanted it"),
+    ],
+)
+async def test_a_version_1_preemption_reads_back_with_its_cause_and_node(
+    tmp_path, reason, cause, node, message
+):
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        insert_raw(tmp_path / "events.db", "job-1", 1, preempted_v1(reason, "p1"))
+        [stored] = await store.read_stream("job-1")
+    finally:
+        await store.close()
+    data = stored.event.data
+    assert stored.event.dataversion == 2 and isinstance(data, JobPreempted)
+    assert (data.cause, data.node, data.message, data.by_job, data.grace_seconds) == (
+        cause,
+        node,
+        message,
+        "job-9",
+        5,
+    )
+    assert data.text == preemption_text(cause, node, message)
+    if cause in (PreemptionCause.DRAIN, PreemptionCause.OTHER):
+        assert data.text == reason  # the same words as before
+
+
+def test_job_preempted_is_at_version_2_with_its_upcaster():
+    assert JobPreempted.schema_version == 2 and (Subject.JOB_PREEMPTED, 1) in events.UPCASTERS
+    upgraded = upcast(Subject.JOB_PREEMPTED, {"job_id": "j", "attempt": 1, "reason": "reclaim"}, 1)
+    assert upgraded == {"job_id": "j", "attempt": 1, "cause": "reclaim", "node": None, "message": ""}

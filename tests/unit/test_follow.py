@@ -13,6 +13,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobStarted,
     RequeueReason,
 )
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text
 
 
 def line(data) -> str:
@@ -23,8 +24,13 @@ def line(data) -> str:
 
 
 def test_preemption_says_why_by_whom_and_the_grace():
-    text = line(JobPreempted(job_id="j", attempt=1, reason="priority", by_job="urgent", grace_seconds=15))
-    assert text == "preempted (priority) by job urgent: stopping within 15s"
+    preempted = JobPreempted(
+        job_id="j", attempt=1, cause=PreemptionCause.PRIORITY, by_job="urgent", grace_seconds=15
+    )
+    said = preemption_text(PreemptionCause.PRIORITY)
+    assert line(preempted) == f"preempted ({said}) by job urgent: stopping within 15s"
+    drained = JobPreempted(job_id="j", attempt=1, cause=PreemptionCause.DRAIN, node="n1", grace_seconds=15)
+    assert line(drained) == "preempted (drain: node n1 is being drained): stopping within 15s"
 
 
 def test_start_and_requeue_name_where_and_which_attempt():

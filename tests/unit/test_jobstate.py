@@ -12,6 +12,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobFailed,
     JobPending,
     JobPlaced,
+    JobPreempted,
     JobReplicaExited,
     JobRequeued,
     JobStarted,
@@ -22,8 +23,17 @@ from gpuyard.shared.contracts.events.jobs import (
     RequeueReason,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
-from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, StaleEvent, apply, fold
+from gpuyard.shared.contracts.jobstate import (
+    Attempt,
+    IllegalTransition,
+    JobState,
+    JobView,
+    StaleEvent,
+    apply,
+    fold,
+)
 from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.contracts.stops import AttemptOutcome, PreemptionCause
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 J = "job1"
@@ -96,7 +106,11 @@ def test_requeue_starts_a_new_attempt_and_old_attempt_events_are_stale():
     requeued = ev(JobRequeued(job_id=J, attempt=2, reason=RequeueReason.RETRY, message="retry 1/1"), 3)
     view = fold([submitted(), placed(), started(), requeued])
     assert view.state == JobState.QUEUED and view.attempt == 2
-    assert [a.outcome for a in view.attempts] == ["requeued: retry", None]
+    assert [(a.outcome, a.requeue) for a in view.attempts] == [
+        (AttemptOutcome.REQUEUED, RequeueReason.RETRY),
+        (None, None),
+    ]
+    assert [a.summary for a in view.attempts] == ["requeued: retry", None]
     assert view.placements == []
     with pytest.raises(StaleEvent):
         apply(view, ev(JobSucceeded(job_id=J, attempt=1)))
@@ -113,6 +127,66 @@ def test_why_the_last_attempt_ended_is_said_while_queued_and_not_once_placed_aga
     assert view.message == "drain: node vm is being drained"
     again = apply(view, placed(attempt=2))
     assert again.message == "" and again.attempts[0].message == "drain: node vm is being drained"
+
+
+def test_a_preempted_attempt_says_the_cause_and_the_node_of_its_preemption():
+    drained = JobPreempted(job_id=J, attempt=1, cause=PreemptionCause.DRAIN, node="n1", grace_seconds=5)
+    requeued = JobRequeued(job_id=J, attempt=2, reason=RequeueReason.PREEMPTED, message=drained.text)
+    view = fold([submitted(), placed(), started(), ev(drained, 3), ev(requeued, 4)])
+    ended = view.attempts[0]
+    assert (ended.outcome, ended.requeue, ended.preemption, ended.node) == (
+        AttemptOutcome.PREEMPTED,
+        RequeueReason.PREEMPTED,
+        PreemptionCause.DRAIN,
+        "n1",
+    )
+    assert ended.summary == "preempted: drain" and ended.message == "drain: node n1 is being drained"
+    assert view.preempt_requested is None and view.attempts[1].outcome is None
+
+
+def test_a_failed_attempt_says_its_failure_reason_and_a_cancelled_one_its_outcome():
+    failed = JobFailed(
+        job_id=J, attempt=1, reason=FailureReason.CUDA_OOM, message="replica 0: CUDA OOM", exit_code=1
+    )
+    [ended] = fold([submitted(), placed(), started(), ev(failed, 3)]).attempts
+    assert (ended.outcome, ended.failure, ended.exit_code, ended.summary) == (
+        AttemptOutcome.FAILED,
+        FailureReason.CUDA_OOM,
+        1,
+        "failed: cuda_oom",
+    )
+    [cancelled] = fold([submitted(), ev(JobCancelled(job_id=J, attempt=1, by="u"), 1)]).attempts
+    assert (cancelled.outcome, cancelled.failure, cancelled.summary) == (
+        AttemptOutcome.CANCELLED,
+        None,
+        "cancelled",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("succeeded", (AttemptOutcome.SUCCEEDED, None, None)),
+        ("cancelled", (AttemptOutcome.CANCELLED, None, None)),
+        ("failed: cuda_oom", (AttemptOutcome.FAILED, FailureReason.CUDA_OOM, None)),
+        ("requeued: node_lost", (AttemptOutcome.REQUEUED, None, RequeueReason.NODE_LOST)),
+        ("requeued: preempted", (AttemptOutcome.PREEMPTED, None, RequeueReason.PREEMPTED)),
+        ("failed: a reason of a later release", (AttemptOutcome.FAILED, None, None)),
+    ],
+)
+def test_an_attempt_stored_with_its_outcome_in_words_reads_back_structured(text, read):
+    stored = {"number": 1, "queued_at": T0.isoformat(), "outcome": text}
+    attempt = Attempt.model_validate(stored)
+    assert (attempt.outcome, attempt.failure, attempt.requeue) == read
+
+
+def test_a_view_stored_by_an_earlier_release_reads_back_with_its_preemption_and_attempts_structured():
+    view = fold([submitted(), placed(), started()])
+    stored = view.model_dump(mode="json")
+    stored["preempt_requested"] = {"job_id": J, "attempt": 1, "reason": "drain: node n1 is being drained"}
+    again = JobView.model_validate(stored)
+    asked = again.preempt_requested
+    assert (asked.cause, asked.node, asked.message) == (PreemptionCause.DRAIN, "n1", "")
 
 
 def test_a_job_that_succeeds_on_a_later_attempt_carries_no_word_of_the_earlier_failure():
@@ -175,5 +249,5 @@ def test_no_event_changes_an_earlier_view():
         views.append(view)
         dumps.append(view.model_dump())
     assert [v.model_dump() for v in views] == dumps
-    assert views[-1].attempts[0].outcome.startswith("requeued") and views[3].attempts[0].outcome is None
+    assert views[-1].attempts[0].outcome == AttemptOutcome.REQUEUED and views[3].attempts[0].outcome is None
     assert views[-1].exits == [] and len(views[4].exits) == 1

@@ -18,6 +18,7 @@ TEST_EXTRAS = "pip install -q -e '.[platform,test,train,sim,serving]'"
 DAILY = {
     "lint": ["BIN/ruff check .", "BIN/ruff format --check ."],
     "fmt": ["BIN/ruff check --fix .", "BIN/ruff format ."],
+    "typecheck": ["BIN/pytest -q tests/unit/test_types.py"],
     "unit": ["BIN/pytest -q -rs tests/unit tests/contract"],
     "integration": ["BIN/pytest -q -rs tests/integration tests/chaos"],
     "browser": ["BIN/pytest -q -rs tests/browser"],

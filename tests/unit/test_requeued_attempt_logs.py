@@ -83,7 +83,7 @@ async def test_the_output_of_an_attempt_requeued_as_lost_reaches_the_api_beside_
     again = await h.executor()
     await again.reconcile()
     view = await h.wait(job, "queued")
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: node_lost"
+    assert view.attempt == 2 and view.attempts[0].summary == "requeued: node_lost"
     await h.wait_for(shipped(h, job, 1), 10, "attempt 1's output in the log store")
 
     go.touch()

@@ -27,6 +27,7 @@ from gpuyard.shared.contracts.events.jobs import (
 from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.reasons import waiting_message
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text
 from gpuyard.shared.stores.gpuhistory.base import GpuHistory, GpuPoint, history_path_beside
 from gpuyard.shared.stores.logs import LogKey, split
 from gpuyard.shared.stores.readmodels.queueline import LINE_KEY, READ_SECONDS, line_doc
@@ -615,7 +616,10 @@ def test_a_failed_job_shows_reason_message_exit_code_and_replica_not_raw_exits(a
         "replica": 1,
     }
     assert job["placements"][1]["gpus"] == [{"index": 1, "fraction": 1.0, "memory_bytes": None}]
-    assert job["attempts"][0]["outcome"] == "failed: exit_code" and "started" not in job["attempts"][0]
+    assert (job["attempts"][0]["outcome"], job["attempts"][0]["failure"]) == (
+        "failed",
+        "exit_code",
+    ) and "started" not in job["attempts"][0]
     assert not set(job) & INTERNAL_FIELDS
 
 
@@ -626,10 +630,18 @@ def test_a_job_being_preempted_says_why_by_whom_and_the_grace(api, ctx):
         job_id,
         JobPlaced(job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n1")]),
         JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0]),
-        JobPreempted(job_id=job_id, attempt=1, reason="priority", by_job="urgent", grace_seconds=15),
+        JobPreempted(
+            job_id=job_id, attempt=1, cause=PreemptionCause.PRIORITY, by_job="urgent", grace_seconds=15
+        ),
     )
     job = api.get(f"/v1/jobs/{job_id}", headers=VISION).json()
-    assert job["preemption"] == {"reason": "priority", "by_job": "urgent", "grace_seconds": 15}
+    assert job["preemption"] == {
+        "cause": "priority",
+        "node": None,
+        "reason": preemption_text(PreemptionCause.PRIORITY),
+        "by_job": "urgent",
+        "grace_seconds": 15,
+    }
     assert job["failure"] is None and job["pending"] is None
 
 

@@ -26,6 +26,15 @@ CALLED_BY_NAME = {
     ): "uvicorn.Server calls it (the service owns the signals)",
     ("services/submit/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
     ("shared/runtime/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
+    ("shared/runtime/servicemetrics.py", "do_GET"): "http.server.BaseHTTPRequestHandler calls it",
+    (
+        "services/serving/runtime.py",
+        "output_names",
+    ): "a parameter of the Session protocol (InferenceSession.run)",
+    (
+        "services/serving/runtime.py",
+        "input_feed",
+    ): "a parameter of the Session protocol (InferenceSession.run)",
 }
 
 PUBLIC_API = {
@@ -57,7 +66,6 @@ PENDING = {
     ("shared/scheduling/model.py", "free_memory"): "no reader (Gpu's and Node's)",
     ("shared/scheduling/model.py", "free_cpus"): "no reader",
     ("shared/scheduling/model.py", "expected_end"): "no reader",
-    ("shared/scheduling/model.py", "idle_gpus"): "a test only",
     ("shared/scheduling/reasons.py", "sort_reasons"): "a test only (docs/scheduler.md names it)",
     ("services/serving/protocol.py", "datatype_of"): "a test only",
     ("services/executor/kubernetes/manifests.py", "objects"): "a test only",

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
 from gpuyard.services.executor.exits import AttemptKey, ReplicaKey, replica_exit
 from gpuyard.services.executor.kubernetes import labels as job_labels
 from gpuyard.services.executor.kubernetes.api import KubeApiError
@@ -84,7 +84,7 @@ class KubernetesBackend(Backend):
         self.live: dict[AttemptKey, dict[int, str]] = {}
         """Attempts launched or adopted: replica → GPUYARD node, for the replicas not yet ended."""
         self.mirrors: dict[ReplicaKey, _Mirror] = {}
-        self.events: BackendEvents | None = None
+        self.events: BackendEvents = NotOpened()
         self.poller: asyncio.Task | None = None
         self.lock = asyncio.Lock()
         self.skipped_nodes: dict[str, str] = {}

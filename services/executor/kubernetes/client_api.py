@@ -86,6 +86,7 @@ class ClientKubeApi:
         )
         deleted = 0
         for service in services.items:
+            assert service.metadata is not None  # (the API server lists every object with its metadata)
             try:
                 await self._call(self.core.delete_namespaced_service, service.metadata.name, namespace)
                 deleted += 1

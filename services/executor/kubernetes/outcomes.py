@@ -92,6 +92,8 @@ def pod_identity(pod: dict[str, Any]) -> tuple[str, int, int] | None:
     meta = pod.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     job_id = annotations.get(job_labels.JOB_ID_EXACT) or labels.get(job_labels.JOB_ID)
+    if not job_id:
+        return None
     try:
         return job_id, int(labels[job_labels.ATTEMPT]), int(labels[job_labels.REPLICA])
     except (KeyError, TypeError, ValueError):
@@ -100,7 +102,7 @@ def pod_identity(pod: dict[str, Any]) -> tuple[str, int, int] | None:
 
 def pod_outcome(pod: dict[str, Any], *, now: datetime, start_timeout: float) -> ReplicaOutcome | None:
     identity = pod_identity(pod)
-    if identity is None or not identity[0]:
+    if identity is None:
         return None
     job_id, attempt, replica = identity
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}

@@ -10,6 +10,7 @@ if __package__:
     from .loop import main
 else:
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from reaper.loop import main
+    # the same function as above, found under this folder's own name (mypy sees two different ones)
+    from reaper.loop import main  # type: ignore[no-redef]
 
 main()

@@ -245,10 +245,10 @@ class Reaper:
         """Send the answers that are ready, in the order the starts were asked. A replica is followed from its
         answer on (its end is never told before its start); one that ended before is reported ended right
         after it."""
-        while self.starting and self.starting[0].reply is not None:
+        while self.starting and (reply := self.starting[0].reply) is not None:
             start = self.starting.popleft()
             self.forked.pop(start.pid, None)
-            self.send(start.reply)
+            self.send(reply)
             if start.replica is None:
                 continue
             if start.status is None:

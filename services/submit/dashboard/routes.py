@@ -66,6 +66,7 @@ def _shows(page: Page):
         ctx: SubmitContext = request.app.state.ctx
         found = logged_in(ctx, request)
         if not isinstance(found, tuple):
+            response: Response
             if page.path == "/":
                 response = _html(login_html(found or _login_off(ctx)), 200)
             else:
@@ -138,7 +139,7 @@ async def logout(request: Request) -> Response:
     found = logged_in(ctx, request)
     if isinstance(found, tuple) and ctx.session_secret is not None:
         form = parse_qs((await request.body())[:LOGIN_FIELDS_MAX].decode("utf-8", "replace"))
-        given = (form.get(sessions.CSRF_FIELD) or [None])[0]
+        given = values[0] if (values := form.get(sessions.CSRF_FIELD)) else None
         if not sessions.csrf_ok(ctx.session_secret, found[1], given):
             return _html(
                 message_html(

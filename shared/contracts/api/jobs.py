@@ -5,15 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuyard.shared.contracts.api.common import Out, _public
-from gpuyard.shared.contracts.events.jobs import FailureReason, PendingReason
+from gpuyard.shared.contracts.events.jobs import FailureReason, PendingReason, RequeueReason
 from gpuyard.shared.contracts.jobspec import (
     JobSpec,
 )
-from gpuyard.shared.contracts.jobstate import JobState, JobView
+from gpuyard.shared.contracts.jobstate import JobState, JobView, read_outcome_text
 from gpuyard.shared.contracts.reasons import PendingCode, waiting_message
+from gpuyard.shared.contracts.stops import AttemptOutcome, PreemptionCause, read_preemption_text
 
 
 class PendingOut(Out):
@@ -43,11 +44,23 @@ class PlacementOut(Out):
 
 
 class PreemptionOut(Out):
-    """A running job being stopped to make room; it is queued again as a new attempt."""
+    """A running job being stopped to make room (or to empty a drained node); it is queued again as a new
+    attempt."""
 
-    reason: str
+    cause: PreemptionCause = Field(description="Why, for machines: one of the preemption causes.")
+    node: str | None = Field(None, description="The node the cause names (the drained one), when one.")
+    reason: str = Field(description="Why, for people: the sentence rendered from the cause and its node.")
     by_job: str | None = Field(None, description="The job it makes room for, if one.")
     grace_seconds: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_reason(cls, data: Any) -> Any:
+        """An earlier server's answer (its reason alone, in words): the cause read from it."""
+        if isinstance(data, dict) and "cause" not in data and isinstance(data.get("reason"), str):
+            cause, node, _ = read_preemption_text(data["reason"])
+            return {**data, "cause": cause, "node": node}
+        return data
 
 
 class FailureOut(Out):
@@ -69,10 +82,31 @@ class AttemptOut(Out):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     nodes: list[str] = Field(default_factory=list)
-    outcome: str | None = Field(None, description="None while in progress; e.g. 'succeeded', 'failed: …'.")
+    outcome: AttemptOutcome | None = Field(
+        None,
+        description="How it ended: succeeded, failed, cancelled, preempted or requeued; None while in progress.",
+    )
+    failure: FailureReason | None = Field(None, description="Why it failed (a failed attempt).")
+    requeue: RequeueReason | None = Field(
+        None, description="Why the job was queued again (a requeued or preempted attempt)."
+    )
+    preemption: PreemptionCause | None = Field(
+        None, description="Why it was preempted (a preempted attempt)."
+    )
+    node: str | None = Field(None, description="The node its preemption names (a drained one).")
+    summary: str | None = Field(
+        None,
+        description="How it ended, short, for people: 'succeeded', 'failed: cuda_oom', 'requeued: node_lost', "
+        "'preempted: drain'; None while in progress.",
+    )
     exit_code: int | None = None
     message: str = ""
     notes: list[str] = Field(default_factory=list, description="What the nodes could not do for it.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        return read_outcome_text(data)  # (an earlier server's answer: its outcome in words)
 
 
 class JobOut(Out):
@@ -175,7 +209,7 @@ def job_out(view: JobView, place: int | None = None, now: datetime | None = None
         preemption=_preemption(view) if active else None,
         failure=_failure(view) if view.state == JobState.FAILED else None,
         message=view.message,
-        attempts=[_public(AttemptOut, a) for a in view.attempts],
+        attempts=[_public(AttemptOut, a) for a in view.attempts],  # (`summary`: Attempt's property)
     )
 
 
@@ -196,7 +230,13 @@ def _preemption(view: JobView) -> PreemptionOut | None:
     asked = view.preempt_requested
     if asked is None:
         return None
-    return PreemptionOut(reason=asked.reason, by_job=asked.by_job, grace_seconds=asked.grace_seconds)
+    return PreemptionOut(
+        cause=asked.cause,
+        node=asked.node,
+        reason=asked.text,
+        by_job=asked.by_job,
+        grace_seconds=asked.grace_seconds,
+    )
 
 
 def _failure(view: JobView) -> FailureOut | None:

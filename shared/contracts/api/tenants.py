@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+from pydantic.config import JsonValue
 from pydantic_core import PydanticCustomError
 
 from gpuyard.shared.contracts.api.common import Out
@@ -55,7 +56,7 @@ def _rfc3339(value: Any) -> Any:
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
 
-def _null_or_absent(field: str) -> list[dict[str, Any]]:
+def _null_or_absent(field: str) -> list[JsonValue]:
     """JSON Schema for: `field` is absent, or null."""
     return [{"not": {"required": [field]}}, {"properties": {field: {"type": "null"}}}]
 

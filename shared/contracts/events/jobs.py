@@ -6,12 +6,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpuyard.shared.contracts.events.envelope import EventData, event
+from gpuyard.shared.contracts.events.envelope import EventData, event, upcaster
 from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR, HOLDER_SERVING, Subject
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.reasons import PendingCode
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text, read_preemption_text
 
 
 class GpuShare(BaseModel):
@@ -178,13 +179,45 @@ class JobCancelled(EventData):
     message: str = ""
 
 
-@event(Subject.JOB_PREEMPTED)
+@event(Subject.JOB_PREEMPTED, version=2)
 class JobPreempted(EventData):
+    """A running attempt is stopped within `grace_seconds` (to make room, to empty a drained node), then requeued."""
+
     job_id: str
     attempt: int
-    reason: str
-    by_job: str | None = None
+    cause: PreemptionCause = Field(description="Why, for machines: one of the preemption causes.")
+    node: str | None = Field(
+        None, description="The node the cause names (the drained one), when it names one."
+    )
+    message: str = Field(
+        "",
+        description="More words for people where the cause alone does not say it (an `other` cause's text).",
+    )
+    by_job: str | None = Field(None, description="The job it makes room for, when one.")
     grace_seconds: float = 30
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_reason(cls, data: Any) -> Any:
+        """A version 1 preemption kept in a job's stored view (its `preempt_requested`) reads as version 2."""
+        if isinstance(data, dict) and "cause" not in data and "reason" in data:
+            return _job_preempted_v1(data)
+        return data
+
+    @property
+    def text(self) -> str:
+        """The preemption in words, from its cause: 'drain: node n1 is being drained'."""
+        return preemption_text(self.cause, self.node, self.message)
+
+
+@upcaster(Subject.JOB_PREEMPTED, from_version=1)
+def _job_preempted_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 said why in free text (`reason`): its known forms become the cause (and the drained node), any
+    other text an `other` cause with the text as its message."""
+    upgraded = {k: v for k, v in data.items() if k != "reason"}
+    cause, node, message = read_preemption_text(str(data.get("reason", "")))
+    upgraded.update(cause=cause.value, node=node, message=message)
+    return upgraded
 
 
 @event(Subject.JOB_REQUEUED)

@@ -10,7 +10,8 @@ from gpuyard.shared.scheduling.placement.fgd import Fgd
 from gpuyard.shared.scheduling.placement.firstfit import FirstFit
 from gpuyard.shared.scheduling.placement.gpuyard import GpuYard
 
-POLICIES: dict[Policy, type[PlacementPolicy]] = {p.name: p for p in (FirstFit, BestFit, Fgd, GpuYard)}
+# keyed by `Policy` (a StrEnum): its plain name finds the policy too
+POLICIES: dict[str, type[PlacementPolicy]] = {p.name: p for p in (FirstFit, BestFit, Fgd, GpuYard)}
 
 
 def make_policy(name: Policy | str, popularity: tuple = ()) -> PlacementPolicy:

@@ -12,6 +12,7 @@ import numpy as np
 
 from gpuyard.shared.contracts.policies import Policy
 from gpuyard.shared.scheduling.demand import Demand
+from gpuyard.shared.scheduling.fragmentation import Fragmenter
 from gpuyard.shared.scheduling.index import CapacityIndex
 from gpuyard.shared.scheduling.placement.base import ScoringPolicy, tightest_slots
 
@@ -43,6 +44,7 @@ def option_slots(index: CapacityIndex, i: int, options: np.ndarray, demand: Dema
 class Fgd(ScoringPolicy):
     name = Policy.FGD
     needs_popularity = True
+    fragmenter: Fragmenter  # (`make_policy` gives one to a policy that needs the shape distribution)
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
         delta = self.fragmenter.deltas(index.state[candidates], index.cpu_free[candidates], demand)

@@ -85,6 +85,7 @@ def stranded(free_milli: np.ndarray, cpu_free: np.ndarray, cpus_per_gpu: float) 
 class GpuYard(ScoringPolicy):
     name = Policy.GPUYARD
     needs_popularity = True
+    fragmenter: Fragmenter  # (`make_policy` gives one to a policy that needs the shape distribution)
 
     def scores(self, index: CapacityIndex, demand: Demand, candidates: np.ndarray) -> np.ndarray:
         sids, cpu_free = index.state[candidates], index.cpu_free[candidates]

@@ -260,7 +260,7 @@ class _Replay:
             self.preemptions += 1
         blocked = sorted(
             ((j, r) for j, r in result.pending.items() if _resource_blocked(r.code)),
-            key=lambda kv: kv[1].position,
+            key=lambda kv: kv[1].position or 0,  # (a job blocked on resources has its place in line)
         )
         self.holders = [j for j, _ in blocked][: self.depth]
 

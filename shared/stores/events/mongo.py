@@ -306,12 +306,15 @@ class MongoEventStore(EventStore):
 
     @unavailable_on_failure("MongoDB counting projections by tenant")
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
-        pipeline = [{"$match": {"state": {"$in": states}}}, {"$group": {"_id": "$tenant", "n": {"$sum": 1}}}]
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"state": {"$in": states}}},
+            {"$group": {"_id": "$tenant", "n": {"$sum": 1}}},
+        ]
         return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
 
     @unavailable_on_failure("MongoDB finding each tenant's oldest projection")
     async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
-        pipeline = [
+        pipeline: list[dict[str, Any]] = [
             {"$match": {"state": {"$in": states}}},
             {"$group": {"_id": "$tenant", "oldest": {"$min": "$created_at"}}},
         ]

@@ -569,9 +569,9 @@ class SqliteEventStore(EventStore):
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         if self._read_conn is not None:
-            self._read_conn, conn = None, self._read_conn
-            conn.close()
+            reader, self._read_conn = self._read_conn, None
+            reader.close()
         if self._conn is not None:
-            self._conn, conn = None, self._conn
-            await loop.run_in_executor(self._writer, conn.close)
+            writer, self._conn = self._conn, None
+            await loop.run_in_executor(self._writer, writer.close)
         self._writer.shutdown(wait=False)

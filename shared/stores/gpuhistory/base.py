@@ -115,9 +115,9 @@ def merge(points: list[GpuPoint], *, t: float, bucket: float) -> GpuPoint:
         if util_seconds
         else None
     )
-    with_mem = [p for p in points if p.memory_used_bytes is not None]
-    mem_seconds = sum(p.seconds for p in with_mem)
-    mem = sum(p.memory_used_bytes * p.seconds for p in with_mem) / mem_seconds if mem_seconds else None
+    with_mem = [(p.memory_used_bytes, p.seconds) for p in points if p.memory_used_bytes is not None]
+    mem_seconds = sum(seconds for _, seconds in with_mem)
+    mem = sum(used * seconds for used, seconds in with_mem) / mem_seconds if mem_seconds else None
     holders: dict[str, HolderUse] = {}
     for p in points:
         for h in p.holders:

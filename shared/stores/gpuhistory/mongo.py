@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient, IndexModel, ReplaceOne
@@ -147,16 +148,16 @@ class MongoGpuHistory(GpuHistory):
     @classmethod
     async def open(
         cls,
-        url: str,
+        url: str | Path,
         *,
         raw_keep: float = DEFAULT_RAW_KEEP,
         keep: float = DEFAULT_KEEP,
         timeout_ms: int = 5000,
     ) -> MongoGpuHistory:
-        """The history of the database of `url`, on a client of its own with the event store's durability (a
-        majority's journal)."""
+        """The history of the database of `url` (a `mongodb://` URL: `str | Path` only as `GpuHistory.open`
+        takes either), on a client of its own with the event store's durability (a majority's journal)."""
         client: AsyncMongoClient = AsyncMongoClient(
-            url, serverSelectionTimeoutMS=timeout_ms, tz_aware=True, w="majority", journal=True
+            str(url), serverSelectionTimeoutMS=timeout_ms, tz_aware=True, w="majority", journal=True
         )
         database = client.get_default_database(default="gpuyard").name
         try:

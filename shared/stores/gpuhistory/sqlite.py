@@ -5,9 +5,13 @@ same transaction that writes their buckets, so none is ever counted twice)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Self
 
 from gpuyard.shared.stores.gpuhistory.base import (
     COMPACT_BATCH,
+    DEFAULT_KEEP,
+    DEFAULT_RAW_KEEP,
     ORPHAN_AFTER,
     Compacted,
     GpuHistory,
@@ -84,15 +88,22 @@ class SqliteGpuHistory(SqliteFile, GpuHistory):
     SCHEMA = SCHEMA
     THREAD = "history"
 
+    @classmethod
+    async def open(
+        cls, where: str | Path, *, raw_keep: float = DEFAULT_RAW_KEEP, keep: float = DEFAULT_KEEP
+    ) -> Self:
+        """The file at `where`, made when missing (`raw_keep`, `keep`: MongoDB's expiry; SQLite has none)."""
+        return await super().open(where)
+
     async def add(self, points: list[GpuPoint]) -> None:
         if not points:
             return
         rows = [_row(p) for p in points]
 
         def write() -> None:
-            with self._write_conn:
-                self._write_conn.execute("BEGIN IMMEDIATE")
-                self._write_conn.executemany(
+            with self.write_conn:
+                self.write_conn.execute("BEGIN IMMEDIATE")
+                self.write_conn.executemany(
                     f"INSERT OR IGNORE INTO gpu_points ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows
                 )
 
@@ -110,13 +121,14 @@ class SqliteGpuHistory(SqliteFile, GpuHistory):
     ) -> Compacted:
         """One transaction: the raw points taken are deleted as their buckets are written."""
         cutoff = compact_cutoff(now, raw_keep, bucket)
-        where, args = "bucket = 0 AND t < ?", [cutoff]
+        where = "bucket = 0 AND t < ?"
+        args: list[object] = [cutoff]
         if node is not None:
             where += " AND (node = ? OR t < ?)"
             args += [node, cutoff - ORPHAN_AFTER]
 
         def work() -> Compacted:
-            conn = self._write_conn
+            conn = self.write_conn
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
                 rows = conn.execute(
@@ -153,7 +165,8 @@ class SqliteGpuHistory(SqliteFile, GpuHistory):
         job_id: str | None = None,
         tenant: str | None = None,
     ) -> list[GpuPoint]:
-        where, args = ["t >= ?"], [since]
+        where = ["t >= ?"]
+        args: list[object] = [since]
         if until is not None:
             where.append("t < ?")
             args.append(until)
@@ -168,14 +181,14 @@ class SqliteGpuHistory(SqliteFile, GpuHistory):
         sql = f"SELECT {COLUMNS} FROM gpu_points WHERE {' AND '.join(where)} ORDER BY t, node, gpu"
 
         def read() -> list[GpuPoint]:
-            found = (_point(r) for r in self._read_conn.execute(sql, args).fetchall())
+            found = (_point(r) for r in self.read_conn.execute(sql, args).fetchall())
             return [p for p in found if holds_tenant(p, tenant)]
 
         return await self._on(self._reader, read)
 
     async def count(self) -> dict[float, int]:
         def read() -> dict[float, int]:
-            rows = self._read_conn.execute("SELECT bucket, COUNT(*) FROM gpu_points GROUP BY bucket")
+            rows = self.read_conn.execute("SELECT bucket, COUNT(*) FROM gpu_points GROUP BY bucket")
             return {b: n for b, n in rows.fetchall()}
 
         return await self._on(self._reader, read)

@@ -56,6 +56,8 @@ class MongoLogStore(LogStore):
         if first is None:
             return None
         last = await self.chunks.find_one(_match(key), sort=[("offset", -1)])
+        if last is None:  # (the job's log deleted between the two reads)
+            return None
         return Extent(first["offset"], last["end"])
 
     @unavailable_on_failure("MongoDB reading a log")

@@ -35,9 +35,9 @@ class SqliteLogStore(SqliteFile, LogStore):
         rows = [(c.key.job_id, c.key.attempt, c.key.replica, c.offset, c.data) for c in chunks]
 
         def write() -> None:
-            with self._write_conn:  # one transaction
-                self._write_conn.execute("BEGIN IMMEDIATE")
-                self._write_conn.executemany(
+            with self.write_conn:  # one transaction
+                self.write_conn.execute("BEGIN IMMEDIATE")
+                self.write_conn.executemany(
                     "INSERT OR IGNORE INTO log_chunks (job_id, attempt, replica, offset, data) "
                     "VALUES (?, ?, ?, ?, ?)",
                     rows,
@@ -47,7 +47,7 @@ class SqliteLogStore(SqliteFile, LogStore):
 
     async def extent(self, key: LogKey) -> Extent | None:
         def query():
-            return self._read_conn.execute(
+            return self.read_conn.execute(
                 f"SELECT MIN(offset), (SELECT offset + length(data) FROM log_chunks WHERE {_KEY} "
                 f"ORDER BY offset DESC LIMIT 1) FROM log_chunks WHERE {_KEY}",
                 (*_args(key), *_args(key)),
@@ -58,7 +58,7 @@ class SqliteLogStore(SqliteFile, LogStore):
 
     async def read(self, key: LogKey, start: int, end: int) -> list[Chunk]:
         def query():
-            return self._read_conn.execute(
+            return self.read_conn.execute(
                 f"SELECT offset, data FROM log_chunks WHERE {_KEY} AND offset > ? AND offset < ? ORDER BY offset",
                 (*_args(key), start - MAX_CHUNK, end),
             ).fetchall()
@@ -68,7 +68,7 @@ class SqliteLogStore(SqliteFile, LogStore):
 
     async def keys(self, job_id: str) -> list[LogKey]:
         def query():
-            return self._read_conn.execute(
+            return self.read_conn.execute(
                 "SELECT DISTINCT attempt, replica FROM log_chunks WHERE job_id = ? ORDER BY attempt, replica",
                 (job_id,),
             ).fetchall()
@@ -77,7 +77,7 @@ class SqliteLogStore(SqliteFile, LogStore):
 
     async def trim(self, key: LogKey, before: int) -> None:
         def write() -> None:
-            self._write_conn.execute(
+            self.write_conn.execute(
                 f"DELETE FROM log_chunks WHERE {_KEY} AND offset + length(data) <= ?", (*_args(key), before)
             )
 
@@ -85,7 +85,7 @@ class SqliteLogStore(SqliteFile, LogStore):
 
     async def delete_job(self, job_id: str) -> None:
         def write() -> None:
-            self._write_conn.execute("DELETE FROM log_chunks WHERE job_id = ?", (job_id,))
+            self.write_conn.execute("DELETE FROM log_chunks WHERE job_id = ?", (job_id,))
 
         await self._on(self._writer, write)
 

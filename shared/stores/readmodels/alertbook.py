@@ -110,10 +110,10 @@ class AlertBook:
     async def _record(self, event: CloudEvent, raised_id: str | None) -> bool:
         data = event.data
         if isinstance(data, AlertRaised):
-            view = AlertView(raised=data, raised_id=event.id, raised_at=event.time)
-            result = await self._append(view.stream, 0, event, projection_of(view, 1))
+            raised = AlertView(raised=data, raised_id=event.id, raised_at=event.time)
+            result = await self._append(raised.stream, 0, event, projection_of(raised, 1))
             if result:
-                self.active[data.alert_id] = view
+                self.active[data.alert_id] = raised
             return result
         if not isinstance(data, AlertResolved):
             raise ValueError(f"{event.type} is not an alert event")

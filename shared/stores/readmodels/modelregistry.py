@@ -38,7 +38,7 @@ from gpuyard.shared.contracts.events.models import (
 )
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles.signature import read_signature
-from gpuyard.shared.modelfiles.store import ModelStore, ModelStoreError, sha256_of
+from gpuyard.shared.modelfiles.store import ModelStore, ModelStoreError, StagedFile, sha256_of
 from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,7 @@ class ModelRegistry:
         *,
         tenant: str,
         name: str,
-        data: bytes,
+        data: bytes | StagedFile,
         version: int | None = None,
         public: bool = False,
         job_id: str | None = None,

@@ -133,7 +133,10 @@ async def load_all(store: EventStore) -> dict[str, NodeControl]:
 async def record(store: EventStore, event: CloudEvent) -> NodeControl:
     """Append `event` to its node's stream with the projection it leads to, and return that projection. The
     same event again changes nothing; a concurrent write to the stream is read and the append tried again."""
-    node = event.data.node
+    data = event.data
+    if not isinstance(data, GpuHealthChanged | NodeControlChanged):
+        raise ValueError(f"{event.type} is not a node control event")
+    node = data.node
     for _ in range(WRITE_RETRIES):
         events = await store.read_stream(stream_id(node))
         control = NodeControl(node=node)

@@ -13,6 +13,7 @@ from gpuyard.shared.contracts.events.jobs import (
     ReplicaPlacement,
     RequeueReason,
 )
+from gpuyard.shared.contracts.stops import PreemptionCause
 
 from .witnesses import job_sessions, running_marker_job, runs_unstopped
 
@@ -48,7 +49,10 @@ async def test_forged_ends_and_preemptions_of_a_running_attempt_stop_nothing(h):
     ex = await h.executor()
     job = await running_job(h, ex)
     await forge(ex, JobSucceeded(job_id=job, attempt=1))
-    await forge(ex, JobPreempted(job_id=job, attempt=1, reason="forged", grace_seconds=0))
+    await forge(
+        ex,
+        JobPreempted(job_id=job, attempt=1, cause=PreemptionCause.OTHER, message="forged", grace_seconds=0),
+    )
     await forge(ex, JobRequeued(job_id=job, attempt=2, reason=RequeueReason.PREEMPTED))
     await still_running(h, ex, job)
     await h.record(ex, JobCancelRequested(job_id=job, by="ana"))

@@ -199,7 +199,7 @@ async def test_a_restarted_executor_whose_pods_are_gone_records_the_attempt_lost
     again = await k8s_executor(h, api)
     await again.reconcile()
     view = await h.wait(job, "queued")
-    assert view.attempts[0].outcome == "requeued: node_lost"
+    assert view.attempts[0].summary == "requeued: node_lost"
 
 
 async def test_the_backend_setting_is_checked():

@@ -22,6 +22,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobStarted,
     ReplicaPlacement,
 )
+from gpuyard.shared.contracts.stops import PreemptionCause, preemption_text
 from gpuyard.shared.runtime.paths import log_files, log_path, replica_files
 
 from .witnesses import job_sessions, running_marker_job, runs_unstopped
@@ -105,7 +106,7 @@ async def test_preemption_sigterms_the_job_and_gives_it_the_grace_to_checkpoint(
     await h.place(ex, job)
     await h.wait(job, "running")
     await h.wait_for(trapped.exists, 10, "the shell to install its trap")
-    preempted = JobPreempted(job_id=job, attempt=1, reason="a critical job", grace_seconds=60)
+    preempted = JobPreempted(job_id=job, attempt=1, cause=PreemptionCause.DRAIN, node="n1", grace_seconds=60)
     preempting = asyncio.create_task(h.record(ex, preempted))
     await h.wait_for(term.exists, 10, "SIGTERM to reach the job")
     go.touch()  # its checkpoint takes until now: the executor waits for it (the grace is 60 s)
@@ -114,8 +115,10 @@ async def test_preemption_sigterms_the_job_and_gives_it_the_grace_to_checkpoint(
     exits = [e.data for e in await h.ledger.events(job) if e.type.endswith("replica_exited")]
     assert [(e.exit_code, e.signal) for e in exits] == [(0, None)]  # its own end, no SIGKILL
     assert "checkpointed" in log_path(h.data_dir, job, 1, 0).read_text()
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: preempted"
-    assert view.message == "a critical job"
+    assert (
+        view.attempt == 2 and view.attempts[0].summary == "preempted: drain" and view.attempts[0].node == "n1"
+    )
+    assert view.message == "drain: node n1 is being drained"
 
 
 async def test_preemption_sigkills_a_job_that_ignores_sigterm_after_the_grace(h, tmp_path):
@@ -125,14 +128,16 @@ async def test_preemption_sigkills_a_job_that_ignores_sigterm_after_the_grace(h,
     await h.place(ex, job)
     await h.wait(job, "running")
     await h.wait_for(trapped.exists, 10, "the shell to ignore SIGTERM")
-    preempted = JobPreempted(job_id=job, attempt=1, reason="a critical job", grace_seconds=0.5)
+    preempted = JobPreempted(
+        job_id=job, attempt=1, cause=PreemptionCause.PRIORITY, by_job="critical", grace_seconds=0.5
+    )
     preempting = asyncio.create_task(h.record(ex, preempted))  # (it returns once the replica has ended)
     view = await h.wait(job, "queued")
     await preempting
     exits = [e.data for e in await h.ledger.events(job) if e.type.endswith("replica_exited")]
     assert [e.signal for e in exits] == [signal.SIGKILL]  # nothing else could end it
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: preempted"
-    assert view.message == "a critical job"
+    assert view.attempt == 2 and view.attempts[0].summary == "preempted: priority"
+    assert view.message == preemption_text(PreemptionCause.PRIORITY)
 
 
 async def test_retry_requeues_with_backoff_then_fails(h):
@@ -144,7 +149,7 @@ async def test_retry_requeues_with_backoff_then_fails(h):
     assert "retry 1/1 after: exited with code 4" in view.message
     await h.place(ex, job, attempt=2)
     view = await h.wait(job, "failed")
-    assert [a.outcome for a in view.attempts] == ["requeued: retry", "failed: exit_code"]
+    assert [a.summary for a in view.attempts] == ["requeued: retry", "failed: exit_code"]
     assert (await h.types(job)).count("started") == 2
 
 
@@ -257,7 +262,7 @@ async def test_a_replica_whose_reaper_is_gone_is_stopped_and_its_attempt_recorde
     again = await h.executor()
     await again.reconcile()
     view = await h.wait(job, "queued")
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: node_lost"
+    assert view.attempt == 2 and view.attempts[0].summary == "requeued: node_lost"
     await h.wait_for(lambda: process_start_time(record["pid"]) is None, 5, "the orphan to be stopped")
 
 
@@ -285,7 +290,7 @@ async def test_a_placement_an_earlier_executor_started_is_not_started_again(h, t
     await ex.reconcile()
     await h.deliver(ex, placed)  # and a redelivered placement changes nothing
     view = await h.wait(job, "queued")
-    assert view.attempts[0].outcome == "requeued: node_lost"
+    assert view.attempts[0].summary == "requeued: node_lost"
     assert await asyncio.wait_for(orphan.wait(), 5) == -signal.SIGTERM
     assert runs.read_text() == "run\n" and "started" not in await h.types(job)
     assert not path.exists()

@@ -77,7 +77,7 @@ async def test_a_start_refused_by_a_full_disk_requeues_the_attempt_and_the_next_
         await h.place(ex, job)
         view = await h.wait(job, "queued")
     assert await h.types(job) == ["submitted", "placed", "requeued"]
-    assert view.attempt == 2 and view.attempts[0].outcome == "requeued: node_lost"
+    assert view.attempt == 2 and view.attempts[0].summary == "requeued: node_lost"
     assert (
         "node node-a could not start replica 0: no space left on the node's disk" in view.attempts[0].message
     )

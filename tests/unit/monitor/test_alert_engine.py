@@ -146,6 +146,19 @@ def test_an_allocated_gpu_idle_in_every_sample_is_raised_for_its_job():
     assert gone[0][1].data.message == "the job let the GPU go" and gone[0][1].data.tenant == "vision"
 
 
+def test_a_held_gpu_that_reports_no_utilization_is_raised_lost_and_its_idle_alert_ends():
+    """A GPU lost while a job holds it reports no utilization: it neither counts as activity nor as idle."""
+    engine = Engine(parse_rules({"rules": {"gpu_idle": {"for": "5m"}}}))
+    idle = feed(engine, [(t, gpu(util=0, jobs=("j1",))) for t in range(0, 330, 30)])
+    assert raised(idle) == [(300, "gpu_idle/node-1/0/j1")]
+    lost = GpuReading(
+        index=0, uuid="GPU-0", lost=True, holders=[GpuHolder(job_id="j1", tenant="vision", user="ana")]
+    )
+    changes = feed(engine, [(330, lost)])
+    assert raised(changes) == [(330, "gpu_lost/node-1/0")]
+    assert resolved(changes) == [(330, "gpu_idle/node-1/0/j1")]
+
+
 def test_a_node_lost_is_resolved_once_its_heartbeats_are_back_for_keep_firing_for():
     engine = Engine()
     [lost] = engine.node_lost("node-2", at(0), last_seen=at(-20))

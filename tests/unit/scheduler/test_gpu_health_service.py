@@ -29,6 +29,7 @@ from gpuyard.shared.contracts.events.nodes import (
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger
@@ -162,7 +163,7 @@ async def test_a_drain_preempts_the_jobs_there_with_the_grace_period(store):
     await s.cycle()
     assert s.view.jobs["j0"].preempt_requested is None
     preempted = s.view.jobs["j1"].preempt_requested
-    assert preempted is not None and preempted.reason.startswith("drain")
+    assert preempted is not None and (preempted.cause, preempted.node) == (PreemptionCause.DRAIN, "n")
     assert preempted.grace_seconds == s.settings.preemption_grace
 
 

@@ -24,6 +24,7 @@ from gpuyard.shared.contracts.events.jobs import (
     RequeueReason,
 )
 from gpuyard.shared.contracts.events.models import ModelFailed, ModelReady
+from gpuyard.shared.contracts.stops import AttemptOutcome, PreemptionCause, preemption_text
 
 from .hostharness import ENDPOINT, NODE, CountingLoader, HostHarness
 from .models import Mlp, unloadable
@@ -142,9 +143,14 @@ async def test_a_preemption_releases_it_and_requeues_the_job(h):
     job = await h.submit()
     await h.place(host, job)
     await h.wait(job, "running")
-    await h.record(host, JobPreempted(job_id=job, attempt=1, reason="a higher priority job"))
+    await h.record(host, JobPreempted(job_id=job, attempt=1, cause=PreemptionCause.PRIORITY, by_job="urgent"))
     view = await h.wait(job, "queued")
-    assert view.attempt == 2 and view.attempts[0].outcome == f"requeued: {RequeueReason.PREEMPTED}"
+    ended = view.attempts[0]
+    assert view.attempt == 2 and (ended.outcome, ended.preemption) == (
+        AttemptOutcome.PREEMPTED,
+        PreemptionCause.PRIORITY,
+    )
+    assert ended.message == preemption_text(PreemptionCause.PRIORITY)
     assert KEY not in h.registry.models
 
 
@@ -205,7 +211,7 @@ async def test_a_model_store_that_cannot_be_read_is_a_replica_that_could_not_sta
     await h.place(host, job)
     view = await h.wait(job, "queued")
     assert view.attempt == 2 and view.not_before is not None
-    assert view.attempts[0].outcome == f"requeued: {RequeueReason.RETRY}"
+    assert view.attempts[0].summary == f"requeued: {RequeueReason.RETRY}"
     assert "store_unavailable: model file" in view.attempts[0].message
     assert [f.reason for f in h.bus.of(ModelFailed)] == ["store_unavailable"]
 

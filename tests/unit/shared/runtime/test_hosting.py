@@ -21,6 +21,7 @@ from gpuyard.shared.contracts.events.jobs import (
     RequeueReason,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.runtime.hosting import AttemptHost, StopRequest
 from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger
@@ -105,7 +106,7 @@ async def test_a_preemption_stops_only_an_attempt_that_runs_here_and_a_requeue_e
     job = await submitted(ledger)
     await recorded(ledger, host, placed(job))
     await ledger.append(job, JobStarted(job_id=job, attempt=1, node=NODE, replicas=[0]))
-    preempted = JobPreempted(job_id=job, attempt=1, reason="a higher priority", grace_seconds=7)
+    preempted = JobPreempted(job_id=job, attempt=1, cause=PreemptionCause.PRIORITY, grace_seconds=7)
     await recorded(ledger, host, preempted)  # not held here: passed over
     host.held.add((job, 1))
     await host.handlers([e for e in await ledger.events(job) if e.data == preempted][-1])  # redelivered

@@ -117,7 +117,7 @@ function drawPlacement() {
         h("td", {}, a.number), h("td", {}, ago(a.queued_at)), h("td", {}, ago(a.started_at)),
         h("td", {}, elapsed(a.started_at, a.ended_at)),
         h("td", {}, a.nodes.join(", ") || "—"),
-        h("td", {}, a.outcome ?? "in progress", a.message ? h("div", { class: "muted" }, a.message) : null),
+        h("td", {}, a.summary ?? a.outcome ?? "in progress", a.message ? h("div", { class: "muted" }, a.message) : null),
         h("td", {}, a.exit_code ?? "—"),
       ))),
     )));
@@ -146,8 +146,13 @@ async function loadTimeline() {
 
 function eventNote(event) {
   const d = event.data ?? {};
-  const note = d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
+  const note = (d.cause ? causeText(d) : "") || d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
   return note ? h("div", { class: "muted" }, typeof note === "string" ? note : reasonText(note)) : null;
+}
+
+/** A preemption's cause in words: the cause, the node it names, its message (`priority`, `drain · node n1`). */
+function causeText(d) {
+  return [d.cause, d.node ? `node ${d.node}` : "", d.message].filter(Boolean).join(" · ");
 }
 
 /** A structured reason (a job.pending's) in words: the API's own sentence for it, else its fields. */
