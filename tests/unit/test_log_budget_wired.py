@@ -68,11 +68,16 @@ async def test_a_tenants_replicas_are_cut_at_its_budget_together_and_another_ten
         what="the truncated line in one of the gang's logs",
     )
     sinks = [ex.backend.replicas[(gang, 1)][r].sink for r in (0, 1)]
+
+    def taken() -> int:
+        return sum(len(job_bytes(output(h, gang, r))) + sinks[r].over_budget for r in (0, 1))
+
     await h.wait_for(  # every byte they printed is written or dropped
-        lambda: (
-            sum(len(job_bytes(output(h, gang, r))) + sinks[r].over_budget for r in (0, 1)) == 2 * LINES * LINE
+        lambda: taken() == 2 * LINES * LINE,
+        what=lambda: (
+            f"the executor to take all of the gang's output: {taken()} bytes of {2 * LINES * LINE}, "
+            f"{[s.over_budget for s in sinks]} dropped, {[output(h, gang, r) for r in (0, 1)]}"
         ),
-        what="the executor to take all of the gang's output",
     )
 
     other = await h.submit(tenant="nlp", command=printing(LINES))  # while vision's replicas hold its budget

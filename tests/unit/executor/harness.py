@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +148,12 @@ class Harness:
                 )
             await asyncio.sleep(0.05)
 
-    async def wait_for(self, check, within: float = 15, what: str = "condition"):
+    async def wait_for(self, check, within: float = 15, what: str | Callable[[], str] = "condition"):
         deadline = time.monotonic() + within
         while True:
             value = await check() if asyncio.iscoroutinefunction(check) else check()
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
             await asyncio.sleep(0.05)
