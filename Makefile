@@ -26,12 +26,12 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -rs --durations=30  # -rs: every skipped test with its reason; the 30 slowest
+	$(BIN)/python tests/suite.py  # two halves side by side (integration, the rest); each says what it skipped and why
 
 # The deep run: the scheduler's property tests on clusters up to 64 nodes and queues up to 500 jobs, thousands
 # of examples, and the API fuzz test with a fresh seed each run (printed, to replay a failure).
 test-deep: $(BIN)/.installed-test
-	GPUYARD_TEST_DEPTH=deep $(BIN)/pytest -q tests/unit/scheduler/test_properties.py tests/fuzz
+	GPUYARD_TEST_DEPTH=deep $(BIN)/pytest -q tests/unit/services/scheduler/test_properties.py tests/fuzz
 
 # The daily loop (CONTRIBUTING.md): each target runs a part of what `make test` runs, with the same venv.
 # PYTEST_ARGS passes more to pytest, e.g. `make unit PYTEST_ARGS='-k events -x'`.
@@ -43,9 +43,9 @@ fmt: $(BIN)/.installed-test
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# mypy on the product packages, as `make test` runs it (tests/unit/test_types.py; settings in pyproject.toml).
+# mypy on the product packages, as `make test` runs it (tests/unit/project/test_types.py; settings in pyproject.toml).
 typecheck: $(BIN)/.installed-test
-	$(BIN)/pytest -q tests/unit/test_types.py $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/unit/project/test_types.py $(PYTEST_ARGS)
 
 # The quick part of the suite: the unit tests, and the stores' contract tests (SQLite and the MongoDB stand-in).
 unit: $(BIN)/.installed-test

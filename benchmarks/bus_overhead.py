@@ -25,7 +25,7 @@ from gpuyard.shared.bus.watches import Watch
 from gpuyard.shared.contracts.events.envelope import make_event, subject_of
 from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime.service import event_loop_factory
-from tests.unit.bus_fakes import FakeBus, FakeMsg
+from tests.unit.shared.bus.bus_fakes import FakeBus, FakeMsg
 
 
 class Uncounted:

@@ -32,7 +32,7 @@ from pathlib import Path
 from gpuyard.services.executor.local import LocalBackend
 from gpuyard.shared.contracts.events.jobs import JobSucceeded
 from gpuyard.shared.runtime.service import event_loop_factory
-from tests.unit.executor.harness import Harness
+from tests.unit.services.executor.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[1]
 

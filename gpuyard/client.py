@@ -360,15 +360,6 @@ class Client:
             params={"tenant": tenant} if tenant else None,
         )
 
-    def set_model_public(self, name: str, public: bool, tenant: str | None = None) -> ModelOut:
-        return self.answer(
-            ModelOut,
-            "PATCH",
-            f"/v1/models/{name}",
-            json={"public": public},
-            params={"tenant": tenant} if tenant else None,
-        )
-
     def delete_model(
         self, name: str, version: int | None = None, tenant: str | None = None
     ) -> ModelDeletedOut:

@@ -92,8 +92,6 @@ class NodeAnnouncer:
             log.info("announcing %d node(s) with %d GPU(s): %s", len(names), gpus, ", ".join(names) or "none")
         self.announced = names
         bus = self.service.bus
-        if bus is None:
-            raise RuntimeError("nodes are announced once the service has started (connected to the bus)")
         for heartbeat in heartbeats:
             with contextlib.suppress(Exception):
                 await bus.publish(make_event(heartbeat, source=self.service.source))
@@ -109,14 +107,9 @@ class NodeAnnouncer:
             await self.announce_once()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
-    async def on_heartbeat(self, msg) -> None:
+    async def on_heartbeat(self, data: NodeHeartbeat, _event: CloudEvent) -> None:
         """Learn the other nodes' addresses (for MASTER_ADDR of jobs spread over several nodes)."""
-        try:
-            event = CloudEvent.from_json(msg.data)
-        except ValueError:
-            return
-        data = event.data
-        if isinstance(data, NodeHeartbeat) and data.labels.get("address"):
+        if data.labels.get("address"):
             self.addresses[data.node] = data.labels["address"]
 
     async def address_of(self, node: str) -> str:

@@ -86,8 +86,6 @@ class Executor(AttemptHost):
         self.node = settings.node_name
         self.worker = settings.executor_worker
         self.claims = Claims(settings.data_dir, self.node, self.worker, shared=settings.executor_workers > 1)
-        if service.ledger is None or service.store is None:
-            raise RuntimeError("the executor is made once its service has started (opened its event store)")
         self.ledger: JobLedger = service.ledger
         self.store: EventStore = service.store
         gpus, simulated = node_gpus(
@@ -99,7 +97,7 @@ class Executor(AttemptHost):
         gpu_memory = {g.index: g.memory_bytes for g in gpus}
         self.shipper = (
             LogShipper(service.logs, max_bytes=settings.log_max_bytes * (settings.log_backups + 1))
-            if service.logs is not None
+            if service.needs_logs
             else None
         )
         """Replicas' output to the log store, where the API reads it from any node."""

@@ -152,23 +152,18 @@ class SliceGuard:
         record = self.attempts.get(AttemptKey(over.job_id, over.attempt))
         tenant = record.launch.tenant if record is not None and record.launch is not None else None
         user = None
-        ledger = self.service.ledger
-        if ledger is not None:
-            try:
-                view = await ledger.load(over.job_id)
-            except Exception as exc:  # the store away: the alert still goes, without its user
-                log.warning("job %s: its user is not known for the alert: %s", over.job_id, exc)
-                view = None
-            if view is not None:
-                tenant, user = tenant or view.tenant, view.user
+        try:
+            view = await self.service.ledger.load(over.job_id)
+        except Exception as exc:  # the store away: the alert still goes, without its user
+            log.warning("job %s: its user is not known for the alert: %s", over.job_id, exc)
+            view = None
+        if view is not None:
+            tenant, user = tenant or view.tenant, view.user
         return tenant, user
 
     async def publish(self, data: EventData, event_id: str) -> None:
-        bus = self.service.bus
-        if bus is None:
-            raise RuntimeError("GPU memory alerts go out once the service has started (connected to the bus)")
         with contextlib.suppress(Exception):
-            await bus.publish(make_event(data, source=self.service.source, id=event_id))
+            await self.service.bus.publish(make_event(data, source=self.service.source, id=event_id))
 
     async def run(self) -> None:
         while True:

@@ -20,7 +20,8 @@ from gpuyard.services.executor import jobenv
 from gpuyard.services.executor.executor import Executor
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
-from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR, Subject
+from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
+from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.executor import ExecutorSettings
 
@@ -33,8 +34,6 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     os.umask(JOB_UMASK)
     said_by(settings.executor_worker)
     jobenv.configure_publishing(jobenv.publishing_from_settings(settings))
-    if service.bus is None:
-        raise RuntimeError("the executor is wired once its service has started (connected to the bus)")
     bus = service.bus
     executor = Executor(service, settings)
     await executor.start()
@@ -45,7 +44,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
             settings.data_dir, executor.store, executor.attempts, settings.retention, settings.job_root
         )
         service.spawn(sweeper.run(settings.retention_interval), "retention")
-    await bus.subscribe(Subject.NODE_HEARTBEAT.value, executor.nodes.on_heartbeat)
+    await bus.subscribe_to(NodeHeartbeat, executor.nodes.on_heartbeat)
     if executor.gpu_guard.reader is not None:
         service.spawn(executor.gpu_guard.run(), "gpu-memory-watch")
     try:

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuyard.services.executor.attempts import Attempts
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Projections
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class JobDirSweeper:
     def __init__(
         self,
         data_dir: Path,
-        store: EventStore,
+        store: Projections,
         attempts: Attempts,
         keep_seconds: float,
         job_root: Path | None = None,

@@ -37,7 +37,6 @@ from gpuyard.services.monitor.webhooks import Webhooks
 from gpuyard.shared.bus.headers import entity_of
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.bus.outbox import publish_recorded
-from gpuyard.shared.bus.permissions import publishes
 from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
 from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
 from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
@@ -48,9 +47,8 @@ from gpuyard.shared.runtime.lease import Lease
 from gpuyard.shared.runtime.service import Service, run_service
 from gpuyard.shared.settings.common import EXIT_REFUSED
 from gpuyard.shared.settings.monitor import MonitorSettings
-from gpuyard.shared.stores.events import EventStore, open_store
-from gpuyard.shared.stores.ledger import JobLedger
-from gpuyard.shared.stores.logs import LogKey, LogStore, open_log_store
+from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.logs import LogKey, LogStore
 from gpuyard.shared.stores.readmodels import idlebook
 from gpuyard.shared.stores.readmodels.alertbook import AlertBook
 
@@ -85,8 +83,6 @@ class AlertService:
         """`live`: the monitor's live jobs, refreshed by the monitor; without it the service keeps its own.
         `idle`: the idle-GPU reclaim, on those live jobs (none: no job is stopped for idle GPUs)."""
         self.service = service
-        if service.bus is None:
-            raise RuntimeError("the alerts run once the service has started (connected to the bus)")
         self.bus: Bus = service.bus
         self.rules = rules
         self.store = store
@@ -314,31 +310,15 @@ async def run_alerts(service: Service, settings: MonitorSettings, live: LiveJobs
     except RulesError as exc:
         log.error("monitor refuses to start: %s", exc)
         raise SystemExit(EXIT_REFUSED) from None
-    owned: list = []
-    store = service.store
-    if store is None:
-        store = await open_store(settings.store_url, durable_commits=settings.store_durable_commits)
-        owned.append(store)
-    logs = service.logs
-    if logs is None:
-        logs = await open_log_store(settings.log_store_url)
-        owned.append(logs)
-    relay = None
-    if service.ledger is None:  # what was stored and not published: published by this relay
-        relay = JobLedger(store, service.bus, service.source, publishes=publishes(service.name))
-        relay.start_relay()
     webhooks = Webhooks(
         settings.alert_webhooks, timeout=settings.webhook_timeout, max_backoff=settings.webhook_max_backoff
     )
-    alerts = AlertService(service, rules, store, logs, webhooks, instance=settings.instance, live=live)
+    # (the monitor's event store, with the ledger's outbox relay, and its log store: needs_store, needs_logs)
+    alerts = AlertService(
+        service, rules, service.store, service.logs, webhooks, instance=settings.instance, live=live
+    )
     alerts.idle = IdleReclaim.of(alerts.live, settings)
-    try:
-        await alerts.run(service.stopping)
-    finally:
-        if relay is not None:
-            await relay.close()
-        for closing in owned:
-            await closing.close()
+    await alerts.run(service.stopping)
 
 
 if __name__ == "__main__":

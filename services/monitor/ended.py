@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gpuyard.shared.stores.events import EndedJob, EventStore
+from gpuyard.shared.stores.events import EndedJob, Projections
 
 LAG_SECONDS = 5.0
 PAGE = 1000
@@ -22,7 +22,7 @@ PAGE = 1000
 
 class EndedFeed:
     def __init__(
-        self, store: EventStore, on_ended: Callable[[EndedJob], None], *, since: datetime | None = None
+        self, store: Projections, on_ended: Callable[[EndedJob], None], *, since: datetime | None = None
     ):
         """`on_ended(job)`: each job that ended at `since` (default: now) or later, once, in about the order
         of their ends."""

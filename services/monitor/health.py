@@ -117,10 +117,9 @@ class HealthMarker:
         )
         log.warning("node %s GPU %d unhealthy: %s", mark.node, mark.index, mark.message)
         store, bus = self.service.store, self.service.bus
-        if store is not None:
-            try:
-                await nodecontrol.record(store, event)
-            except Exception as exc:  # published all the same; the scheduler reads the bus too
-                log.error("recording GPU %s/%d unhealthy failed: %s", mark.node, mark.index, exc)
+        try:
+            await nodecontrol.record(store, event)
+        except Exception as exc:  # published all the same; the scheduler reads the bus too
+            log.error("recording GPU %s/%d unhealthy failed: %s", mark.node, mark.index, exc)
         await publish_recorded(bus, event, store)
         self.recorded += 1

@@ -29,7 +29,7 @@ from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.events.nodes import GpuHolder
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, JobView, state_values
 from gpuyard.shared.reporting.quotause import held_gpus
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Projections
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class LiveJobs:
 
     def __init__(
         self,
-        store: EventStore,
+        store: Projections,
         *,
         on_started: Callable[[LiveJob], None] | None = None,
         reads_per_refresh: int = READS_PER_REFRESH,

@@ -42,12 +42,8 @@ class Monitor:
         self.cluster = settings.metrics_scope == "cluster"
         self.ingest = SampleIngest()
         self.figures = PlatformFigures(settings.quotas) if self.cluster else None
-        store = service.store
-        self.jobs = None
-        self.refresher = None
-        if store is not None:
-            self.jobs = LiveJobs(store, on_started=self.figures.started if self.figures else None)
-            self.refresher = JobsRefresher(store, self.jobs, settings.jobs_interval, self.figures)
+        self.jobs = LiveJobs(service.store, on_started=self.figures.started if self.figures else None)
+        self.refresher = JobsRefresher(service.store, self.jobs, settings.jobs_interval, self.figures)
         sampler = choose_sampler(settings, nvml)
         self.sampling = (
             None if sampler is None else Sampling(service, settings, sampler, self.ingest, self.jobs)
@@ -61,9 +57,7 @@ class Monitor:
         if self.cluster:
             await self.listen()
         spawn = self.service.spawn
-        tasks = [spawn(self.health.run(), "monitor-health")]
-        if self.refresher is not None:
-            tasks.append(spawn(self.refresher.run(), "monitor-jobs"))
+        tasks = [spawn(self.health.run(), "monitor-health"), spawn(self.refresher.run(), "monitor-jobs")]
         if self.sampling is not None:
             tasks.append(spawn(self.sampling.run(), "monitor-sampling"))
             tasks.append(spawn(keep_history(self.settings, self.ingest), "monitor-history"))
@@ -89,10 +83,7 @@ class Monitor:
         # decodes itself (`SampleIngest.on_message`). Our own samples come back too: passed over, not newer
         # than the one taken in from the sampler; one this node's monitor credentials published otherwise is
         # judged for GPU health.
-        bus = self.service.bus
-        if bus is None:
-            raise RuntimeError("the monitor listens to the bus once its service has started")
-        await bus.subscribe(Subject.GPU_SAMPLE.value, self.ingest.on_message)
+        await self.service.bus.subscribe(Subject.GPU_SAMPLE.value, self.ingest.on_message)
 
 
 async def main(service: Service, settings: MonitorSettings) -> None:

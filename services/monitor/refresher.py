@@ -13,13 +13,13 @@ from gpuyard.services.monitor.ended import EndedFeed
 from gpuyard.services.monitor.jobs import LiveJobs
 from gpuyard.services.monitor.platform import PlatformFigures
 from gpuyard.shared.contracts.jobstate import JobState
-from gpuyard.shared.stores.events import EndedJob, EventStore
+from gpuyard.shared.stores.events import EndedJob, Projections
 
 log = logging.getLogger(__name__)
 
 
 class JobsRefresher:
-    def __init__(self, store: EventStore, jobs: LiveJobs, interval: float, figures: PlatformFigures | None):
+    def __init__(self, store: Projections, jobs: LiveJobs, interval: float, figures: PlatformFigures | None):
         """`figures`: the platform figures to keep (None: the live jobs only)."""
         self.store = store
         self.jobs = jobs

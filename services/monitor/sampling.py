@@ -74,8 +74,6 @@ class Sampling:
 
     async def publish(self, event: CloudEvent) -> None:
         bus = self.service.bus
-        if bus is None:  # (not connected yet: the next sample tries again)
-            return
         try:
             ack = await bus.send(event)
         except Exception as exc:  # NATS away: the next sample tries again (samples are not kept)

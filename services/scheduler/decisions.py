@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
 
-from gpuyard.services.scheduler.started import ledger_of
 from gpuyard.services.scheduler.view import ClusterView, to_placement
 from gpuyard.shared.contracts.events.envelope import derived_id
 from gpuyard.shared.contracts.events.jobs import JobPending, JobPlaced, JobPreempted, PendingReason
@@ -92,7 +91,7 @@ class DecisionRecorder:
     @cached_property
     def ledger(self) -> JobLedger:
         """The service's job ledger, read on first use (the service has started by then)."""
-        return ledger_of(self.service)
+        return self.service.ledger
 
     def forget_left(self) -> None:
         """What is kept per waiting job goes once the job has left the queue (placed, cancelled, ended)."""

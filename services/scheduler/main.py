@@ -17,11 +17,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from nats.aio.msg import Msg
-from pydantic import ValidationError
 
 from gpuyard.services.scheduler.handlers import FOLLOWED, NODE_CONTROL_EVENTS, SchedulerHandlers
 from gpuyard.services.scheduler.service import SchedulerService
-from gpuyard.services.scheduler.started import bus_of
 from gpuyard.shared.bus.headers import ENTITY_HEADER, MSG_ID_HEADER
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
@@ -61,25 +59,11 @@ def job_messages(
     return on_message
 
 
-def live_heartbeats(table: HandlerTable) -> Callable[[Msg], Awaitable[None]]:
-    """The handler of the plain core-NATS subscription to heartbeats, which hands over messages, not events: it
-    must stay one (a stream's watch only gets what the stream could store), so it decodes them here."""
-
-    async def on_message(msg: Msg) -> None:
-        try:
-            event = CloudEvent.from_json(msg.data)
-        except (ValidationError, ValueError):
-            return  # (not an event: nothing to learn)
-        await table(event)
-
-    return on_message
-
-
 async def follow_heartbeats(service: Service, handlers: SchedulerHandlers, node_timeout: float) -> None:
     """The nodes' heartbeats, live and from the stream (the last `node_timeout` of them again at start)."""
     table = HandlerTable({NodeHeartbeat: handlers.on_heartbeat})
-    bus = bus_of(service)
-    await bus.subscribe(Subject.NODE_HEARTBEAT.value, live_heartbeats(table))
+    bus = service.bus
+    await bus.subscribe_to(NodeHeartbeat, handlers.on_heartbeat)
     await bus.watch(
         table.subject_filters(),
         table,
@@ -92,7 +76,7 @@ async def follow_heartbeats(service: Service, handlers: SchedulerHandlers, node_
 async def follow_events(service: Service, handlers: SchedulerHandlers) -> None:
     """The job events it follows (`handlers.FOLLOWED`), and the node controls."""
     jobs = job_events(handlers)
-    bus = bus_of(service)
+    bus = service.bus
     await bus.watch(
         jobs.subject_filters(),
         job_messages(jobs, handlers.job_changed),

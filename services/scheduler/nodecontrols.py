@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime
 from functools import cached_property
 
-from gpuyard.services.scheduler.started import ledger_of
 from gpuyard.services.scheduler.view import ClusterView
 from gpuyard.shared.contracts.events.envelope import derived_id, make_event
 from gpuyard.shared.contracts.events.jobs import JobPreempted, JobRequeued, RequeueReason
@@ -39,7 +38,7 @@ class NodeControls:
     @cached_property
     def ledger(self) -> JobLedger:
         """The service's job ledger, read on first use (the service has started by then)."""
-        return ledger_of(self.service)
+        return self.service.ledger
 
     async def load(self) -> None:
         """Every node's cordons and unhealthy GPUs from the event store."""

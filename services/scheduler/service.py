@@ -14,12 +14,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from functools import cached_property
 
 from gpuyard.services.scheduler.decisions import DecisionRecorder
 from gpuyard.services.scheduler.heartbeats import HeartbeatIntake
 from gpuyard.services.scheduler.nodecontrols import NodeControls
-from gpuyard.services.scheduler.started import bus_of, ledger_of, store_of
 from gpuyard.services.scheduler.view import ClusterView
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.runtime.lease import Lease
@@ -68,10 +66,7 @@ class SchedulerService:
     def __init__(self, service: Service, settings: SchedulerSettings):
         self.service = service
         self.settings = settings
-        if (
-            service.ledger is not None
-        ):  # held from the start (without one yet: read, and checked, on first use)
-            self.ledger = service.ledger
+        self.ledger: JobLedger = service.ledger
         self.config = config_of(settings)
         self.view = ClusterView()
         self.dirty: set[str] = set()  # jobs to read again from the event store (`refresh_dirty`)
@@ -81,20 +76,15 @@ class SchedulerService:
         self.heartbeats = HeartbeatIntake(self.view)
         self.decisions = DecisionRecorder(service, settings, self.view, self.config.policy)
         self.node_controls = NodeControls(service, settings, self.view)
-        bus = bus_of(service)
+        bus = service.bus
         self.lease = Lease(bus, "scheduler", settings.instance, ttl=settings.lease_ttl, replicas=bus.replicas)
-
-    @cached_property
-    def ledger(self) -> JobLedger:
-        """The service's job ledger, read on first use (the service has started by then)."""
-        return ledger_of(self.service)
 
     async def load(self) -> None:
         """Re-read the live jobs from the event store (a restarted or new leader forgets nothing)."""
         listed: set[str] = set()
         cursor = None
         while True:
-            page = await store_of(self.service).list_projections(
+            page = await self.service.store.list_projections(
                 states=state_values(LIVE_STATES), limit=500, cursor=cursor
             )
             for doc in page.items:
@@ -119,7 +109,7 @@ class SchedulerService:
         """Compare the version of every live job with the event store's and read again only the jobs that
         differ, are missing, or ended meanwhile: a missed event is repaired, and a resync with 20,000 jobs
         waiting decodes none of them."""
-        stored = await store_of(self.service).versions(states=state_values(LIVE_STATES))
+        stored = await self.service.store.versions(states=state_values(LIVE_STATES))
         held = self.view.jobs
         self.dirty.update(
             job_id for job_id, version in stored.items() if version != _version(held.get(job_id))

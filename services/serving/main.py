@@ -65,8 +65,6 @@ async def main(service: Service, settings: ServingSettings) -> None:
         registry, max_batch_size=settings.max_batch_size, max_queue_delay_us=settings.max_queue_delay_us
     )
     store, bus = service.store, service.bus
-    if store is None or bus is None:
-        raise RuntimeError("serving is wired once its service has started (its event store and bus)")
     catalog = ModelCatalog(store, bus, service.source, ModelStore(settings.model_store_url))
     routes = Routes(settings.node_name)
     forwarder = Forwarder(registry, routes)

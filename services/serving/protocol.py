@@ -42,26 +42,12 @@ DATATYPES: dict[str, np.dtype] = {
 }
 """The 13 datatypes of the protocol and the numpy dtype of their elements (BYTES: an object array of bytes)."""
 
-DATATYPE_OF: dict[np.dtype, str] = {dtype: name for name, dtype in DATATYPES.items()}
-"""numpy dtype -> datatype; an object array is BYTES, and so is a numpy string array (see `datatype_of`)."""
-
 _INTEGER_RANGE = {name: np.iinfo(dtype) for name, dtype in DATATYPES.items() if dtype.kind in "iu"}
 _LITTLE = sys.byteorder == "little"
 _decode_json = json.JSONDecoder().decode
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 """`json.loads` and `json.dumps` without their per-call argument handling (json.dumps with any option builds a
 new encoder on every call): a few microseconds a request on the hot path."""
-
-
-def datatype_of(dtype: np.dtype) -> str:
-    """The datatype whose elements `dtype` holds: BadRequest if the protocol has none (complex, datetime…)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "OSU":
-        return "BYTES"
-    try:
-        return DATATYPE_OF[dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype]
-    except KeyError:
-        raise BadRequest(f"numpy dtype {dtype} has no Open Inference Protocol datatype") from None
 
 
 @dataclass(frozen=True, slots=True)

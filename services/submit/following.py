@@ -1,13 +1,11 @@
-"""What the submit service follows on the bus, wired to its telemetry's recorders through handler tables
-(`gpuyard.shared.runtime.handlers`): the heartbeats, statuses and samples of the last RECENT_SECONDS read again
-from the telemetry stream, then every new one, and node.lost as it comes. A submit service that just started
-knows the nodes and services at once, not at their next heartbeat."""
+"""What the submit service follows on the bus, wired to its telemetry's recorders: the heartbeats, statuses
+and samples of the last RECENT_SECONDS read again from the telemetry stream, then every new one (a watch with a
+handler table, `gpuyard.shared.runtime.handlers`), and node.lost as it comes (`Bus.subscribe_to`). A submit
+service that just started knows the nodes and services at once, not at their next heartbeat."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Awaitable, Callable
 
 from gpuyard.services.submit.telemetry import Recorder, Telemetry
 from gpuyard.shared.bus.jetstream import Bus
@@ -30,25 +28,9 @@ def _handler(record: Recorder) -> Handler:
     return handle
 
 
-def tables(telemetry: Telemetry) -> tuple[HandlerTable, HandlerTable]:
-    """The tables of what is read from the telemetry stream, and of what is heard live."""
+async def follow(bus: Bus, telemetry: Telemetry) -> None:
     recorders = telemetry.recorders()
     streamed = HandlerTable({model: _handler(recorders[model]) for model in STREAMED})
-    return streamed, HandlerTable({model: _handler(recorders[model]) for model in LIVE})
-
-
-def _decoded(table: HandlerTable) -> Callable[[object], Awaitable[None]]:
-    """A core NATS callback that hands `table` the event a message holds (one that holds none: nothing)."""
-
-    async def on_msg(msg) -> None:
-        with contextlib.suppress(ValueError):
-            await table(CloudEvent.from_json(msg.data))
-
-    return on_msg
-
-
-async def follow(bus: Bus, telemetry: Telemetry) -> None:
-    streamed, live = tables(telemetry)
     await bus.watch(
         streamed.subject_filters(),
         streamed,
@@ -56,5 +38,5 @@ async def follow(bus: Bus, telemetry: Telemetry) -> None:
         since=telemetry.replay_from(time.time()),
         name="submit-telemetry",
     )
-    for subject in live.subject_filters():
-        await bus.subscribe(subject, _decoded(live))
+    for model in LIVE:
+        await bus.subscribe_to(model, _handler(recorders[model]))

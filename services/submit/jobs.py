@@ -16,7 +16,6 @@ from gpuyard.shared.contracts.events.envelope import derived_id, new_id
 from gpuyard.shared.contracts.events.jobs import JobCancelled, JobCancelRequested, JobSubmitted
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState, JobView
-from gpuyard.shared.stores.readmodels.modelregistry import is_model_stream
 
 MIN_PREFIX = 4
 """The shortest job id prefix taken for a job (as git takes a commit's): shorter ones name no job."""
@@ -26,11 +25,10 @@ AMBIGUOUS_SHOWN = 5
 async def visible_job(ctx: SubmitContext, principal: Principal, job_id: str) -> JobView:
     """The job `job_id` names, if the caller may see it: its full id, or a unique prefix of it (at least
     MIN_PREFIX characters) among the jobs the caller may see. Routes use the view's `job_id` from here on."""
-    doc = await ctx.store.get_projection(job_id) if not is_model_stream(job_id) else None
+    doc = await ctx.store.get_projection(job_id)
     if doc is None and len(job_id) >= MIN_PREFIX:
         tenant = None if principal.admin else principal.tenant
         found = await ctx.store.ids_starting(job_id, tenant=tenant, limit=AMBIGUOUS_SHOWN + 1)
-        found = [f for f in found if not is_model_stream(f)]  # (the store holds models' streams too)
         if len(found) > 1:
             shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
             raise HTTPException(

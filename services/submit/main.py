@@ -54,10 +54,8 @@ def preflight(settings: SubmitSettings) -> str | None:
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
+    # (a store and its ledger: needs_store, the default; the log store: needs_logs, __main__)
     store, ledger, logs, bus = service.store, service.ledger, service.logs, service.bus
-    # started (`run_service` calls main after `Service.start`), with a store and its ledger (needs_store, the
-    # default) and the log store (needs_logs, __main__)
-    assert store is not None and ledger is not None and logs is not None and bus is not None
     ledger.cached_jobs = CACHED_JOBS
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():

@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from gpuyard.shared.contracts.jobstate import JobState
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Projections
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class QueueDepth:
 
     # ------------------------------------------------------------------ the store's count
 
-    async def refresh(self, store: EventStore) -> None:
+    async def refresh(self, store: Projections) -> None:
         """Take the store's count of every tenant's queued jobs. Reservations stored before it began are in it;
         the others stay on top of it. What left each queue since the last count gives its drain rate."""
         began, arrived = self.clock(), self.arrived.copy()
@@ -153,7 +153,7 @@ class QueueDepth:
                     self.drains.setdefault(tenant, Drain()).add(began, left)
         self.counted, self._last = counts, (began, arrived)
 
-    async def follow(self, store: EventStore, interval: float = REFRESH_SECONDS) -> None:
+    async def follow(self, store: Projections, interval: float = REFRESH_SECONDS) -> None:
         """Count every `interval` while a limit applies; a store that cannot answer keeps the last count."""
         if not self.limited:
             return

@@ -16,7 +16,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Retention
 from gpuyard.shared.stores.logs import LogStore
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def cutoff(keep_seconds: float, now: float | None = None) -> str:
 
 
 async def sweep(
-    store: EventStore, logs: LogStore | None, keep_seconds: float, now: float | None = None
+    store: Retention, logs: LogStore | None, keep_seconds: float, now: float | None = None
 ) -> int:
     """Compact the jobs ended more than `keep_seconds` ago and delete their output; returns how many jobs."""
     if keep_seconds <= 0:
@@ -50,7 +50,7 @@ async def sweep(
     return len(seen)
 
 
-async def run(store: EventStore, logs: LogStore | None, keep_seconds: float, interval: float) -> None:
+async def run(store: Retention, logs: LogStore | None, keep_seconds: float, interval: float) -> None:
     """Sweep now, then every `interval` seconds; a failed sweep is logged and tried again next time."""
     if keep_seconds <= 0:
         log.info("retention: never (finished jobs' events and output are kept for good)")

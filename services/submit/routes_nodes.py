@@ -46,7 +46,7 @@ async def _control(
 ) -> NodeControlOut:
     body = body or NodeControlIn()
     known = ctx.telemetry.nodes.get(node)
-    if known is None and await ctx.store.get_projection(nodecontrol.stream_id(node)) is None:
+    if known is None and await nodecontrol.stored(ctx.store, node) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no node {node!r} (gpuyard nodes lists them)")
     if body.gpu is not None and known is not None and body.gpu not in {g.index for g in known[1].gpus}:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {node} has no GPU {body.gpu}")

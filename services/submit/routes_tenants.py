@@ -14,7 +14,7 @@ from gpuyard.shared.contracts.api.tenants import TenantListOut, TenantOut
 from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobState, state_values
 from gpuyard.shared.reporting.quotause import NOTHING, Holding, held_gpus, quota_use
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Projections
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=answers(400, 401, 413, 503))
 
@@ -62,7 +62,7 @@ async def list_tenants(ctx: Context, principal: CurrentPrincipal) -> TenantListO
     )
 
 
-async def live_docs(store: EventStore, states: list[str], tenant: str | None):
+async def live_docs(store: Projections, states: list[str], tenant: str | None):
     """The projections of the jobs in `states` (of `tenant`'s only, when given), page by page."""
     cursor = None
     while True:

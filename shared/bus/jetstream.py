@@ -12,6 +12,9 @@ the consumers and watches it runs.
 - `watch` follows a stream without a durable: an ordered consumer that sees every event from now on (each
   replica its own), resuming after the last event it saw when its consumer is lost
   (`gpuyard.shared.bus.watches`).
+- `subscribe` is a plain core-NATS subscription (live, not stored, not acknowledged); `subscribe_to` one that
+  hands over the typed data and envelope of one event model's events, as a `HandlerTable`'s handlers get them
+  (`decoding`).
 - `key_value` opens a KV bucket (the scheduler's leader lease, `gpuyard.shared.runtime.lease`).
 - Every consumer and watch counts what it handles, how long it took and how far it is behind in the bus's
   `BusMetrics` (`gpuyard.shared.bus.metrics`): the service's /metrics (`consumer_lags` reads the backlog).
@@ -30,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
@@ -48,6 +51,7 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
+from pydantic import ValidationError
 
 from gpuyard.shared.bus.consumers import Handler, PullConsumer, declare_durable
 from gpuyard.shared.bus.credentials import BusCredentials, inbox_prefix
@@ -55,9 +59,9 @@ from gpuyard.shared.bus.deadletters import DeadLetter, read_dead_letters, send_d
 from gpuyard.shared.bus.headers import ENTITY_HEADER, HOLDER_HEADER, MSG_ID_HEADER, VERSION_HEADER
 from gpuyard.shared.bus.metrics import BusMetrics, ConsumerLag
 from gpuyard.shared.bus.watches import Watch
-from gpuyard.shared.contracts.events.envelope import CONTENT_TYPE, CloudEvent, subject_of
+from gpuyard.shared.contracts.events.envelope import CONTENT_TYPE, CloudEvent, EventData, subject_of
 from gpuyard.shared.contracts.events.jobs import JobPlaced
-from gpuyard.shared.contracts.events.subjects import STREAMS, StreamDef
+from gpuyard.shared.contracts.events.subjects import STREAMS, StreamDef, subject_filter
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,8 @@ SUBSCRIBE_FLUSH_SECONDS = 2
 """Most a core subscription waits for the server to confirm it (`Bus.subscribe`), in whole seconds, as nats-py's
 `flush` takes them."""
 INSUFFICIENT_STORAGE = 10047  # JetStream's err_code for a stream whose max_bytes its disk cannot hold
+
+M = TypeVar("M", bound=EventData)
 
 
 class BusUnavailable(Exception):
@@ -370,6 +376,14 @@ class Bus:
                 await self.nc.flush(timeout=SUBSCRIBE_FLUSH_SECONDS)
         return sub
 
+    async def subscribe_to(
+        self, model: type[M], handler: Callable[[M, CloudEvent], Awaitable[None]]
+    ) -> Subscription:
+        """`subscribe` to `model`'s events (every tenant's, for a job event): `handler` gets the typed data and
+        the envelope of each, as a `HandlerTable`'s handlers do; what is not one is dropped (`decoding`)."""
+        subject = subject_filter(model.subject)
+        return await self.subscribe(subject, decoding(model, handler, subject))
+
     async def dead_letters(self, limit: int) -> list[DeadLetter]:
         """The newest dead letters first, at most `limit`, each with the consumer, subject and error."""
         return await read_dead_letters(self.js, limit)
@@ -384,3 +398,40 @@ class Bus:
         self._consumers.clear()
         with contextlib.suppress(Exception):
             await self.nc.drain()
+
+
+def decoding(
+    model: type[M], handler: Callable[[M, CloudEvent], Awaitable[None]], subject: str
+) -> Callable[[Msg], Awaitable[None]]:
+    """The core-NATS callback of a subscription to `subject` that hands `handler` the data and envelope of each
+    message that holds a `model` event. One that does not (not JSON, not an event, another model's) is dropped,
+    said once for the subscription (a publisher that sends such messages would otherwise fill the log); one the
+    handler fails on is said, with its traceback. Nothing is raised to nats-py."""
+    said = False
+
+    async def on_message(msg: Msg) -> None:
+        nonlocal said
+        try:
+            event = CloudEvent.from_json(msg.data)
+        except ValueError as exc:  # (pydantic's ValidationError is one)
+            why = f"is not an event: {_first_error(exc)}"
+        else:
+            data = event.data
+            if isinstance(data, model):
+                try:
+                    await handler(data, event)
+                except Exception:
+                    log.exception("subscription %s: handler failed on %s", subject, event.id)
+                return
+            why = f"holds a {type(data).__name__}, not a {model.__name__}"
+        if not said:
+            said = True
+            log.warning("subscription %s: dropped a message that %s (said once)", subject, why)
+
+    return on_message
+
+
+def _first_error(exc: ValueError) -> str:
+    """What is wrong, in a line: a ValidationError's first error (its text spans several lines)."""
+    said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) and exc.errors() else str(exc)
+    return (said or type(exc).__name__)[:200]

@@ -25,7 +25,7 @@ from gpuyard.shared.contracts.jobstate import (
     JobView,
     state_values,
 )
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import Projections
 from gpuyard.shared.stores.gpuhistory.base import GpuPoint
 
 LOOKBACK_SECONDS = 30 * 86400.0
@@ -144,7 +144,7 @@ def group(usages: Iterable[JobUsage], by: str) -> list[UsageRow]:
     ]
 
 
-async def jobs_in_window(store: EventStore, *, since: float, tenant: str | None) -> list[JobView]:
+async def jobs_in_window(store: Projections, *, since: float, tenant: str | None) -> list[JobView]:
     """The jobs that may have held GPUs since `since`: every live one, and the finished ones created at most
     LOOKBACK_SECONDS before it (newest first, read page by page until older)."""
     views: list[JobView] = []
@@ -155,8 +155,6 @@ async def jobs_in_window(store: EventStore, *, since: float, tenant: str | None)
                 states=state_values(states), tenant=tenant, limit=PAGE, cursor=cursor
             )
             for doc in page.items:
-                if "job_id" not in doc:
-                    continue  # (a model's stream)
                 view = JobView.model_validate(doc)
                 if oldest is not None and view.created_at.timestamp() < oldest:
                     return views

@@ -77,16 +77,6 @@ class Lease:
         self.renewed_at = time.monotonic()
         return True
 
-    async def holder_now(self) -> str | None:
-        assert self.kv is not None
-        try:
-            entry = await self.kv.get(self.name)
-        except (KeyNotFoundError, KeyValueError):
-            return None
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            return json.loads(entry.value or b"")["holder"]
-        return None
-
     async def release(self) -> None:
         if self.kv is not None and self.revision is not None:
             with contextlib.suppress(Exception):

@@ -63,10 +63,6 @@ def replica_files(data_dir: Path | str, job_id: str, attempt: int, replica: int)
     return ReplicaFiles(job, f"{job}/attempt-{attempt}", replica)
 
 
-def job_dir(data_dir: Path, job_id: str) -> Path:
-    return Path(replica_files(data_dir, job_id, 0, 0).job)
-
-
 def attempt_dir(data_dir: Path, job_id: str, attempt: int) -> Path:
     return Path(replica_files(data_dir, job_id, attempt, 0).attempt)
 
@@ -74,10 +70,6 @@ def attempt_dir(data_dir: Path, job_id: str, attempt: int) -> Path:
 def log_path(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
     """Combined stdout and stderr of one replica of one attempt."""
     return Path(replica_files(data_dir, job_id, attempt, replica).log)
-
-
-def workdir(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
-    return Path(replica_files(data_dir, job_id, attempt, replica).work)
 
 
 def backup_path(path: Path, n: int) -> Path:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from gpuyard.shared.bus.credentials import CredentialsError, read_credentials
 from gpuyard.shared.bus.jetstream import Bus, BusRefused, BusUnavailable
@@ -53,6 +54,14 @@ def setup_logging(name: str, level: str) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
+T = TypeVar("T")
+
+
+class NotOpen(RuntimeError):
+    """What a service is started with (its bus, event store, job ledger, log store) read before `Service.start`
+    opened it, or one the service does not open: a mistake in its wiring, never a condition to handle."""
+
+
 class Service:
     def __init__(
         self, name: str, settings: CommonSettings, *, needs_store: bool = True, needs_logs: bool = False
@@ -62,11 +71,10 @@ class Service:
         self.source = f"/gpuyard/{name}/{settings.instance}"
         self.needs_store = needs_store
         self.needs_logs = needs_logs
-        self.bus: Bus | None = None
-        self.store: EventStore | None = None
-        self.logs: LogStore | None = None
-        """Jobs' output (`gpuyard.shared.stores.logs`), for the services that write or read it (needs_logs)."""
-        self.ledger: JobLedger | None = None
+        self._bus: Bus | None = None
+        self._store: EventStore | None = None
+        self._ledger: JobLedger | None = None
+        self._logs: LogStore | None = None
         self.health: HealthServer | None = None
         self.metrics = service_registry(name, settings.instance, VERSION)
         """This process's Prometheus figures; its bus counts into it (`bus_metrics`)."""
@@ -90,7 +98,7 @@ class Service:
         credentials = read_credentials(path) if path else None
         while True:
             try:
-                self.bus = await Bus.connect(
+                bus = await Bus.connect(
                     self.settings.nats_servers,
                     name=f"gpuyard-{self.name}",
                     source=self.source,
@@ -106,18 +114,19 @@ class Service:
                     raise
                 log.info("waiting for NATS: %s", exc)
                 await asyncio.sleep(0.5)
+        self._bus = bus
         limits = self.settings.stream_max_bytes, self.settings.stream_max_msgs
-        await self.bus.ensure_streams(tuple(s.limited(*limits) for s in STREAMS))
+        await bus.ensure_streams(tuple(s.limited(*limits) for s in STREAMS))
         if self.needs_store:
-            self.store = await open_store(
+            self._store = store = await open_store(
                 self.settings.store_url,
                 durable_commits=self.settings.store_durable_commits,
                 lock_timeout=store_lock_timeout(self.name),
             )
-            self.ledger = JobLedger(self.store, self.bus, self.source, publishes=publishes(self.name))
-            self.ledger.start_relay()
+            self._ledger = JobLedger(store, bus, self.source, publishes=publishes(self.name))
+            self._ledger.start_relay()
         if self.needs_logs:
-            self.logs = await open_log_store(self.settings.log_store_url)
+            self._logs = await open_log_store(self.settings.log_store_url)
         self.health = HealthServer(
             self.name,
             lambda: self.ready and not self.stopping.is_set(),
@@ -127,8 +136,38 @@ class Service:
         port = await self.health.start()
         self.serve_metrics()
         log.info("%s %s started (pid %d, health on port %d)", self.name, VERSION, os.getpid(), port)
-        self.spawn(self._heartbeat(self.bus), "service-heartbeat")
-        self.spawn(self._consumer_lags(self.bus), "consumer-lag")
+        self.spawn(self._heartbeat(bus), "service-heartbeat")
+        self.spawn(self._consumer_lags(bus), "consumer-lag")
+
+    # What the service is started with: each one opened by `start` (the event store and the job ledger where
+    # `needs_store`, the log store where `needs_logs`), before `run_service` runs the service's main.
+
+    @property
+    def bus(self) -> Bus:
+        """The bus, connected by `start`."""
+        return self._opened(self._bus, "bus")
+
+    @property
+    def store(self) -> EventStore:
+        """The event store, opened by `start` (needs_store)."""
+        return self._opened(self._store, "event store", needs="needs_store", needed=self.needs_store)
+
+    @property
+    def ledger(self) -> JobLedger:
+        """The job ledger on the event store (the only way a service changes a job), made by `start` (needs_store)."""
+        return self._opened(self._ledger, "job ledger", needs="needs_store", needed=self.needs_store)
+
+    @property
+    def logs(self) -> LogStore:
+        """Jobs' output (`gpuyard.shared.stores.logs`), opened by `start` for the services that write or read it
+        (needs_logs)."""
+        return self._opened(self._logs, "log store", needs="needs_logs", needed=self.needs_logs)
+
+    def _opened(self, opened: T | None, what: str, *, needs: str = "", needed: bool = True) -> T:
+        if opened is None:
+            why = "call start() first" if needed else f"the service is made without {needs}=True"
+            raise NotOpen(f"the {self.name} service's {what} is not open: {why}")
+        return opened
 
     def serve_metrics(self) -> None:
         """/metrics on `service_metrics_port` when set; a port that is taken is said and the service goes on
@@ -210,9 +249,9 @@ class Service:
             clean &= await _bounded(
                 asyncio.gather(*self._tasks, return_exceptions=True), STEP_SECONDS, "tasks"
             )
-        if self.ledger:
-            clean &= await _bounded(self.ledger.close(), STEP_SECONDS, "the outbox relay")
-        closing = [c.close() for c in (self.bus, self.store, self.logs) if c is not None]
+        if self._ledger:
+            clean &= await _bounded(self._ledger.close(), STEP_SECONDS, "the outbox relay")
+        closing = [c.close() for c in (self._bus, self._store, self._logs) if c is not None]
         closing += [self.health.stop()] if self.health else []
         closing += [asyncio.to_thread(self.metrics_server.stop)] if self.metrics_server else []
         if closing:

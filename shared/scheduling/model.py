@@ -46,10 +46,6 @@ class Gpu:
         return max(0.0, 1.0 - self.allocated)
 
     @property
-    def free_memory(self) -> int:
-        return self.memory - self.allocated_memory
-
-    @property
     def idle(self) -> bool:
         return self.allocated <= EPS
 
@@ -63,14 +59,6 @@ class Node:
     allocated_cpus: float = 0.0
     allocated_memory: int = 0
     schedulable: bool = True  # False: cordoned or drained; nothing new is placed on it
-
-    @property
-    def free_cpus(self) -> float:
-        return self.cpus - self.allocated_cpus
-
-    @property
-    def free_memory(self) -> int:
-        return self.memory - self.allocated_memory
 
     @property
     def idle_gpus(self) -> int:
@@ -154,10 +142,6 @@ class Allocation:
     replicas: tuple[ReplicaAssignment, ...]
     started_at: float = 0.0
     borrowed: bool = False  # admitted on another tenant's idle quota
-
-    @property
-    def expected_end(self) -> float | None:
-        return None if self.job.timeout is None else self.started_at + self.job.timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Why a job waits, as the scheduler renders it: a code with its numbers, made into one sentence.
 
 The codes, their ranks (NO_FIT < PREEMPT < FIT) and meanings are `gpuyard.shared.contracts.reasons.PendingCode`, the one
-definition the API, the CLI and the docs share. When several reasons apply, `sort_reasons` orders them by
-(rank, code) so the first is always the same.
+definition the API, the CLI and the docs share. When several reasons apply, the one of lowest (rank, code) is
+shown, so the first is always the same.
 """
 
 from __future__ import annotations
@@ -88,10 +88,6 @@ class Blocker:
         return Reason(
             self.code, self.text, self.details, position if self.in_line else None, estimated_start, now
         )
-
-
-def sort_reasons(blockers: list[Blocker]) -> list[Blocker]:
-    return sorted(blockers, key=lambda b: (b.code.rank, b.code, b.text))
 
 
 def gpus_text(gpus: float) -> str:

@@ -20,7 +20,7 @@ from playwright.sync_api import expect  # noqa: E402
 from gpuyard.client import Client, ClientError  # noqa: E402
 from gpuyard.shared.reporting.usage import CSV_COLUMNS  # noqa: E402
 from tests.browser.conftest import raise_gpu_xid  # noqa: E402
-from tests.unit.onnxmodels import tiny_model  # noqa: E402
+from tests.unit.services.submit.onnxmodels import tiny_model  # noqa: E402
 
 MODEL = "tiny-browser"
 BURN = "end=$(($(date +%s)+6)); while [ $(date +%s) -lt $end ]; do :; done; echo burnt"

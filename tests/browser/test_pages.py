@@ -18,7 +18,7 @@ from playwright.sync_api import expect  # noqa: E402
 from gpuyard.client import Client, ClientError  # noqa: E402
 from gpuyard.services.submit.dashboard.pages import NAV, PAGES  # noqa: E402
 from tests.browser.conftest import raise_gpu_xid  # noqa: E402
-from tests.unit.onnxmodels import tiny_model  # noqa: E402
+from tests.unit.services.submit.onnxmodels import tiny_model  # noqa: E402
 
 NODE = "node-a"
 MODEL = "tiny-pages"

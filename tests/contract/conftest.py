@@ -164,6 +164,11 @@ def fresh_mongo_url(base_url: str) -> str:
     return f"{base.rstrip('/').rsplit('/', 1)[0]}/gpuyard_test_{uuid.uuid4().hex[:8]}{'?' + query if query else ''}"
 
 
+def failing_app() -> str:
+    """An application name of its own, for the clients `failing` makes the server refuse."""
+    return f"failing-{uuid.uuid4().hex[:8]}"
+
+
 def with_query(url: str, **params: str) -> str:
     return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in params.items())
 
@@ -178,15 +183,17 @@ def refused_url() -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def failing(url: str, commands: list[str] = CRUD_COMMANDS) -> AsyncIterator[str]:
+async def failing(
+    url: str, commands: list[str] = CRUD_COMMANDS, *, app: str | None = None
+) -> AsyncIterator[str]:
     """`url` for clients whose `commands` the server refuses (code REFUSED) until the block ends: the server's
-    `failCommand` fail point, for the clients of an application name of their own (the rest, the cases'
-    clean-up included, are served as usual). A real server needs `--setParameter enableTestCommands=1`
-    (the one testcontainers starts has it); where it has not, the case skips."""
+    `failCommand` fail point, for the clients of an application name of their own (`app`, or a new one; the
+    rest, the cases' clean-up included, are served as usual). A real server needs `--setParameter
+    enableTestCommands=1` (the one testcontainers starts has it); where it has not, the case skips."""
     from pymongo import AsyncMongoClient
     from pymongo.errors import OperationFailure
 
-    app = f"failing-{uuid.uuid4().hex[:8]}"
+    app = app or failing_app()
     client: AsyncMongoClient = AsyncMongoClient(url)
     try:
         try:

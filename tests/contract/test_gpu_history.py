@@ -18,7 +18,7 @@ from gpuyard.shared.reporting.usage import group, job_usages
 from gpuyard.shared.stores.events import StoreUnavailable, open_store
 from gpuyard.shared.stores.gpuhistory.base import ORPHAN_AFTER, GpuHistory, GpuPoint, open_gpu_history
 from tests.contract.conftest import BACKENDS, SQLITE, failing, fresh_database, refused_url
-from tests.unit.gpureadings import reading
+from tests.unit.services.monitor.gpureadings import reading
 
 T0 = 4_102_444_800.0  # 2100-01-01, a whole hour; far ahead, so that no point is due for a TTL monitor
 HOUR = 3600.0

@@ -6,7 +6,7 @@
   fuzz test with a fresh seed each run, shown in the header and beside a failure; GPUYARD_FUZZ_SEED=N replays
   that run's inputs (at either depth).
 
-The property tests (`tests/unit/scheduler/test_properties.py`) and the fuzz test (`tests/fuzz/`) both read it
+The property tests (`tests/unit/services/scheduler/test_properties.py`) and the fuzz test (`tests/fuzz/`) both read it
 from here. Reading the environment creates nothing: a test module that imports this stays free of side effects.
 """
 

@@ -58,7 +58,7 @@ from gpuyard.shared.stores.readmodels import nodecontrol
 from gpuyard.shared.stores.readmodels.alertbook import AlertBook
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 from tests.fuzz.depth import FUZZ_SEED, pick
-from tests.unit.onnxmodels import tiny_model
+from tests.unit.services.submit.onnxmodels import tiny_model
 
 ADMIN = {"Authorization": "Bearer tok-admin"}
 NEED_THE_BUS = {"/v1/events/stream", "/v1/deadletters"}

@@ -16,8 +16,8 @@ import pytest
 from benchmarks.api_under_upload import frame, read_answer  # (the benchmark's raw HTTP, shared)
 from gpuyard.client import Client
 from tests.integration.conftest import Platform, wait_for
-from tests.unit.serving.models import Mlp
-from tests.unit.submit.test_upload_models import sized_model
+from tests.unit.services.serving.models import Mlp
+from tests.unit.services.submit.test_upload_models import sized_model
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as triton
 
 from tests.integration.conftest import wait_for
-from tests.unit.serving.models import Mlp
+from tests.unit.services.serving.models import Mlp
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import pytest
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.subjects import Wildcard
 from tests.integration.test_bus_auth import eventually
-from tests.unit.onnxmodels import tiny_model
+from tests.unit.services.submit.onnxmodels import tiny_model
 
 pytestmark = pytest.mark.integration
 

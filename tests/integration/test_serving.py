@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from gpuyard.shared.contracts.reasons import PendingCode
 from tests.integration.conftest import free_port, wait_for
-from tests.unit.serving.models import Mlp, unloadable
+from tests.unit.services.serving.models import Mlp, unloadable
 
 pytestmark = pytest.mark.integration
 

@@ -42,9 +42,6 @@ class JobManifests:
     service: dict[str, Any] | None
     """The headless Service of a multi-replica attempt; None for one replica."""
 
-    def objects(self) -> list[dict[str, Any]]:
-        return ([self.service] if self.service else []) + self.pods
-
 
 def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "blockOwnerDeletion": False}

@@ -1,11 +1,10 @@
-"""Event store adapters behind one interface; `open_store(url)` picks one from the URL."""
+"""Event store adapters behind one interface, split by capability; `open_store(url)` picks one from the URL."""
 
 from gpuyard.shared.stores.events.base import (
     Append,
     AppendResult,
     ConcurrencyError,
     EndedJob,
-    EventStore,
     Outage,
     Page,
     Projection,
@@ -14,7 +13,14 @@ from gpuyard.shared.stores.events.base import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    StreamKind,
+    StreamKindError,
 )
+from gpuyard.shared.stores.events.documents import DocumentStore
+from gpuyard.shared.stores.events.projections import Projections
+from gpuyard.shared.stores.events.recorder import EventRecorder
+from gpuyard.shared.stores.events.retention import Retention
+from gpuyard.shared.stores.events.store import EventStore
 
 
 async def open_store(
@@ -42,15 +48,21 @@ __all__ = [
     "Append",
     "AppendResult",
     "ConcurrencyError",
+    "DocumentStore",
     "EndedJob",
+    "EventRecorder",
     "EventStore",
     "Outage",
     "Page",
     "Projection",
+    "Projections",
+    "Retention",
     "StoreBusy",
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
     "StoredEvent",
+    "StreamKind",
+    "StreamKindError",
     "open_store",
 ]

@@ -1,7 +1,7 @@
-"""The event store interface: append-only streams of events with optimistic concurrency, a projection per
-stream for fast listing, and an outbox flag so that an event stored but not yet published is published later.
-
-Every adapter raises the same exceptions, so callers never see a backend's own errors.
+"""What every event store adapter shares: the stored forms (events, projections, appends), the kind of a
+stream, the page cursors, and the exceptions every adapter raises, so that callers never see a backend's own
+errors. The interface itself is split by capability (`recorder.py`, `projections.py`, `documents.py`,
+`retention.py`); `store.py`'s `EventStore` is all of them.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 import logging
 import sqlite3
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -24,6 +24,27 @@ from gpuyard.shared.contracts.events.envelope import CloudEvent
 
 class StoreError(Exception):
     """Base of the store's errors."""
+
+
+class StreamKind(StrEnum):
+    """What a stream holds, stored with its events and its projection: every query of jobs (listing, counting,
+    versions, ends, id prefixes, retention) reads the streams of kind JOB alone, and each read model reads its
+    own kind. A stream's id is unique across kinds (the other kinds' ids keep a prefix of their own: `model:`,
+    `/alerts/`, `/nodes/`, `/idle/`), and its kind never changes."""
+
+    JOB = "job"
+    MODEL = "model"
+    ALERT = "alert"
+    NODE = "node"
+    IDLE = "idle"
+
+
+class StreamKindError(StoreError, ValueError):
+    """An append of one kind to a stream of another: a bug of the writer, never retried."""
+
+    def __init__(self, stream_id: str, kind: str, held: str):
+        super().__init__(f"stream {stream_id} holds {held} events, not {kind} ones")
+        self.stream_id, self.kind, self.held = stream_id, kind, held
 
 
 class ConcurrencyError(StoreError):
@@ -174,6 +195,7 @@ class Append:
     expected_version: int
     events: list[CloudEvent]
     projection: Projection | None = None
+    kind: StreamKind = StreamKind.JOB
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +206,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class EndedJob:
-    """A job that reached a final state (`EventStore.ended_since`); times in ISO 8601."""
+    """A job that reached a final state (`Projections.ended_since`); times in ISO 8601."""
 
     stream_id: str
     tenant: str
@@ -224,140 +246,3 @@ def decode_cursor(cursor: str, order: Order = "newest") -> tuple[str, str]:
     if rest[1:] or made_for != order:
         raise ValueError(f"invalid page cursor (one of another order than {order!r})")
     return str(created_at), str(stream_id)
-
-
-class EventStore(ABC):
-    """What every service sees of the event store, whatever the backend."""
-
-    @abstractmethod
-    async def append(
-        self,
-        stream_id: str,
-        expected_version: int,
-        events: list[CloudEvent],
-        projection: Projection | None = None,
-    ) -> AppendResult:
-        """Append `events` if the stream is at `expected_version` (0 for a new stream), atomically with the
-        projection. If every event id is already stored, nothing changes and `duplicate` is True.
-        Raises ConcurrencyError when another writer got there first."""
-
-    async def append_many(self, appends: list[Append]) -> list[AppendResult | ConcurrencyError]:
-        """Several streams' appends, each checked on its own: a conflict on one is returned in its place and
-        the others still go in. Adapters that can make it one transaction do; this default appends in turn."""
-        results: list[AppendResult | ConcurrencyError] = []
-        for a in appends:
-            try:
-                results.append(await self.append(a.stream_id, a.expected_version, a.events, a.projection))
-            except ConcurrencyError as exc:
-                results.append(exc)
-        return results
-
-    @abstractmethod
-    async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        """The events of one stream with a version above `after_version` (all of them by default), oldest
-        first. A reader that holds the state up to some version catches up with this alone."""
-
-    @abstractmethod
-    async def get_projection(self, stream_id: str) -> dict[str, Any] | None: ...
-
-    @abstractmethod
-    async def list_projections(
-        self,
-        *,
-        states: list[str] | None = None,
-        tenant: str | None = None,
-        user: str | None = None,
-        name: str | None = None,
-        search: str | None = None,
-        order: Order = "newest",
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> Page:
-        """Projections newest first (by creation time; `order="oldest"`: oldest first), paginated by cursor,
-        filtered by state, tenant, the document's `user` and `name` (exact), and `search`: a substring of the
-        stream id, the document's name or user, or the tenant, the case of ASCII letters aside (`%` and `_`
-        are themselves). Raises ValueError for a cursor it did not make (or made for the other order)."""
-
-    @abstractmethod
-    async def count_projections(
-        self,
-        *,
-        states: list[str] | None = None,
-        tenant: str | None = None,
-        user: str | None = None,
-        name: str | None = None,
-        search: str | None = None,
-    ) -> int:
-        """How many projections `list_projections` with these filters lists over all its pages."""
-
-    @abstractmethod
-    async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
-        """Stream id -> version of every projection in one of `states` (created before `created_before`, ISO
-        8601, when given): what a reader that holds the jobs compares its own versions with, to re-read only
-        those that changed (no document is decoded)."""
-
-    @abstractmethod
-    async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
-        """Tenant -> how many of its projections are in one of `states` (tenants with none are left out)."""
-
-    @abstractmethod
-    async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
-        """Tenant -> the creation time (ISO 8601) of its oldest projection in one of `states` (tenants with
-        none are left out): how long its queue has waited."""
-
-    @abstractmethod
-    async def ended_since(self, after: str, *, limit: int = 1000) -> list[EndedJob]:
-        """Up to `limit` jobs that reached a final state at `after` (ISO 8601) or later, in the order of that
-        time (then of id): the feed of jobs ending, whatever state they ended from (a reader that pages it
-        passes the last time it saw, and passes over the ids it saw at that time)."""
-
-    @abstractmethod
-    async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
-        """Up to `limit` stream ids that begin with `prefix` (of `tenant`'s streams only, when given), in
-        order: a unique prefix names one stream, as a unique prefix of a commit names it to git."""
-
-    @abstractmethod
-    async def unpublished(self, *, older_than: float, limit: int = 500) -> list[CloudEvent]:
-        """Events stored at least `older_than` seconds ago and not yet marked published (the outbox)."""
-
-    @abstractmethod
-    async def mark_published(self, event_ids: list[str]) -> None: ...
-
-    # ------------------------------------------------------------------ documents
-
-    @abstractmethod
-    async def put_document(self, key: str, doc: dict[str, Any]) -> None:
-        """Store `doc` whole under `key`, in place of what was there: state that one writer replaces as a
-        whole and that has no history worth keeping (the queue's line, `shared/stores/readmodels/queueline.py`)."""
-
-    @abstractmethod
-    async def get_document(self, key: str) -> dict[str, Any] | None:
-        """The document last stored under `key`; None when there is none."""
-
-    # ------------------------------------------------------------------ retention (`shared/retention.py`)
-
-    @abstractmethod
-    async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
-        """Streams whose projection ended (a final state) before `ended_before` (ISO 8601) and that are not
-        compacted yet, oldest end first."""
-
-    @abstractmethod
-    async def compact(self, stream_id: str) -> int:
-        """Collapse an ended stream to its first event (`job.submitted`: the spec, and the id an idempotent
-        submit finds again) and its last one (the stream's version, so that a writer at an older version is
-        still refused), the projection holding the state in full: the snapshot a reader folds from
-        (`JobLedger`). Returns the events deleted; 0 (and nothing changes) when the stream has not ended, is
-        compacted already, or has events not yet published (the outbox still needs them)."""
-
-    async def reclaim(self) -> None:
-        """Give the space freed by `compact` back where the backend needs to be told (SQLite); else nothing."""
-        return None
-
-    @abstractmethod
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> EventStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -1,16 +1,13 @@
 """The MongoDB event store (PyMongo's async API, `AsyncMongoClient`), for a replica set at scale.
 
-Collections and indexes (created idempotently on open):
-- `events`: one document per event, `_id` = event id (a repeated append of the same event is recognised),
-  `{stream_id: 1, version: 1}` unique (optimistic concurrency: a second writer of one version fails),
-  `{published: 1, recorded_at: 1}` partial on `published: false` (the outbox).
-- `projections`: one document per stream, `_id` = stream id; `{created_at: -1, _id: -1}`,
-  `{tenant: 1, created_at: -1}`, `{state: 1, created_at: -1}` for listing newest first (or oldest first),
-  `{state: 1, tenant: 1, created_at: 1}` for counting and the oldest per tenant (a server that had the former
-  `{state: 1, tenant: 1}` keeps it: drop `state_tenant` by hand); `{ended_at: 1}` for
-  retention (`expired`: the ended streams to compact, whose middle events `compact` deletes) and the feed of
-  ends (`ended_since`).
+Collections (their indexes, created idempotently on open, and the migration of an older database are in
+`mongoschema.py`):
+- `events`: one document per event, `_id` = event id (a repeated append of the same event is recognised), with
+  its stream's id, version and kind.
+- `projections`: one document per stream, `_id` = stream id, with its stream's kind, which every query filters
+  on.
 - `documents`: state one writer replaces whole (`put_document`: the queue's line), `_id` = its key.
+- `schema`: the version of the database's schema (`mongoschema.migrate`).
 
 On a replica set the events and the projection are written in one multi-document transaction; on a
 standalone server (no transactions) the projection is written after the events, guarded by its version so
@@ -25,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from gpuyard.shared.contracts.events.envelope import CloudEvent
@@ -33,33 +30,20 @@ from gpuyard.shared.stores.events.base import (
     AppendResult,
     ConcurrencyError,
     EndedJob,
-    EventStore,
     Order,
     Page,
     Projection,
     StoredEvent,
     StoreUnavailable,
+    StreamKind,
+    StreamKindError,
     decode_cursor,
     encode_cursor,
 )
+from gpuyard.shared.stores.events.mongoschema import EVENT_INDEXES, PROJECTION_INDEXES, migrate
+from gpuyard.shared.stores.events.store import EventStore
 
-EVENT_INDEXES = [
-    IndexModel([("stream_id", ASCENDING), ("version", ASCENDING)], unique=True, name="stream_version"),
-    IndexModel(
-        [("published", ASCENDING), ("recorded_at", ASCENDING)],
-        partialFilterExpression={"published": False},
-        name="outbox",
-    ),
-]
-PROJECTION_INDEXES = [
-    IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)], name="newest"),
-    IndexModel([("tenant", ASCENDING), ("created_at", DESCENDING)], name="tenant_newest"),
-    IndexModel([("state", ASCENDING), ("created_at", DESCENDING)], name="state_newest"),
-    IndexModel(
-        [("state", ASCENDING), ("tenant", ASCENDING), ("created_at", ASCENDING)], name="state_tenant_created"
-    ),
-    IndexModel([("ended_at", ASCENDING)], name="ended"),
-]
+JOB = StreamKind.JOB.value
 
 
 @contextlib.asynccontextmanager
@@ -74,10 +58,15 @@ async def unavailable_on_failure(what: str) -> AsyncIterator[None]:
 
 
 def _filters(
-    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+    kind: StreamKind,
+    states: list[str] | None,
+    tenant: str | None,
+    user: str | None,
+    name: str | None,
+    search: str | None,
 ) -> dict[str, Any]:
-    """The query of a listing's filters (`EventStore.list_projections`)."""
-    query: dict[str, Any] = {}
+    """The query of a listing's filters (`Projections.list_projections`)."""
+    query: dict[str, Any] = {"kind": kind.value}
     if states:
         query["state"] = {"$in": states}
     if tenant is not None:
@@ -111,6 +100,7 @@ class MongoEventStore(EventStore):
         try:
             hello = await client.admin.command("hello")
             store.transactions = "setName" in hello
+            await migrate(store.db)
             await store.events.create_indexes(EVENT_INDEXES)
             await store.projections.create_indexes(PROJECTION_INDEXES)
         except PyMongoError as exc:
@@ -125,6 +115,8 @@ class MongoEventStore(EventStore):
         expected_version: int,
         events: list[CloudEvent],
         projection: Projection | None = None,
+        *,
+        kind: StreamKind = StreamKind.JOB,
     ) -> AppendResult:
         now = time.time()
         docs = [
@@ -136,6 +128,7 @@ class MongoEventStore(EventStore):
                 "event": e.to_dict(),
                 "recorded_at": now,
                 "published": False,
+                "kind": kind.value,
             }
             for i, e in enumerate(events, 1)
         ]
@@ -143,19 +136,21 @@ class MongoEventStore(EventStore):
         async def write(session=None) -> AppendResult:
             ids = [d["_id"] for d in docs]
             known = await self.events.count_documents({"_id": {"$in": ids}}, session=session)
-            current = await self._version(stream_id, session)
+            current, held = await self._last(stream_id, session)
             if known == len(ids):
                 return AppendResult(version=current, duplicate=True)
+            if held is not None and held != kind:
+                raise StreamKindError(stream_id, kind, held)
             if current != expected_version or known:
                 raise ConcurrencyError(stream_id, expected_version, current)
             try:
                 await self.events.insert_many(docs, ordered=True, session=session)
             except (BulkWriteError, DuplicateKeyError) as exc:
                 raise ConcurrencyError(
-                    stream_id, expected_version, await self._version(stream_id, None)
+                    stream_id, expected_version, (await self._last(stream_id, None))[0]
                 ) from exc
             if projection is not None:
-                await self._put_projection(projection, session)
+                await self._put_projection(projection, kind, session)
             return AppendResult(version=expected_version + len(docs))
 
         if not self.transactions:
@@ -163,17 +158,19 @@ class MongoEventStore(EventStore):
         async with self.client.start_session() as session:
             return await session.with_transaction(write)
 
-    async def _version(self, stream_id: str, session) -> int:
+    async def _last(self, stream_id: str, session) -> tuple[int, str | None]:
+        """The stream's version and kind (0 and None: no stream)."""
         last = await self.events.find_one(
             {"stream_id": stream_id},
             sort=[("version", DESCENDING)],
-            projection={"version": 1},
+            projection={"version": 1, "kind": 1},
             session=session,
         )
-        return int(last["version"]) if last else 0
+        return (int(last["version"]), last.get("kind", JOB)) if last else (0, None)
 
-    async def _put_projection(self, p: Projection, session) -> None:
+    async def _put_projection(self, p: Projection, kind: StreamKind, session) -> None:
         fields = {
+            "kind": kind.value,
             "tenant": p.tenant,
             "state": p.state,
             "version": p.version,
@@ -205,8 +202,10 @@ class MongoEventStore(EventStore):
         ]
 
     @unavailable_on_failure("MongoDB reading a projection")
-    async def get_projection(self, stream_id: str) -> dict[str, Any] | None:
-        doc = await self.projections.find_one({"_id": stream_id})
+    async def get_projection(
+        self, stream_id: str, *, kind: StreamKind = StreamKind.JOB
+    ) -> dict[str, Any] | None:
+        doc = await self.projections.find_one({"_id": stream_id, "kind": kind.value})
         return doc["doc"] if doc else None
 
     @unavailable_on_failure("MongoDB listing projections")
@@ -221,8 +220,9 @@ class MongoEventStore(EventStore):
         order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
+        kind: StreamKind = StreamKind.JOB,
     ) -> Page:
-        query = _filters(states, tenant, user, name, search)
+        query = _filters(kind, states, tenant, user, name, search)
         if cursor:
             created_at, stream_id = decode_cursor(cursor, order)
             after = "$lt" if order == "newest" else "$gt"
@@ -258,13 +258,14 @@ class MongoEventStore(EventStore):
         user: str | None = None,
         name: str | None = None,
         search: str | None = None,
+        kind: StreamKind = StreamKind.JOB,
     ) -> int:
-        return await self.projections.count_documents(_filters(states, tenant, user, name, search))
+        return await self.projections.count_documents(_filters(kind, states, tenant, user, name, search))
 
     @unavailable_on_failure("MongoDB reading projections' versions")
     async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
-        query: dict[str, Any] = {"state": {"$in": states}}
-        if created_before is not None:  # (on `state_newest`)
+        query: dict[str, Any] = {"kind": JOB, "state": {"$in": states}}
+        if created_before is not None:  # (on `kind_state_newest`)
             query["created_at"] = {"$lt": created_before}
         found = self.projections.find(query, projection={"version": 1})
         return {d["_id"]: int(d["version"]) async for d in found}
@@ -284,7 +285,7 @@ class MongoEventStore(EventStore):
         fields |= {"doc.attempts.queued_at": 1, "doc.attempts.started_at": 1}
         found = (
             self.projections.find(
-                {"ended_at": {"$ne": None, "$gte": after}, "compacted": {"$ne": True}}, fields
+                {"ended_at": {"$ne": None, "$gte": after}, "compacted": {"$ne": True}, "kind": JOB}, fields
             )
             .sort([("ended_at", ASCENDING), ("_id", ASCENDING)])  # (on `ended`)
             .limit(limit)
@@ -307,7 +308,7 @@ class MongoEventStore(EventStore):
     @unavailable_on_failure("MongoDB counting projections by tenant")
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         pipeline: list[dict[str, Any]] = [
-            {"$match": {"state": {"$in": states}}},
+            {"$match": {"kind": JOB, "state": {"$in": states}}},
             {"$group": {"_id": "$tenant", "n": {"$sum": 1}}},
         ]
         return {d["_id"]: int(d["n"]) async for d in await self.projections.aggregate(pipeline)}
@@ -315,14 +316,17 @@ class MongoEventStore(EventStore):
     @unavailable_on_failure("MongoDB finding each tenant's oldest projection")
     async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
         pipeline: list[dict[str, Any]] = [
-            {"$match": {"state": {"$in": states}}},
+            {"$match": {"kind": JOB, "state": {"$in": states}}},
             {"$group": {"_id": "$tenant", "oldest": {"$min": "$created_at"}}},
         ]
         return {d["_id"]: d["oldest"] async for d in await self.projections.aggregate(pipeline)}
 
     @unavailable_on_failure("MongoDB finding ids by prefix")
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
-        query: dict[str, Any] = {"_id": {"$regex": f"^{re.escape(prefix)}"}}  # (anchored: on the _id index)
+        query: dict[str, Any] = {
+            "_id": {"$regex": f"^{re.escape(prefix)}"},
+            "kind": JOB,
+        }  # (anchored: on _id)
         if tenant is not None:
             query["tenant"] = tenant
         found = self.projections.find(query, projection={"_id": 1}).sort("_id", ASCENDING).limit(limit)
@@ -338,7 +342,8 @@ class MongoEventStore(EventStore):
     async def expired(self, *, ended_before: str, limit: int = 500) -> list[str]:
         found = (
             self.projections.find(
-                {"ended_at": {"$ne": None, "$lt": ended_before}, "compacted": {"$ne": True}}, {"_id": 1}
+                {"ended_at": {"$ne": None, "$lt": ended_before}, "compacted": {"$ne": True}, "kind": JOB},
+                {"_id": 1},
             )
             .sort("ended_at", ASCENDING)
             .limit(limit)
@@ -348,7 +353,7 @@ class MongoEventStore(EventStore):
     @unavailable_on_failure("MongoDB compaction")
     async def compact(self, stream_id: str) -> int:
         async def write(session=None) -> int:
-            p = await self.projections.find_one({"_id": stream_id}, session=session)
+            p = await self.projections.find_one({"_id": stream_id, "kind": JOB}, session=session)
             if p is None or p.get("ended_at") is None or p.get("compacted"):
                 return 0
             unpublished = await self.events.count_documents(

@@ -27,71 +27,20 @@ from gpuyard.shared.stores.events.base import (
     AppendResult,
     ConcurrencyError,
     EndedJob,
-    EventStore,
     Order,
     Page,
     Projection,
     StoredEvent,
     StoreUnavailable,
+    StreamKind,
+    StreamKindError,
     decode_cursor,
     encode_cursor,
     unavailable,
 )
+from gpuyard.shared.stores.events.sqliteschema import SCHEMA, migrate
+from gpuyard.shared.stores.events.store import EventStore
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY,  -- rowid: one more than the largest (compaction keeps each stream's last)
-    stream_id   TEXT    NOT NULL,
-    version     INTEGER NOT NULL,
-    event_id    TEXT    NOT NULL UNIQUE,
-    type        TEXT    NOT NULL,
-    data        TEXT    NOT NULL,
-    recorded_at REAL    NOT NULL,
-    published   INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (stream_id, version)
-);
-DROP INDEX IF EXISTS events_outbox;  -- (recorded_at): the outbox query, ordered by position, scanned the table
-CREATE INDEX IF NOT EXISTS events_unpublished ON events (position) WHERE published = 0;
-CREATE TABLE IF NOT EXISTS projections (
-    stream_id  TEXT PRIMARY KEY,
-    tenant     TEXT NOT NULL,
-    state      TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    version    INTEGER NOT NULL,
-    doc        TEXT NOT NULL,
-    ended_at   TEXT,                       -- when it reached a final state (retention counts from it)
-    compacted  INTEGER NOT NULL DEFAULT 0, -- its events were collapsed to the first and the last
-    user       TEXT,                       -- the doc's `user` and `name` as first written (a job's never change)
-    name       TEXT
-);
-CREATE INDEX IF NOT EXISTS projections_tenant ON projections (tenant, created_at DESC);
-CREATE INDEX IF NOT EXISTS projections_created ON projections (created_at DESC, stream_id DESC);
-DROP INDEX IF EXISTS projections_state_tenant;  -- (state, tenant): the one below answers what it answered
-CREATE INDEX IF NOT EXISTS projections_state_tenant_created ON projections (state, tenant, created_at);
--- (count_by_tenant, oldest_by_tenant: from the index alone)
-CREATE TABLE IF NOT EXISTS documents (  -- `put_document`: one writer's state, replaced whole
-    key TEXT PRIMARY KEY,
-    doc TEXT NOT NULL
-);
-"""
-MIGRATIONS = {  # columns added since the first release: added to an older file when it is opened
-    "ended_at": "ALTER TABLE projections ADD COLUMN ended_at TEXT;"
-    " UPDATE projections SET ended_at = json_extract(doc, '$.finished_at')"
-    " WHERE state IN ('succeeded', 'failed', 'cancelled');",
-    "compacted": "ALTER TABLE projections ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;",
-    "user": "ALTER TABLE projections ADD COLUMN user TEXT; ALTER TABLE projections ADD COLUMN name TEXT;"
-    " UPDATE projections SET user = json_extract(doc, '$.user'), name = json_extract(doc, '$.name');",
-}
-INDEXES_OF_COLUMNS_ADDED = """
-CREATE INDEX IF NOT EXISTS projections_expiring ON projections (ended_at) WHERE compacted = 0 AND ended_at IS NOT NULL;
-DROP INDEX IF EXISTS projections_state;  -- (state, created_at DESC): the one below orders as it did
-CREATE INDEX IF NOT EXISTS projections_state_listing
-    ON projections (state, created_at, stream_id, tenant, user, name);
-"""
-"""`projections_state_listing` holds every column a listing orders by and filters on: a listing of some states
-finds its page's rows in it alone (for each state, its rows in order, until the page is full), then reads the
-table for their documents only (a job's is a KiB or more, and sorting every job of those states with its
-document was most of a listing's time); a search, or a count by user, reads no document at all."""
 VACUUM_PAGES = 2000
 """Free pages given back to the file system per `reclaim` (8 MiB of 4 KiB pages): a short hold of the lock."""
 LOCK_TIMEOUT_SECONDS = 30.0
@@ -103,13 +52,25 @@ long gives up at once (StoreBusy) instead of waiting the whole timeout again (a 
 the same write, writes queued behind the first)."""
 
 
+JOB = StreamKind.JOB.value
+"""(A query whose own index has no `kind` writes `+kind = ?`: a term checked on each row it finds, which no
+index that begins with `kind` answers instead of its own.)"""
+Outcome = AppendResult | ConcurrencyError | StreamKindError
+"""What an append of a group commit comes to."""
+
+
 def _filters(
-    states: list[str] | None, tenant: str | None, user: str | None, name: str | None, search: str | None
+    kind: StreamKind,
+    states: list[str] | None,
+    tenant: str | None,
+    user: str | None,
+    name: str | None,
+    search: str | None,
 ) -> tuple[list[str], list[Any]]:
-    """The WHERE terms (and their arguments) of a listing's filters (`EventStore.list_projections`): on columns
+    """The WHERE terms (and their arguments) of a listing's filters (`Projections.list_projections`): on columns
     of `projections_state_listing`, none on the document."""
-    where: list[str] = []
-    args: list[Any] = []
+    where: list[str] = ["kind = ?"]
+    args: list[Any] = [kind.value]
     if states:
         where.append(f"state IN ({','.join('?' * len(states))})")
         args += states
@@ -133,6 +94,27 @@ def like_pattern(text: str) -> str:
     """`%text%` for `LIKE ? ESCAPE '\\'`: `text` anywhere (LIKE folds the case of ASCII letters), its own
     `%`, `_` and `\\` taken literally."""
     return "%" + re.sub(r"([%_\\])", r"\\\1", text) + "%"
+
+
+def _put_projection(conn: sqlite3.Connection, p: Projection, kind: StreamKind) -> None:
+    user, name = (getattr(p.doc, field, None) for field in ("user", "name"))
+    conn.execute(
+        "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at, user, name, kind)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
+        " state=excluded.state, version=excluded.version, doc=excluded.doc, ended_at=excluded.ended_at",
+        (
+            p.stream_id,
+            p.tenant,
+            p.state,
+            p.created_at,
+            p.version,
+            p.doc_json(),
+            p.ended_at,
+            user,
+            name,
+            kind.value,
+        ),
+    )
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:
@@ -183,19 +165,11 @@ class SqliteEventStore(EventStore):
                 self._with_lock(lambda: conn.execute("PRAGMA auto_vacuum=INCREMENTAL"))
                 self._with_lock(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 self._with_lock(lambda: conn.executescript(SCHEMA))
-                self._with_lock(lambda: self._migrate(conn))
+                self._with_lock(lambda: migrate(conn))
             conn.execute(f"PRAGMA synchronous={'FULL' if self.durable_commits else 'NORMAL'}")
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open the event store at {self.path}: {exc}") from exc
         return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        have = {row[1] for row in conn.execute("PRAGMA table_info(projections)")}
-        for column, script in MIGRATIONS.items():
-            if column not in have:
-                conn.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
-        conn.executescript(INDEXES_OF_COLUMNS_ADDED)
 
     def _with_lock(self, fn: Callable[[], Any], wait: bool = True) -> Any:
         """Run `fn`, retrying while another process holds the write lock (short, growing sleeps) for up to the
@@ -287,8 +261,10 @@ class SqliteEventStore(EventStore):
         expected_version: int,
         events: list[CloudEvent],
         projection: Projection | None = None,
+        *,
+        kind: StreamKind = StreamKind.JOB,
     ) -> AppendResult:
-        [result] = await self.append_many([Append(stream_id, expected_version, events, projection)])
+        [result] = await self.append_many([Append(stream_id, expected_version, events, projection, kind)])
         if isinstance(result, ConcurrencyError):
             raise result
         return result
@@ -302,13 +278,15 @@ class SqliteEventStore(EventStore):
         rows = [
             (a, [(e.id, e.type, e.model_dump_json(serialize_as_any=True)) for e in a.events]) for a in appends
         ]
-        done: asyncio.Future[list[AppendResult | ConcurrencyError]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        done: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
         self._group.append((rows, done))
         if len(self._group) == 1:
             self._committer = asyncio.create_task(self._commit_group())
-        return await done
+        results = await done
+        for result in results:
+            if isinstance(result, StreamKindError):
+                raise result  # (a bug of the writer: the appends of other streams went in)
+        return [result for result in results if not isinstance(result, StreamKindError)]
 
     async def _commit_group(self) -> None:
         await asyncio.sleep(0)  # the other appends of this turn of the loop join the group
@@ -327,7 +305,8 @@ class SqliteEventStore(EventStore):
             if not done.done():
                 done.set_result(mine)
 
-    def _append_many(self, rows, wait: bool = True) -> list[AppendResult | ConcurrencyError]:
+    def _append_many(self, rows, wait: bool = True) -> list[Outcome]:
+        """(A StreamKindError is returned in its append's place, as a conflict is: the group's others go in.)"""
         conn = self.conn
         self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"), wait)
         try:
@@ -340,44 +319,31 @@ class SqliteEventStore(EventStore):
             raise
 
     @staticmethod
-    def _append_one(conn, a: Append, rows) -> AppendResult | ConcurrencyError:
+    def _append_one(conn, a: Append, rows) -> Outcome:
         ids = [r[0] for r in rows]
         marks = ",".join("?" * len(ids))
         known = conn.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN ({marks})", ids).fetchone()[0]
-        current = conn.execute(
-            "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream_id = ?", (a.stream_id,)
-        ).fetchone()[0]
+        current, held = conn.execute(
+            "SELECT version, kind FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1",
+            (a.stream_id,),
+        ).fetchone() or (0, a.kind.value)
         if known == len(ids):
             return AppendResult(version=current, duplicate=True)
+        if held != a.kind:
+            return StreamKindError(a.stream_id, a.kind, held)
         if current != a.expected_version or known:
             return ConcurrencyError(a.stream_id, a.expected_version, current)
         now = time.time()
         conn.executemany(
-            "INSERT INTO events (stream_id, version, event_id, type, data, recorded_at) VALUES (?,?,?,?,?,?)",
+            "INSERT INTO events (stream_id, version, event_id, type, data, recorded_at, kind)"
+            " VALUES (?,?,?,?,?,?,?)",
             [
-                (a.stream_id, a.expected_version + i, eid, typ, data, now)
+                (a.stream_id, a.expected_version + i, eid, typ, data, now, a.kind.value)
                 for i, (eid, typ, data) in enumerate(rows, 1)
             ],
         )
         if a.projection is not None:
-            p = a.projection
-            user, name = (getattr(p.doc, field, None) for field in ("user", "name"))
-            conn.execute(
-                "INSERT INTO projections (stream_id, tenant, state, created_at, version, doc, ended_at, user, name)"
-                " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (stream_id) DO UPDATE SET tenant=excluded.tenant,"
-                " state=excluded.state, version=excluded.version, doc=excluded.doc, ended_at=excluded.ended_at",
-                (
-                    p.stream_id,
-                    p.tenant,
-                    p.state,
-                    p.created_at,
-                    p.version,
-                    p.doc_json(),
-                    p.ended_at,
-                    user,
-                    name,
-                ),
-            )
+            _put_projection(conn, a.projection, a.kind)
         return AppendResult(version=a.expected_version + len(rows))
 
     async def mark_published(self, event_ids: list[str]) -> None:
@@ -400,10 +366,12 @@ class SqliteEventStore(EventStore):
         )
         return [StoredEvent(stream_id, v, CloudEvent.from_json(d)) for v, d in rows]
 
-    async def get_projection(self, stream_id: str) -> dict[str, Any] | None:
+    async def get_projection(
+        self, stream_id: str, *, kind: StreamKind = StreamKind.JOB
+    ) -> dict[str, Any] | None:
         row = await self._read(
             lambda: self.read_conn.execute(
-                "SELECT doc FROM projections WHERE stream_id = ?", (stream_id,)
+                "SELECT doc FROM projections WHERE stream_id = ? AND kind = ?", (stream_id, kind.value)
             ).fetchone()
         )
         return json.loads(row[0]) if row else None
@@ -419,8 +387,9 @@ class SqliteEventStore(EventStore):
         order: Order = "newest",
         limit: int = 50,
         cursor: str | None = None,
+        kind: StreamKind = StreamKind.JOB,
     ) -> Page:
-        where, args = _filters(states, tenant, user, name, search)
+        where, args = _filters(kind, states, tenant, user, name, search)
         if cursor:
             created_at, stream_id = decode_cursor(cursor, order)
             where.append(f"(created_at, stream_id) {'<' if order == 'newest' else '>'} (?, ?)")
@@ -428,7 +397,7 @@ class SqliteEventStore(EventStore):
         direction = "DESC" if order == "newest" else "ASC"
         by = f"ORDER BY created_at {direction}, stream_id {direction}"
         page_rows = (  # the page's rows from the index, then their documents (`projections_state_listing`)
-            f"SELECT rowid FROM projections {'WHERE ' + ' AND '.join(where) if where else ''} {by} LIMIT ?"
+            f"SELECT rowid FROM projections WHERE {' AND '.join(where)} {by} LIMIT ?"
         )
         sql = f"SELECT created_at, stream_id, doc FROM projections WHERE rowid IN ({page_rows}) {by}"
         rows = await self._read(lambda: self.read_conn.execute(sql, [*args, limit + 1]).fetchall())
@@ -446,14 +415,18 @@ class SqliteEventStore(EventStore):
         user: str | None = None,
         name: str | None = None,
         search: str | None = None,
+        kind: StreamKind = StreamKind.JOB,
     ) -> int:
-        where, args = _filters(states, tenant, user, name, search)
-        sql = "SELECT count(*) FROM projections" + (" WHERE " + " AND ".join(where) if where else "")
+        where, args = _filters(kind, states, tenant, user, name, search)
+        sql = "SELECT count(*) FROM projections WHERE " + " AND ".join(where)
         return (await self._read(lambda: self.read_conn.execute(sql, args).fetchone()))[0]
 
     async def versions(self, *, states: list[str], created_before: str | None = None) -> dict[str, int]:
-        sql = f"SELECT stream_id, version FROM projections WHERE state IN ({','.join('?' * len(states))})"
-        args: list = list(states)
+        sql = (
+            "SELECT stream_id, version FROM projections"
+            f" WHERE kind = ? AND state IN ({','.join('?' * len(states))})"
+        )
+        args: list = [JOB, *states]
         if created_before is not None:  # (a range of `projections_state_listing` per state)
             sql += " AND created_at < ?"
             args.append(created_before)
@@ -476,29 +449,33 @@ class SqliteEventStore(EventStore):
             "SELECT stream_id, tenant, state, ended_at,"
             " coalesce(json_extract(doc, '$.attempts[0].queued_at'), created_at),"
             " json_extract(doc, '$.attempts[0].started_at')"
-            " FROM projections WHERE compacted = 0 AND ended_at IS NOT NULL AND ended_at >= ?"
+            " FROM projections WHERE compacted = 0 AND ended_at IS NOT NULL AND ended_at >= ? AND +kind = ?"
             " ORDER BY ended_at, stream_id LIMIT ?"
         )
-        rows = await self._read(lambda: self.read_conn.execute(sql, (after, limit)).fetchall())
+        rows = await self._read(lambda: self.read_conn.execute(sql, (after, JOB, limit)).fetchall())
         return [EndedJob(*row) for row in rows]
 
     async def count_by_tenant(self, *, states: list[str]) -> dict[str, int]:
         sql = (
             "SELECT tenant, count(*) FROM projections"
-            f" WHERE state IN ({','.join('?' * len(states))}) GROUP BY tenant"
+            f" WHERE kind = ? AND state IN ({','.join('?' * len(states))}) GROUP BY tenant"
         )
-        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+        return dict(await self._read(lambda: self.read_conn.execute(sql, [JOB, *states]).fetchall()))
 
     async def oldest_by_tenant(self, *, states: list[str]) -> dict[str, str]:
         sql = (
             "SELECT tenant, min(created_at) FROM projections"
-            f" WHERE state IN ({','.join('?' * len(states))}) GROUP BY tenant"
+            f" WHERE kind = ? AND state IN ({','.join('?' * len(states))}) GROUP BY tenant"
         )
-        return dict(await self._read(lambda: self.read_conn.execute(sql, states).fetchall()))
+        return dict(await self._read(lambda: self.read_conn.execute(sql, [JOB, *states]).fetchall()))
 
     async def ids_starting(self, prefix: str, *, tenant: str | None = None, limit: int = 10) -> list[str]:
-        sql = "SELECT stream_id FROM projections WHERE stream_id >= ? AND stream_id < ?"
-        args: list = [prefix, prefix + "\U0010ffff"]  # (the range is what the primary key's index answers)
+        sql = "SELECT stream_id FROM projections WHERE stream_id >= ? AND stream_id < ? AND +kind = ?"
+        args: list = [
+            prefix,
+            prefix + "\U0010ffff",
+            JOB,
+        ]  # (the range is what the primary key's index answers)
         if tenant is not None:
             sql += " AND tenant = ?"
             args.append(tenant)
@@ -522,8 +499,8 @@ class SqliteEventStore(EventStore):
         rows = await self._read(
             lambda: self.read_conn.execute(
                 "SELECT stream_id FROM projections WHERE compacted = 0 AND ended_at IS NOT NULL"
-                " AND ended_at < ? ORDER BY ended_at LIMIT ?",
-                (ended_before, limit),
+                " AND ended_at < ? AND +kind = ? ORDER BY ended_at LIMIT ?",
+                (ended_before, JOB, limit),
             ).fetchall()
         )
         return [stream_id for (stream_id,) in rows]
@@ -536,8 +513,9 @@ class SqliteEventStore(EventStore):
         self._with_lock(lambda: conn.execute("BEGIN IMMEDIATE"), wait)
         try:
             row = conn.execute(
-                "SELECT ended_at IS NOT NULL AND compacted = 0, version FROM projections WHERE stream_id = ?",
-                (stream_id,),
+                "SELECT ended_at IS NOT NULL AND compacted = 0, version FROM projections"
+                " WHERE stream_id = ? AND kind = ?",
+                (stream_id, JOB),
             ).fetchone()
             unpublished = conn.execute(
                 "SELECT COUNT(*) FROM events WHERE stream_id = ? AND published = 0", (stream_id,)

@@ -2,11 +2,10 @@
 holding its `alert.raised` and, once it clears, its `alert.resolved`, with a projection (`AlertView`) for
 listing: the monitor writes them, the API lists them (`GET /v1/alerts`), after any restart.
 
-An alert's projection is its tenant's (the tenant of the job it is about; `PLATFORM`, the empty tenant, for one
-about a node or a GPU: admins only), in the state `alert-active` or `alert-resolved`, none of a job's, so the
-readers of jobs, which ask for job states, never see an alert. Its document has no top-level `job_id`, which
-the job listing takes for a job's, and its stream id begins with '/', which no job id (nor a prefix of one)
-holds.
+An alert's stream is of the kind `StreamKind.ALERT`, which the readers of jobs never read, and its projection is
+its tenant's (the tenant of the job it is about; `PLATFORM`, the empty tenant, for one about a node or a GPU:
+admins only), in the state `active` or `resolved` (`AlertState`). Its stream id begins with `/alerts/`, so that
+it is never a job's id.
 
 Writes are idempotent: a stream's first event is its raise, at version 1, and its resolve at version 2; the same
 event again changes nothing (the store refuses a known event id), so a redelivered or re-published alert is
@@ -24,16 +23,23 @@ from pydantic import BaseModel, ConfigDict
 from gpuyard.shared.contracts.api.alerts import AlertOut, AlertState
 from gpuyard.shared.contracts.events.alerts import AlertRaised, AlertResolved
 from gpuyard.shared.contracts.events.envelope import CloudEvent
-from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Page, Projection
+from gpuyard.shared.stores.events import (
+    ConcurrencyError,
+    EventStore,
+    Page,
+    Projection,
+    Projections,
+    StreamKind,
+)
 from gpuyard.shared.stores.events.base import encode_cursor
 
 log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "/alerts/"
-"""Alert streams begin with '/', which no job id holds, nor any path segment: `GET /v1/jobs/{id}`, which takes
-a unique prefix of a job id for the job, can never name an alert."""
-ACTIVE = "alert-active"
-RESOLVED = "alert-resolved"
+"""Alert streams' ids begin with it: never a job's (nor any other kind's) stream id."""
+KIND = StreamKind.ALERT
+ACTIVE = AlertState.ACTIVE.value
+RESOLVED = AlertState.RESOLVED.value
 PLATFORM = ""
 """The tenant of an alert about no job: only admins see it."""
 PAGE = 500
@@ -119,7 +125,7 @@ class AlertBook:
             raise ValueError(f"{event.type} is not an alert event")
         view = self.active.get(data.alert_id)
         if raised_id is not None and (view is None or view.raised_id != raised_id):
-            doc = await self.store.get_projection(stream_id(data.alert_id, raised_id))
+            doc = await self.store.get_projection(stream_id(data.alert_id, raised_id), kind=KIND)
             view = AlertView.model_validate(doc) if doc else None
         if view is None:
             view = await self._find_active(data.alert_id)
@@ -136,7 +142,7 @@ class AlertBook:
 
     async def _append(self, stream: str, expected: int, event: CloudEvent, projection: Projection) -> bool:
         try:
-            result = await self.store.append(stream, expected, [event], projection)
+            result = await self.store.append(stream, expected, [event], projection, kind=KIND)
         except ConcurrencyError:  # resolved already, by another event
             return False
         return not result.duplicate
@@ -146,10 +152,10 @@ class AlertBook:
         return max(found, key=lambda v: v.raised_at) if found else None
 
 
-async def active_alerts(store: EventStore) -> list[AlertView]:
+async def active_alerts(store: Projections) -> list[AlertView]:
     views, cursor = [], None
     while True:
-        page = await store.list_projections(states=[ACTIVE], limit=PAGE, cursor=cursor)
+        page = await store.list_projections(states=[ACTIVE], limit=PAGE, cursor=cursor, kind=KIND)
         views += [AlertView.model_validate(d) for d in page.items]
         if not page.next_cursor:
             return views
@@ -157,7 +163,7 @@ async def active_alerts(store: EventStore) -> list[AlertView]:
 
 
 async def list_alerts(
-    store: EventStore,
+    store: Projections,
     *,
     states: list[str],
     tenant: str | None,
@@ -170,7 +176,7 @@ async def list_alerts(
     found: list[AlertView] = []
     while len(found) < limit:
         page: Page = await store.list_projections(
-            states=states, tenant=tenant, limit=limit if kind is None else PAGE, cursor=cursor
+            states=states, tenant=tenant, limit=limit if kind is None else PAGE, cursor=cursor, kind=KIND
         )
         for doc in page.items:
             view = AlertView.model_validate(doc)

@@ -1,9 +1,9 @@
 """Models in the event store: one stream per model (`model:<tenant>:<name>`), holding its published versions,
 with a projection (`ModelView`) for listing; and the registry that publishes, deletes and shares them.
 
-A model's stream id cannot be a job's (job ids are 16 hex characters) and its projection's states
-(`model`, `model-public`, `model-removed`) are none of a job's, so the readers of jobs, which ask for job
-states, never see a model.
+A model's stream is of the kind `StreamKind.MODEL`, which the readers of jobs never read; its projection's state
+is `private`, `public` or `removed` (no version left), and its stream id begins with `model:`, so that it is
+never a job's id.
 
 Writes go through the event store with the expected version of the stream (optimistic concurrency: a writer
 that was overtaken decides again on the newer view), then are published on the bus. As for jobs, an event
@@ -39,24 +39,25 @@ from gpuyard.shared.contracts.events.models import (
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles.signature import read_signature
 from gpuyard.shared.modelfiles.store import ModelStore, ModelStoreError, StagedFile, sha256_of
-from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection
+from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection, Projections, StreamKind
 
 log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "model:"
-LISTED = "model"
-PUBLIC = "model-public"
-REMOVED = "model-removed"
+"""Model streams' ids begin with it: never a job's (nor any other kind's) stream id."""
+KIND = StreamKind.MODEL
+PRIVATE = "private"
+"""Listed for its own tenant only."""
+PUBLIC = "public"
+"""Listed for every tenant."""
+REMOVED = "removed"
+"""No version left: listed for none."""
 MAX_CONFLICT_RETRIES = 8
 PAGE = 500
 
 
 def stream_id(tenant: str, name: str) -> str:
     return f"{STREAM_PREFIX}{tenant}:{name}"
-
-
-def is_model_stream(stream: str) -> bool:
-    return stream.startswith(STREAM_PREFIX)
 
 
 class ModelVersion(BaseModel):
@@ -92,7 +93,7 @@ class ModelView(BaseModel):
     def state(self) -> str:
         if not self.versions:
             return REMOVED
-        return PUBLIC if self.public else LISTED
+        return PUBLIC if self.public else PRIVATE
 
     def find(self, version: int) -> ModelVersion | None:
         return next((v for v in self.versions if v.version == version), None)
@@ -206,13 +207,13 @@ def serves(job: JobView, tenant: str, name: str, version: int | None = None) -> 
 
 
 async def live_serve_jobs(
-    store: EventStore, tenant: str, name: str, version: int | None = None, *, job_tenant: str | None = None
+    store: Projections, tenant: str, name: str, version: int | None = None, *, job_tenant: str | None = None
 ) -> list[JobView]:
     """The serve jobs not yet ended (`LIVE_STATES`) of `tenant`'s model `name` (of `version`, when given),
     newest first: whoever deployed it, or only `job_tenant`'s jobs.
 
-    They are found among the live jobs in the event store's job projections (a model's projection has none of
-    their states): a store index on the served model would spare the scan, once deployments are many."""
+    They are found among the live jobs in the event store's job projections: a store index on the served model
+    would spare the scan, once deployments are many."""
     found: list[JobView] = []
     cursor = None
     while True:
@@ -220,7 +221,7 @@ async def live_serve_jobs(
             states=state_values(LIVE_STATES), tenant=job_tenant, limit=PAGE, cursor=cursor
         )
         for doc in page.items:
-            if "job_id" in doc and (doc.get("spec") or {}).get("serve"):
+            if (doc.get("spec") or {}).get("serve"):
                 job = JobView.model_validate(doc)
                 if serves(job, tenant, name, version):
                     found.append(job)
@@ -229,7 +230,7 @@ async def live_serve_jobs(
         cursor = page.next_cursor
 
 
-async def deployed_versions(store: EventStore, view: ModelView) -> dict[int, list[JobView]]:
+async def deployed_versions(store: Projections, view: ModelView) -> dict[int, list[JobView]]:
     """The versions of the model that a deployment serves, which cannot be deleted: each with its live
     replicas (serve jobs not yet ended, of any tenant), newest first; a version none serves is absent."""
     deployed: dict[int, list[JobView]] = {}
@@ -278,15 +279,17 @@ class ModelRegistry:
         self.files = files
 
     async def get(self, tenant: str, name: str) -> ModelView | None:
-        doc = await self.store.get_projection(stream_id(tenant, name))
+        doc = await self.store.get_projection(stream_id(tenant, name), kind=KIND)
         return ModelView.model_validate(doc) if doc is not None else None
 
     async def listed(self, *, tenant: str | None, public: bool = False) -> list[ModelView]:
         """The listed models of `tenant` (every tenant's: None), or only the public ones (`public`)."""
-        states = [PUBLIC] if public else [LISTED, PUBLIC]
+        states = [PUBLIC] if public else [PRIVATE, PUBLIC]
         found, cursor = [], None
         while True:
-            page = await self.store.list_projections(states=states, tenant=tenant, limit=PAGE, cursor=cursor)
+            page = await self.store.list_projections(
+                states=states, tenant=tenant, limit=PAGE, cursor=cursor, kind=KIND
+            )
             found += [ModelView.model_validate(d) for d in page.items]
             if not page.next_cursor:
                 return found
@@ -308,7 +311,9 @@ class ModelRegistry:
             event = make_event(data, source=self.source)
             new = apply(view, event, (view.version if view else 0) + 1)
             try:
-                await self.store.append(sid, view.version if view else 0, [event], projection_of(new))
+                await self.store.append(
+                    sid, view.version if view else 0, [event], projection_of(new), kind=KIND
+                )
             except ConcurrencyError as exc:
                 conflict = exc
                 continue

@@ -7,9 +7,9 @@ Why the event store and not the samples or heartbeats: a mark must outlive the p
 restarted scheduler reads every node's projection (`load_all`), and a fatal XID, seen once in one sample, is
 not seen again in the next; the telemetry stream keeps samples and heartbeats for one hour only.
 
-A projection is in the state `node-control`, none of a job's, its tenant is the platform's (empty: admins
-only), its document has no `job_id`, and its stream id begins with '/', which no job id holds: the readers of
-jobs never see it (as `gpuyard.shared.stores.readmodels.alertbook` does for alerts).
+A node's stream is of the kind `StreamKind.NODE`, which the readers of jobs never read; its projection's tenant
+is the platform's (empty: admins only), its state the node's own (`NodeControl.state`: `ready`, `cordoned` or
+`draining`), and its stream id begins with `/nodes/`, so that it is never a job's id.
 
 Writes are idempotent (the store refuses a known event id) and retried on a concurrent write to the stream.
 """
@@ -22,14 +22,16 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuyard.shared.contracts.api.nodes import NodeState
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.nodes import GpuHealthChanged, NodeAction, NodeControlChanged
-from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection
+from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection, Projections, StreamKind
 
 log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "/nodes/"
-STATE = "node-control"
+"""Node streams' ids begin with it: never a job's (nor any other kind's) stream id."""
+KIND = StreamKind.NODE
 PLATFORM = ""
 PAGE = 500
 WRITE_RETRIES = 20
@@ -67,6 +69,13 @@ class NodeControl(BaseModel):
         """May new work be placed on this GPU (the node's own cordon aside)?"""
         g = self.gpus.get(index)
         return g is None or not (g.cordoned or g.unhealthy)
+
+    @property
+    def state(self) -> str:
+        """Its projection's state: what admins said of the whole node (its GPUs' marks aside)."""
+        if self.draining:
+            return NodeState.DRAINING.value
+        return NodeState.CORDONED.value if self.cordoned else NodeState.READY.value
 
     @property
     def unhealthy(self) -> dict[int, str]:
@@ -111,17 +120,23 @@ def _tidy(control: NodeControl) -> NodeControl:
     return control.model_copy(update={"gpus": kept})
 
 
-async def read(store: EventStore, node: str) -> NodeControl:
-    doc = await store.get_projection(stream_id(node))
-    return NodeControl.model_validate(doc) if doc else NodeControl(node=node)
+async def stored(store: Projections, node: str) -> NodeControl | None:
+    """The node's controls; None when nothing was ever said of it."""
+    doc = await store.get_projection(stream_id(node), kind=KIND)
+    return NodeControl.model_validate(doc) if doc else None
 
 
-async def load_all(store: EventStore) -> dict[str, NodeControl]:
+async def read(store: Projections, node: str) -> NodeControl:
+    control = await stored(store, node)
+    return control if control is not None else NodeControl(node=node)
+
+
+async def load_all(store: Projections) -> dict[str, NodeControl]:
     """Every node's controls (the nodes nothing was ever said of are absent)."""
     out: dict[str, NodeControl] = {}
     cursor = None
     while True:
-        page = await store.list_projections(states=[STATE], limit=PAGE, cursor=cursor)
+        page = await store.list_projections(limit=PAGE, cursor=cursor, kind=KIND)
         for doc in page.items:
             control = NodeControl.model_validate(doc)
             out[control.node] = control
@@ -149,13 +164,13 @@ async def record(store: EventStore, event: CloudEvent) -> NodeControl:
         projection = Projection(
             stream_id=stream_id(node),
             tenant=PLATFORM,
-            state=STATE,
+            state=control.state,
             created_at=created.isoformat(),
             version=len(events) + 1,
             doc=control,
         )
         try:
-            await store.append(stream_id(node), len(events), [event], projection)
+            await store.append(stream_id(node), len(events), [event], projection, kind=KIND)
             return control
         except ConcurrencyError:
             await asyncio.sleep(0.01)

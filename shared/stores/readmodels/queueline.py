@@ -1,5 +1,5 @@
 """The queue's line: the ids of the waiting jobs that have a place in line, in order, as one document that the
-scheduler stores every `LINE_SECONDS` while jobs wait and it changed (`EventStore.put_document`), and that
+scheduler stores every `LINE_SECONDS` while jobs wait and it changed (`DocumentStore.put_document`), and that
 the API reads to say each queued job's place (`LineReader`).
 
 A job's place moves with every job placed ahead of it. Kept in each job's view, it had to be rewritten for
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuyard.shared.stores.events import EventStore
+from gpuyard.shared.stores.events import DocumentStore
 
 LINE_KEY = "queue-line"
 LINE_SECONDS = 2.0
@@ -34,7 +34,7 @@ def line_doc(jobs: list[str], at: datetime | None = None) -> dict[str, Any]:
 class LineReader:
     """The places in the line the scheduler stored last, read again at most every `READ_SECONDS`."""
 
-    def __init__(self, store: EventStore, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, store: DocumentStore, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.clock = clock
         self.read_at = -READ_SECONDS

@@ -24,6 +24,7 @@ from tests.contract.mongo_standin.errors import (
     DUPLICATE_KEY,
     FAILED_TO_PARSE,
     INDEX_KEY_SPECS_CONFLICT,
+    INDEX_NOT_FOUND,
     INDEX_OPTIONS_CONFLICT,
     NAMESPACE_NOT_FOUND,
     OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
@@ -107,6 +108,7 @@ class Engine:
             "delete": self.delete,
             "createIndexes": self.create_indexes,
             "listIndexes": self.list_indexes,
+            "dropIndexes": self.drop_indexes,
             "collMod": self.coll_mod,
             "dropDatabase": self.drop_database,
         }
@@ -291,6 +293,21 @@ class Engine:
         ]
         batch_size = (cmd.get("cursor") or {}).get("batchSize")
         return {"cursor": self.cursors.first(_ns(db, name), docs, batch_size)}
+
+    def drop_indexes(self, db: mongomock.Database, cmd: dict[str, Any], writes: Writes) -> dict[str, Any]:
+        """One index, by its name (a server also takes a key, a list of names or "*": not done here)."""
+        _only(cmd, "dropIndexes", {"index"})
+        name, index_name = cmd["dropIndexes"], cmd["index"]
+        if not isinstance(index_name, str) or index_name in ("*", "_id_"):
+            raise not_implemented("dropIndexes other than of one index by its name")
+        if name not in db.list_collection_names():
+            raise CommandError(NAMESPACE_NOT_FOUND, "NamespaceNotFound", f"ns not found {_ns(db, name)}")
+        held = self._indexes(db, name)
+        if index_name not in held:
+            raise CommandError(INDEX_NOT_FOUND, "IndexNotFound", f"index not found with name [{index_name}]")
+        db[name].drop_index(index_name)
+        self.catalog.expiries.pop((db.name, name, index_name), None)
+        return {"nIndexesWas": len(held)}
 
     def coll_mod(self, db: mongomock.Database, cmd: dict[str, Any], writes: Writes) -> dict[str, Any]:
         _only(cmd, "collMod", {"validator", "validationLevel", "validationAction"})
