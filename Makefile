@@ -26,7 +26,7 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python tests/suite.py  # two halves side by side (integration, the rest); each says what it skipped and why
+	$(BIN)/python tests/suite.py  # two halves side by side (integration and chaos, the rest); each says what it skipped and why
 
 # The deep run: the scheduler's property tests on clusters up to 64 nodes and queues up to 500 jobs, thousands
 # of examples, and the API fuzz test with a fresh seed each run (printed, to replay a failure).

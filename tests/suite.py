@@ -1,7 +1,7 @@
 """The whole suite as `make test` runs it: two pytest processes side by side, one per core.
 
-The integration tests (real nats-server, real `gpuyard up`, mostly waiting on processes and the network) run
-in one process, everything else (unit, contract, fuzz, browser and chaos tests) in the other: each half keeps
+The integration and chaos tests (real nats-server, real `gpuyard up`, mostly waiting on processes and the
+network) run in one process, everything else (unit, contract, fuzz and browser tests) in the other: each half keeps
 the order and isolation of a plain `pytest` run, and the two halves take about as long as each other, so the
 suite takes about half its serial time on two cores. A line every half minute says how far each half is; at
 the end each half's own output follows (its failures, its skipped tests with their reasons, its slowest
@@ -22,8 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HALVES = {
-    "integration": ["tests/integration"],
-    "the rest": ["tests/unit", "tests/contract", "tests/fuzz", "tests/browser", "tests/chaos", "tests/gpu"],
+    "integration": ["tests/integration", "tests/chaos"],
+    "the rest": ["tests/unit", "tests/contract", "tests/fuzz", "tests/browser", "tests/gpu"],
 }
 PYTEST = ["-q", "-rs", "--durations=15", "-p", "no:cacheprovider"]
 PROGRESS_EVERY = 30.0

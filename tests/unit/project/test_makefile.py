@@ -39,7 +39,7 @@ DAILY = {
 TEST = [
     "BIN/ruff check .",
     "BIN/ruff format --check .",
-    "BIN/python tests/suite.py  # two halves side by side (integration, the rest); each says what it skipped and why",
+    "BIN/python tests/suite.py  # two halves side by side (integration and chaos, the rest); each says what it skipped and why",
 ]
 
 
