@@ -47,6 +47,8 @@ class LogBudget:
             raise ValueError("a log budget cannot be negative")
         self.limit = limit
         self.held: dict[str, int] = {}
+        self.freed: dict[str, int] = {}
+        """Bytes given back per tenant, ever: a log truncated at the budget resumes only once this grew."""
 
     @classmethod
     def share(cls, per_node: int, workers: int) -> LogBudget:
@@ -57,10 +59,16 @@ class LogBudget:
     def fits(self, tenant: str, size: int) -> bool:
         return not self.limit or self.held.get(tenant, 0) + size <= self.limit
 
+    def room(self, tenant: str, wanted: int) -> int:
+        """How many of `wanted` more bytes fit in the tenant's budget."""
+        return wanted if not self.limit else max(0, min(wanted, self.limit - self.held.get(tenant, 0)))
+
     def take(self, tenant: str, size: int) -> None:
         self.held[tenant] = self.held.get(tenant, 0) + size
 
     def give_back(self, tenant: str, size: int) -> None:
+        if size > 0:
+            self.freed[tenant] = self.freed.get(tenant, 0) + size
         left = self.held.get(tenant, 0) - size
         if left > 0:
             self.held[tenant] = left
@@ -164,7 +172,9 @@ class RotatingLog:
         if budget is not None:
             budget.take(tenant, before)
         self.truncated = False
-        """Its tenant's budget was reached: what it is given is dropped (`over_budget` bytes so far)."""
+        """Its tenant's budget was reached: what it is given is dropped (`over_budget` bytes so far) until some
+        of the budget is freed (`truncated_at`: the tenant's `LogBudget.freed` then)."""
+        self.truncated_at = 0
         self.over_budget = 0
         self.lost = 0
         """Bytes the disk refused since the last write it took."""
@@ -187,38 +197,48 @@ class RotatingLog:
                         self.rotate()
                         continue
                     cut = room
-            if not self._within_budget(cut):
+            allowed = self._budgeted(view[:cut])
+            if allowed:
+                self._put(view[:allowed])
+                view = view[allowed:]
+            if allowed < cut:  # the budget is reached: the rest is dropped, after a line that says so
+                self._truncate()
                 self.over_budget += len(view)
                 return
-            self._put(view[:cut])
-            view = view[cut:]
 
-    def _within_budget(self, size: int) -> bool:
-        """Whether `size` more bytes fit in the tenant's budget: once they do not, a line says so (and what
-        follows is dropped); once they do again, a line says how much was dropped."""
+    def _budgeted(self, chunk: memoryview) -> int:
+        """How much of `chunk` the tenant's budget takes: all of it where it fits, else its whole lines that
+        fit. Once truncated, nothing until some of the budget was freed (another replica of the tenant ended
+        or rotated); then what fits, after a line that says how much was dropped."""
         if self.budget is None:
-            return True
-        if self.budget.fits(self.tenant, size):
-            if self.truncated:
-                dropped, self.over_budget, self.truncated = self.over_budget, 0, False
-                self._put(
-                    self._note(
-                        f"output resumes: {format_size(dropped)} dropped over the log budget of tenant "
-                        f"{self.tenant!r}"
-                    )
-                )
-            return True
-        if not self.truncated:
-            self.truncated = True
-            held = format_size(self.budget.held.get(self.tenant, 0))
+            return len(chunk)
+        if self.truncated and self.budget.freed.get(self.tenant, 0) == self.truncated_at:
+            return 0
+        room = self.budget.room(self.tenant, len(chunk))
+        allowed = room if room == len(chunk) else bytes(chunk[:room]).rfind(b"\n") + 1
+        if allowed and self.truncated:
+            dropped, self.over_budget, self.truncated = self.over_budget, 0, False
             self._put(
                 self._note(
-                    f"output truncated: the running jobs of tenant {self.tenant!r} hold {held} of log here, "
-                    f"their budget of {format_size(self.budget.limit)} ({BUDGET_SETTING}); what this replica "
-                    "prints is dropped until some of it is freed"
+                    f"output resumes: {format_size(dropped)} dropped over the log budget of tenant "
+                    f"{self.tenant!r}"
                 )
             )
-        return False
+        return allowed
+
+    def _truncate(self) -> None:
+        """Say once that the budget is reached (what follows is dropped until some of it is freed)."""
+        if self.truncated or self.budget is None:
+            return
+        self.truncated, self.truncated_at = True, self.budget.freed.get(self.tenant, 0)
+        held = format_size(self.budget.held.get(self.tenant, 0))
+        self._put(
+            self._note(
+                f"output truncated: the running jobs of tenant {self.tenant!r} hold {held} of log here, "
+                f"their budget of {format_size(self.budget.limit)} ({BUDGET_SETTING}); what this replica "
+                "prints is dropped until some of it is freed"
+            )
+        )
 
     def _note(self, text: str) -> bytes:
         """A line of the platform's own in the output, on a line of its own."""

@@ -50,6 +50,23 @@ def test_a_tenants_replicas_are_truncated_together_at_its_budget_and_another_ten
     assert budget.held == {}  # every byte given back
 
 
+def test_a_chunk_over_the_budget_keeps_its_lines_that_fit_and_nothing_after_until_some_is_freed(tmp_path):
+    """However the output is read (a pipe read returns what is there: one line or many), the budget is filled
+    to the line and then holds: a smaller chunk after a larger one that did not fit is dropped too."""
+    budget = LogBudget(1000)
+    first = RotatingLog(tmp_path / "first.log", 0, 0, budget=budget, tenant="vision")
+    second = RotatingLog(tmp_path / "second.log", 0, 0, budget=budget, tenant="vision")
+    first.write(b"".join(line(n) for n in range(6)))
+    second.write(b"".join(line(n) for n in range(10)))  # 1,000 bytes, 400 of which fit
+    second.write(line(10))  # 100 bytes: they would fit beside the line that says so, but nothing was freed
+    text = whole(tmp_path / "second.log").decode().splitlines()
+    assert text[:4] == [line(n).decode().rstrip("\n") for n in range(4)] and len(text) == 5
+    assert text[4].startswith("[gpuyard] output truncated")
+    assert second.truncated and second.over_budget == 700
+    first.close()
+    second.close()
+
+
 def test_the_output_resumes_once_another_replica_of_the_tenant_ends(tmp_path):
     budget = LogBudget(1000)
     first = RotatingLog(tmp_path / "first.log", 0, 0, budget=budget, tenant="vision")
