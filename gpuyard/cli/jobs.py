@@ -18,7 +18,7 @@ from gpuyard.shared.contracts.api.jobs import JobOut, pending_text
 from gpuyard.shared.contracts.jobspec import JobSpec, start_error
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobState, in_order
 from gpuyard.shared.contracts.specfiles import SpecError, load_spec_file
-from gpuyard.shared.contracts.units import format_duration
+from gpuyard.shared.contracts.units import format_duration, format_size
 from gpuyard.shared.reporting import why
 
 JOB_ARGUMENT = "the job's id, or a unique prefix of it (4 characters or more)"
@@ -245,6 +245,14 @@ def _describe_rows(job: JobOut) -> list[tuple[str, str]]:
             (f"Attempt {a.number}", f"{a.summary or 'in progress'} · nodes {', '.join(a.nodes) or '-'}")
         )
         rows.extend(("", f"note: {note}") for note in a.notes)
+    if job.checkpoint:
+        c = job.checkpoint
+        rows.append(
+            (
+                "Checkpoint",
+                f"step {c.step} · {format_size(c.size_bytes)} · saved {age(c.saved_at)} ago by attempt {c.attempt}",
+            )
+        )
     return rows
 
 

@@ -21,6 +21,7 @@ from gpuyard.shared.contracts.events.jobs import (
     GpuShare,
     JobCancelled,
     JobCancelRequested,
+    JobCheckpointed,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -127,6 +128,13 @@ EXAMPLES = {
         message="retry 1/3 after: exited with code 1",
         not_before=T,
         exit_code=1,
+    ),
+    Subject.JOB_CHECKPOINTED: JobCheckpointed(
+        job_id=J,
+        attempt=2,
+        step=12000,
+        size_bytes=1_234_567_890,
+        saved_at=datetime(2026, 11, 1, 11, 59, 58, tzinfo=UTC),
     ),
     Subject.NODE_HEARTBEAT: NodeHeartbeat(
         node="node-1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuyard.services.executor.backend import Backend
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.jobenv import mps_running
+from gpuyard.services.executor.jobstorage import storage_root_of
 from gpuyard.services.executor.jobusers import JobUsers
 from gpuyard.services.executor.local import LocalBackend
 from gpuyard.services.executor.logfile import LogBudget
@@ -56,6 +57,7 @@ def make_backend(
         shipper=shipper,
         job_users=JobUsers.from_setting(settings.job_users, settings.job_uid_base),
         job_root=settings.job_root,
+        storage_root=storage_root_of(settings),
         start_helper=settings.replica_start == "helper",
         log_budget=LogBudget.share(settings.tenant_log_budget, settings.executor_workers),
     )

@@ -1,9 +1,15 @@
 """The environment a replica runs in: the job's own env, GPU pinning, and torchrun-style distributed vars.
 
 Each replica also gets a publish token (GPUYARD_PUBLISH_TOKEN, `gpuyard.shared.auth.jobtokens`: its tenant, job and attempt,
-for `POST /v1/models` only) and the API's URL (GPUYARD_SERVER), so that `gpuyard.publish_model` works inside
-the job with nothing typed; never the platform's own credentials. The token is in that replica's environment
-only, which no other tenant can read, and is never logged.
+for `POST /v1/models` only), a checkpoint token (GPUYARD_CHECKPOINT_TOKEN: the same, for reporting the job's own
+checkpoints only, `POST /v1/jobs/{id}/checkpoints`) and the API's URL (GPUYARD_SERVER), so that
+`gpuyard.publish_model` and `gpuyard.checkpoint` work inside the job with nothing typed; never the platform's own
+credentials. The tokens are in that replica's environment only, which no other tenant can read, and are never
+logged.
+
+On the local backend each replica also gets its job's checkpoint and output folders (GPUYARD_CHECKPOINT_DIR,
+GPUYARD_OUTPUT_DIR, `gpuyard.shared.runtime.paths.job_storage`), the same for every attempt of the job
+(docs/storage.md).
 
 `TMPDIR` is the replica's private temporary folder (`tmpdir`: `/tmp` where the replica has a /tmp of its own
 in a mount namespace, else a folder of its attempt's, 0700 and its user's), never the executor's own, which
@@ -24,9 +30,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.shared.auth.jobtokens import JobTokenError, read_secret, secret_path, sign
+from gpuyard.shared.auth.jobtokens import (
+    CHECKPOINT_SCOPE,
+    PUBLISH_SCOPE,
+    JobTokenError,
+    read_secret,
+    secret_path,
+    sign,
+)
 from gpuyard.shared.contracts.events.jobs import JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.runtime.paths import JobStorage
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +125,27 @@ def publishing_from_settings(settings) -> Publishing | None:
 
 
 def publish_env(*, job_id: str, tenant: str, attempt: int) -> dict[str, str]:
-    """GPUYARD_PUBLISH_TOKEN (for this job's attempt and tenant, `models:publish` only) and GPUYARD_SERVER;
-    nothing when the platform gives no publish tokens."""
+    """GPUYARD_PUBLISH_TOKEN (for this job's attempt and tenant, `models:publish` only),
+    GPUYARD_CHECKPOINT_TOKEN (the same, `jobs:checkpoint` only) and GPUYARD_SERVER; nothing when the platform
+    gives no job tokens."""
     publishing = _publishing
     if publishing is None:
         return {}
-    token = sign(
-        publishing.secret, tenant=tenant, job_id=job_id, attempt=attempt, lifetime=publishing.lifetime
-    )
-    return {"GPUYARD_PUBLISH_TOKEN": token, "GPUYARD_SERVER": publishing.api_url}
+    secret, lifetime = publishing.secret, publishing.lifetime
+    token = {
+        scope: sign(secret, tenant=tenant, job_id=job_id, attempt=attempt, lifetime=lifetime, scope=scope)
+        for scope in (PUBLISH_SCOPE, CHECKPOINT_SCOPE)
+    }
+    return {
+        "GPUYARD_PUBLISH_TOKEN": token[PUBLISH_SCOPE],
+        "GPUYARD_CHECKPOINT_TOKEN": token[CHECKPOINT_SCOPE],
+        "GPUYARD_SERVER": publishing.api_url,
+    }
+
+
+def storage_env(storage: JobStorage) -> dict[str, str]:
+    """The job's checkpoint and output folders, which every attempt of it shares."""
+    return {"GPUYARD_CHECKPOINT_DIR": storage.checkpoints, "GPUYARD_OUTPUT_DIR": storage.outputs}
 
 
 def identity_env(
@@ -166,10 +192,11 @@ def replica_env(
     gpu_memory: dict[int, int] | None = None,
     mps: bool = False,
     tmpdir: str | None = None,
+    storage: JobStorage | None = None,
 ) -> dict[str, str]:
     """`gpu_memory`: the node's GPU index → total bytes (to size a slice given only as a fraction);
     `mps`: the node runs CUDA MPS; `tmpdir`: the replica's private temporary folder (None: the executor's
-    TMPDIR, if any)."""
+    TMPDIR, if any); `storage`: the job's checkpoint and output folders (None: none on this backend)."""
     env = {k: os.environ[k] for k in INHERITED if k in os.environ}
     env.update(platform_path(env.get("PATH")))
     if tmpdir is not None:
@@ -188,6 +215,8 @@ def replica_env(
             node=replica.node,
         )
     )
+    if storage is not None:
+        env.update(storage_env(storage))
     env["GPUYARD_GPUS"] = ",".join(str(g.index) for g in gpus)
     env["CUDA_VISIBLE_DEVICES"] = visible
     env.update(

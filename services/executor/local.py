@@ -55,6 +55,7 @@ from gpuyard.shared.runtime.paths import (
     replica_files,
     unreachable_to_others,
 )
+from gpuyard.shared.runtime.paths import storage_root as default_storage_root
 from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
@@ -79,14 +80,19 @@ class LocalBackend(Backend):
         shipper: LogShipper | None = None,
         job_users: JobUsers | None = None,
         job_root: Path,
+        storage_root: Path | None = None,
         start_helper: bool = True,
         log_budget: LogBudget | None = None,
     ):
         """`log_budget`: what the running replicas of each tenant may hold of this process's logs together
-        (`LogBudget`; None: no limit)."""
+        (`LogBudget`; None: no limit); `storage_root`: where jobs' checkpoint and output folders are (None: the
+        default place, `gpuyard.shared.runtime.paths.storage_root`)."""
         self.node = node
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
         self.job_root = job_root
+        self.storage_root = storage_root or default_storage_root(
+            None, data_dir, job_root, jobs_switch_users=self.job_users.switches
+        )
         self.shipper = shipper
         self.data_dir = data_dir
         self.cgroups = cgroups
@@ -101,12 +107,13 @@ class LocalBackend(Backend):
         self.watchers: set[asyncio.Task] = set()
         self.reaper = ReaperClient()
         self.start_helper = start_helper
-        self.private = PrivateTmps(data_dir, job_root)
+        self.private = PrivateTmps(data_dir, job_root, self.storage_root)
         self.starter = ReplicaStarter(
             node=node,
             data_dir=data_dir,
             job_users=self.job_users,
             job_root=job_root,
+            storage_root=self.storage_root,
             cgroups=cgroups,
             reaper=self.reaper,
             private=self.private,

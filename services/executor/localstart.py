@@ -1,5 +1,5 @@
 """The start of one replica of the local backend (`local.py`): its folders and working directory, its user,
-its environment, its private temporary folders (`privatetmp.py`), its cgroup, its log and output pipe, then
+its job's checkpoint and output folders (`jobstorage.py`), its environment, its private temporary folders (`privatetmp.py`), its cgroup, its log and output pipe, then
 its process, which the executor's reaper starts (`reaper_client.py`).
 
 A start either gives a running replica (`LocalReplica`) or leaves nothing behind (no descriptor, no log, no
@@ -22,6 +22,7 @@ from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import node_fault
 from gpuyard.services.executor.exits import AttemptKey, NodeFault
 from gpuyard.services.executor.jobenv import replica_env
+from gpuyard.services.executor.jobstorage import make_job_storage
 from gpuyard.services.executor.jobusers import JobUser, JobUsers
 from gpuyard.services.executor.logfile import LogPump, RotatingLog
 from gpuyard.services.executor.pidfiles import make_job_workdir, make_replica_dirs
@@ -29,7 +30,7 @@ from gpuyard.services.executor.privatetmp import NOT_PRIVATE, PrivateTmp, Privat
 from gpuyard.services.executor.processes import StartError, not_found, signal_group
 from gpuyard.services.executor.reaper_client import ReapedProcess, ReaperClient, StartRefused
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobPlaced
-from gpuyard.shared.runtime.paths import ReplicaFiles, job_workdir, replica_files
+from gpuyard.shared.runtime.paths import JobStorage, ReplicaFiles, job_storage, job_workdir, replica_files
 from gpuyard.shared.stores.logs import LogKey
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class ReplicaStarter:
         data_dir: Path,
         job_users: JobUsers,
         job_root: Path,
+        storage_root: Path,
         cgroups: Cgroups,
         reaper: ReaperClient,
         private: PrivateTmps,
@@ -82,6 +84,7 @@ class ReplicaStarter:
         self.data_dir = data_dir
         self.job_users = job_users
         self.job_root = job_root
+        self.storage_root = storage_root
         self.cgroups = cgroups
         self.reaper = reaper
         self.private = private
@@ -118,8 +121,9 @@ class ReplicaStarter:
         user = self.job_users.for_tenant(launch.tenant)
         make_replica_dirs(files, work=not spec.working_dir and user is None)
         cwd = self.working_dir(launch, replica, user, files)
+        storage = self.job_storage(launch, replica, user)
         private = self.private.for_replica(launch.key, user, spec.working_dir, files)
-        env = self.environment(launch, replica, private, user, cwd)
+        env = self.environment(launch, replica, private, user, cwd, storage)
         memory = placement.memory_bytes or spec.resources.memory
         cgroup = self.cgroup(launch, replica, placement.cpus or spec.resources.cpus, memory)
         with contextlib.ExitStack() as undo:  # what is made below is undone if the start fails
@@ -169,8 +173,28 @@ class ReplicaStarter:
             return cwd
         return files.work
 
+    def job_storage(self, launch: AttemptLaunch, replica: int, user: JobUser | None) -> JobStorage:
+        """The job's checkpoint and output folders, which every attempt of it shares, made if missing."""
+        storage = job_storage(self.storage_root, launch.tenant, launch.job_id)
+        try:
+            make_job_storage(storage, user)
+        except OSError as exc:
+            if (why := node_fault(exc)) is not None:
+                raise self.fault(replica, why, "its checkpoint and output folders") from None
+            raise StartError(
+                FailureReason.START_FAILED,
+                f"cannot make its checkpoint and output folders: {exc.strerror or exc}",
+            ) from None
+        return storage
+
     def environment(
-        self, launch: AttemptLaunch, replica: int, private: PrivateTmp, user: JobUser | None, cwd: str
+        self,
+        launch: AttemptLaunch,
+        replica: int,
+        private: PrivateTmp,
+        user: JobUser | None,
+        cwd: str,
+        storage: JobStorage,
     ) -> dict[str, str]:
         env = replica_env(
             job_id=launch.job_id,
@@ -185,6 +209,7 @@ class ReplicaStarter:
             gpu_memory=self.gpu_memory,
             mps=self.mps,
             tmpdir=private.tmpdir,
+            storage=storage,
         )
         env.update(private.env)
         if user is not None:  # (its own home: the platform's is not its to read)

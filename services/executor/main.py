@@ -2,7 +2,8 @@
 
 - worker 0 of the node announces it (`announce.py`: one heartbeat per node, whatever the number of its
   executor processes); every worker learns the other nodes' addresses from their heartbeats;
-- worker 0 also deletes the directories of jobs finished longer ago than the retention (`retention.py`);
+- worker 0 also deletes the directories of jobs finished longer ago than the retention, their checkpoint and
+  output folders included (`retention.py`);
 - the GPU slice guard runs where GPU memory can be read (`gpuguard.py`);
 - the backend's own watch runs beside (the local backend's reaper: if it ends, the executor stops, and its
   next start adopts what runs);
@@ -18,6 +19,7 @@ import signal
 
 from gpuyard.services.executor import jobenv
 from gpuyard.services.executor.executor import Executor
+from gpuyard.services.executor.jobstorage import storage_root_of
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
@@ -41,7 +43,13 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
     if executor.worker == 0:
         service.spawn(executor.nodes.run(), "heartbeat")
         sweeper = JobDirSweeper(
-            settings.data_dir, executor.store, executor.attempts, settings.retention, settings.job_root
+            settings.data_dir,
+            executor.store,
+            executor.attempts,
+            settings.retention,
+            settings.job_root,
+            storage_root=storage_root_of(settings) if settings.executor_backend == "local" else None,
+            registry=service.metrics,
         )
         service.spawn(sweeper.run(settings.retention_interval), "retention")
     await bus.subscribe_to(NodeHeartbeat, executor.nodes.on_heartbeat)

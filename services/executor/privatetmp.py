@@ -60,15 +60,17 @@ class PrivateTmp:
 class PrivateTmps:
     """The node's means of keeping replicas apart (`open`), and each attempt's private folders on it."""
 
-    def __init__(self, data_dir: Path, job_root: Path):
+    def __init__(self, data_dir: Path, job_root: Path, storage_root: Path | None = None):
+        """`storage_root`: where jobs' checkpoint and output folders are, which a namespace must not hide."""
         self.data_dir = data_dir
         self.job_root = job_root
+        self.storage_root = storage_root
         self.namespaces = Namespaces(False, False, "not tried yet")
         self.private_shm = False
         self.covered: tuple[str, ...] = ()
         self.hidden: str | None = None
-        """A folder of PRIVATE_FOLDERS that the job root or the platform's Python is in (its replicas would not
-        find them in a namespace of their own)."""
+        """A folder of PRIVATE_FOLDERS that the job root, the storage root or the platform's Python is in (its
+        replicas would not find them in a namespace of their own)."""
         self.own_namespace: str | None = None
         self.isolations: dict[AttemptKey, str] = {}
 
@@ -80,8 +82,10 @@ class PrivateTmps:
             self.namespaces = await asyncio.to_thread(probe_namespaces)
             self.private_shm = self.namespaces.mounts and os.path.isdir(SHM) and shm_jobs_folder()
             self.covered = tuple(f for f in PRIVATE_FOLDERS[:2] if os.path.isdir(f))
-            self.hidden = under(self.job_root, PRIVATE_FOLDERS) or under(
-                Path(sys.executable).parent, PRIVATE_FOLDERS
+            self.hidden = (
+                under(self.job_root, PRIVATE_FOLDERS)
+                or (under(self.storage_root, PRIVATE_FOLDERS) if self.storage_root else None)
+                or under(Path(sys.executable).parent, PRIVATE_FOLDERS)
             )
             self.own_namespace = mount_namespace("self")
             if self.namespaces.mounts and not self.private_shm:
@@ -92,7 +96,9 @@ class PrivateTmps:
             node_log.warning(PROC_SHARED.format(reason=self.namespaces.reason))
         elif self.hidden:
             node_log.warning(
-                NO_PRIVATE_TMP.format(reason=f"the job root or the platform's Python is under {self.hidden}")
+                NO_PRIVATE_TMP.format(
+                    reason=f"the job root, the storage root or the platform's Python is under {self.hidden}"
+                )
             )
 
     def for_replica(

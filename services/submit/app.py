@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gpuyard.services.submit import (
     routes_admin,
     routes_alerts,
+    routes_checkpoints,
     routes_jobs,
     routes_models,
     routes_nodes,
@@ -172,6 +173,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
         BodyLimit, ctx=ctx, limit=ctx.max_body_bytes, uploads=frozenset({("POST", PUBLISH_PATH)})
     )
     app.include_router(routes_jobs.router)
+    app.include_router(routes_checkpoints.router)
     app.include_router(routes_platform.router)
     app.include_router(routes_nodes.router)
     app.include_router(routes_models.router)

@@ -3,6 +3,7 @@ logged in with. Each token stands for a tenant (and a user); admins see every te
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -36,9 +37,21 @@ Context = Annotated[SubmitContext, Depends(get_context)]
 
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
-JOB_TOKEN_ELSEWHERE = "a job's publish token is accepted by POST /v1/models only"
+JOB_TOKEN_ELSEWHERE = (
+    "a job's publish token is accepted by POST /v1/models only (and its checkpoint token by POST "
+    "/v1/jobs/{id}/checkpoints only)"
+)
 PUBLISH_PATH = "/v1/models"
-"""The one route that takes a job's publish token (`routes_models.publisher`)."""
+"""The route that takes a job's publish token (`routes_models.publisher`)."""
+CHECKPOINTS_PATH = re.compile(r"/v1/jobs/[^/]+/checkpoints")
+"""The route that takes a job's checkpoint token (`routes_checkpoints.checkpoint_claims`)."""
+
+
+def takes_job_tokens(method: str, path: str) -> bool:
+    """Whether the route checks a job's token itself (each its own scope)."""
+    return method == "POST" and (path == PUBLISH_PATH or CHECKPOINTS_PATH.fullmatch(path) is not None)
+
+
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -51,8 +64,7 @@ def refusal_before_body(
 ) -> str | None:
     """Why a request to the API (every route under /v1 needs a token) is refused (401) before its body is
     read, or None: it carries no credential at all, a token that is unknown, revoked or expired, or a job's
-    publish token elsewhere than `POST /v1/models` (whose route checks that token itself, still before the
-    body). A dashboard session's cookie is checked by the route, as the body the dashboard sends is small."""
+    token elsewhere than the routes that check it themselves, still before the body (`takes_job_tokens`). A dashboard session's cookie is checked by the route, as the body the dashboard sends is small."""
     authorization = headers.get(b"authorization")
     token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
     if token is None:
@@ -61,7 +73,7 @@ def refusal_before_body(
             return None
         return MISSING_TOKEN
     if is_job_token(token):
-        return None if (method, path) == ("POST", PUBLISH_PATH) else JOB_TOKEN_ELSEWHERE
+        return None if takes_job_tokens(method, path) else JOB_TOKEN_ELSEWHERE
     try:
         ctx.tokens.authenticate(token)
     except TokenRefused as exc:

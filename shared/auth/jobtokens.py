@@ -1,13 +1,15 @@
-"""A job's publish token: what lets code inside a training job publish a model, and nothing else.
+"""A job's tokens: what lets code inside a job publish a model, or report its own checkpoints, and nothing else.
 
-The executor puts one into each replica's environment (`GPUYARD_PUBLISH_TOKEN`, services/executor/jobenv.py);
-`gpuyard.publish_model` sends it as its bearer token; the submit service accepts it on `POST /v1/models` only,
-for the job's tenant, and records the job as the model's producer. It is never typed by anyone, and it is
-not the platform's credentials: it is signed with a secret the submit service and the executors share (a file
-of the data dir that `gpuyard up` makes, mode 0600, or `GPUYARD_PUBLISH_SECRET_FILE`).
+Each token has one scope. The executor puts one of each into each replica's environment
+(services/executor/jobenv.py): `GPUYARD_PUBLISH_TOKEN` (`models:publish`), which `gpuyard.publish_model` sends
+as its bearer token and the submit service accepts on `POST /v1/models` only, for the job's tenant, recording the
+job as the model's producer; and `GPUYARD_CHECKPOINT_TOKEN` (`jobs:checkpoint`), which `gpuyard.checkpoint` sends
+and the submit service accepts on `POST /v1/jobs/{id}/checkpoints` only, for that one job. They are never typed
+by anyone, and they are not the platform's credentials: they are signed with a secret the submit service and the
+executors share (a file of the data dir that `gpuyard up` makes, mode 0600, or `GPUYARD_PUBLISH_SECRET_FILE`).
 
 Format: `gyjob1.<payload>.<signature>`, the payload base64url JSON
-`{"t": tenant, "j": job id, "a": attempt, "s": "models:publish", "e": expiry (Unix seconds)}` and the
+`{"t": tenant, "j": job id, "a": attempt, "s": scope, "e": expiry (Unix seconds)}` and the
 signature base64url HMAC-SHA256 of `gyjob1.<payload>` under the secret. The submit service also checks that
 the attempt is the job's current one and that it is still placed or running: a token outlives its job
 by nothing.
@@ -28,6 +30,9 @@ from gpuyard.shared.auth import secretfile
 
 PREFIX = "gyjob1."
 PUBLISH_SCOPE = "models:publish"
+"""A job's publish token: `POST /v1/models`, for the job's tenant."""
+CHECKPOINT_SCOPE = "jobs:checkpoint"
+"""A job's checkpoint token: `POST /v1/jobs/{id}/checkpoints`, for that job alone."""
 SECRETS_DIR = "secrets"
 SECRET_FILE = "publish.key"
 WHAT = "publish secret"

@@ -98,6 +98,7 @@ GRANTS: dict[Role, Grant] = {
         publishes=HEARTBEAT
         | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED}  # a queued job's
         | MODEL_EVENTS  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
+        | {Subject.JOB_CHECKPOINTED}  # what a job reports of its checkpoints (its checkpoint token)
         | {Subject.NODE_CONTROL},  # an admin's cordon, drain, uncordon
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE), node.lost
         follows=(TELEMETRY_STREAM,),  # the heartbeats and samples, the last few read again at start

@@ -24,6 +24,7 @@ from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     JobCancelled,
     JobCancelRequested,
+    JobCheckpointed,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -68,6 +69,7 @@ TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
     Subject.JOB_CANCELLED: (frozenset({Q, P, R}), JobState.CANCELLED),
     Subject.JOB_PREEMPTED: (frozenset({P, R}), None),
     Subject.JOB_REQUEUED: (frozenset({P, R}), Q),
+    Subject.JOB_CHECKPOINTED: (frozenset({P, R}), None),
 }
 
 # The state sets every module uses (one definition: none spells its own), read off the table above.
@@ -167,6 +169,17 @@ def read_outcome_text(data: Any) -> Any:
     return upgraded
 
 
+class Checkpoint(BaseModel):
+    """The latest checkpoint a job reported (`job.checkpointed`)."""
+
+    model_config = ConfigDict(frozen=True)
+    step: int
+    saved_at: datetime
+    size_bytes: int
+    attempt: int
+    reported_at: datetime | None = None  # when the platform recorded it (its event's time)
+
+
 class JobView(BaseModel):
     """The current state of one job, derived only from its events (the projection stored for listing)."""
 
@@ -193,6 +206,7 @@ class JobView(BaseModel):
     message: str = ""
     log_tail: list[str] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
+    checkpoint: Checkpoint | None = None  # the latest one reported, whichever attempt saved it
 
     @property
     def current(self) -> Attempt:
@@ -371,6 +385,17 @@ def _requeued(view: JobView, data: JobRequeued, at: datetime, changes: dict) -> 
     return {}
 
 
+def _checkpointed(view: JobView, data: JobCheckpointed, at: datetime, changes: dict) -> dict:
+    changes["checkpoint"] = Checkpoint(
+        step=data.step,
+        saved_at=data.saved_at,
+        size_bytes=data.size_bytes,
+        attempt=data.attempt,
+        reported_at=at,
+    )
+    return {}
+
+
 Applier = Callable[[JobView, Any, datetime, dict], dict]
 """`(view, the event's data, its time, the changes to the view) -> the changes to the current attempt`."""
 
@@ -385,6 +410,7 @@ APPLIERS: dict[type[EventData], Applier] = {
     JobCancelled: _cancelled,
     JobPreempted: _preempted,
     JobRequeued: _requeued,
+    JobCheckpointed: _checkpointed,
 }
 """What each job event (but `job.submitted`, which makes the view) changes: the machine's second table."""
 

@@ -8,7 +8,8 @@ publishers racing for one version number never overwrite each other's file (the 
 version exists: the loser's file is removed), and writing the same bytes again changes nothing.
 
 Writes are atomic: on a local directory a temporary file renamed into place (fsynced first); on an object
-store a single PUT (an object appears whole or not at all). Every load checks the SHA-256 (`load`).
+store a single PUT, or for a staged file of 2 × `PART_SIZE` or more on S3 a multipart upload, completed whole or
+aborted (an object appears whole or not at all). Every load checks the SHA-256 (`load`).
 
 An upload is written to a file as it comes (`ModelStore.stage`), hashed on the way, never held in memory whole:
 in the store's own directory when it is local (`.uploads/`, so that publishing it is a link, not a copy), else
@@ -40,6 +41,10 @@ UPLOADS_DIR = ".uploads"
 """Uploads being written, in a local store's directory."""
 STALE_UPLOAD = 24 * 3600.0
 """An upload's file left this long (its writer gone: a crash) is removed by the next upload."""
+PART_SIZE = 8 << 20
+"""A multipart upload's part on S3: s3fs sends a staged file of twice this or more in parts, ten at a time (an
+upload holds at most ten parts in memory, not a large model whole), a smaller one as one PUT."""
+S3_PROTOCOLS = {"s3", "s3a"}
 
 
 class ModelStoreError(Exception):
@@ -122,7 +127,7 @@ def _filesystem(url: str):
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:
         protocol = url.split("://", 1)[0]
-        extra = f" ({install_command('s3')})" if protocol in ("s3", "s3a") else ""
+        extra = f" ({install_command('s3')})" if protocol in S3_PROTOCOLS else ""
         raise ModelStoreError(
             f"the model store {_shown(url)} needs a package that is not installed{extra}: {exc}"
         ) from None
@@ -147,10 +152,15 @@ class ModelStore:
             raise ModelStoreError("no model store URL")
         self.url = url.rstrip("/")
         self.local = _is_local(self.url)
+        self._put_options: dict[str, Any] = {}
+        """What `put_file` is given beyond the paths (s3fs: its part size)."""
         if self.local:
             self.root = Path(self.url.removeprefix("file://")).expanduser().resolve()
         else:
             self.fs, self.root_path = _filesystem(self.url)
+            protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+            if protocols & S3_PROTOCOLS:
+                self._put_options["chunksize"] = PART_SIZE
 
     def __repr__(self) -> str:
         return f"ModelStore({_shown(self.url)!r})"
@@ -194,7 +204,7 @@ class ModelStore:
         path = f"{self.root_path}/{self.key(tenant, name, version, sha256)}"
         try:
             if isinstance(data, StagedFile):
-                self.fs.put_file(str(data.path), path)  # (a multipart upload: whole or absent too)
+                self.fs.put_file(str(data.path), path, **self._put_options)  # (multipart: whole or aborted)
             else:
                 self.fs.pipe_file(path, data)  # one PUT: the object is whole or absent
         except Exception as exc:
@@ -253,9 +263,9 @@ def _put_local_file(path: Path, source: Path) -> None:
 
 def _put_local_with(path: Path, write) -> None:
     """The file `write(tmp)` makes, renamed into place as `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write(tmp)
         os.chmod(tmp, 0o400)  # a published version never changes
         os.replace(tmp, path)

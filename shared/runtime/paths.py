@@ -1,4 +1,5 @@
-"""Where things live in the data directory; one definition for the services that write and read them.
+"""Where things live in the data directory, and in the storage root (jobs' checkpoints and outputs); one
+definition for the services that write and read them.
 
 The executor starts hundreds of replicas a second and builds each one's paths as strings (`ReplicaFiles`):
 a pathlib path costs it some 20 µs to make. Everyone else uses the Path forms below, made from the same.
@@ -56,6 +57,42 @@ def job_workdir(job_root: Path | str, job_id: str, attempt: int, replica: int) -
     """The working directory of a replica that runs as another user than the platform's, outside the private
     data directory: `<job root>/<id>/attempt-<n>/work-<r>` (its folders 0711: searchable, not listable)."""
     return f"{job_root}/{job_id}/attempt-{attempt}/work-{replica}"
+
+
+STORAGE = "storage"
+"""The storage root's folder name in its default places (`storage_root`)."""
+CHECKPOINTS = "checkpoints"
+OUTPUTS = "outputs"
+STORAGE_KINDS = (CHECKPOINTS, OUTPUTS)
+"""The per-job folders of the storage root, each `<root>/<kind>/<tenant>/<job id>/`."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStorage:
+    """A job's folders that every attempt of it shares (its preemptions, retries and requeues): what it saves
+    to resume from, and what it keeps (docs/storage.md)."""
+
+    checkpoints: str
+    """`<root>/checkpoints/<tenant>/<job id>`: GPUYARD_CHECKPOINT_DIR."""
+    outputs: str
+    """`<root>/outputs/<tenant>/<job id>`: GPUYARD_OUTPUT_DIR."""
+
+    def folders(self) -> tuple[str, str]:
+        return self.checkpoints, self.outputs
+
+
+def job_storage(root: Path | str, tenant: str, job_id: str) -> JobStorage:
+    """The storage folders of a job of `tenant` under the storage root."""
+    return JobStorage(f"{root}/{CHECKPOINTS}/{tenant}/{job_id}", f"{root}/{OUTPUTS}/{tenant}/{job_id}")
+
+
+def storage_root(setting: Path | None, data_dir: Path, job_root: Path, *, jobs_switch_users: bool) -> Path:
+    """The storage root: the setting (`GPUYARD_STORAGE_ROOT`), else `storage/` in the data dir, or, where jobs
+    run as other users than the platform's (a root platform), `storage/` in the job root, which they can
+    reach (the data dir is closed to them)."""
+    if setting is not None:
+        return Path(setting)
+    return (job_root if jobs_switch_users else data_dir) / STORAGE
 
 
 def replica_files(data_dir: Path | str, job_id: str, attempt: int, replica: int) -> ReplicaFiles:

@@ -26,6 +26,11 @@ class ClientSettings(BaseSettings):
         description="Set by the executor in a job's environment, never by hand: the job's token for "
         "`gpuyard.publish_model` (`POST /v1/models` only; see docs/models.md).",
     )
+    checkpoint_token: str = Field(
+        "",
+        description="Set by the executor in a job's environment, never by hand: the job's token for reporting its "
+        "own checkpoints (`gpuyard.checkpoint`, `POST /v1/jobs/{id}/checkpoints` only; see docs/storage.md).",
+    )
     context: str = Field(
         "",
         description="The context (a platform `gpuyard up` saved: `gpuyard context ls`) whose server and token "

@@ -197,8 +197,9 @@ class CommonSettings(BaseSettings):
     model_store: str = Field(
         "",
         description="Where published models are kept: a directory, or an fsspec URL such as "
-        "s3://bucket/prefix (needs the `s3` extra, see docs/models.md; credentials from s3fs's usual places); "
-        "default: models/ in the data dir. See docs/models.md.",
+        "s3://bucket/prefix (needs the `s3` extra; credentials and endpoint from the standard AWS variables or "
+        "~/.aws, e.g. AWS_ENDPOINT_URL for MinIO or another S3-compatible store); default: models/ in the data "
+        "dir. See docs/models.md.",
     )
     publish_secret_file: Path | None = Field(
         None,

@@ -79,6 +79,15 @@ class ExecutorSettings(CommonSettings):
         description="Where jobs that run as other users get their working directories (outside the private "
         "data directory; every folder above it must be searchable by all). Unused when not root.",
     )
+    storage_root: Path | None = Field(
+        None,
+        description="Where jobs keep what outlives an attempt: `checkpoints/<tenant>/<job id>/` and "
+        "`outputs/<tenant>/<job id>/` (GPUYARD_CHECKPOINT_DIR and GPUYARD_OUTPUT_DIR of each replica), shared by "
+        "every attempt of a job and deleted after its retention. A shared filesystem mounted at the same path on "
+        "every node lets a job resume on another node. Default: storage/ in the data dir; where jobs run as "
+        "other users (a root platform), storage/ in the job root (every folder above it must be searchable "
+        "by all). See docs/storage.md.",
+    )
     gpu_memory_policy: Literal["warn", "stop", "off"] = Field(
         "warn", description="A job over its GPU memory slice: warn (alert) or stop it after the grace."
     )

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
 from gpuyard.shared.contracts.api.common import Out, _public
-from gpuyard.shared.contracts.events.jobs import FailureReason, PendingReason, RequeueReason
+from gpuyard.shared.contracts.api.tenants import Rfc3339
+from gpuyard.shared.contracts.events.jobs import (
+    MAX_CHECKPOINT_NUMBER,
+    FailureReason,
+    PendingReason,
+    RequeueReason,
+)
+from gpuyard.shared.contracts.fieldtypes import JSON_INTEGER, Strict
 from gpuyard.shared.contracts.jobspec import (
     JobSpec,
 )
@@ -109,6 +116,36 @@ class AttemptOut(Out):
         return read_outcome_text(data)  # (an earlier server's answer: its outcome in words)
 
 
+class CheckpointOut(Out):
+    """The latest checkpoint the job reported (`gpuyard.checkpoint.save`, docs/storage.md)."""
+
+    step: int = Field(description="The step it holds, as the job counts them.")
+    saved_at: datetime = Field(description="When the job finished writing it.")
+    size_bytes: int = Field(description="Its size on disk.")
+    attempt: int = Field(description="The attempt that saved it.")
+
+
+CheckpointNumber = Annotated[int, Field(ge=0, le=MAX_CHECKPOINT_NUMBER), JSON_INTEGER]
+
+
+class CheckpointIn(Strict):
+    """What a job reports of a checkpoint it saved (`POST /v1/jobs/{id}/checkpoints`, with its checkpoint token)."""
+
+    step: CheckpointNumber = Field(description="The step it holds, as the job counts them.")
+    size_bytes: CheckpointNumber = Field(description="Its size on disk.")
+    saved_at: Rfc3339 | None = Field(
+        None,
+        description="When the job finished writing it, with its time zone (default: when the report arrives).",
+    )
+
+
+class CheckpointAccepted(Out):
+    job_id: str
+    attempt: int
+    step: int
+    duplicate: bool = Field(False, description="True when this very report was recorded before.")
+
+
 class JobOut(Out):
     job_id: str
     name: str
@@ -131,6 +168,9 @@ class JobOut(Out):
     failure: FailureOut | None = Field(None, description="How it failed, once failed.")
     message: str = Field("", description="The latest word on it: why it failed, was cancelled or requeued.")
     attempts: list[AttemptOut] = Field(default_factory=list)
+    checkpoint: CheckpointOut | None = Field(
+        None, description="The latest checkpoint it reported, whichever attempt saved it."
+    )
 
 
 class JobListOut(Out):
@@ -210,6 +250,7 @@ def job_out(view: JobView, place: int | None = None, now: datetime | None = None
         failure=_failure(view) if view.state == JobState.FAILED else None,
         message=view.message,
         attempts=[_public(AttemptOut, a) for a in view.attempts],  # (`summary`: Attempt's property)
+        checkpoint=_public(CheckpointOut, view.checkpoint) if view.checkpoint else None,
     )
 
 

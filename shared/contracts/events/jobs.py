@@ -1,4 +1,4 @@
-"""The events of a job's life: submitted, pending (with its reason), placed, started, replicas' exits, its end, cancel, preemption, requeue."""
+"""The events of a job's life: submitted, pending (with its reason), placed, started, replicas' exits, its end, cancel, preemption, requeue; and the checkpoints it saves."""
 
 from __future__ import annotations
 
@@ -228,3 +228,22 @@ class JobRequeued(EventData):
     message: str = ""
     not_before: datetime | None = Field(None, description="Retry backoff: do not place before this time.")
     exit_code: int | None = None
+
+
+MAX_CHECKPOINT_NUMBER = 2**63 - 1
+"""The largest step and size a checkpoint's report may say (a signed 64-bit integer, as every store keeps one)."""
+
+
+@event(Subject.JOB_CHECKPOINTED)
+class JobCheckpointed(EventData):
+    """The job saved a checkpoint (`gpuyard.checkpoint.save`) in its checkpoint folder, which every attempt of it
+    shares (docs/storage.md); reported by the job itself through the API, with its checkpoint token. The job's
+    view keeps the latest one reported."""
+
+    job_id: str
+    attempt: int
+    step: int = Field(
+        ge=0, le=MAX_CHECKPOINT_NUMBER, description="The step it holds, as the job counts them."
+    )
+    size_bytes: int = Field(ge=0, le=MAX_CHECKPOINT_NUMBER, description="Its size on disk.")
+    saved_at: datetime = Field(description="When the job finished writing it (the job's clock).")

@@ -22,6 +22,7 @@ class Subject(StrEnum):
     JOB_CANCELLED = "job.cancelled"
     JOB_PREEMPTED = "job.preempted"
     JOB_REQUEUED = "job.requeued"
+    JOB_CHECKPOINTED = "job.checkpointed"
     NODE_HEARTBEAT = "node.heartbeat"
     NODE_LOST = "node.lost"
     NODE_GPU_HEALTH = "node.gpu_health"

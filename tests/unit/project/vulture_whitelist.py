@@ -40,6 +40,8 @@ CALLED_BY_NAME = {
 PUBLIC_API = {
     ("gpuyard/training.py", "apply_gpu_memory_limit"): "a job's own code calls it (docs/executor.md)",
     ("gpuyard/training.py", "init_distributed"): "a job's own code calls it (gpuyard/training.py)",
+    ("gpuyard/checkpoint.py", "load_latest"): "a job's own code calls it to resume (docs/storage.md)",
+    ("gpuyard/checkpoint.py", "latest_step"): "a job's own code calls it (docs/storage.md)",
 }
 
 CHECKED_BY_TESTS = {

@@ -36,6 +36,7 @@ export const SUBJECT = Object.freeze({
   JOB_CANCELLED: "job.cancelled",
   JOB_PREEMPTED: "job.preempted",
   JOB_REQUEUED: "job.requeued",
+  JOB_CHECKPOINTED: "job.checkpointed",
   NODE_HEARTBEAT: "node.heartbeat",
   NODE_LOST: "node.lost",
   NODE_GPU_HEALTH: "node.gpu_health",

@@ -318,6 +318,7 @@ ERRORS = {
     ("/v1/jobs/{job_id}/why", "get"): {401, 404, 409, 422, 503},
     ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
     ("/v1/jobs/{job_id}/logs", "get"): {206, 401, 404, 416, 422, 503},
+    ("/v1/jobs/{job_id}/checkpoints", "post"): {401, 403, 404, 409, 422, 429, 503},
     ("/v1/events/stream", "get"): {401, 422, 503},
     ("/v1/deadletters", "get"): {401, 403, 422, 503},
     ("/v1/nodes", "get"): {401},
@@ -378,6 +379,9 @@ NOT_YOURS = {
     ("/v1/jobs/{job_id}/why", "get"): 404,
     ("/v1/jobs/{job_id}/cancel", "post"): 404,
     ("/v1/jobs/{job_id}/logs", "get"): 404,
+    # the job's own checkpoint token only: a person's token is refused whoever's job it names (another job's
+    # checkpoint token is answered 404: tests/unit/services/submit/test_checkpoint_reports.py)
+    ("/v1/jobs/{job_id}/checkpoints", "post"): 403,
     ("/v1/events/stream", "get"): None,  # needs the bus: tests/integration/test_platform.py walks it
     ("/v1/deadletters", "get"): 403,  # admins only (events of every tenant)
     ("/v1/nodes", "get"): 200,  # the cluster's machines: no tenant's data

@@ -51,6 +51,7 @@ function drawHead() {
         h("div", { class: "mono" }, job.job_id),
         h("div", { class: "muted" }, `tenant ${job.tenant} · user ${job.user || "—"} · submitted `, ago(job.created_at),
           ` · ${num(job.gpus)} GPU${job.gpus === 1 ? "" : "s"} · attempt ${job.attempt}`),
+        checkpointLine(job.checkpoint),
       ),
       h("div", { class: "row", style: { gap: "8px", flex: "0 0 auto" } },
         cancel, resubmit,
@@ -59,6 +60,13 @@ function drawHead() {
     ),
     h("div", { id: "action-result" }),
   );
+}
+
+/** The latest checkpoint the job reported (docs/storage.md): its step, size, when and by which attempt. */
+function checkpointLine(c) {
+  if (!c) return null;
+  return h("div", { class: "muted", id: "job-checkpoint" },
+    `latest checkpoint: step ${c.step} · ${bytes(c.size_bytes)} · saved `, ago(c.saved_at), ` by attempt ${c.attempt}`);
 }
 
 async function cancelJob() {
@@ -146,7 +154,8 @@ async function loadTimeline() {
 
 function eventNote(event) {
   const d = event.data ?? {};
-  const note = (d.cause ? causeText(d) : "") || d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
+  const saved = d.step != null ? `step ${d.step} · ${bytes(d.size_bytes)}` : ""; // (a job.checkpointed)
+  const note = saved || (d.cause ? causeText(d) : "") || d.message || d.reason || (d.exit_code != null ? `exit code ${d.exit_code}` : "") || (d.node ? `on ${d.node}` : "");
   return note ? h("div", { class: "muted" }, typeof note === "string" ? note : reasonText(note)) : null;
 }
 
