@@ -12,6 +12,7 @@ from rich.console import Console
 from gpuyard.client import Client, ClientError
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.jobs import (
+    JobCheckpointed,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -21,6 +22,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobStarted,
 )
 from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, apply
+from gpuyard.shared.contracts.units import format_size
 
 OUTPUT_WAIT = 30.0
 """Seconds the job's end waits for its replicas' output streams, which end as soon as the API sees the job
@@ -69,6 +71,8 @@ def describe_event(event: CloudEvent) -> str:
             return f"started on {d.node} (replicas {', '.join(map(str, d.replicas))})"
         case JobRequeued() as d:
             return f"requeued as attempt {d.attempt} ({d.reason}): {d.message}"
+        case JobCheckpointed() as d:
+            return f"checkpoint at step {d.step} ({format_size(d.size_bytes)}, attempt {d.attempt})"
     return event.nats_subject.value.split(".", 1)[-1]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from gpuyard.follow import event_line, parse_event
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
+    JobCheckpointed,
     JobPreempted,
     JobReplicaExited,
     JobRequeued,
@@ -57,3 +59,8 @@ def test_a_replica_end_names_its_exit_code_or_signal_and_never_says_none():
     assert ended(exit_code=3) == "replica 1 exited (exit 3)"
     assert ended(signal=9) == "replica 1 exited (signal 9 (SIGKILL))"
     assert ended(message="node n1 was lost") == "replica 1 exited (no exit status): node n1 was lost"
+
+
+def test_a_checkpoint_says_its_step_size_and_attempt():
+    saved = JobCheckpointed(job_id="j", attempt=2, step=1200, size_bytes=3 << 20, saved_at=datetime.now(UTC))
+    assert line(saved) == "checkpoint at step 1200 (3 MiB, attempt 2)"
