@@ -4,7 +4,8 @@
 Every attempt of a job finds the same two folders (a preemption, a retry, a requeue: docs/storage.md); they are
 made before each replica starts, 0700 and owned by the user the job runs as (its tenant's on a root platform,
 `jobusers.py`; the platform's own otherwise), in folders of the platform's that every user may pass through but
-not list (0711), and given to it as GPUYARD_CHECKPOINT_DIR and GPUYARD_OUTPUT_DIR (`jobenv.py`). They go with
+not list (0711) where jobs run as other users, 0700 where they run as the platform's own, and given to it as
+GPUYARD_CHECKPOINT_DIR and GPUYARD_OUTPUT_DIR (`jobenv.py`). They go with
 the job's other data once its retention has run out (`retention.py`)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from gpuyard.services.executor.jobusers import JobUser, JobUsers
 from gpuyard.services.executor.pidfiles import make_job_workdir
-from gpuyard.shared.runtime.paths import JobStorage, storage_root
+from gpuyard.shared.runtime.paths import JobStorage, private_dir, storage_root
 from gpuyard.shared.settings.executor import ExecutorSettings
 
 
@@ -43,11 +44,15 @@ def check_storage_reachable(root: Path) -> None:
 
 
 def make_job_storage(storage: JobStorage, user: JobUser | None) -> None:
-    """The job's checkpoint and output folders, owned by `user` (None: the platform's own user) and 0700; left as
-    they are when an earlier attempt made them. PermissionError for one another user owns (never taken over); one
+    """The job's checkpoint and output folders, owned by `user` (None: the platform's own user, in folders of its
+    own, 0700) and 0700; left as they are when an earlier attempt made them. PermissionError for one another user owns (never taken over); one
     the platform's user owns is a concurrent start's of the same job (another node, on a shared root), given to
     the job's user here as there."""
-    uid, gid = (user.uid, user.gid) if user is not None else (os.geteuid(), os.getegid())
+    if user is None:  # the platform's own, 0700 to the root as the rest of its data dir: no one else passes
+        for folder in storage.folders():
+            private_dir(folder)
+        return
+    uid, gid = user.uid, user.gid
     for folder in storage.folders():
         try:
             make_job_workdir(folder, uid, gid)
