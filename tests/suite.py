@@ -28,6 +28,8 @@ HALVES = {
 PYTEST = ["-q", "-rs", "--durations=15", "-p", "no:cacheprovider"]
 PROGRESS_EVERY = 30.0
 PERCENT = re.compile(rb"\[\s*(\d+)%\]")
+NO_TESTS = 5
+"""pytest's exit status when nothing was selected: a half that `-k` leaves empty has nothing to fail."""
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Half:
     paths: list[str]
     log: Path
     proc: subprocess.Popen[bytes] = field(init=False)
+    percent: int = 0
 
     def start(self, extra: list[str]) -> None:
         command = [sys.executable, "-m", "pytest", *PYTEST, *extra, *self.paths]
@@ -45,9 +48,11 @@ class Half:
     def progress(self) -> str:
         """How far it is: pytest's last percentage, or its end."""
         if (code := self.proc.poll()) is not None:
-            return f"{self.name}: {'passed' if code == 0 else f'failed ({code})'}"
+            said = {0: "passed", NO_TESTS: "nothing selected"}.get(code, f"failed ({code})")
+            return f"{self.name}: {said}"
         found = PERCENT.findall(self.log.read_bytes()[-4096:])
-        return f"{self.name}: {int(found[-1]) if found else 0}%"
+        self.percent = max(self.percent, int(found[-1]) if found else 0)  # (its summary pushes them out)
+        return f"{self.name}: {self.percent}%"
 
 
 def main(extra: list[str]) -> int:
@@ -66,14 +71,17 @@ def main(extra: list[str]) -> int:
                     half.proc.terminate()
                     half.proc.wait()
         for half in sorted(
-            halves, key=lambda h: h.proc.returncode != 0
+            halves, key=lambda h: h.proc.returncode not in (0, NO_TESTS)
         ):  # the failed one last: CI shows the tail
             print(f"\n{'=' * 30} {half.name} ({' '.join(half.paths)}) {'=' * 30}", flush=True)
             sys.stdout.buffer.write(half.log.read_bytes())
             sys.stdout.flush()
         ended = " · ".join(half.progress() for half in halves)
         print(f"\nthe suite took {(time.monotonic() - started) / 60:.1f} min: {ended}")
-        return next((half.proc.returncode for half in halves if half.proc.returncode), 0)
+        codes = [half.proc.returncode for half in halves]
+        if all(code == NO_TESTS for code in codes):
+            return NO_TESTS
+        return next((code for code in codes if code not in (0, NO_TESTS)), 0)
 
 
 def wait(halves: list[Half], started: float) -> None:
