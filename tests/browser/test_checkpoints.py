@@ -22,5 +22,6 @@ def test_the_jobs_page_shows_its_latest_checkpoint_live(dashboard):
         expect(line).to_contain_text("latest checkpoint: step 7 · 2 KiB · saved", timeout=30_000)
         expect(line).to_contain_text("by attempt 1")
         expect(page.locator('#timeline li[data-kind="job.checkpointed"]')).to_contain_text("step 7 · 2 KiB")
+        board.screenshot("job-checkpoint")
     finally:
         board.api("POST", f"/v1/jobs/{job_id}/cancel")
