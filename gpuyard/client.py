@@ -51,7 +51,7 @@ def new_idempotency_key() -> str:
     return uuid.uuid4().hex
 
 
-def _detail(response: httpx.Response) -> str:
+def detail_of(response: httpx.Response) -> str:
     try:
         detail = response.json().get("detail")
     except ValueError:
@@ -153,9 +153,9 @@ class Client:
             if status in RETRIED_STATUSES and not last and (status in UNDONE_STATUSES or repeatable):
                 asked = retry_after(response)
                 if asked is None or asked <= LONGEST_WAIT:
-                    self._wait(f"{_detail(response)} (HTTP {status})", wait if asked is None else asked)
+                    self._wait(f"{detail_of(response)} (HTTP {status})", wait if asked is None else asked)
                     continue
-            return self._answer(response)
+            return self.answer_of(response)
         raise AssertionError("unreachable")
 
     def unreachable(self) -> str:
@@ -179,16 +179,17 @@ class Client:
             self.on_retry(why, seconds)
         self.sleep(seconds)
 
-    def _answer(self, response: httpx.Response) -> Any:
+    def answer_of(self, response: httpx.Response) -> Any:
+        """A response's JSON (or text), or the ClientError that says why it was refused."""
         if response.status_code == 401:
             whose = f" (the token of context {self.token_of!r})" if self.token_of else ""
             raise ClientError(
-                f"not authorised ({_detail(response)}){whose}; pass --token or set GPUYARD_TOKEN"
+                f"not authorised ({detail_of(response)}){whose}; pass --token or set GPUYARD_TOKEN"
             )
         if response.status_code >= 400:
             asked = retry_after(response)
             later = f"; retry after {asked:g} s" if asked is not None else ""
-            raise ClientError(f"{_detail(response)} (HTTP {response.status_code}{later})")
+            raise ClientError(f"{detail_of(response)} (HTTP {response.status_code}{later})")
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
@@ -297,7 +298,7 @@ class Client:
             with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=None) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ClientError(f"{_detail(response)} (HTTP {response.status_code})")
+                    raise ClientError(f"{detail_of(response)} (HTTP {response.status_code})")
                 yield from response.iter_bytes()
         except httpx.ConnectError:
             raise ClientError(self.unreachable()) from None

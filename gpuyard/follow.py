@@ -20,6 +20,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobReplicaExited,
     JobRequeued,
     JobStarted,
+    lost_work_text,
 )
 from gpuyard.shared.contracts.jobstate import IllegalTransition, JobState, apply
 from gpuyard.shared.contracts.units import format_size
@@ -66,7 +67,9 @@ def describe_event(event: CloudEvent) -> str:
             return f"failed: {d.message}"
         case JobPreempted() as d:
             by = f" by job {d.by_job}" if d.by_job else ""
-            return f"preempted ({d.text}){by}: stopping within {d.grace_seconds:g}s"
+            said = f"preempted ({d.text}){by}: stopping within {d.grace_seconds:g}s"
+            lost = lost_work_text(d.lost_work_seconds)
+            return f"{said}; {lost}" if lost else said
         case JobStarted() as d:
             return f"started on {d.node} (replicas {', '.join(map(str, d.replicas))})"
         case JobRequeued() as d:

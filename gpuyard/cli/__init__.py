@@ -4,8 +4,9 @@ One module per command group, each adding its commands with `register(sub, commo
 
 - up.py: `gpuyard up`
 - jobs.py: `submit`, `ps`, `describe`, `events`, `cancel`, `logs`, `why`
+- artifacts.py: `artifacts` (what a job kept in its output folder)
 - alerts.py: `alerts`; usage.py: `usage`; nodes.py: `top`, `nodes` (`cordon`, `drain`, `uncordon`)
-- models.py: `models …`; admin.py: `admin tokens …`, `backup`, `bus-user`, `restore`; context.py: `context …`
+- models.py: `models …`; volumes.py: `volumes …`; admin.py: `admin tokens …`, `backup`, `bus-user`, `restore`; context.py: `context …`
 - sim.py: `sim` (the simulator, run as its own program)
 
 common.py holds what they share. The CLI talks to the submit API through `gpuyard.client` and renders the public
@@ -18,13 +19,25 @@ import sys
 
 from rich.markup import escape
 
-from gpuyard.cli import admin, alerts, context, jobs, models, nodes, sim, up, usage
+from gpuyard.cli import admin, alerts, artifacts, context, jobs, models, nodes, sim, up, usage, volumes
 from gpuyard.cli.common import CliError, common_options, err
 from gpuyard.cli.sim import run_sim
 from gpuyard.client import CHOSEN_CONTEXT, ClientError
 from gpuyard.shared.contracts.version import VERSION
 
-GROUPS = (up, jobs, alerts, usage, nodes, models, admin, context, sim)  # in the order `gpuyard --help` lists
+GROUPS = (
+    up,
+    jobs,
+    artifacts,
+    alerts,
+    usage,
+    nodes,
+    models,
+    volumes,
+    admin,
+    context,
+    sim,
+)  # in the order `gpuyard --help` lists
 
 
 def build_parser() -> argparse.ArgumentParser:

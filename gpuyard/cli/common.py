@@ -9,11 +9,20 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -103,3 +112,21 @@ def age(then: datetime | None) -> str:
 def when(at: datetime | None, never: str) -> str:
     """`at` in UTC to the minute, or `never` when there is none."""
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if at is not None else never
+
+
+@contextmanager
+def transfer_progress(what: str, total: int | None):
+    """A progress bar on stderr while bytes go (none when stderr is not a terminal)."""
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    with bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)

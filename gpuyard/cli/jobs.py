@@ -15,6 +15,7 @@ from gpuyard.cli.common import CliError, age, api_client, err, key_value_table, 
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.shared.contracts.api.jobs import JobOut, pending_text
+from gpuyard.shared.contracts.events.jobs import lost_work_text
 from gpuyard.shared.contracts.jobspec import JobSpec, start_error
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobState, in_order
 from gpuyard.shared.contracts.specfiles import SpecError, load_spec_file
@@ -266,9 +267,9 @@ def _waiting_rows(job: JobOut) -> list[tuple[str, str]]:
         rows.append(("Estimated start", why.relative_start(job.pending.estimated_start, datetime.now(UTC))))
     if job.preemption:
         pre = job.preemption
-        rows.append(
-            ("Preempted", pre.reason + (f" by job {pre.by_job}" if pre.by_job else "") + ", stopping")
-        )
+        lost = lost_work_text(pre.lost_work_seconds)
+        by = f" by job {pre.by_job}" if pre.by_job else ""
+        rows.append(("Preempted", f"{pre.reason}{by}, stopping" + (f"; {lost}" if lost else "")))
     return rows
 
 

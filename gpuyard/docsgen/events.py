@@ -58,6 +58,12 @@ from gpuyard.shared.contracts.events.nodes import (
 )
 from gpuyard.shared.contracts.events.services import ProcessState, ServiceHeartbeat, ServiceStatus
 from gpuyard.shared.contracts.events.subjects import STREAMS, Subject
+from gpuyard.shared.contracts.events.volumes import (
+    VolumeCreated,
+    VolumeDeleted,
+    VolumeFilesDeleted,
+    VolumeFilesWritten,
+)
 from gpuyard.shared.contracts.jobspec import JobSpec, Resources
 from gpuyard.shared.contracts.jobstate import TRANSITIONS
 from gpuyard.shared.contracts.reasons import PendingCode
@@ -120,6 +126,7 @@ EXAMPLES = {
         cause=PreemptionCause.RECLAIM,
         by_job="9a8b7c6d5e4f3a2b",
         grace_seconds=30,
+        lost_work_seconds=754.0,
     ),
     Subject.JOB_REQUEUED: JobRequeued(
         job_id=J,
@@ -233,6 +240,14 @@ EXAMPLES = {
         reason="checksum_mismatch",
         message="the file's sha256 is 2c26b46b…, not the published 9f86d081…: not loaded",
     ),
+    Subject.VOLUME_CREATED: VolumeCreated(name="imagenet", tenant="vision", size_bytes=50 * 10**9, by="ana"),
+    Subject.VOLUME_FILES_WRITTEN: VolumeFilesWritten(
+        name="imagenet", tenant="vision", path="train", files=12_811, bytes=1_281_167_000, by="ana"
+    ),
+    Subject.VOLUME_FILES_DELETED: VolumeFilesDeleted(
+        name="imagenet", tenant="vision", path="train/tmp", files=3, bytes=4_096, by="ana"
+    ),
+    Subject.VOLUME_DELETED: VolumeDeleted(name="imagenet", tenant="vision", bytes=1_281_167_000, by="ana"),
     Subject.ALERT_RAISED: AlertRaised(
         alert_id=f"{AlertKind.GPU_IDLE}/node-1/2",
         kind=AlertKind.GPU_IDLE,

@@ -22,6 +22,7 @@ from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import default_text, env_name, flag_name
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.shared.settings.storage import StorageSettings
 from gpuyard.shared.settings.submit import SubmitSettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -59,15 +60,22 @@ class Table:
 
 
 COMMON = tuple(CommonSettings.model_fields)
+STORAGE = tuple(StorageSettings.model_fields)
 TABLES = (
     Table("Every service", "Read by each of the five services.", CommonSettings),
-    Table("The submit API", "`python -m gpuyard.services.submit`", SubmitSettings, skip=COMMON),
+    Table(
+        "Storage",
+        "Read by the submit API and the executor: the users jobs run as, the storage root, volumes.",
+        StorageSettings,
+        skip=COMMON,
+    ),
+    Table("The submit API", "`python -m gpuyard.services.submit`", SubmitSettings, skip=STORAGE),
     Table("The scheduler", "`python -m gpuyard.services.scheduler`", SchedulerSettings, skip=COMMON),
     Table(
         "The executor",
         "`python -m gpuyard.services.executor`; its Kubernetes backend's settings are in the next table.",
         ExecutorSettings,
-        skip=(*COMMON, "kubernetes"),
+        skip=(*STORAGE, "kubernetes"),
     ),
     Table(
         "The executor's Kubernetes backend",

@@ -1,8 +1,9 @@
-from gpuyard.services.executor.jobstorage import check_storage_reachable, storage_root_of
-from gpuyard.services.executor.jobusers import JobUsers
+from gpuyard.services.executor.jobstorage import check_storage_reachable
 from gpuyard.services.executor.main import main
 from gpuyard.services.executor.privatetmp import check_reachable
+from gpuyard.shared.runtime.jobusers import JobUsers
 from gpuyard.shared.runtime.service import run_service
+from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.executor import ExecutorSettings
 
 

@@ -124,6 +124,11 @@ class Backend(ABC):
         a pod's own)."""
         return ""
 
+    def notes(self, key: AttemptKey) -> list[str]:
+        """What the node could not do for the attempt's replicas that started here, besides their limits (a
+        volume's read-only mount it could not enforce), in plain words, for its `job.started`."""
+        return []
+
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         """Replica → session id of its processes on this host, for the GPU memory watch ({} when unknown)."""
         return {}

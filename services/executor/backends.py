@@ -5,10 +5,10 @@ from __future__ import annotations
 from gpuyard.services.executor.backend import Backend
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.jobenv import mps_running
-from gpuyard.services.executor.jobstorage import storage_root_of
-from gpuyard.services.executor.jobusers import JobUsers
 from gpuyard.services.executor.local import LocalBackend
 from gpuyard.services.executor.logfile import LogBudget
+from gpuyard.shared.runtime.jobusers import JobUsers
+from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.executor import ExecutorSettings
 from gpuyard.shared.stores.logs.shipper import LogShipper
 

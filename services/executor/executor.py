@@ -359,6 +359,7 @@ class Executor(AttemptHost):
         job_id, attempt = key
         limits = self.backend.limits
         notes = [f"cpu and memory limits {limits}"] if LIMITS_NOT_ENFORCED in limits else []
+        notes += self.backend.notes(key)
         started = JobStarted(
             job_id=job_id,
             attempt=attempt,

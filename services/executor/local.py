@@ -28,7 +28,6 @@ from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEve
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import classify_exit
 from gpuyard.services.executor.exits import AttemptKey, NodeFault, replica_exit
-from gpuyard.services.executor.jobusers import SHARED_RIGHTS, JobUsers, platform_user, uid_key
 from gpuyard.services.executor.localstart import LocalReplica, ReplicaStarter
 from gpuyard.services.executor.logfile import LogBudget, LogPump, RotatingLog, output_after, tail_lines
 from gpuyard.services.executor.nodelog import node_log
@@ -49,6 +48,7 @@ from gpuyard.services.executor.reaper_client import (
 )
 from gpuyard.services.executor.start_helper import start_helper
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
+from gpuyard.shared.runtime.jobusers import SHARED_RIGHTS, JobUsers, platform_user, uid_key
 from gpuyard.shared.runtime.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,
@@ -180,6 +180,11 @@ class LocalBackend(Backend):
 
     def isolation(self, key: AttemptKey) -> str:
         return self.private.isolation(key)
+
+    def notes(self, key: AttemptKey) -> list[str]:
+        """What the node could not do for the attempt's replicas started here, besides their limits (a volume's
+        read-only not enforced: `volumemounts.py`), for its `job.started`."""
+        return self.private.notes_of(key)
 
     def open_log(self, path: str, key: LogKey, tenant: str | None) -> RotatingLog:
         """A replica's log file (rotated, shipped to the log store), within its tenant's share of the log

@@ -1,6 +1,7 @@
-"""The start of one replica of the local backend (`local.py`): its folders and working directory, its user,
-its job's checkpoint and output folders (`jobstorage.py`), its environment, its private temporary folders (`privatetmp.py`), its cgroup, its log and output pipe, then
-its process, which the executor's reaper starts (`reaper_client.py`).
+"""The start of one replica of the local backend (`local.py`): its user, its working directory, its job's
+checkpoint and output folders (`jobstorage.py`), its private temporary folders (`privatetmp.py`), its volumes
+(`volumemounts.py`), its environment, its cgroup, its log and output pipe, then its process, which the
+executor's reaper starts (`reaper_client.py`), and whose first steps make its folders (`replicafolders.py`).
 
 A start either gives a running replica (`LocalReplica`) or leaves nothing behind (no descriptor, no log, no
 cgroup, no process) and says why: a `StartError` (the job's: a command not found, a working directory that
@@ -22,24 +23,56 @@ from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import node_fault
 from gpuyard.services.executor.exits import AttemptKey, NodeFault
 from gpuyard.services.executor.jobenv import replica_env
-from gpuyard.services.executor.jobstorage import make_job_storage
-from gpuyard.services.executor.jobusers import JobUser, JobUsers
+from gpuyard.services.executor.jobstorage import StorageFolders
 from gpuyard.services.executor.logfile import LogPump, RotatingLog
-from gpuyard.services.executor.pidfiles import make_job_workdir, make_replica_dirs
-from gpuyard.services.executor.privatetmp import NOT_PRIVATE, PrivateTmp, PrivateTmps
+from gpuyard.services.executor.pidfiles import make_replica_dirs
+from gpuyard.services.executor.privatetmp import NOT_MOUNTED, NOT_PRIVATE, PrivateTmp, PrivateTmps
 from gpuyard.services.executor.processes import StartError, not_found, signal_group
+from gpuyard.services.executor.reaper.folders import make_folders
 from gpuyard.services.executor.reaper_client import ReapedProcess, ReaperClient, StartRefused
+from gpuyard.services.executor.replicafolders import (
+    STORAGE,
+    WORKDIR,
+    Folder,
+    attempt_folders,
+    refused_words,
+    unmade,
+    users_folder,
+)
+from gpuyard.services.executor.volumemounts import MountError, Mounts, make_mount_points, plan
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobPlaced
-from gpuyard.shared.runtime.paths import JobStorage, ReplicaFiles, job_storage, job_workdir, replica_files
+from gpuyard.shared.runtime.jobusers import JobUser, JobUsers
+from gpuyard.shared.runtime.paths import JobStorage, ReplicaFiles, job_workdir, replica_files
 from gpuyard.shared.stores.logs import LogKey
 
 log = logging.getLogger(__name__)
 
-START_STEPS = {"pid_file": "its pid file", "cwd": "its working directory", "cgroup": "its cgroup"}
+START_STEPS = {
+    "pid_file": "its pid file",
+    "cwd": "its working directory",
+    "cgroup": "its cgroup",
+    "folders": "its folders",
+}
 """What the reaper was doing at a step of a start (`reaper/`), in words."""
 
 OpenLog = Callable[[str, LogKey, str | None], RotatingLog]
 """The log file of a replica (its path, its key in the log store, its tenant): `LocalBackend.open_log`."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a replica's first process finds around it: its working directory, the folders it makes (in order),
+    its private temporary folders and its volumes."""
+
+    cwd: str
+    folders: list[Folder]
+    private: PrivateTmp
+    mounts: Mounts
+
+    @property
+    def binds(self) -> tuple[tuple[str, str], ...]:
+        """What its mount namespace binds, in order (none: it has none)."""
+        return self.private.binds + self.mounts.binds
 
 
 @dataclass
@@ -85,6 +118,7 @@ class ReplicaStarter:
         self.job_users = job_users
         self.job_root = job_root
         self.storage_root = storage_root
+        self.storage = StorageFolders(storage_root)
         self.cgroups = cgroups
         self.reaper = reaper
         self.private = private
@@ -119,11 +153,10 @@ class ReplicaStarter:
         spec = launch.spec
         files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
         user = self.job_users.for_tenant(launch.tenant)
-        make_replica_dirs(files, work=not spec.working_dir and user is None)
-        cwd = self.working_dir(launch, replica, user, files)
-        storage = self.job_storage(launch, replica, user)
-        private = self.private.for_replica(launch.key, user, spec.working_dir, files)
-        env = self.environment(launch, replica, private, user, cwd, storage)
+        make_replica_dirs(files, work=False)  # (its log's and pid file's: its first process makes the rest)
+        layout, storage = await self.layout(launch, replica, user, files)
+        env = self.environment(launch, replica, layout.private, user, layout.cwd, storage)
+        env.update(layout.mounts.env)
         memory = placement.memory_bytes or spec.resources.memory
         cgroup = self.cgroup(launch, replica, placement.cpus or spec.resources.cpus, memory)
         with contextlib.ExitStack() as undo:  # what is made below is undone if the start fails
@@ -134,13 +167,15 @@ class ReplicaStarter:
             undo.callback(os.close, read_fd)
             try:
                 proc = await self.spawn(
-                    launch, replica, files, cwd, env, (write_fd, read_fd), cgroup, memory, user, private
+                    launch, replica, files, layout, env, (write_fd, read_fd), cgroup, memory, user
                 )
             finally:
                 os.close(write_fd)
             undo.callback(signal_group, proc.pid, signal.SIGKILL)
-            if self.private.in_node_namespace(private, proc.pid):
-                raise StartError(FailureReason.START_FAILED, NOT_PRIVATE)
+            if layout.binds and self.private.in_node_namespace(proc.pid):
+                raise StartError(
+                    FailureReason.START_FAILED, NOT_PRIVATE if layout.private.binds else NOT_MOUNTED
+                )
             pump = LogPump(read_fd, sink)
             undo.pop_all()
         return LocalReplica(
@@ -157,35 +192,92 @@ class ReplicaStarter:
             memory_bytes=memory if cgroup else 0,
         )
 
+    async def layout(
+        self, launch: AttemptLaunch, replica: int, user: JobUser | None, files: ReplicaFiles
+    ) -> tuple[Layout, JobStorage]:
+        """The replica's working directory, its folders, its private temporary folders and its volumes; its
+        job's storage folders."""
+        cwd, work = self.working_dir(launch, replica, user, files)
+        storage, kept = self.job_storage(launch, replica, user)
+        private = self.private.for_replica(launch.key, user, launch.spec.working_dir, files)
+        above = attempt_folders(str(self.job_root), launch.key) if user is not None else []
+        folders = [*above, *private.folders, *work, *kept]
+        mounts = await self.volumes(launch, replica, user, cwd, private, folders)
+        return Layout(cwd, folders, private, mounts), storage
+
     def working_dir(
         self, launch: AttemptLaunch, replica: int, user: JobUser | None, files: ReplicaFiles
-    ) -> str:
-        """The spec's working directory (which must exist), else one of the attempt's: under the job root,
-        the job user's, when it runs as one; in the replica's folder otherwise."""
+    ) -> tuple[str, list[Folder]]:
+        """The spec's working directory (which must exist), else one of the attempt's, which its first process
+        makes: under the job root, the job user's, when it runs as one; in the replica's folder otherwise."""
         if launch.spec.working_dir:
             cwd = launch.spec.working_dir
             if not os.path.isdir(cwd):
                 raise StartError(FailureReason.START_FAILED, f"working directory {cwd!r} does not exist")
-            return cwd
-        if user is not None:
-            cwd = job_workdir(self.job_root, launch.job_id, launch.attempt, replica)
-            make_job_workdir(cwd, user.uid, user.gid)
-            return cwd
-        return files.work
+            return cwd, []
+        cwd = job_workdir(self.job_root, launch.job_id, launch.attempt, replica) if user else files.work
+        return cwd, [users_folder(cwd, user, WORKDIR)]
 
-    def job_storage(self, launch: AttemptLaunch, replica: int, user: JobUser | None) -> JobStorage:
-        """The job's checkpoint and output folders, which every attempt of it shares, made if missing."""
-        storage = job_storage(self.storage_root, launch.tenant, launch.job_id)
+    def job_storage(
+        self, launch: AttemptLaunch, replica: int, user: JobUser | None
+    ) -> tuple[JobStorage, list[Folder]]:
+        """The job's checkpoint and output folders, which every attempt of it shares (its first process makes
+        them if missing; the folders above them are made here, once per tenant)."""
         try:
-            make_job_storage(storage, user)
+            return self.storage.for_job(launch.tenant, launch.job_id, user)
         except OSError as exc:
             if (why := node_fault(exc)) is not None:
-                raise self.fault(replica, why, "its checkpoint and output folders") from None
+                raise self.fault(replica, why, STORAGE) from None
             raise StartError(
-                FailureReason.START_FAILED,
-                f"cannot make its checkpoint and output folders: {exc.strerror or exc}",
+                FailureReason.START_FAILED, f"cannot make {STORAGE}: {exc.strerror or exc}"
             ) from None
-        return storage
+
+    async def volumes(
+        self,
+        launch: AttemptLaunch,
+        replica: int,
+        user: JobUser | None,
+        cwd: str,
+        private: PrivateTmp,
+        folders: list[Folder],
+    ) -> Mounts:
+        """The replica's volumes (`volumemounts.py`): bound where it can get a mount namespace of its own (a
+        root platform, on a node that allows them), links elsewhere (its job.started then says read-only is not
+        enforced), at their places in its working directory, made here: its folders too, then, which its first
+        process finds made."""
+        if not launch.spec.volumes:
+            return Mounts()
+        why_none = await self.private.volume_namespace(private)
+        try:
+            mounts = plan(
+                launch.spec.volumes,
+                root=str(self.storage_root),
+                tenant=launch.tenant,
+                cwd=cwd,
+                namespace=not why_none,
+                why_none=why_none,
+            )
+        except MountError as exc:
+            raise StartError(FailureReason.START_FAILED, str(exc)) from None
+        try:
+            make_folders([folder.request() for folder in folders])
+        except OSError as exc:
+            raise self.folders_error(replica, folders, exc) from None
+        try:
+            make_mount_points(mounts, cwd, user)
+        except MountError as exc:
+            raise StartError(FailureReason.START_FAILED, str(exc)) from None
+        self.private.note(launch.key, mounts.notes)
+        return mounts
+
+    def folders_error(self, replica: int, folders: list[Folder], exc: OSError) -> StartError | NodeFault:
+        """Why the replica's folders could not be made (by its first process, or here), naming which."""
+        self.storage.forget()  # (one above them may have been removed: made again at the next start)
+        if (why := node_fault(exc)) is not None:
+            which = unmade(folders)
+            return self.fault(replica, why, which.what if which else START_STEPS["folders"])
+        message = exc.strerror or os.strerror(exc.errno or 0)
+        return StartError(FailureReason.START_FAILED, refused_words(folders, exc.errno, message))
 
     def environment(
         self,
@@ -232,21 +324,21 @@ class ReplicaStarter:
         launch: AttemptLaunch,
         replica: int,
         files: ReplicaFiles,
-        cwd: str,
+        layout: Layout,
         env: dict[str, str],
         output: tuple[int, int],
         cgroup: Path | None,
         memory: int,
         user: JobUser | None,
-        private: PrivateTmp,
     ) -> ReapedProcess:
         """The replica's first process, started by the reaper; what the reaper refused, in the executor's
         words (`start_error`), or a NodeFault."""
         argv = launch.spec.argv
+        private, mounts = layout.private, layout.mounts
         try:
             return await self.reaper.start(
                 argv,
-                cwd=str(cwd),
+                cwd=str(layout.cwd),
                 env=env,
                 output=output,
                 pid_file=files.pid,
@@ -261,13 +353,17 @@ class ReplicaStarter:
                 },
                 cgroup=str(cgroup) if cgroup else None,
                 user=(user.uid, user.gid) if user else None,
-                binds=private.binds,  # (none: no namespace of its own)
+                folders=[folder.request() for folder in layout.folders],
+                binds=layout.binds,  # (none: no namespace of its own)
+                read_only=mounts.read_only,
                 hide_pids=private.hide_pids and bool(private.binds),
             )
         except StartRefused as exc:
+            if exc.step == "folders":
+                raise self.folders_error(replica, layout.folders, exc) from None
             if (why := node_fault(exc)) is not None:
                 raise self.fault(replica, why, START_STEPS.get(exc.step, exc.step)) from None
-            raise start_error(exc, argv[0], str(cwd)) from None
+            raise start_error(exc, argv[0], str(layout.cwd)) from None
 
 
 def start_error(refused: StartRefused, argv0: str, cwd: str) -> StartError:

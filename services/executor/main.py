@@ -19,12 +19,12 @@ import signal
 
 from gpuyard.services.executor import jobenv
 from gpuyard.services.executor.executor import Executor
-from gpuyard.services.executor.jobstorage import storage_root_of
 from gpuyard.services.executor.nodelog import said_by
 from gpuyard.services.executor.retention import JobDirSweeper
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.events.subjects import HOLDER_EXECUTOR
 from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.executor import ExecutorSettings
 
 JOB_UMASK = 0o022

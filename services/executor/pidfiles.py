@@ -5,9 +5,7 @@ find what an earlier one started."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,30 +19,9 @@ def pid_file(data_dir: Path, job_id: str, attempt: int, replica: int) -> Path:
 def make_replica_dirs(files: ReplicaFiles, *, work: bool = True) -> None:
     """The job's, the attempt's and (unless not `work`) the replica's working directory (0700), made from the
     deepest up: where the attempt's claim made its folders (several executor processes on the node), one
-    mkdir call; otherwise one more per missing parent."""
+    mkdir call; otherwise one more per missing parent. (A start makes the attempt's alone, for its log and pid
+    file: the replica's first process makes its working directory, `replicafolders.py`.)"""
     private_dir(files.work if work else files.attempt)
-
-
-def make_job_workdir(path: str, uid: int, gid: int) -> None:
-    """A working directory owned by the job's user (0700), in folders of the platform's that every user may
-    pass through but not list (0711). One the job's user does not own (made before, by another) is refused."""
-    parents = []
-    folder = os.path.dirname(path)
-    while not os.path.isdir(folder):
-        parents.append(folder)
-        folder = os.path.dirname(folder)
-    for folder in reversed(parents):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o711)
-            os.chmod(folder, 0o711)  # (whatever the umask)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        if os.stat(path).st_uid != uid:
-            raise PermissionError(f"{path} exists and is not the job's user's") from None
-        return
-    os.chown(path, uid, gid)
-    os.chmod(path, 0o700)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ its first process before it leaves root: /tmp and /var/tmp are its attempt's fol
 (the same tmpfs as before), and /proc a proc of its own with hidepid=2 (Linux 5.8 on), which lists its user's
 processes only. Otherwise (the platform not root, a job that runs as the platform's user, no namespaces on the
 node, a working directory under /tmp) only its TMPDIR is private (a folder of its attempt's, 0700, its
-user's). The replicas of one attempt on one node share those folders; they are deleted when the last of them
-ends. The attempt's `job.started` says which (`isolation`).
+user's). The replicas of one attempt on one node share those folders, which each replica's first process makes
+(`replicafolders.py`); they are deleted when the last of them ends. The attempt's `job.started` says which
+(`isolation`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from pathlib import Path
 
 from gpuyard.services.executor.exits import AttemptKey
 from gpuyard.services.executor.jobenv import DEFAULT_MPS_PIPE_DIRECTORY
-from gpuyard.services.executor.jobusers import JobUser
 from gpuyard.services.executor.nodelog import node_log
-from gpuyard.services.executor.pidfiles import make_job_workdir
 from gpuyard.services.executor.processes import Namespaces, probe_namespaces, under
-from gpuyard.shared.runtime.paths import ReplicaFiles, job_workdir, private_dir, replica_files
+from gpuyard.services.executor.replicafolders import Folder, users_folder
+from gpuyard.shared.runtime.jobusers import JobUser
+from gpuyard.shared.runtime.paths import ReplicaFiles, job_workdir, replica_files
 
 SHM = "/dev/shm"
 SHM_JOBS = f"{SHM}/gpuyard-jobs"
@@ -40,6 +41,8 @@ NO_PRIVATE_TMP = (
 )
 PROC_SHARED = "jobs' /proc lists every process of the node, other tenants' command lines included ({reason})"
 NOT_PRIVATE = "cannot give it a private /tmp and /proc: its reaper started it in the node's mount namespace"
+NOT_MOUNTED = "cannot mount its volumes: its reaper started it in the node's mount namespace"
+TMP = "its private temporary folders"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class PrivateTmp:
     """The same, in the words of its `job.started` (`isolation`)."""
     env: tuple[tuple[str, str], ...] = ()
     """Variables that go with it (CUDA_MPS_PIPE_DIRECTORY where MPS's pipes were under /tmp)."""
+    folders: tuple[Folder, ...] = ()
+    """Its folders, which its first process makes (in folders of its attempt's that are made before them)."""
 
 
 class PrivateTmps:
@@ -66,6 +71,7 @@ class PrivateTmps:
         self.job_root = job_root
         self.storage_root = storage_root
         self.namespaces = Namespaces(False, False, "not tried yet")
+        self.probed = False
         self.private_shm = False
         self.covered: tuple[str, ...] = ()
         self.hidden: str | None = None
@@ -73,13 +79,15 @@ class PrivateTmps:
         replicas would not find them in a namespace of their own)."""
         self.own_namespace: str | None = None
         self.isolations: dict[AttemptKey, str] = {}
+        self.notes: dict[AttemptKey, tuple[str, ...]] = {}
+        """What the node could not do for an attempt's replicas besides (`note`), for its `job.started`."""
 
     async def open(self, *, switches: bool) -> None:
         """Find what the node allows, where jobs run as other users (`switches`), and say what it lacks."""
         if switches:
             check_reachable(self.job_root)  # (refused before the start by the executor's preflight)
             private_dir_of_jobs(self.job_root)
-            self.namespaces = await asyncio.to_thread(probe_namespaces)
+            await self.probe()
             self.private_shm = self.namespaces.mounts and os.path.isdir(SHM) and shm_jobs_folder()
             self.covered = tuple(f for f in PRIVATE_FOLDERS[:2] if os.path.isdir(f))
             self.hidden = (
@@ -87,7 +95,6 @@ class PrivateTmps:
                 or (under(self.storage_root, PRIVATE_FOLDERS) if self.storage_root else None)
                 or under(Path(sys.executable).parent, PRIVATE_FOLDERS)
             )
-            self.own_namespace = mount_namespace("self")
             if self.namespaces.mounts and not self.private_shm:
                 node_log.warning(f"{SHM_JOBS} cannot be the platform's own folder: jobs share /dev/shm")
         if switches and not self.namespaces.mounts:  # (without users, SHARED_RIGHTS said it)
@@ -101,12 +108,31 @@ class PrivateTmps:
                 )
             )
 
+    async def probe(self) -> Namespaces:
+        """What mount namespaces the node allows (tried once: at the start where jobs run as other users, else
+        at the first start that needs one, `volume_namespace`)."""
+        if not self.probed:
+            self.namespaces = await asyncio.to_thread(probe_namespaces)
+            self.own_namespace = mount_namespace("self")
+            self.probed = True
+        return self.namespaces
+
+    async def volume_namespace(self, private: PrivateTmp) -> str:
+        """Why a replica cannot have a mount namespace of its own for its volumes ("" when it can: one for its
+        private /tmp, or the platform is root on a node that allows them, whatever user the replica runs as:
+        its volumes are all a namespace holds then, and a working directory under /tmp hides nothing)."""
+        if private.binds:
+            return ""
+        found = await self.probe()
+        return "" if found.mounts else found.reason
+
     def for_replica(
         self, key: AttemptKey, user: JobUser | None, working_dir: str | None, files: ReplicaFiles
     ) -> PrivateTmp:
-        """The replica's private temporary folders (its attempt's on this node, made here), and whether it gets
-        a mount namespace of its own that puts them over the node's /tmp, /var/tmp and /dev/shm (not where that
-        would hide its working directory, `working_dir` or under the job root, or the platform's Python)."""
+        """The replica's private temporary folders (its attempt's on this node, made by its first process), and
+        whether it gets a mount namespace of its own that puts them over the node's /tmp, /var/tmp and /dev/shm
+        (not where that would hide its working directory, `working_dir` or under the job root, or the platform's
+        Python)."""
         private = self._private_tmp(key, user, working_dir, files)
         self.isolations[key] = private.words
         return private
@@ -116,11 +142,11 @@ class PrivateTmps:
     ) -> PrivateTmp:
         if user is None:
             folder = f"{files.attempt}/tmp"
-            private_dir(folder)
             reason = "it runs as the platform's user" if os.geteuid() == 0 else "the platform is not root"
-            return PrivateTmp(folder, words=f"private TMPDIR only: {reason}")
+            made = (users_folder(folder, None, TMP),)
+            return PrivateTmp(folder, words=f"private TMPDIR only: {reason}", folders=made)
         folder = f"{os.path.dirname(job_workdir(self.job_root, *key, 0))}/tmp"
-        make_job_workdir(folder, user.uid, user.gid)
+        folders = [users_folder(folder, user, TMP)]
         hidden = self.hidden or (under(working_dir, PRIVATE_FOLDERS) if working_dir else None)
         if not self.namespaces.mounts or hidden:
             reason = (
@@ -128,37 +154,49 @@ class PrivateTmps:
                 if hidden
                 else self.namespaces.reason
             )
-            return PrivateTmp(folder, words=f"private TMPDIR only: {reason}")
+            words = f"private TMPDIR only: {reason}"
+            return PrivateTmp(folder, words=words, folders=tuple(folders))
         binds: list[tuple[str, str]] = []
         env: list[tuple[str, str]] = []
         pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY
         if under(pipes, PRIVATE_FOLDERS) and os.path.isdir(pipes):  # MPS's pipes, where its clients find them
-            seen = f"{os.path.dirname(folder)}/mps"
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(seen, 0o711)  # (in the attempt's folder of the platform's: no job may replace it)
+            seen = (
+                f"{os.path.dirname(folder)}/mps"  # (the platform's, in its attempt's: no job may replace it)
+            )
+            folders.append(Folder(seen, 0o711, None, TMP))
             binds.append((pipes, seen))
             env.append(("CUDA_MPS_PIPE_DIRECTORY", seen))
         binds += [(folder, over) for over in self.covered]
         if self.private_shm:
             shm = f"{SHM_JOBS}/{key.job_id}-{key.attempt}"
-            make_job_workdir(shm, user.uid, user.gid)
+            folders.append(users_folder(shm, user, TMP))
             binds.append((shm, SHM))
         hide = self.namespaces.hide_pids
         words = "private /tmp, /var/tmp and /dev/shm" if self.private_shm else "private /tmp and /var/tmp"
         words += " (a mount namespace of its own); /proc lists "
         words += "its user's processes only" if hide else f"every process ({self.namespaces.reason})"
-        return PrivateTmp("/tmp", tuple(binds), hide, words, tuple(env))
+        return PrivateTmp("/tmp", tuple(binds), hide, words, tuple(env), tuple(folders))
 
-    def in_node_namespace(self, private: PrivateTmp, pid: int) -> bool:
-        """Whether a replica that was to get a mount namespace of its own runs in the executor's (`NOT_PRIVATE`)."""
-        return bool(private.binds and self.own_namespace and mount_namespace(pid) == self.own_namespace)
+    def in_node_namespace(self, pid: int) -> bool:
+        """Whether a replica that was to get a mount namespace of its own runs in the executor's (`NOT_PRIVATE`,
+        `NOT_MOUNTED`)."""
+        return bool(self.own_namespace and mount_namespace(pid) == self.own_namespace)
 
     def isolation(self, key: AttemptKey) -> str:
         return self.isolations.get(key, "")
 
+    def note(self, key: AttemptKey, notes: tuple[str, ...]) -> None:
+        """What else the node could not do for the attempt's replicas (its volumes: `volumemounts.py`)."""
+        if notes:
+            self.notes[key] = tuple(dict.fromkeys((*self.notes.get(key, ()), *notes)))
+
+    def notes_of(self, key: AttemptKey) -> list[str]:
+        return list(self.notes.get(key, ()))
+
     def forget(self, key: AttemptKey) -> None:
         """The attempt's private folders on this node are deleted (its last replica here has ended)."""
         self.isolations.pop(key, None)
+        self.notes.pop(key, None)
         folders = [
             f"{replica_files(self.data_dir, *key, 0).attempt}/tmp",
             f"{SHM_JOBS}/{key.job_id}-{key.attempt}",

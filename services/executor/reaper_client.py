@@ -33,7 +33,8 @@ class ReaperGone(Exception):
 
 
 class StartRefused(OSError):
-    """The replica could not be started; `step` says where: cwd, user, cgroup, exec, pid_file."""
+    """The replica could not be started; `step` says where: folders, cgroup, namespace, user, cwd, exec,
+    pid_file."""
 
     def __init__(self, code: int, step: str, message: str):
         super().__init__(code, message)
@@ -121,12 +122,15 @@ class ReaperClient:
         record: dict,
         user: tuple[int, int] | None = None,
         cgroup: str | None = None,
+        folders: Sequence[Sequence] = (),
         binds: Sequence[tuple[str, str]] = (),
+        read_only: Sequence[str] = (),
         hide_pids: bool = False,
     ) -> ReapedProcess:
         """Start a replica; `output` is its pipe (write end for the replica, read end for the reaper to hold);
-        `binds` (source, target) and `hide_pids`: a mount namespace of its own (`reaper/kernel.py`, `private_mounts`).
-        Raises StartRefused (with the step) or ReaperGone."""
+        `folders` ([path, mode, uid, gid]) made by its first process first (`reaper/folders.py`); `binds`
+        (source, target), `read_only` (targets of those) and `hide_pids`: a mount namespace of its own
+        (`reaper/kernel.py`, `private_mounts`). Raises StartRefused (with the step) or ReaperGone."""
         if self.sock is None or self.gone is None or self.gone.done():
             raise ReaperGone("the reaper has ended")
         request = dict(
@@ -139,7 +143,9 @@ class ReaperClient:
             record=record,
             user=list(user) if user else None,
             cgroup=cgroup,
+            folders=[list(folder) for folder in folders] or None,
             binds=[list(pair) for pair in binds] or None,
+            read_only=list(read_only) or None,
             hide_pids=hide_pids,
         )
         data = json.dumps(request).encode("utf-8", "surrogateescape")

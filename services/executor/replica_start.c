@@ -7,11 +7,15 @@
    - a new session (its own process group);
    - a child subreaper (PR_SET_CHILD_SUBREAPER, kept across exec), so that no descendant of the replica
      escapes it while it runs;
+   - while it is still the platform's user, the folders `folders` names, in order (its working directory, its
+     job's checkpoint and output folders, its private /tmp, and the platform's folders above them), each with
+     its mode and owner, as reaper/folders.py's `make_folders` (step "folders"): the executor makes none;
    - the cgroup `cgroup_procs` names (NULL: none);
    - stdin, stdout and stderr;
    - with `gpuyard_start_private`, while it is still root: a mount namespace of its own, whose mounts receive
-     the host's (slave) and send nothing back, the folders `binds` names bound over theirs (its private /tmp)
-     and, with `hide_pids`, a proc of its own on /proc with hidepid=2 (only its own user's processes): the
+     the host's (slave) and send nothing back, the folders `binds` names bound over theirs (its private /tmp,
+     its volumes), those `read_only` names remounted read-only (a write there fails with EROFS) and, with
+     `hide_pids`, a proc of its own on /proc with hidepid=2 (only its own user's processes): the
      reaper's own mounts are untouched (step "namespace" when one cannot be made);
    - no supplementary group, then `gid` and `uid` (-1: its own), with the raw system calls: the C library's
      wrappers would synchronise with the parent's threads, whose memory a vfork child shares;
@@ -30,6 +34,8 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,13 +60,17 @@ struct gpuyard_start {
     const char *cgroup_procs;
     long uid, gid;
     const char *cwd;
+    char *const *folders; /* the folders to make before anything else, in order, NULL-terminated (NULL: none) */
+    const long *folder_ids; /* for each of them: its mode, uid and gid (-1: the platform's) */
 };
 
 /* What `gpuyard_start_private` adds: pairs of folders, each bound over the second (source, target, …,
-   NULL), in order; `hide_pids`: a proc of its own with hidepid=2 on /proc. */
+   NULL), in order; `hide_pids`: a proc of its own with hidepid=2 on /proc; `read_only`: targets of those
+   remounted read-only after them (NULL-terminated; NULL: none). */
 struct gpuyard_private {
     char *const *binds;
     int hide_pids;
+    char *const *read_only;
 };
 
 static size_t append(char *line, size_t at, size_t size, const char *text) {
@@ -126,12 +136,45 @@ static int close_others(int keep) {
     return 0;
 }
 
-/* A mount namespace of its own (step "namespace"): the caller is root. */
+/* The folders of `s->folders` (step "folders"): each made with its mode (whatever the umask) and given to its
+   uid and gid (-1: left the platform's); one already there is kept when it is a folder, not a link, of its
+   owner-to-be, given to it when the platform owns it, refused with EEXIST otherwise. No link is followed: each
+   is in a folder of the platform's that no job can write in. */
+static void make_folders(const struct gpuyard_start *s) {
+    uid_t platform = geteuid();
+    for (size_t i = 0; s->folders != NULL && s->folders[i] != NULL; i++) {
+        const char *path = s->folders[i];
+        mode_t mode = (mode_t)s->folder_ids[3 * i];
+        long uid = s->folder_ids[3 * i + 1], gid = s->folder_ids[3 * i + 2];
+        if (mkdir(path, mode) != 0) {
+            struct stat found;
+            uid_t owner = uid < 0 ? platform : (uid_t)uid;
+            if (errno != EEXIST || lstat(path, &found) != 0) fail(s->error_fd, "folders", errno);
+            if (!S_ISDIR(found.st_mode) || (found.st_uid != owner && found.st_uid != platform))
+                fail(s->error_fd, "folders", EEXIST);
+            if (found.st_uid == owner) continue;
+        }
+        if ((uid >= 0 && fchownat(AT_FDCWD, path, (uid_t)uid, (gid_t)gid, AT_SYMLINK_NOFOLLOW) != 0) ||
+            chmod(path, mode) != 0)
+            fail(s->error_fd, "folders", errno);
+    }
+}
+
+/* A mount namespace of its own (step "namespace"): the caller is root. A read-only remount keeps the nosuid,
+   nodev and noexec of the bound folder's mount (statfs's `f_flags`, a plain system call, unlike statvfs,
+   which may read /proc/mounts: the ST_ flags have the MS_ values). */
 static void private_mounts(int error_fd, const struct gpuyard_private *p) {
     if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
         fail(error_fd, "namespace", errno);
     for (char *const *pair = p->binds; pair != NULL && pair[0] != NULL && pair[1] != NULL; pair += 2)
         if (mount(pair[0], pair[1], NULL, MS_BIND | MS_REC, NULL) != 0) fail(error_fd, "namespace", errno);
+    for (char *const *target = p->read_only; target != NULL && *target != NULL; target++) {
+        struct statfs found;
+        if (statfs(*target, &found) != 0) fail(error_fd, "namespace", errno);
+        unsigned long kept = (unsigned long)found.f_flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        if (mount(NULL, *target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, NULL) != 0)
+            fail(error_fd, "namespace", errno);
+    }
     if (p->hide_pids && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
         fail(error_fd, "namespace", errno);
 }
@@ -149,6 +192,7 @@ static void child(const struct gpuyard_start *s, const struct gpuyard_private *p
     }
     if (setsid() < 0) fail(s->error_fd, "setup", errno);
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) fail(s->error_fd, "setup", errno);
+    make_folders(s); /* (before its cgroup: their kernel memory is not charged to the job's) */
     if (s->cgroup_procs != NULL) {
         int fd = open(s->cgroup_procs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0) fail(s->error_fd, "cgroup", errno);

@@ -124,6 +124,7 @@ class DecisionRecorder:
                 cause=preemption.reason,
                 by_job=preemption.by_job,
                 grace_seconds=self.settings.preemption_grace,
+                lost_work_seconds=preemption.lost_work_seconds,
             )
             await self.ledger.append(
                 job.job_id, data, event_id=derived_id(job.job_id, job.attempt, "preempted")

@@ -16,6 +16,7 @@ from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
 from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobCancelRequested,
+    JobCheckpointed,
     JobFailed,
     JobRequeued,
     JobStarted,
@@ -34,14 +35,15 @@ FOLLOWED = (
     JobCancelRequested,
     JobCancelled,
     JobRequeued,
+    JobCheckpointed,
 )
-"""The job events the scheduler reads from the bus."""
+"""The job events the scheduler reads from the bus. A running job's checkpoint moves where the work it would lose
+by a preemption begins (`view.checkpointed_at`): the victims chosen are those that lose the least."""
 NOT_FOLLOWED = {  # and why it needs no others (a test checks that every job event is in one or the other)
     Subject.JOB_PLACED: "its own: it knows each one as it writes it",
     Subject.JOB_PENDING: "its own",
     Subject.JOB_PREEMPTED: "its own",
     Subject.JOB_REPLICA_EXITED: "an exit frees nothing until its attempt ends (succeeded, failed, requeued)",
-    Subject.JOB_CHECKPOINTED: "a job's checkpoint changes nothing of where it runs",
 }
 """A scheduler that starts leading reads every live job from the event store (`SchedulerService.load`), and
 the periodic `recheck` compares versions with the store: a follower misses nothing by not reading the leader's
@@ -77,7 +79,7 @@ class SchedulerHandlers:
     def job_changed(self, job_id: str, event_id: str, kind: Subject) -> None:
         """Event `event_id` (of `kind`) of job `job_id` came: its own writes the ledger knows already (no
         read); any other job is read again from the event store by the next cycle. Only the events that may
-        change a decision wake a cycle: the rest (started, our own writes) waits for the timer's."""
+        change a decision wake a cycle: the rest (started, checkpointed, our own writes) waits for the next one."""
         view = self.ledger.knows(job_id, event_id)
         if view is None:
             self.scheduler.dirty.add(job_id)  # the store will say

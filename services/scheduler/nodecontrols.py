@@ -18,6 +18,7 @@ from gpuyard.shared.contracts.events.jobs import JobPreempted, JobRequeued, Requ
 from gpuyard.shared.contracts.events.nodes import NodeLost
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES, JobView
 from gpuyard.shared.contracts.stops import PreemptionCause
+from gpuyard.shared.scheduling.preemption import lost_work
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.readmodels import nodecontrol
@@ -127,12 +128,14 @@ class NodeControls:
             self.view.put_job(outcome.view)
 
     async def preempt_drained(self, job: JobView, node: str) -> None:
+        lost = lost_work(self.view.allocation(job), time.time()) if job.started_at is not None else 0.0
         data = JobPreempted(
             job_id=job.job_id,
             attempt=job.attempt,
             cause=PreemptionCause.DRAIN,
             node=node,
             grace_seconds=self.settings.preemption_grace,
+            lost_work_seconds=lost,
         )
         outcome = await self.ledger.record(
             job.job_id,

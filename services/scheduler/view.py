@@ -54,6 +54,21 @@ def to_placement(a: ReplicaAssignment, node: NodeHeartbeat | None) -> ReplicaPla
     )
 
 
+def checkpointed_at(view: JobView, started: float) -> float | None:
+    """When the job's latest checkpoint was saved, for the core (`Allocation.checkpointed_at`): None without
+    one; `started` (the current attempt's start) when an earlier attempt saved it, or it says it was saved
+    before; never later than the platform recorded it (the job's clock may be ahead)."""
+    saved = view.checkpoint
+    if saved is None:
+        return None
+    if saved.attempt < view.attempt:
+        return started
+    at = saved.saved_at.timestamp()
+    if saved.reported_at is not None:
+        at = min(at, saved.reported_at.timestamp())
+    return max(started, at)
+
+
 class ClusterView:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
@@ -130,8 +145,10 @@ class ClusterView:
 
     def allocation(self, view: JobView) -> Allocation:
         replicas = tuple(to_assignment(p) for p in view.placements)
-        started = view.started_at or view.updated_at
-        return Allocation(self.request(view), replicas, started.timestamp(), view.borrowed)
+        started = (view.started_at or view.updated_at).timestamp()
+        return Allocation(
+            self.request(view), replicas, started, view.borrowed, checkpointed_at(view, started)
+        )
 
     def jobs_on(self, node: str) -> list[JobView]:
         return [

@@ -51,7 +51,7 @@ def placeable(ctx: SubmitContext, spec: JobSpec) -> str | None:
 async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tuple[str, str | None]:
     """The checks in order: the tenant's (`job_tenant`), that its command and environment fit a replica's start
     (422, `gpuyard.shared.contracts.jobspec.start_error`), that some node could ever hold it (`placeable`), a
-    serve job's model (422). Returns the job's tenant and why no node could hold it (None: one could, or no
+    serve job's model (422), its volumes (404). Returns the job's tenant and why no node could hold it (None: one could, or no
     node is heard from yet)."""
     tenant = job_tenant(principal, spec)
     if (too_large := start_error(spec)) is not None:
@@ -59,7 +59,18 @@ async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tu
     why = placeable(ctx, spec)
     if spec.serve is not None:
         await servable(ctx, principal, spec.serve, tenant)
+    await mountable(ctx, spec, tenant)
     return tenant, why
+
+
+async def mountable(ctx: SubmitContext, spec: JobSpec, tenant: str) -> None:
+    """404 for a volume the job's tenant does not have (another tenant's is none of its own: never mounted)."""
+    for mount in spec.volumes:
+        if ctx.volumes is None or await ctx.volumes.get(tenant, mount.name) is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND,
+                f"no volume {mount.name!r} of tenant {tenant!r} to mount (gpuyard volumes ls lists them)",
+            )
 
 
 async def spec_check(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> SpecCheckOut:

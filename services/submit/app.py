@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gpuyard.services.submit import (
     routes_admin,
     routes_alerts,
+    routes_artifacts,
     routes_checkpoints,
     routes_jobs,
     routes_models,
@@ -27,6 +29,7 @@ from gpuyard.services.submit import (
     routes_platform,
     routes_tenants,
     routes_usage,
+    routes_volumes,
     routes_why,
 )
 from gpuyard.services.submit.auth import CHALLENGE, PUBLISH_PATH, refusal_before_body
@@ -58,7 +61,11 @@ class BodyLimit:
       apply their own limit (a model's file, `routes_models.publish_model`): passed on unread."""
 
     def __init__(
-        self, app: ASGIApp, ctx: SubmitContext, limit: int, uploads: frozenset[tuple[str, str]] = frozenset()
+        self,
+        app: ASGIApp,
+        ctx: SubmitContext,
+        limit: int,
+        uploads: Callable[[str, str], bool] = lambda m, p: False,
     ):
         self.app = app
         self.ctx = ctx
@@ -80,7 +87,7 @@ class BodyLimit:
             why = refusal_before_body(self.ctx, method, path, headers)
             if why is not None:
                 return await self.refuse(scope, receive, send, 401, why, CHALLENGE)
-        if (method, path) in self.uploads:
+        if self.uploads(method, path):
             return await self.app(scope, receive, send)
         if declared is not None:
             if int(declared) > self.limit:
@@ -157,6 +164,14 @@ def carried(value: Any) -> Any:
     return value
 
 
+def streams_own_body(method: str, path: str) -> bool:
+    """The routes that read their own body as it streams, each with its own limit: a model's file, a volume's
+    upload."""
+    if method == "POST":
+        return path == PUBLISH_PATH
+    return method == "PUT" and routes_volumes.CONTENT_PATH.fullmatch(path) is not None
+
+
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
@@ -170,13 +185,15 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.state.ctx = ctx
     app.add_middleware(FastSubmit, ctx=ctx)
     app.add_middleware(  # added last: the outer one, before FastSubmit
-        BodyLimit, ctx=ctx, limit=ctx.max_body_bytes, uploads=frozenset({("POST", PUBLISH_PATH)})
+        BodyLimit, ctx=ctx, limit=ctx.max_body_bytes, uploads=streams_own_body
     )
     app.include_router(routes_jobs.router)
     app.include_router(routes_checkpoints.router)
+    app.include_router(routes_artifacts.router)
     app.include_router(routes_platform.router)
     app.include_router(routes_nodes.router)
     app.include_router(routes_models.router)
+    app.include_router(routes_volumes.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_alerts.router)
     app.include_router(routes_usage.router)

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuyard.services.submit.placeability import Placeability
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.telemetry import Telemetry
+from gpuyard.services.submit.volumefiles import VolumeFiles
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.modelfiles.signature import CheckBounds
+from gpuyard.shared.runtime.jobusers import JobUser
+from gpuyard.shared.runtime.paths import job_storage
+from gpuyard.shared.runtime.safefolder import SafeFolder
+from gpuyard.shared.settings.storage import quota_of
 from gpuyard.shared.stores.events import EventStore
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.logs import LogStore
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 from gpuyard.shared.stores.readmodels.queueline import LineReader
+from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 
 
 @dataclass
@@ -39,6 +46,19 @@ class Uploads:
             self.held[tenant] = left
         else:
             self.held.pop(tenant, None)
+
+
+@dataclass(frozen=True)
+class JobOutputs:
+    """Jobs' kept outputs (`/v1/jobs/{id}/artifacts`): each job's output folder in the storage root `root`,
+    read as its tenant's user (`owner_of`: the user its jobs run as; None: the platform's)."""
+
+    root: Path
+    owner_of: Callable[[str], JobUser | None]
+
+    def folder(self, tenant: str, job_id: str) -> SafeFolder:
+        user = self.owner_of(tenant)
+        return SafeFolder(job_storage(self.root, tenant, job_id).outputs, user.uid if user else None)
 
 
 @dataclass
@@ -73,9 +93,20 @@ class SubmitContext:
     """The serving entry point's address for the dashboard's pages ('' : the page's host, port 8000)."""
     quotas: dict[str, float] = field(default_factory=dict)
     """Guaranteed GPUs per tenant (the scheduler's `GPUYARD_QUOTAS`): what `GET /v1/tenants` shows."""
+    volumes: VolumeRegistry | None = None
+    """Tenants' volumes (`/v1/volumes`): their events in the store; their files in `volume_files`."""
+    volume_files: VolumeFiles | None = None
+    volume_default_size: int = 10 << 30
+    volume_quotas: dict[str, int] = field(default_factory=dict)
+    """What each tenant's volumes may hold together (`GPUYARD_VOLUME_QUOTA`)."""
+    job_outputs: JobOutputs | None = None
+    """Jobs' kept outputs, read from the storage root (`/v1/jobs/{id}/artifacts`)."""
     line: LineReader = field(init=False)
     """The queue's line (queued jobs' places), read from the store (a reader of `store`)."""
 
     def __post_init__(self) -> None:
         self.placeability = Placeability(self.telemetry)
         self.line = LineReader(self.store)
+
+    def volume_quota_of(self, tenant: str) -> int:
+        return quota_of(self.volume_quotas, tenant)

@@ -14,12 +14,12 @@ WHY = {
     400: "Bad request: an invalid Content-Length.",
     401: "No bearer token, or one unknown or revoked.",
     403: "The token's tenant may not do this (another tenant's jobs or models, an admin's page).",
-    404: "No such job (or one of another tenant), replica, attempt, token, or model or version (or one of "
-    "another tenant, not public).",
+    404: "No such job (or one of another tenant), replica, attempt, token, model or version (or one of "
+    "another tenant, not public), or volume or path in it (or one of another tenant).",
     409: "A conflict with the job's state, with an earlier request of the same Idempotency-Key, or with tokens "
     "fixed by the settings; a job id prefix that several jobs share; a model version published with other "
-    "bytes, or deleted.",
-    413: "The request body is over the limit.",
+    "bytes, or deleted; a volume's name in use, or a volume a live job mounts.",
+    413: "The request body is over the limit, or an upload does not fit in the room its volume has left.",
     429: "The tenant has as many jobs queued as it may: retry after Retry-After (seconds, estimated from how "
     "fast its queue drains).",
     416: "The byte range asked for is outside the output kept (Content-Range says how much there is).",

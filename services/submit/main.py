@@ -3,6 +3,7 @@ sweep (`retention.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -11,16 +12,20 @@ import uvicorn
 
 from gpuyard.services.submit import following, retention
 from gpuyard.services.submit.app import create_app
-from gpuyard.services.submit.context import SubmitContext, Uploads
+from gpuyard.services.submit.context import JobOutputs, SubmitContext, Uploads
 from gpuyard.services.submit.queuedepth import QueueDepth
+from gpuyard.services.submit.volumefiles import VolumeFiles
 from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.jobtokens import secret_path
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.runtime.jobusers import JobUsers, uid_key
 from gpuyard.shared.runtime.service import Service
+from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.submit import SubmitSettings
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
+from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 
 log = logging.getLogger(__name__)
 CACHED_JOBS = 1000
@@ -48,9 +53,23 @@ def preflight(settings: SubmitSettings) -> str | None:
         tokens = Tokens(settings.tokens_file, settings.tokens).check()
     except (OSError, ValueError) as exc:
         return f"cannot read the tokens: {exc}"
+    try:
+        JobUsers.from_setting(settings.job_users, settings.job_uid_base)
+    except ValueError as exc:
+        return str(exc)
     if not tokens and not is_loopback(settings.submit_host):
         return f"no tokens configured and {settings.submit_host} is not loopback: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
     return None
+
+
+async def volume_files(settings: SubmitSettings) -> VolumeFiles:
+    """The volumes' folders in the storage root, each its tenant's jobs' user's (as the executor gives them)."""
+    users = JobUsers.from_setting(settings.job_users, settings.job_uid_base)
+    if users.derives:
+        users.key, _ = await asyncio.to_thread(
+            uid_key, settings.data_dir
+        )  # (the executor says what it means)
+    return VolumeFiles(storage_root_of(settings), users.for_tenant)
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
@@ -60,6 +79,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
+    files = await volume_files(settings)
     ctx = SubmitContext(
         store=store,
         ledger=ledger,
@@ -82,6 +102,11 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         session_lifetime=settings.session_lifetime,
         serving_url=settings.serving_url,
         quotas=settings.quotas,
+        volumes=VolumeRegistry(store, bus, service.source),
+        volume_files=files,
+        volume_default_size=settings.volume_default_size,
+        volume_quotas=settings.volume_quota,
+        job_outputs=JobOutputs(files.root, files.owner_of),  # (the same storage root and users)
     )
     await following.follow(bus, ctx.telemetry)
     service.spawn(ctx.queue.follow(store), "queue-depth")

@@ -90,7 +90,7 @@ SPEC_BODY = yaml_body("#/components/schemas/JobSpec")
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobAccepted,
-    responses=answers(403, 409, 429) | REFUSED_422,
+    responses=answers(403, 404, 409, 429) | REFUSED_422,
     openapi_extra=SPEC_BODY,
 )
 async def submit_job(
@@ -109,7 +109,7 @@ async def submit_job(
 @router.post(
     "/validate",
     response_model=SpecCheckOut,
-    responses=answers(403) | REFUSED_422,
+    responses=answers(403, 404) | REFUSED_422,
     openapi_extra=SPEC_BODY,
 )
 async def validate_job(spec: JobSpec, ctx: Context, principal: CurrentPrincipal) -> SpecCheckOut:

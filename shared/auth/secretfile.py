@@ -1,5 +1,5 @@
 """A secret kept in a file of its own: the key that signs jobs' publish tokens (`gpuyard.shared.auth.jobtokens`), the one
-that signs dashboard sessions (`shared/auth/sessions.py`), the key of tenants' uids (`services/executor/jobusers.py`)
+that signs dashboard sessions (`shared/auth/sessions.py`), the key of tenants' uids (`shared/runtime/jobusers.py`)
 and the scrape token of the monitor's and the serving entry point's /metrics (`ScrapeAuth`). Mode 0600, at least
 32 bytes; a Kubernetes Secret mounted as a volume is accepted as it is mounted."""
 

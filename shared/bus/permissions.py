@@ -79,6 +79,7 @@ class Grant:
 
 HEARTBEAT = frozenset({Subject.SERVICE_HEARTBEAT})
 MODEL_EVENTS = frozenset({Subject.MODEL_PUBLISHED, Subject.MODEL_VISIBILITY_CHANGED, Subject.MODEL_DELETED})
+VOLUME_EVENTS = frozenset(s for s in Subject if s.value.startswith("volume."))
 ATTEMPT_EVENTS = frozenset(
     {
         Subject.JOB_STARTED,
@@ -98,6 +99,7 @@ GRANTS: dict[Role, Grant] = {
         publishes=HEARTBEAT
         | {Subject.JOB_SUBMITTED, Subject.JOB_CANCEL_REQUESTED, Subject.JOB_CANCELLED}  # a queued job's
         | MODEL_EVENTS  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
+        | VOLUME_EVENTS  # the API makes volumes and takes their uploads (`/v1/volumes`)
         | {Subject.JOB_CHECKPOINTED}  # what a job reports of its checkpoints (its checkpoint token)
         | {Subject.NODE_CONTROL},  # an admin's cordon, drain, uncordon
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE), node.lost

@@ -171,6 +171,43 @@ class Resources(Strict):
         return self.gpus * replicas
 
 
+MAX_VOLUMES = 16
+
+
+_SEGMENT = r"(?:[^./\x00][^/\x00]*|\.[^./\x00][^/\x00]*|\.\.[^/\x00]+)"
+MOUNT_PATH_PATTERN = rf"^/?{_SEGMENT}(?:/{_SEGMENT})*/?$"
+"""A volume's place: names joined by '/', none of them '.' or '..' (so a relative one stays in the working
+directory), absolute or not, no NUL."""
+
+
+def _mount_path(value: str) -> str:
+    if not re.fullmatch(MOUNT_PATH_PATTERN, value):
+        raise ValueError(
+            f"a volume's path is folder names joined by '/', none '.' or '..', e.g. 'data/imagenet' (not {value!r})"
+        )
+    return value.rstrip("/") or value
+
+
+MountPath = Annotated[
+    str,
+    AfterValidator(_mount_path),
+    WithJsonSchema({"type": "string", "pattern": MOUNT_PATH_PATTERN, "maxLength": 1024}),
+    Field(max_length=1024),
+]
+
+
+class VolumeMount(Strict):
+    """A volume of the job's tenant that its replicas see at `path` (docs/volumes.md)."""
+
+    name: Name = Field(..., description="The volume's name (`gpuyard volumes ls`).")
+    path: MountPath = Field(
+        ...,
+        description="Where the job sees it: relative to its working directory (`data`), or absolute where the "
+        "backend can mount there (Kubernetes).",
+    )
+    read_only: bool = Field(False, description="The job may read it but not change it.")
+
+
 class ServeSpec(Strict):
     """What a serve job serves: one published version of a model, held as ONNX Runtime sessions by the serving
     service of the node the job is placed on (docs/architecture.md, "Model deployments")."""
@@ -263,6 +300,24 @@ class JobSpec(Strict):
         description="Serve a published model instead of running a command: one replica of a deployment "
         "(`POST /v1/models/{name}/deployments` writes these).",
     )
+    volumes: list[VolumeMount] = Field(
+        default_factory=list,
+        max_length=MAX_VOLUMES,
+        description="Volumes of the job's tenant it mounts: `[{name: imagenet, path: data, read_only: true}]`; "
+        "each volume once, each at a path of its own.",
+    )
+
+    @field_validator("volumes")
+    @classmethod
+    def _distinct_volumes(cls, volumes: list[VolumeMount]) -> list[VolumeMount]:
+        for what in ("name", "path"):
+            seen = [getattr(v, what) for v in volumes]
+            twice = sorted({x for x in seen if seen.count(x) > 1})
+            if twice:
+                raise ValueError(
+                    f"each volume is mounted once, at a path of its own: {what} {twice[0]!r} is twice"
+                )
+        return volumes
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuyard.shared.contracts.api.jobs import AttemptOut, JobOut, PendingOut, PlacementOut, pending_text
+from gpuyard.shared.contracts.events.jobs import lost_work_text
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.contracts.reasons import ordinal
@@ -193,7 +194,9 @@ def explain(job: JobOut, now: datetime | None = None) -> tuple[str, list[tuple[s
     pre = job.preemption
     if pre:
         by = f" by job {pre.by_job}" if pre.by_job else ""
-        rows.append(("Preempted", f"{pre.reason}{by} · grace {format_rough_duration(pre.grace_seconds)}"))
+        lost = lost_work_text(pre.lost_work_seconds)
+        grace = f"grace {format_rough_duration(pre.grace_seconds)}"
+        rows.append(("Preempted", f"{pre.reason}{by} · {grace}" + (f" · {lost}" if lost else "")))
     if job.failure:
         rows.append(("Failure", failure_text(job)))
     elif job.state.terminal and job.message:

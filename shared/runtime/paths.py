@@ -64,6 +64,7 @@ STORAGE = "storage"
 CHECKPOINTS = "checkpoints"
 OUTPUTS = "outputs"
 STORAGE_KINDS = (CHECKPOINTS, OUTPUTS)
+VOLUMES = "volumes"
 """The per-job folders of the storage root, each `<root>/<kind>/<tenant>/<job id>/`."""
 
 
@@ -84,6 +85,11 @@ class JobStorage:
 def job_storage(root: Path | str, tenant: str, job_id: str) -> JobStorage:
     """The storage folders of a job of `tenant` under the storage root."""
     return JobStorage(f"{root}/{CHECKPOINTS}/{tenant}/{job_id}", f"{root}/{OUTPUTS}/{tenant}/{job_id}")
+
+
+def volume_dir(root: Path | str, tenant: str, name: str) -> Path:
+    """The folder of `tenant`'s volume `name` under the storage root (docs/volumes.md)."""
+    return Path(root) / VOLUMES / tenant / name
 
 
 def storage_root(setting: Path | None, data_dir: Path, job_root: Path, *, jobs_switch_users: bool) -> Path:

@@ -54,7 +54,7 @@ from gpuyard.shared.scheduling.model import (
 from gpuyard.shared.scheduling.ordering import Order
 from gpuyard.shared.scheduling.placement import POLICIES, make_policy
 from gpuyard.shared.scheduling.placement.base import Choice
-from gpuyard.shared.scheduling.preemption import choose_victims, eligible_victims
+from gpuyard.shared.scheduling.preemption import choose_victims, eligible_victims, lost_work
 from gpuyard.shared.scheduling.queue import HeldQueue, Pending
 from gpuyard.shared.scheduling.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from gpuyard.shared.scheduling.scarcity import Scarcity, drain_times, room
@@ -555,7 +555,8 @@ class _Cycle:
         names = []
         for alloc in victims:
             why = PreemptionCause.PRIORITY if alloc.job.priority < job.priority else PreemptionCause.RECLAIM
-            self.result.preemptions.append(Preemption(alloc.job.job_id, why, job.job_id))
+            lost = lost_work(alloc, self.now)
+            self.result.preemptions.append(Preemption(alloc.job.job_id, why, job.job_id, lost))
             self.victims.add(alloc.job.job_id)
             names.append(alloc.job.job_id)
         gpus = sum(a.job.total_gpus for a in victims)

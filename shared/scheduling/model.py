@@ -6,7 +6,8 @@ What the caller fills in (the live service or the trace simulator):
   (`Gpu.allocated` is the share in use 0..1, `Gpu.allocated_memory` the bytes of memory slices handed out,
   `Node.allocated_cpus` / `Node.allocated_memory` likewise).
 - `ClusterState.running`: the jobs that hold resources now, with `started_at` (for preemption's minimum runtime
-  and for start estimates together with `JobRequest.timeout`).
+  and for start estimates together with `JobRequest.timeout`) and `checkpointed_at` (the latest checkpoint of the
+  current attempt, if any: preemption prefers the victims that lose the least work).
 - `ClusterState.quotas`: tenant -> guaranteed GPUs (a float). An empty dict switches quotas off (one shared
   pool, priority preemption only). With quotas set, a tenant may always get its guarantee back; usage above it
   is "borrowed" from idle capacity and is the first thing preempted when an owner reclaims. Tenants not listed
@@ -142,6 +143,9 @@ class Allocation:
     replicas: tuple[ReplicaAssignment, ...]
     started_at: float = 0.0
     borrowed: bool = False  # admitted on another tenant's idle quota
+    # when the latest checkpoint of the current attempt was saved (None: none): the work a preemption loses
+    # began at the later of this and `started_at` (`preemption.lost_work`)
+    checkpointed_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,7 @@ class Preemption:
     job_id: str
     reason: PreemptionCause  # priority (a higher-priority job needs the room) or reclaim (of lent quota)
     by_job: str | None = None
+    lost_work_seconds: float = 0.0  # the work it loses: since its latest checkpoint, or its start
 
 
 @dataclass(slots=True)

@@ -4,10 +4,13 @@ Who may be preempted by job J (and only if it has run at least `min_runtime_befo
 - no quotas: any job with a lower priority than J;
 - with quotas: J's own tenant's jobs with lower priority; other tenants' BORROWED jobs with lower priority;
   and, when J stays within its tenant's guarantee (a reclaim), other tenants' borrowed jobs of any priority.
-Candidates are tried in this order: borrowed first, lower priority first, youngest first (least work lost),
-then fewer GPUs, then job id. They are released one by one on a copy of the capacity until J fits (all
-replicas); then, in reverse order, every victim J does not actually need is put back (Kueue's approach).
-The core only decides; the service sends `job.preempted` with a grace period and requeues the victims.
+Candidates are tried in this order: borrowed first, lower priority first, least work lost first, then fewer
+GPUs, then job id. The work a victim loses is what it did since its latest checkpoint of the current attempt
+(`Allocation.checkpointed_at`), or since its start without one (`lost_work`): with no checkpoints anywhere,
+the youngest goes first. They are released one by one on a copy of the capacity until J fits (all replicas);
+then, in reverse order, every victim J does not actually need is put back (Kueue's approach).
+The core only decides (each `Preemption` says how much work its victim loses); the service sends
+`job.preempted` with a grace period and that figure, and requeues the victims.
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ from gpuyard.shared.scheduling.gang import place_gang, undo_gang
 from gpuyard.shared.scheduling.index import CapacityIndex
 from gpuyard.shared.scheduling.model import Allocation, JobRequest, SchedulerConfig
 from gpuyard.shared.scheduling.placement.base import PlacementPolicy
+
+
+def work_began(alloc: Allocation, now: float) -> float:
+    """When the work `alloc` would lose began: its latest checkpoint (one from the future counts as now), or its
+    start when it has none or saved it before this attempt started."""
+    saved = alloc.checkpointed_at
+    if saved is None:
+        return alloc.started_at
+    return max(alloc.started_at, min(saved, now))
+
+
+def lost_work(alloc: Allocation, now: float) -> float:
+    """Seconds of work `alloc` loses if it is stopped at `now` (never below 0)."""
+    return max(0.0, now - work_began(alloc, now))
 
 
 def eligible_victims(
@@ -45,7 +62,7 @@ def eligible_victims(
         key=lambda a: (
             a.job.job_id not in borrowed,
             a.job.priority,
-            -a.started_at,
+            -work_began(a, now),  # least work lost first (the youngest, without checkpoints)
             a.job.total_gpus,
             a.job.job_id,
         )

@@ -63,6 +63,18 @@ TenantDurations = Annotated[dict[str, float], NoDecode, BeforeValidator(_tenant_
 """A duration per tenant, `vision=30m,nlp=1h` (`*`: every other tenant's)."""
 
 
+def _tenant_sizes(value: object) -> object:
+    """'vision=500GB,*=100GB' (or a JSON object, or a dict) -> {'vision': 5e11, '*': 1e11}; 0: no limit."""
+    pairs = _tenant_numbers(value)
+    if not isinstance(pairs, dict):
+        return pairs
+    return {name: parse_size(text) for name, text in pairs.items()}
+
+
+TenantSizes = Annotated[dict[str, int], NoDecode, BeforeValidator(_tenant_sizes)]
+"""A size per tenant, `vision=500GB,*=100GB` (`*`: every other tenant's)."""
+
+
 def _keep_for(value: Any) -> object:
     """'7d', '12h', a number of seconds; '0' or 'never': kept for ever (0)."""
     if isinstance(value, str) and value.strip().lower() in ("never", "0", "forever", ""):

@@ -9,11 +9,12 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from gpuyard.shared.settings.common import CommonSettings, Duration, Size, written
+from gpuyard.shared.settings.common import Duration, Size, written
 from gpuyard.shared.settings.kubernetes import KubernetesConfig
+from gpuyard.shared.settings.storage import StorageSettings
 
 
-class ExecutorSettings(CommonSettings):
+class ExecutorSettings(StorageSettings):
     """The executor. Its Kubernetes backend's settings are `kubernetes`: GPUYARD_KUBERNETES_<FIELD>."""
 
     model_config = SettingsConfigDict(env_nested_delimiter="_", env_nested_max_split=1)
@@ -64,29 +65,6 @@ class ExecutorSettings(CommonSettings):
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Mount point of the cgroup v2 hierarchy.")
     cgroup_parent: str = Field(
         "", description="Cgroup (under the root) to create job cgroups in; default: the executor's own."
-    )
-    job_users: str = Field(
-        "",
-        description="Local user of each tenant's jobs when the platform runs as root: `vision=gpu-vision,"
-        "nlp=1500:1500,*=nobody` (a name or uid[:gid]; `*`: every other tenant); empty: each tenant its own "
-        "uid, JOB_UID_BASE + a number derived from its name, no account needed. Never root.",
-    )
-    job_uid_base: int = Field(
-        2_000_000, ge=1, description="First uid of the users derived from tenants' names (see JOB_USERS)."
-    )
-    job_root: Path = Field(
-        Path("/var/lib/gpuyard-jobs"),
-        description="Where jobs that run as other users get their working directories (outside the private "
-        "data directory; every folder above it must be searchable by all). Unused when not root.",
-    )
-    storage_root: Path | None = Field(
-        None,
-        description="Where jobs keep what outlives an attempt: `checkpoints/<tenant>/<job id>/` and "
-        "`outputs/<tenant>/<job id>/` (GPUYARD_CHECKPOINT_DIR and GPUYARD_OUTPUT_DIR of each replica), shared by "
-        "every attempt of a job and deleted after its retention. A shared filesystem mounted at the same path on "
-        "every node lets a job resume on another node. Default: storage/ in the data dir; where jobs run as "
-        "other users (a root platform), storage/ in the job root (every folder above it must be searchable "
-        "by all). See docs/storage.md.",
     )
     gpu_memory_policy: Literal["warn", "stop", "off"] = Field(
         "warn", description="A job over its GPU memory slice: warn (alert) or stop it after the grace."

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gpuyard.shared.settings.common import CommonSettings, Duration, Port, Size, TenantNumbers, written
+from gpuyard.shared.settings.common import Duration, Port, Size, TenantNumbers, written
+from gpuyard.shared.settings.storage import StorageSettings
 
 
-class SubmitSettings(CommonSettings):
+class SubmitSettings(StorageSettings):
     """The submit API."""
 
     submit_host: str = Field(

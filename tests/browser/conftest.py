@@ -22,6 +22,8 @@ from tests.integration.conftest import Platform
 
 CHROMIUM = os.environ.get("GPUYARD_TEST_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+VOLUME_QUOTA = "*=200GB"
+"""What each tenant's volumes may hold together on the browser tests' platform (the Volumes page's quota bar)."""
 CHROMIUM_ARGS = [  # this machine's network is closed: no background connections, no QUIC
     "--no-sandbox",
     "--disable-gpu",
@@ -62,9 +64,11 @@ def browser():
 
 @pytest.fixture(scope="package")
 def yard(tmp_path_factory):
-    """The platform every browser test uses (stopped once they ran): 8 simulated GPUs, and a token per tenant (`yard.tokens`)."""
+    """The platform every browser test uses (stopped once they ran): 8 simulated GPUs, a volume quota per tenant
+    (`VOLUME_QUOTA`), and a token per tenant (`yard.tokens`)."""
     base = tmp_path_factory.mktemp("dashboard")
-    platform = Platform(base / "data", base / "config", simulate_gpus=8, executors=1).start()
+    env = {"GPUYARD_VOLUME_QUOTA": VOLUME_QUOTA}
+    platform = Platform(base / "data", base / "config", simulate_gpus=8, executors=1, env=env).start()
     admin = platform.client()
     platform.tokens = {"admin": admin.token}
     for tenant, user in (("vision", "ana"), ("nlp", "bo")):

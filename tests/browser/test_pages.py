@@ -1,5 +1,5 @@
-"""Every page of the dashboard with data on it (jobs waiting, running, finished and failed, a deployed model, an
-alert, tenants and their tokens, a node): it draws itself from the API with the same navigation and its event
+"""Every page of the dashboard with data on it (jobs waiting, running, finished with outputs and failed, a deployed
+model, a volume with files, an alert, tenants and their tokens, a node): it draws itself from the API with the same navigation and its event
 stream live, writes no error and no warning to the console (nor a `quoted` word with its backticks), and fits a phone's width (390 px) as well as a desktop's (1400 px) without
 the page itself scrolling sideways (a wide table scrolls inside its own box). A screenshot of each page at each
 width is kept (test-artifacts/screenshots/, git-ignored) to be looked at."""
@@ -23,6 +23,9 @@ from tests.unit.services.submit.onnxmodels import tiny_model  # noqa: E402
 NODE = "node-a"
 MODEL = "tiny-pages"
 ALERT_NODE = "node-pages"
+VOLUME = "pages-data"
+VOLUME_FILE = "a-folder-with-a-rather-long-name-for-a-phone/and-a-file-with-a-long-name-in-it-too.csv"
+KEEPS = 'echo done; printf ok > "$GPUYARD_OUTPUT_DIR/result-with-a-long-name-for-a-phone-screen.txt"'
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def populated(yard):
         return client.request("POST", "/v1/jobs", json=spec)["job_id"]
 
     jobs = {
-        "finished": submit(vision, "finished", "echo done", 1),
+        "finished": submit(vision, "finished", KEEPS, 1),
         "failed": submit(vision, "fails", "echo about to fail; exit 3", 0),
         "running": submit(vision, "a-training-run-with-a-rather-long-name", "sleep 600", 2),
         "shared": submit(nlp, "half-a-gpu", "sleep 600", 0.5),
@@ -56,6 +59,11 @@ def populated(yard):
     clients = {"finished": vision, "failed": vision, "running": vision, "shared": nlp}
     vision.request(
         "POST", "/v1/models", params={"name": MODEL}, content=tiny_model(2.0),
+        headers={"Content-Type": "application/octet-stream"},
+    )  # fmt: skip
+    vision.request("POST", "/v1/volumes", json={"name": VOLUME, "size": "1GB"})
+    vision.request(
+        "PUT", f"/v1/volumes/{VOLUME}/content", params={"path": VOLUME_FILE}, content=b"a,b\n1,2\n",
         headers={"Content-Type": "application/octet-stream"},
     )  # fmt: skip
     try:
@@ -77,6 +85,8 @@ def populated(yard):
                 clients[key].request("POST", f"/v1/jobs/{job_id}/cancel")
         with contextlib.suppress(ClientError):
             vision.request("DELETE", f"/v1/models/{MODEL}/deployments")
+        with contextlib.suppress(ClientError):
+            vision.request("DELETE", f"/v1/volumes/{VOLUME}")
 
 
 def wait_for_replica(client: Client, timeout: float = 90) -> None:
@@ -102,12 +112,19 @@ def addresses(jobs: dict[str, str]) -> list[Address]:
         ),
         Address("job-waiting", "job.js", f"/jobs/{jobs['waiting']}", ("#why", "#timeline")),
         Address("job-failed", "job.js", f"/jobs/{jobs['failed']}", ("#attempts", "#timeline")),
+        Address("job-finished", "job.js", f"/jobs/{jobs['finished']}", ("#outputs-table", "#timeline")),
         Address("submit", "submit.js", "/submit", ("#verdict .ok",)),
         Address(
             "models",
             "models.js",
             f"/models?model={MODEL}&tenant=vision",
             ("#versions-table", "#replicas-table"),
+        ),
+        Address(
+            "volumes",
+            "volumes.js",
+            f"/volumes?tenant=vision&volume={VOLUME}&path={VOLUME_FILE.split('/')[0]}",
+            ("#volumes-table", "#volume-quota", "#files-table tr[data-kind='file']"),
         ),
         Address(
             "alerts",

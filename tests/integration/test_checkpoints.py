@@ -2,9 +2,13 @@
 `gpuyard.checkpoint`, a job of higher priority preempts it (SIGTERM, on which it saves once more and exits), its
 next attempt finds the same GPUYARD_CHECKPOINT_DIR and resumes from `load_latest`, so that the steps done over both
 attempts are at most the target and one checkpoint interval; each save is reported (`job.checkpointed`, the job's
-`checkpoint`, `gpuyard describe`), and what the job wrote to GPUYARD_OUTPUT_DIR is still there after it ends."""
+`checkpoint`, `gpuyard describe`), the preemption says the work it lost (`lost_work_seconds`, `gpuyard events`),
+and what the job wrote to GPUYARD_OUTPUT_DIR is still there after it ends, listed and downloaded through the API
+(`gpuyard artifacts`)."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import pytest
 
@@ -94,3 +98,27 @@ def test_a_preempted_job_resumes_from_its_latest_checkpoint(platform, tmp_path):
     described = platform.cli("describe", low)
     assert described.returncode == 0, described.stderr
     assert f"step {TARGET - 1} ·" in described.stdout and "by attempt 2" in described.stdout, described.stdout
+
+    # the preemption said the work it lost: since the latest checkpoint the scheduler knew, within the run
+    [(at, preempted)] = [
+        (e.event["time"], e.event["data"])
+        for e in client.events(low)
+        if e.event["type"].endswith(".preempted")
+    ]
+    ran = (datetime.fromisoformat(at) - job.attempts[0].started_at).total_seconds()
+    assert 0 < preempted["lost_work_seconds"] < ran, (preempted, ran)
+    listed = platform.cli("events", low)
+    assert listed.returncode == 0 and " of work" in listed.stdout, listed.stdout
+
+    # what it kept, through the API: listed, downloaded whole (unpacked into a folder) and a file alone
+    kept = platform.cli("artifacts", low)
+    assert kept.returncode == 0, kept.stderr
+    assert [line.split()[0] for line in kept.stdout.splitlines()[1:-1]] == ["result", "steps"], kept.stdout
+    fetched = platform.cli("artifacts", low, "--download", "-o", str(tmp_path / "kept"))
+    assert fetched.returncode == 0, fetched.stderr
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["result", "steps"]
+    assert (tmp_path / "kept" / "result").read_text() == "trained\n"
+    assert (tmp_path / "kept" / "steps").read_text() == (outputs / "steps").read_text()
+    one = platform.cli("artifacts", low[:8], "--download", "result", "-o", str(tmp_path / "result"))
+    assert one.returncode == 0, one.stderr
+    assert (tmp_path / "result").read_text() == "trained\n"

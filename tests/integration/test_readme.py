@@ -4,6 +4,7 @@ not have the venv. Each must succeed and say what the README promises."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -130,6 +131,7 @@ def test_every_quick_start_command_works_as_typed(demo, request):
     server = re.search(r"API (http://\S+)", text).group(1)
     assert httpx.get(f"{server}/healthz").status_code == 200
     train_and_serve(env, shell)
+    data_in_results_out(env, shell)
     # (the deadline only catches a hang: the simulator's three policies took over 300 s on two busy cores)
     sim.wait(timeout=1200)
     said = sim_log.read_text()
@@ -141,6 +143,31 @@ def test_every_quick_start_command_works_as_typed(demo, request):
 def port_of(demo_text: str) -> str:
     """The API's port, as `make demo` said it."""
     return re.search(r"API http://\S+:(\d+)", demo_text).group(1)
+
+
+def data_in_results_out(env: dict, shell: Path) -> None:
+    """The README's volume → job → kept outputs block, as typed (JOB_ID: the job it submits)."""
+    commands = lines(BLOCKS[3])
+    assert commands[0].startswith(".venv/bin/gpuyard volumes create points")
+    job_id = None
+    for line in commands:
+        result = run(line.replace("JOB_ID", job_id or "JOB_ID"), env, shell)
+        said = result.stdout + result.stderr
+        assert result.returncode == 0, f"{line}\n{said}"
+        if " create " in line:
+            assert "volume points made" in said, said
+        elif " upload " in line:
+            assert "in points:storage" in said, said
+        elif " submit " in line:
+            job_id = result.stdout.split("submitted job ")[1].split()[0]
+            assert "600 points; starting at step 0" in said and "succeeded" in said, said
+        elif "--download" in line:
+            kept = json.loads((shell / "fitted" / "model.json").read_text())
+            assert abs(kept["a"] - 3.0) < 0.1 and kept["points"] == 600, kept
+        elif " artifacts " in line:
+            assert "model.json" in said, said
+        else:
+            pytest.fail(f"the test does not know what to expect of {line!r}")
 
 
 def train_and_serve(env: dict, shell: Path) -> None:

@@ -184,7 +184,7 @@ def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(plat
     client = platform.client()
     low = submit(client, "low", GPUS, STOPPABLE, priority="low")
     wait_ready(platform, low)
-    urgent = submit(client, "urgent", GPUS, "sleep 4; echo urgent-done", priority="critical")
+    urgent = submit(client, "urgent", GPUS, STOPPABLE, priority="critical")  # until it is cancelled below
 
     reason = first_reason(client, urgent)  # with the default 300 s minimum runtime: insufficient_gpus
     assert reason["code"] == "preempting" and low in reason["details"]["victims"], reason
@@ -205,7 +205,10 @@ def test_a_critical_job_preempts_a_low_one_which_is_requeued_and_runs_again(plat
     assert "attempt 2" in why and "preempted" in why.split("Attempt 1", 1)[1].splitlines()[0]
     assert waiting.pending.message in why
 
-    assert platform.wait_state(urgent, {"succeeded"}, timeout=30).state == "succeeded"
+    client.cancel(
+        urgent
+    )  # (it held the GPUs while `why` was asked: however slow the machine, low still waited)
+    assert platform.wait_state(urgent, {"cancelled"}, timeout=30).state == "cancelled"
     again = platform.wait_state(low, {"running"}, timeout=30)
     assert again.attempt == 2 and len(again.placements[0].gpus) == GPUS
     kinds = [e["type"].removeprefix("io.gpuyard.job.") for e in events(client, low)]
@@ -223,7 +226,7 @@ def test_a_tenant_within_its_guarantee_reclaims_a_gpu_from_a_borrowing_tenant(pl
         borrowers.append(submit(client, f"a-{i}", 1, STOPPABLE, cpus=0.1, tenant="team-a"))
         wait_ready(platform, borrowers[-1])
     # CPUs are not what is short here: the simulated node has as many as this machine (maybe 2).
-    owner = submit(client, "b-0", 1, "sleep 4; echo b-done", cpus=0.1, tenant="team-b")
+    owner = submit(client, "b-0", 1, STOPPABLE, cpus=0.1, tenant="team-b")  # until it is cancelled below
 
     reason = first_reason(client, owner)  # same priority: only a quota reclaim makes room
     youngest = borrowers[-1]  # borrowed, and the least work lost
@@ -244,5 +247,6 @@ def test_a_tenant_within_its_guarantee_reclaims_a_gpu_from_a_borrowing_tenant(pl
     why = platform.cli("why", youngest).stdout
     assert "quota_exhausted" in why and "team-a" in why
 
-    assert platform.wait_state(owner, {"succeeded"}, timeout=30).state == "succeeded"
+    client.cancel(owner)  # (it held its GPU while `why` was asked: however slow the machine, team-a waited)
+    assert platform.wait_state(owner, {"cancelled"}, timeout=30).state == "cancelled"
     assert platform.wait_state(youngest, {"running"}, timeout=30).attempt == 2

@@ -318,7 +318,9 @@ def test_a_service_that_keeps_crashing_is_listed_crash_looping_with_its_last_err
             )
             wait_for(  # it said it started, and is listed (the first by its heartbeat: nothing else lists it)
                 lambda pid=pid: (
-                    f"started (pid {pid}," in log.read_text() and any(s.pid == pid for s in client.services())
+                    log.exists()  # (a process of it is there before its log: on a busy machine, seconds before)
+                    and f"started (pid {pid}," in log.read_text()
+                    and any(s.pid == pid for s in client.services())
                 ),
                 30,
                 0.2,

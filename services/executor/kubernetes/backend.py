@@ -2,7 +2,8 @@
 through the same `Backend` interface as local processes.
 
 - launch: creates the attempt's pods (and headless Service); a redelivered or repeated launch creates nothing
-  twice. A refusal by the API server fails the attempt to start, with its message.
+  twice. A refusal by the API server fails the attempt to start, with its message; so does a job that mounts
+  volumes, which this backend does not mount yet (`VOLUMES_NOT_MOUNTED`).
 - watching: `controller.poll()` every `poll_interval`; a replica's pod Running → `replicas_started`, finished
   → `replica_ended` with the outcome the pod's status gives (exit code, signal, OOMKilled, deadline, node
   lost, start failures with the kubelet's message, the last log lines).
@@ -46,6 +47,9 @@ from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
+VOLUMES_NOT_MOUNTED = (
+    "volumes are not mounted by the Kubernetes backend yet: run the job on a local node, or without `volumes`"
+)
 
 
 @dataclass
@@ -198,6 +202,16 @@ class KubernetesBackend(Backend):
     # ------------------------------------------------------------------ launch, stop, adopt, release
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
+        if launch.spec.volumes:  # (a job is never run without the volumes it names)
+            first = launch.replicas[0]
+            return replica_exit(
+                launch.job_id,
+                launch.attempt,
+                first,
+                launch.placement(first).node,
+                reason=FailureReason.START_FAILED,
+                message=VOLUMES_NOT_MOUNTED,
+            )
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
         self.tenants[launch.key] = launch.tenant
         try:

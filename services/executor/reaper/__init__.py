@@ -3,9 +3,10 @@ outlives the executor so that no replica's end is ever lost.
 
 The executor starts it at its own start (`reaper_client.py`) and asks it, over a socket pair (its
 descriptor's number is its argument), to start each replica; the reaper starts a child (below), which makes
-itself the replica's first process: a new session, the cgroup of its limits, its user (an unprivileged
-one when the platform is root), stdin from /dev/null, stdout and stderr to the executor's pipe,
-its working directory, then exec. The reaper does not wait for a forked child's exec before starting the
+itself the replica's first process: a new session, its folders (its working directory, its job's checkpoint and
+output folders, its private /tmp: the executor makes none), the cgroup of its limits, stdin from /dev/null,
+stdout and stderr to the executor's pipe, a mount namespace of its own where asked, its user (an
+unprivileged one when the platform is root), its working directory, then exec. The reaper does not wait for a forked child's exec before starting the
 next or reaping others (a burst of starts execs in parallel);
 each child's error pipe says, at its end, that the exec succeeded, or why the child could not start. Before
 it answers with the pid, the reaper writes the replica's pid file (pid and start time), so an attempt is never
@@ -40,14 +41,19 @@ platform.
 
 Messages are JSON, one per SOCK_SEQPACKET packet. Executor → reaper: a start (`argv`, `env`, `cwd`,
 `pid_file`, `exit_file`, `log_file`, `record`: more fields of the pid file, `user`: [uid, gid] or null,
-`cgroup`: a path or null, `binds`: [[source, target], …] or null and `hide_pids`: a mount namespace of the
-replica's own, made while it is still root, with those folders bound over theirs and a proc with hidepid=2)
+`cgroup`: a path or null, `folders`: [[path, mode, uid, gid], …] or null, made first, in order, while it is
+still the platform's user (`folders.py`: uid -1 the platform's; one already there kept when its owner's, given to
+its owner when the platform's, refused otherwise), `binds`: [[source, target], …] or null, `read_only`:
+[target, …] or null, and `hide_pids`: a mount namespace of the replica's own, made while it is still root,
+with those folders bound over theirs, those of `read_only` then remounted read-only, and a proc with
+hidepid=2)
 with two descriptors (the pipe's write end, for the replica, and a read end the reaper keeps). Reaper →
 executor: `{"pid", "start", "fd"}` or `{"error": errno, "step", "message"}` for each start, in order, and
-`{"exited": pid, "status": n}` (a negative status: killed by signal -n) for each end.
+`{"exited": pid, "status": n}` (a negative status: killed by signal -n) for each end. The steps a start's
+error names: request, spawn, setup, folders, cgroup, namespace, user, cwd, exec, pid_file.
 
 The modules: `loop.py` the reaper itself (its loop, the executor's requests and answers, the replicas' starts
-and ends), `helper.py` the start helper's binding, `child.py` a forked child's steps in Python, `kernel.py`
-the Linux calls both make through libc, `files.py` what the reaper reads of /proc and how it writes the pid
+and ends), `helper.py` the start helper's binding, `child.py` a forked child's steps in Python, `folders.py`
+the folders it makes, `kernel.py` the Linux calls both make through libc, `files.py` what the reaper reads of /proc and how it writes the pid
 and exit files. `__main__.py` runs it.
 """

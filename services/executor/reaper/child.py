@@ -1,6 +1,6 @@
 """A replica's first process, in Python: the reaper's forked child takes the steps only the process itself
-can take (a new session, a child subreaper, its cgroup, its descriptors, a mount namespace of its own, its
-user, its working directory), then execs the command; where the start helper is loaded, its C does the same
+can take (a new session, a child subreaper, its folders, its cgroup, its descriptors, a mount namespace of its
+own, its user, its working directory), then execs the command; where the start helper is loaded, its C does the same
 instead (`helper.py`). Standard library only (see `__init__.py`)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import signal
 # read this Python's standard library (under a private /root), it must have been imported before
 import warnings  # noqa: F401
 
+from .folders import make_folders
 from .kernel import private_mounts, subreaper
 
 DEFAULT_SIGNALS = (
@@ -35,6 +36,9 @@ def become_replica(request: dict, devnull: int, write_fd: int, error_w: int) -> 
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
         subreaper()
+        if request.get("folders"):
+            step = "folders"  # (before its cgroup: their kernel memory is not charged to the job's)
+            make_folders(request["folders"])
         if request.get("cgroup"):
             step = "cgroup"
             procs = os.path.join(request["cgroup"], "cgroup.procs")
@@ -47,7 +51,9 @@ def become_replica(request: dict, devnull: int, write_fd: int, error_w: int) -> 
         os.dup2(write_fd, 2)
         if request.get("binds") or request.get("hide_pids"):
             step = "namespace"
-            private_mounts(request.get("binds") or [], bool(request.get("hide_pids")))
+            private_mounts(
+                request.get("binds") or [], bool(request.get("hide_pids")), request.get("read_only") or []
+            )
         user = request.get("user")
         if user:
             step = "user"

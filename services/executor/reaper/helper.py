@@ -24,13 +24,19 @@ class StartRequest(ctypes.Structure):
         ("uid", ctypes.c_long),
         ("gid", ctypes.c_long),
         ("cwd", ctypes.c_char_p),
+        ("folders", ctypes.POINTER(ctypes.c_char_p)),
+        ("folder_ids", ctypes.POINTER(ctypes.c_long)),
     ]
 
 
 class PrivateRequest(ctypes.Structure):
     """`struct gpuyard_private` of replica_start.c."""
 
-    _fields_ = [("binds", ctypes.POINTER(ctypes.c_char_p)), ("hide_pids", ctypes.c_int)]
+    _fields_ = [
+        ("binds", ctypes.POINTER(ctypes.c_char_p)),
+        ("hide_pids", ctypes.c_int),
+        ("read_only", ctypes.POINTER(ctypes.c_char_p)),
+    ]
 
 
 def load_helper(path: str) -> ctypes.CDLL | None:
@@ -75,6 +81,7 @@ def spawn(helper: ctypes.CDLL, request: dict, stdin: int, output: int, error_w: 
         paths = [os.path.join(os.fsencode(folder), command) for folder in os.get_exec_path(env)]
     user = request.get("user")
     cgroup = request.get("cgroup")
+    folders = request.get("folders") or []
     start = StartRequest(
         paths=c_strings(paths),
         argv=c_strings([os.fsencode(arg) for arg in argv]),
@@ -88,12 +95,15 @@ def spawn(helper: ctypes.CDLL, request: dict, stdin: int, output: int, error_w: 
         uid=user[0] if user else -1,
         gid=user[1] if user else -1,
         cwd=os.fsencode(request["cwd"]),
+        folders=c_strings([os.fsencode(folder[0]) for folder in folders]) if folders else None,
+        folder_ids=(ctypes.c_long * (3 * len(folders) + 1))(*(n for folder in folders for n in folder[1:4])),
     )
     binds = request.get("binds") or []
     if binds or request.get("hide_pids"):
         private = PrivateRequest(
             binds=c_strings([os.fsencode(path) for pair in binds for path in pair]),
             hide_pids=1 if request.get("hide_pids") else 0,
+            read_only=c_strings([os.fsencode(target) for target in request.get("read_only") or []]),
         )
         pid = helper.gpuyard_start_private(ctypes.byref(start), ctypes.byref(private))
     else:

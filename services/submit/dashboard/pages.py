@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuyard.services.submit.context import SubmitContext
+from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.contracts.jobspec import PRIORITY_CLASSES
+from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.reporting.usage import CSV_COLUMNS
 
 
@@ -24,6 +26,16 @@ class Page:
     """Facts of the platform the script needs, as `data-*` attributes of the page (one definition of them)."""
 
 
+def html_pattern(regex: str) -> str:
+    """A name pattern of the contracts as an HTML `pattern` attribute: anchored already (the browser anchors it),
+    and a `-` in a class escaped (the browser compiles it with the `v` flag, where a bare one is refused)."""
+    return regex.removeprefix("^").removesuffix("$").replace("[-", "[\\-")
+
+
+def _volumes_data(ctx: SubmitContext) -> dict[str, str]:
+    return {"name_pattern": html_pattern(NAME_PATTERN), "default_size": format_size(ctx.volume_default_size)}
+
+
 PAGES = (
     Page("/", "Cluster", "cluster.js", nav="Cluster"),
     Page("/jobs", "Jobs", "jobs.js", nav="Jobs"),
@@ -36,6 +48,7 @@ PAGES = (
         data=lambda ctx: {"priorities": ",".join(PRIORITY_CLASSES)},
     ),
     Page("/models", "Models", "models.js", nav="Models", data=lambda ctx: {"serving_url": ctx.serving_url}),
+    Page("/volumes", "Volumes", "volumes.js", nav="Volumes", data=_volumes_data),
     Page(
         "/alerts",
         "Alerts and usage",

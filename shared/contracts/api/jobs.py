@@ -59,6 +59,11 @@ class PreemptionOut(Out):
     reason: str = Field(description="Why, for people: the sentence rendered from the cause and its node.")
     by_job: str | None = Field(None, description="The job it makes room for, if one.")
     grace_seconds: float
+    lost_work_seconds: float | None = Field(
+        None,
+        description="The work the attempt loses, in seconds: since its latest checkpoint, or since it started "
+        "without one; None where not known.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -277,6 +282,7 @@ def _preemption(view: JobView) -> PreemptionOut | None:
         reason=asked.text,
         by_job=asked.by_job,
         grace_seconds=asked.grace_seconds,
+        lost_work_seconds=asked.lost_work_seconds,
     )
 
 

@@ -195,6 +195,13 @@ class JobPreempted(EventData):
     )
     by_job: str | None = Field(None, description="The job it makes room for, when one.")
     grace_seconds: float = 30
+    lost_work_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="The work the attempt loses, in seconds: what it did since its latest checkpoint, or since it "
+        "started without one (the scheduler preempts the jobs that lose the least first). None where not "
+        "known (a preemption recorded before this figure was sent).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -208,6 +215,16 @@ class JobPreempted(EventData):
     def text(self) -> str:
         """The preemption in words, from its cause: 'drain: node n1 is being drained'."""
         return preemption_text(self.cause, self.node, self.message)
+
+
+def lost_work_text(seconds: float | None) -> str:
+    """A preemption's lost work in words (`JobPreempted.lost_work_seconds`): 'lost about 12 min of work', 'lost
+    under a minute of work'; '' where not known."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return "lost under a minute of work"
+    return f"lost about {int(seconds / 60 + 0.5)} min of work"
 
 
 @upcaster(Subject.JOB_PREEMPTED, from_version=1)

@@ -35,6 +35,10 @@ class Subject(StrEnum):
     MODEL_DELETED = "model.deleted"
     MODEL_READY = "model.ready"
     MODEL_FAILED = "model.failed"
+    VOLUME_CREATED = "volume.created"
+    VOLUME_FILES_WRITTEN = "volume.files_written"
+    VOLUME_FILES_DELETED = "volume.files_deleted"
+    VOLUME_DELETED = "volume.deleted"
     ALERT_RAISED = "alert.raised"
     ALERT_RESOLVED = "alert.resolved"
     IDLE_WARNING = "idle.warning"
@@ -46,6 +50,7 @@ class Wildcard(StrEnum):
 
     JOB = "job.>"
     MODEL = "model.>"
+    VOLUME = "volume.>"
     ALERT = "alert.>"
     GPU = "gpu.>"
     SERVICE = "service.>"
@@ -164,6 +169,7 @@ EVENTS_STREAM = StreamDef(
     subjects=[
         Wildcard.JOB,
         Wildcard.MODEL,
+        Wildcard.VOLUME,
         Wildcard.ALERT,
         Subject.NODE_LOST,
         Subject.NODE_GPU_HEALTH,
@@ -171,7 +177,7 @@ EVENTS_STREAM = StreamDef(
         Wildcard.IDLE,
     ],
     max_age_seconds=30 * 86400,
-    description="State changes: jobs, models, alerts, lost nodes, GPU health, cordons. Kept 30 days.",
+    description="State changes: jobs, models, volumes, alerts, lost nodes, GPU health, cordons. Kept 30 days.",
 )
 
 

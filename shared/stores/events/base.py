@@ -30,13 +30,14 @@ class StreamKind(StrEnum):
     """What a stream holds, stored with its events and its projection: every query of jobs (listing, counting,
     versions, ends, id prefixes, retention) reads the streams of kind JOB alone, and each read model reads its
     own kind. A stream's id is unique across kinds (the other kinds' ids keep a prefix of their own: `model:`,
-    `/alerts/`, `/nodes/`, `/idle/`), and its kind never changes."""
+    `/alerts/`, `/nodes/`, `/idle/`, `volume:`), and its kind never changes."""
 
     JOB = "job"
     MODEL = "model"
     ALERT = "alert"
     NODE = "node"
     IDLE = "idle"
+    VOLUME = "volume"
 
 
 class StreamKindError(StoreError, ValueError):

@@ -5,10 +5,8 @@ A model's stream is of the kind `StreamKind.MODEL`, which the readers of jobs ne
 is `private`, `public` or `removed` (no version left), and its stream id begins with `model:`, so that it is
 never a job's id.
 
-Writes go through the event store with the expected version of the stream (optimistic concurrency: a writer
-that was overtaken decides again on the newer view), then are published on the bus. As for jobs, an event
-stored but not published (a crash in between, no answer from JetStream) is published later by the submit
-service's outbox relay (`JobLedger.flush`, which relays every subject the submit role publishes).
+Writes go through the event store with the expected version of the stream, then are published on the bus
+(`gpuyard.shared.stores.readmodels.recording`).
 
 A version is immutable: its file's key names its sha256 (`gpuyard.shared.modelfiles.store`); the same version with other
 bytes is refused, the same bytes again answer the version that holds them. A deleted version's number is never
@@ -28,8 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuyard.shared.auth.tokens import Principal, may_see
 from gpuyard.shared.bus.jetstream import Bus
-from gpuyard.shared.bus.outbox import publish_recorded
-from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData, make_event
+from gpuyard.shared.contracts.events.envelope import CloudEvent, EventData
 from gpuyard.shared.contracts.events.models import (
     ModelDeleted,
     ModelPublished,
@@ -39,7 +36,8 @@ from gpuyard.shared.contracts.events.models import (
 from gpuyard.shared.contracts.jobstate import LIVE_STATES, JobView, state_values
 from gpuyard.shared.modelfiles.signature import read_signature
 from gpuyard.shared.modelfiles.store import ModelStore, ModelStoreError, StagedFile, sha256_of
-from gpuyard.shared.stores.events import ConcurrencyError, EventStore, Projection, Projections, StreamKind
+from gpuyard.shared.stores.events import EventStore, Projection, Projections, StreamKind
+from gpuyard.shared.stores.readmodels.recording import record_in_stream
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +50,6 @@ PUBLIC = "public"
 """Listed for every tenant."""
 REMOVED = "removed"
 """No version left: listed for none."""
-MAX_CONFLICT_RETRIES = 8
 PAGE = 500
 
 
@@ -298,34 +295,20 @@ class ModelRegistry:
     async def record(
         self, tenant: str, name: str, decide: Decide
     ) -> tuple[ModelView | None, CloudEvent | None]:
-        """Store what `decide(current view)` returns (None: nothing) with the stream's expected version, then
-        publish it; decided again when another writer got there first. Raises ConcurrencyError when others
-        kept winning, ModelError from `decide`."""
-        sid = stream_id(tenant, name)
-        conflict: ConcurrencyError | None = None
-        for _ in range(MAX_CONFLICT_RETRIES):
-            view = await self.get(tenant, name)
-            data = await decide(view)
-            if data is None:
-                return view, None
-            event = make_event(data, source=self.source)
-            new = apply(view, event, (view.version if view else 0) + 1)
-            try:
-                await self.store.append(
-                    sid, view.version if view else 0, [event], projection_of(new), kind=KIND
-                )
-            except ConcurrencyError as exc:
-                conflict = exc
-                continue
-            await self._send(event, new.version)
-            return new, event
-        assert conflict is not None
-        raise conflict
-
-    async def _send(self, event: CloudEvent, version: int) -> None:
-        if self.bus is None:
-            return
-        await publish_recorded(self.bus, event, self.store, version=version)
+        """Store and publish what `decide(current view)` returns (None: nothing); decided again on a newer view
+        when another writer got there first (`record_in_stream`). Raises ConcurrencyError when others kept
+        winning, ModelError from `decide`."""
+        return await record_in_stream(
+            self.store,
+            self.bus,
+            self.source,
+            stream_id(tenant, name),
+            KIND,
+            read=lambda: self.get(tenant, name),
+            apply=apply,
+            projection_of=projection_of,
+            decide=decide,
+        )
 
     # ------------------------------------------------------------------ what the API does
 

@@ -45,19 +45,51 @@ export async function api(path, { method = "GET", body, contentType, signal } = 
     if (typeof body !== "string") body = JSON.stringify(body);
   }
   const res = await fetch(path, { method, headers, body, signal, credentials: "same-origin" });
-  if (res.status === 401) {
-    location.assign(`/?next=${encodeURIComponent(location.pathname + location.search)}`);
-    throw new ApiError(401, "your session ended: log in again");
-  }
-  const text = await res.text();
+  if (res.status === 401) throw sessionEnded();
+  return answer(res.status, await res.text());
+}
+
+/** Back to the login form, then here again: the session ended. */
+function sessionEnded() {
+  location.assign(`/?next=${encodeURIComponent(location.pathname + location.search)}`);
+  return new ApiError(401, "your session ended: log in again");
+}
+
+/** An answer's JSON (or its text: logs); an ApiError with the API's reason for a status that is not 2xx. */
+function answer(status, text) {
   let data = text;
   try {
     data = text ? JSON.parse(text) : null;
   } catch {
     /* a text answer (logs) */
   }
-  if (!res.ok) throw new ApiError(res.status, data?.detail ?? data?.error ?? text);
+  if (status < 200 || status > 299) throw new ApiError(status, data?.detail ?? data?.error ?? text);
   return data;
+}
+
+/** Send a file's bytes to the API as the logged-in user (`PUT`, `application/octet-stream`), calling
+ *  `progress(sent, total)` as they go out (XMLHttpRequest's upload progress: fetch reports none): the answer's
+ *  JSON; an ApiError with the API's reason otherwise (status 0: the connection broke off). */
+export function upload(path, file, { method = "PUT", progress = null } = {}) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open(method, path);
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.setRequestHeader("X-CSRF-Token", csrf);
+    if (progress) xhr.upload.onprogress = (e) => progress(e.loaded, e.lengthComputable ? e.total : file.size);
+    xhr.onload = () => {
+      if (xhr.status === 401) return reject(sessionEnded());
+      try {
+        resolve(answer(xhr.status, xhr.responseText));
+      } catch (err) {
+        reject(err);
+      }
+    };
+    xhr.onerror = () => reject(new ApiError(0, "the upload broke off: the API did not answer it"));
+    xhr.onabort = () => reject(new ApiError(0, "the upload was stopped"));
+    xhr.send(file);
+  });
 }
 
 // ---------------------------------------------------------------- the live event stream

@@ -49,6 +49,10 @@ export const SUBJECT = Object.freeze({
   MODEL_DELETED: "model.deleted",
   MODEL_READY: "model.ready",
   MODEL_FAILED: "model.failed",
+  VOLUME_CREATED: "volume.created",
+  VOLUME_FILES_WRITTEN: "volume.files_written",
+  VOLUME_FILES_DELETED: "volume.files_deleted",
+  VOLUME_DELETED: "volume.deleted",
   ALERT_RAISED: "alert.raised",
   ALERT_RESOLVED: "alert.resolved",
   IDLE_WARNING: "idle.warning",
@@ -59,6 +63,7 @@ export const SUBJECT = Object.freeze({
 export const WILDCARD = Object.freeze({
   JOB: "job.>",
   MODEL: "model.>",
+  VOLUME: "volume.>",
   ALERT: "alert.>",
   GPU: "gpu.>",
   SERVICE: "service.>",

@@ -359,6 +359,30 @@ def test_ps_and_describe_say_why_a_job_is_preempted_and_how_its_attempt_ended(ap
     )
 
 
+def test_describe_and_why_say_the_work_a_preemption_loses(api, capsys):
+    spec = {"name": "low", "command": "true", "priority": "low", "resources": {"gpus": 1}}
+    steps = [
+        placed("lw1", [GpuShare(index=0)]),
+        JobStarted(job_id="lw1", attempt=1, node="n1", replicas=[0]),
+        JobPreempted(
+            job_id="lw1",
+            attempt=1,
+            cause=PreemptionCause.PRIORITY,
+            by_job="urgent1",
+            grace_seconds=30,
+            lost_work_seconds=725,
+        ),
+    ]
+    api["lw1"] = view("lw1", spec, *steps)
+    said = preemption_text(PreemptionCause.PRIORITY)
+    preempted = next(line for line in run(capsys, "describe", "lw1")[1].splitlines() if "Preempted" in line)
+    assert (
+        preempted.split(None, 1)[1].strip() == f"{said} by job urgent1, stopping; lost about 12 min of work"
+    )
+    got = rows(run(capsys, "why", "lw1")[1])["Preempted"]
+    assert got == f"{said} by job urgent1 · grace 30 s · lost about 12 min of work"
+
+
 def test_describe_shows_the_reason_code_position_numbers_and_estimate(api, capsys):
     api["head1"] = head = head_view()
     out = run(capsys, "describe", "head1")[1]

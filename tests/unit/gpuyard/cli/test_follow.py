@@ -35,6 +35,25 @@ def test_preemption_says_why_by_whom_and_the_grace():
     assert line(drained) == "preempted (drain: node n1 is being drained): stopping within 15s"
 
 
+def test_preemption_says_the_work_it_loses_when_known():
+    def lost(seconds: float) -> str:
+        return line(
+            JobPreempted(
+                job_id="j",
+                attempt=1,
+                cause=PreemptionCause.DRAIN,
+                node="n1",
+                grace_seconds=15,
+                lost_work_seconds=seconds,
+            )
+        )
+
+    drained = "preempted (drain: node n1 is being drained): stopping within 15s"
+    assert lost(725) == f"{drained}; lost about 12 min of work"
+    assert lost(59.5) == f"{drained}; lost under a minute of work"
+    assert lost(90) == f"{drained}; lost about 2 min of work"
+
+
 def test_start_and_requeue_name_where_and_which_attempt():
     assert (
         line(JobStarted(job_id="j", attempt=1, node="n1", replicas=[0, 1])) == "started on n1 (replicas 0, 1)"

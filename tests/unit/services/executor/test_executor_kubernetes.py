@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gpuyard.services.executor.kubernetes.api import KubeApiError
-from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
+from gpuyard.services.executor.kubernetes.backend import VOLUMES_NOT_MOUNTED, KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.names import attempt_names
@@ -166,6 +166,15 @@ async def test_a_refused_pod_fails_the_job_to_start_with_the_api_servers_words(h
     assert view.failure_reason == "start_failed"
     assert view.message == "replica 0: Kubernetes refused the job's pods: pods is forbidden: exceeded quota"
     assert "started" not in await h.types(job)
+
+
+async def test_a_job_that_mounts_volumes_fails_to_start_and_no_pod_runs_without_them(h, api):
+    ex = await k8s_executor(h, api)
+    job = await h.submit(command="python train.py", volumes=[{"name": "imagenet", "path": "/data"}])
+    await h.place(ex, job)
+    view = await h.wait(job, "failed")
+    assert view.failure_reason == "start_failed" and view.message == f"replica 0: {VOLUMES_NOT_MOUNTED}"
+    assert not api.pods and not api.services
 
 
 async def running_pod_left_by_a_stopped_executor(h, api) -> str:

@@ -17,11 +17,12 @@ from prometheus_client import CollectorRegistry
 
 from gpuyard.services.executor import jobenv
 from gpuyard.services.executor.__main__ import preflight
-from gpuyard.services.executor.jobstorage import check_storage_reachable, storage_root_of
+from gpuyard.services.executor.jobstorage import check_storage_reachable
 from gpuyard.services.executor.retention import JobDirSweeper
 from gpuyard.shared.auth.jobtokens import CHECKPOINT_SCOPE, JobTokenError, verify
 from gpuyard.shared.contracts.events.jobs import JobCancelled, JobFailed, JobSucceeded
 from gpuyard.shared.runtime.paths import job_storage, storage_root
+from gpuyard.shared.runtime.storageroot import storage_root_of
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only on a root platform")
 DAY = 86400.0

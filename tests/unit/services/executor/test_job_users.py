@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.executor.jobusers import JobUser, JobUsers
 from gpuyard.services.executor.processes import process_start_time
 from gpuyard.shared.auth.tokens import Tokens
+from gpuyard.shared.runtime.jobusers import JobUser, JobUsers
 from gpuyard.shared.runtime.paths import unreachable_to_others
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching a job's user needs root (as in CI)")

@@ -1,8 +1,10 @@
 """The reaper (`services/executor/reaper/`) starts a replica's process as Popen would (same session,
 descriptors, signals, directory and environment, the command found on the environment's PATH), says which
 step of a start failed, writes each end to the replica's exit file even after its executor is gone, and lets
-nothing of a replica outlive its first process. Each test runs twice: with the start helper
-(`replica_start.c`, spawned) and without it (the reaper forks)."""
+nothing of a replica outlive its first process. Its first process makes the replica's folders (their modes and
+owners, one already there kept, given or refused) and, in a mount namespace of its own, binds folders,
+read-only where asked. Each test runs twice: with the start helper (`replica_start.c`, spawned) and without it
+(the reaper forks)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import errno
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.executor.processes import process_start_time
+from gpuyard.services.executor.processes import probe_namespaces, process_start_time
 from gpuyard.services.executor.reaper.helper import load_helper, spawn
 from gpuyard.services.executor.reaper_client import ReaperClient, StartRefused, read_exit_file
 from gpuyard.services.executor.start_helper import start_helper
@@ -81,8 +84,9 @@ class Started:
     async def __aexit__(self, *_exc) -> None:
         self.reaper.close()
 
-    async def run(self, argv, *, cwd=None, env=None) -> tuple[int | None, bytes, int]:
-        """Start `argv` through the reaper; its status, its output and its pid."""
+    async def run(self, argv, *, cwd=None, env=None, **more) -> tuple[int | None, bytes, int]:
+        """Start `argv` through the reaper (`more`: folders, user, binds, read_only…); its status, its output
+        and its pid."""
         self.count += 1
         read_fd, write_fd = os.pipe()
         try:
@@ -95,6 +99,7 @@ class Started:
                 exit_file=str(self.tmp_path / f"r{self.count}.exit"),
                 log_file="",
                 record={"node": "n"},
+                **more,
             )
         finally:
             os.close(write_fd)
@@ -282,3 +287,120 @@ def test_the_helper_starts_a_subreaper_in_a_new_session_from_any_process(tmp_pat
         for fd in (read_fd, error_r):
             os.close(fd)
         os.waitpid(pid, 0)
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="folders of other users and mounts need root")
+
+
+def mode_and_owner(path: Path) -> tuple[int, int, int]:
+    found = path.lstat()
+    return stat.S_IMODE(found.st_mode), found.st_uid, found.st_gid
+
+
+@root_only
+async def test_the_first_process_makes_its_folders_with_their_modes_and_owners(tmp_path, helper):
+    """In order, each with its mode whatever the umask and its owner (-1: the platform's): what is there already
+    is kept when it is its owner's, given to its owner when the platform's (a start that had not given it yet);
+    another user's, a file or a link is refused at the step "folders", and nothing is run."""
+    attempt, work, kept, given = (tmp_path / name for name in ("attempt", "work", "kept", "given"))
+    work = attempt / "work"
+    kept.mkdir()
+    os.chown(kept, 4242, 4243)
+    given.mkdir(mode=0o755)
+    folders = [
+        [str(attempt), 0o711, -1, -1],
+        [str(work), 0o700, 4242, 4243],
+        [str(kept), 0o700, 4242, 4243],
+        [str(given), 0o700, 4242, 4243],
+    ]
+    old = os.umask(0o077)
+    try:
+        async with Started(tmp_path, helper) as started:
+            status, output, _ = await started.run(["true"], cwd=tmp_path, folders=folders)
+            assert status == 0, output
+            assert mode_and_owner(attempt) == (0o711, 0, 0)
+            assert mode_and_owner(work) == mode_and_owner(given) == (0o700, 4242, 4243)
+            assert mode_and_owner(kept)[1:] == (4242, 4243)
+            assert (await started.run(["true"], cwd=tmp_path, folders=folders))[0] == 0  # (its next attempt)
+
+            (tmp_path / "file").write_text("")
+            (tmp_path / "link").symlink_to(work)
+            os.chown(given, 4444, 4444)
+            for place in ("given", "file", "link"):
+                with pytest.raises(StartRefused) as refused:
+                    await started.run(
+                        ["touch", "ran"], cwd=tmp_path, folders=[[str(tmp_path / place), 0o700, 4242, 4243]]
+                    )
+                assert (refused.value.step, refused.value.errno) == ("folders", errno.EEXIST)
+            assert mode_and_owner(given)[1] == 4444 and (tmp_path / "link").is_symlink()
+            assert mode_and_owner(work)[1] == 4242 and not (tmp_path / "ran").exists()
+            with pytest.raises(StartRefused) as refused:
+                await started.run(
+                    ["true"], cwd=tmp_path, folders=[[str(tmp_path / "gone" / "work"), 0o700, -1, -1]]
+                )
+            assert (refused.value.step, refused.value.errno) == ("folders", errno.ENOENT)
+    finally:
+        os.umask(old)
+
+
+@root_only
+async def test_a_folder_bound_read_only_in_its_namespace_refuses_writes(tmp_path, helper):
+    """Bound over their targets in the replica's own mount namespace, one read-write, one read-only: the job
+    reads both, writes the first, and its write in the second fails with EROFS; the node sees neither mount."""
+    if not (found := probe_namespaces()).mounts:
+        pytest.skip(f"no mount namespaces on this node: {found.reason}")
+    sources, targets = tmp_path / "sources", tmp_path / "work"
+    for name in ("rw", "ro"):
+        (sources / name).mkdir(parents=True)
+        (sources / name / "data").write_text(f"{name} data")
+        (targets / name).mkdir(parents=True)
+    script = (
+        "cat rw/data ro/data; echo; echo x > rw/new && echo wrote-rw; "
+        "echo x > ro/new || echo refused-ro; grep -c ' ro,' /proc/self/mountinfo"
+    )
+    async with Started(tmp_path, helper) as started:
+        status, output, _ = await started.run(
+            ["sh", "-c", script],
+            cwd=targets,
+            binds=[(str(sources / "rw"), str(targets / "rw")), (str(sources / "ro"), str(targets / "ro"))],
+            read_only=[str(targets / "ro")],
+        )
+    text = output.decode()
+    assert status == 0, text
+    assert "rw dataro data" in text and "wrote-rw" in text and "refused-ro" in text, text
+    assert "Read-only file system" in text, text
+    assert (sources / "rw" / "new").exists() and not (sources / "ro" / "new").exists()
+    assert not os.path.ismount(targets / "ro") and not os.path.ismount(
+        targets / "rw"
+    )  # (the node's: untouched)
+
+
+@pytest.fixture
+def nosuid_folder(tmp_path):
+    """A folder of a mount of its own (a bind over itself) that is nosuid, nodev and noexec."""
+    source = tmp_path / "source"
+    source.mkdir()
+    subprocess.run(["mount", "--bind", str(source), str(source)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,nosuid,nodev,noexec", str(source)], check=True)
+        yield source
+    finally:
+        subprocess.run(["umount", "-l", str(source)], check=True)
+
+
+@root_only
+async def test_a_read_only_remount_keeps_the_nosuid_of_the_folders_mount(tmp_path, helper, nosuid_folder):
+    """A folder of a mount that is nosuid, nodev and noexec stays so, read-only, in the replica's namespace."""
+    if not (found := probe_namespaces()).mounts:
+        pytest.skip(f"no mount namespaces on this node: {found.reason}")
+    target = tmp_path / "target"
+    target.mkdir()
+    async with Started(tmp_path, helper) as started:
+        status, output, _ = await started.run(
+            ["sh", "-c", f"grep ' {target} ' /proc/self/mountinfo"],
+            binds=[(str(nosuid_folder), str(target))],
+            read_only=[str(target)],
+        )
+    assert status == 0, output
+    options = output.decode().split()[5].split(",")
+    assert {"ro", "nosuid", "nodev", "noexec"} <= set(options), output

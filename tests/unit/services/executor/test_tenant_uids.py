@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.executor.jobusers import (
+from gpuyard.shared.auth.secretfile import SecretFileError
+from gpuyard.shared.runtime.jobusers import (
     KEY_FILE,
     NAME_ONLY_FILE,
     UID_SPAN,
@@ -21,7 +22,6 @@ from gpuyard.services.executor.jobusers import (
     derived_number,
     uid_key,
 )
-from gpuyard.shared.auth.secretfile import SecretFileError
 
 BASE = 2_000_000
 

@@ -14,12 +14,14 @@ from fastapi import FastAPI
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.fastpath import FastSubmit
+from gpuyard.services.submit.volumefiles import VolumeFiles
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.store import ModelStore
 from gpuyard.shared.stores.events import EventStore, open_store
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.logs import LogStore, open_log_store
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
+from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 
 TOKENS = {
     "tok-vision": {"tenant": "vision", "user": "ana"},
@@ -30,11 +32,12 @@ TOKENS = {
 
 @contextlib.contextmanager
 def submit_context(
-    tmp_path: Path, tokens: dict | Tokens = TOKENS, *, models: bool = False, **fields
+    tmp_path: Path, tokens: dict | Tokens = TOKENS, *, models: bool = False, volumes: bool = False, **fields
 ) -> Iterator[SubmitContext]:
     """Its files in `tmp_path` (made if missing: two contexts can take two sub-folders of one tmp_path);
     `tokens`: the table written to tmp_path/tokens.json, or a `Tokens` taken as it is; `models`: with a model
-    registry (its files under tmp_path/models); `fields`: SubmitContext's others. Its stores are closed after."""
+    registry (its files under tmp_path/models); `volumes`: with volumes (their folders under tmp_path/storage, the
+    platform's own user's); `fields`: SubmitContext's others. Its stores are closed after."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = asyncio.run(open_store(f"sqlite:///{tmp_path / 'events.db'}"))
     logs = asyncio.run(open_log_store(f"sqlite:///{tmp_path / 'logs.db'}"))
@@ -44,6 +47,9 @@ def submit_context(
         tokens = Tokens(tokens_file)
     if models:
         fields["models"] = ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models")))
+    if volumes:
+        fields["volumes"] = VolumeRegistry(store, None, "/test")
+        fields["volume_files"] = VolumeFiles(tmp_path / "storage", lambda tenant: None)
     try:
         yield _context(store, logs, tokens, **fields)
     finally:

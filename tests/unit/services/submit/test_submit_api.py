@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.context import JobOutputs
 from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
     GpuShare,
@@ -52,9 +53,11 @@ def ctx(tmp_path):
         tmp_path,
         TOKENS,
         models=True,
+        volumes=True,
         max_body_bytes=4096,
         max_model_bytes=1 << 20,
         publish_secret_file=tmp_path / "publish.key",
+        job_outputs=JobOutputs(tmp_path / "storage", lambda tenant: None),
     ) as c:
         yield c
 
@@ -309,9 +312,9 @@ def operations(schema: dict):
 
 # what each route can answer besides its success, beyond 400 and 413 (every route: the body limit)
 ERRORS = {
-    ("/v1/jobs", "post"): {401, 403, 409, 422, 429, 503},
+    ("/v1/jobs", "post"): {401, 403, 404, 409, 422, 429, 503},
     ("/v1/jobs", "get"): {401, 403, 422, 503},
-    ("/v1/jobs/validate", "post"): {401, 403, 422, 503},
+    ("/v1/jobs/validate", "post"): {401, 403, 404, 422, 503},
     ("/v1/tenants", "get"): {401, 503},
     ("/v1/jobs/{job_id}", "get"): {401, 404, 422, 503},
     ("/v1/jobs/{job_id}/events", "get"): {401, 404, 422, 503},
@@ -319,6 +322,8 @@ ERRORS = {
     ("/v1/jobs/{job_id}/cancel", "post"): {401, 404, 409, 422, 503},
     ("/v1/jobs/{job_id}/logs", "get"): {206, 401, 404, 416, 422, 503},
     ("/v1/jobs/{job_id}/checkpoints", "post"): {401, 403, 404, 409, 422, 429, 503},
+    ("/v1/jobs/{job_id}/artifacts", "get"): {401, 404, 409, 422, 503},
+    ("/v1/jobs/{job_id}/artifacts/content", "get"): {401, 404, 409, 422, 503},
     ("/v1/events/stream", "get"): {401, 422, 503},
     ("/v1/deadletters", "get"): {401, 403, 422, 503},
     ("/v1/nodes", "get"): {401},
@@ -343,6 +348,14 @@ ERRORS = {
     ("/v1/usage", "get"): {401, 403, 422, 503},
     ("/v1/gpus/history", "get"): {401, 422, 503},
     ("/v1/jobs/{job_id}/gpu", "get"): {401, 404, 409, 422, 503},
+    ("/v1/volumes", "post"): {401, 403, 409, 422, 503},
+    ("/v1/volumes", "get"): {401, 403, 422, 503},
+    ("/v1/volumes/{name}", "get"): {401, 404, 422, 503},
+    ("/v1/volumes/{name}", "delete"): {401, 404, 409, 422, 503},
+    ("/v1/volumes/{name}/files", "get"): {401, 404, 422, 503},
+    ("/v1/volumes/{name}/content", "get"): {401, 404, 422, 503},
+    ("/v1/volumes/{name}/content", "put"): {401, 404, 413, 422, 429, 503},
+    ("/v1/volumes/{name}/content", "delete"): {401, 404, 422, 503},
     ("/healthz", "get"): set(),
 }
 
@@ -382,6 +395,8 @@ NOT_YOURS = {
     # the job's own checkpoint token only: a person's token is refused whoever's job it names (another job's
     # checkpoint token is answered 404: tests/unit/services/submit/test_checkpoint_reports.py)
     ("/v1/jobs/{job_id}/checkpoints", "post"): 403,
+    ("/v1/jobs/{job_id}/artifacts", "get"): 404,  # nlp's job keeps an output file (secret.txt): never read
+    ("/v1/jobs/{job_id}/artifacts/content", "get"): 404,
     ("/v1/events/stream", "get"): None,  # needs the bus: tests/integration/test_platform.py walks it
     ("/v1/deadletters", "get"): 403,  # admins only (events of every tenant)
     ("/v1/nodes", "get"): 200,  # the cluster's machines: no tenant's data
@@ -412,16 +427,29 @@ NOT_YOURS = {
     ): 403,  # ?tenant=nlp (and its own usage holds none of nlp's: tests/unit/shared/reporting/test_usage_api.py)
     ("/v1/gpus/history", "get"): 200,  # the node's GPUs, nlp's job on them only as `other`
     ("/v1/jobs/{job_id}/gpu", "get"): 404,
+    # ?tenant=nlp on each: nlp's volume is as if it did not exist, its list and a volume made for it refused
+    ("/v1/volumes", "post"): 403,
+    ("/v1/volumes", "get"): 403,
+    ("/v1/volumes/{name}", "get"): 404,
+    ("/v1/volumes/{name}", "delete"): 404,
+    ("/v1/volumes/{name}/files", "get"): 404,
+    ("/v1/volumes/{name}/content", "get"): 404,
+    ("/v1/volumes/{name}/content", "put"): 404,
+    ("/v1/volumes/{name}/content", "delete"): 404,
     ("/healthz", "get"): 200,
 }
 THEIR_MODEL = "nlp-private"
+THEIR_VOLUME = "nlp-data"
 SPEC_ROUTES = {("/v1/jobs", "post"), ("/v1/jobs/validate", "post")}
 
 
-def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx):
+def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ctx, tmp_path):
     theirs = submit(api, headers=NLP)["job_id"]
     asyncio.run(ctx.logs.append(split(LogKey(theirs, 1, 0), 0, b"nlp's secret output\n")))
     asyncio.run(held_gpu_sample(ctx, theirs, "nlp", "node-1"))
+    kept_by_them = tmp_path / "storage" / "outputs" / "nlp" / theirs
+    kept_by_them.mkdir(parents=True)
+    (kept_by_them / "secret.txt").write_bytes(b"secret")
     token_id = next(e.id for e in ctx.tokens.entries() if e.tenant == "nlp")
     schema = api.get("/openapi.json").json()
     assert {(path, method) for path, method, _ in operations(schema)} == set(NOT_YOURS)
@@ -429,19 +457,33 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         "/v1/models", params={"name": THEIR_MODEL}, content=tiny_model(), headers=NLP
     )  # private: nlp's only
     assert published.status_code == 201, published.text
+    made = api.post("/v1/volumes", json={"name": THEIR_VOLUME, "size": 1000}, headers=NLP)
+    assert made.status_code == 201, made.text
+    written = api.put(f"/v1/volumes/{THEIR_VOLUME}/content", params={"path": "secret.txt"}, content=b"secret")
+    assert written.status_code == 401  # (no token)
+    written = api.put(
+        f"/v1/volumes/{THEIR_VOLUME}/content", params={"path": "secret.txt"}, content=b"secret", headers=NLP
+    )
+    assert written.status_code == 201, written.text
     for (path, method), expected in NOT_YOURS.items():
         if expected is None:
             continue
         url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
-        url = url.replace("{name}", THEIR_MODEL).replace("{version}", "1").replace("{node}", "node-1")
+        name = THEIR_VOLUME if path.startswith("/v1/volumes") else THEIR_MODEL
+        url = url.replace("{name}", name).replace("{version}", "1").replace("{node}", "node-1")
         body = {**SPEC, "tenant": "nlp"} if (path, method) in SPEC_ROUTES else None
         body = {"public": True} if method == "patch" else body
         tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get"), ("/v1/usage", "get"))
-        params = {"tenant": "nlp"} if tenant_param or "/models" in path else None
+        params = {"tenant": "nlp"} if tenant_param or "/models" in path or "/volumes" in path else None
         params = {"node": "node-1"} if path == "/v1/gpus/history" else params
+        if path.endswith("/content"):
+            params = {**(params or {}), "path": "secret.txt"}  # (a volume's file; nlp's job's kept one)
+        body = {"name": "mine", "size": 10} if (path, method) == ("/v1/volumes", "post") else body
         if (path, method) == ("/v1/models", "post"):
             params = {"name": "mine", "tenant": "nlp"}
             answer = api.post(url, params=params, content=tiny_model(), headers=VISION)
+        elif (path, method) == ("/v1/volumes/{name}/content", "put"):
+            answer = api.put(url, params=params, content=b"overwritten", headers=VISION)
         else:
             answer = api.request(method.upper(), url, headers=VISION, json=body, params=params)
         assert answer.status_code == expected, (path, method, answer.status_code, answer.text[:200])
@@ -456,6 +498,16 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         api.get(f"/v1/models/{THEIR_MODEL}", headers=NLP).json()["versions"][0]["version"] == 1
     )  # it is there
     assert api.get("/v1/models/mine", params={"tenant": "nlp"}, headers=ADMIN).status_code == 404
+    assert THEIR_VOLUME not in api.get("/v1/volumes", headers=VISION).text
+    kept = api.get(f"/v1/volumes/{THEIR_VOLUME}/content", params={"path": "secret.txt"}, headers=NLP)
+    assert kept.content == b"secret"  # it is there, untouched
+    output = api.get(f"/v1/jobs/{theirs}/artifacts/content", params={"path": "secret.txt"}, headers=NLP)
+    assert output.content == b"secret"  # it is there, for nlp
+    assert api.get(f"/v1/jobs/{theirs}/artifacts", headers=ADMIN).json()["items"][0]["path"] == "secret.txt"
+    assert (
+        api.get("/v1/volumes", params={"tenant": "nlp"}, headers=ADMIN).json()["items"][0]["name"]
+        == THEIR_VOLUME
+    )
 
 
 async def held_gpu_sample(ctx, job_id: str, tenant: str, node: str) -> None:
@@ -638,7 +690,12 @@ def test_a_job_being_preempted_says_why_by_whom_and_the_grace(api, ctx):
         JobPlaced(job_id=job_id, attempt=1, placements=[ReplicaPlacement(replica=0, node="n1")]),
         JobStarted(job_id=job_id, attempt=1, node="n1", replicas=[0]),
         JobPreempted(
-            job_id=job_id, attempt=1, cause=PreemptionCause.PRIORITY, by_job="urgent", grace_seconds=15
+            job_id=job_id,
+            attempt=1,
+            cause=PreemptionCause.PRIORITY,
+            by_job="urgent",
+            grace_seconds=15,
+            lost_work_seconds=754.5,
         ),
     )
     job = api.get(f"/v1/jobs/{job_id}", headers=VISION).json()
@@ -648,6 +705,7 @@ def test_a_job_being_preempted_says_why_by_whom_and_the_grace(api, ctx):
         "reason": preemption_text(PreemptionCause.PRIORITY),
         "by_job": "urgent",
         "grace_seconds": 15,
+        "lost_work_seconds": 754.5,
     }
     assert job["failure"] is None and job["pending"] is None
 

@@ -1,10 +1,11 @@
-// A job's page: its state and why, the timeline of its events, placement and attempts, live logs per replica,
-// cancel and resubmit.
+// A job's page: its state and why, the timeline of its events, placement and attempts, the outputs it keeps,
+// live logs per replica, cancel and resubmit.
 import {
   ApiError, ago, api, bytes, duration, elapsed, empty, errorBox, fill, h, kind, main, num, onEvent, params,
-  section, stateBadge, tableBox, throttle,
+  section, setQuery, stateBadge, tableBox, throttle,
 } from "../app.js";
 import { STATE, TERMINAL_STATES, WILDCARD } from "../contracts.js";
+import { crumbs, fileTable, pathQuery } from "../files.js";
 
 const jobId = params.jobId;
 const LOG_KEEP = 512 * 1024; // characters of output kept on the page (the API has all of it)
@@ -19,6 +20,9 @@ whyEl.parentElement.after(row);
 const timelineEl = timelineSection.querySelector(".body");
 const placementEl = placementSection.querySelector(".body");
 const logsEl = section("job-logs", "Logs");
+const outputsSection = h("section", { id: "job-outputs", hidden: true }, h("h2", {}, "Outputs"), h("div", { class: "body" }));
+logsEl.parentElement.before(outputsSection);
+const outputsEl = outputsSection.querySelector(".body");
 
 let job = null;
 const WHY_REFRESH_MS = 5_000;
@@ -34,6 +38,7 @@ async function load() {
   drawPlacement();
   loadWhy();
   loadTimeline();
+  loadOutputs();
   logs.sync();
 }
 
@@ -159,14 +164,64 @@ function eventNote(event) {
   return note ? h("div", { class: "muted" }, typeof note === "string" ? note : reasonText(note)) : null;
 }
 
-/** A preemption's cause in words: the cause, the node it names, its message (`priority`, `drain · node n1`). */
+/** A preemption's cause in words: the cause, the node it names, its message, the work it loses
+ * (`priority · lost about 12 min of work`, `drain · node n1`). */
 function causeText(d) {
-  return [d.cause, d.node ? `node ${d.node}` : "", d.message].filter(Boolean).join(" · ");
+  return [d.cause, d.node ? `node ${d.node}` : "", d.message, lostWorkText(d.lost_work_seconds)].filter(Boolean).join(" · ");
+}
+
+/** A preemption's lost work in words, as the CLI says it (`lost_work_text`); "" where not known. */
+function lostWorkText(seconds) {
+  if (seconds == null) return "";
+  return seconds < 60 ? "lost under a minute of work" : `lost about ${Math.floor(seconds / 60 + 0.5)} min of work`;
 }
 
 /** A structured reason (a job.pending's) in words: the API's own sentence for it, else its fields. */
 function reasonText(reason) {
   return reason.text || reason.message || JSON.stringify(reason);
+}
+
+// ---------------------------------------------------------------- outputs: what it keeps (GPUYARD_OUTPUT_DIR)
+
+let outputsPath = new URLSearchParams(location.search).get("outputs") ?? ""; // the folder of them shown
+const artifacts = () => `/v1/jobs/${encodeURIComponent(jobId)}/artifacts`;
+const outputsHref = (path) => (path ? `?${new URLSearchParams({ outputs: path })}` : location.pathname);
+
+/** The job's outputs, shown once it has any: one folder of them, each entry with its download link. */
+async function loadOutputs() {
+  let listing;
+  try {
+    listing = await api(`${artifacts()}${pathQuery(outputsPath)}`);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    if (err.status === 404 && outputsPath) return openOutputs(""); // (that folder is gone: the top instead)
+    if (!outputsSection.hidden) fill(outputsEl, errorBox(err)); // (none shown yet: nothing to say)
+    return;
+  }
+  if (!listing.items.length && !outputsPath) {
+    outputsSection.hidden = true;
+    return;
+  }
+  outputsSection.hidden = false;
+  fill(outputsEl,
+    h("div", { class: "row files-head" },
+      crumbs(outputsPath, { top: "outputs", href: outputsHref, open: openOutputs, id: "outputs-path" }),
+      h("a", { class: "button download", id: "outputs-download", href: `${artifacts()}/content`, download: `${jobId}-outputs.tar` },
+        "Download all (tar)")),
+    fileTable(listing, {
+      id: "outputs-table",
+      href: outputsHref,
+      open: openOutputs,
+      download: (path) => `${artifacts()}/content${pathQuery(path)}`,
+      emptyText: "This folder is empty.",
+    }),
+  );
+}
+
+function openOutputs(path) {
+  outputsPath = path;
+  setQuery({ outputs: path });
+  return loadOutputs();
 }
 
 // ---------------------------------------------------------------- logs: one follower per replica
@@ -253,5 +308,8 @@ onEvent((event) => event.data?.job_id === jobId && refresh(), WILDCARD.JOB, () =
 setInterval(() => {
   if (!job || TERMINAL_STATES.includes(job.state) || document.hidden) return;
   if (job.state === STATE.QUEUED) refresh();
-  else loadWhy();
+  else {
+    loadWhy();
+    loadOutputs(); // (a running job writes them without an event)
+  }
 }, WHY_REFRESH_MS);

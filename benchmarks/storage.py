@@ -1,0 +1,175 @@
+"""Volumes' uploads and downloads through the API, against `cp` of the same data on the same disk, in the same run.
+
+    python benchmarks/storage.py                      # one 2 GB file, 10,000 small files; 3 runs of each
+    python benchmarks/storage.py --large-mb 256 --small 1000 --runs 1   # a quick look
+
+Starts `gpuyard up --simulate-gpus 1` on free ports (removed afterwards), makes a volume, then for each run:
+the large file uploaded (`gpuyard.transfers`, as `gpuyard volumes upload` sends it: streamed, chunked) and
+downloaded, and a folder of small files (4 KiB each) uploaded as a tree and downloaded as a tar unpacked;
+each next to `cp` (a file) and `cp -r` (the folder) of the same data on the same disk, with the page cache
+dropped before each where the machine lets us (`/proc/sys/vm/drop_caches`, as root), so that neither side
+reads from memory what the other wrote. Prints one JSON object: each case's seconds per run, min / median /
+max, and its ratio to `cp` (`cp` seconds / its seconds: 1.0 is as fast as cp; the goal is 0.7 for the large
+file both ways, 0.3 for the small files)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from gpuyard import transfers
+from gpuyard.client import Client
+
+# imported as benchmarks.storage (python -m, a test), or run as a script: its own folder first on the path
+if __package__:
+    from benchmarks.pipeline import start_platform, stop_platform
+else:
+    from pipeline import start_platform, stop_platform
+
+VOLUME = "bench"
+
+
+def drop_caches() -> None:
+    """Write back and forget the page cache, where allowed (root): each side then reads from the disk."""
+    os.sync()
+    with contextlib.suppress(OSError):
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def timed(action) -> float:
+    drop_caches()
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def make_data(folder: Path, large_mb: int, small: int) -> tuple[Path, Path]:
+    large = folder / "large.bin"
+    with open(large, "wb") as f:
+        for _ in range(large_mb):
+            f.write(os.urandom(1 << 20))
+    tree = folder / "small"
+    for i in range(small):
+        sub = tree / f"d{i // 1000:03d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:05d}.bin").write_bytes(os.urandom(4096))
+    return large, tree
+
+
+def cases(client: Client, large: Path, tree: Path, scratch: Path) -> dict[str, tuple]:
+    """name -> (ours, cp's): two callables each."""
+    url = f"/v1/volumes/{VOLUME}/content"
+
+    def up_large():
+        transfers.upload(
+            client,
+            url,
+            {"path": "large.bin"},
+            transfers.file_chunks(large, lambda n: None),
+            "application/octet-stream",
+        )
+
+    def down_large():
+        target = scratch / "large.down"
+        target.unlink(missing_ok=True)
+        transfers.download(client, url, {"path": "large.bin"}, target, lambda n: None)
+
+    def up_small():
+        if _exists(client, "small"):
+            client.request("DELETE", url, params={"path": "small"})
+        transfers.upload(
+            client,
+            url,
+            {"path": "", "archive": "true"},
+            transfers.tree_chunks(tree, lambda n: None),
+            "application/x-tar",
+        )
+
+    def down_small():
+        target = scratch / "small.down"
+        shutil.rmtree(target, ignore_errors=True)
+        transfers.download(client, url, {"path": "small"}, target, lambda n: None)
+
+    def cp(source: Path, target: Path, tree_: bool = False):
+        def run():
+            if tree_:
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+            subprocess.run(["cp", "-r" if tree_ else "--", str(source), str(target)], check=True)
+
+        return run
+
+    return {
+        "large_upload": (up_large, cp(large, scratch / "large.cp")),
+        "large_download": (down_large, cp(large, scratch / "large.cp")),
+        "small_upload": (up_small, cp(tree, scratch / "small.cp", tree_=True)),
+        "small_download": (down_small, cp(tree, scratch / "small.cp", tree_=True)),
+    }
+
+
+def _exists(client: Client, path: str) -> bool:
+    listed = client.request("GET", f"/v1/volumes/{VOLUME}/files")
+    return any(item["path"] == path for item in listed["items"])
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "min": round(min(values), 3),
+        "median": round(statistics.median(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--large-mb", type=int, default=2000)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    proc, client, tmp, _ = start_platform(1, None)
+    scratch = Path(tempfile.mkdtemp(prefix="gpuyard-storage-", dir=tmp.parent))
+    try:
+        large, tree = make_data(scratch, args.large_mb, args.small)
+        size = args.large_mb * (1 << 20) * 2 + args.small * 4096 * 2 + (1 << 30)
+        client.request("POST", "/v1/volumes", json={"name": VOLUME, "size": size})
+        times: dict[str, dict[str, list[float]]] = {}
+        for _ in range(args.runs):
+            for name, (ours, theirs) in cases(client, large, tree, scratch).items():
+                row = times.setdefault(name, {"gpuyard": [], "cp": []})
+                row["gpuyard"].append(timed(ours))
+                row["cp"].append(timed(theirs))
+        result = {
+            "large_mb": args.large_mb,
+            "small_files": args.small,
+            "runs": args.runs,
+            "cases": {
+                name: {
+                    "gpuyard_s": summary(row["gpuyard"]),
+                    "cp_s": summary(row["cp"]),
+                    "ratio_to_cp": summary([c / g for g, c in zip(row["gpuyard"], row["cp"], strict=True)]),
+                    "all_gpuyard_s": [round(v, 3) for v in row["gpuyard"]],
+                    "all_cp_s": [round(v, 3) for v in row["cp"]],
+                }
+                for name, row in times.items()
+            },
+        }
+    finally:
+        stop_platform(proc, tmp)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
