@@ -11,7 +11,6 @@ is never read."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -20,12 +19,13 @@ from fastapi.responses import StreamingResponse
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.downloads import attachment, file_or_tree
 from gpuyard.services.submit.errors import Responses, answers
 from gpuyard.services.submit.jobs import visible_job
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.common import ErrorOut
 from gpuyard.shared.contracts.api.files import FileListOut, FileOut
-from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder, chunks_of
+from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder
 from gpuyard.shared.runtime.tarstream import END, PathRefused, clean_path
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
@@ -42,8 +42,6 @@ _STEP = r"(?:\.?[^/\x00.][^/\x00]*|\.\.[^/\x00]+|\.)"
 PATH_PATTERN = rf"^(?:{_STEP}(?:/+{_STEP})*/*)?$"
 """A path inside a folder as the document says it, what `clean_path` takes: relative (not starting with '/'), no
 '..' step, no NUL; '' or '.' for the top. A path it does not take is refused by `_path` (400, with its reason)."""
-NAME_MAX = 255
-"""The most bytes one name of a path may take (the file systems'): a longer one names nothing."""
 PathQuery = Annotated[
     str,
     Query(
@@ -78,13 +76,11 @@ async def _outputs(ctx: SubmitContext, principal: Principal, job_id: str) -> tup
 
 
 def _path(text: str) -> str:
-    """The path asked for, clean: 400 for one that would leave the folder, 404 for one no file can have."""
+    """The path asked for, clean: 400 for one that would leave the folder."""
     try:
         where = clean_path(text)
     except PathRefused as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-    if any(len(name.encode("utf-8", "surrogatepass")) > NAME_MAX for name in where.split("/")):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no file or folder has a name over {NAME_MAX} bytes")
     return where
 
 
@@ -127,34 +123,11 @@ async def download_artifacts(
     tar stream."""
     full_id, folder = await _outputs(ctx, principal, job_id)
     where = _path(path)
-    kind = await asyncio.to_thread(folder.kind_of, where)
-    if kind == "dir" or (kind is None and not where):  # (no output folder: nothing kept, an empty tree)
-        chunks: Iterator[bytes] = folder.tar_chunks(where) if kind == "dir" else iter([END])
-        name = where.rpartition("/")[2] or f"{full_id}-outputs"
+    if not where and await asyncio.to_thread(folder.kind_of, "") is None:  # (nothing kept: an empty tree)
         return StreamingResponse(
-            chunks,
+            iter([END]),
             media_type="application/x-tar",
-            headers={"Content-Disposition": _attachment(f"{name}.tar")},
+            headers={"Content-Disposition": attachment(f"{full_id}-outputs.tar")},
         )
-    if kind != "file":
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no file or folder {where!r} in job {full_id}'s outputs"
-        )
-    try:
-        fd, st = await asyncio.to_thread(folder.open_file, where)
-    except NotThere as exc:
-        raise _refused(exc) from None
-    return StreamingResponse(
-        chunks_of(fd),
-        media_type="application/octet-stream",
-        headers={
-            "Content-Length": str(st.st_size),
-            "Content-Disposition": _attachment(where.rpartition("/")[2]),
-        },
-    )
-
-
-def _attachment(name: str) -> str:
-    """A Content-Disposition naming the file to save as, in ASCII (a job names its files as it likes)."""
-    safe = name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
-    return f'attachment; filename="{safe}"'
+    missing = f"no file or folder {where!r} in job {full_id}'s outputs"
+    return await file_or_tree(folder, where, f"{full_id}-outputs", missing)

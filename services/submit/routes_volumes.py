@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.context import SubmitContext
+from gpuyard.services.submit.downloads import file_or_tree
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
 from gpuyard.services.submit.volumefiles import OverQuota, Staging, VolumeFiles, Written
 from gpuyard.shared.auth.tokens import Principal
@@ -39,7 +40,7 @@ from gpuyard.shared.contracts.api.volumes import (
 )
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.contracts.units import format_size
-from gpuyard.shared.runtime.safefolder import NotThere, chunks_of
+from gpuyard.shared.runtime.safefolder import NotThere
 from gpuyard.shared.runtime.tarstream import CHUNK, PathRefused, clean_path
 from gpuyard.shared.stores.readmodels.volumeregistry import (
     VolumeError,
@@ -261,33 +262,8 @@ async def download(
     view = await _volume(ctx, principal, name, tenant)
     _, files = _parts(ctx)
     where = _path(path)
-    folder = files.folder(view.tenant, name)
-    kind = await asyncio.to_thread(folder.kind_of, where)
-    base = where.rpartition("/")[2] or name
-    if kind == "dir":
-        return StreamingResponse(
-            folder.tar_chunks(where, name),
-            media_type="application/x-tar",
-            headers={"Content-Disposition": f'attachment; filename="{_ascii(base)}.tar"'},
-        )
-    if kind != "file":
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no file or folder {where!r} in volume {name!r}")
-    try:
-        fd, st = await asyncio.to_thread(folder.open_file, where)
-    except NotThere as exc:
-        raise _refused(exc) from None
-    return StreamingResponse(
-        chunks_of(fd),
-        media_type="application/octet-stream",
-        headers={
-            "Content-Length": str(st.st_size),
-            "Content-Disposition": f'attachment; filename="{_ascii(base)}"',
-        },
-    )
-
-
-def _ascii(name: str) -> str:
-    return name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
+    missing = f"no file or folder {where!r} in volume {name!r}"
+    return await file_or_tree(files.folder(view.tenant, name), where, name, missing)
 
 
 @router.put(

@@ -34,6 +34,8 @@ UPLOADS = ".uploads"
 STALE_UPLOAD = 24 * 3600.0
 """An upload's file left this long (its writer gone: a crash) is removed by the tenant's next upload."""
 MAX_TREE_ENTRIES = 1_000_000
+NAME_MAX = 255
+"""The longest name of a file or folder (bytes), as the file systems take it."""
 
 
 class OverQuota(Exception):
@@ -134,6 +136,8 @@ class VolumeFiles:
             raise PathRefused("name the file to write: a path inside the volume")
         folder = self.folder(tenant, name)
         parent, _, leaf = path.rpartition("/")
+        if any(len(step.encode("utf-8", "surrogateescape")) > NAME_MAX for step in path.split("/")):
+            raise PathRefused(f"a file or folder name may be at most {NAME_MAX} bytes")
         uid, gid = self._ids(tenant)
         dfd = folder.open_dir(parent, create=(uid, gid))
         try:

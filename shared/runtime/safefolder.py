@@ -10,6 +10,7 @@ someone else's is refused too (the API reads as root)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -81,7 +82,9 @@ class SafeFolder:
         except FileNotFoundError:
             if create is None:
                 raise NotThere(f"no folder {part!r}") from None
-        except (NotADirectoryError, OSError) as exc:  # ELOOP: a link; ENOTDIR: a file
+        except OSError as exc:  # ELOOP: a link; ENOTDIR: a file; ENAMETOOLONG: a name no file has
+            if exc.errno == errno.ENAMETOOLONG:
+                raise NotThere("no file or folder has a name that long") from None
             raise PathRefused(
                 f"{part!r} is not a folder (a file, or a link, which is never followed)"
             ) from exc
@@ -123,8 +126,12 @@ class SafeFolder:
             return None
         try:
             return _kind(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return None
+            raise
         finally:
             os.close(dfd)
 

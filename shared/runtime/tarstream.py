@@ -11,8 +11,6 @@ from typing import BinaryIO
 
 CHUNK = 1 << 20
 MAX_PATH = 4096
-MAX_NAME = 255
-"""The longest name of one file or folder (Linux's NAME_MAX, in bytes)."""
 END = b"\0" * (2 * tarfile.BLOCKSIZE)
 """What ends a tar stream."""
 
@@ -33,8 +31,6 @@ def clean_path(text: str) -> str:
     parts = [p for p in PurePosixPath(text).parts if p not in ("", ".")]
     if ".." in parts:
         raise PathRefused(f"{text!r} leaves the folder ('..' is not allowed)")
-    if any(len(p.encode("utf-8", "surrogateescape")) > MAX_NAME for p in parts):
-        raise PathRefused(f"a file or folder name may be at most {MAX_NAME} bytes")
     return "/".join(parts)
 
 

@@ -92,9 +92,9 @@ def test_a_file_is_sent_as_it_is_and_a_folder_as_a_tar_stream(api, tmp_path):
     assert whole.status_code == 200 and whole.headers["content-type"] == "application/x-tar"
     assert f'filename="{job}-outputs.tar"' in whole.headers["content-disposition"]
     assert tar_of(whole.content) == {
-        "files/metrics": None,
-        "files/metrics/loss.tsv": b"0\t1.5\n1\t0.9\n",
-        "files/model.bin": b"\x00\x01weights" * 100,
+        f"{job}-outputs/metrics": None,
+        f"{job}-outputs/metrics/loss.tsv": b"0\t1.5\n1\t0.9\n",
+        f"{job}-outputs/model.bin": b"\x00\x01weights" * 100,
     }
     folder = api.get(f"/v1/jobs/{job}/artifacts/content", params={"path": "metrics"}, headers=VISION)
     assert tar_of(folder.content) == {"metrics/loss.tsv": b"0\t1.5\n1\t0.9\n"}
@@ -159,7 +159,11 @@ def test_a_link_the_job_made_is_never_followed(api, tmp_path):
         assert refused.status_code in (400, 404), (route, path, refused.status_code)
         assert "platform's" not in refused.text
     whole = tar_of(api.get(f"/v1/jobs/{job}/artifacts/content", headers=VISION).content)
-    assert set(whole) == {"files/metrics", "files/metrics/loss.tsv", "files/model.bin"}
+    assert set(whole) == {
+        f"{job}-outputs/metrics",
+        f"{job}-outputs/metrics/loss.tsv",
+        f"{job}-outputs/model.bin",
+    }
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: files of two users")
@@ -178,7 +182,9 @@ def test_a_hard_link_to_a_file_of_another_user_is_not_read(api, tmp_path, owners
     refused = api.get(f"/v1/jobs/{job}/artifacts/content", params={"path": "hard"}, headers=VISION)
     assert refused.status_code == 404 and "platform's" not in refused.text
     whole = tar_of(api.get(f"/v1/jobs/{job}/artifacts/content", headers=VISION).content)
-    assert "files/hard" not in whole and whole["files/model.bin"] == b"\x00\x01weights" * 100
+    assert (
+        f"{job}-outputs/hard" not in whole and whole[f"{job}-outputs/model.bin"] == b"\x00\x01weights" * 100
+    )
 
 
 def test_without_the_storage_root_the_routes_say_so(tmp_path):
