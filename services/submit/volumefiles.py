@@ -18,7 +18,6 @@ import os
 import shutil
 import stat
 import tarfile
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +27,10 @@ from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.jobusers import JobUser
 from gpuyard.shared.runtime.paths import VOLUMES, volume_dir
 from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder
+from gpuyard.shared.runtime.staleuploads import remove_stale
 from gpuyard.shared.runtime.tarstream import PathRefused, clean_path
 
 UPLOADS = ".uploads"
-STALE_UPLOAD = 24 * 3600.0
-"""An upload's file left this long (its writer gone: a crash) is removed by the tenant's next upload."""
 MAX_TREE_ENTRIES = 1_000_000
 NAME_MAX = 255
 """The longest name of a file or folder (bytes), as the file systems take it."""
@@ -126,7 +124,7 @@ class VolumeFiles:
     def staging(self, tenant: str, room: int) -> Staging:
         uploads = self._tenant_dir(tenant) / UPLOADS
         uploads.mkdir(mode=0o700, exist_ok=True)
-        _remove_stale(uploads)
+        remove_stale(uploads)
         return Staging(uploads, room)
 
     def place_file(self, tenant: str, name: str, staged: Staging, path: str) -> Written:
@@ -205,18 +203,6 @@ class Staging:
             self._file.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
-
-
-def _remove_stale(folder: Path) -> None:
-    cutoff = time.time() - STALE_UPLOAD
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            with contextlib.suppress(OSError):
-                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
 
 
 def _unpack(archive: Path, into: Path, room: int, ids: tuple[int, int]) -> tuple[int, int]:

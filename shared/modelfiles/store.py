@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.runtime.staleuploads import remove_stale
 
 CHUNK = 1 << 20
 _NAME = re.compile(NAME_PATTERN)
@@ -39,8 +39,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MODELS_DIR = "models"
 UPLOADS_DIR = ".uploads"
 """Uploads being written, in a local store's directory."""
-STALE_UPLOAD = 24 * 3600.0
-"""An upload's file left this long (its writer gone: a crash) is removed by the next upload."""
 PART_SIZE = 8 << 20
 """A multipart upload's part on S3: s3fs sends a staged file of twice this or more in parts, ten at a time (an
 upload holds at most ten parts in memory, not a large model whole), a smaller one as one PUT."""
@@ -80,7 +78,7 @@ class Staging:
 
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _remove_stale(folder)
+        remove_stale(folder)
         self.path = folder / f"{uuid.uuid4().hex}.part"
         self.size = 0
         self._hash = hashlib.sha256()
@@ -102,15 +100,6 @@ class Staging:
             self._file.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
-
-
-def _remove_stale(folder: Path) -> None:
-    cutoff = time.time() - STALE_UPLOAD
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            with contextlib.suppress(OSError):
-                if entry.name.endswith(".part") and entry.stat().st_mtime < cutoff:
-                    os.unlink(entry.path)
 
 
 def sha256_of(data: bytes | StagedFile) -> str:
