@@ -10,7 +10,9 @@ from gpuyard.services.executor.logfile import LogBudget
 from gpuyard.shared.runtime.jobusers import JobUsers
 from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.stores.events import EventStore
 from gpuyard.shared.stores.logs.shipper import LogShipper
+from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 
 
 def make_backend(
@@ -19,7 +21,9 @@ def make_backend(
     simulated: bool,
     gpu_memory: dict[int, int],
     shipper: LogShipper | None = None,
+    store: EventStore | None = None,
 ) -> Backend:
+    """`store`: the executor's event store, where the Kubernetes backend finds the volumes its jobs mount."""
     if settings.executor_backend == "kubernetes":
         from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
         from gpuyard.services.executor.kubernetes.controller import KubernetesController
@@ -43,6 +47,9 @@ def make_backend(
             shipper=shipper,
             # (one executor process mirrors the pods' logs: the node's whole budget is its own)
             log_budget=LogBudget.share(settings.tenant_log_budget, 1),
+            volumes=VolumeRegistry(store, None, f"/gpuyard/executor/{settings.instance}").get
+            if store is not None
+            else None,
         )
     mps = settings.mps == "on" or (settings.mps == "auto" and not simulated and mps_running())
     return LocalBackend(

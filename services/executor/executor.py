@@ -102,7 +102,7 @@ class Executor(AttemptHost):
         )
         """Replicas' output to the log store, where the API reads it from any node."""
         self.backend = backend or make_backend(
-            settings, simulated=simulated, gpu_memory=gpu_memory, shipper=self.shipper
+            settings, simulated=simulated, gpu_memory=gpu_memory, shipper=self.shipper, store=self.store
         )
         self.attempts = Attempts()
         self.nodes = NodeAnnouncer(service, settings, self.backend, gpus=gpus, simulated=simulated)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuyard.shared.contracts.units import parse_size
 
@@ -122,7 +122,43 @@ class KubernetesConfig(BaseModel):
         "`nvidia.com/gpu.memory` label; 0: unknown.",
     )
 
+    volume_storage_class: str | None = Field(
+        None,
+        description="storageClassName of the volumes' claims (ReadWriteMany); empty: the cluster's default class "
+        "(with the nfs settings: no class, the claims bind to their own PersistentVolumes).",
+    )
+    volume_nfs_server: str | None = Field(
+        None,
+        description="NFS server of the export mounted as the submit service's storage root: each volume becomes a "
+        "PersistentVolume of its folder there, and job pods get their checkpoint and output folders from it. "
+        "Set with volume_nfs_path.",
+    )
+    volume_nfs_path: str | None = Field(
+        None,
+        pattern=r"^(/.*)?$",
+        description="Path of that export on the server (absolute). Set with volume_nfs_server.",
+    )
+    volume_working_dir: str = Field(
+        "/workspace",
+        pattern=r"^/",
+        description="Working directory of a job pod that mounts a volume at a relative path and names no "
+        "absolute working_dir (a relative working_dir is under it).",
+    )
+
     @field_validator("default_gpu_memory", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return parse_size(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _nfs_together(self) -> KubernetesConfig:
+        if bool(self.volume_nfs_server) != bool(self.volume_nfs_path):
+            raise ValueError("volume_nfs_server and volume_nfs_path are set together, or neither")
+        return self
+
+    @property
+    def nfs_export(self) -> tuple[str, str] | None:
+        """(server, path) of the storage root's NFS export, None when not set."""
+        if self.volume_nfs_server and self.volume_nfs_path:
+            return self.volume_nfs_server, self.volume_nfs_path
+        return None

@@ -55,3 +55,24 @@ class KubeApi(Protocol):
         """The cluster's nodes (cluster-scoped: needs a ClusterRole allowing `list` on `nodes`), only those
         matching `label_selector` when given."""
         ...
+
+    async def create_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The created PersistentVolumeClaim. Raises KubeAlreadyExists when the name is taken."""
+        ...
+
+    async def list_claims(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+    async def delete_claim(self, namespace: str, name: str) -> bool:
+        """False when it was not there. (A claim a pod still uses goes once that pod ends: pvc-protection.)"""
+        ...
+
+    async def create_persistent_volume(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Cluster-scoped: needs a ClusterRole allowing `create` on `persistentvolumes` (only with the NFS
+        settings). Raises KubeAlreadyExists when the name is taken."""
+        ...
+
+    async def list_persistent_volumes(self, label_selector: str) -> list[dict[str, Any]]: ...
+
+    async def delete_persistent_volume(self, name: str) -> bool:
+        """False when it was not there."""
+        ...

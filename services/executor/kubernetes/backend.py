@@ -1,9 +1,11 @@
 """The Kubernetes backend behind the executor's lifecycle: `KubernetesController` (pods per replica) driven
 through the same `Backend` interface as local processes.
 
-- launch: creates the attempt's pods (and headless Service); a redelivered or repeated launch creates nothing
-  twice. A refusal by the API server fails the attempt to start, with its message; so does a job that mounts
-  volumes, which this backend does not mount yet (`VOLUMES_NOT_MOUNTED`).
+- launch: creates the claims of the job's volumes (`volumeclaims.py`), then the attempt's pods (and headless
+  Service), which mount them and, with the storage root's NFS export set, the job's checkpoint and output folders
+  (`podvolumes.py`); a redelivered or repeated launch creates nothing twice. A refusal by the API server fails the
+  attempt to start, with its message; so does a volume deleted since the job was submitted.
+- volumes: every `RECONCILE_EVERY_POLLS` polls, the claims of volumes deleted since are deleted.
 - watching: `controller.poll()` every `poll_interval`; a replica's pod Running → `replicas_started`, finished
   → `replica_ended` with the outcome the pod's status gives (exit code, signal, OOMKilled, deadline, node
   lost, start failures with the kubelet's message, the last log lines).
@@ -39,6 +41,8 @@ from gpuyard.services.executor.kubernetes.api import KubeApiError
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.nodes import cluster_inventory
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
+from gpuyard.services.executor.kubernetes.podvolumes import NO_STORAGE_NOTE
+from gpuyard.services.executor.kubernetes.volumeclaims import ClaimRefused, VolumeClaims, VolumeLookup
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
@@ -47,9 +51,8 @@ from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
-VOLUMES_NOT_MOUNTED = (
-    "volumes are not mounted by the Kubernetes backend yet: run the job on a local node, or without `volumes`"
-)
+RECONCILE_EVERY_POLLS = 30
+"""The claims of deleted volumes are looked for every this many polls (a minute, at the default poll interval)."""
 
 
 @dataclass
@@ -74,8 +77,13 @@ class KubernetesBackend(Backend):
         log_backups: int = 0,
         shipper: LogShipper | None = None,
         log_budget: LogBudget | None = None,
+        volumes: VolumeLookup | None = None,
     ):
+        """`volumes`: finds a tenant's volume (its size, its creation) in the event store; without it, a job that
+        mounts volumes fails to start."""
         self.controller = controller
+        self.claims = VolumeClaims(controller.api, controller.config, volumes)
+        self.polls = 0
         self.shipper = shipper
         self.data_dir = data_dir
         self.poll_interval = poll_interval
@@ -118,6 +126,16 @@ class KubernetesBackend(Backend):
         for outcome in outcomes:
             await self._report(outcome)
         await self._copy_running_logs()
+        if self.polls % RECONCILE_EVERY_POLLS == 0:
+            await self.reconcile_claims()
+        self.polls += 1
+
+    async def reconcile_claims(self) -> None:
+        """Delete the claims of deleted volumes (a failure is logged: the pods' polling goes on)."""
+        try:
+            await self.claims.reconcile()
+        except Exception as exc:
+            log.warning("looking for the claims of deleted volumes failed: %s", exc)
 
     async def _report(self, outcome: ReplicaOutcome) -> None:
         key = AttemptKey(outcome.job_id, outcome.attempt)
@@ -202,16 +220,10 @@ class KubernetesBackend(Backend):
     # ------------------------------------------------------------------ launch, stop, adopt, release
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
-        if launch.spec.volumes:  # (a job is never run without the volumes it names)
-            first = launch.replicas[0]
-            return replica_exit(
-                launch.job_id,
-                launch.attempt,
-                first,
-                launch.placement(first).node,
-                reason=FailureReason.START_FAILED,
-                message=VOLUMES_NOT_MOUNTED,
-            )
+        try:
+            claims = await self.claims.claim(launch.tenant, launch.spec.volumes)
+        except ClaimRefused as exc:  # (a job is never run without the volumes it names)
+            return self._start_failed(launch, str(exc))
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
         self.tenants[launch.key] = launch.tenant
         try:
@@ -223,25 +235,34 @@ class KubernetesBackend(Backend):
                     tenant=launch.tenant,
                     spec=launch.spec,
                     placements=launch.placements,
+                    claims=claims,
                 )
         except KubeApiError as exc:
             self.live.pop(launch.key, None)
             self.tenants.pop(launch.key, None)
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
-            first = launch.replicas[0]
-            return replica_exit(
-                launch.job_id,
-                launch.attempt,
-                first,
-                launch.placement(first).node,
-                reason=FailureReason.START_FAILED,
-                message=f"Kubernetes refused the job's pods: {exc.message}",
-            )
+            return self._start_failed(launch, f"Kubernetes refused the job's pods: {exc.message}")
         if result.skipped:
             self.live.pop(launch.key, None)
             self.tenants.pop(launch.key, None)
         return None
+
+    @staticmethod
+    def _start_failed(launch: AttemptLaunch, message: str) -> JobReplicaExited:
+        """The attempt could not start: its first replica's exit, with the reason."""
+        first = launch.replicas[0]
+        return replica_exit(
+            launch.job_id,
+            launch.attempt,
+            first,
+            launch.placement(first).node,
+            reason=FailureReason.START_FAILED,
+            message=message,
+        )
+
+    def notes(self, key: AttemptKey) -> list[str]:
+        return [] if self.controller.config.nfs_export is not None else [NO_STORAGE_NOTE]
 
     async def stop(self, key: AttemptKey, grace: float) -> None:
         nodes = self.live.pop(key, None)

@@ -105,3 +105,37 @@ class ClientKubeApi:
             kwargs["label_selector"] = label_selector
         nodes = await self._call(self.core.list_node, **kwargs)
         return [self._plain(node) for node in nodes.items]
+
+    async def create_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        claim = k8s.V1PersistentVolumeClaim.from_dict(body)
+        return self._plain(
+            await self._call(self.core.create_namespaced_persistent_volume_claim, namespace, claim)
+        )
+
+    async def list_claims(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        claims = await self._call(
+            self.core.list_namespaced_persistent_volume_claim, namespace, label_selector=label_selector
+        )
+        return [self._plain(claim) for claim in claims.items]
+
+    async def delete_claim(self, namespace: str, name: str) -> bool:
+        try:
+            await self._call(self.core.delete_namespaced_persistent_volume_claim, name, namespace)
+        except KubeNotFound:
+            return False
+        return True
+
+    async def create_persistent_volume(self, body: dict[str, Any]) -> dict[str, Any]:
+        volume = k8s.V1PersistentVolume.from_dict(body)
+        return self._plain(await self._call(self.core.create_persistent_volume, volume))
+
+    async def list_persistent_volumes(self, label_selector: str) -> list[dict[str, Any]]:
+        volumes = await self._call(self.core.list_persistent_volume, label_selector=label_selector)
+        return [self._plain(volume) for volume in volumes.items]
+
+    async def delete_persistent_volume(self, name: str) -> bool:
+        try:
+            await self._call(self.core.delete_persistent_volume, name)
+        except KubeNotFound:
+            return False
+        return True

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -83,7 +83,9 @@ class KubernetesController:
         tenant: str,
         spec: JobSpec,
         placements: Sequence[ReplicaPlacement],
+        claims: Mapping[str, str] | None = None,
     ) -> LaunchResult:
+        """`claims`: the claim of each volume the spec mounts, made before (`volumeclaims.py`)."""
         if AttemptKey(job_id, attempt) in self._cancelled:
             log.info("not launching %s attempt %s: it was cancelled", job_id, attempt)
             return LaunchResult(skipped=True)
@@ -95,6 +97,7 @@ class KubernetesController:
             spec=spec,
             placements=placements,
             config=self.config,
+            claims=claims,
         )
         result = LaunchResult()
         first = await self._create(self.api.create_pod, manifests.pods[0], result)

@@ -1,4 +1,5 @@
-"""Environment of one replica: the job's own variables, then GPUYARD's and torchrun's (which win).
+"""Environment of one replica: the job's own variables, then GPUYARD's (its volumes' and storage folders'
+included: `podvolumes.py`) and torchrun's (which win).
 
 The same names as the local backend's (services/executor/jobenv.py) except for the GPU pinning
 (CUDA_VISIBLE_DEVICES is the device plugin's business here) and LOCAL_RANK / LOCAL_WORLD_SIZE:
@@ -8,6 +9,8 @@ WORLD_SIZE count replicas. MASTER_ADDR is replica 0's DNS name through the attem
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from gpuyard.services.executor.jobenv import identity_env, torchrun_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames
@@ -35,7 +38,9 @@ def replica_env(
     names: AttemptNames,
     namespace: str,
     master_port: int,
+    mounts: Mapping[str, str] | None = None,
 ) -> list[dict[str, str]]:
+    """`mounts`: the variables of what the pod mounts (GPUYARD_VOLUME_<NAME>, GPUYARD_CHECKPOINT_DIR…)."""
     values: dict[str, str] = dict(spec.env)
     values.update(
         identity_env(
@@ -47,6 +52,7 @@ def replica_env(
             node=placement.node,
         )
     )
+    values.update(mounts or {})
     values.update(
         torchrun_env(
             rank=placement.replica,

@@ -1,4 +1,5 @@
-"""Labels and annotations GPUYARD puts on the objects of a job, and the selectors that find them again.
+"""Labels and annotations GPUYARD puts on the objects of a job and on the claims of volumes, and the selectors
+that find them again.
 
 Label values must be short and plain, so a job id that is not is hashed in its label (see
 `names.label_value`); the exact id always travels in the `gpuyard.io/job-id` annotation.
@@ -12,16 +13,22 @@ from gpuyard.services.executor.kubernetes.names import label_value
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gpuyard"
+PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "app.kubernetes.io/component"
 JOB_ID = "gpuyard.io/job-id"
 ATTEMPT = "gpuyard.io/attempt"
 REPLICA = "gpuyard.io/replica"
 TENANT = "gpuyard.io/tenant"
+VOLUME = "gpuyard.io/volume"
+NAMESPACE = "gpuyard.io/namespace"
 # Annotations
 JOB_ID_EXACT = "gpuyard.io/job-id"
 JOB_NAME = "gpuyard.io/job-name"
 NODE = "gpuyard.io/node"
 REPLICAS = "gpuyard.io/replicas"
+TENANT_EXACT = "gpuyard.io/tenant"
+VOLUME_EXACT = "gpuyard.io/volume"
+VOLUME_CREATED = "gpuyard.io/volume-created"
 
 
 def managed_selector() -> dict[str, str]:
@@ -46,6 +53,21 @@ def attempt_labels(
         **attempt_selector(job_id, attempt),
         TENANT: label_value(tenant),
     }
+
+
+def volume_selector(namespace: str | None = None) -> dict[str, str]:
+    """Every volume claim GPUYARD made (`namespace`: every PersistentVolume it made for the claims there)."""
+    selector = {PART_OF: MANAGER, **managed_selector(), COMPONENT: "volume"}
+    return {**selector, NAMESPACE: label_value(namespace)} if namespace else selector
+
+
+def volume_labels(tenant: str, volume: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Labels of a volume's claim and PersistentVolume (the exact names go in annotations: `volume_annotations`)."""
+    return {**(extra or {}), **volume_selector(), TENANT: label_value(tenant), VOLUME: label_value(volume)}
+
+
+def volume_annotations(tenant: str, volume: str, created: str) -> dict[str, str]:
+    return {TENANT_EXACT: tenant, VOLUME_EXACT: volume, VOLUME_CREATED: created}
 
 
 def selector_string(selector: Mapping[str, str]) -> str:

@@ -12,13 +12,16 @@ A multi-replica attempt also gets a headless Service; with each pod's `hostname`
 replica 0 the stable DNS name used as MASTER_ADDR. Ownership: replica 0's pod owns the Service and the other
 pods (the controller adds that reference once replica 0 exists and has a uid, see `with_owner`), so deleting
 replica 0 deletes the whole attempt; `KubernetesConfig.owner`, when set, owns replica 0.
+
+Every pod mounts the claims of the job's volumes and, with the storage root's NFS export set, its checkpoint and
+output folders (`podvolumes.py`); the claims themselves are made before the pods (`volumeclaims.py`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,12 +29,12 @@ from gpuyard.services.executor.kubernetes import labels as job_labels
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig, OwnerTarget
 from gpuyard.services.executor.kubernetes.env import replica_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames, attempt_names
+from gpuyard.services.executor.kubernetes.podvolumes import PodVolumes, pod_volumes
 from gpuyard.services.executor.kubernetes.resources import container_resources
 from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
 CONTAINER = "worker"
-SHM_VOLUME = "dshm"
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ def build_job_manifests(
     spec: JobSpec,
     placements: Sequence[ReplicaPlacement],
     config: KubernetesConfig,
+    claims: Mapping[str, str] | None = None,
 ) -> JobManifests:
+    """`claims`: the claim's name of each volume the spec mounts (`volumeobjects.py`)."""
     by_replica = sorted(placements, key=lambda p: p.replica)
     if [p.replica for p in by_replica] != list(range(spec.replicas)):
         raise ValueError(
@@ -83,6 +88,7 @@ def build_job_manifests(
         job_labels.REPLICAS: str(spec.replicas),
     }
     distributed = spec.replicas > 1
+    mounted = pod_volumes(spec=spec, tenant=tenant, job_id=job_id, claims=claims or {}, config=config)
     pods = [
         _pod(
             job_id=job_id,
@@ -95,6 +101,7 @@ def build_job_manifests(
             labels={**common, job_labels.REPLICA: str(placement.replica)},
             annotations={**annotations, job_labels.NODE: placement.node},
             distributed=distributed,
+            mounted=mounted,
             config=config,
         )
         for placement in by_replica
@@ -155,6 +162,7 @@ def _pod(
     labels: dict[str, str],
     annotations: dict[str, str],
     distributed: bool,
+    mounted: PodVolumes,
     config: KubernetesConfig,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
@@ -172,12 +180,14 @@ def _pod(
             names=names,
             namespace=config.namespace,
             master_port=config.master_port,
+            mounts=mounted.env,
         ),
         "resources": container_resources(spec.resources, placement, config),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.working_dir:
-        container["workingDir"] = spec.working_dir
+    working_dir = mounted.working_dir or spec.working_dir
+    if working_dir:
+        container["workingDir"] = working_dir
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
@@ -197,11 +207,9 @@ def _pod(
         pod_spec["imagePullSecrets"] = [{"name": name} for name in config.image_pull_secrets]
     if config.tolerations:
         pod_spec["tolerations"] = copy.deepcopy(config.tolerations)
-    if config.shm_size:
-        pod_spec["volumes"] = [
-            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(config.shm_size)}}
-        ]
-        container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    if mounted.volumes:
+        pod_spec["volumes"] = copy.deepcopy(mounted.volumes)
+        container["volumeMounts"] = copy.deepcopy(mounted.mounts)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

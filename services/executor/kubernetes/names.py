@@ -2,7 +2,9 @@
 
 Pod and Service names are DNS-1035 labels (at most 63 characters, a letter first) because a pod's hostname
 and its headless Service together form the DNS name other replicas reach it by. Long job names are
-truncated and a hash of the job id and attempt keeps them unique.
+truncated and a hash of the job id and attempt keeps them unique. A volume's claim (and PersistentVolume) is
+named the same way, from its tenant and name, with a hash of them and of the volume's creation: the same volume
+always gets the same claim, and a volume deleted and made again under its name gets a new one.
 """
 
 from __future__ import annotations
@@ -60,3 +62,22 @@ def attempt_names(prefix: str, job_name: str, job_id: str, attempt: int) -> Atte
     room = DNS_LABEL_MAX - _REPLICA_SUFFIX_MAX - len(tail) - len(prefix) - 1
     slug = dns_slug(job_name)[:room].strip("-")
     return AttemptNames(base=f"{prefix}-{slug}{tail}" if slug else f"{prefix}{tail}")
+
+
+def volume_claim_name(prefix: str, tenant: str, volume: str, created: str) -> str:
+    """`<prefix>-<tenant>-<volume>-<hash>` (cut to 63), the claim of the volume `tenant`/`volume` made at
+    `created` (its creation time, ISO): unique, and the same for the same volume."""
+    return _volume_object_name(prefix, tenant, volume, created)
+
+
+def persistent_volume_name(prefix: str, namespace: str, tenant: str, volume: str, created: str) -> str:
+    """The PersistentVolume of that claim: cluster-scoped, so the hash also covers the claim's namespace (two
+    installations in one cluster never share a name)."""
+    return _volume_object_name(prefix, tenant, volume, created, namespace)
+
+
+def _volume_object_name(prefix: str, tenant: str, volume: str, *hashed: str) -> str:
+    tail = f"-{short_hash(tenant, volume, *hashed, length=10)}"
+    room = DNS_LABEL_MAX - len(prefix) - 1 - len(tail)
+    slug = dns_slug(f"{tenant}-{volume}")[:room].strip("-")
+    return f"{prefix}-{slug}{tail}" if slug else f"{prefix}{tail}"

@@ -1,12 +1,14 @@
 """An in-memory KubeApi for the executor's tests (it is no part of the product).
 
-What it does: stores pods and Services by name, gives them a uid, a creationTimestamp and phase Pending,
-refuses a second object of the same name (KubeAlreadyExists), selects by `key=value,…` label selectors,
+What it does: stores pods, Services, PersistentVolumeClaims and (cluster-scoped) PersistentVolumes by name,
+gives them a uid and a creationTimestamp (pods phase Pending), refuses a second object of the same name
+(KubeAlreadyExists), selects by `key=value,…` label selectors,
 serves logs the test set, lists the nodes the test added (`add_node`, or `nodes` directly; `nodes_error`
 makes every listing fail until it is cleared), and records every call.
 What it does not do: no scheduling, kubelet or phase changes (the test sets status with `set_status`),
 no admission, defaulting or schema validation, no namespaces beyond a name check, no garbage collection
-through owner references, no watch, no resourceVersion conflicts. Nodes are whatever dicts the test gives:
+through owner references, no watch, no resourceVersion conflicts; no provisioning, binding or pvc-protection:
+a claim is deleted at once, used or not. Nodes are whatever dicts the test gives:
 no node controller (conditions and taints change only when the test changes them), and selectors are only
 `key=value` equalities (no `key`, `!=`, `in (…)`).
 """
@@ -33,6 +35,8 @@ class FakeKubeApi:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.persistent_volumes: dict[str, dict[str, Any]] = {}
         self.logs: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_once: dict[str, KubeApiError] = {}
@@ -95,6 +99,36 @@ class FakeKubeApi:
             if matches(n["metadata"].get("labels") or {}, label_selector or "")
         ]
 
+    async def create_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(self._store(self.claims, "create_claim", namespace, body))
+
+    async def list_claims(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._check(namespace)
+        self.calls.append(("list_claims", label_selector))
+        return [
+            copy.deepcopy(c) for c in self.claims.values() if matches(c["metadata"]["labels"], label_selector)
+        ]
+
+    async def delete_claim(self, namespace: str, name: str) -> bool:
+        self._check(namespace)
+        self.calls.append(("delete_claim", name))
+        return self.claims.pop(name, None) is not None
+
+    async def create_persistent_volume(self, body: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(self._store(self.persistent_volumes, "create_persistent_volume", None, body))
+
+    async def list_persistent_volumes(self, label_selector: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_persistent_volumes", label_selector))
+        return [
+            copy.deepcopy(v)
+            for v in self.persistent_volumes.values()
+            if matches(v["metadata"]["labels"], label_selector)
+        ]
+
+    async def delete_persistent_volume(self, name: str) -> bool:
+        self.calls.append(("delete_persistent_volume", name))
+        return self.persistent_volumes.pop(name, None) is not None
+
     # -------------------------------------------------------------- test controls
 
     def add_node(
@@ -153,8 +187,10 @@ class FakeKubeApi:
         if namespace != self.namespace:
             raise KubeApiError(403, f"this fake serves namespace {self.namespace!r}, not {namespace!r}")
 
-    def _store(self, objects: dict, call: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._check(namespace)
+    def _store(self, objects: dict, call: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """`namespace` None: a cluster-scoped object."""
+        if namespace is not None:
+            self._check(namespace)
         name = body["metadata"]["name"]
         self.calls.append((call, name))
         if name in self.fail_once:
@@ -162,9 +198,9 @@ class FakeKubeApi:
         if name in objects:
             raise KubeAlreadyExists(f'{body["kind"].lower()}s "{name}" already exists')
         stored = copy.deepcopy(body)
-        stored["metadata"].update(
-            uid=str(uuid.uuid4()), creationTimestamp=self.clock().isoformat(), namespace=namespace
-        )
+        stored["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=self.clock().isoformat())
+        if namespace is not None:
+            stored["metadata"]["namespace"] = namespace
         objects[name] = stored
         return stored
 

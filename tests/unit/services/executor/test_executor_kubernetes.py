@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gpuyard.services.executor.kubernetes.api import KubeApiError
-from gpuyard.services.executor.kubernetes.backend import VOLUMES_NOT_MOUNTED, KubernetesBackend
+from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
 from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.names import attempt_names
@@ -17,6 +17,7 @@ from gpuyard.shared.runtime.paths import log_path
 from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.reading import read_range
 from gpuyard.shared.stores.logs.shipper import LogShipper
+from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 from tests.unit.services.executor.fake_kube_api import FakeKubeApi
 
 
@@ -25,12 +26,17 @@ def api():
     return FakeKubeApi(namespace="jobs")
 
 
-def backend_for(api, h) -> KubernetesBackend:
-    controller = KubernetesController(api, KubernetesConfig(namespace="jobs", log_tail_lines=5))
+def backend_for(api, h, **config) -> KubernetesBackend:
+    controller = KubernetesController(api, KubernetesConfig(namespace="jobs", log_tail_lines=5, **config))
     # poll_interval: only the first poll runs by itself; the tests poll when they have changed something
     shipper = LogShipper(h.logs, interval=3600)  # flushed by the tests
     return KubernetesBackend(
-        controller, data_dir=h.data_dir, poll_interval=3600, log_interval=0, shipper=shipper
+        controller,
+        data_dir=h.data_dir,
+        poll_interval=3600,
+        log_interval=0,
+        shipper=shipper,
+        volumes=VolumeRegistry(h.store, None, "/test").get,
     )
 
 
@@ -42,8 +48,9 @@ async def shipped(h, job: str, replica: int) -> bytes:
     return b"".join([piece async for piece in read_range(h.logs, LogKey(job, 1, replica))])
 
 
-async def k8s_executor(h, api, **settings):
-    return await h.executor(backend=backend_for(api, h), executor_backend="kubernetes", **settings)
+async def k8s_executor(h, api, config=None, **settings):
+    backend = backend_for(api, h, **(config or {}))
+    return await h.executor(backend=backend, executor_backend="kubernetes", **settings)
 
 
 def pod(api, replica=0) -> str:
@@ -168,13 +175,13 @@ async def test_a_refused_pod_fails_the_job_to_start_with_the_api_servers_words(h
     assert "started" not in await h.types(job)
 
 
-async def test_a_job_that_mounts_volumes_fails_to_start_and_no_pod_runs_without_them(h, api):
+async def test_a_job_whose_volume_is_gone_fails_to_start_with_the_reason_and_no_pod_runs(h, api):
     ex = await k8s_executor(h, api)
     job = await h.submit(command="python train.py", volumes=[{"name": "imagenet", "path": "/data"}])
     await h.place(ex, job)
     view = await h.wait(job, "failed")
-    assert view.failure_reason == "start_failed" and view.message == f"replica 0: {VOLUMES_NOT_MOUNTED}"
-    assert not api.pods and not api.services
+    assert view.failure_reason == "start_failed" and view.message == "replica 0: volume imagenet was deleted"
+    assert not api.pods and not api.services and not api.claims
 
 
 async def running_pod_left_by_a_stopped_executor(h, api) -> str:

@@ -68,6 +68,64 @@ class StubCore:
             raise ApiException(status=403, reason="Forbidden")
         return SimpleNamespace(items=[k8s.V1Node.from_dict(NODE)])
 
+    def create_namespaced_persistent_volume_claim(self, namespace, body):
+        self.calls.append(("create_claim", namespace, body))
+        if body.metadata.name == "taken":
+            raise ApiException(status=409, reason="Conflict")
+        stored = k8s.V1PersistentVolumeClaim.from_dict(body.to_dict())
+        stored.metadata.uid, stored.metadata.namespace = "claim-uid", namespace
+        return stored
+
+    def list_namespaced_persistent_volume_claim(self, namespace, label_selector):
+        self.calls.append(("list_claims", namespace, label_selector))
+        return SimpleNamespace(items=[k8s.V1PersistentVolumeClaim.from_dict(CLAIM)])
+
+    def delete_namespaced_persistent_volume_claim(self, name, namespace):
+        self.calls.append(("delete_claim", name, namespace))
+        if name != "c0":
+            raise ApiException(status=404, reason="Not Found")
+
+    def create_persistent_volume(self, body):
+        self.calls.append(("create_pv", body))
+        if body.metadata.name == "taken":
+            raise ApiException(status=409, reason="Conflict")
+        return k8s.V1PersistentVolume.from_dict(body.to_dict())
+
+    def list_persistent_volume(self, label_selector):
+        self.calls.append(("list_pvs", label_selector))
+        return SimpleNamespace(items=[k8s.V1PersistentVolume.from_dict(PV)])
+
+    def delete_persistent_volume(self, name):
+        self.calls.append(("delete_pv", name))
+        if name != "pv0":
+            raise ApiException(status=403, reason="Forbidden")
+
+
+CLAIM = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "c0", "labels": {"a": "b"}, "annotations": {"gpuyard.io/volume": "imagenet"}},
+    "spec": {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "5000000000"}},
+        "storageClassName": "",
+        "volumeName": "pv0",
+    },
+}
+PV = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolume",
+    "metadata": {"name": "pv0", "labels": {"a": "b"}},
+    "spec": {
+        "capacity": {"storage": "5000000000"},
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "nfs": {"server": "nfs", "path": "/exports/volumes/team/imagenet"},
+        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "jobs", "name": "c0"},
+    },
+}
+
 
 NODE = {
     "apiVersion": "v1",
@@ -156,4 +214,36 @@ async def test_list_nodes_returns_camel_case_dicts_with_a_timeout_and_the_select
     ]
     with pytest.raises(KubeApiError) as error:
         await api.list_nodes("forbidden=yes")
+    assert error.value.status == 403
+
+
+async def test_claims_are_sent_typed_listed_as_dicts_and_deleted_by_name(core):
+    api = ClientKubeApi(core)
+    created = await api.create_claim("jobs", CLAIM)
+    sent = core.calls[-1][2]
+    assert isinstance(sent, k8s.V1PersistentVolumeClaim)
+    assert sent.spec.volume_name == "pv0" and sent.spec.storage_class_name == ""  # "" kept: no class
+    assert created["spec"] == CLAIM["spec"] and created["metadata"]["uid"] == "claim-uid"
+    with pytest.raises(KubeAlreadyExists):
+        await api.create_claim("jobs", {**CLAIM, "metadata": {"name": "taken"}})
+    (listed,) = await api.list_claims("jobs", "a=b")
+    assert listed["metadata"]["annotations"] == {"gpuyard.io/volume": "imagenet"}
+    assert core.calls[-1] == ("list_claims", "jobs", "a=b")
+    assert await api.delete_claim("jobs", "c0") is True
+    assert await api.delete_claim("jobs", "gone") is False  # already gone: no error
+
+
+async def test_persistent_volumes_are_cluster_scoped_calls(core):
+    api = ClientKubeApi(core)
+    created = await api.create_persistent_volume(PV)
+    sent = core.calls[-1][1]
+    assert isinstance(sent, k8s.V1PersistentVolume) and sent.spec.nfs.path == "/exports/volumes/team/imagenet"
+    assert created["spec"] == PV["spec"]
+    with pytest.raises(KubeAlreadyExists):
+        await api.create_persistent_volume({**PV, "metadata": {"name": "taken"}})
+    (listed,) = await api.list_persistent_volumes("a=b")
+    assert listed["spec"]["claimRef"]["name"] == "c0"
+    assert await api.delete_persistent_volume("pv0") is True
+    with pytest.raises(KubeApiError) as error:  # a refusal is not "gone"
+        await api.delete_persistent_volume("other")
     assert error.value.status == 403

@@ -43,6 +43,7 @@ def render(
         spec=job,
         placements=placements(job.replicas, **placement),
         config=config or KubernetesConfig(namespace="jobs"),
+        claims={v.name: f"gy-research-{v.name}-0123456789" for v in job.volumes},
     )
 
 
@@ -77,12 +78,23 @@ SPECS = {
         "replicas": 3,
         "timeout": 90.5,
     },
+    "volumes": {
+        "command": "python train.py --data data/imagenet",
+        "resources": {"gpus": 1},
+        "replicas": 2,
+        "volumes": [
+            {"name": "imagenet", "path": "data/imagenet", "read_only": True},
+            {"name": "scratch", "path": "/scratch"},
+        ],
+    },
 }
+NFS = {"volume_nfs_server": "nfs.storage.svc", "volume_nfs_path": "/exports/gpuyard"}
 
 
+@pytest.mark.parametrize("storage", [{}, NFS], ids=["no-storage", "nfs-storage"])
 @pytest.mark.parametrize("mode", list(FractionalGpuMode))
 @pytest.mark.parametrize("name", list(SPECS))
-def test_every_rendering_is_schema_valid(name, mode):
+def test_every_rendering_is_schema_valid(name, mode, storage):
     config = KubernetesConfig(
         namespace="jobs",
         fractional_gpu_mode=mode,
@@ -92,6 +104,7 @@ def test_every_rendering_is_schema_valid(name, mode):
         extra_labels={"team": "ml"},
         shm_size=8 * 2**30,
         owner=OwnerTarget(api_version="apps/v1", kind="Deployment", name="executor", uid="u-1"),
+        **storage,
     )
     spec = SPECS[name]
     gpus = spec.get("resources", {}).get("gpus", 0)
