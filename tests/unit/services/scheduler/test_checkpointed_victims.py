@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from types import SimpleNamespace
-
-import pytest
 
 from gpuyard.services.scheduler.handlers import SchedulerHandlers
 from gpuyard.services.scheduler.main import job_events
@@ -22,63 +19,15 @@ from gpuyard.shared.contracts.events.jobs import (
     JobPreempted,
     JobRequeued,
     JobStarted,
-    JobSubmitted,
     ReplicaPlacement,
     RequeueReason,
 )
-from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeAction, NodeControlChanged, NodeHeartbeat
-from gpuyard.shared.contracts.jobspec import JobSpec
-from gpuyard.shared.settings.scheduler import SchedulerSettings
-from gpuyard.shared.stores.events import open_store
+from gpuyard.shared.contracts.events.nodes import NodeAction, NodeControlChanged
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.readmodels import nodecontrol
+from tests.unit.services.scheduler.onenode import leader, running_on, submit
 
 GIB = 1 << 30
-
-
-@pytest.fixture
-async def store(tmp_path):
-    s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
-    yield s
-    await s.close()
-
-
-async def leader(store) -> SchedulerService:
-    service = SimpleNamespace(
-        ledger=JobLedger(store, None, "/scheduler"),
-        store=store,
-        bus=SimpleNamespace(js=None, replicas=1),
-        source="/scheduler",
-    )
-    s = SchedulerService(service, SchedulerSettings(pending_after=0, min_runtime_before_preemption=0))
-    heartbeat = NodeHeartbeat(
-        node="n",
-        gpus=[GpuInfo(index=i, uuid=f"GPU-{i}", model="H100", memory_bytes=80 * GIB) for i in range(2)],
-        cpus=16,
-        memory_bytes=64 * GIB,
-    )
-    s.view.observe_node(heartbeat, now=time.time())
-    await s.load()
-    s.leading.set()
-    return s
-
-
-async def submit(store, job_id: str, priority: str = "low") -> None:
-    spec = JobSpec(command="sleep 600", resources={"gpus": 1}, priority=priority)
-    data = JobSubmitted(job_id=job_id, name=job_id, tenant="t", user="u", spec=spec)
-    await JobLedger(store, None, "/submit").append(job_id, data)
-
-
-async def running_on(store, job_id: str, gpu: int) -> datetime:
-    """The job placed on GPU `gpu` of node n and started; when it started."""
-    await submit(store, job_id)
-    placement = ReplicaPlacement(replica=0, node="n", gpus=[GpuShare(index=gpu, uuid=f"GPU-{gpu}")])
-    await JobLedger(store, None, "/scheduler").append(
-        job_id, JobPlaced(job_id=job_id, attempt=1, placements=[placement])
-    )
-    started = JobStarted(job_id=job_id, attempt=1, node="n", replicas=[0])
-    outcome = await JobLedger(store, None, "/executor").append(job_id, started)
-    return outcome.view.started_at
 
 
 async def checkpoint(s: SchedulerService, job_id: str, attempt: int = 1) -> datetime:
@@ -107,9 +56,9 @@ async def preempted(s: SchedulerService) -> dict[str, JobPreempted]:
 
 
 async def test_without_checkpoints_the_youngest_job_is_the_victim(store):
-    await running_on(store, "old", gpu=0)
-    young_started = await running_on(store, "young", gpu=1)
-    s = await leader(store)
+    await running_on(store, "old", gpu=0, priority="low")
+    young_started = await running_on(store, "young", gpu=1, priority="low")
+    s = await leader(store, min_runtime_before_preemption=0)
     before, after = await preempt_for_a_critical_job(s)
     found = await preempted(s)
     assert list(found) == ["young"]
@@ -118,9 +67,9 @@ async def test_without_checkpoints_the_youngest_job_is_the_victim(store):
 
 
 async def test_a_checkpoint_reported_while_running_makes_the_older_job_the_victim(store):
-    await running_on(store, "old", gpu=0)
-    await running_on(store, "young", gpu=1)
-    s = await leader(store)
+    await running_on(store, "old", gpu=0, priority="low")
+    await running_on(store, "young", gpu=1, priority="low")
+    s = await leader(store, min_runtime_before_preemption=0)
     saved_at = await checkpoint(s, "old")
     before, after = await preempt_for_a_critical_job(s)
     found = await preempted(s)
@@ -130,8 +79,8 @@ async def test_a_checkpoint_reported_while_running_makes_the_older_job_the_victi
 
 
 async def test_a_drain_says_the_work_lost_since_the_checkpoint(store):
-    await running_on(store, "j", gpu=1)
-    s = await leader(store)
+    await running_on(store, "j", gpu=1, priority="low")
+    s = await leader(store, min_runtime_before_preemption=0)
     saved_at = await checkpoint(s, "j")
     event = make_event(
         NodeControlChanged(node="n", gpu=1, action=NodeAction.DRAIN, by="root"), source="/test"
@@ -145,8 +94,8 @@ async def test_a_drain_says_the_work_lost_since_the_checkpoint(store):
 
 
 async def test_an_earlier_attempts_checkpoint_counts_from_the_current_attempts_start(store):
-    await running_on(store, "j", gpu=0)
-    s = await leader(store)
+    await running_on(store, "j", gpu=0, priority="low")
+    s = await leader(store, min_runtime_before_preemption=0)
     await checkpoint(s, "j")
     requeued = JobRequeued(job_id="j", attempt=2, reason=RequeueReason.NODE_LOST, message="lost")
     await JobLedger(store, None, "/scheduler").append("j", requeued)

@@ -4,82 +4,26 @@ jobs there; a cordon keeps new jobs off until the uncordon; a restarted schedule
 
 from __future__ import annotations
 
-import time
-from types import SimpleNamespace
-
-import pytest
-
 from gpuyard.services.scheduler.handlers import SchedulerHandlers
 from gpuyard.services.scheduler.service import SchedulerService
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.jobs import (
-    GpuShare,
-    JobPlaced,
-    JobStarted,
     JobSubmitted,
-    ReplicaPlacement,
     RequeueReason,
 )
 from gpuyard.shared.contracts.events.nodes import (
     GpuHealthChanged,
-    GpuInfo,
     NodeAction,
     NodeControlChanged,
-    NodeHeartbeat,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.contracts.stops import PreemptionCause
-from gpuyard.shared.settings.scheduler import SchedulerSettings
-from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger
 from gpuyard.shared.stores.readmodels import nodecontrol
+from tests.unit.services.scheduler.onenode import leader, running_on, submit
 
 GIB = 1 << 30
-
-
-@pytest.fixture
-async def store(tmp_path):
-    s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
-    yield s
-    await s.close()
-
-
-async def leader(store) -> SchedulerService:
-    service = SimpleNamespace(
-        ledger=JobLedger(store, None, "/scheduler"),
-        store=store,
-        bus=SimpleNamespace(js=None, replicas=1),
-        source="/scheduler",
-    )
-    s = SchedulerService(service, SchedulerSettings(pending_after=0))
-    heartbeat = NodeHeartbeat(
-        node="n",
-        gpus=[GpuInfo(index=i, uuid=f"GPU-{i}", model="H100", memory_bytes=80 * GIB) for i in range(2)],
-        cpus=16,
-        memory_bytes=64 * GIB,
-    )
-    s.view.observe_node(heartbeat, now=time.time())
-    await s.load()
-    s.leading.set()
-    return s
-
-
-async def submit(store, job_id: str) -> None:
-    spec = JobSpec(command="sleep 600", resources={"gpus": 1})
-    data = JobSubmitted(job_id=job_id, name=job_id, tenant="t", user="u", spec=spec)
-    await JobLedger(store, None, "/submit").append(job_id, data)
-
-
-async def running_on(store, job_id: str, gpu: int) -> None:
-    await submit(store, job_id)
-    placement = ReplicaPlacement(replica=0, node="n", gpus=[GpuShare(index=gpu, uuid=f"GPU-{gpu}")])
-    await JobLedger(store, None, "/scheduler").append(
-        job_id, JobPlaced(job_id=job_id, attempt=1, placements=[placement])
-    )
-    await JobLedger(store, None, "/executor").append(
-        job_id, JobStarted(job_id=job_id, attempt=1, node="n", replicas=[0])
-    )
 
 
 async def say(s: SchedulerService, data) -> None:

@@ -27,15 +27,7 @@ from gpuyard.shared.contracts.events.nodes import GpuInfo, NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobState
 from gpuyard.shared.settings.scheduler import SchedulerSettings
-from gpuyard.shared.stores.events import open_store
 from gpuyard.shared.stores.ledger import JobLedger
-
-
-@pytest.fixture
-async def store(tmp_path):
-    s = await open_store(f"sqlite:///{tmp_path / 'events.db'}")
-    yield s
-    await s.close()
 
 
 def scheduler(store) -> SchedulerService:
