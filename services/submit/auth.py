@@ -26,7 +26,9 @@ class Bearer(HTTPBearer):
         return bearer_token(request.headers.get("authorization"))
 
 
-_bearer = Bearer(auto_error=False, description="A GPUYARD token (gpuyard up prints one and saves it).")
+presented_token = Bearer(
+    auto_error=False, description="A GPUYARD token (gpuyard up prints one and saves it)."
+)
 
 
 async def get_context(request: Request) -> SubmitContext:
@@ -82,7 +84,7 @@ def refusal_before_body(
 
 
 async def current_principal(
-    request: Request, ctx: Context, token: Annotated[str | None, Depends(_bearer)]
+    request: Request, ctx: Context, token: Annotated[str | None, Depends(presented_token)]
 ) -> Principal:
     if token is None:
         cookie = request.cookies.get(sessions.COOKIE)

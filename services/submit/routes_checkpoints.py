@@ -16,7 +16,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from gpuyard.services.submit.auth import CHALLENGE, Context, _bearer
+from gpuyard.services.submit.auth import CHALLENGE, Context, presented_token
 from gpuyard.services.submit.errors import RETRY_AFTER, Responses, answers
 from gpuyard.shared.auth.jobtokens import (
     CHECKPOINT_SCOPE,
@@ -61,7 +61,7 @@ def _no_job(job_id: str) -> HTTPException:
 
 
 async def checkpoint_claims(
-    job_id: str, ctx: Context, token: Annotated[str | None, Depends(_bearer)]
+    job_id: str, ctx: Context, token: Annotated[str | None, Depends(presented_token)]
 ) -> JobClaims:
     """The claims of the job's own checkpoint token: 401 without a token, or with one that cannot be used; 403
     for a token that is not a checkpoint token; 404 for another job's."""

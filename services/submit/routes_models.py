@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from gpuyard.services.submit.auth import Context, CurrentPrincipal, _bearer
+from gpuyard.services.submit.auth import Context, CurrentPrincipal, presented_token
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.deployments import (
     ModelName,
@@ -122,7 +122,7 @@ class Publisher:
     job_id: str | None = None
 
 
-async def publisher(ctx: Context, token: Annotated[str | None, Depends(_bearer)]) -> Publisher:
+async def publisher(ctx: Context, token: Annotated[str | None, Depends(presented_token)]) -> Publisher:
     """A bearer token, or a job's publish token: then the job must still run the attempt it was given to."""
 
     def refused(why: str) -> HTTPException:
