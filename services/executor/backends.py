@@ -67,4 +67,5 @@ def make_backend(
         storage_root=storage_root_of(settings),
         start_helper=settings.replica_start == "helper",
         log_budget=LogBudget.share(settings.tenant_log_budget, settings.executor_workers),
+        volume_store=settings.volume_store,
     )

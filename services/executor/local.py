@@ -47,6 +47,7 @@ from gpuyard.services.executor.reaper_client import (
     watch_adopted,
 )
 from gpuyard.services.executor.start_helper import start_helper
+from gpuyard.services.executor.volumecache import VolumeCache
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
 from gpuyard.shared.runtime.jobusers import SHARED_RIGHTS, JobUsers, platform_user, uid_key
 from gpuyard.shared.runtime.paths import (
@@ -83,10 +84,12 @@ class LocalBackend(Backend):
         storage_root: Path | None = None,
         start_helper: bool = True,
         log_budget: LogBudget | None = None,
+        volume_store: str = "",
     ):
         """`log_budget`: what the running replicas of each tenant may hold of this process's logs together
         (`LogBudget`; None: no limit); `storage_root`: where jobs' checkpoint and output folders are (None: the
-        default place, `gpuyard.shared.runtime.paths.storage_root`)."""
+        default place, `gpuyard.shared.runtime.paths.storage_root`); `volume_store`: the object store volumes
+        live in (`GPUYARD_VOLUME_STORE`; empty: folders of the storage root), copied to this node to be mounted."""
         self.node = node
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
         self.job_root = job_root
@@ -121,6 +124,9 @@ class LocalBackend(Backend):
             simulated=simulated,
             gpu_memory=self.gpu_memory,
             mps=mps,
+            volume_cache=VolumeCache(volume_store, self.storage_root, self.job_users.for_tenant)
+            if volume_store
+            else None,
         )
 
     @property

@@ -39,6 +39,7 @@ from gpuyard.services.executor.replicafolders import (
     unmade,
     users_folder,
 )
+from gpuyard.services.executor.volumecache import CacheError, VolumeCache
 from gpuyard.services.executor.volumemounts import MountError, Mounts, make_mount_points, plan
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobPlaced
 from gpuyard.shared.runtime.jobusers import JobUser, JobUsers
@@ -112,6 +113,7 @@ class ReplicaStarter:
         simulated: bool,
         gpu_memory: dict[int, int],
         mps: bool,
+        volume_cache: VolumeCache | None = None,
     ):
         self.node = node
         self.data_dir = data_dir
@@ -125,6 +127,8 @@ class ReplicaStarter:
         self.open_log = open_log
         self.simulated = simulated
         self.gpu_memory = gpu_memory
+        self.volume_cache = volume_cache
+        """The node's copies of volumes in an object store; None: volumes are folders of the storage root."""
         self.mps = mps
 
     async def start(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
@@ -248,6 +252,12 @@ class ReplicaStarter:
         if not launch.spec.volumes:
             return Mounts()
         why_none = await self.private.volume_namespace(private)
+        cached = None
+        if self.volume_cache is not None:
+            try:
+                cached = await self.volume_cache.fetch(launch.spec.volumes, launch.tenant)
+            except CacheError as exc:
+                raise StartError(FailureReason.START_FAILED, str(exc)) from None
         try:
             mounts = plan(
                 launch.spec.volumes,
@@ -256,6 +266,7 @@ class ReplicaStarter:
                 cwd=cwd,
                 namespace=not why_none,
                 why_none=why_none,
+                cached=cached,
             )
         except MountError as exc:
             raise StartError(FailureReason.START_FAILED, str(exc)) from None

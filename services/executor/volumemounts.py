@@ -5,7 +5,10 @@ directory. Where it gets a mount namespace of its own (a root platform on a node
 `privatetmp.py`, `PrivateTmps.volume_namespace`), its first process binds the folder there, and remounts it
 read-only when the spec asks (`reaper/kernel.py`, replica_start.c): the kernel refuses its writes. Elsewhere the
 path is a symbolic link to the folder, which cannot make it read-only: its `job.started` says so (`notes`). Each
-replica also finds the folder in `GPUYARD_VOLUME_<NAME>`."""
+replica also finds the folder in `GPUYARD_VOLUME_<NAME>`.
+
+A volume in an object store (`GPUYARD_VOLUME_STORE`) is mounted the same way from the node's copy of it
+(`volumecache.py`, `Cached`), always read-only."""
 
 from __future__ import annotations
 
@@ -48,17 +51,36 @@ class Mounts:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Cached:
+    """The node's copies of volumes in an object store (`volumecache.py`): volume name -> its copy's folder, and
+    what each copy did (for the attempt's `job.started` notes)."""
+
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
 def plan(
-    volumes: list[VolumeMount], *, root: str, tenant: str, cwd: str, namespace: bool, why_none: str = ""
+    volumes: list[VolumeMount],
+    *,
+    root: str,
+    tenant: str,
+    cwd: str,
+    namespace: bool,
+    why_none: str = "",
+    cached: Cached | None = None,
 ) -> Mounts:
     """The mounts of a replica of `tenant` working in `cwd`: binds when it gets a `namespace`, links otherwise
-    (`why_none`: why it does not, in the note said for a volume asked read-only). MountError for a volume that
-    is not on this node's storage root or a path it cannot be put at."""
+    (`why_none`: why it does not, in the note said for a volume asked read-only); a volume `cached` from an
+    object store from its copy, read-only. MountError for a volume that is not on this node's storage root or a
+    path it cannot be put at."""
     if not volumes:
         return Mounts()
+    copies = cached or Cached()
     binds, read_only, links, env, unenforced = [], [], [], {}, []
     for v in volumes:
-        source = str(volume_dir(root, tenant, v.name))
+        source = copies.sources.get(v.name) or str(volume_dir(root, tenant, v.name))
+        ro = v.read_only or v.name in copies.sources
         if not os.path.isdir(source):
             raise MountError(
                 f"volume {v.name!r} is not in this node's storage root (deleted, or a storage root that is not "
@@ -73,15 +95,17 @@ def plan(
         env[env_name(v.name)] = target
         if namespace:
             binds.append((source, target))
-            if v.read_only:
+            if ro:
                 read_only.append(target)
         else:
             links.append((target, source))
-            if v.read_only:
+            if ro:
                 unenforced.append(v.name)
-    notes: tuple[str, ...] = ()
+    notes = copies.notes
     if unenforced:
-        notes = (READ_ONLY_NOT_ENFORCED.format(names=", ".join(unenforced), why=why_none or "not available"),)
+        notes += (
+            READ_ONLY_NOT_ENFORCED.format(names=", ".join(unenforced), why=why_none or "not available"),
+        )
     return Mounts(tuple(binds), tuple(read_only), tuple(links), env, notes)
 
 

@@ -64,12 +64,19 @@ async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tu
 
 
 async def mountable(ctx: SubmitContext, spec: JobSpec, tenant: str) -> None:
-    """404 for a volume the job's tenant does not have (another tenant's is none of its own: never mounted)."""
+    """404 for a volume the job's tenant does not have (another tenant's is none of its own: never mounted); 422
+    for a volume in an object store mounted read-write (jobs get a read-only copy of it)."""
     for mount in spec.volumes:
         if ctx.volumes is None or await ctx.volumes.get(tenant, mount.name) is None:
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND,
                 f"no volume {mount.name!r} of tenant {tenant!r} to mount (gpuyard volumes ls lists them)",
+            )
+        if not mount.read_only and ctx.volume_files is not None and ctx.volume_files.in_object_store:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"volume {mount.name!r} lives in an object store: mount it read_only, write results to "
+                "GPUYARD_OUTPUT_DIR",
             )
 
 

@@ -14,6 +14,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -172,6 +173,17 @@ def streams_own_body(method: str, path: str) -> bool:
     return method == "PUT" and routes_volumes.CONTENT_PATH.fullmatch(path) is not None
 
 
+def metrics_shown(ctx: SubmitContext, authorization: str | None) -> list[CollectorRegistry]:
+    """What /metrics shows: the submit service's own Prometheus figures (`gpuyard.shared.runtime.servicemetrics`)
+    to any scrape, and the volumes' size and use (`volumemetrics.py`, which name tenants) to one that `ctx.scrape`
+    allows (docs/operations.md, "Metrics of each service")."""
+    registries = [ctx.bus.metrics.registry] if ctx.bus is not None else []
+    volumes, scrape = ctx.volume_metrics, ctx.scrape
+    if volumes is not None and scrape is not None and scrape.allows(authorization):
+        registries.append(volumes.registry)
+    return registries
+
+
 def create_app(ctx: SubmitContext) -> FastAPI:
     app = FastAPI(
         title="GPUYARD",
@@ -206,10 +218,9 @@ def create_app(ctx: SubmitContext) -> FastAPI:
         return HealthOut(status="ok", service="submit")
 
     @app.get(METRICS_PATH, include_in_schema=False)
-    async def metrics() -> Response:
-        """The submit service's own Prometheus figures (`gpuyard.shared.runtime.servicemetrics`), without a token as the
-        monitor's /metrics: a Prometheus scrape carries none (docs/operations.md, "Metrics of each service")."""
-        body = await asyncio.to_thread(render, ctx.bus.metrics.registry) if ctx.bus is not None else b""
+    async def metrics(request: Request) -> Response:
+        registries = metrics_shown(ctx, request.headers.get("authorization"))
+        body = await asyncio.to_thread(render, *registries) if registries else b""
         return Response(body, media_type=CONTENT_TYPE)
 
     allowed = AllowedMethods(app)

@@ -10,6 +10,8 @@ from gpuyard.services.submit.placeability import Placeability
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.telemetry import Telemetry
 from gpuyard.services.submit.volumefiles import VolumeFiles
+from gpuyard.services.submit.volumemetrics import VolumeMetrics
+from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.modelfiles.signature import CheckBounds
@@ -101,6 +103,10 @@ class SubmitContext:
     """What each tenant's volumes may hold together (`GPUYARD_VOLUME_QUOTA`)."""
     job_outputs: JobOutputs | None = None
     """Jobs' kept outputs, read from the storage root (`/v1/jobs/{id}/artifacts`)."""
+    volume_metrics: VolumeMetrics | None = None
+    """Volumes' size and use for /metrics, shown only to a scrape that `scrape` allows (they name tenants)."""
+    scrape: ScrapeAuth | None = None
+    """Who may read the figures of /metrics that name tenants (`GPUYARD_METRICS_AUTH`)."""
     line: LineReader = field(init=False)
     """The queue's line (queued jobs' places), read from the store (a reader of `store`)."""
 

@@ -3,26 +3,26 @@ sweep (`retention.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
 
 import uvicorn
 
-from gpuyard.services.submit import following, retention
+from gpuyard.services.submit import following, retention, volumestores
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import JobOutputs, SubmitContext, Uploads
 from gpuyard.services.submit.queuedepth import QueueDepth
-from gpuyard.services.submit.volumefiles import VolumeFiles
+from gpuyard.services.submit.volumemetrics import VolumeMetrics
 from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.jobtokens import secret_path
+from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.modelfiles.store import ModelStore
-from gpuyard.shared.runtime.jobusers import JobUsers, uid_key
+from gpuyard.shared.runtime.jobusers import JobUsers
+from gpuyard.shared.runtime.objectstore import ObjectStoreError, filesystem
 from gpuyard.shared.runtime.service import Service
-from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.submit import SubmitSettings
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
 from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
@@ -48,7 +48,8 @@ class _Server(uvicorn.Server):
 
 
 def preflight(settings: SubmitSettings) -> str | None:
-    """Refuse to serve a non-loopback address without tokens (anyone on the network could submit)."""
+    """Refuse to serve a non-loopback address without tokens (anyone on the network could submit), and a volume
+    store that cannot be reached through fsspec."""
     try:
         tokens = Tokens(settings.tokens_file, settings.tokens).check()
     except (OSError, ValueError) as exc:
@@ -57,19 +58,14 @@ def preflight(settings: SubmitSettings) -> str | None:
         JobUsers.from_setting(settings.job_users, settings.job_uid_base)
     except ValueError as exc:
         return str(exc)
+    if settings.volume_store:
+        try:
+            filesystem(settings.volume_store, "the volume store")
+        except ObjectStoreError as exc:
+            return str(exc)
     if not tokens and not is_loopback(settings.submit_host):
         return f"no tokens configured and {settings.submit_host} is not loopback: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
     return None
-
-
-async def volume_files(settings: SubmitSettings) -> VolumeFiles:
-    """The volumes' folders in the storage root, each its tenant's jobs' user's (as the executor gives them)."""
-    users = JobUsers.from_setting(settings.job_users, settings.job_uid_base)
-    if users.derives:
-        users.key, _ = await asyncio.to_thread(
-            uid_key, settings.data_dir
-        )  # (the executor says what it means)
-    return VolumeFiles(storage_root_of(settings), users.for_tenant)
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
@@ -79,7 +75,9 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     tokens = Tokens(settings.tokens_file, settings.tokens)
     if not tokens.table():
         log.warning("no tokens configured: every request will be refused (401)")
-    files = await volume_files(settings)
+    files = await volumestores.volume_files_of(settings)
+    volumes = VolumeRegistry(store, bus, service.source)
+    volume_metrics = VolumeMetrics(volumes, files, settings.volume_quota)
     ctx = SubmitContext(
         store=store,
         ledger=ledger,
@@ -102,14 +100,17 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         session_lifetime=settings.session_lifetime,
         serving_url=settings.serving_url,
         quotas=settings.quotas,
-        volumes=VolumeRegistry(store, bus, service.source),
+        volumes=volumes,
         volume_files=files,
         volume_default_size=settings.volume_default_size,
         volume_quotas=settings.volume_quota,
         job_outputs=JobOutputs(files.root, files.owner_of),  # (the same storage root and users)
+        volume_metrics=volume_metrics,
+        scrape=ScrapeAuth.from_settings(settings),
     )
     await following.follow(bus, ctx.telemetry)
     service.spawn(ctx.queue.follow(store), "queue-depth")
+    service.spawn(volume_metrics.run(), "volume-metrics")
     service.spawn(
         retention.run(store, logs, settings.retention, settings.retention_interval),
         "retention",

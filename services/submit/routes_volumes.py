@@ -24,9 +24,9 @@ from starlette.requests import ClientDisconnect
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.services.submit.downloads import file_or_tree
+from gpuyard.services.submit.downloads import attachment
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
-from gpuyard.services.submit.volumefiles import OverQuota, Staging, VolumeFiles, Written
+from gpuyard.services.submit.volumefiles import Staged, VolumeFiles, Written
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.common import ErrorOut
 from gpuyard.shared.contracts.api.files import FileListOut, FileOut
@@ -42,6 +42,7 @@ from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.safefolder import NotThere
 from gpuyard.shared.runtime.tarstream import CHUNK, PathRefused, clean_path
+from gpuyard.shared.runtime.uploadfile import OverQuota
 from gpuyard.shared.stores.readmodels.volumeregistry import (
     VolumeError,
     VolumeRegistry,
@@ -232,7 +233,7 @@ async def list_files(
     _, files = _parts(ctx)
     where = _path(path)
     try:
-        entries, more = await asyncio.to_thread(files.folder(view.tenant, name).listing, where)
+        entries, more = await asyncio.to_thread(files.listing, view.tenant, name, where)
     except (NotThere, PathRefused) as exc:
         raise _refused(exc) from None
     items = [
@@ -263,7 +264,33 @@ async def download(
     _, files = _parts(ctx)
     where = _path(path)
     missing = f"no file or folder {where!r} in volume {name!r}"
-    return await file_or_tree(files.folder(view.tenant, name), where, name, missing)
+    return await _file_or_tree(files, view.tenant, name, where, missing)
+
+
+async def _file_or_tree(
+    files: VolumeFiles, tenant: str, name: str, where: str, missing: str
+) -> StreamingResponse:
+    """The file at `where`, or the folder there as a tar stream (the whole volume's under its name), read as it
+    is sent, from whichever store the volume is in. 404 with `missing` for nothing there."""
+    kind = await asyncio.to_thread(files.kind_of, tenant, name, where)
+    leaf = where.rpartition("/")[2] or name
+    if kind == "dir":
+        return StreamingResponse(
+            files.tar_chunks(tenant, name, where, name),
+            media_type="application/x-tar",
+            headers={"Content-Disposition": attachment(f"{leaf}.tar")},
+        )
+    try:
+        if kind != "file":
+            raise NotThere(missing)
+        size, chunks = await asyncio.to_thread(files.read_file, tenant, name, where)
+    except NotThere as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    return StreamingResponse(
+        chunks,
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(size), "Content-Disposition": attachment(leaf)},
+    )
 
 
 @router.put(
@@ -330,9 +357,7 @@ async def _receive(
 ) -> Written:
     """The body written to a staged file as it comes, then placed in the volume (the staged file removed
     whatever happens)."""
-    staging: Staging = await asyncio.to_thread(
-        files.staging, view.tenant, tar_room(room) if archive else room
-    )
+    staging: Staged = await asyncio.to_thread(files.staging, view.tenant, tar_room(room) if archive else room)
     try:
         pending = bytearray()
         async for chunk in request.stream():

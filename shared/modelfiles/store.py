@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
-from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.runtime.objectstore import S3_PROTOCOLS, ObjectStoreError, filesystem, is_local, shown
 from gpuyard.shared.runtime.staleuploads import remove_stale
+from gpuyard.shared.runtime.uploadfile import UploadFile
 
 CHUNK = 1 << 20
 _NAME = re.compile(NAME_PATTERN)
@@ -42,7 +43,6 @@ UPLOADS_DIR = ".uploads"
 PART_SIZE = 8 << 20
 """A multipart upload's part on S3: s3fs sends a staged file of twice this or more in parts, ten at a time (an
 upload holds at most ten parts in memory, not a large model whole), a smaller one as one PUT."""
-S3_PROTOCOLS = {"s3", "s3a"}
 
 
 class ModelStoreError(Exception):
@@ -72,34 +72,19 @@ class StagedFile:
             self.path.unlink()
 
 
-class Staging:
-    """An upload being written to its file, hashed as it comes: `write` each chunk (blocking: from a thread),
-    then `finish`; `discard` removes the file whatever happened."""
+class Staging(UploadFile):
+    """An upload being written to its file in `folder` (made when missing; stale uploads there removed), hashed as
+    it comes: `write` each chunk (blocking: from a thread), then `finish`; `discard` removes the file whatever
+    happened."""
 
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         remove_stale(folder)
-        self.path = folder / f"{uuid.uuid4().hex}.part"
-        self.size = 0
-        self._hash = hashlib.sha256()
-        self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
-
-    def write(self, chunk: bytes | bytearray) -> None:
-        self._file.write(chunk)
-        self._hash.update(chunk)
-        self.size += len(chunk)
+        super().__init__(folder, hashed=True)
 
     def finish(self) -> StagedFile:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        return StagedFile(self.path, self._hash.hexdigest(), self.size)
-
-    def discard(self) -> None:
-        with contextlib.suppress(OSError):
-            self._file.close()
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+        self.close()
+        return StagedFile(self.path, self.sha256, self.size)
 
 
 def sha256_of(data: bytes | StagedFile) -> str:
@@ -110,27 +95,10 @@ def sha256_of(data: bytes | StagedFile) -> str:
 
 def _filesystem(url: str):
     """(fsspec filesystem, path in it) of a URL; a plain path is a local directory."""
-    import fsspec
-
     try:
-        return fsspec.core.url_to_fs(url)
-    except ImportError as exc:
-        protocol = url.split("://", 1)[0]
-        extra = f" ({install_command('s3')})" if protocol in S3_PROTOCOLS else ""
-        raise ModelStoreError(
-            f"the model store {_shown(url)} needs a package that is not installed{extra}: {exc}"
-        ) from None
-    except ValueError as exc:
-        raise ModelStoreError(f"the model store {_shown(url)} is not a URL fsspec knows: {exc}") from None
-
-
-def _shown(url: str) -> str:
-    """A URL as it may be shown: without a user or password in it."""
-    return re.sub(r"//[^/@]*@", "//***@", url)
-
-
-def _is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
+        return filesystem(url, "the model store")
+    except ObjectStoreError as exc:
+        raise ModelStoreError(str(exc)) from None
 
 
 class ModelStore:
@@ -140,7 +108,7 @@ class ModelStore:
         if not url:
             raise ModelStoreError("no model store URL")
         self.url = url.rstrip("/")
-        self.local = _is_local(self.url)
+        self.local = is_local(self.url)
         self._put_options: dict[str, Any] = {}
         """What `put_file` is given beyond the paths (s3fs: its part size)."""
         if self.local:
@@ -152,7 +120,7 @@ class ModelStore:
                 self._put_options["chunksize"] = PART_SIZE
 
     def __repr__(self) -> str:
-        return f"ModelStore({_shown(self.url)!r})"
+        return f"ModelStore({shown(self.url)!r})"
 
     def key(self, tenant: str, name: str, version: int, sha256: str) -> str:
         for what, value in (("tenant", tenant), ("name", name)):
@@ -197,13 +165,13 @@ class ModelStore:
             else:
                 self.fs.pipe_file(path, data)  # one PUT: the object is whole or absent
         except Exception as exc:
-            raise ModelStoreError(f"cannot write {_shown(uri)}: {type(exc).__name__}: {exc}") from None
+            raise ModelStoreError(f"cannot write {shown(uri)}: {type(exc).__name__}: {exc}") from None
         return uri, sha256
 
     def delete(self, uri: str) -> None:
         """Remove a version's file (and its folder when it is left empty); nothing when it is gone."""
         if not self.owns(uri):
-            raise ModelStoreError(f"{_shown(uri)} is not in the model store {self!r}")
+            raise ModelStoreError(f"{shown(uri)} is not in the model store {self!r}")
         if self.local:
             path = Path(uri)
             with contextlib.suppress(FileNotFoundError):
@@ -217,7 +185,7 @@ class ModelStore:
         except FileNotFoundError:
             return
         except Exception as exc:
-            raise ModelStoreError(f"cannot remove {_shown(uri)}: {type(exc).__name__}: {exc}") from None
+            raise ModelStoreError(f"cannot remove {shown(uri)}: {type(exc).__name__}: {exc}") from None
 
     def owns(self, uri: str) -> bool:
         if self.local:
@@ -276,7 +244,7 @@ def load(uri: str, sha256: str) -> bytes:
     """The bytes of a published version's file, checked against its `sha256` (ChecksumMismatch when they
     differ: the file was changed or damaged; ModelStoreError when it cannot be read)."""
     try:
-        if _is_local(uri):
+        if is_local(uri):
             data = Path(uri.removeprefix("file://")).read_bytes()
         else:
             fs, path = _filesystem(uri)
@@ -284,13 +252,13 @@ def load(uri: str, sha256: str) -> bytes:
     except ModelStoreError:
         raise
     except FileNotFoundError:
-        raise ModelStoreError(f"model file {_shown(uri)} is missing") from None
+        raise ModelStoreError(f"model file {shown(uri)} is missing") from None
     except Exception as exc:
-        raise ModelStoreError(f"cannot read {_shown(uri)}: {type(exc).__name__}: {exc}") from None
+        raise ModelStoreError(f"cannot read {shown(uri)}: {type(exc).__name__}: {exc}") from None
     found = sha256_of(data)
     if found != sha256:
         raise ChecksumMismatch(
-            f"model file {_shown(uri)} has sha256 {found}, not the published {sha256}: it was changed or "
+            f"model file {shown(uri)} has sha256 {found}, not the published {sha256}: it was changed or "
             "damaged, and is not used"
         )
     return data
@@ -299,7 +267,7 @@ def load(uri: str, sha256: str) -> bytes:
 def load_to(uri: str, sha256: str, folder: Path) -> Path:
     """A local file holding the checked bytes of `uri`, for a runtime that opens a path: the file itself
     when the store is local, else a copy written into `folder` (named by its sha256, so kept between loads)."""
-    if _is_local(uri):
+    if is_local(uri):
         load(uri, sha256)  # checks it
         return Path(uri.removeprefix("file://"))
     target = Path(folder) / f"{sha256}.onnx"

@@ -10,7 +10,6 @@ from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode
 
 from gpuyard.shared.settings.common import (
-    CommonSettings,
     Duration,
     KeepFor,
     PortOrAny,
@@ -20,9 +19,10 @@ from gpuyard.shared.settings.common import (
     comma_list,
     written,
 )
+from gpuyard.shared.settings.scrape import ScrapeSettings
 
 
-class MonitorSettings(CommonSettings):
+class MonitorSettings(ScrapeSettings):
     """The monitor: one per node. It samples the node's GPUs (NVML, or the virtual GPUs of `--simulate-gpus`),
     publishes `gpu.sample`, serves Prometheus `/metrics` with the DCGM exporter's names, and raises and
     resolves alerts (docs/monitor.md)."""
@@ -60,19 +60,6 @@ class MonitorSettings(CommonSettings):
         "cluster",
         description="cluster: /metrics shows every node's GPUs (their `gpu.sample` events) and the platform "
         "figures; node: this node's GPUs only (one monitor per node, each scraped, as a DaemonSet is).",
-    )
-    metrics_auth: Literal["token", "off"] = Field(
-        "token",
-        description="Who may read /metrics, which names the job, tenant and user on every GPU: token (a scrape "
-        "that carries the token of metrics_token_file, as a bearer token or as the basic-auth password; 401 "
-        "otherwise) or off (anyone who reaches its address: only on an address jobs cannot reach). The same "
-        "variable as the serving entry point's.",
-    )
-    metrics_token_file: Path | None = Field(
-        None,
-        description="The scrape token of /metrics (mode 0600), shared with the serving entry point; default "
-        "`<data dir>/secrets/metrics.token`, made at start. Prometheus sends it: `authorization: "
-        "{credentials_file: …}` (deploy/prometheus/prometheus.yml).",
     )
     quotas: TenantNumbers = Field(
         default_factory=dict,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 
-from gpuyard.shared.settings.common import CommonSettings, Port, Size
+from gpuyard.shared.settings.common import Port, Size
+from gpuyard.shared.settings.scrape import ScrapeSettings
 
 
-class ServingSettings(CommonSettings):
+class ServingSettings(ScrapeSettings):
     """Model serving: the node's serving service hosts the serve jobs placed on its node (ONNX Runtime
     sessions) and answers the Open Inference Protocol (docs/serving.md)."""
 
@@ -67,18 +67,6 @@ class ServingSettings(CommonSettings):
         ge=1,
         description="Most rows (the first dimension, when it is dynamic) one inference request may carry: more "
         "is a 413; with the model's inputs it bounds the request's body (docs/serving.md, \"Request limits\").",
-    )
-    metrics_auth: Literal["token", "off"] = Field(
-        "token",
-        description="Who may read /metrics, which names each tenant's models and their request counts: token "
-        "(the scrape token of metrics_token_file, as a bearer token or the basic-auth password; a tenant's own "
-        "token or dashboard session reads its own models' series) or off (anyone who reaches the address). The "
-        "same variable as the monitor's.",
-    )
-    metrics_token_file: Path | None = Field(
-        None,
-        description="The scrape token of /metrics (mode 0600), the monitor's; default "
-        "`<data dir>/secrets/metrics.token`, made at start.",
     )
 
     @property

@@ -37,6 +37,13 @@ class StorageSettings(CommonSettings):
         "other users (a root platform), storage/ in the job root (every folder above it must be searchable "
         "by all). See docs/storage.md.",
     )
+    volume_store: str = Field(
+        "",
+        description="Where volumes' files live: empty, folders of the storage root (`volumes/<tenant>/<name>/`); "
+        "an fsspec URL such as s3://bucket/prefix, objects under `<prefix>/volumes/<tenant>/<name>/` (needs the "
+        "`s3` extra; credentials and endpoint as for MODEL_STORE: the standard AWS variables or ~/.aws). Jobs "
+        "then get a copy in the storage root's `volume-cache/`, mounted read-only. See docs/volumes.md.",
+    )
     volume_default_size: Size = Field(
         written("10GiB"),
         ge=1,

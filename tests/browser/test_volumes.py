@@ -2,8 +2,9 @@
 tenant's volume quota, upload files from the browser into the folder shown with each one's progress bar going
 to 100 %, see them listed, download one (the same bytes) and a folder (a tar), an upload that does not fit shows
 the API's reason (413) and leaves nothing, remove a file; a volume that a live job mounts shows it and is not
-deleted (the API's reason shown, 409), then is deleted once the job ended. No error or warning on the console
-but the browser's own lines for the two refusals the test asks for."""
+deleted (the API's reason shown, 409), then is deleted once the job ended. A volume's use reads in the units of
+its size ("3.15 MB used of 8 MB", not "3 MiB"), what the volumes reserve in those of the quota. No error or
+warning on the console but the browser's own lines for the two refusals the test asks for."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gpuyard.shared.contracts.units import format_size  # noqa: E402
 
 VOLUME = "browser-data"
 SIZE = 8 * 10**6  # "8MB"
+SI_UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 THROTTLED = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": 2 * 10**6}
 RECORD_PERCENTS = """() => {
   window.__percents = {};
@@ -41,6 +43,14 @@ def refusals_only(console: list[str], statuses: set[int]) -> list[str]:
         r"error: Failed to load resource: the server responded with a status of (\d+) "
     )  # fmt: skip
     return [line for line in console if not ((m := asked.match(line)) and int(m[1]) in statuses)]
+
+
+def in_si_units(n: int) -> str:
+    """`n` bytes in SI units, three figures, as the page writes a part beside a whole written so (8 MB)."""
+    for unit, factor in SI_UNITS:
+        if n >= factor:
+            return f"{float(f'{n / factor:.3g}'):g} {unit}"
+    return f"{n} B"
 
 
 def payload(name: str, data: bytes) -> dict:
@@ -74,7 +84,7 @@ def test_make_a_volume_upload_with_progress_download_remove_and_delete(dashboard
     page.on("dialog", lambda dialog: dialog.accept())
     make_volume(board)
     reserved = sum(v["size_bytes"] for v in board.api("GET", "/v1/volumes")["items"])
-    expect(page.locator("#volume-quota")).to_contain_text(f"{format_size(reserved)} reserved of 200 GB")
+    expect(page.locator("#volume-quota")).to_contain_text(f"{in_si_units(reserved)} reserved of 200 GB")
     board.api(
         "PUT", f"/v1/volumes/{VOLUME}/content", params={"path": "train/seed.txt"}, content=b"seed",
         headers={"Content-Type": "application/octet-stream"},
@@ -94,12 +104,22 @@ def test_make_a_volume_upload_with_progress_download_remove_and_delete(dashboard
     page.click("#files-table tr[data-path='train/seed.txt'] button.remove")
     expect(page.locator("#volume-message .ok")).to_have_text("Removed train/seed.txt: 1 file, 4 B.")
     expect(page.locator("#files-table tr[data-path='train/seed.txt']")).to_have_count(0)
-    expect(page.locator(f"#volumes-table tr[data-volume='{VOLUME}'] .used")).to_contain_text(
-        format_size(len(big) + len(notes))
-    )
+    use_reads_in_the_units_of_the_size(page, len(big) + len(notes))
     deleted_once_no_live_job_mounts_it(board)
     page.goto("about:blank")  # (the last page's messages all delivered)
     assert refusals_only(board.console, {409, 413}) == [], "\n".join(board.console)
+
+
+def use_reads_in_the_units_of_the_size(page, used: int) -> None:
+    """A volume made as "8MB" holding 3 MiB and a few bytes: "3.15 MB · 39 %" beside its size "8 MB", "3.15 MB
+    used of 8 MB" above its files; no binary unit beside the SI size (format_size alone writes "3 MiB")."""
+    assert format_size(used) == "3 MiB" and in_si_units(used) == "3.15 MB"
+    row = page.locator(f"#volumes-table tr[data-volume='{VOLUME}']")
+    expect(row.locator(".used")).to_have_text(f"3.15 MB · {round(100 * used / SIZE)} %")
+    expect(row.locator("td.num").first).to_have_text("8 MB")
+    expect(row.locator(".use-bar")).to_have_attribute("aria-label", "3.15 MB used of 8 MB")
+    expect(page.locator("#volume-figures")).to_have_text("3.15 MB used of 8 MB · 2 files")
+    assert "iB" not in row.inner_text() + page.locator("#volume-figures").inner_text()
 
 
 def upload_with_progress(board, files: dict[str, bytes]) -> None:

@@ -37,7 +37,7 @@ from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import JobOutputs, SubmitContext
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.routes_artifacts import EXAMPLE_JOB
-from gpuyard.services.submit.volumefiles import VolumeFiles
+from gpuyard.services.submit.volumefolders import FolderVolumes
 from gpuyard.services.submit.yamlbody import YAML_TYPES
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.contracts.api.tenants import MAX_TOKEN_SECONDS
@@ -90,7 +90,7 @@ def build_app(folder: Path):
         max_model_bytes=1 << 20,
         publish_secret_file=folder / "publish.key",
         volumes=VolumeRegistry(store, None, "/fuzz"),
-        volume_files=VolumeFiles(folder / "storage", lambda tenant: None),
+        volume_files=FolderVolumes(folder / "storage", lambda tenant: None),
         volume_default_size=1 << 20,
         volume_quotas={"*": 8 << 20},
         job_outputs=JobOutputs(folder / "storage", lambda tenant: None),

@@ -548,7 +548,7 @@ def shared_file_problems(objects: list[Obj]) -> list[str]:
 
 def test_the_services_that_share_a_key_mount_the_same_secret_at_the_path_their_setting_names(objects):
     assert SESSION_KEY_READERS == ("submit", "serving")
-    assert set(METRICS_TOKEN_READERS) == {"serving", "monitor"}
+    assert set(METRICS_TOKEN_READERS) == {"serving", "monitor", "submit"}
     assert not shared_file_problems(objects)
     config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
     assert config["GPUYARD_SESSION_SECRET_FILE"] == "/etc/gpuyard/session/session.key"  # read by both

@@ -210,7 +210,7 @@ def test_every_monitor_and_serving_pod_reads_the_token_of_one_secret_mounted_rea
     readers = {
         service_of(w) for w in objects if w["kind"] in WORKLOADS and service_of(w) in METRICS_TOKEN_READERS
     }
-    assert readers == {"monitor", "serving"}
+    assert readers == {"monitor", "serving", "submit"}
     assert mounted_token(objects) == {("gpuyard-metrics-token", "token")}
     config = named(objects, "ConfigMap")["gpuyard-config"]["data"]
     assert config["GPUYARD_METRICS_TOKEN_FILE"] == "/etc/gpuyard/metrics/token"

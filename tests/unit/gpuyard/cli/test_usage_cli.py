@@ -157,3 +157,39 @@ def test_top_refreshes_in_place_and_rides_out_an_api_away_for_a_moment(monkeypat
     shown = console.file.getvalue()
     assert shown.index(" 10%") < shown.index("cannot reach the API (trying again)") < shown.index(" 30%")
     assert "\x1b[1A" in shown  # the cursor goes back up: the frame is redrawn in place
+
+
+def test_usage_with_volumes_shows_the_tenants_volumes_their_use_and_quota(gpuyard, api):  # noqa: F811
+    vision = {"Authorization": "Bearer tok-vision"}
+    assert api.post("/v1/volumes", json={"name": "images", "size": "8MB"}, headers=vision).status_code == 201
+    assert api.post("/v1/volumes", json={"name": "empty", "size": 1000}, headers=vision).status_code == 201
+    put = api.put(
+        "/v1/volumes/images/content", params={"path": "a.bin"}, content=b"x" * 2_000_000, headers=vision
+    )
+    assert put.status_code == 201, put.text
+    code, out = gpuyard("usage", "--volumes", token="tok-vision")
+    assert code == 0
+    lines = out.strip().splitlines()
+    at = lines.index("Volumes of tenant vision")
+    assert lines[at + 1].split() == ["VOLUME", "SIZE", "USED", "USED", "%"]
+    assert lines[at + 2].split() == ["images", "8", "MB", "2", "MB", "25%"]
+    assert lines[at + 3].split() == ["empty", "1", "kB", "0", "B", "0%"]
+    assert lines[at + 4] == "2 volume(s) reserve 8001 kB (no volume quota); their files hold 2 MB"
+
+
+def test_usage_with_volumes_as_json_and_for_another_tenant(gpuyard, api):  # noqa: F811
+    nlp = {"Authorization": "Bearer tok-nlp"}
+    assert api.post("/v1/volumes", json={"name": "corpus", "size": 3000}, headers=nlp).status_code == 201
+    code, out = gpuyard("usage", "--volumes", "--json", token="tok-nlp")
+    assert code == 0
+    answer = json.loads(out)
+    assert set(answer) == {"gpu", "volumes"} and "rows" in answer["gpu"]
+    [corpus] = answer["volumes"]["items"]
+    assert (corpus["name"], corpus["size_bytes"], corpus["used_bytes"]) == ("corpus", 3000, 0)
+    assert (answer["volumes"]["reserved_bytes"], answer["volumes"]["quota_bytes"]) == (3000, 0)
+    code, out = gpuyard("usage", "--volumes", "--tenant", "nlp")  # an admin names the tenant
+    assert code == 0 and "Volumes of tenant nlp" in out and "corpus" in out
+    code, out = gpuyard("usage", "--volumes")  # an admin's own tenant: none
+    assert code == 0 and "no volumes (no volume quota)" in out
+    assert "rows" in json.loads(gpuyard("usage", "--json")[1])  # without --volumes: as before
+    assert gpuyard("usage", "--volumes", "--csv")[0] == 1

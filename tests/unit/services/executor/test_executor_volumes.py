@@ -20,6 +20,7 @@ from gpuyard.services.executor.processes import Namespaces
 from gpuyard.services.executor.volumemounts import env_name
 from gpuyard.shared.contracts.events.jobs import JobStarted
 from gpuyard.shared.runtime.paths import volume_dir
+from tests.unit.services.executor.test_volume_cache import bucket, s3_server  # noqa: F401 (fixtures)
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace per job needs a root platform")
 READ = (
@@ -111,6 +112,8 @@ async def test_without_a_namespace_a_volume_is_a_link_and_the_notes_say_read_onl
     await h.place(ex, job)
     work = Path(h.data_dir / "jobs" / job / "attempt-1" / "work-0")
     pid = await h.wait_for(lambda: (work / "pid").exists() and (work / "pid").read_text().strip())
+    # (the log is the executor's copy of the job's output: it may lag the pid file; the last line it writes ends it)
+    await h.wait_for(lambda: "wrote-scratch" in log_of(h, job).splitlines())
     lines = log_of(h, job).splitlines()
     assert lines[0] == "dataset data" and "wrote-scratch" in lines and "refused" not in lines, lines
     assert os.readlink(work / "data") == str(dataset) and (dataset / "new").exists()
@@ -153,3 +156,28 @@ async def test_each_replica_finds_its_volume_in_its_variable(h):
     await h.place(ex, job)
     await h.wait(job, "succeeded")
     assert variable == "GPUYARD_VOLUME_MY_SET" and log_of(h, job) == "my-set data"
+
+
+async def test_a_volume_in_an_object_store_is_copied_to_the_node_and_read_by_the_job(
+    h,
+    s3_server,  # noqa: F811 (a fixture)
+    bucket,  # noqa: F811 (a fixture)
+):
+    """GPUYARD_VOLUME_STORE set: the executor copies the volume from the store before the replica starts, and
+    the job reads the copy where it asked for it, read-only; the attempt's notes say what was copied."""
+    s3_server.client().put_object(Bucket=bucket, Key="yard/volumes/vision/dataset/set/file", Body=b"s3 data")
+    ex = await h.executor(volume_store=f"s3://{bucket}/yard")
+    job = await h.submit(
+        command='cat data/set/file; echo; echo "at=$GPUYARD_VOLUME_DATASET"',
+        tenant="vision",
+        volumes=[{"name": "dataset", "path": "data", "read_only": True}],
+    )
+    await h.place(ex, job)
+    await h.wait(job, "succeeded")
+    lines = log_of(h, job).splitlines()
+    assert lines[0] == "s3 data" and lines[1].startswith("at="), lines
+    started = next(e.data for e in await h.ledger.events(job) if isinstance(e.data, JobStarted))
+    assert any(n.startswith("volume dataset: copied 1 file (7 B)") for n in started.notes), (
+        started.notes,
+        log_of(h, job),
+    )

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.fastpath import FastSubmit
-from gpuyard.services.submit.volumefiles import VolumeFiles
+from gpuyard.services.submit.volumefolders import FolderVolumes
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.store import ModelStore
 from gpuyard.shared.stores.events import EventStore, open_store
@@ -49,7 +49,7 @@ def submit_context(
         fields["models"] = ModelRegistry(store, None, "/test", ModelStore(str(tmp_path / "models")))
     if volumes:
         fields["volumes"] = VolumeRegistry(store, None, "/test")
-        fields["volume_files"] = VolumeFiles(tmp_path / "storage", lambda tenant: None)
+        fields["volume_files"] = FolderVolumes(tmp_path / "storage", lambda tenant: None)
     try:
         yield _context(store, logs, tokens, **fields)
     finally:

@@ -9,10 +9,11 @@ import tarfile
 
 import pytest
 
-from gpuyard.services.submit.volumefiles import UPLOADS, OverQuota, VolumeFiles
+from gpuyard.services.submit.volumefolders import UPLOADS, FolderVolumes
 from gpuyard.shared.runtime.jobusers import JobUser
 from gpuyard.shared.runtime.paths import VOLUMES
 from gpuyard.shared.runtime.tarstream import PathRefused
+from gpuyard.shared.runtime.uploadfile import OverQuota
 
 ROOT = os.geteuid() == 0
 
@@ -20,12 +21,12 @@ ROOT = os.geteuid() == 0
 @pytest.fixture
 def files(tmp_path):
     user = JobUser(4243, 4243, "tenant-4243") if ROOT else None
-    volumes = VolumeFiles(tmp_path, lambda tenant: user)
+    volumes = FolderVolumes(tmp_path, lambda tenant: user)
     volumes.make("vision", "data")
     return volumes
 
 
-def _upload(files: VolumeFiles, data: bytes, room: int = 1 << 20):
+def _upload(files: FolderVolumes, data: bytes, room: int = 1 << 20):
     staging = files.staging("vision", room)
     try:
         staging.write(data)
@@ -36,7 +37,7 @@ def _upload(files: VolumeFiles, data: bytes, room: int = 1 << 20):
     return staging
 
 
-def _tree(files: VolumeFiles, data: bytes, path: str = "", room: int = 1 << 20):
+def _tree(files: FolderVolumes, data: bytes, path: str = "", room: int = 1 << 20):
     """A tree placed as the route places it: its staged tar removed whatever happens."""
     staging = _upload(files, data)
     try:
@@ -45,7 +46,7 @@ def _tree(files: VolumeFiles, data: bytes, path: str = "", room: int = 1 << 20):
         staging.discard()
 
 
-def _leftovers(files: VolumeFiles) -> list[str]:
+def _leftovers(files: FolderVolumes) -> list[str]:
     return os.listdir(files.root / VOLUMES / "vision" / UPLOADS)
 
 

@@ -238,7 +238,13 @@ def test_the_submit_api_serves_its_figures_without_a_token_and_outside_its_opena
 
     registry = service_registry("submit", "host-3", "1.2.3")
     metrics = BusMetrics(registry)
-    ctx = SimpleNamespace(max_body_bytes=1024, max_model_bytes=1024, bus=SimpleNamespace(metrics=metrics))
+    ctx = SimpleNamespace(
+        max_body_bytes=1024,
+        max_model_bytes=1024,
+        bus=SimpleNamespace(metrics=metrics),
+        volume_metrics=None,
+        scrape=None,
+    )
     with TestClient(create_app(ctx)) as api:
         answer = api.get("/metrics")
         paths = api.get("/openapi.json").json()["paths"]

@@ -69,6 +69,24 @@ function useBar(part, whole, what) {
     h("span", { class: part >= whole ? "full" : "own", style: { width: `${(100 * share).toFixed(1)}%` } }));
 }
 
+// A part beside its whole (a volume's use beside its size, what the volumes reserve beside the quota, what an
+// upload sent beside the file's size) in one unit system: the whole as `bytes` writes it everywhere ("8 MB",
+// "16 GiB"), the part in the same system, three figures: "3.15 MB of 8 MB", never "3 MiB of 8 MB".
+const SI_UNITS = [["TB", 1e12], ["GB", 1e9], ["MB", 1e6], ["kB", 1e3]];
+const BINARY_UNITS = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+
+function bytesOf(part, whole) {
+  if (part == null) return "—";
+  const units = / (TB|GB|MB|kB)$/.test(bytes(whole)) ? SI_UNITS : BINARY_UNITS;
+  for (const [unit, factor] of units) {
+    if (part >= factor) {
+      const value = part / factor;
+      return `${value < 1000 ? Number(value.toPrecision(3)) : Math.round(value)} ${unit}`;
+    }
+  }
+  return `${Math.trunc(part)} B`;
+}
+
 function percent(part, whole) {
   return whole ? `${Math.round((100 * part) / whole)} %` : "—";
 }
@@ -78,7 +96,7 @@ function quotaLine({ quota_bytes: quota, reserved_bytes: reserved }) {
     return h("p", { class: "hint", id: "volume-quota" },
       `The volumes of tenant ${owner} reserve ${bytes(reserved)}: it has no volume quota.`);
   }
-  const what = `${bytes(reserved)} reserved of ${bytes(quota)}`;
+  const what = `${bytesOf(reserved, quota)} reserved of ${bytes(quota)}`;
   return h("div", { class: "volume-quota", id: "volume-quota" },
     h("span", {}, `Tenant ${owner}'s volume quota: ${what} (${percent(reserved, quota)})`),
     useBar(reserved, quota, what));
@@ -120,8 +138,9 @@ async function createVolume() {
 
 function usedCell(view) {
   if (!view || view instanceof Error) return h("span", { class: "muted", title: view?.message ?? "" }, "—");
-  const what = `${bytes(view.used_bytes)} used of ${bytes(view.size_bytes)}`;
-  return [h("span", { class: "used" }, `${bytes(view.used_bytes)} · ${percent(view.used_bytes, view.size_bytes)}`),
+  const used = bytesOf(view.used_bytes, view.size_bytes); // (in the units of the Size column beside it)
+  const what = `${used} used of ${bytes(view.size_bytes)}`;
+  return [h("span", { class: "used" }, `${used} · ${percent(view.used_bytes, view.size_bytes)}`),
     useBar(view.used_bytes, view.size_bytes, what)];
 }
 
@@ -178,7 +197,7 @@ function volumeHead(view) {
   const v = view instanceof Error || !view ? listing.items.find((x) => x.name === selected) : view;
   const figures = view instanceof Error || !view
     ? `${bytes(v.size_bytes)}`
-    : `${bytes(view.used_bytes)} used of ${bytes(view.size_bytes)} · ${view.files} file${view.files === 1 ? "" : "s"}`;
+    : `${bytesOf(view.used_bytes, view.size_bytes)} used of ${bytes(view.size_bytes)} · ${view.files} file${view.files === 1 ? "" : "s"}`;
   const jobs = view instanceof Error ? [] : view?.mounted_by ?? [];
   return h("div", { class: "model-head" },
     h("div", {},
@@ -300,7 +319,7 @@ async function sendOne(name, u) {
     const done = await upload(volumeUrl(name, "/content", u.path), u.file, {
       progress: (sent, of) => {
         const pct = of ? Math.floor((100 * sent) / of) : 100;
-        u.show(pct, pct < 100 ? `${bytes(sent)} of ${bytes(of)} sent` : "sent: writing it in the volume…");
+        u.show(pct, pct < 100 ? `${bytesOf(sent, of)} of ${bytes(of)} sent` : "sent: writing it in the volume…");
       },
     });
     u.setClass("upload-done");
