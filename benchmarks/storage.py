@@ -15,7 +15,6 @@ file both ways, 0.3 for the small files)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -37,11 +36,15 @@ else:
 VOLUME = "bench"
 
 
-def drop_caches() -> None:
-    """Write back and forget the page cache, where allowed (root): each side then reads from the disk."""
+def drop_caches() -> bool:
+    """Write back and forget the page cache, where allowed (root): each side then reads from the disk. Whether
+    it was forgotten (False: written back only)."""
     os.sync()
-    with contextlib.suppress(OSError):
+    try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
 
 
 def timed(action) -> float:
