@@ -1,4 +1,5 @@
-from gpuyard.services.submit.main import main, preflight
+from gpuyard.services.submit.main import main
+from gpuyard.services.submit.preflight import preflight
 from gpuyard.shared.runtime.service import run_service
 from gpuyard.shared.settings.submit import SubmitSettings
 

@@ -4,7 +4,6 @@ sweep (`retention.py`)."""
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 
 import uvicorn
@@ -20,8 +19,6 @@ from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.modelfiles.store import ModelStore
-from gpuyard.shared.runtime.jobusers import JobUsers
-from gpuyard.shared.runtime.objectstore import ObjectStoreError, filesystem
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.submit import SubmitSettings
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
@@ -33,39 +30,10 @@ CACHED_JOBS = 1000
 other services write the rest, which it never sees, so a larger cache would only hold stale queued views."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return False
-
-
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):  # the service runtime owns SIGTERM/SIGINT
         yield
-
-
-def preflight(settings: SubmitSettings) -> str | None:
-    """Refuse to serve a non-loopback address without tokens (anyone on the network could submit), and a volume
-    store that cannot be reached through fsspec."""
-    try:
-        tokens = Tokens(settings.tokens_file, settings.tokens).check()
-    except (OSError, ValueError) as exc:
-        return f"cannot read the tokens: {exc}"
-    try:
-        JobUsers.from_setting(settings.job_users, settings.job_uid_base)
-    except ValueError as exc:
-        return str(exc)
-    if settings.volume_store:
-        try:
-            filesystem(settings.volume_store, "the volume store")
-        except ObjectStoreError as exc:
-            return str(exc)
-    if not tokens and not is_loopback(settings.submit_host):
-        return f"no tokens configured and {settings.submit_host} is not loopback: set GPUYARD_TOKENS_FILE or GPUYARD_TOKENS"
-    return None
 
 
 async def main(service: Service, settings: SubmitSettings) -> None:
