@@ -120,6 +120,7 @@ def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, 
         except (OSError, ValueError, KeyError, Exception):
             pass
         time.sleep(0.2)
+    stop_platform(proc, tmp, keep=True)  # (nothing left running; its folder kept for its log)
     raise SystemExit(f"platform did not start; see {tmp / 'up.log'}")
 
 

@@ -4,6 +4,7 @@ the CLI is asked to put it, each name checked first (only files and folders, not
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import stat
@@ -64,13 +65,22 @@ def tree_chunks(path: Path, progress: Progress) -> Iterator[bytes]:
     yield END
 
 
-def upload(client: Client, url: str, params: dict[str, Any], chunks: Iterator[bytes], media: str) -> Any:
-    """PUT `chunks` to `url` as its body (streamed, chunked): the answer, as `Client.request` gives it. Not
-    retried: a stream is read once."""
+def upload(
+    client: Client,
+    url: str,
+    params: dict[str, Any],
+    chunks: Iterator[bytes],
+    media: str,
+    size: int | None = None,
+) -> Any:
+    """PUT `chunks` to `url` as its body, streamed: `size` bytes when it is known (a file: the server can refuse
+    it before it comes, and neither side frames chunks), else chunked. The answer, as `Client.request` gives
+    it. Not retried: a stream is read once."""
+    headers = {"Content-Type": media}
+    if size is not None:
+        headers["Content-Length"] = str(size)
     try:
-        response = client.http.put(
-            url, params=params, content=chunks, headers={"Content-Type": media}, timeout=None
-        )
+        response = client.http.put(url, params=params, content=chunks, headers=headers, timeout=None)
     except httpx.ConnectError:
         raise ClientError(client.unreachable()) from None
     except httpx.HTTPError as exc:
@@ -82,11 +92,15 @@ def download(client: Client, url: str, params: dict[str, Any], target: Path, pro
     """GET `url` and write what it answers: a file at `target`, or a tar stream (a folder) unpacked into the
     folder `target`. Returns what it was: `file` or `dir`. Nothing is left at `target` when it fails."""
     try:
-        with client.http.stream("GET", url, params=params, timeout=None) as response:
+        # (identity: what comes is the file as it is, read raw below)
+        headers = {"Accept-Encoding": "identity"}
+        with client.http.stream("GET", url, params=params, headers=headers, timeout=None) as response:
             if response.status_code >= 400:
                 response.read()
                 raise ClientError(f"{detail_of(response)} (HTTP {response.status_code})")
-            chunks = _counted(response.iter_bytes(CHUNK), progress)
+            chunks = _counted(
+                response.iter_raw(), progress
+            )  # (as they come: no copies into chunks of a size)
             if response.headers.get("content-type", "").startswith("application/x-tar"):
                 _unpack(chunks, target)
                 return "dir"
@@ -116,20 +130,26 @@ def _write(chunks: Iterator[bytes], target: Path) -> None:
         raise
 
 
-class _Reader:
-    """A file-like reader of chunks, for tarfile's stream mode."""
+class _ChunkReader(io.RawIOBase):
+    """Chunks read as a file (for tarfile's stream mode, through a buffer): each byte copied once."""
 
     def __init__(self, chunks: Iterator[bytes]):
-        self._chunks, self._buffer = chunks, b""
+        self._chunks = chunks
+        self._left = memoryview(b"")
 
-    def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self._buffer) < n:
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
             chunk = next(self._chunks, None)
             if chunk is None:
-                break
-            self._buffer += chunk
-        data, self._buffer = (self._buffer, b"") if n < 0 else (self._buffer[:n], self._buffer[n:])
-        return data
+                return 0
+            self._left = memoryview(chunk)
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
 
 
 def _unpack(chunks: Iterator[bytes], target: Path) -> None:
@@ -139,7 +159,8 @@ def _unpack(chunks: Iterator[bytes], target: Path) -> None:
         raise ClientError(f"{target} exists: choose another place with -o")
     partial = target.with_name(f".{target.name}.part")
     try:
-        with tarfile.open(fileobj=_Reader(chunks), mode="r|") as tar:  # type: ignore[call-overload]
+        stream = io.BufferedReader(_ChunkReader(chunks), CHUNK)
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
                 _extract(tar, member, partial)
         partial.mkdir(exist_ok=True)

@@ -132,9 +132,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
             answer = transfers.upload(client, url, params, chunks, "application/x-tar")
         else:
             params = _params(args, path=f"{to}/{local.name}" if to else local.name)
-            answer = transfers.upload(
-                client, url, params, transfers.file_chunks(local, advance), "application/octet-stream"
-            )
+            chunks = transfers.file_chunks(local, advance)
+            answer = transfers.upload(client, url, params, chunks, "application/octet-stream", size)
     written = FilesWrittenOut.model_validate(answer)
     if args.json:
         print_json(written)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal, presented_token
+from gpuyard.services.submit.bodywriter import write_body
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.deployments import (
     ModelName,
@@ -57,7 +58,7 @@ from gpuyard.shared.contracts.jobspec import (
 from gpuyard.shared.contracts.jobstate import ACTIVE_STATES
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.modelfiles.signature import CheckBounds, InvalidModel, Signature, check_file_async
-from gpuyard.shared.modelfiles.store import CHUNK, ModelStore, ModelStoreError, StagedFile
+from gpuyard.shared.modelfiles.store import ModelStore, ModelStoreError, StagedFile
 from gpuyard.shared.stores.readmodels.modelregistry import ModelError, ModelVersion, ModelView
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=answers(400, 401, 413, 503))
@@ -311,8 +312,7 @@ def too_large(limit: int) -> HTTPException:
 
 async def receive_file(request: Request, files: ModelStore, limit: int) -> StagedFile:
     """The request's body written to a staged file as it comes (`ModelStore.stage`), at most `limit` bytes
-    (413 beyond, the file removed). The chunks are gathered into writes of `modelstore.CHUNK` bytes, each
-    hashed and written from a thread: the event loop only hands them on."""
+    (413 beyond, the file removed), through `write_body`: each batch hashed and written from a thread."""
     try:
         staging = await asyncio.to_thread(files.stage)
     except ModelStoreError as exc:
@@ -320,16 +320,7 @@ async def receive_file(request: Request, files: ModelStore, limit: int) -> Stage
             status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "2"}
         ) from None
     try:
-        pending = bytearray()
-        async for chunk in request.stream():
-            if staging.size + len(pending) + len(chunk) > limit:
-                raise too_large(limit)
-            pending += chunk
-            if len(pending) >= CHUNK:
-                await asyncio.to_thread(staging.write, pending)
-                pending = bytearray()
-        if pending:
-            await asyncio.to_thread(staging.write, pending)
+        await write_body(request.stream(), staging.write, limit=limit, over_limit=lambda: too_large(limit))
         staged = await asyncio.to_thread(staging.finish)
     except ClientDisconnect:
         staging.discard()

@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
+from gpuyard.services.submit.bodywriter import write_body
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.downloads import attachment
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
@@ -41,7 +42,7 @@ from gpuyard.shared.contracts.api.volumes import (
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.safefolder import NotThere
-from gpuyard.shared.runtime.tarstream import CHUNK, PathRefused, clean_path
+from gpuyard.shared.runtime.tarstream import PathRefused, clean_path
 from gpuyard.shared.runtime.uploadfile import OverQuota
 from gpuyard.shared.stores.readmodels.volumeregistry import (
     VolumeError,
@@ -359,14 +360,7 @@ async def _receive(
     whatever happens)."""
     staging: Staged = await asyncio.to_thread(files.staging, view.tenant, tar_room(room) if archive else room)
     try:
-        pending = bytearray()
-        async for chunk in request.stream():
-            pending += chunk
-            if len(pending) >= CHUNK:
-                await asyncio.to_thread(staging.write, pending)
-                pending = bytearray()
-        if pending:
-            await asyncio.to_thread(staging.write, pending)
+        await write_body(request.stream(), staging.write)
         await asyncio.to_thread(staging.finish)
         if archive:
             return await asyncio.to_thread(files.place_tree, view.tenant, view.name, staging, where, room)

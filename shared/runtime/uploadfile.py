@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.runtime.writeback import WriteBack
 
 
 class OverQuota(Exception):
@@ -22,15 +23,19 @@ def over_quota(room: int) -> OverQuota:
 
 class UploadFile:
     """An upload being written to its file in `folder` (`write` each chunk, blocking: from a thread), refused
-    past `room` bytes (None: no limit; `OverQuota`), hashed on the way when `hashed` (`sha256`); `finish`
-    flushes it to disk; `discard` removes it whatever happened."""
+    past `room` bytes (None: no limit; `OverQuota`), hashed on the way when `hashed` (`sha256`); `close`
+    flushes it to disk (its write-back started as it was written: `WriteBack`); `discard` removes it whatever
+    happened."""
 
     def __init__(self, folder: Path, room: int | None = None, *, hashed: bool = False):
         self.path = folder / f"{uuid.uuid4().hex}.part"
         self.room = room
         self.size = 0
         self._hash = hashlib.sha256() if hashed else None
-        self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+        self._file = os.fdopen(
+            os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb", buffering=0
+        )
+        self._writeback = WriteBack(self._file.fileno())
 
     @property
     def sha256(self) -> str:
@@ -40,13 +45,15 @@ class UploadFile:
         self.size += len(chunk)
         if self.room is not None and self.size > self.room:
             raise over_quota(self.room)
-        self._file.write(chunk)
+        view = memoryview(chunk)
+        while view:  # (unbuffered: a write may take part of it)
+            view = view[self._file.write(view) :]
+        self._writeback.wrote(len(chunk))
         if self._hash is not None:
             self._hash.update(chunk)
 
     def close(self) -> None:
         """Flushed to disk (fsync) and closed: whole once this returns."""
-        self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
 
