@@ -2,6 +2,7 @@
 
     python benchmarks/storage.py                      # one 2 GB file, 10,000 small files; 3 runs of each
     python benchmarks/storage.py --large-mb 256 --small 1000 --runs 1   # a quick look
+    python benchmarks/storage.py --store s3          # volumes in an S3 bucket (moto's server on loopback)
 
 Starts `gpuyard up --simulate-gpus 1` on free ports (removed afterwards), makes a volume, then for each run:
 the large file uploaded (`gpuyard.transfers`, as `gpuyard volumes upload` sends it: streamed, chunked) and
@@ -10,7 +11,12 @@ each next to `cp` (a file) and `cp -r` (the folder) of the same data on the same
 dropped before each where the machine lets us (`/proc/sys/vm/drop_caches`, as root), so that neither side
 reads from memory what the other wrote. Prints one JSON object: each case's seconds per run, min / median /
 max, and its ratio to `cp` (`cp` seconds / its seconds: 1.0 is as fast as cp; the goal is 0.7 for the large
-file both ways, 0.3 for the small files)."""
+file both ways, 0.3 for the small files).
+
+With `--store s3` the volume lives in a bucket of an S3-compatible server started on loopback (`moto_server`,
+from `moto[server]`, in a process of its own), `GPUYARD_VOLUME_STORE=s3://…`, and each case is set beside the
+same transfer made with s3fs directly (`put_file` / `get_file`, `put` / `get` of the folder), as `aws s3 cp`
+would make it: the ratio then says what going through the API costs over talking to the bucket."""
 
 from __future__ import annotations
 
@@ -20,12 +26,14 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from gpuyard import transfers
 from gpuyard.client import Client
+from gpuyard.supervisor.ports import free_ports
 
 # imported as benchmarks.storage (python -m, a test), or run as a script: its own folder first on the path
 if __package__:
@@ -65,6 +73,75 @@ def make_data(folder: Path, large_mb: int, small: int) -> tuple[Path, Path]:
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f"f{i:05d}.bin").write_bytes(os.urandom(4096))
     return large, tree
+
+
+class S3Bucket:
+    """moto's S3 server on a free loopback port, in a process of its own, with one bucket; `env`: the variables
+    that point s3fs (the platform's and ours) at it."""
+
+    def __init__(self, scratch: Path):
+        port = free_ports("127.0.0.1", 1)[0]
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.env = {
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench-secret",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": str(scratch / "aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(scratch / "aws-credentials"),
+        }
+        server = Path(sys.executable).parent / "moto_server"
+        self.proc = subprocess.Popen(
+            [str(server), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.environ.update(self.env)
+        import s3fs
+
+        self.fs = s3fs.S3FileSystem()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.fs.mkdir("bench")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"moto_server did not answer at {self.endpoint}") from None
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def direct_cases(fs, large: Path, tree: Path, scratch: Path) -> dict[str, object]:
+    """name -> the same transfer with s3fs straight to the bucket."""
+
+    def up_large():
+        fs.put_file(str(large), "bench/direct/large.bin")
+
+    def down_large():
+        target = scratch / "large.s3"
+        target.unlink(missing_ok=True)
+        fs.get_file("bench/direct/large.bin", str(target))
+
+    def up_small():
+        if fs.exists("bench/direct/small"):
+            fs.rm("bench/direct/small", recursive=True)
+        fs.put(str(tree), "bench/direct/", recursive=True)
+
+    def down_small():
+        target = scratch / "small.s3"
+        shutil.rmtree(target, ignore_errors=True)
+        fs.get("bench/direct/small", str(target), recursive=True)
+
+    return {
+        "large_upload": up_large,
+        "large_download": down_large,
+        "small_upload": up_small,
+        "small_download": down_small,
+    }
 
 
 def cases(client: Client, large: Path, tree: Path, scratch: Path) -> dict[str, tuple]:
@@ -139,36 +216,49 @@ def main() -> int:
     parser.add_argument("--large-mb", type=int, default=2000)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--store", choices=("folder", "s3"), default="folder", help="where the volume's bytes live"
+    )
     args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="gpuyard-storage-"))
+    bucket = S3Bucket(scratch) if args.store == "s3" else None
+    if bucket is not None:
+        os.environ["GPUYARD_VOLUME_STORE"] = "s3://bench/volumes"
+    them = "s3fs" if bucket else "cp"
     proc, client, tmp, _ = start_platform(1, None)
-    scratch = Path(tempfile.mkdtemp(prefix="gpuyard-storage-", dir=tmp.parent))
     try:
         large, tree = make_data(scratch, args.large_mb, args.small)
         size = args.large_mb * (1 << 20) * 2 + args.small * 4096 * 2 + (1 << 30)
         client.request("POST", "/v1/volumes", json={"name": VOLUME, "size": size})
         times: dict[str, dict[str, list[float]]] = {}
         for _ in range(args.runs):
+            direct = direct_cases(bucket.fs, large, tree, scratch) if bucket else {}
             for name, (ours, theirs) in cases(client, large, tree, scratch).items():
-                row = times.setdefault(name, {"gpuyard": [], "cp": []})
+                row = times.setdefault(name, {"gpuyard": [], them: []})
                 row["gpuyard"].append(timed(ours))
-                row["cp"].append(timed(theirs))
+                row[them].append(timed(direct.get(name, theirs)))
         result = {
+            "store": args.store,
             "large_mb": args.large_mb,
             "small_files": args.small,
             "runs": args.runs,
             "cases": {
                 name: {
                     "gpuyard_s": summary(row["gpuyard"]),
-                    "cp_s": summary(row["cp"]),
-                    "ratio_to_cp": summary([c / g for g, c in zip(row["gpuyard"], row["cp"], strict=True)]),
+                    f"{them}_s": summary(row[them]),
+                    f"ratio_to_{them}": summary(
+                        [c / g for g, c in zip(row["gpuyard"], row[them], strict=True)]
+                    ),
                     "all_gpuyard_s": [round(v, 3) for v in row["gpuyard"]],
-                    "all_cp_s": [round(v, 3) for v in row["cp"]],
+                    f"all_{them}_s": [round(v, 3) for v in row[them]],
                 }
                 for name, row in times.items()
             },
         }
     finally:
         stop_platform(proc, tmp)
+        if bucket is not None:
+            bucket.close()
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return 0

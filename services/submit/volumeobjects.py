@@ -16,6 +16,7 @@ Every key is built from a tenant and a volume name of the names' pattern and a p
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
 import shutil
@@ -46,7 +47,13 @@ log = logging.getLogger(__name__)
 
 STAGING = ".staging"
 PART_SIZE = 8 << 20
-"""The part an upload is sent to S3 in (s3fs: one part in memory at a time; S3's least is 5 MiB)."""
+"""The part an upload is sent to S3 in (s3fs: one part in memory at a time; S3's least is 5 MiB), and a
+download read in (a GET each)."""
+SMALL_FILE = PART_SIZE
+"""A tree's files up to this size are sent and fetched together, up to `BATCH_BYTES` or `BATCH_FILES` at a
+time; a larger one in parts."""
+BATCH_BYTES = 64 << 20
+BATCH_FILES = 1000
 _NAME = re.compile(NAME_PATTERN)
 
 
@@ -182,7 +189,7 @@ class ObjectVolumes(VolumeFiles):
         return size, self._chunks(key)
 
     def _chunks(self, key: str) -> Iterator[bytes]:
-        with self.fs.open(key, "rb", block_size=CHUNK) as f:
+        with self.fs.open(key, "rb", block_size=PART_SIZE) as f:  # (a GET per part, read a chunk at a time)
             while chunk := f.read(CHUNK):
                 yield chunk
 
@@ -190,15 +197,39 @@ class ObjectVolumes(VolumeFiles):
         root = path.rpartition("/")[2] or top or "files"
         prefix = self.key(tenant, name, path)
         made: set[str] = set()
-        for rel, info in sorted(files_under(self.fs, prefix).items()):
+        listed = sorted(files_under(self.fs, prefix).items())
+        fetched = self._small_files(prefix, listed)
+        for rel, info in listed:
             mtime = mtime_of(info)
             for folder in ancestors(rel):
                 if folder not in made:
                     made.add(folder)
                     yield folder_header(f"{root}/{folder}", mtime)
-            with self.fs.open(f"{prefix}/{rel}", "rb", block_size=CHUNK) as f:
-                yield from file_entry(f"{root}/{rel}", f, int(info.get("size") or 0), mtime)
+            size = int(info.get("size") or 0)
+            data = next(fetched) if size <= SMALL_FILE else None
+            with io.BytesIO(data) if data is not None else self._reader(f"{prefix}/{rel}") as f:
+                yield from file_entry(f"{root}/{rel}", f, size, mtime)
         yield END
+
+    def _reader(self, key: str) -> Any:
+        return self.fs.open(key, "rb", block_size=PART_SIZE)
+
+    def _small_files(self, prefix: str, listed: list[tuple[str, dict]]) -> Iterator[bytes]:
+        """The bytes of each small file of `listed` in its order (empty where it went meanwhile: sent as zeros),
+        fetched many at a time (`BATCH_BYTES` or `BATCH_FILES` at most held)."""
+        small = [rel for rel, info in listed if int(info.get("size") or 0) <= SMALL_FILE]
+        sizes = {rel: int(info.get("size") or 0) for rel, info in listed}
+        start = 0
+        while start < len(small):
+            end, held = start, 0
+            while end < len(small) and end - start < BATCH_FILES and held < BATCH_BYTES:
+                held += sizes[small[end]]
+                end += 1
+            keys = [f"{prefix}/{rel}" for rel in small[start:end]]
+            got = self.fs.cat(keys, on_error="omit")
+            for key in keys:
+                yield got.get(key, b"")
+            start = end
 
     # ---------------------------------------------------------------- uploads
 
@@ -242,17 +273,39 @@ class ObjectVolumes(VolumeFiles):
                 members = checked_members(tar, room)
                 files = [m for m in members if m.isfile()]
                 self._check_tree(tenant, name, path, members)
-                for m in files:
-                    check_name_lengths(m.name)
-                    src = tar.extractfile(m)
-                    assert src is not None  # (a regular file's)
-                    with src, self.fs.open(f"{tree}/{m.name}", "wb", block_size=PART_SIZE) as out:
-                        shutil.copyfileobj(src, out, CHUNK)
+                self._write_members(tar, files, tree)
         except tarfile.TarError as exc:
             raise PathRefused(f"not a tar stream: {exc}") from None
-        for m in files:
-            self._move(f"{tree}/{m.name}", self.key(tenant, name, f"{path}/{m.name}" if path else m.name))
+        staged_keys = [f"{tree}/{m.name}" for m in files]
+        if staged_keys:  # (copied many at a time, then the staged ones deleted in bulk)
+            self.fs.copy(
+                staged_keys, [self.key(tenant, name, f"{path}/{m.name}" if path else m.name) for m in files]
+            )
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(staged_keys)
         return Written(path, len(files), sum(m.size for m in files))
+
+    def _write_members(self, tar: tarfile.TarFile, files: list[tarfile.TarInfo], tree: str) -> None:
+        """The tar's files written under `tree`: the small ones gathered and sent many at a time (`BATCH_BYTES`
+        in memory at most), a large one in parts."""
+        batch: dict[str, bytes] = {}
+        held = 0
+        for m in files:
+            check_name_lengths(m.name)
+            src = tar.extractfile(m)
+            assert src is not None  # (a regular file's)
+            with src:
+                if m.size > SMALL_FILE:
+                    with self.fs.open(f"{tree}/{m.name}", "wb", block_size=PART_SIZE) as out:
+                        shutil.copyfileobj(src, out, CHUNK)
+                    continue
+                batch[f"{tree}/{m.name}"] = src.read()
+            held += m.size
+            if held >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                self.fs.pipe(batch)
+                batch, held = {}, 0
+        if batch:
+            self.fs.pipe(batch)
 
     def _check_tree(self, tenant: str, name: str, path: str, members: list[tarfile.TarInfo]) -> None:
         """PathRefused for a tree whose entries clash, among themselves or with the volume's (a file where the

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from gpuyard.services.submit import volumeobjects
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.volumeobjects import STAGING, ObjectVolumes
 from gpuyard.shared.runtime.uploadfile import OverQuota
@@ -115,6 +116,23 @@ def test_a_folder_with_spaces_and_non_ascii_names_goes_up_and_comes_back(api, ct
     described = api.get("/v1/volumes/data", headers=VISION).json()
     assert (described["files"], described["used_bytes"]) == (3, 151)
     assert not [k for k in stored(ctx, store) if STAGING in k or ".uploads" in k]
+
+
+@pytest.mark.parametrize("store", [S3], indirect=True)
+def test_a_tree_of_files_sent_in_parts_and_in_small_batches_comes_back_whole(api, monkeypatch):
+    """In an object store, small files go up and come down many at a time, a large one in parts: here every
+    batch holds one file, and the 100-byte file counts as large."""
+    monkeypatch.setattr(volumeobjects, "SMALL_FILE", 60)
+    monkeypatch.setattr(volumeobjects, "BATCH_FILES", 1)
+    api.post("/v1/volumes", json={"name": "data", "size": 1000}, headers=VISION)
+    put = api.put(
+        "/v1/volumes/data/content", params={"path": "", "archive": True}, content=tar_of(TREE), headers=VISION
+    )
+    assert put.status_code == 201 and put.json()["files"] == 3, put.text
+    tree = api.get("/v1/volumes/data/content", params={"path": "set é"}, headers=VISION)
+    with tarfile.open(fileobj=io.BytesIO(tree.content)) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    assert got == TREE
 
 
 def test_files_and_folders_are_removed_and_a_deleted_volume_leaves_nothing(api, ctx, store):
