@@ -16,6 +16,7 @@ from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.runtime.jobusers import JobUser
+from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.paths import job_storage
 from gpuyard.shared.runtime.safefolder import SafeFolder
 from gpuyard.shared.settings.storage import quota_of
@@ -101,7 +102,7 @@ class SubmitContext:
     volume_default_size: int = 10 << 30
     volume_quotas: dict[str, int] = field(default_factory=dict)
     """What each tenant's volumes may hold together (`GPUYARD_VOLUME_QUOTA`)."""
-    job_outputs: JobOutputs | None = None
+    job_outputs: JobOutputs | OutputStore | None = None
     """Jobs' kept outputs, read from the storage root (`/v1/jobs/{id}/artifacts`)."""
     volume_metrics: VolumeMetrics | None = None
     """Volumes' size and use for /metrics, shown only to a scrape that `scrape` allows (they name tenants)."""

@@ -1,6 +1,6 @@
 """What a download route answers for a path of a folder that jobs write to (a volume, a job's outputs): a file as
-it is, or a folder as an uncompressed tar stream, sent as it is read (`SafeFolder`: never through a link, never
-a file that is not the folder's user's)."""
+it is, or a folder as an uncompressed tar stream, sent as it is read, from a folder on disk (`SafeFolder`: never
+through a link, never a file that is not the folder's user's) or of an object store (`ObjectFolder`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 from fastapi import HTTPException, status
 from fastapi.responses import StreamingResponse
 
-from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder, chunks_of
+from gpuyard.shared.runtime.safefolder import NotThere, ReadableFolder
 
 
 def attachment(name: str) -> str:
@@ -18,9 +18,10 @@ def attachment(name: str) -> str:
     return f'attachment; filename="{safe}"'
 
 
-async def file_or_tree(folder: SafeFolder, where: str, top: str, missing: str) -> StreamingResponse:
+async def file_or_tree(folder: ReadableFolder, where: str, top: str, missing: str) -> StreamingResponse:
     """The file at `where` (clean), or the folder there as a tar stream (its entries under its own name; the
-    whole folder's under `top`). 404 with `missing` for nothing there, a link, or a file that may not be read."""
+    whole folder's under `top`), read as it is sent. 404 with `missing` for nothing there, a link, or a file
+    that may not be read."""
     kind = await asyncio.to_thread(folder.kind_of, where)
     name = where.rpartition("/")[2] or top
     if kind == "dir":
@@ -32,11 +33,11 @@ async def file_or_tree(folder: SafeFolder, where: str, top: str, missing: str) -
     try:
         if kind != "file":
             raise NotThere(missing)
-        fd, st = await asyncio.to_thread(folder.open_file, where)
+        size, chunks = await asyncio.to_thread(folder.read_file, where)
     except NotThere as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return StreamingResponse(
-        chunks_of(fd),
+        chunks,
         media_type="application/octet-stream",
-        headers={"Content-Length": str(st.st_size), "Content-Disposition": attachment(name)},
+        headers={"Content-Length": str(size), "Content-Disposition": attachment(name)},
     )

@@ -19,6 +19,7 @@ from gpuyard.shared.auth.secretfile import ScrapeAuth
 from gpuyard.shared.auth.tokens import Tokens
 from gpuyard.shared.modelfiles.signature import CheckBounds
 from gpuyard.shared.modelfiles.store import ModelStore
+from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.service import Service
 from gpuyard.shared.settings.submit import SubmitSettings
 from gpuyard.shared.stores.readmodels.modelregistry import ModelRegistry
@@ -46,6 +47,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     files = await volumestores.volume_files_of(settings)
     volumes = VolumeRegistry(store, bus, service.source)
     volume_metrics = VolumeMetrics(volumes, files, settings.volume_quota)
+    output_store = OutputStore(settings.output_store) if settings.output_store else None
     ctx = SubmitContext(
         store=store,
         ledger=ledger,
@@ -72,7 +74,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         volume_files=files,
         volume_default_size=settings.volume_default_size,
         volume_quotas=settings.volume_quota,
-        job_outputs=JobOutputs(files.root, files.owner_of),  # (the same storage root and users)
+        job_outputs=output_store or JobOutputs(files.root, files.owner_of),  # (the volumes' root and users)
         volume_metrics=volume_metrics,
         scrape=ScrapeAuth.from_settings(settings),
     )
@@ -80,7 +82,7 @@ async def main(service: Service, settings: SubmitSettings) -> None:
     service.spawn(ctx.queue.follow(store), "queue-depth")
     service.spawn(volume_metrics.run(), "volume-metrics")
     service.spawn(
-        retention.run(store, logs, settings.retention, settings.retention_interval),
+        retention.run(store, logs, settings.retention, settings.retention_interval, output_store),
         "retention",
     )
     config = uvicorn.Config(

@@ -1,5 +1,5 @@
 """What the submit service refuses to start with, said in one line before anything starts (`run_service`'s
-preflight): tokens it cannot read, job users it cannot use, a volume store fsspec cannot reach, and a
+preflight): tokens it cannot read, job users it cannot use, a volume or output store fsspec cannot reach, and a
 non-loopback address without tokens."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def is_loopback(host: str) -> bool:
 
 def preflight(settings: SubmitSettings) -> str | None:
     """Refuse to serve a non-loopback address without tokens (anyone on the network could submit), and a volume
-    store that cannot be reached through fsspec."""
+    or output store that cannot be reached through fsspec."""
     try:
         tokens = Tokens(settings.tokens_file, settings.tokens).check()
     except (OSError, ValueError) as exc:
@@ -32,9 +32,13 @@ def preflight(settings: SubmitSettings) -> str | None:
         JobUsers.from_setting(settings.job_users, settings.job_uid_base)
     except ValueError as exc:
         return str(exc)
-    if settings.volume_store:
+    for url, what in (
+        (settings.volume_store, "the volume store"),
+        (settings.output_store, "the output store"),
+    ):
         try:
-            filesystem(settings.volume_store, "the volume store")
+            if url:
+                filesystem(url, what)
         except ObjectStoreError as exc:
             return str(exc)
     if not tokens and not is_loopback(settings.submit_host):

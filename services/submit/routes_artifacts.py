@@ -6,7 +6,8 @@ answered as one that does not exist (404), an admin sees every tenant's. A job t
 folder: not started yet, or a backend that makes none) has an empty listing. Paths are given as `?path=`,
 relative to the folder's top, and read through `SafeFolder`, as the job's own files: one that would leave the
 folder (`..`, an absolute path, a NUL, a link on the way) is 400; a link, or a file that is not the job's user's,
-is never read."""
+is never read. Where an object store keeps outputs (`GPUYARD_OUTPUT_STORE`), they are read from there
+(`OutputStore`): what the job's attempts had written when each ended."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from gpuyard.services.submit.jobs import visible_job
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.common import ErrorOut
 from gpuyard.shared.contracts.api.files import FileListOut, FileOut
-from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder
+from gpuyard.shared.runtime.safefolder import NotThere, ReadableFolder
 from gpuyard.shared.runtime.tarstream import END, PathRefused, clean_path
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=answers(400, 401, 413, 503))
@@ -64,7 +65,7 @@ CONTENT: Responses = {
 }
 
 
-async def _outputs(ctx: SubmitContext, principal: Principal, job_id: str) -> tuple[str, SafeFolder]:
+async def _outputs(ctx: SubmitContext, principal: Principal, job_id: str) -> tuple[str, ReadableFolder]:
     """The job's full id and its output folder, if the caller may see the job (404 otherwise, 409 for an
     ambiguous prefix)."""
     view = await visible_job(ctx, principal, job_id)

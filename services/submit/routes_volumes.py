@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from gpuyard.services.submit.auth import Context, CurrentPrincipal
 from gpuyard.services.submit.bodywriter import write_body
 from gpuyard.services.submit.context import SubmitContext
-from gpuyard.services.submit.downloads import attachment
+from gpuyard.services.submit.downloads import file_or_tree
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
 from gpuyard.services.submit.volumefiles import Staged, VolumeFiles, Written
 from gpuyard.shared.auth.tokens import Principal
@@ -265,33 +265,7 @@ async def download(
     _, files = _parts(ctx)
     where = _path(path)
     missing = f"no file or folder {where!r} in volume {name!r}"
-    return await _file_or_tree(files, view.tenant, name, where, missing)
-
-
-async def _file_or_tree(
-    files: VolumeFiles, tenant: str, name: str, where: str, missing: str
-) -> StreamingResponse:
-    """The file at `where`, or the folder there as a tar stream (the whole volume's under its name), read as it
-    is sent, from whichever store the volume is in. 404 with `missing` for nothing there."""
-    kind = await asyncio.to_thread(files.kind_of, tenant, name, where)
-    leaf = where.rpartition("/")[2] or name
-    if kind == "dir":
-        return StreamingResponse(
-            files.tar_chunks(tenant, name, where, name),
-            media_type="application/x-tar",
-            headers={"Content-Disposition": attachment(f"{leaf}.tar")},
-        )
-    try:
-        if kind != "file":
-            raise NotThere(missing)
-        size, chunks = await asyncio.to_thread(files.read_file, tenant, name, where)
-    except NotThere as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    return StreamingResponse(
-        chunks,
-        media_type="application/octet-stream",
-        headers={"Content-Length": str(size), "Content-Disposition": attachment(leaf)},
-    )
+    return await file_or_tree(files.folder(view.tenant, name), where, name, missing)
 
 
 @router.put(

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import tarfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.jobusers import JobUser
-from gpuyard.shared.runtime.safefolder import Entry
+from gpuyard.shared.runtime.safefolder import Entry, ReadableFolder
 from gpuyard.shared.runtime.tarstream import PathRefused, clean_path
 from gpuyard.shared.runtime.uploadfile import OverQuota
 
@@ -74,22 +74,17 @@ class VolumeFiles(ABC):
         """Remove the file or folder at `path` (clean, not ''): (files, bytes) it held. NotThere for nothing."""
 
     @abstractmethod
+    def folder(self, tenant: str, name: str) -> ReadableFolder:
+        """The volume's files as a folder to read (a listing, a file, a tar stream of a folder)."""
+
     def listing(self, tenant: str, name: str, path: str) -> tuple[list[Entry], bool]:
         """The entries of the folder at `path` (one level, by name) and whether there were more. NotThere for no
         folder there, PathRefused for a file."""
+        return self.folder(tenant, name).listing(path)
 
-    @abstractmethod
     def kind_of(self, tenant: str, name: str, path: str) -> str | None:
         """`file`, `dir` or `other` for what is at `path` (clean; '' the volume's top); None for nothing."""
-
-    @abstractmethod
-    def read_file(self, tenant: str, name: str, path: str) -> tuple[int, Iterator[bytes]]:
-        """The file at `path`: its size and its bytes, a chunk at a time as they are read. NotThere for none."""
-
-    @abstractmethod
-    def tar_chunks(self, tenant: str, name: str, path: str, top: str) -> Iterator[bytes]:
-        """The folder at `path` as an uncompressed tar stream (entries under its own name; the volume's under
-        `top`), a chunk at a time as it is read."""
+        return self.folder(tenant, name).kind_of(path)
 
     @abstractmethod
     def staging(self, tenant: str, room: int) -> Staged:

@@ -19,7 +19,6 @@ import shutil
 import stat
 import tarfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 from gpuyard.services.submit.volumefiles import (
@@ -30,7 +29,7 @@ from gpuyard.services.submit.volumefiles import (
     checked_members,
 )
 from gpuyard.shared.runtime.paths import VOLUMES, volume_dir
-from gpuyard.shared.runtime.safefolder import Entry, NotThere, SafeFolder, chunks_of
+from gpuyard.shared.runtime.safefolder import NotThere, SafeFolder
 from gpuyard.shared.runtime.staleuploads import remove_stale
 from gpuyard.shared.runtime.tarstream import PathRefused
 from gpuyard.shared.runtime.uploadfile import UploadFile
@@ -114,19 +113,6 @@ class FolderVolumes(VolumeFiles):
         return counted
 
     # ---------------------------------------------------------------- reading
-
-    def listing(self, tenant: str, name: str, path: str) -> tuple[list[Entry], bool]:
-        return self.folder(tenant, name).listing(path)
-
-    def kind_of(self, tenant: str, name: str, path: str) -> str | None:
-        return self.folder(tenant, name).kind_of(path)
-
-    def read_file(self, tenant: str, name: str, path: str) -> tuple[int, Iterator[bytes]]:
-        fd, st = self.folder(tenant, name).open_file(path)
-        return st.st_size, chunks_of(fd)
-
-    def tar_chunks(self, tenant: str, name: str, path: str, top: str) -> Iterator[bytes]:
-        return self.folder(tenant, name).tar_chunks(path, top)
 
     # ---------------------------------------------------------------- uploads
 

@@ -16,14 +16,13 @@ Every key is built from a tenant and a volume name of the names' pattern and a p
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import re
 import shutil
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,32 +34,22 @@ from gpuyard.services.submit.volumefiles import (
     checked_members,
 )
 from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
+from gpuyard.shared.runtime import objectfolder
 from gpuyard.shared.runtime.jobusers import JobUser
+from gpuyard.shared.runtime.objectfolder import ObjectFolder, ancestors
 from gpuyard.shared.runtime.objectstore import S3_PROTOCOLS, files_under, filesystem, mtime_of
 from gpuyard.shared.runtime.paths import VOLUMES
-from gpuyard.shared.runtime.safefolder import MAX_LISTED, Entry, NotThere
+from gpuyard.shared.runtime.safefolder import NotThere
 from gpuyard.shared.runtime.staleuploads import STALE_UPLOAD
-from gpuyard.shared.runtime.tarstream import CHUNK, END, PathRefused, clean_path, file_entry, folder_header
+from gpuyard.shared.runtime.tarstream import CHUNK, PathRefused
 from gpuyard.shared.runtime.uploadfile import over_quota
 
 log = logging.getLogger(__name__)
 
 STAGING = ".staging"
 PART_SIZE = 8 << 20
-"""The part an upload is sent to S3 in (s3fs: one part in memory at a time; S3's least is 5 MiB), and a
-download read in (a GET each)."""
-SMALL_FILE = PART_SIZE
-"""A tree's files up to this size are sent and fetched together, up to `BATCH_BYTES` or `BATCH_FILES` at a
-time; a larger one in parts."""
-BATCH_BYTES = 64 << 20
-BATCH_FILES = 1000
+"""The part an upload is sent to S3 in (s3fs: one part in memory at a time; S3's least is 5 MiB)."""
 _NAME = re.compile(NAME_PATTERN)
-
-
-def ancestors(path: str) -> list[str]:
-    """The folders above `path`: `a/b/c` -> [`a`, `a/b`]."""
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 class ObjectUpload:
@@ -118,9 +107,7 @@ class ObjectVolumes(VolumeFiles):
 
     def key(self, tenant: str, name: str, path: str) -> str:
         """The key of `path` in the volume (checked again: relative, no `..`, no NUL)."""
-        clean = clean_path(path)
-        top = self.top(tenant, name)
-        return f"{top}/{clean}" if clean else top
+        return self.folder(tenant, name).key(path)
 
     def make(self, tenant: str, name: str) -> None:
         self.remove(tenant, name)  # (what an earlier volume of the name left)
@@ -132,8 +119,7 @@ class ObjectVolumes(VolumeFiles):
             self.fs.rm([f"{top}/{key}" for key in found])
 
     def usage(self, tenant: str, name: str) -> tuple[int, int]:
-        found = files_under(self.fs, self.top(tenant, name))
-        return len(found), sum(int(info.get("size") or 0) for info in found.values())
+        return self.folder(tenant, name).usage()
 
     def remove_path(self, tenant: str, name: str, path: str) -> tuple[int, int]:
         key = self.key(tenant, name, path)
@@ -150,86 +136,8 @@ class ObjectVolumes(VolumeFiles):
 
     # ---------------------------------------------------------------- reading
 
-    def kind_of(self, tenant: str, name: str, path: str) -> str | None:
-        if not clean_path(path):
-            return "dir"
-        try:
-            info = self.fs.info(self.key(tenant, name, path))
-        except FileNotFoundError:
-            return None
-        return "dir" if info.get("type") == "directory" else "file"
-
-    def listing(self, tenant: str, name: str, path: str) -> tuple[list[Entry], bool]:
-        kind = self.kind_of(tenant, name, path)
-        if kind is None:
-            raise NotThere(f"no folder {path!r}")
-        if kind != "dir":
-            raise PathRefused(f"{path!r} is not a folder")
-        prefix = self.key(tenant, name, path)
-        try:
-            found = self.fs.ls(prefix, detail=True)
-        except FileNotFoundError:
-            found = []
-        entries = []
-        for info in found:
-            leaf = info["name"].rstrip("/").rpartition("/")[2]
-            if not leaf or info["name"].rstrip("/") == prefix:
-                continue
-            kind = "dir" if info.get("type") == "directory" else "file"
-            full = f"{path}/{leaf}" if path else leaf
-            entries.append(Entry(full, kind, int(info.get("size") or 0), mtime_of(info)))
-        entries.sort(key=lambda e: e.path)
-        return entries[:MAX_LISTED], len(entries) > MAX_LISTED
-
-    def read_file(self, tenant: str, name: str, path: str) -> tuple[int, Iterator[bytes]]:
-        key = self.key(tenant, name, path)
-        if not path or self.kind_of(tenant, name, path) != "file":
-            raise NotThere(f"no file {path!r}")
-        size = int(self.fs.info(key).get("size") or 0)
-        return size, self._chunks(key)
-
-    def _chunks(self, key: str) -> Iterator[bytes]:
-        with self.fs.open(key, "rb", block_size=PART_SIZE) as f:  # (a GET per part, read a chunk at a time)
-            while chunk := f.read(CHUNK):
-                yield chunk
-
-    def tar_chunks(self, tenant: str, name: str, path: str, top: str) -> Iterator[bytes]:
-        root = path.rpartition("/")[2] or top or "files"
-        prefix = self.key(tenant, name, path)
-        made: set[str] = set()
-        listed = sorted(files_under(self.fs, prefix).items())
-        fetched = self._small_files(prefix, listed)
-        for rel, info in listed:
-            mtime = mtime_of(info)
-            for folder in ancestors(rel):
-                if folder not in made:
-                    made.add(folder)
-                    yield folder_header(f"{root}/{folder}", mtime)
-            size = int(info.get("size") or 0)
-            data = next(fetched) if size <= SMALL_FILE else None
-            with io.BytesIO(data) if data is not None else self._reader(f"{prefix}/{rel}") as f:
-                yield from file_entry(f"{root}/{rel}", f, size, mtime)
-        yield END
-
-    def _reader(self, key: str) -> Any:
-        return self.fs.open(key, "rb", block_size=PART_SIZE)
-
-    def _small_files(self, prefix: str, listed: list[tuple[str, dict]]) -> Iterator[bytes]:
-        """The bytes of each small file of `listed` in its order (empty where it went meanwhile: sent as zeros),
-        fetched many at a time (`BATCH_BYTES` or `BATCH_FILES` at most held)."""
-        small = [rel for rel, info in listed if int(info.get("size") or 0) <= SMALL_FILE]
-        sizes = {rel: int(info.get("size") or 0) for rel, info in listed}
-        start = 0
-        while start < len(small):
-            end, held = start, 0
-            while end < len(small) and end - start < BATCH_FILES and held < BATCH_BYTES:
-                held += sizes[small[end]]
-                end += 1
-            keys = [f"{prefix}/{rel}" for rel in small[start:end]]
-            got = self.fs.cat(keys, on_error="omit")
-            for key in keys:
-                yield got.get(key, b"")
-            start = end
+    def folder(self, tenant: str, name: str) -> ObjectFolder:
+        return ObjectFolder(self.fs, self.top(tenant, name))
 
     # ---------------------------------------------------------------- uploads
 
@@ -286,8 +194,8 @@ class ObjectVolumes(VolumeFiles):
         return Written(path, len(files), sum(m.size for m in files))
 
     def _write_members(self, tar: tarfile.TarFile, files: list[tarfile.TarInfo], tree: str) -> None:
-        """The tar's files written under `tree`: the small ones gathered and sent many at a time (`BATCH_BYTES`
-        in memory at most), a large one in parts."""
+        """The tar's files written under `tree`: the small ones gathered and sent many at a time (as a folder's
+        are fetched: `objectfolder.BATCH_BYTES` in memory at most), a large one in parts."""
         batch: dict[str, bytes] = {}
         held = 0
         for m in files:
@@ -295,13 +203,13 @@ class ObjectVolumes(VolumeFiles):
             src = tar.extractfile(m)
             assert src is not None  # (a regular file's)
             with src:
-                if m.size > SMALL_FILE:
+                if m.size > objectfolder.SMALL_FILE:
                     with self.fs.open(f"{tree}/{m.name}", "wb", block_size=PART_SIZE) as out:
                         shutil.copyfileobj(src, out, CHUNK)
                     continue
                 batch[f"{tree}/{m.name}"] = src.read()
             held += m.size
-            if held >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+            if held >= objectfolder.BATCH_BYTES or len(batch) >= objectfolder.BATCH_FILES:
                 self.fs.pipe(batch)
                 batch, held = {}, 0
         if batch:

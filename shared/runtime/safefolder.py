@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuyard.shared.runtime.tarstream import CHUNK, END, PathRefused, file_entry, folder_header
 
@@ -49,6 +50,27 @@ def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     return "dir" if stat.S_ISDIR(mode) else "other"
+
+
+class ReadableFolder(Protocol):
+    """A folder the API reads files from and sends as they are read: a `SafeFolder` on disk, or an
+    `ObjectFolder` (`objectfolder.py`) of an object store. Paths are clean (`clean_path`)."""
+
+    def kind_of(self, path: str) -> str | None:
+        """`file`, `dir`, `other`, or None for nothing at `path`."""
+        ...
+
+    def listing(self, path: str) -> tuple[list[Entry], bool]:
+        """A folder's entries, one level, by name, and whether there were more."""
+        ...
+
+    def read_file(self, path: str) -> tuple[int, Iterator[bytes]]:
+        """A file's size and its bytes (NotThere for none)."""
+        ...
+
+    def tar_chunks(self, path: str, top: str = "") -> Iterator[bytes]:
+        """A folder as an uncompressed tar stream (entries under its own name; the top's under `top`)."""
+        ...
 
 
 class SafeFolder:
@@ -114,6 +136,11 @@ class SafeFolder:
             os.close(fd)
             raise NotThere(f"{path!r} is not a file that can be read")
         return fd, st
+
+    def read_file(self, path: str) -> tuple[int, Iterator[bytes]]:
+        """The file at `path` (`open_file`'s checks): its size and its bytes, read as they are sent."""
+        fd, st = self.open_file(path)
+        return st.st_size, chunks_of(fd)
 
     def kind_of(self, path: str) -> str | None:
         """`file`, `dir` or `other` for what is at `path` (clean), without following a link; None for nothing."""

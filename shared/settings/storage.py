@@ -44,6 +44,13 @@ class StorageSettings(CommonSettings):
         "`s3` extra; credentials and endpoint as for MODEL_STORE: the standard AWS variables or ~/.aws). Jobs "
         "then get a copy in the storage root's `volume-cache/`, mounted read-only. See docs/volumes.md.",
     )
+    output_store: str = Field(
+        "",
+        description="Where jobs' kept outputs live once an attempt has ended: empty, their folders of the storage "
+        "root (`outputs/<tenant>/<job id>/`); an fsspec URL such as s3://bucket/prefix, objects under "
+        "`<prefix>/outputs/<tenant>/<job id>/`, copied there by the executor after each attempt (what changed) "
+        "and served by the API from there (credentials and endpoint as for MODEL_STORE). See docs/storage.md.",
+    )
     volume_default_size: Size = Field(
         written("10GiB"),
         ge=1,

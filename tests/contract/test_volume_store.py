@@ -21,9 +21,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuyard.services.submit import volumeobjects
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.volumeobjects import STAGING, ObjectVolumes
+from gpuyard.shared.runtime import objectfolder
 from gpuyard.shared.runtime.uploadfile import OverQuota
 from tests.s3server import UNSET, S3Server, aws_env, forget_s3_clients
 from tests.unit.services.submit.submitctx import submit_context
@@ -122,8 +122,8 @@ def test_a_folder_with_spaces_and_non_ascii_names_goes_up_and_comes_back(api, ct
 def test_a_tree_of_files_sent_in_parts_and_in_small_batches_comes_back_whole(api, monkeypatch):
     """In an object store, small files go up and come down many at a time, a large one in parts: here every
     batch holds one file, and the 100-byte file counts as large."""
-    monkeypatch.setattr(volumeobjects, "SMALL_FILE", 60)
-    monkeypatch.setattr(volumeobjects, "BATCH_FILES", 1)
+    monkeypatch.setattr(objectfolder, "SMALL_FILE", 60)
+    monkeypatch.setattr(objectfolder, "BATCH_FILES", 1)
     api.post("/v1/volumes", json={"name": "data", "size": 1000}, headers=VISION)
     put = api.put(
         "/v1/volumes/data/content", params={"path": "", "archive": True}, content=tar_of(TREE), headers=VISION
