@@ -5,7 +5,7 @@
     python benchmarks/storage.py --store s3          # volumes in an S3 bucket (moto's server on loopback)
 
 Starts `gpuyard up --simulate-gpus 1` on free ports (removed afterwards), makes a volume, then for each run:
-the large file uploaded (`gpuyard.transfers`, as `gpuyard volumes upload` sends it: streamed, chunked) and
+the large file uploaded (`gpuyard.transfers`, as `gpuyard volumes upload` sends it: streamed) and
 downloaded, and a folder of small files (4 KiB each) uploaded as a tree and downloaded as a tar unpacked;
 each next to `cp` (a file) and `cp -r` (the folder) of the same data on the same disk, with the page cache
 dropped before each where the machine lets us (`/proc/sys/vm/drop_caches`, as root), so that neither side
@@ -149,12 +149,8 @@ def cases(client: Client, large: Path, tree: Path, scratch: Path) -> dict[str, t
     url = f"/v1/volumes/{VOLUME}/content"
 
     def up_large():
-        transfers.upload(
-            client,
-            url,
-            {"path": "large.bin"},
-            transfers.file_chunks(large, lambda n: None),
-            "application/octet-stream",
+        transfers.upload_file(
+            client, url, {"path": "large.bin"}, large, "application/octet-stream", lambda n: None
         )
 
     def down_large():

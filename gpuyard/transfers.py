@@ -4,17 +4,20 @@ the CLI is asked to put it, each name checked first (only files and folders, not
 
 from __future__ import annotations
 
+import http.client
 import io
 import os
 import shutil
 import stat
 import tarfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from gpuyard import rawhttp
 from gpuyard.client import Client, ClientError, detail_of
 from gpuyard.shared.runtime.tarstream import CHUNK, END, PathRefused, clean_path, file_entry, folder_header
 
@@ -74,8 +77,8 @@ def upload(
     size: int | None = None,
 ) -> Any:
     """PUT `chunks` to `url` as its body, streamed: `size` bytes when it is known (a file: the server can refuse
-    it before it comes, and neither side frames chunks), else chunked. The answer, as `Client.request` gives
-    it. Not retried: a stream is read once."""
+    it before it comes, and neither side frames chunks), else chunked (a tar stream). The answer, as
+    `Client.request` gives it. Not retried: a stream is read once."""
     headers = {"Content-Type": media}
     if size is not None:
         headers["Content-Length"] = str(size)
@@ -88,28 +91,55 @@ def upload(
     return client.answer_of(response)
 
 
+def upload_file(
+    client: Client, url: str, params: dict[str, Any], path: Path, media: str, progress: Progress
+) -> Any:
+    """PUT the file `path` to `url` as its body, of its length (the server can refuse it before it comes):
+    through the socket where nothing stands between (`rawhttp`), else through httpx. The answer, as
+    `Client.request` gives it."""
+    if not rawhttp.direct(client.http):
+        return upload(client, url, params, file_chunks(path, progress), media, path.stat().st_size)
+    try:
+        response = rawhttp.put_file(client.http, url, params, path, media, progress)
+    except ConnectionRefusedError:
+        raise ClientError(client.unreachable()) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise ClientError(f"the upload to {client.server} failed: {exc}") from None
+    return client.answer_of(response)
+
+
 def download(client: Client, url: str, params: dict[str, Any], target: Path, progress: Progress) -> str:
     """GET `url` and write what it answers: a file at `target`, or a tar stream (a folder) unpacked into the
     folder `target`. Returns what it was: `file` or `dir`. Nothing is left at `target` when it fails."""
     try:
-        # (identity: what comes is the file as it is, read raw below)
-        headers = {"Accept-Encoding": "identity"}
-        with client.http.stream("GET", url, params=params, headers=headers, timeout=None) as response:
+        with _fetch(client, url, params) as (response, pieces):
             if response.status_code >= 400:
-                response.read()
-                raise ClientError(f"{detail_of(response)} (HTTP {response.status_code})")
-            chunks = _counted(
-                response.iter_raw(), progress
-            )  # (as they come: no copies into chunks of a size)
+                answer = httpx.Response(response.status_code, content=b"".join(bytes(p) for p in pieces))
+                raise ClientError(f"{detail_of(answer)} (HTTP {response.status_code})")
+            chunks = _counted(pieces, progress)
             if response.headers.get("content-type", "").startswith("application/x-tar"):
                 _unpack(chunks, target)
                 return "dir"
             _write(chunks, target)
             return "file"
-    except httpx.ConnectError:
+    except (httpx.ConnectError, ConnectionRefusedError):
         raise ClientError(client.unreachable()) from None
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, OSError, http.client.HTTPException) as exc:
         raise ClientError(f"the download from {client.server} failed: {exc}") from None
+
+
+@contextmanager
+def _fetch(client: Client, url: str, params: dict[str, Any]) -> Iterator[tuple[httpx.Response, Iterator]]:
+    """The answer to a GET of `url` and its body's pieces as they come (each written or copied before the next
+    is asked for): through the socket where nothing stands between (`rawhttp`), else through httpx, asking
+    for the bytes as they are (no content coding) and taking them as they come (no copies into chunks)."""
+    if rawhttp.direct(client.http):
+        with rawhttp.get(client.http, url, params) as response:
+            yield response, rawhttp.chunks(response)
+        return
+    headers = {"Accept-Encoding": "identity"}
+    with client.http.stream("GET", url, params=params, headers=headers, timeout=None) as response:
+        yield response, response.iter_raw()
 
 
 def _counted(chunks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:

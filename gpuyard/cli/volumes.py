@@ -132,8 +132,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
             answer = transfers.upload(client, url, params, chunks, "application/x-tar")
         else:
             params = _params(args, path=f"{to}/{local.name}" if to else local.name)
-            chunks = transfers.file_chunks(local, advance)
-            answer = transfers.upload(client, url, params, chunks, "application/octet-stream", size)
+            answer = transfers.upload_file(client, url, params, local, "application/octet-stream", advance)
     written = FilesWrittenOut.model_validate(answer)
     if args.json:
         print_json(written)

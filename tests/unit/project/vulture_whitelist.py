@@ -27,7 +27,6 @@ CALLED_BY_NAME = {
     ("services/submit/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
     ("shared/runtime/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
     ("gpuyard/transfers.py", "readable"): "io.BufferedReader calls it (the raw stream's protocol)",
-    ("gpuyard/transfers.py", "readinto"): "io.BufferedReader calls it (the raw stream's protocol)",
     ("shared/runtime/servicemetrics.py", "do_GET"): "http.server.BaseHTTPRequestHandler calls it",
     (
         "services/serving/runtime.py",
