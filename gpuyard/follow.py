@@ -13,6 +13,7 @@ from gpuyard.client import Client, ClientError
 from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.jobs import (
     JobCheckpointed,
+    JobExecStarted,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -76,6 +77,9 @@ def describe_event(event: CloudEvent) -> str:
             return f"requeued as attempt {d.attempt} ({d.reason}): {d.message}"
         case JobCheckpointed() as d:
             return f"checkpoint at step {d.step} ({format_size(d.size_bytes)}, attempt {d.attempt})"
+        case JobExecStarted() as d:
+            what = "a shell" if not d.command else " ".join(d.command)
+            return f"{d.by} opened {what} in replica {d.replica} on {d.node}"
     return event.nats_subject.value.split(".", 1)[-1]
 
 

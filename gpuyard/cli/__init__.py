@@ -4,8 +4,10 @@ One module per command group, each adding its commands with `register(sub, commo
 
 - up.py: `gpuyard up`
 - jobs.py: `submit`, `ps`, `describe`, `events`, `cancel`, `logs`, `why`
+- access.py: `exec`, `shell`, `port-forward` (into a running job)
 - artifacts.py: `artifacts` (what a job kept in its output folder)
 - alerts.py: `alerts`; usage.py: `usage`; nodes.py: `top`, `nodes` (`cordon`, `drain`, `uncordon`)
+- envs.py: `envs` (`rm`): the job environments the nodes hold
 - models.py: `models …`; volumes.py: `volumes …`; admin.py: `admin tokens …`, `backup`, `bus-user`, `restore`; context.py: `context …`
 - sim.py: `sim` (the simulator, run as its own program)
 
@@ -19,7 +21,21 @@ import sys
 
 from rich.markup import escape
 
-from gpuyard.cli import admin, alerts, artifacts, context, jobs, models, nodes, sim, up, usage, volumes
+from gpuyard.cli import (
+    access,
+    admin,
+    alerts,
+    artifacts,
+    context,
+    envs,
+    jobs,
+    models,
+    nodes,
+    sim,
+    up,
+    usage,
+    volumes,
+)
 from gpuyard.cli.common import CliError, common_options, err
 from gpuyard.cli.sim import run_sim
 from gpuyard.client import CHOSEN_CONTEXT, ClientError
@@ -28,10 +44,12 @@ from gpuyard.shared.contracts.version import VERSION
 GROUPS = (
     up,
     jobs,
+    access,
     artifacts,
     alerts,
     usage,
     nodes,
+    envs,
     models,
     volumes,
     admin,

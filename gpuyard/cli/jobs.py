@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuyard.cli.common import CliError, age, api_client, err, key_value_table, out, print_json
+from gpuyard.cli.envs import with_requirements
 from gpuyard.client import Client, ClientError
 from gpuyard.follow import describe_event, follow_job, parse_event
 from gpuyard.shared.contracts.api.jobs import JobOut, pending_text
@@ -122,7 +123,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _checked_spec(file: str, name: str | None) -> dict:
     """The spec in `file` (renamed to `name`, if given), checked as the server checks it, before the network."""
     try:
-        spec = load_spec_file(file)
+        spec = with_requirements(load_spec_file(file), file)  # (environment.requirements read into pip)
         if name:
             spec["name"] = name
         checked = JobSpec.model_validate(spec)

@@ -22,6 +22,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobCheckpointed,
+    JobExecStarted,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -45,6 +46,7 @@ from gpuyard.shared.contracts.events.models import (
     TensorSpec,
 )
 from gpuyard.shared.contracts.events.nodes import (
+    EnvironmentRemoveRequested,
     GpuHealthChanged,
     GpuHolder,
     GpuInfo,
@@ -143,6 +145,9 @@ EXAMPLES = {
         size_bytes=1_234_567_890,
         saved_at=datetime(2026, 11, 1, 11, 59, 58, tzinfo=UTC),
     ),
+    Subject.JOB_EXEC_STARTED: JobExecStarted(
+        job_id=J, attempt=2, replica=0, node="node-1", by="ana", command=["nvidia-smi"], tty=False
+    ),
     Subject.NODE_HEARTBEAT: NodeHeartbeat(
         node="node-1",
         gpus=[GpuInfo(index=0, uuid="GPU-8a1e…", model="H100", memory_bytes=80 * 2**30)],
@@ -160,6 +165,9 @@ EXAMPLES = {
     ),
     Subject.NODE_CONTROL: NodeControlChanged(
         node="node-1", gpu=1, action=NodeAction.CORDON, by="admin", reason="replacing the fan"
+    ),
+    Subject.NODE_ENVIRONMENT_REMOVE: EnvironmentRemoveRequested(
+        node="node-1", key="3f2a9c0e1b7d4a5c6e8f", by="admin"
     ),
     Subject.GPU_SAMPLE: GpuSample(
         node="node-1",

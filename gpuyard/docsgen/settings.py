@@ -16,7 +16,9 @@ from pydantic import BaseModel
 
 from gpuyard.shared.settings.client import ClientSettings
 from gpuyard.shared.settings.common import CommonSettings
+from gpuyard.shared.settings.environments import EnvironmentSettings
 from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.settings.gateway import GatewaySettings
 from gpuyard.shared.settings.kubernetes import KubernetesConfig
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import default_text, env_name, flag_name
@@ -61,6 +63,8 @@ class Table:
 
 COMMON = tuple(CommonSettings.model_fields)
 STORAGE = tuple(StorageSettings.model_fields)
+ENVIRONMENTS = tuple(EnvironmentSettings.model_fields)
+GATEWAY = tuple(name for name in GatewaySettings.model_fields if name not in COMMON)
 TABLES = (
     Table("Every service", "Read by each of the five services.", CommonSettings),
     Table(
@@ -69,13 +73,25 @@ TABLES = (
         StorageSettings,
         skip=COMMON,
     ),
-    Table("The submit API", "`python -m gpuyard.services.submit`", SubmitSettings, skip=STORAGE),
+    Table(
+        "The executor gateway",
+        "Read by the submit API and the executor: exec, shell and ports into running jobs (docs/access.md).",
+        GatewaySettings,
+        skip=COMMON,
+    ),
+    Table("The submit API", "`python -m gpuyard.services.submit`", SubmitSettings, skip=(*STORAGE, *GATEWAY)),
     Table("The scheduler", "`python -m gpuyard.services.scheduler`", SchedulerSettings, skip=COMMON),
     Table(
         "The executor",
         "`python -m gpuyard.services.executor`; its Kubernetes backend's settings are in the next table.",
         ExecutorSettings,
-        skip=(*STORAGE, "kubernetes"),
+        skip=(*ENVIRONMENTS, *GATEWAY, "kubernetes"),
+    ),
+    Table(
+        "Job environments",
+        "Read by the executor: its local backend builds jobs' own Python environments (docs/environments.md).",
+        EnvironmentSettings,
+        skip=STORAGE,
     ),
     Table(
         "The executor's Kubernetes backend",

@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from gpuyard import contexts
 from gpuyard.shared.auth.jobtokens import JobTokenError, ensure_secret, secret_path
+from gpuyard.shared.auth.secretfile import SecretFileError
+from gpuyard.shared.auth.secretfile import ensure_secret as ensure_secret_file
 from gpuyard.shared.auth.tokens import Tokens, TokensFixed
+from gpuyard.shared.settings.gateway import GATEWAY_TOKEN_FILE, GATEWAY_TOKEN_WHAT
+from gpuyard.shared.settings.names import env_name
 from gpuyard.supervisor.busconfig import LOCK_FILE
 from gpuyard.supervisor.diskroom import jetstream_room
 from gpuyard.supervisor.ports import conflict
@@ -57,6 +61,7 @@ def prepare(platform: Plan) -> Prepared:
     log_dir = make_log_dir(data_dir)
     admin_token, _ = ensure_admin_token(data_dir, contexts.load().saved_tokens(data_dir))
     ensure_publish_secret(data_dir, platform.submit.publish_secret_file)
+    ensure_gateway_token(data_dir)
     server_url = f"http://{platform.nats_host}:{platform.submit.submit_port}"
     context, config_path = save_context(data_dir, server_url, admin_token)
     targets_path, scrape = write_prometheus_files(platform)
@@ -100,6 +105,16 @@ def ensure_publish_secret(data_dir: Path, secret_file: Path | None) -> None:
         ensure_secret(secret_path(data_dir, secret_file))
     except (OSError, JobTokenError) as exc:
         raise SystemExit(f"the publish secret: {exc}") from None
+
+
+def ensure_gateway_token(data_dir: Path) -> None:
+    """The token the submit service sends to the executors' gateways (exec, shell, ports), made when missing
+    (`gateway_token_file` may name another, which its owner makes)."""
+    named = os.environ.get(env_name("gateway_token_file"))
+    try:
+        ensure_secret_file(Path(named) if named else data_dir / GATEWAY_TOKEN_FILE, GATEWAY_TOKEN_WHAT)
+    except (OSError, SecretFileError) as exc:
+        raise SystemExit(f"the gateway token: {exc}") from None
 
 
 def save_context(data_dir: Path, server: str, token: str) -> tuple[contexts.Context, Path]:

@@ -12,6 +12,7 @@ from typing import TypedDict, TypeVar
 from gpuyard.shared.bus.credentials import credentials_path
 from gpuyard.shared.settings.common import CommonSettings, settings_from_argv
 from gpuyard.shared.settings.executor import ExecutorSettings
+from gpuyard.shared.settings.gateway import GATEWAY_TOKEN_FILE
 from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import env_name
 from gpuyard.shared.settings.serving import ServingSettings
@@ -105,6 +106,7 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     api = settings_from_argv(SubmitSettings, settings_flags(SubmitSettings, opts.given), "gpuyard up")
     data_dir = api.data_dir.expanduser().resolve()
     decided = decided_settings(opts, api, data_dir, env)
+    env = {**env, **gateway_env(data_dir, env)}
     named = named_ports(opts, api)
     metrics = own_metrics_ports(opts, api.service_metrics_host, named)
     health = own_health_ports(opts, api.health_host, env, named | set(metrics))
@@ -118,6 +120,13 @@ def plan(opts: UpOptions, env: dict[str, str]) -> Plan:
     platform = Plan(data_dir, api.submit_host, opts.nats_port, children, settings)
     platform.ports = wanted_ports(platform, opts, env)
     return platform
+
+
+def gateway_env(data_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """Where the submit service and the executors find the gateway token (`gpuyard.shared.settings.gateway`),
+    unless the environment names it: the data dir's, which `prepare` makes."""
+    name = env_name("gateway_token_file")
+    return {} if name in env else {name: str(data_dir / GATEWAY_TOKEN_FILE)}
 
 
 def decided_settings(

@@ -53,6 +53,8 @@ class NodeAnnouncer:
         self.nodes_unavailable = False
         """The backend failed to list its nodes last round (logged once per outage)."""
         self.announced: list[str] = []
+        self.gateway = ""
+        """The URL of this executor's gateway (exec, shell, ports: `gateway/`), "" when it serves none."""
 
     def heartbeat(self) -> NodeHeartbeat:
         labels = {"hostname": socket.gethostname(), "address": self.address, "backend": self.backend.name}
@@ -66,6 +68,7 @@ class NodeAnnouncer:
             simulated=self.simulated,
             labels=labels,
             interval_seconds=self.settings.heartbeat_interval,
+            gateway=self.gateway,
         )
 
     async def announce_once(self) -> list[NodeHeartbeat]:

@@ -68,4 +68,6 @@ def make_backend(
         start_helper=settings.replica_start == "helper",
         log_budget=LogBudget.share(settings.tenant_log_budget, settings.executor_workers),
         volume_store=settings.volume_store,
+        output_store=settings.output_store,
+        environments=settings,
     )

@@ -150,6 +150,16 @@ def attempt_end(
             replica=idle.replica,
             log_tail=view.log_tail,
         )
+    built = next((e for e in failed if e.reason == FailureReason.ENVIRONMENT_FAILED), None)
+    if built is not None:  # its environment could not be built: the job ends (a retry would build it again)
+        return JobFailed(
+            job_id=job_id,
+            attempt=attempt,
+            reason=FailureReason.ENVIRONMENT_FAILED,
+            message=f"replica {built.replica}: {built.message}",
+            replica=built.replica,
+            log_tail=view.log_tail,
+        )
     if failed and failed[0].reason == FailureReason.NODE_LOST:
         # how it ended could not be known (its reaper, pod or node gone): not the job's failure, so a new
         # attempt, as for a lost node, that no retry is spent on

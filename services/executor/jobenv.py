@@ -75,6 +75,14 @@ def platform_path(inherited_path: str | None) -> dict[str, str]:
     return env
 
 
+def environment_path(venv: str, inherited_path: str | None) -> dict[str, str]:
+    """A job with an environment of its own (`environment:`, docs/environments.md): its environment's bin first
+    on the PATH and VIRTUAL_ENV naming it; the platform's own Python left out of its PATH."""
+    scripts, platform = f"{venv}/bin", str(Path(sys.executable).parent)
+    rest = [p for p in (inherited_path or os.defpath).split(os.pathsep) if p and p not in (scripts, platform)]
+    return {"PATH": os.pathsep.join([scripts, *rest]), "VIRTUAL_ENV": venv}
+
+
 def mps_running(environ: Mapping[str, str] | None = None) -> bool:
     """Whether an MPS control daemon (nvidia-cuda-mps-control -d) serves this node: its pipe exists."""
     env = os.environ if environ is None else environ
@@ -193,12 +201,18 @@ def replica_env(
     mps: bool = False,
     tmpdir: str | None = None,
     storage: JobStorage | None = None,
+    venv: str | None = None,
 ) -> dict[str, str]:
     """`gpu_memory`: the node's GPU index → total bytes (to size a slice given only as a fraction);
     `mps`: the node runs CUDA MPS; `tmpdir`: the replica's private temporary folder (None: the executor's
-    TMPDIR, if any); `storage`: the job's checkpoint and output folders (None: none on this backend)."""
+    TMPDIR, if any); `storage`: the job's checkpoint and output folders (None: none on this backend); `venv`:
+    the job's own environment, built on the node (None: the platform's Python)."""
     env = {k: os.environ[k] for k in INHERITED if k in os.environ}
-    env.update(platform_path(env.get("PATH")))
+    if venv is None:
+        env.update(platform_path(env.get("PATH")))
+    else:  # (nor the platform's PYTHONPATH: its packages are not the job's)
+        env.pop("PYTHONPATH", None)
+        env.update(environment_path(venv, env.get("PATH")))
     if tmpdir is not None:
         env["TMPDIR"] = tmpdir
     env.update(spec.env)

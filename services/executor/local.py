@@ -27,10 +27,12 @@ from pathlib import Path
 from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import classify_exit
+from gpuyard.services.executor.environments.node import InUse, NodeEnvironments, environments_root
 from gpuyard.services.executor.exits import AttemptKey, NodeFault, replica_exit
 from gpuyard.services.executor.localstart import LocalReplica, ReplicaStarter
-from gpuyard.services.executor.logfile import LogBudget, LogPump, RotatingLog, output_after, tail_lines
+from gpuyard.services.executor.logfile import NOTE, LogBudget, LogPump, RotatingLog, output_after, tail_lines
 from gpuyard.services.executor.nodelog import node_log
+from gpuyard.services.executor.outputpublish import OutputPublisher
 from gpuyard.services.executor.pidfiles import PidRecord, read_pid_files
 from gpuyard.services.executor.privatetmp import PrivateTmps
 from gpuyard.services.executor.processes import (
@@ -48,8 +50,12 @@ from gpuyard.services.executor.reaper_client import (
 )
 from gpuyard.services.executor.start_helper import start_helper
 from gpuyard.services.executor.volumecache import VolumeCache
+from gpuyard.shared.contracts.events.envelope import CloudEvent
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
+from gpuyard.shared.contracts.events.nodes import EnvironmentRemoveRequested, NodeHeartbeat
+from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.jobusers import SHARED_RIGHTS, JobUsers, platform_user, uid_key
+from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.paths import (
     PLATFORM_PYTHON_CLOSED,
     ReplicaFiles,
@@ -57,11 +63,19 @@ from gpuyard.shared.runtime.paths import (
     unreachable_to_others,
 )
 from gpuyard.shared.runtime.paths import storage_root as default_storage_root
+from gpuyard.shared.settings.environments import EnvironmentSettings
 from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 LOST_MESSAGE = "its exit status was lost: its reaper ended before the replica"
+
+
+def publisher_of(output_store: str, storage_root: Path, users: JobUsers) -> OutputPublisher | None:
+    """What copies jobs' outputs to the output store once an attempt ends (None: no output store)."""
+    return (
+        OutputPublisher(OutputStore(output_store), storage_root, users.for_tenant) if output_store else None
+    )
 
 
 class LocalBackend(Backend):
@@ -85,11 +99,16 @@ class LocalBackend(Backend):
         start_helper: bool = True,
         log_budget: LogBudget | None = None,
         volume_store: str = "",
+        output_store: str = "",
+        environments: EnvironmentSettings | None = None,
     ):
         """`log_budget`: what the running replicas of each tenant may hold of this process's logs together
         (`LogBudget`; None: no limit); `storage_root`: where jobs' checkpoint and output folders are (None: the
         default place, `gpuyard.shared.runtime.paths.storage_root`); `volume_store`: the object store volumes
-        live in (`GPUYARD_VOLUME_STORE`; empty: folders of the storage root), copied to this node to be mounted."""
+        live in (`GPUYARD_VOLUME_STORE`; empty: folders of the storage root), copied to this node to be mounted;
+        `output_store`: where jobs' outputs are copied once an attempt ends (`GPUYARD_OUTPUT_STORE`; empty: none);
+        `environments`: the settings of jobs' own environments (None: read from the GPUYARD_ENVIRONMENT_*
+        variables)."""
         self.node = node
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
         self.job_root = job_root
@@ -111,6 +130,17 @@ class LocalBackend(Backend):
         self.reaper = ReaperClient()
         self.start_helper = start_helper
         self.private = PrivateTmps(data_dir, job_root, self.storage_root)
+        self.outputs = publisher_of(output_store, self.storage_root, self.job_users)
+        env_settings = environments or EnvironmentSettings()
+        self.environments = NodeEnvironments(
+            environments_root(env_settings, data_dir, job_root, switches=self.job_users.switches),
+            env_settings,
+            node,
+            alive=lambda job, attempt, replica: os.path.exists(
+                replica_files(data_dir, job, attempt, replica).pid
+            ),
+            shared=self.job_users.switches,
+        )
         self.starter = ReplicaStarter(
             node=node,
             data_dir=data_dir,
@@ -127,6 +157,7 @@ class LocalBackend(Backend):
             volume_cache=VolumeCache(volume_store, self.storage_root, self.job_users.for_tenant)
             if volume_store
             else None,
+            environments=self.environments,
         )
 
     @property
@@ -144,6 +175,7 @@ class LocalBackend(Backend):
             if said:
                 node_log.warning(said)
         await self.private.open(switches=self.job_users.switches)
+        await asyncio.to_thread(self.environments.open)
         await asyncio.to_thread(self.cgroups.setup)
         helper = await asyncio.to_thread(start_helper, self.data_dir / "bin") if self.start_helper else None
         self.reaper.open(helper)  # (after the set-up: it lives in the executor's leaf cgroup)
@@ -184,6 +216,27 @@ class LocalBackend(Backend):
         self.watchers.add(task)
         task.add_done_callback(self.watchers.discard)
 
+    async def nodes(self, own: NodeHeartbeat) -> list[NodeHeartbeat]:
+        """This node, with the Python versions it builds job environments for and the environments it holds."""
+        offered = sorted(self.environments.pythons, key=lambda v: tuple(map(int, v.split("."))))
+        held = await asyncio.to_thread(self.environments.announced)
+        return [own.model_copy(update={"pythons": offered, "environments": held})]
+
+    async def on_environment_remove(self, data: EnvironmentRemoveRequested, _event: CloudEvent) -> None:
+        """An admin's `gpuyard envs rm`: the environment is deleted here, unless a running replica uses it (then
+        it stays, said in the node's log); one this node does not hold (another node's, or gone) is nothing."""
+        if data.node != self.node:
+            return
+        try:
+            freed = await self.environments.remove(data.key)
+        except InUse as exc:
+            node_log.warning("environment %s not removed (asked by %s): %s", data.key, data.by or "?", exc)
+            return
+        if freed is not None:
+            node_log.info(
+                "environment %s removed (asked by %s): %s freed", data.key, data.by or "?", format_size(freed)
+            )
+
     def isolation(self, key: AttemptKey) -> str:
         return self.private.isolation(key)
 
@@ -205,18 +258,24 @@ class LocalBackend(Backend):
             tenant=tenant or "",
         )
 
-    async def _finish_io(self, rep: LocalReplica) -> None:
-        """After the replica's first process ended: kill what is left of it, drain and close its log."""
+    async def _finish_io(self, rep: LocalReplica, *, last: bool = False) -> None:
+        """After the replica's first process ended: kill what is left of it, drain its log, copy the job's
+        outputs to the output store when it was the attempt's `last` replica here (said in its log), and
+        close the log."""
         signal_group(rep.proc.pid, signal.SIGKILL)
         Cgroups.kill(rep.cgroup)
         if rep.pump is not None:
             with contextlib.suppress(TimeoutError):  # (a process that left the group may hold the pipe open)
                 await asyncio.wait_for(asyncio.shield(rep.pump.done), 5)
             rep.pump.close()
+        if last and self.outputs is not None and rep.tenant:
+            line = await self.outputs.publish(rep.tenant, rep.job_id)
+            self._write_note(rep, f"{NOTE}{line}")
         if rep.sink is not None:
             rep.sink.close()
 
     async def _discard(self, rep: LocalReplica) -> None:
+        self.environments.release((rep.key, rep.replica))
         await terminate(rep.proc, 2)
         await self._finish_io(rep)
         Cgroups.remove(rep.cgroup)
@@ -225,7 +284,8 @@ class LocalBackend(Backend):
 
     async def _watch(self, rep: LocalReplica) -> None:
         returncode = await rep.proc.wait()
-        await self._finish_io(rep)
+        rep.ended = True
+        await self._finish_io(rep, last=all(r.ended for r in self.replicas.get(rep.key, {}).values()))
         await self._shipped()  # its output is in the log store before its end is: `logs -f` misses nothing
         reason: FailureReason | None  # (None: it succeeded)
         if returncode is None:
@@ -242,6 +302,7 @@ class LocalBackend(Backend):
                 memory_bytes=rep.memory_bytes,
             )
         Cgroups.remove(rep.cgroup)
+        self.environments.release((rep.key, rep.replica))
         live = self.replicas.get(rep.key, {})
         live.pop(rep.replica, None)
         if not live:
@@ -333,6 +394,7 @@ class LocalBackend(Backend):
             pid_file=files.pid,
             shell=rec.shell if rec else False,
             memory_bytes=rec.memory if rec else 0,
+            tenant=rec.tenant if rec else "",
         )
 
     async def _shipped(self) -> None:
@@ -385,14 +447,17 @@ class LocalBackend(Backend):
         return bool(read_pid_files(self.data_dir, key[0], key[1], self.node))
 
     def note(self, key: AttemptKey, line: str) -> None:
-        data = f"\n{line}\n".encode()  # (a line of its own, even after a line the job left unfinished)
         for rep in self.replicas.get(key, {}).values():
-            if rep.sink is None:
-                continue
-            try:
-                rep.sink.write(data)
-            except OSError as exc:  # a full disk: the job goes on
-                log.warning("cannot write to the log of job %s replica %d: %s", rep.job_id, rep.replica, exc)
+            self._write_note(rep, line)
+
+    @staticmethod
+    def _write_note(rep: LocalReplica, line: str) -> None:
+        if rep.sink is None:
+            return
+        try:  # (a line of its own, even after a line the job left unfinished)
+            rep.sink.write(f"\n{line}\n".encode())
+        except OSError as exc:  # a full disk: the job goes on
+            log.warning("cannot write to the log of job %s replica %d: %s", rep.job_id, rep.replica, exc)
 
     def sessions(self, key: AttemptKey) -> dict[int, int]:
         return {r: rep.proc.pid for r, rep in self.replicas.get(key, {}).items()}

@@ -21,6 +21,8 @@ from pathlib import Path
 from gpuyard.services.executor.backend import AttemptLaunch
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import node_fault
+from gpuyard.services.executor.environments.builder import BuildFailed
+from gpuyard.services.executor.environments.node import NodeEnvironments
 from gpuyard.services.executor.exits import AttemptKey, NodeFault
 from gpuyard.services.executor.jobenv import replica_env
 from gpuyard.services.executor.jobstorage import StorageFolders
@@ -89,6 +91,10 @@ class LocalReplica:
     pid_file: str
     shell: bool
     memory_bytes: int
+    tenant: str = ""
+    ended: bool = False
+    """Its first process has ended (set before anything awaits: the last of an attempt's replicas to end here
+    sees every other one ended)."""
 
     @property
     def key(self) -> AttemptKey:
@@ -114,6 +120,7 @@ class ReplicaStarter:
         gpu_memory: dict[int, int],
         mps: bool,
         volume_cache: VolumeCache | None = None,
+        environments: NodeEnvironments | None = None,
     ):
         self.node = node
         self.data_dir = data_dir
@@ -130,6 +137,8 @@ class ReplicaStarter:
         self.volume_cache = volume_cache
         """The node's copies of volumes in an object store; None: volumes are folders of the storage root."""
         self.mps = mps
+        self.environments = environments
+        """The node's job environments (`environment: {pip: [...]}`); None: jobs get the platform's Python."""
 
     async def start(self, launch: AttemptLaunch, replica: int) -> LocalReplica:
         """Start one replica. Whatever keeps it from starting is a StartError (a spec no rule caught, such as
@@ -139,8 +148,10 @@ class ReplicaStarter:
         try:
             return await self._start(launch, replica)
         except (StartError, NodeFault):
+            self.release_environment(launch, replica)
             raise
         except Exception as exc:
+            self.release_environment(launch, replica)
             if (why := node_fault(exc)) is not None:
                 raise self.fault(replica, why) from None
             log.warning("job %s replica %d: cannot start", launch.job_id, replica, exc_info=True)
@@ -158,15 +169,19 @@ class ReplicaStarter:
         files = replica_files(self.data_dir, launch.job_id, launch.attempt, replica)
         user = self.job_users.for_tenant(launch.tenant)
         make_replica_dirs(files, work=False)  # (its log's and pid file's: its first process makes the rest)
-        layout, storage = await self.layout(launch, replica, user, files)
-        env = self.environment(launch, replica, layout.private, user, layout.cwd, storage)
-        env.update(layout.mounts.env)
-        memory = placement.memory_bytes or spec.resources.memory
-        cgroup = self.cgroup(launch, replica, placement.cpus or spec.resources.cpus, memory)
+        venv, built_into = await self.job_environment(launch, replica, files)
         with contextlib.ExitStack() as undo:  # what is made below is undone if the start fails
+            if built_into is not None:  # (the log its environment's build went to: the replica's own)
+                undo.callback(built_into.close)
+            layout, storage = await self.layout(launch, replica, user, files)
+            env = self.environment(launch, replica, layout.private, user, layout.cwd, storage, venv)
+            env.update(layout.mounts.env)
+            memory = placement.memory_bytes or spec.resources.memory
+            cgroup = self.cgroup(launch, replica, placement.cpus or spec.resources.cpus, memory)
             undo.callback(Cgroups.remove, cgroup)
-            sink = self.open_log(files.log, LogKey(launch.job_id, launch.attempt, replica), launch.tenant)
-            undo.callback(sink.close)
+            sink = built_into or self.open_log(files.log, LogKey(*launch.key, replica), launch.tenant)
+            if built_into is None:
+                undo.callback(sink.close)
             read_fd, write_fd = os.pipe()
             undo.callback(os.close, read_fd)
             try:
@@ -194,6 +209,7 @@ class ReplicaStarter:
             pid_file=files.pid,
             shell=isinstance(spec.command, str),
             memory_bytes=memory if cgroup else 0,
+            tenant=launch.tenant,
         )
 
     async def layout(
@@ -281,6 +297,39 @@ class ReplicaStarter:
         self.private.note(launch.key, mounts.notes)
         return mounts
 
+    async def job_environment(
+        self, launch: AttemptLaunch, replica: int, files: ReplicaFiles
+    ) -> tuple[str | None, RotatingLog | None]:
+        """The job's own environment on this node, built now or reused, and the replica's log, open, with what
+        the build said (the replica's output goes on in it); (None, None) for a job without one. One that cannot
+        be built fails the job (`environment_failed`, with the builder's last lines), never retried."""
+        wanted = launch.spec.environment
+        if wanted is None:
+            return None, None
+        if not wanted.wants_build:
+            raise StartError(
+                FailureReason.START_FAILED,
+                "the local backend runs no images: give the environment's packages (`pip`) instead of `image`",
+            )
+        if self.environments is None:
+            raise StartError(FailureReason.ENVIRONMENT_FAILED, "this node builds no job environments")
+        sink = self.open_log(files.log, LogKey(*launch.key, replica), launch.tenant)
+        try:
+            built = await self.environments.ensure(wanted, (launch.key, replica), sink.write)
+        except BuildFailed as exc:
+            sink.write(f"gpuyard: {exc.message}\n".encode())
+            sink.close()
+            raise StartError(FailureReason.ENVIRONMENT_FAILED, exc.text) from None
+        except BaseException:
+            sink.close()
+            raise
+        return str(built.path), sink
+
+    def release_environment(self, launch: AttemptLaunch, replica: int) -> None:
+        """The replica no longer uses its environment (it ended, or did not start)."""
+        if self.environments is not None:
+            self.environments.release((launch.key, replica))
+
     def folders_error(self, replica: int, folders: list[Folder], exc: OSError) -> StartError | NodeFault:
         """Why the replica's folders could not be made (by its first process, or here), naming which."""
         self.storage.forget()  # (one above them may have been removed: made again at the next start)
@@ -298,6 +347,7 @@ class ReplicaStarter:
         user: JobUser | None,
         cwd: str,
         storage: JobStorage,
+        venv: str | None = None,
     ) -> dict[str, str]:
         env = replica_env(
             job_id=launch.job_id,
@@ -313,6 +363,7 @@ class ReplicaStarter:
             mps=self.mps,
             tmpdir=private.tmpdir,
             storage=storage,
+            venv=venv,
         )
         env.update(private.env)
         if user is not None:  # (its own home: the platform's is not its to read)

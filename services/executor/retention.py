@@ -13,6 +13,9 @@ know, or one whose job is not final is never touched. Each sweep says what it fr
 
 A storage root on a filesystem that several nodes share is swept by each of them: the first to come deletes
 a job's folders, the others find them gone.
+
+The same sweep removes the node's job environments no job has used for `GPUYARD_ENVIRONMENT_RETENTION`
+(`environments/node.py`), counted as `what="environments"` (docs/environments.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter
 
 from gpuyard.services.executor.attempts import Attempts
+from gpuyard.services.executor.environments.node import NodeEnvironments
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.paths import STORAGE_KINDS
 from gpuyard.shared.stores.events import Projections
@@ -36,6 +40,7 @@ from gpuyard.shared.stores.events import Projections
 log = logging.getLogger(__name__)
 
 NODE = "node"
+ENVIRONMENTS = "environments"
 """What the node's own job directories are called in the counter (`what`), beside the storage kinds."""
 FREED = "gpuyard_retention_freed_bytes"
 """The counter of what the sweeps deleted, in bytes (`_total` in the text format)."""
@@ -51,10 +56,13 @@ class JobDirSweeper:
         job_root: Path | None = None,
         storage_root: Path | None = None,
         registry: CollectorRegistry | None = None,
+        environments: NodeEnvironments | None = None,
     ):
         """`job_root`: where the working directories of jobs that run as other users are (the same job ids);
         `storage_root`: where the jobs' checkpoint and output folders are; `registry`: the service's Prometheus
-        figures, which get the counter of bytes freed."""
+        figures, which get the counter of bytes freed; `environments`: the node's job environments (the local
+        backend's), those unused for their retention removed by the same sweep."""
+        self.environments = environments
         self.jobs = Path(data_dir) / "jobs"
         self.job_root = Path(job_root) if job_root else None
         self.storage_root = Path(storage_root) if storage_root else None
@@ -67,7 +75,8 @@ class JobDirSweeper:
             Counter(
                 FREED,
                 "Bytes the executor's retention deleted of finished jobs' directories: `what` is `node` (the "
-                "node's log files and working directories), `checkpoints` or `outputs` (the storage root's).",
+                "node's log files and working directories), `checkpoints` or `outputs` (the storage root's); "
+                "and of job environments unused for their retention: `environments`.",
                 ["what"],
                 registry=registry,
             )
@@ -115,12 +124,26 @@ class JobDirSweeper:
         finished = doc.get("finished_at") if doc else None
         return finished is not None and datetime.fromisoformat(finished).timestamp() < cut
 
+    async def sweep_environments(self) -> list[tuple[str, int]]:
+        """Remove the node's job environments unused for their retention; (key, bytes freed) of each."""
+        if self.environments is None:
+            return []
+        removed = await self.environments.sweep()
+        for _key, freed in removed:
+            self.count(ENVIRONMENTS, freed)
+        return removed
+
     async def run(self, interval: float) -> None:
-        if self.keep_seconds <= 0:
+        envs = self.environments is not None and self.environments.settings.environment_retention > 0
+        if self.keep_seconds <= 0 and not envs:
             return
         while True:
             try:
                 before = dict(self.freed)
+                removed = await self.sweep_environments()
+                if removed:
+                    freed = format_size(self.freed[ENVIRONMENTS] - before.get(ENVIRONMENTS, 0))
+                    log.info("retention: removed %d unused job environment(s), freed %s", len(removed), freed)
                 deleted = await self.sweep()
                 if deleted:
                     log.info(

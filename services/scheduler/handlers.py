@@ -44,6 +44,7 @@ NOT_FOLLOWED = {  # and why it needs no others (a test checks that every job eve
     Subject.JOB_PENDING: "its own",
     Subject.JOB_PREEMPTED: "its own",
     Subject.JOB_REPLICA_EXITED: "an exit frees nothing until its attempt ends (succeeded, failed, requeued)",
+    Subject.JOB_EXEC_STARTED: "an audit record: it changes nothing the scheduler decides on",
 }
 """A scheduler that starts leading reads every live job from the event store (`SchedulerService.load`), and
 the periodic `recheck` compares versions with the store: a follower misses nothing by not reading the leader's

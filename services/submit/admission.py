@@ -56,6 +56,8 @@ async def checked(ctx: SubmitContext, principal: Principal, spec: JobSpec) -> tu
     tenant = job_tenant(principal, spec)
     if (too_large := start_error(spec)) is not None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, too_large)
+    if (other_backend := ctx.placeability.backend_error(spec)) is not None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, other_backend)
     why = placeable(ctx, spec)
     if spec.serve is not None:
         await servable(ctx, principal, spec.serve, tenant)

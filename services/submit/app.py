@@ -24,10 +24,13 @@ from gpuyard.services.submit import (
     routes_alerts,
     routes_artifacts,
     routes_checkpoints,
+    routes_environments,
+    routes_exec,
     routes_jobs,
     routes_models,
     routes_nodes,
     routes_platform,
+    routes_ports,
     routes_tenants,
     routes_usage,
     routes_volumes,
@@ -167,7 +170,9 @@ def carried(value: Any) -> Any:
 
 def streams_own_body(method: str, path: str) -> bool:
     """The routes that read their own body as it streams, each with its own limit: a model's file, a volume's
-    upload."""
+    upload; and a request to a job's port, streamed on to the job's server, which decides."""
+    if routes_ports.PROXIED_PATH.fullmatch(path) is not None:
+        return True
     if method == "POST":
         return path == PUBLISH_PATH
     return method == "PUT" and routes_volumes.CONTENT_PATH.fullmatch(path) is not None
@@ -210,6 +215,9 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_alerts.router)
     app.include_router(routes_usage.router)
     app.include_router(routes_why.router)
+    app.include_router(routes_exec.router)
+    app.include_router(routes_ports.router)
+    app.include_router(routes_environments.router)
     add_dashboard(app)
     app.include_router(routes_tenants.router)
 

@@ -11,6 +11,7 @@ import uvicorn
 from gpuyard.services.submit import following, retention, volumestores
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.context import JobOutputs, SubmitContext, Uploads
+from gpuyard.services.submit.jobproxy import JobProxy
 from gpuyard.services.submit.queuedepth import QueueDepth
 from gpuyard.services.submit.volumemetrics import VolumeMetrics
 from gpuyard.shared.auth import sessions
@@ -85,8 +86,10 @@ async def main(service: Service, settings: SubmitSettings) -> None:
         retention.run(store, logs, settings.retention, settings.retention_interval, output_store),
         "retention",
     )
+    app = create_app(ctx)
+    app.state.job_proxy = JobProxy.from_settings(settings)  # (exec, shell, ports: the nodes' gateways)
     config = uvicorn.Config(
-        create_app(ctx),
+        app,
         host=settings.submit_host,
         port=settings.submit_port,
         log_level="warning",

@@ -16,6 +16,8 @@ from gpuyard.shared.scheduling.index import CapacityIndex
 from gpuyard.shared.scheduling.inputs import node_of, request_of
 from gpuyard.shared.scheduling.model import ClusterState
 
+LOCAL, KUBERNETES = "local", "kubernetes"
+"""The backends a node's heartbeat names (its `backend` label)."""
 MEMO_MAX = 256
 """Answers kept per job shape, and facts the index keeps per shape asked (GPUs per node of a model and
 memory): dropped past this many, so that specs of ever new shapes cannot make them grow without end."""
@@ -30,6 +32,26 @@ class Placeability:
         self.telemetry = telemetry
         self._held: tuple[tuple, CapacityIndex] | None = None
         self._answers: dict[tuple, str | None] = {}
+
+    def backend_error(self, spec: JobSpec) -> str | None:
+        """Why the job's environment is of a kind no node's backend runs (the `backend` label of the nodes heard
+        from lately): an image where every node is of the local backend, packages to build where every node
+        is of the Kubernetes backend. None: some node runs it, or none is heard from yet."""
+        env = spec.environment
+        backends = {hb.labels.get("backend", LOCAL) for hb in self.telemetry.live_nodes()}
+        if env is None or not backends:
+            return None
+        if not env.wants_build and KUBERNETES not in backends:
+            return (
+                "environment.image: the local backend runs no images; give the environment's packages instead "
+                "(`pip: [...]`, `python`: docs/environments.md)"
+            )
+        if env.wants_build and backends == {KUBERNETES}:
+            return (
+                "environment: the Kubernetes backend runs the job in an image; give one (`image: ...`) that "
+                "holds these packages"
+            )
+        return None
 
     def why_not(self, spec: JobSpec) -> str | None:
         """Why no node heard from lately could ever hold the job's replicas (all at once), or None when one

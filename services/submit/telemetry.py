@@ -44,8 +44,10 @@ Recorder = Callable[[Any, CloudEvent], None]
 
 
 def _shape(hb: NodeHeartbeat) -> tuple:
-    """What a node is as a job's placement sees it (its GPUs, CPUs and memory)."""
-    return (hb.cpus, hb.memory_bytes, tuple((g.index, g.model, g.memory_bytes, g.uuid) for g in hb.gpus))
+    """What a node is as a job's placement sees it (its GPUs, CPUs and memory, its backend and the Python
+    versions it builds job environments for)."""
+    gpus = tuple((g.index, g.model, g.memory_bytes, g.uuid) for g in hb.gpus)
+    return (hb.cpus, hb.memory_bytes, gpus, hb.labels.get("backend", ""), tuple(hb.pythons))
 
 
 def _stale(seen: float, interval: float, now: float) -> bool:

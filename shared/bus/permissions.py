@@ -101,7 +101,9 @@ GRANTS: dict[Role, Grant] = {
         | MODEL_EVENTS  # the API publishes models (`POST /v1/models`), also for jobs (their publish token)
         | VOLUME_EVENTS  # the API makes volumes and takes their uploads (`/v1/volumes`)
         | {Subject.JOB_CHECKPOINTED}  # what a job reports of its checkpoints (its checkpoint token)
-        | {Subject.NODE_CONTROL},  # an admin's cordon, drain, uncordon
+        | {Subject.JOB_EXEC_STARTED}  # who opened an exec or shell into a job (`gpuyard exec`)
+        | {Subject.NODE_CONTROL}  # an admin's cordon, drain, uncordon
+        | {Subject.NODE_ENVIRONMENT_REMOVE},  # an admin's `gpuyard envs rm`
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE), node.lost
         follows=(TELEMETRY_STREAM,),  # the heartbeats and samples, the last few read again at start
         reads_dead_letters=True,
@@ -128,7 +130,8 @@ GRANTS: dict[Role, Grant] = {
             Subject.ALERT_RAISED,  # the GPU memory slice guard
             Subject.ALERT_RESOLVED,
         },
-        listens=(Subject.NODE_HEARTBEAT.value,),  # the other nodes' addresses
+        # the other nodes' addresses; an admin's removal of a job environment (`gpuyard envs rm`)
+        listens=(Subject.NODE_HEARTBEAT.value, Subject.NODE_ENVIRONMENT_REMOVE.value),
         follows=(EVENTS_STREAM,),
         dead_letters=True,
     ),

@@ -7,6 +7,7 @@ Its field types are in `gpuyard.shared.contracts.fieldtypes`; reading a spec fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Annotated, Any
@@ -172,6 +173,7 @@ class Resources(Strict):
 
 
 MAX_VOLUMES = 16
+MAX_PORTS = 8
 
 
 _SEGMENT = r"(?:[^./\x00][^/\x00]*|\.[^./\x00][^/\x00]*|\.\.[^/\x00]+)"
@@ -208,6 +210,145 @@ class VolumeMount(Strict):
     read_only: bool = Field(False, description="The job may read it but not change it.")
 
 
+_PIP_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_WS = r"[ \t]*"  # (spaces and tabs only, spelt out: a JSON Schema's `\s` and Python's differ)
+_PIP_VERSION = rf"(?:===|==|!=|<=|>=|~=|<|>){_WS}[A-Za-z0-9.*+!_-]+"
+PIP_PATTERN = (
+    rf"^{_WS}{_PIP_NAME}(?:{_WS}\[{_WS}(?:{_PIP_NAME}(?:{_WS},{_WS}{_PIP_NAME})*)?{_WS}\])?"
+    rf"{_WS}(?:{_PIP_VERSION}(?:{_WS},{_WS}{_PIP_VERSION})*|@{_WS}https?://[!-:<-~]+{_WS})?(?:{_WS};{_WS}[ -~]+)?{_WS}$"
+)
+"""One pip requirement (PEP 508, as pip takes it on its command line): a name, extras, versions or
+`@ https://…` (a wheel), a marker; never an option (`--index-url`: the platform's settings say where packages come from)."""
+PYTHON_PATTERN = r"^3\.[0-9]{1,2}$"
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
+MAX_PIP_REQUIREMENTS = 256
+
+
+def _pip_requirement(value: str) -> str:
+    if not re.fullmatch(PIP_PATTERN, value):
+        what = "an option" if value.lstrip().startswith("-") else repr(value)
+        raise ValueError(
+            f"a pip requirement is a package name with versions, extras or a marker, e.g. 'torch==2.13.0' or "
+            f"'numpy>=1.26' (not {what})"
+        )
+    return re.sub(r"[ \t]*(===|==|!=|<=|>=|~=|<|>|,|\[|\])[ \t]*", r"\1", " ".join(value.split()))
+
+
+PipRequirement = Annotated[
+    str,
+    AfterValidator(_pip_requirement),
+    WithJsonSchema({"type": "string", "pattern": PIP_PATTERN, "maxLength": 300}),
+    Field(max_length=300),
+]
+
+
+class EnvironmentSpec(Strict):
+    """The job's own software (docs/environments.md): on the local backend, a Python environment its node builds
+    once (`pip`, `python`) and keeps for every job that asks for the same; on the Kubernetes backend, the
+    container image its pods run (`image`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # (`_one_kind`'s rules in the schema: an image alone, or packages or a python)
+            "anyOf": [
+                {
+                    "required": ["image"],
+                    "properties": {
+                        "image": {"type": "string"},
+                        "python": {"type": "null"},
+                        "pip": {"maxItems": 0},
+                    },
+                },
+                {
+                    "properties": {"image": {"type": "null"}},
+                    "anyOf": [
+                        {"required": ["pip"], "properties": {"pip": {"minItems": 1}}},
+                        {"required": ["python"], "properties": {"python": {"type": "string"}}},
+                    ],
+                },
+            ]
+        }
+    )
+
+    pip: list[PipRequirement] = Field(
+        default_factory=list,
+        max_length=MAX_PIP_REQUIREMENTS,
+        description="Packages to install, as pip takes them: `[torch==2.13.0, numpy]` (in this order). "
+        "`gpuyard submit` reads `requirements: requirements.txt` (beside the spec file) into this list.",
+    )
+    python: str | None = Field(
+        None,
+        description='The Python version, major.minor ("3.11"): one the nodes offer (`gpuyard envs`); unset: '
+        "the node's default.",
+        json_schema_extra={"pattern": PYTHON_PATTERN},
+    )
+    image: str | None = Field(
+        None,
+        max_length=255,
+        description="Kubernetes backend: the container image its pods run (e.g. `pytorch/pytorch:2.4.0-cuda12.1-"
+        "cudnn9-runtime`), which carries its software; the local backend runs no images.",
+        json_schema_extra={"pattern": IMAGE_PATTERN},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _requirements_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "requirements" in data:
+            raise ValueError(
+                "`requirements` names a file that `gpuyard submit` reads beside the spec file and sends as "
+                "`pip`; the API takes the list itself: give `pip: [...]`"
+            )
+        return data
+
+    @field_validator("python", mode="before")
+    @classmethod
+    def _python_text(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f'write the Python version in quotes, e.g. python: "3.11" (YAML reads 3.10 as the number 3.1; got {value})'
+            )
+        if isinstance(value, str) and not re.fullmatch(PYTHON_PATTERN, value):
+            raise ValueError(f'the Python version is major.minor, e.g. "3.11" (not {value!r})')
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(IMAGE_PATTERN, value):
+            raise ValueError(f"not a container image name: {value!r} (e.g. 'pytorch/pytorch:2.4.0-cuda12.1')")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> EnvironmentSpec:
+        if self.image is not None and (self.pip or self.python is not None):
+            raise ValueError(
+                "an image carries its own software: give `image` (Kubernetes), or `pip`/`python` (the local "
+                "backend), not both"
+            )
+        if self.image is None and not self.pip and self.python is None:
+            raise ValueError("an environment names its packages (`pip`), its `python`, or its `image`")
+        return self
+
+    @property
+    def wants_build(self) -> bool:
+        """A Python environment the node builds (local backend), not an image."""
+        return self.image is None
+
+
+def environment_key(env: EnvironmentSpec, *, python: str, builder: tuple[str, ...] = ()) -> str:
+    """The content hash that names a built environment on a node: its Python (major.minor, the node's default
+    resolved), its requirements in their order (whitespace normalised), and the builder's settings that change
+    what gets installed (`builder`: its index URL, its find-links)."""
+    text = json.dumps({"python": python, "pip": env.pip, "builder": list(builder)}, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def packages_summary(pip: list[str], most: int = 3) -> str:
+    """'numpy, torch==2.13.0 and 3 more': an environment's packages in a few words (a wheel's URL left out:
+    it may carry a credential)."""
+    shown = ", ".join(re.sub(r"\s*@.*", " @ …", p) for p in pip[:most])
+    return f"{shown} and {len(pip) - most} more" if len(pip) > most else (shown or "no packages")
+
+
 class ServeSpec(Strict):
     """What a serve job serves: one published version of a model, held as ONNX Runtime sessions by the serving
     service of the node the job is placed on (docs/architecture.md, "Model deployments")."""
@@ -236,9 +377,10 @@ SERVE_RULES: JsonDict = {  # (`JobSpec._command_or_model`'s rules of a serve job
         "idle_timeout": {
             "anyOf": [{"type": "null"}, {"const": 0}, {"type": "string", "pattern": IDLE_OFF_PATTERN}]
         },
+        "environment": {"type": "null"},
     }
 }
-"""A serve job: one replica, never stopped for idle GPUs."""
+"""A serve job: one replica, never stopped for idle GPUs, in the serving service's own environment."""
 
 
 class JobSpec(Strict):
@@ -307,6 +449,29 @@ class JobSpec(Strict):
         "each volume once, each at a path of its own.",
     )
 
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description='The job\'s own software: `{pip: [torch==2.13.0, numpy], python: "3.11"}` (local backend: '
+        "a Python environment built once per node and reused) or `{image: ...}` (Kubernetes backend); unset: "
+        "the platform's own Python (docs/environments.md).",
+    )
+
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list,
+        max_length=MAX_PORTS,
+        json_schema_extra={"uniqueItems": True},
+        description="TCP ports a replica listens on that its tenant may reach through the platform, e.g. "
+        "`[6006]` for TensorBoard: `gpuyard port-forward JOB 6006`, or `/jobs/{id}/ports/6006/` (docs/access.md).",
+    )
+
+    @field_validator("ports")
+    @classmethod
+    def _distinct_ports(cls, ports: list[int]) -> list[int]:
+        twice = sorted({p for p in ports if ports.count(p) > 1})
+        if twice:
+            raise ValueError(f"each port is named once: {twice[0]} is twice")
+        return ports
+
     @field_validator("volumes")
     @classmethod
     def _distinct_volumes(cls, volumes: list[VolumeMount]) -> list[VolumeMount]:
@@ -344,6 +509,14 @@ class JobSpec(Strict):
                     "a serve job is never stopped for idle GPUs (a model server waits for requests): "
                     "leave out idle_timeout"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _environment_of_a_command(self) -> JobSpec:
+        if self.environment is not None and self.serve is not None:
+            raise ValueError(
+                "a serve job runs in the serving service's own environment: leave out `environment`"
+            )
         return self
 
     @property

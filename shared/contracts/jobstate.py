@@ -25,6 +25,7 @@ from gpuyard.shared.contracts.events.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobCheckpointed,
+    JobExecStarted,
     JobFailed,
     JobPending,
     JobPlaced,
@@ -70,6 +71,7 @@ TRANSITIONS: dict[Subject, tuple[frozenset[JobState], JobState | None]] = {
     Subject.JOB_PREEMPTED: (frozenset({P, R}), None),
     Subject.JOB_REQUEUED: (frozenset({P, R}), Q),
     Subject.JOB_CHECKPOINTED: (frozenset({P, R}), None),
+    Subject.JOB_EXEC_STARTED: (frozenset({R}), None),
 }
 
 # The state sets every module uses (one definition: none spells its own), read off the table above.
@@ -411,6 +413,7 @@ APPLIERS: dict[type[EventData], Applier] = {
     JobPreempted: _preempted,
     JobRequeued: _requeued,
     JobCheckpointed: _checkpointed,
+    JobExecStarted: lambda view, data, at, changes: changes,  # (an audit record: the view stays as it is)
 }
 """What each job event (but `job.submitted`, which makes the view) changes: the machine's second table."""
 

@@ -39,6 +39,7 @@ class PendingCode(StrEnum):
     PREEMPTING = "preempting"
     BLOCKED_BY_HEAD = "blocked_by_head"
     BACKFILL_WOULD_DELAY = "backfill_would_delay"
+    NO_PYTHON = "no_python"
 
     @property
     def rank(self) -> Fit:
@@ -71,6 +72,7 @@ _MEANING: dict[PendingCode, str] = {
     _C.PREEMPTING: "other jobs are being preempted to make room for it",
     _C.BLOCKED_BY_HEAD: "strict order: it waits behind the job at the head of the queue",
     _C.BACKFILL_WOULD_DELAY: "it fits now but would delay the reserved start of the job at the head",
+    _C.NO_PYTHON: "no node offers the Python version its environment asks for",
 }
 assert set(_MEANING) == set(PendingCode), "every pending code has a meaning"
 

@@ -106,7 +106,7 @@ class HeldCluster:
     def _applied(self, name: str) -> Node:
         node = self.nodes[name]
         gpus = [Gpu(g.index, g.model, g.memory, g.uuid, usable=g.usable) for g in node.gpus]
-        out = Node(name, gpus, node.cpus, node.memory, schedulable=node.schedulable)
+        out = Node(name, gpus, node.cpus, node.memory, schedulable=node.schedulable, pythons=node.pythons)
         running = self.running
         allocate(out, [r for job in self._on.get(name, ()) for r in running[job].replicas if r.node == name])
         return out

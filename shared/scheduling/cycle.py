@@ -59,9 +59,7 @@ from gpuyard.shared.scheduling.queue import HeldQueue, Pending
 from gpuyard.shared.scheduling.quota import QuotaLedger, RunningKinds, borrowed_jobs
 from gpuyard.shared.scheduling.scarcity import Scarcity, drain_times, room
 
-NEVER = frozenset(
-    {PendingCode.NO_NODES, PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL}
-)  # not in this cycle
+NEVER = R.NEVER_HELD | {PendingCode.NO_NODES}  # not in this cycle
 MAX_PREEMPTION_SEARCHES = 32  # per cycle: bounded work when many jobs could preempt
 SETTLE_BY_SHAPE = True  # answer a blocked shape's later jobs from its cached reason (tests turn it off)
 
@@ -112,7 +110,7 @@ def popularity_for(
     for (_tenant, _user, key), n in kinds.counts.items():
         keys[key] += n
     counts: Counter = Counter()
-    for (gpus, _replicas, cpus, _memory, _gpu_memory, models, _priority), n in keys.items():
+    for (gpus, _replicas, cpus, _memory, _gpu_memory, models, *_rest), n in keys.items():
         counts[gpus, cpus, models] += n
     shapes: Counter = Counter()
     for (gpus, cpus, models), n in counts.items():
@@ -162,9 +160,8 @@ class _Cycle:
         self.waiting = 0
         self.demands: dict[tuple, Demand] = {}
         self.failed: dict[tuple, R.Blocker] = {}  # shape -> why it does not fit (valid for the whole cycle)
-        self.delayed: dict[
-            tuple, tuple[Reservation, R.Blocker]
-        ] = {}  # shape -> the reservation it would delay
+        # shape -> the reservation it would delay
+        self.delayed: dict[tuple, tuple[Reservation, R.Blocker]] = {}
         self.head: JobRequest | None = None  # first job blocked on resources
         self.reservations: list[Reservation] = []  # in line order; their starts never decrease
         self.projection: Projection | None = None
@@ -173,6 +170,7 @@ class _Cycle:
         # before the loop (`protect`)
         self.protected: frozenset[str] | None = None
         self.reserved: dict[str, float] = {}
+        self.reserved_left: Counter = Counter()  # (*shape, priority) -> its reserved jobs yet to come
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
         self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
@@ -238,7 +236,7 @@ class _Cycle:
                     left -= 1
         self.protected = frozenset(found)
         for job, demand in candidates:
-            allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+            allowed = self.allowed(job, demand)
             choices = self.under(allowed, place_gang, self.index, self.policy, demand, job.replicas)
             if choices is not None:  # it fits now: the line places it (or it reserves when it gets there)
                 undo_gang(self.index, demand, choices)
@@ -251,13 +249,14 @@ class _Cycle:
                 break  # (the projection is exhausted: no later job gets one either)
             self.reservations.append(reservation)
             self.reserved[job.job_id] = reservation.start
+            self.reserved_left[job.key] += 1
 
     def shape_class(self, key: tuple, replicas: int) -> tuple | None:
         """The class of a shape (`shape_key`) for `protect`: (GPUs per replica, whole GPUs or a share, GPU
         models, replicas, how many nodes could hold one replica); None when no node could."""
         demand = self.demands.get(key)
         if demand is None:
-            gpus, _replicas, cpus, memory, gpu_memory, models = key
+            gpus, _replicas, cpus, memory, gpu_memory, models = key[:6]
             demand = self.demands[key] = demand_of(
                 JobRequest("", "", gpus, cpus=cpus, memory=memory, gpu_memory=gpu_memory, gpu_models=models)
             )
@@ -356,7 +355,7 @@ class _Cycle:
             self.blocked(job, demand, key, cached)
             return
         choices = None
-        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        allowed = self.allowed(job, demand)
         outlasted = self.outlasted(job)
         if outlasted and job.job_id in self.reserved:  # (it does not wait for its own reservation)
             outlasted = [r for r in outlasted if r.job_id != job.job_id]
@@ -392,6 +391,11 @@ class _Cycle:
                 self.wait(job, self.delayed[key][1])
                 return
         self.placed(job, demand, choices)
+
+    def allowed(self, job: JobRequest, demand: Demand) -> np.ndarray | None:
+        """Where the job may go (None: every node): not kept off it (`scarcity`), building its own Python."""
+        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        return self.index.python_mask(job.python, allowed) if job.python else allowed
 
     def outlasted(self, job: JobRequest) -> list[Reservation]:
         """The reservations this job would still run at (a prefix: their starts never decrease)."""
@@ -471,7 +475,7 @@ class _Cycle:
             self.settle(key, job, cached)
             self.wait(job, cached)
             return
-        allowed = self.scarcity.allowed(job, demand) if self.scarcity.confined else None
+        allowed = self.allowed(job, demand)
         if self.config.preemption and self.under(allowed, self.try_preempt, job, demand, key):
             return
         if cached is None:
@@ -487,8 +491,8 @@ class _Cycle:
             and not (self.projection is not None and self.projection.exhausted)
             and (self.protected is None or (job.job_id in self.protected and job.job_id not in self.reserved))
         )
-        if self.reserved:
-            estimated = self.reserved.get(job.job_id)
+        if self.reserved and (estimated := self.reserved.get(job.job_id)) is not None:
+            self.reserved_left[job.key] -= 1
         if self.head is not None and not reserving and self.preemption_settled(job, key):
             self.settle(key, job, blocker)
         if self.head is None:
@@ -512,8 +516,8 @@ class _Cycle:
             self.settled[job.key] = blocker
 
     def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
-        """Would a later job of this shape and priority certainly not preempt either?"""
-        return (
+        """Would a later job of this shape and priority certainly not preempt either, nor hold a reservation?"""
+        return not self.reserved_left[job.key] and (
             not self.config.preemption
             or self.preemption_searches >= MAX_PREEMPTION_SEARCHES
             or self.search_key(job, key) in self.no_victims

@@ -64,4 +64,4 @@ def demand_of(job: JobRequest) -> Demand:
 
 def shape_key(job: JobRequest) -> tuple:
     """Jobs with the same key fit exactly the same places: one failed fit answers for all of them."""
-    return job.key[:6]
+    return job.key[:6] if not job.python else (*job.key[:6], job.python)

@@ -11,7 +11,7 @@ from gpuyard.shared.contracts.units import count_text, format_size
 from gpuyard.shared.scheduling import reasons as R
 from gpuyard.shared.scheduling.demand import MILLI, Demand
 from gpuyard.shared.scheduling.index import CapacityIndex
-from gpuyard.shared.scheduling.model import EPS, JobRequest
+from gpuyard.shared.scheduling.model import ANY_PYTHON, EPS, JobRequest
 
 
 def _matching(index: CapacityIndex, demand: Demand, *, cordoned: bool = False) -> np.ndarray:
@@ -89,13 +89,28 @@ def never_fits(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Block
     Cordoned and drained nodes count as part of the cluster (an uncordon gives them back): a job that only
     they could hold is not `too_large` but waits in line for them, with the resource it lacks as its code and
     the nodes named (`held_off_by_cordons`). GPUs out of service (unhealthy or cordoned) do not count, and are
-    said."""
+    said. A job whose own environment needs a Python version no node offers: `no_python`."""
+    if job.python and len(index) and (missing := no_python(index, job.python)) is not None:
+        return missing
     every_node = _never_fits(index, job, demand, _matching(index, demand, cordoned=True))
     if every_node is not None:
         return out_of_service(index, every_node, nodes=False)
     if index.schedulable.all() or _never_fits(index, job, demand, _matching(index, demand)) is None:
         return None
     return held_off_by_cordons(index, job, demand)
+
+
+def no_python(index: CapacityIndex, python: str) -> R.Blocker | None:
+    """Why no node could build the job's own environment: none offers its Python version (or none builds
+    environments at all); None when one does."""
+    if index.python_mask(python).any():
+        return None
+    offered = sorted(set().union(*index.pythons), key=lambda v: tuple(int(x) for x in v.split(".")))
+    nodes = f"the nodes offer python {', '.join(offered)}" if offered else "no node builds job environments"
+    wanted = "a Python environment" if python == ANY_PYTHON else f"python {python} for its environment"
+    return R.Blocker(
+        PendingCode.NO_PYTHON, f"needs {wanted}; {nodes}", {"python": python, "offered": offered}
+    )
 
 
 def held_off_by_cordons(index: CapacityIndex, job: JobRequest, demand: Demand) -> R.Blocker:

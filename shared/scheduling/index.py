@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuyard.shared.scheduling.demand import MILLI, Demand, share_to_milli, used_to_milli
 from gpuyard.shared.scheduling.gpustate import STATES, GpuStateTable
-from gpuyard.shared.scheduling.model import EPS, ClusterState, Node, ReplicaAssignment
+from gpuyard.shared.scheduling.model import ANY_PYTHON, EPS, ClusterState, Node, ReplicaAssignment
 from gpuyard.shared.scheduling.nodegroups import NodeGroups
 
 MIXED = -2  # model id of a node whose GPUs are not all the same model
@@ -52,6 +52,8 @@ class CapacityIndex:
         "grouped",
         "group",
         "_groups",
+        "pythons",
+        "_python_masks",
     )
 
     def __init__(
@@ -72,6 +74,7 @@ class CapacityIndex:
         blocked: dict[int, frozenset[int]] | None = None,
         states: GpuStateTable = STATES,
         grouped: bool = True,
+        pythons: Sequence[frozenset[str]] | None = None,
     ) -> None:
         n = len(names)
         self.states = states
@@ -102,6 +105,9 @@ class CapacityIndex:
         self.grouped = grouped  # place through node groups (built on first use, see `NodeGroups`)
         self.group = np.full(n, -1, dtype=np.int64)
         self._groups: NodeGroups | None = None
+        self.pythons: list[frozenset[str]] = list(pythons) if pythons is not None else [frozenset()] * n
+        """Per node, the Python versions it builds job environments for (never mutated)."""
+        self._python_masks: dict[str, np.ndarray] = {}
 
     def _gpu_rows(self, gpu_models, gpu_memory, gpu_ids, used, free, used_memory) -> dict[tuple, list[int]]:
         """Per GPU: model ids, memory, indices, free milli-GPU and free memory of every node. Rows that never
@@ -178,6 +184,7 @@ class CapacityIndex:
             used_mem=[n.allocated_memory for n in nodes],
             schedulable=[n.schedulable for n in nodes],
             blocked=_blocked(nodes),
+            pythons=[n.pythons for n in nodes],
         )
 
     def copy(self) -> CapacityIndex:
@@ -189,6 +196,8 @@ class CapacityIndex:
         clone.schedulable = self.schedulable
         clone.blocked = self.blocked
         clone._model_masks = self._model_masks
+        clone.pythons = self.pythons
+        clone._python_masks = self._python_masks
         clone.memo = self.memo
         clone.restrict = self.restrict
         clone.grouped = False  # short-lived what-if copies (reservations, preemption trials) score every node
@@ -237,6 +246,18 @@ class CapacityIndex:
             mask = np.array([any(g in wanted for g in row) for row in self.gpu_models], dtype=bool)
             self._model_masks[models] = mask
         return mask
+
+    def python_mask(self, python: str, within: np.ndarray | None = None) -> np.ndarray:
+        """The nodes (of `within`, when given) that build job environments for `python` (ANY_PYTHON: for some
+        version); made once per version and index (a job's own environment asks it, no parsing per job)."""
+        mask = self._python_masks.get(python)
+        if mask is None:
+            if python == ANY_PYTHON:
+                mask = np.array([bool(p) for p in self.pythons], dtype=bool)
+            else:
+                mask = np.array([python in p for p in self.pythons], dtype=bool)
+            self._python_masks[python] = mask
+        return mask if within is None else mask & within
 
     def candidates(self, demand: Demand) -> np.ndarray:
         """Positions of the nodes where one replica fits now (in node order)."""

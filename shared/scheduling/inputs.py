@@ -11,7 +11,7 @@ from typing import Protocol
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.contracts.jobstate import JobView
-from gpuyard.shared.scheduling.model import Gpu, JobRequest, Node
+from gpuyard.shared.scheduling.model import ANY_PYTHON, Gpu, JobRequest, Node
 
 
 class NodeMarks(Protocol):
@@ -35,6 +35,7 @@ def node_of(hb: NodeHeartbeat, marks: NodeMarks | None = None) -> Node:
         cpus=hb.cpus,
         memory=hb.memory_bytes,
         schedulable=marks is None or not marks.cordoned,
+        pythons=frozenset(hb.pythons),
     )
 
 
@@ -63,7 +64,17 @@ def request_of(
         submitted_at=submitted_at,
         timeout=spec.timeout,
         not_before=not_before,
+        python=wanted_python(spec),
     )
+
+
+def wanted_python(spec: JobSpec) -> str:
+    """The Python version a job's own environment is built for (ANY_PYTHON: the node's default), "" for a job
+    without one (or with an image: the Kubernetes backend's)."""
+    env = spec.environment
+    if env is None or not env.wants_build:
+        return ""
+    return env.python or ANY_PYTHON
 
 
 def job_request(view: JobView) -> JobRequest:

@@ -30,6 +30,8 @@ from gpuyard.shared.contracts.stops import PreemptionCause
 from gpuyard.shared.scheduling.reasons import Reason
 
 EPS = 1e-9
+ANY_PYTHON = "*"
+"""`JobRequest.python` of an environment that names no version: any node that builds environments."""
 
 
 @dataclass(slots=True)
@@ -60,6 +62,7 @@ class Node:
     allocated_cpus: float = 0.0
     allocated_memory: int = 0
     schedulable: bool = True  # False: cordoned or drained; nothing new is placed on it
+    pythons: frozenset[str] = frozenset()  # the Python versions it builds job environments for ("3.11")
 
     @property
     def idle_gpus(self) -> int:
@@ -89,12 +92,16 @@ class JobRequest:
     submitted_at: float = 0.0  # seconds, on the caller's clock
     timeout: float | None = None  # seconds an attempt may run (start estimates, backfill, reservations)
     not_before: float | None = None  # retry backoff: not placeable before this time
+    # the Python version its environment is built for ("3.11"; ANY_PYTHON: the node's default; "": no
+    # environment of its own): only nodes that offer it can hold the job
+    python: str = ""
     # what a cycle tells jobs apart by: (gpus, replicas, cpus, memory, gpu_memory or 0, gpu_models as a tuple,
-    # priority); jobs with the same key get the same answer. Made once here: a cycle reads it for every job.
+    # priority, and python when it has one); jobs with the same key get the same answer. Made once here: a
+    # cycle reads it for every job.
     key: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = (
+        key: tuple = (
             self.gpus,
             self.replicas,
             self.cpus,
@@ -103,6 +110,8 @@ class JobRequest:
             tuple(self.gpu_models),
             self.priority,
         )
+        if self.python:  # (only then: a longer key hashes slower, in every dict of a cycle)
+            key += (self.python,)
         if len(_KEYS) >= _MAX_KEYS:
             _KEYS.clear()
         object.__setattr__(self, "key", _KEYS.setdefault(key, key))

@@ -63,7 +63,7 @@ _SEEN_NAMES = ("code", "message", "details", "position", "estimated_start")
 _SEEN = attrgetter(*_SEEN_NAMES)  # what a reader sees: equal reasons read the same
 
 
-NEVER_HELD = frozenset({PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL})
+NEVER_HELD = frozenset({PendingCode.TOO_LARGE, PendingCode.NO_MATCHING_GPU_MODEL, PendingCode.NO_PYTHON})
 """No node could ever hold the job (as the cluster is listed now; `explain.never_fits`): such a job has no place
 in line and never counts in another job's. `no_nodes` is not among them: before any node has
 joined, every job waits for the first ones and keeps its place."""

@@ -63,7 +63,7 @@ def _cache(index: CapacityIndex) -> dict:
 
 
 def _shape(key: tuple) -> Demand:
-    gpus, _replicas, cpus, memory, gpu_memory, models, _priority = key
+    gpus, _replicas, cpus, memory, gpu_memory, models = key[:6]
     return demand_of(
         JobRequest(
             "", "", gpus=gpus, cpus=cpus, memory=memory, gpu_memory=gpu_memory or None, gpu_models=models

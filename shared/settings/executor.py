@@ -10,11 +10,12 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpuyard.shared.settings.common import Duration, Size, written
+from gpuyard.shared.settings.environments import EnvironmentSettings
+from gpuyard.shared.settings.gateway import GatewaySettings
 from gpuyard.shared.settings.kubernetes import KubernetesConfig
-from gpuyard.shared.settings.storage import StorageSettings
 
 
-class ExecutorSettings(StorageSettings):
+class ExecutorSettings(EnvironmentSettings, GatewaySettings):
     """The executor. Its Kubernetes backend's settings are `kubernetes`: GPUYARD_KUBERNETES_<FIELD>."""
 
     model_config = SettingsConfigDict(env_nested_delimiter="_", env_nested_max_split=1)

@@ -7,11 +7,12 @@ from pathlib import Path
 from pydantic import Field
 
 from gpuyard.shared.settings.common import Duration, Port, Size, TenantNumbers, written
+from gpuyard.shared.settings.gateway import GatewaySettings
 from gpuyard.shared.settings.scrape import ScrapeSettings
 from gpuyard.shared.settings.storage import StorageSettings
 
 
-class SubmitSettings(StorageSettings, ScrapeSettings):
+class SubmitSettings(StorageSettings, ScrapeSettings, GatewaySettings):
     """The submit API."""
 
     submit_host: str = Field(

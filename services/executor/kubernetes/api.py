@@ -6,7 +6,10 @@ Objects go in and come out as API-shaped dicts (camelCase keys, timestamps as IS
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Protocol
+
+from gpuyard.services.executor.kubernetes.podexec import PodStream
 
 
 class KubeApiError(Exception):
@@ -75,4 +78,16 @@ class KubeApi(Protocol):
 
     async def delete_persistent_volume(self, name: str) -> bool:
         """False when it was not there."""
+        ...
+
+    async def exec_stream(
+        self, namespace: str, pod: str, container: str, argv: list[str], *, tty: bool
+    ) -> PodStream:
+        """`argv` started in the pod's container through the exec API, its input open (with `tty`, a terminal:
+        its output all on channel 1). Raises KubeApiError when the API server refuses it."""
+        ...
+
+    async def port_forward(self, namespace: str, pod: str, port: int) -> socket.socket:
+        """A connection to the pod's `port` through the port-forward API, as a stream socket the caller owns
+        (and closes). Raises KubeApiError when the API server refuses it."""
         ...

@@ -62,6 +62,12 @@ class _Mirror:
     last: float = field(default=0.0)
 
 
+NO_BUILDS = (
+    "the Kubernetes backend runs a job in an image and builds no Python environment: give the job "
+    "`environment: {image: ...}` holding its packages"
+)
+
+
 class KubernetesBackend(Backend):
     name = "kubernetes"
     runs_every_node = True
@@ -166,7 +172,8 @@ class KubernetesBackend(Backend):
             if self.skipped_nodes.get(name) != why:
                 log.info("not announcing Kubernetes node %s: %s", name, why)
         self.skipped_nodes = inventory.skipped
-        return inventory.heartbeats
+        # every node's replicas are reached through this executor's gateway (exec, shell, ports: docs/access.md)
+        return [hb.model_copy(update={"gateway": own.gateway}) for hb in inventory.heartbeats]
 
     # ------------------------------------------------------------------ logs
 
@@ -220,6 +227,9 @@ class KubernetesBackend(Backend):
     # ------------------------------------------------------------------ launch, stop, adopt, release
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
+        wanted = launch.spec.environment
+        if wanted is not None and wanted.wants_build:  # (a pod runs an image: it builds no environment)
+            return self._start_failed(launch, NO_BUILDS)
         try:
             claims = await self.claims.claim(launch.tenant, launch.spec.volumes)
         except ClaimRefused as exc:  # (a job is never run without the volumes it names)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import portforward, stream
 
 from gpuyard.services.executor.kubernetes.api import KubeAlreadyExists, KubeApiError, KubeNotFound
+from gpuyard.services.executor.kubernetes.podexec import ClientPodStream, PodStream
 
 T = TypeVar("T")
 NODE_LIST_TIMEOUT_SECONDS = 10
@@ -139,3 +143,48 @@ class ClientKubeApi:
         except KubeNotFound:
             return False
         return True
+
+    async def exec_stream(
+        self, namespace: str, pod: str, container: str, argv: list[str], *, tty: bool
+    ) -> PodStream:
+        def start() -> PodStream:
+            ws = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                container=container,
+                command=argv,
+                stdin=True,
+                stdout=True,
+                stderr=not tty,
+                tty=tty,
+                _preload_content=False,
+                binary=True,
+            )
+            return ClientPodStream(ws)
+
+        try:
+            return await asyncio.to_thread(start)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        except Exception as exc:  # (the WebSocket's own: a handshake refused, a connection lost)
+            raise KubeApiError(0, f"{type(exc).__name__}: {exc}") from exc
+
+    async def port_forward(self, namespace: str, pod: str, port: int) -> socket.socket:
+        def start() -> socket.socket:
+            forward = portforward(
+                self.core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
+            )
+            end = forward.socket(port)
+            owned = socket.socket(
+                fileno=os.dup(end.fileno())
+            )  # (the caller's; the forward's thread ends with it)
+            end.close()
+            return owned
+
+        try:
+            return await asyncio.to_thread(start)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        except Exception as exc:  # (the WebSocket's own: a handshake refused, a connection lost)
+            raise KubeApiError(0, f"{type(exc).__name__}: {exc}") from exc

@@ -150,6 +150,12 @@ def _headless_service(
     }
 
 
+def pod_image(spec: JobSpec, config: KubernetesConfig) -> str:
+    """The job's own image (`environment: {image: ...}`, docs/environments.md), else the platform's."""
+    env = spec.environment
+    return env.image if env is not None and env.image else config.image
+
+
 def _pod(
     *,
     job_id: str,
@@ -167,7 +173,7 @@ def _pod(
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": config.image,
+        "image": pod_image(spec, config),
         "imagePullPolicy": config.image_pull_policy,
         "command": spec.argv,
         "env": replica_env(

@@ -58,5 +58,6 @@ PAGES = (
     ),
     Page("/tenants", "Tenants and quotas", "tenants.js", nav="Tenants"),
     Page("/nodes", "Nodes", "nodes.js", nav="Nodes"),
+    Page("/environments", "Job environments", "environments.js", nav="Environments"),
 )
 NAV = tuple(p for p in PAGES if p.nav)

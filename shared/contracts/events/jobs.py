@@ -64,6 +64,7 @@ class FailureReason(StrEnum):
     GPU_MEMORY_EXCEEDED = "gpu_memory_exceeded"
     EXECUTOR_RESTARTED = "executor_restarted"
     IDLE = "idle"
+    ENVIRONMENT_FAILED = "environment_failed"
 
 
 class RequeueReason(StrEnum):
@@ -245,6 +246,22 @@ class JobRequeued(EventData):
     message: str = ""
     not_before: datetime | None = Field(None, description="Retry backoff: do not place before this time.")
     exit_code: int | None = None
+
+
+@event(Subject.JOB_EXEC_STARTED)
+class JobExecStarted(EventData):
+    """Someone opened a command or a shell inside a running replica (`gpuyard exec`, `gpuyard shell`, the
+    dashboard's terminal; docs/access.md): who, where, what. An audit record: it changes nothing of the job."""
+
+    job_id: str
+    attempt: int
+    replica: int = Field(ge=0)
+    node: str
+    by: str = Field(description="Who opened it: the token's or the dashboard session's user.")
+    command: list[str] = Field(
+        description="What it runs (empty for a shell: the replica user's login shell)."
+    )
+    tty: bool = Field(description="A terminal (`gpuyard shell`), or a command's output as it comes.")
 
 
 MAX_CHECKPOINT_NUMBER = 2**63 - 1

@@ -20,6 +20,23 @@ class GpuInfo(BaseModel):
     memory_bytes: int
 
 
+MAX_ANNOUNCED_ENVIRONMENTS = 64
+"""The most environments a heartbeat lists (the most recently used): a heartbeat stays small."""
+
+
+class NodeEnvironment(BaseModel):
+    """A job environment a node holds (docs/environments.md), as its heartbeat announces it."""
+
+    model_config = ConfigDict(frozen=True)
+    key: str = Field(..., description="Its content hash (python, packages, the builder's index).")
+    python: str = Field(..., description='Its Python version, major.minor ("3.11").')
+    packages: str = Field("", description="Its packages in a few words: 'numpy, torch==2.13.0 and 3 more'.")
+    package_count: int = 0
+    size_bytes: int = 0
+    last_used: datetime | None = None
+    in_use: int = Field(0, ge=0, description="Running replicas on the node that use it.")
+
+
 @event(Subject.NODE_HEARTBEAT)
 class NodeHeartbeat(EventData):
     node: str
@@ -29,6 +46,21 @@ class NodeHeartbeat(EventData):
     simulated: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
     interval_seconds: float = 5.0
+    gateway: str = Field(
+        "",
+        description="The base URL of the node's executor gateway (exec, shell, ports: docs/access.md), which the "
+        "submit service reaches with the platform's gateway token; empty where the node has none.",
+    )
+    pythons: list[str] = Field(
+        default_factory=list,
+        description='The Python versions the node builds job environments for ("3.11"); empty: none (a '
+        "Kubernetes node, or no system interpreter).",
+    )
+    environments: list[NodeEnvironment] = Field(
+        default_factory=list,
+        description=f"The job environments the node holds, the most recently used first (at most "
+        f"{MAX_ANNOUNCED_ENVIRONMENTS}).",
+    )
 
 
 @event(Subject.NODE_LOST)
@@ -51,6 +83,16 @@ class GpuHealthChanged(EventData):
     reason: str = Field(..., description="Why, for machines: xid, ecc_uncorrected, lost.")
     message: str = Field("", description="Why, for people (the XID code, the error count).")
     xid: int | None = None
+
+
+@event(Subject.NODE_ENVIRONMENT_REMOVE)
+class EnvironmentRemoveRequested(EventData):
+    """An admin removes a job environment from a node (`gpuyard envs rm KEY`): its executor deletes it, unless a
+    running replica uses it (said in its log). Idempotent: an environment already gone is nothing to do."""
+
+    node: str = Field(..., description="The node that holds it.")
+    key: str = Field(..., pattern=r"^[0-9a-f]{1,64}$", description="The environment's key (`gpuyard envs`).")
+    by: str = Field("", description="Who asked (the admin's name).")
 
 
 class NodeAction(StrEnum):

@@ -23,10 +23,12 @@ class Subject(StrEnum):
     JOB_PREEMPTED = "job.preempted"
     JOB_REQUEUED = "job.requeued"
     JOB_CHECKPOINTED = "job.checkpointed"
+    JOB_EXEC_STARTED = "job.exec_started"
     NODE_HEARTBEAT = "node.heartbeat"
     NODE_LOST = "node.lost"
     NODE_GPU_HEALTH = "node.gpu_health"
     NODE_CONTROL = "node.control"
+    NODE_ENVIRONMENT_REMOVE = "node.environment_remove"
     GPU_SAMPLE = "gpu.sample"
     SERVICE_HEARTBEAT = "service.heartbeat"
     SERVICE_STATUS = "service.status"
@@ -174,6 +176,7 @@ EVENTS_STREAM = StreamDef(
         Subject.NODE_LOST,
         Subject.NODE_GPU_HEALTH,
         Subject.NODE_CONTROL,
+        Subject.NODE_ENVIRONMENT_REMOVE,
         Wildcard.IDLE,
     ],
     max_age_seconds=30 * 86400,

@@ -356,7 +356,19 @@ ERRORS = {
     ("/v1/volumes/{name}/content", "get"): {401, 404, 422, 503},
     ("/v1/volumes/{name}/content", "put"): {401, 404, 413, 422, 429, 503},
     ("/v1/volumes/{name}/content", "delete"): {401, 404, 422, 503},
+    ("/v1/environments", "get"): {401, 422},
+    ("/v1/environments/{key}", "delete"): {401, 403, 404, 409, 422, 503},
     ("/healthz", "get"): set(),
+    ("/v1/jobs/{job_id}/exec", "get"): {401, 404, 409, 422, 426, 503},  # (426: a WebSocket, docs/access.md)
+    # a running job's port, through its node's gateway (docs/access.md): every method the job's server takes
+    **{
+        (path, method): {401, 404, 409, 422, 503}
+        for path in (
+            "/jobs/{job_id}/ports/{port}/{path}",
+            "/jobs/{job_id}/replicas/{replica}/ports/{port}/{path}",
+        )
+        for method in ("get", "post", "put", "patch", "delete", "options")
+    },
 }
 
 
@@ -436,7 +448,21 @@ NOT_YOURS = {
     ("/v1/volumes/{name}/content", "get"): 404,
     ("/v1/volumes/{name}/content", "put"): 404,
     ("/v1/volumes/{name}/content", "delete"): 404,
+    # every tenant sees the nodes' job environments (shared by content: keys, sizes, package names); only an
+    # admin removes one
+    ("/v1/environments", "get"): 200,
+    ("/v1/environments/{key}", "delete"): 403,
     ("/healthz", "get"): 200,
+    ("/v1/jobs/{job_id}/exec", "get"): 404,  # (and its WebSocket upgrade: test_access_routes, test_access)
+    # nlp's job is as if it did not exist, whatever the method (its WebSocket upgrades, and exec's: test_access)
+    **{
+        (path, method): 404
+        for path in (
+            "/jobs/{job_id}/ports/{port}/{path}",
+            "/jobs/{job_id}/replicas/{replica}/ports/{port}/{path}",
+        )
+        for method in ("get", "post", "put", "patch", "delete", "options")
+    },
 }
 THEIR_MODEL = "nlp-private"
 THEIR_VOLUME = "nlp-data"
@@ -471,6 +497,7 @@ def test_every_route_keeps_another_tenants_jobs_and_tokens_from_a_tenant(api, ct
         url = path.replace("{job_id}", theirs).replace("{token_id}", token_id)
         name = THEIR_VOLUME if path.startswith("/v1/volumes") else THEIR_MODEL
         url = url.replace("{name}", name).replace("{version}", "1").replace("{node}", "node-1")
+        url = url.replace("{port}", "6006").replace("{replica}", "0").replace("{path}", "")
         body = {**SPEC, "tenant": "nlp"} if (path, method) in SPEC_ROUTES else None
         body = {"public": True} if method == "patch" else body
         tenant_param = (path, method) in (("/v1/jobs", "get"), ("/v1/alerts", "get"), ("/v1/usage", "get"))

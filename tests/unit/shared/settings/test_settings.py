@@ -154,6 +154,7 @@ PORTS = [  # every port setting, and whether 0 (any free port, as its descriptio
     (MonitorSettings, "metrics_port", True),
     (CommonSettings, "health_port", True),
     (CommonSettings, "service_metrics_port", True),
+    (ExecutorSettings, "gateway_port", True),
 ]
 
 

@@ -6,6 +6,7 @@ import {
 } from "../app.js";
 import { STATE, TERMINAL_STATES, WILDCARD } from "../contracts.js";
 import { crumbs, fileTable, pathQuery } from "../files.js";
+import { openTerminal } from "./terminal.js";
 
 const jobId = params.jobId;
 const LOG_KEEP = 512 * 1024; // characters of output kept on the page (the API has all of it)
@@ -23,6 +24,9 @@ const logsEl = section("job-logs", "Logs");
 const outputsSection = h("section", { id: "job-outputs", hidden: true }, h("h2", {}, "Outputs"), h("div", { class: "body" }));
 logsEl.parentElement.before(outputsSection);
 const outputsEl = outputsSection.querySelector(".body");
+const terminalSection = h("section", { id: "job-terminal", hidden: true }, h("h2", {}, "Terminal"), h("div", { class: "body" }));
+logsEl.parentElement.before(terminalSection);
+const terminalEl = terminalSection.querySelector(".body");
 
 let job = null;
 const WHY_REFRESH_MS = 5_000;
@@ -36,6 +40,7 @@ async function load() {
   }
   drawHead();
   drawPlacement();
+  drawTerminal();
   loadWhy();
   loadTimeline();
   loadOutputs();
@@ -92,6 +97,46 @@ async function resubmitJob() {
     location.assign(`/jobs/${encodeURIComponent(accepted.job_id)}`);
   } catch (err) {
     fill(out, errorBox(err));
+  }
+}
+
+// A running job's Terminal part (pages/terminal.js): a shell in the replica chosen, in its directory, with its
+// environment and user; it closes with the job.
+const terminal = { close: null, replica: 0 };
+
+function drawTerminal() {
+  const running = job.state === STATE.RUNNING;
+  terminalSection.hidden = !running && !terminal.close;
+  if (!running && terminal.close) {
+    terminal.close();
+    terminal.close = null;
+    fill(terminalEl, h("p", { class: "muted", id: "terminal-ended" }, `The job is ${job.state}: its terminal has closed.`));
+  }
+  if (!running || terminal.close || terminalEl.querySelector("#terminal-open")) return;
+  const replicas = (job.placements ?? []).map((p) => p.replica);
+  const choice = h("select", { id: "terminal-replica", "aria-label": "Replica" },
+    replicas.map((r) => h("option", { value: r }, `replica ${r}`)));
+  fill(terminalEl, h("div", { class: "row", style: { alignItems: "center" } },
+    replicas.length > 1 ? choice : null,
+    h("button", { id: "terminal-open", onclick: () => startTerminal(Number(choice.value || 0)) }, "Open a terminal"),
+    h("span", { class: "muted" }, "A shell in the job: its working directory, environment and user.")));
+}
+
+function startTerminal(replica) {
+  const screen = h("div", { id: "terminal", style: { height: "360px", marginTop: "8px" } });
+  const status = h("p", { class: "muted", id: "terminal-status" }, `replica ${replica}`);
+  const close = h("button", { id: "terminal-close", onclick: () => stopTerminal("Closed.") }, "Close");
+  fill(terminalEl, h("div", { class: "row", style: { alignItems: "center", justifyContent: "space-between" } }, status, close), screen);
+  terminal.replica = replica;
+  terminal.close = openTerminal(screen, jobId, replica, (text) => fill(status, text));
+}
+
+function stopTerminal(text) {
+  terminal.close?.();
+  terminal.close = null;
+  fill(terminalEl, h("p", { class: "muted", id: "terminal-ended" }, text));
+  if (job?.state === STATE.RUNNING) {
+    terminalEl.append(h("button", { id: "terminal-open", onclick: () => startTerminal(terminal.replica) }, "Open a terminal"));
   }
 }
 

@@ -117,7 +117,17 @@ def test_logout_needs_the_pages_csrf_token_and_ends_the_session(client):
 def test_every_page_has_the_same_navigation(client):
     login(client, "tok-admin")
     names = [p.nav for p in NAV]
-    assert names == ["Cluster", "Jobs", "Submit", "Models", "Volumes", "Alerts", "Tenants", "Nodes"]
+    assert names == [
+        "Cluster",
+        "Jobs",
+        "Submit",
+        "Models",
+        "Volumes",
+        "Alerts",
+        "Tenants",
+        "Nodes",
+        "Environments",
+    ]
     job_id = submit_as(client, "tok-admin")
     for page in PAGES:
         html = client.get(page.path.replace("{job_id}", job_id)).text
