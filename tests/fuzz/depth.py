@@ -1,7 +1,8 @@
 """How hard the randomized tests search, chosen once for the whole run by GPUYARD_TEST_DEPTH.
 
 - `quick` (the default: `make test`): the scheduler's property tests on small clusters and queues with tens of
-  examples, and the API fuzz test derandomized (the same inputs every run).
+  examples, and the API fuzz test, both derandomized (the same inputs every run: `make test` fails for a change,
+  never for a draw).
 - `deep` (`make test-deep`): clusters up to 64 nodes, queues up to 500 jobs, thousands of examples, and the API
   fuzz test with a fresh seed each run, shown in the header and beside a failure; GPUYARD_FUZZ_SEED=N replays
   that run's inputs (at either depth).
@@ -56,8 +57,9 @@ T = TypeVar("T")
 
 
 def search(quick: int, deep: int) -> settings:
-    """The hypothesis settings of a property test: `quick` examples in the quick run, `deep` in the deep one."""
-    return settings(PROPERTIES, max_examples=deep if DEEP else quick)
+    """The hypothesis settings of a property test: `quick` examples in the quick run, the same ones every run (a
+    CI that fails, fails for a change, never for a draw), and `deep` fresh ones in the deep run, which searches."""
+    return settings(PROPERTIES, max_examples=deep if DEEP else quick, derandomize=not DEEP)
 
 
 def pick(quick: T, deep: T) -> T:
