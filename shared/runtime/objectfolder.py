@@ -16,9 +16,11 @@ from gpuyard.shared.runtime.objectstore import files_under, mtime_of
 from gpuyard.shared.runtime.safefolder import MAX_LISTED, Entry, NotThere
 from gpuyard.shared.runtime.tarstream import CHUNK, END, PathRefused, clean_path, file_entry, folder_header
 
-PART_SIZE = 8 << 20
-"""What a file is read in (a GET each), a chunk at a time."""
-SMALL_FILE = PART_SIZE
+PART_SIZE = 32 << 20
+"""What a file is read in (a GET each; one part in memory per download), a chunk at a time: each GET costs a
+round trip, so fewer and larger ones (8 MB parts took 3 times as long as 32 MB ones for 500 MB from a loopback
+S3 server, docs/benchmarks.md)."""
+SMALL_FILE = 8 << 20
 """A folder's files up to this size are fetched together for its tar stream, up to `BATCH_BYTES` or
 `BATCH_FILES` at a time; a larger one in parts."""
 BATCH_BYTES = 64 << 20
