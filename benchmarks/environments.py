@@ -37,18 +37,17 @@ from gpuyard.shared.runtime.service import event_loop_factory
 
 # imported as benchmarks.environments (python -m, a test), or run as a script: its own folder first on the path
 if __package__:
-    from benchmarks.pipeline import NOOP, Submitter, Tap, start_platform, stop_platform
-    from benchmarks.storage import summary
+    from benchmarks.pairs import one_at_a_time, paired_figures
+    from benchmarks.pipeline import NOOP, start_platform, stop_platform
     from tests.tinywheels import make_wheel
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pipeline import NOOP, Submitter, Tap, start_platform, stop_platform
-    from storage import summary
+    from pairs import one_at_a_time, paired_figures
+    from pipeline import NOOP, start_platform, stop_platform
 
     from tests.tinywheels import make_wheel
 
 WITH, WITHOUT = "with_environment", "without"
-JOB_TIMEOUT_S = 300.0
 PYTHONS = "/usr/local/bin:/usr/bin"
 
 
@@ -80,44 +79,6 @@ def by_hand(pip: list[str], links: Path, python: str) -> float:
         return time.perf_counter() - start
 
 
-async def run_jobs(client: Client, nats_url: str, credentials: Path, order: list[tuple[str, dict]]) -> tuple:
-    """Each job of `order` (kind, spec) submitted once the one before it ended: [(kind, job id)], and the tap."""
-    tap = await Tap().open(nats_url, credentials)
-    submitter = Submitter(client.server, client.token)
-    done: list[tuple[str, str]] = []
-    try:
-        for kind, spec in order:
-            job_id = (await submitter.submit(json.dumps(spec).encode()))["job_id"]
-            deadline = time.monotonic() + JOB_TIMEOUT_S
-            while job_id not in tap.ended:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"job {job_id} ({kind}) did not end within {JOB_TIMEOUT_S:.0f} s")
-                await asyncio.sleep(0.01)
-            done.append((kind, job_id))
-    finally:
-        submitter.close()
-        await tap.close()
-    return done, tap
-
-
-def figures(times: dict[str, dict[str, float]], jobs: list[tuple[str, str]]) -> dict:
-    out: dict = {}
-    for kind in (WITH, WITHOUT):
-        seen = [times.get(job_id, {}) for k, job_id in jobs if k == kind]
-        started = [t for t in seen if "started" in t]
-        out[kind] = {
-            "jobs": len(seen),
-            "failed": sum("failed" in t for t in seen),
-            "submit_to_running_ms": summary([(t["started"] - t["submitted"]) * 1e3 for t in started]),
-            "placed_to_running_ms": summary([(t["started"] - t["placed"]) * 1e3 for t in started]),
-        }
-    out["with_minus_without_median_ms"] = {
-        metric: round(out[WITH][metric]["median"] - out[WITHOUT][metric]["median"], 3)
-        for metric in ("submit_to_running_ms", "placed_to_running_ms")
-    }
-    return out
-
-
 def measure(
     args: argparse.Namespace, client: Client, tmp: Path, nats_url: str, pip: list[str], links: Path
 ) -> dict:
@@ -125,14 +86,14 @@ def measure(
     with_env = {**NOOP, "environment": {"pip": pip}}
     credentials = credentials_path(tmp / "data", "integrator")
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        [(_, first)], tap = runner.run(run_jobs(client, nats_url, credentials, [(WITH, with_env)]))
+        [(_, first)], tap = runner.run(one_at_a_time(client, nats_url, credentials, [(WITH, with_env)]))
         log = client.logs(first)
         built = re.search(r"built environment (\w+) in ([0-9.]+)s", log)
         if built is None:
             raise SystemExit(f"the first job built no environment: {log[-2000:]}")
         hand = by_hand(pip, links, python)
         order = [(WITH, with_env), (WITHOUT, NOOP)] * (args.warmup + args.jobs)
-        done, tap2 = runner.run(run_jobs(client, nats_url, credentials, order))
+        done, tap2 = runner.run(one_at_a_time(client, nats_url, credentials, order))
     times = tap.times[first]
     return {
         "packages": len(pip),
@@ -145,7 +106,7 @@ def measure(
             "by_hand_uv_venv_and_pip_install_s": round(hand, 3),
             "ratio_logged_build_to_by_hand": round(float(built[2]) / hand, 2),
         },
-        **figures(tap2.times, done[2 * args.warmup :]),
+        **paired_figures(tap2.times, done[2 * args.warmup :], (WITH, WITHOUT)),
     }
 
 

@@ -40,11 +40,13 @@ from gpuyard.shared.runtime.service import event_loop_factory
 
 # imported as benchmarks.volume_start (python -m, a test), or run as a script: its own folder first on the path
 if __package__:
-    from benchmarks.pipeline import NOOP, Submitter, Tap, job_root_of, start_platform, stop_platform
-    from benchmarks.storage import drop_caches, summary
+    from benchmarks.pairs import one_at_a_time, paired_figures
+    from benchmarks.pipeline import NOOP, Tap, job_root_of, start_platform, stop_platform
+    from benchmarks.storage import drop_caches
 else:
-    from pipeline import NOOP, Submitter, Tap, job_root_of, start_platform, stop_platform
-    from storage import drop_caches, summary
+    from pairs import one_at_a_time, paired_figures
+    from pipeline import NOOP, Tap, job_root_of, start_platform, stop_platform
+    from storage import drop_caches
 
 VOLUME = "bench"
 MOUNT = "data"
@@ -60,8 +62,6 @@ SPECS = {
     },
     WITHOUT: {**NOOP, "command": ["test", "-d", "."]},
 }
-METRICS = ("placed_to_running_ms", "submit_to_running_ms")
-JOB_TIMEOUT_S = 120.0
 
 
 def parts(total: int) -> list[int]:
@@ -119,53 +119,6 @@ def interleaved(pairs: int) -> list[str]:
     return [WITH, WITHOUT] * pairs
 
 
-async def run_jobs(
-    client: Client, nats_url: str, credentials: Path, order: list[str]
-) -> tuple[list, StartTap]:
-    """Each job of `order` submitted once the one before it ended: [(kind, job id)], and what the tap saw."""
-    tap = await StartTap().open(nats_url, credentials)
-    submitter = Submitter(client.server, client.token)
-    done: list[tuple[str, str]] = []
-    try:
-        for kind in order:
-            job_id = (await submitter.submit(json.dumps(SPECS[kind]).encode()))["job_id"]
-            deadline = time.monotonic() + JOB_TIMEOUT_S
-            while job_id not in tap.ended:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"job {job_id} ({kind}) did not end within {JOB_TIMEOUT_S:.0f} s")
-                await asyncio.sleep(0.02)
-            done.append((kind, job_id))
-    finally:
-        submitter.close()
-        await tap.close()
-    return done, tap
-
-
-def figures(times: dict[str, dict[str, float]], jobs: list[tuple[str, str]]) -> dict:
-    """Per kind: jobs, failed, and min / median / max of each metric (ms) over the jobs that started; the
-    median with the volume minus the median without."""
-    out: dict = {}
-    for kind in (WITH, WITHOUT):
-        seen = [times.get(job_id, {}) for k, job_id in jobs if k == kind]
-        started = [t for t in seen if "started" in t]
-        values = {
-            "placed_to_running_ms": [(t["started"] - t["placed"]) * 1e3 for t in started],
-            "submit_to_running_ms": [(t["started"] - t["submitted"]) * 1e3 for t in started],
-        }
-        out[kind] = {
-            "jobs": len(seen),
-            "failed": sum("failed" in t for t in seen),
-            **{metric: summary(v) if v else None for metric, v in values.items()},
-        }
-    out["with_minus_without_median_ms"] = {
-        metric: round(out[WITH][metric]["median"] - out[WITHOUT][metric]["median"], 3)
-        if out[WITH][metric] and out[WITHOUT][metric]
-        else None
-        for metric in METRICS
-    }
-    return out
-
-
 def first_of(tap: StartTap, jobs: list[tuple[str, str]], kind: str, event: str) -> dict | None:
     """The data of the first `event` (started, failed) of a job of `kind`."""
     return next((tap.data[j][event] for k, j in jobs if k == kind and event in tap.data.get(j, {})), None)
@@ -189,9 +142,10 @@ def measure(args: argparse.Namespace, client: Client, tmp: Path, nats_url: str) 
     order = interleaved(args.warmup) + interleaved(args.jobs)
     credentials = credentials_path(tmp / "data", "integrator")
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        done, tap = runner.run(run_jobs(client, nats_url, credentials, order))
+        specs = [(kind, SPECS[kind]) for kind in order]
+        done, tap = runner.run(one_at_a_time(client, nats_url, credentials, specs, StartTap()))
     counted = done[2 * args.warmup :]
-    result.update(figures(tap.times, counted))
+    result.update(paired_figures(tap.times, counted, (WITH, WITHOUT)))
     started = first_of(tap, counted, WITH, "started") or {}
     result["with_volume_mounted_as"] = mounted_as(started.get("notes") or []) if started else None
     result["with_volume_started_notes"] = started.get("notes")

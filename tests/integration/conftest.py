@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ from gpuyard.shared.bus.credentials import credentials_path, read_credentials
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.contracts.api.jobs import JobOut
 from gpuyard.supervisor import ports
+from tests.s3server import UNSET, S3Server, aws_env
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,6 +213,27 @@ class Platform:
             0.1,
             f"job {job_id} in {states}",
         )
+
+
+@contextmanager
+def platform_on_s3(
+    base: Path, variable: str, prefix: str, **kwargs
+) -> Iterator[tuple[Platform, S3Server, str]]:
+    """`gpuyard up` with `variable` set to `s3://<a new bucket>/<prefix>` and the standard AWS variables pointing
+    at moto's S3 server on loopback (tests/s3server.py), as a user points a store at MinIO: (the platform, the
+    server, the bucket). `kwargs`: the Platform's."""
+    with S3Server() as server:
+        bucket = server.new_bucket()
+        env = {**aws_env(server.endpoint, base), variable: f"s3://{bucket}/{prefix}"}
+        platform = Platform(base / "data", base / "config", env=env, **kwargs)
+        for name in UNSET:
+            platform.env.pop(name, None)
+        platform.start()
+        try:
+            yield platform, server, bucket
+        finally:
+            if platform.proc.poll() is None:
+                platform.stop()
 
 
 @pytest.fixture(scope="module")

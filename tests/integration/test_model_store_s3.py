@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
-from tests.integration.conftest import Platform, wait_for
+from tests.integration.conftest import Platform, platform_on_s3, wait_for
 from tests.integration.test_serving import X, infer
-from tests.s3server import UNSET, S3Server, aws_env
+from tests.s3server import S3Server
 from tests.unit.services.serving.models import Mlp
 
 pytestmark = pytest.mark.integration
@@ -27,18 +27,8 @@ PREFIX = "models"
 @pytest.fixture(scope="module")
 def on_s3(tmp_path_factory) -> Iterator[tuple[Platform, S3Server, str]]:
     base = tmp_path_factory.mktemp("s3-store")
-    with S3Server() as server:
-        bucket = server.new_bucket()
-        env = {**aws_env(server.endpoint, base), "GPUYARD_MODEL_STORE": f"s3://{bucket}/{PREFIX}"}
-        platform = Platform(base / "data", base / "config", env=env)
-        for name in UNSET:
-            platform.env.pop(name, None)
-        platform.start()
-        try:
-            yield platform, server, bucket
-        finally:
-            if platform.proc.poll() is None:
-                platform.stop()
+    with platform_on_s3(base, "GPUYARD_MODEL_STORE", PREFIX) as found:
+        yield found
 
 
 def test_publish_deploy_infer_undeploy_and_remove_with_the_files_on_s3(on_s3, tmp_path):

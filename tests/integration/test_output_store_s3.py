@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from gpuyard.client import Client
-from tests.integration.conftest import Platform
-from tests.s3server import UNSET, S3Server, aws_env
+from tests.integration.conftest import Platform, platform_on_s3
+from tests.s3server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +31,8 @@ out = pathlib.Path(os.environ["GPUYARD_OUTPUT_DIR"])
 @pytest.fixture(scope="module")
 def on_s3(tmp_path_factory) -> Iterator[tuple[Platform, S3Server, str]]:
     base = tmp_path_factory.mktemp("output-store")
-    with S3Server() as server:
-        bucket = server.new_bucket()
-        env = {**aws_env(server.endpoint, base), "GPUYARD_OUTPUT_STORE": f"s3://{bucket}/kept"}
-        platform = Platform(base / "data", base / "config", simulate_gpus=1, executors=1, env=env)
-        for name in UNSET:
-            platform.env.pop(name, None)
-        platform.start()
-        try:
-            yield platform, server, bucket
-        finally:
-            if platform.proc.poll() is None:
-                platform.stop()
+    with platform_on_s3(base, "GPUYARD_OUTPUT_STORE", "kept", simulate_gpus=1, executors=1) as found:
+        yield found
 
 
 def test_a_jobs_outputs_are_copied_when_it_ends_and_served_from_the_bucket(on_s3):

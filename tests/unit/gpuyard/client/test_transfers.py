@@ -7,39 +7,15 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-import time
-from contextlib import contextmanager
 
 import pytest
-import uvicorn
 
 from gpuyard import rawhttp, transfers
 from gpuyard.client import Client, ClientError
 from gpuyard.services.submit.app import create_app
-from tests.unit.services.submit.submitctx import submit_context
+from tests.unit.services.submit.submitctx import served, submit_context
 
 URL = "/v1/volumes/data/content"
-
-
-@contextmanager
-def served(app):
-    """The app on a free loopback port, in a thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture(params=["socket", "httpx"])

@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import uvicorn
 from fastapi import FastAPI
 
 from gpuyard.services.submit.app import create_app
@@ -75,3 +79,23 @@ def submit_app(ctx: SubmitContext, fast: bool = True) -> FastAPI:
     if not fast:
         app.user_middleware = [m for m in app.user_middleware if m.cls is not FastSubmit]
     return app
+
+
+@contextlib.contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """The app on a free loopback port, in a thread, for a client in this process (its URL)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the API did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

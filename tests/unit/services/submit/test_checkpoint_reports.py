@@ -6,13 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
-import threading
-import time
-from contextlib import contextmanager
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from gpuyard import checkpoint
@@ -29,7 +24,7 @@ from gpuyard.shared.contracts.events.jobs import (
     RequeueReason,
 )
 from gpuyard.shared.contracts.jobspec import JobSpec
-from tests.unit.services.submit.submitctx import TOKENS, submit_context
+from tests.unit.services.submit.submitctx import TOKENS, served, submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}
 ADMIN = {"Authorization": "Bearer tok-admin"}
@@ -189,26 +184,6 @@ def test_a_checkpoint_token_opens_no_other_route(api, ctx):
 
 
 # ---------------------------------------------------------------- gpuyard.checkpoint, inside a job
-
-
-@contextmanager
-def served(app):
-    """The app on a free loopback port, in a thread, for a client in this process."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_a_save_inside_a_job_is_reported_with_the_jobs_token(ctx, tmp_path, monkeypatch):
