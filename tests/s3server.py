@@ -13,6 +13,7 @@ import contextlib
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,21 @@ def forget_s3_clients() -> None:
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+@contextlib.contextmanager
+def pointed_at(server: S3Server, config_dir: Path, monkeypatch: Any) -> Iterator[str]:
+    """Within the block, the AWS variables of this process point at `server` (those that would steer elsewhere
+    unset) and s3fs forgets the clients it made before and after: a new bucket's name."""
+    for name in UNSET:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in aws_env(server.endpoint, config_dir).items():
+        monkeypatch.setenv(name, value)
+    forget_s3_clients()
+    try:
+        yield server.new_bucket()
+    finally:
+        forget_s3_clients()
 
 
 class S3Server:

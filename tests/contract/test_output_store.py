@@ -20,7 +20,7 @@ from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.paths import job_storage
 from gpuyard.shared.runtime.safefolder import SafeFolder
 from gpuyard.shared.runtime.tarstream import PathRefused
-from tests.s3server import UNSET, S3Server, aws_env, forget_s3_clients
+from tests.s3server import S3Server, pointed_at
 from tests.unit.services.submit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}
@@ -36,13 +36,8 @@ def s3_server() -> Iterator[S3Server]:
 
 @pytest.fixture
 def store(s3_server, tmp_path, monkeypatch) -> Iterator[OutputStore]:
-    for name in UNSET:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in aws_env(s3_server.endpoint, tmp_path).items():
-        monkeypatch.setenv(name, value)
-    forget_s3_clients()
-    yield OutputStore(f"s3://{s3_server.new_bucket()}/kept é")
-    forget_s3_clients()
+    with pointed_at(s3_server, tmp_path, monkeypatch) as bucket:
+        yield OutputStore(f"s3://{bucket}/kept é")
 
 
 @pytest.fixture

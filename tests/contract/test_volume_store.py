@@ -25,7 +25,7 @@ from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.volumeobjects import STAGING, ObjectVolumes
 from gpuyard.shared.runtime import objectfolder
 from gpuyard.shared.runtime.uploadfile import OverQuota
-from tests.s3server import UNSET, S3Server, aws_env, forget_s3_clients
+from tests.s3server import S3Server, pointed_at
 from tests.unit.services.submit.submitctx import submit_context
 from tests.unit.services.submit.test_volumes_api import (  # noqa: F401  (run here on each store)
     VISION,
@@ -56,13 +56,8 @@ def store(request, tmp_path, monkeypatch) -> Iterator[tuple[str, S3Server | None
         yield FOLDER, None, ""
         return
     server: S3Server = request.getfixturevalue("s3_server")
-    for name in UNSET:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in aws_env(server.endpoint, tmp_path).items():
-        monkeypatch.setenv(name, value)
-    forget_s3_clients()
-    yield S3, server, server.new_bucket()
-    forget_s3_clients()
+    with pointed_at(server, tmp_path, monkeypatch) as bucket:
+        yield S3, server, bucket
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from gpuyard.services.executor.volumecache import VOLUME_CACHE, CacheError, VolumeCache
 from gpuyard.services.executor.volumemounts import make_mount_points, plan
 from gpuyard.shared.contracts.jobspec import VolumeMount
-from tests.s3server import UNSET, S3Server, aws_env, forget_s3_clients
+from tests.s3server import S3Server, pointed_at
 
 PREFIX = "volume store é"
 TENANT, NAME = "vision", "imagenet"
@@ -28,13 +28,8 @@ def s3_server() -> Iterator[S3Server]:
 
 @pytest.fixture
 def bucket(s3_server, tmp_path, monkeypatch) -> Iterator[str]:
-    for name in UNSET:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in aws_env(s3_server.endpoint, tmp_path).items():
-        monkeypatch.setenv(name, value)
-    forget_s3_clients()
-    yield s3_server.new_bucket()
-    forget_s3_clients()
+    with pointed_at(s3_server, tmp_path, monkeypatch) as bucket:
+        yield bucket
 
 
 def put(server: S3Server, bucket: str, path: str, data: bytes) -> None:
