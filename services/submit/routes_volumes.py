@@ -332,7 +332,9 @@ async def _receive(
 ) -> Written:
     """The body written to a staged file as it comes, then placed in the volume (the staged file removed
     whatever happens)."""
-    staging: Staged = await asyncio.to_thread(files.staging, view.tenant, tar_room(room) if archive else room)
+    staging: Staged = await asyncio.to_thread(
+        files.staging, view.tenant, *((tar_room(room), None) if archive else (room, (view.name, where)))
+    )
     try:
         await write_body(request.stream(), staging.write)
         await asyncio.to_thread(staging.finish)

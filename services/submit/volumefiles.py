@@ -87,8 +87,10 @@ class VolumeFiles(ABC):
         return self.folder(tenant, name).kind_of(path)
 
     @abstractmethod
-    def staging(self, tenant: str, room: int) -> Staged:
-        """Where an upload of at most `room` bytes is written as it comes (stale ones swept first)."""
+    def staging(self, tenant: str, room: int, file_at: tuple[str, str] | None = None) -> Staged:
+        """Where an upload of at most `room` bytes is written as it comes (stale ones swept first). `file_at`:
+        the (volume, path) a file's upload is bound for, where a store can write it there directly and still
+        show it only whole (an S3 multipart upload); `place_file` is then called with the same."""
 
     @abstractmethod
     def place_file(self, tenant: str, name: str, staged: Staged, path: str) -> Written:

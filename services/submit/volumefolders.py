@@ -116,7 +116,7 @@ class FolderVolumes(VolumeFiles):
 
     # ---------------------------------------------------------------- uploads
 
-    def staging(self, tenant: str, room: int) -> FolderUpload:
+    def staging(self, tenant: str, room: int, file_at: tuple[str, str] | None = None) -> FolderUpload:
         uploads = self._tenant_dir(tenant) / UPLOADS
         uploads.mkdir(mode=0o700, exist_ok=True)
         remove_stale(uploads)

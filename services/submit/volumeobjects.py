@@ -3,12 +3,14 @@ are the objects under `<prefix>/volumes/<tenant>/<name>/`, its folders the prefi
 object store keeps no empty folder). The API's routes reach them through `VolumeFiles` (`volumefiles.py`).
 
 Both ways stream: a download reads an object a chunk at a time, an upload is written as it comes (s3fs sends
-it in parts of `PART_SIZE`: one part in memory, never the file whole). An upload is all or nothing: it goes to
-a staging key first (`<prefix>/.staging/<id>/upload`), counted against the room the volume has left as it comes;
-a tree's files are unpacked from it to `<prefix>/.staging/<id>/tree/…`, every entry checked first; only then is
-each object moved into place (a copy, then a delete of the staged one): a tree becomes visible object by object
-in that last step. An upload cut short, over the room left, or refused leaves nothing in the volume, and its
-staging objects are removed (`discard`); those of a writer that died are swept by a later upload after a day.
+it in parts of `PART_SIZE`: one part in memory, never the file whole). An upload is all or nothing, counted
+against the room the volume has left as it comes. In S3 a file's upload is written straight to its key: a
+multipart upload, which S3 shows whole when it is completed and never before, completed only once the checks
+of `place_file` pass (aborted otherwise). Elsewhere, and for a tar stream, it goes to a staging key first
+(`<prefix>/.staging/<id>/upload`), then into place: a file copied, a tree's files written from it to their keys
+once every entry is checked (the tree becomes visible object by object in that last step). An upload cut short,
+over the room left, or refused leaves nothing in the volume, and its staging objects are removed (`discard`);
+those of a writer that died are swept by a later upload after a day.
 
 Every key is built from a tenant and a volume name of the names' pattern and a path checked by `clean_path`
 (relative, no `..`, no NUL): nothing outside the volume's prefix is ever named."""
@@ -53,11 +55,13 @@ _NAME = re.compile(NAME_PATTERN)
 
 
 class ObjectUpload:
-    """An upload written to the staging object `<stage>/upload` as it comes, refused past `room` bytes."""
+    """An upload written as it comes, refused past `room` bytes: to the staging object `<stage>/upload`, or
+    straight to `key` (`direct`: an S3 multipart upload, seen by no one until `commit`)."""
 
-    def __init__(self, fs: Any, stage: str, room: int):
+    def __init__(self, fs: Any, stage: str, room: int, key: str | None = None):
         self.fs, self.stage, self.room = fs, stage, room
-        self.key = f"{stage}/upload"
+        self.direct = key is not None
+        self.key = key or f"{stage}/upload"
         self.size = 0
         self._file = fs.open(self.key, "wb", block_size=PART_SIZE)
         self._open = True
@@ -69,6 +73,10 @@ class ObjectUpload:
         self._file.write(bytes(chunk))
 
     def finish(self) -> None:
+        if not self.direct:  # (a direct upload is completed by `commit`, after the checks)
+            self.commit()
+
+    def commit(self) -> None:
         self._open = False
         self._file.close()  # (the last part sent, the upload completed: the object whole)
 
@@ -79,6 +87,8 @@ class ObjectUpload:
             with contextlib.suppress(Exception):
                 self._file.discard()  # (s3fs: aborts the multipart upload)
                 self._file.closed = True  # (nothing left to send when it is collected)
+        if self.direct:
+            return
         staged = files_under(self.fs, self.stage)
         with contextlib.suppress(Exception):
             if staged:
@@ -141,9 +151,12 @@ class ObjectVolumes(VolumeFiles):
 
     # ---------------------------------------------------------------- uploads
 
-    def staging(self, tenant: str, room: int) -> ObjectUpload:
+    def staging(self, tenant: str, room: int, file_at: tuple[str, str] | None = None) -> ObjectUpload:
+        stage = f"{self.base}/{STAGING}/{uuid.uuid4().hex}"
+        if file_at and self.s3:
+            return ObjectUpload(self.fs, stage, room, key=self.key(tenant, *file_at))
         self.sweep_stale()
-        return ObjectUpload(self.fs, f"{self.base}/{STAGING}/{uuid.uuid4().hex}", room)
+        return ObjectUpload(self.fs, stage, room)
 
     def sweep_stale(self, older_than: float = STALE_UPLOAD) -> None:
         """Remove the staging objects left by writers that are gone (not written for `older_than` seconds)."""
@@ -167,12 +180,17 @@ class ObjectVolumes(VolumeFiles):
         for folder in ancestors(path):
             if self.kind_of(tenant, name, folder) == "file":
                 raise PathRefused(f"{folder!r} is not a folder (a file)")
-        self._move(staged.key, self.key(tenant, name, path))
+        target = self.key(tenant, name, path)
+        if not staged.direct:
+            self._move(staged.key, target)
+        elif staged.key == target:
+            staged.commit()
+        else:
+            raise PathRefused(f"the upload was bound for another file than {path!r}")
         return Written(path, 1, staged.size)
 
     def place_tree(self, tenant: str, name: str, staged: Staged, path: str, room: int) -> Written:
         assert isinstance(staged, ObjectUpload)
-        tree = f"{staged.stage}/tree"
         try:
             with (
                 self.fs.open(staged.key, "rb", block_size=PART_SIZE) as f,
@@ -181,20 +199,17 @@ class ObjectVolumes(VolumeFiles):
                 members = checked_members(tar, room)
                 files = [m for m in members if m.isfile()]
                 self._check_tree(tenant, name, path, members)
-                self._write_members(tar, files, tree)
+                self._write_members(
+                    tar, files, lambda m: self.key(tenant, name, f"{path}/{m.name}" if path else m.name)
+                )
         except tarfile.TarError as exc:
             raise PathRefused(f"not a tar stream: {exc}") from None
-        staged_keys = [f"{tree}/{m.name}" for m in files]
-        if staged_keys:  # (copied many at a time, then the staged ones deleted in bulk)
-            self.fs.copy(
-                staged_keys, [self.key(tenant, name, f"{path}/{m.name}" if path else m.name) for m in files]
-            )
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(staged_keys)
         return Written(path, len(files), sum(m.size for m in files))
 
-    def _write_members(self, tar: tarfile.TarFile, files: list[tarfile.TarInfo], tree: str) -> None:
-        """The tar's files written under `tree`: the small ones gathered and sent many at a time (as a folder's
+    def _write_members(
+        self, tar: tarfile.TarFile, files: list[tarfile.TarInfo], key_of: Callable[[tarfile.TarInfo], str]
+    ) -> None:
+        """The tar's files written to their keys (`key_of`): the small ones gathered and sent many at a time (as a folder's
         are fetched: `objectfolder.BATCH_BYTES` in memory at most), a large one in parts."""
         batch: dict[str, bytes] = {}
         held = 0
@@ -204,10 +219,10 @@ class ObjectVolumes(VolumeFiles):
             assert src is not None  # (a regular file's)
             with src:
                 if m.size > objectfolder.SMALL_FILE:
-                    with self.fs.open(f"{tree}/{m.name}", "wb", block_size=PART_SIZE) as out:
+                    with self.fs.open(key_of(m), "wb", block_size=PART_SIZE) as out:
                         shutil.copyfileobj(src, out, CHUNK)
                     continue
-                batch[f"{tree}/{m.name}"] = src.read()
+                batch[key_of(m)] = src.read()
             held += m.size
             if held >= objectfolder.BATCH_BYTES or len(batch) >= objectfolder.BATCH_FILES:
                 self.fs.pipe(batch)

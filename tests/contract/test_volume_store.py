@@ -21,9 +21,11 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from gpuyard.services.submit import volumeobjects
 from gpuyard.services.submit.app import create_app
 from gpuyard.services.submit.volumeobjects import STAGING, ObjectVolumes
 from gpuyard.shared.runtime import objectfolder
+from gpuyard.shared.runtime.tarstream import PathRefused
 from gpuyard.shared.runtime.uploadfile import OverQuota
 from tests.s3server import S3Server, pointed_at
 from tests.unit.services.submit.submitctx import submit_context
@@ -61,9 +63,10 @@ def store(request, tmp_path, monkeypatch) -> Iterator[tuple[str, S3Server | None
 
 
 @pytest.fixture
-def ctx(store, tmp_path):
+def ctx(store, tmp_path, request):
     kind, _, bucket = store
-    with submit_context(tmp_path, volumes=True, volume_quotas={"vision": 10_000}) as context:
+    quota = getattr(request, "param", 10_000)
+    with submit_context(tmp_path, volumes=True, volume_quotas={"vision": quota}) as context:
         if kind == S3:
             context.volume_files = ObjectVolumes(
                 f"s3://{bucket}/{PREFIX}", tmp_path / "storage", lambda t: None
@@ -167,6 +170,38 @@ def test_an_upload_past_the_room_or_cut_short_leaves_nothing(api, ctx, store):
             staged.discard()
     assert api.get("/v1/volumes/data", headers=VISION).json()["files"] == 0
     assert [k for k in stored(ctx, store) if not k.endswith("/")] == []
+
+
+@pytest.mark.parametrize("ctx", [40 << 20], indirect=True)
+def test_a_file_upload_is_seen_only_whole_and_a_refused_one_leaves_nothing(api, ctx, store):
+    """In S3 a file goes straight to its key as a multipart upload (more than one part here): nothing is seen
+    there before `place_file` completes it, and one refused (a folder where the file would go) is aborted."""
+    kind, server, bucket = store
+    api.post("/v1/volumes", json={"name": "data", "size": 40 << 20}, headers=VISION)
+    api.put("/v1/volumes/data/content", params={"path": "taken/x"}, content=b"x", headers=VISION)
+    files = ctx.volume_files
+    body = b"q" * (volumeobjects.PART_SIZE + 7)
+    for path, refused in (("weights/model.bin", False), ("taken", True)):
+        staged = files.staging("vision", 40 << 20, ("data", path))
+        try:
+            staged.write(body)
+            staged.finish()
+            assert not [k for k in stored(ctx, store) if k.endswith(path)]
+            if refused:
+                with pytest.raises(PathRefused):
+                    files.place_file("vision", "data", staged, path)
+            else:
+                files.place_file("vision", "data", staged, path)
+        finally:
+            staged.discard()
+    got = api.get("/v1/volumes/data/content", params={"path": "weights/model.bin"}, headers=VISION)
+    assert got.status_code == 200 and got.content == body
+    assert sorted(k.rsplit("/data/", 1)[-1] for k in stored(ctx, store) if "/data/" in k) == [
+        "taken/x",
+        "weights/model.bin",
+    ]
+    if kind == S3:
+        assert server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
 def test_stale_staging_objects_are_swept(ctx, store, monkeypatch):
