@@ -170,7 +170,7 @@ class _Cycle:
         # before the loop (`protect`)
         self.protected: frozenset[str] | None = None
         self.reserved: dict[str, float] = {}
-        self.reserved_left: Counter = Counter()  # (*shape, priority) -> its reserved jobs yet to come
+        self.fitting: set[str] = set()  # protected jobs that fit before the loop, yet to be looked at
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
         self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
@@ -240,6 +240,7 @@ class _Cycle:
             choices = self.under(allowed, place_gang, self.index, self.policy, demand, job.replicas)
             if choices is not None:  # it fits now: the line places it (or it reserves when it gets there)
                 undo_gang(self.index, demand, choices)
+                self.fitting.add(job.job_id)
                 continue
             if self.projection is None:
                 ending = ending_order(self.running, self.placed_ending)
@@ -249,7 +250,6 @@ class _Cycle:
                 break  # (the projection is exhausted: no later job gets one either)
             self.reservations.append(reservation)
             self.reserved[job.job_id] = reservation.start
-            self.reserved_left[job.key] += 1
 
     def shape_class(self, key: tuple, replicas: int) -> tuple | None:
         """The class of a shape (`shape_key`) for `protect`: (GPUs per replica, whole GPUs or a share, GPU
@@ -267,14 +267,14 @@ class _Cycle:
     def run(self, queue: HeldQueue) -> CycleResult:
         # the settled answer (see `settle`) is given right here, before `consider`: most jobs of a long queue
         # on a full cluster get it (not in strict order, where waiting behind the head comes first). Once every
-        # job left would get it (`left` counts them by key, `unsettled` those whose key has no answer yet, and
-        # none is in its retry backoff), the cycle stops: their reasons follow from the order (`Pending`).
+        # job left would get it (`left` by key, `unsettled` those whose key has no answer yet; none in its backoff
+        # or `fitting`), the cycle stops: their reasons follow from the order and `protect`'s starts (`Pending`).
         fast = self.simple and not self.strict
         settled, pending, now = self.settled, self.pending, self.now
         order = Order(queue, self.ledger, self.config.fair_share)
         if self.depth and queue.window > 0:
             self.protect(queue)
-        protected = self.protected
+        protected, fitting = self.protected, self.fitting
         if fast:
             self.left = left = Counter(queue.keys)
             self.unsettled = len(queue)
@@ -295,16 +295,17 @@ class _Cycle:
                             self.waiting += 1
                         self.examined += 1
                         pending[job.job_id] = found.at(self.waiting)
-                        if not self.unsettled and not backing_off:
+                        if not self.unsettled and not backing_off and not fitting:
                             break
                         continue
             self.examined += 1
+            fitting.discard(job.job_id)
             self.consider(job)
-            if fast and not self.unsettled and not backing_off:
+            if fast and not self.unsettled and not backing_off and not fitting:
                 break
         else:
             return self.result
-        self.lined.stopped(queue, order.rest(), settled, self.waiting)
+        self.lined.stopped(queue, order.rest(), settled, self.waiting, (self.reserved, self.now))
         return self.result
 
     def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
@@ -485,14 +486,12 @@ class _Cycle:
         blocker = (
             self.ledger.quota_blocker(job) if short_of_gpus and self.ledger.would_borrow(job) else cached
         )
-        estimated = None
         reserving = (
             len(self.reservations) < self.depth
             and not (self.projection is not None and self.projection.exhausted)
             and (self.protected is None or (job.job_id in self.protected and job.job_id not in self.reserved))
         )
-        if self.reserved and (estimated := self.reserved.get(job.job_id)) is not None:
-            self.reserved_left[job.key] -= 1
+        estimated = self.reserved.get(job.job_id) if self.reserved else None
         if self.head is not None and not reserving and self.preemption_settled(job, key):
             self.settle(key, job, blocker)
         if self.head is None:
@@ -517,7 +516,7 @@ class _Cycle:
 
     def preemption_settled(self, job: JobRequest, key: tuple) -> bool:
         """Would a later job of this shape and priority certainly not preempt either, nor hold a reservation?"""
-        return not self.reserved_left[job.key] and (
+        return (
             not self.config.preemption
             or self.preemption_searches >= MAX_PREEMPTION_SEARCHES
             or self.search_key(job, key) in self.no_victims

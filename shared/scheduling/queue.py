@@ -96,6 +96,7 @@ class HeldQueue:
         """Apply the changes told since the last cycle (a cycle calls this first)."""
         changes, self._changes = self._changes, {}
         added: dict[tuple, list[JobRequest]] = {}
+        ages: list[tuple] = []
         for job_id, job in changes.items():
             old = self.jobs.get(job_id)
             if old is not None:
@@ -112,7 +113,13 @@ class HeldQueue:
                 added.setdefault((job.priority, None), []).append(job)
                 added.setdefault((job.priority, job.tenant), []).append(job)
                 if self.window > 0:
-                    bisect.insort(self.ages, _age(job))
+                    ages.append(_age(job))
+        if len(ages) > _BULK:
+            self.ages += ages
+            self.ages.sort()
+        else:
+            for age in ages:
+                bisect.insort(self.ages, age)
         for (priority, tenant), jobs in added.items():
             if tenant is None:
                 target = self.classes.get(priority)
@@ -212,10 +219,21 @@ class Pending(Mapping):
         self._skips: list[list[int]] = []  # each rest segment's jobs out of line: their indexes in its list
         self._owners: dict[tuple, int] = {}
         self._size = 0
+        self._reserved: dict[str, float] = {}  # job id -> the start reserved for it (`stopped`)
+        self._now = 0.0
 
-    def stopped(self, queue: HeldQueue, rest: list, settled: dict[tuple, Blocker], in_line: int) -> None:
-        """The cycle stopped after looking at the jobs in `known`, `in_line` of which have a place in line."""
+    def stopped(
+        self,
+        queue: HeldQueue,
+        rest: list,
+        settled: dict[tuple, Blocker],
+        in_line: int,
+        reserved: tuple[dict[str, float], float] = ({}, 0.0),
+    ) -> None:
+        """The cycle stopped after looking at the jobs in `known`, `in_line` of which have a place in line;
+        `reserved`: (job id -> the start reserved for it, now), the estimated starts of those among the rest."""
         self.queue, self.rest, self.settled = queue, rest, dict(settled)
+        self._reserved, self._now = reserved
         self._owners = {owner: n for n, (_jobs, _start, owner) in enumerate(rest)}
         skips: list[list[int]] = [[] for _ in rest]
         for key, blocker in self.settled.items():
@@ -286,7 +304,7 @@ class Pending(Mapping):
             place = self._place(n, i)
             for job in jobs[i : start + last - offset + 1]:
                 blocker = self.settled[job.key]
-                out.append((job.job_id, blocker.at(place)))
+                out.append((job.job_id, blocker.at(place, self._reserved.get(job.job_id), self._now)))
                 place += blocker.in_line
                 first += 1
             n += 1
@@ -331,4 +349,4 @@ class Pending(Mapping):
         found = self._find(queue, job)
         if found is None:
             return None
-        return self.settled[job.key].at(self._place(*found))
+        return self.settled[job.key].at(self._place(*found), self._reserved.get(job_id), self._now)
