@@ -4,6 +4,8 @@
     python benchmarks/pipeline.py --jobs 1000
     # or let the benchmark start its own platform in a temporary directory:
     python benchmarks/pipeline.py --start --jobs 1000
+    # the cost of a replicated bus: one server against a three-server JetStream cluster (R3), in turn:
+    python benchmarks/pipeline.py --start --jobs 1000 --nats-cluster 1,3,1,3,1,3
 
 Reports submit→placed, submit→running, placed→running and running→end latency (p50, p99; a no-op job ends at
 once, so running→end is how long the platform takes to see and record an end), from the events' own
@@ -41,7 +43,7 @@ from gpuyard.client import Client
 from gpuyard.shared.bus.credentials import credentials_path, read_credentials
 from gpuyard.shared.contracts.events.subjects import Subject, subject_filter
 from gpuyard.shared.runtime.service import event_loop_factory
-from gpuyard.supervisor.ports import free_ports
+from gpuyard.supervisor.ports import free_ports, port_free
 
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 RETRY_AFTER = re.compile(rb"(?i)\r\nretry-after: *(\d+)")
@@ -80,14 +82,31 @@ def stop_platform(proc: subprocess.Popen, tmp: Path, keep: bool = False) -> None
         shutil.rmtree(job_root_of(tmp), ignore_errors=True)
 
 
-def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, Client, Path, str]:
-    """`gpuyard up` on free ports (API, NATS, serving, monitor): the process, a client, its folder, its NATS URL."""
+def nats_base_port(servers: int, avoid: set[int]) -> int:
+    """A free first NATS port; for a cluster, one whose neighbours above and route ports are free too (`gpuyard
+    up --nats-cluster` gives server k the first port + k and routes it on the first port + 2000 + k)."""
+    for _ in range(100):
+        base = free_ports("127.0.0.1", 1)[0]
+        wanted = [base + k for k in range(servers)] + [
+            base + 2000 + k for k in range(servers if servers > 1 else 0)
+        ]
+        if not avoid.intersection(wanted) and all(port_free("127.0.0.1", port) for port in wanted):
+            return base
+    raise SystemExit(f"no free ports for {servers} NATS servers")
+
+
+def start_platform(
+    gpus: int, executors: int | None, nats_servers: int = 1
+) -> tuple[subprocess.Popen, Client, Path, str]:
+    """`gpuyard up` on free ports (API, NATS, serving, monitor): the process, a client, its folder, its NATS
+    URLs (comma-separated: `nats_servers` of them, a JetStream cluster with streams of 3 replicas when 3)."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
     jobs = job_root_of(tmp)
     jobs.mkdir(0o711)
     jobs.chmod(0o711)  # (whatever the umask: the jobs' users pass through it)
     env = {**os.environ, "GPUYARD_CONFIG_DIR": str(tmp / "config"), "GPUYARD_JOB_ROOT": str(jobs / "jobs")}
-    port, nats_port, serving_port, monitor_port = free_ports("127.0.0.1", 4)
+    port, serving_port, monitor_port = free_ports("127.0.0.1", 3)
+    nats_port = nats_base_port(nats_servers, {port, serving_port, monitor_port})
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gpuyard"),
@@ -105,6 +124,7 @@ def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, 
             "--monitor-port",
             str(monitor_port),
             *(["--executors", str(executors)] if executors else []),
+            *(["--nats-cluster", str(nats_servers)] if nats_servers > 1 else []),
         ],
         env=env,
         stdout=(tmp / "up.log").open("wb"),
@@ -116,7 +136,8 @@ def start_platform(gpus: int, executors: int | None) -> tuple[subprocess.Popen, 
             token = json.loads((tmp / "config" / "config.json").read_text())["token"]
             client = Client(f"http://127.0.0.1:{port}", token)
             if client.healthy() and any(n["gpus"] for n in client.request("GET", "/v1/nodes")):
-                return proc, client, tmp, f"nats://127.0.0.1:{nats_port}"
+                urls = ",".join(f"nats://127.0.0.1:{nats_port + k}" for k in range(nats_servers))
+                return proc, client, tmp, urls
         except (OSError, ValueError, KeyError, Exception):
             pass
         time.sleep(0.2)
@@ -182,7 +203,8 @@ class Tap:
             creds = read_credentials(credentials)
             auth = {"user": creds.user, "password": creds.password}
         try:
-            self.nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0, **auth)
+            servers = url.split(",")  # (a clustered bus: every server's)
+            self.nc = await nats.connect(servers, connect_timeout=5, max_reconnect_attempts=0, **auth)
         except Exception as exc:
             raise SystemExit(f"cannot reach NATS at {url} (pass --nats): {exc}") from None
         for kind in self.SUBJECTS:  # every tenant's (job events end with their tenant: job.placed.vision)
@@ -376,17 +398,57 @@ def main() -> int:
     parser.add_argument(
         "--cpu", type=int, metavar="PID", help="pid of `gpuyard up`: report CPU ms per job per process"
     )
+    parser.add_argument(
+        "--nats-cluster",
+        type=nats_cluster_sizes,
+        default=[1],
+        metavar="N[,N…]",
+        help="with --start: NATS servers of the platform (`gpuyard up --nats-cluster`; 3: a JetStream cluster, "
+        "streams of 3 replicas); several, comma-separated: one platform each, in turn, their results together "
+        "(1,3,1,3: one server against a cluster, same run)",
+    )
     args = parser.parse_args()
+    if len(args.nats_cluster) > 1 or args.nats_cluster != [1]:
+        if not args.start:
+            parser.error("--nats-cluster needs --start")
+        runs = [{"nats_servers": n, **measure(args, n)} for n in args.nats_cluster]
+        print(json.dumps({"runs": runs, "jobs_per_s_by_servers": rates_by_servers(runs)}, indent=2))
+        return 0
+    print(json.dumps(measure(args), indent=2))
+    return 0
+
+
+def nats_cluster_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: numbers of servers, comma-separated (1,3)") from None
+    if any(n < 1 or n == 2 for n in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: 1 (one server) or 3 and more")
+    return sizes
+
+
+def rates_by_servers(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """The end-to-end rate of the runs of each number of servers: min, median, max."""
+    out: dict[str, dict[str, float]] = {}
+    for n in sorted({r["nats_servers"] for r in runs}):
+        rates = [r["end_to_end_jobs_per_s"] for r in runs if r["nats_servers"] == n]
+        out[str(n)] = {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
+    return out
+
+
+def measure(args: argparse.Namespace, nats_servers: int = 1) -> dict:
+    """One run: on a platform of its own (`--start`, with `nats_servers` NATS servers), or on the one given."""
     proc = None
     if args.start:
-        proc, client, tmp, args.nats = start_platform(8, args.executors)
+        proc, client, tmp, args.nats = start_platform(8, args.executors, nats_servers)
         args.cpu = proc.pid
         args.nats_credentials = credentials_path(tmp / "data", "integrator")
     else:
         client = Client(args.server, args.token)
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            result = runner.run(
+            return runner.run(
                 run(
                     client.server,
                     client.token,
@@ -401,8 +463,6 @@ def main() -> int:
     finally:
         if proc:
             stop_platform(proc, tmp, args.keep)
-    print(json.dumps(result, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The whole suite as `make test` runs it: two pytest processes side by side, one per core.
 
 The integration and chaos tests (real nats-server, real `gpuyard up`, mostly waiting on processes and the
-network) run in one process, everything else (unit, contract, fuzz and browser tests) in the other: each half keeps
+network) run in one process, everything else (unit, contract, fuzz and browser tests, and the Slurm backend's
+integration tests against a real Slurm) in the other: each half keeps
 the order and isolation of a plain `pytest` run, and the two halves take about as long as each other, so the
 suite takes about half its serial time on two cores. A line every half minute says how far each half is; at
 the end each half's own output follows (its failures, its skipped tests with their reasons, its slowest
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SLURM = "tests/integration/slurm"  # (its real Slurm's tests go with the other half, which would end first)
 HALVES = {
-    "integration": ["tests/integration", "tests/chaos"],
-    "the rest": ["tests/unit", "tests/contract", "tests/fuzz", "tests/browser", "tests/gpu"],
+    "integration": ["tests/integration", "tests/chaos", f"--ignore={SLURM}"],
+    "the rest": ["tests/unit", "tests/contract", "tests/fuzz", "tests/browser", "tests/gpu", SLURM],
 }
 PYTEST = ["-q", "-rs", "--durations=15", "-p", "no:cacheprovider"]
 PROGRESS_EVERY = 30.0

@@ -5,6 +5,7 @@ One module per command group, each adding its commands with `register(sub, commo
 - up.py: `gpuyard up`
 - jobs.py: `submit`, `ps`, `describe`, `events`, `cancel`, `logs`, `why`
 - access.py: `exec`, `shell`, `port-forward` (into a running job)
+- dev.py: `dev start`, `ls`, `open`, `stop` (dev environments)
 - artifacts.py: `artifacts` (what a job kept in its output folder)
 - alerts.py: `alerts`; usage.py: `usage`; nodes.py: `top`, `nodes` (`cordon`, `drain`, `uncordon`)
 - envs.py: `envs` (`rm`): the job environments the nodes hold
@@ -27,6 +28,7 @@ from gpuyard.cli import (
     alerts,
     artifacts,
     context,
+    dev,
     envs,
     jobs,
     models,
@@ -44,6 +46,7 @@ from gpuyard.shared.contracts.version import VERSION
 GROUPS = (
     up,
     jobs,
+    dev,
     access,
     artifacts,
     alerts,

@@ -299,10 +299,12 @@ def _idle_text(spec: JobSpec) -> str:
 
 
 def _what_it_runs(spec: JobSpec) -> tuple[str, str]:
-    """The command a job runs, or the model a serve job serves."""
+    """The command a job runs, the model a serve job serves, or a dev environment's notebooks."""
     if spec.serve is not None:
         owner = f" (tenant {spec.serve.tenant}'s)" if spec.serve.tenant else ""
         return "Serves", f"model {spec.serve.job_name}{owner}"
+    if spec.dev is not None:
+        return "Runs", f"a dev environment (JupyterLab), notebooks in {spec.dev.root}/"
     return "Command", spec.command if isinstance(spec.command, str) else " ".join(spec.command or [])
 
 

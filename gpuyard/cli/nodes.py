@@ -93,6 +93,9 @@ def print_nodes(nodes: list[NodeOut]) -> None:
                 holders,
             )
     out.print(table)
+    for n in nodes:
+        for note in n.notes:
+            out.print(f"{n.node}: {note}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- cordon, drain, uncordon

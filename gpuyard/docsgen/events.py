@@ -15,6 +15,7 @@ from gpuyard.shared.contracts.events.alerts import (
     IdleStop,
     IdleWarning,
 )
+from gpuyard.shared.contracts.events.dev import DevActivity
 from gpuyard.shared.contracts.events.envelope import REGISTRY, CloudEvent, type_of
 from gpuyard.shared.contracts.events.jobs import (
     FailureReason,
@@ -297,6 +298,12 @@ EXAMPLES = {
         message="stopped for idle GPUs: every sample under 5% utilization for 40m (idle timeout 30m, grace "
         "10m; highest 1.2% over the last 30m)",
         idle_seconds=2400,
+    ),
+    Subject.DEV_ACTIVITY: DevActivity(
+        job_id="8f14e45fceea167a5a36dedd4bea2543",
+        attempt=1,
+        tenant="vision",
+        at=datetime(2026, 11, 1, 12, 5, tzinfo=UTC),
     ),
 }
 

@@ -24,6 +24,7 @@ from gpuyard.shared.settings.monitor import MonitorSettings
 from gpuyard.shared.settings.names import default_text, env_name, flag_name
 from gpuyard.shared.settings.scheduler import SchedulerSettings
 from gpuyard.shared.settings.serving import ServingSettings
+from gpuyard.shared.settings.slurm import SlurmConfig
 from gpuyard.shared.settings.storage import StorageSettings
 from gpuyard.shared.settings.submit import SubmitSettings
 
@@ -83,9 +84,9 @@ TABLES = (
     Table("The scheduler", "`python -m gpuyard.services.scheduler`", SchedulerSettings, skip=COMMON),
     Table(
         "The executor",
-        "`python -m gpuyard.services.executor`; its Kubernetes backend's settings are in the next table.",
+        "`python -m gpuyard.services.executor`; its Kubernetes and Slurm backends' settings are in tables below.",
         ExecutorSettings,
-        skip=(*ENVIRONMENTS, *GATEWAY, "kubernetes"),
+        skip=(*ENVIRONMENTS, *GATEWAY, "kubernetes", "slurm"),
     ),
     Table(
         "Job environments",
@@ -98,6 +99,12 @@ TABLES = (
         "Read with `GPUYARD_EXECUTOR_BACKEND=kubernetes`; lists and mappings are JSON.",
         KubernetesConfig,
         nested_in="kubernetes",
+    ),
+    Table(
+        "The executor's Slurm backend",
+        "Read with `GPUYARD_EXECUTOR_BACKEND=slurm`; lists are JSON.",
+        SlurmConfig,
+        nested_in="slurm",
     ),
     Table("The monitor", "`python -m gpuyard.services.monitor`", MonitorSettings, skip=COMMON),
     Table("Model serving", "`python -m gpuyard.services.serving`", ServingSettings, skip=COMMON),

@@ -37,6 +37,8 @@ flag's (SIGHUP would then change nothing)."""
 SERVER_NAME = "gpuyard"
 PID_FILE = "nats.pid"
 """Where the nats-server of `gpuyard up` writes its pid (in the bus dir), for a reload after a change."""
+ROUTE_USER = "route"
+"""The user the servers of a clustered bus route to each other as (its credentials in the bus dir)."""
 LOCK_FILE = "up.lock"
 """Held by a running `gpuyard up` (in the data dir)."""
 
@@ -95,15 +97,65 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_up_config(data_dir: Path) -> Path:
-    """The users (`write_config`) and the file `gpuyard up` starts nats-server with, which includes them."""
+@dataclass(frozen=True)
+class ClusterMember:
+    """One server of a clustered bus: its number (from 1) and every server's route (cluster) address."""
+
+    number: int
+    host: str
+    route_ports: tuple[int, ...]
+
+    @property
+    def route_port(self) -> int:
+        return self.route_ports[self.number - 1]
+
+
+def server_label(number: int) -> str:
+    """How the files and names of server `number` are told apart: `` for the first, `-2`, `-3`."""
+    return "" if number == 1 else f"-{number}"
+
+
+def up_config_path(data_dir: Path, number: int = 1) -> Path:
+    """The file server `number` starts with: `up.conf`, `up-2.conf`…"""
+    return bus_dir(data_dir) / UP_CONFIG_FILE.replace(".conf", f"{server_label(number)}.conf")
+
+
+def pid_path(data_dir: Path, number: int = 1) -> Path:
+    """Where server `number` writes its pid: `nats.pid`, `nats-2.pid`…"""
+    return bus_dir(data_dir) / PID_FILE.replace(".pid", f"{server_label(number)}.pid")
+
+
+def render_cluster(member: ClusterMember, route: BusCredentials) -> str:
+    """The `cluster` block of one server: it listens for routes on its own port, and routes to the others, the
+    routes authenticated (a route is trusted with every message: none joins without the password)."""
+    auth = f"{route.user}:{route.password}@"
+    routes = [f"nats://{auth}{member.host}:{p}" for p in member.route_ports if p != member.route_port]
+    return (
+        "cluster {\n"
+        f"  name: {json.dumps(SERVER_NAME)}\n"
+        f"  listen: {json.dumps(f'{member.host}:{member.route_port}')}\n"
+        f"  authorization {{ user: {json.dumps(route.user)}, password: {json.dumps(route.password)} }}\n"
+        f"  routes: {_list(tuple(routes))}\n"
+        "}\n"
+    )
+
+
+def write_up_config(data_dir: Path, member: ClusterMember | None = None) -> Path:
+    """The users (`write_config`) and the file `gpuyard up` starts nats-server with, which includes them; for a
+    server of a clustered bus (`member`), its own name (`gpuyard-2`) and its cluster block."""
     write_config(data_dir)
-    path = bus_dir(data_dir) / UP_CONFIG_FILE
+    number = member.number if member is not None else 1
+    name = SERVER_NAME if member is None else f"{SERVER_NAME}-{number}"
+    cluster = ""
+    if member is not None:
+        route = ensure_credentials(data_dir, [ROUTE_USER])[ROUTE_USER]
+        cluster = render_cluster(member, route)
+    path = up_config_path(data_dir, number)
     _write(
         path,
         "# Written by `gpuyard up` at every start: edits are lost.\n"
-        f"server_name: {json.dumps(SERVER_NAME)}\n"
-        f"include {json.dumps(CONFIG_FILE)}\n",
+        f"server_name: {json.dumps(name)}\n"
+        f"include {json.dumps(CONFIG_FILE)}\n" + cluster,
     )
     return path
 
@@ -138,12 +190,12 @@ def add_tenant_integrator(data_dir: Path, tenant: str) -> TenantIntegrator:
     Path(data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     ensure_credentials(data_dir, [user])
     config = write_config(data_dir)
-    pid = running_nats(data_dir)
-    if pid is not None:
+    reloaded = None
+    for pid in running_servers(data_dir):  # (every server of a clustered bus)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGHUP)
-            return TenantIntegrator(tenant, credentials_path(data_dir, user), config, pid)
-    return TenantIntegrator(tenant, credentials_path(data_dir, user), config, None)
+            reloaded = reloaded or pid
+    return TenantIntegrator(tenant, credentials_path(data_dir, user), config, reloaded)
 
 
 def up_running(data_dir: Path) -> bool:
@@ -163,19 +215,30 @@ def up_running(data_dir: Path) -> bool:
     return False
 
 
-def running_nats(data_dir: Path) -> int | None:
-    """The pid of the nats-server a running `gpuyard up` started on `data_dir`: the pid its pid file names,
-    when `gpuyard up` holds the lock and that process is a nats-server run with this data dir's configuration
-    (a stale pid file naming another process is never signalled)."""
+def running_servers(data_dir: Path) -> list[int]:
+    """The pids of the nats-servers a running `gpuyard up` started on `data_dir` (`running_nats`): the first,
+    then those of a clustered bus, as long as their pid files follow."""
+    found: list[int] = []
+    number = 1
+    while pid_path(data_dir, number).exists():
+        if (pid := running_nats(data_dir, number)) is not None:
+            found.append(pid)
+        number += 1
+    return found
+
+
+def running_nats(data_dir: Path, number: int = 1) -> int | None:
+    """The pid of the nats-server (`number`: of a clustered bus) a running `gpuyard up` started on `data_dir`:
+    the pid its pid file names, when `gpuyard up` holds the lock and that process is a nats-server run with
+    this data dir's configuration (a stale pid file naming another process is never signalled)."""
     if not up_running(data_dir):
         return None
-    pid_file = bus_dir(data_dir) / PID_FILE
     try:
-        pid = int(pid_file.read_text().strip())
+        pid = int(pid_path(data_dir, number).read_text().strip())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return None
-    config = str(bus_dir(data_dir) / UP_CONFIG_FILE).encode()
+    config = str(up_config_path(data_dir, number)).encode()
     if not argv or not Path(argv[0].decode(errors="replace")).name.startswith("nats-server"):
         return None
     return pid if config in argv else None

@@ -29,6 +29,11 @@ SETTING_FLAGS: dict[str, tuple[type[CommonSettings], str]] = {
 }
 UP_NOTES = {"--host": "The embedded NATS server listens there too."}
 DEFAULT_NATS_PORT = 4222
+ROUTE_PORT_OFFSET = 2000
+"""A clustered bus's server k routes to the others on `--nats-port` + ROUTE_PORT_OFFSET + k (6222, 6223, 6224 by
+default: NATS's own cluster port and the next ones)."""
+CLUSTER_REPLICAS = 3
+"""Replicas of each stream on a clustered bus: as many as servers, up to JetStream's usual R3."""
 
 
 def default_executors() -> int:
@@ -60,6 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"port of the embedded NATS server ({DEFAULT_NATS_PORT})",
     )
     parser.add_argument(
+        "--nats-cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="NATS servers to run as one JetStream cluster on this machine (1: a single server; 3: a cluster "
+        "that survives the loss of any one server, each stream replicated on 3). Server k listens on "
+        f"--nats-port + k and routes on --nats-port + {ROUTE_PORT_OFFSET} + k; every service gets them all",
+    )
+    parser.add_argument(
         "--executors",
         type=int,
         default=default_executors(),
@@ -82,6 +96,8 @@ class UpOptions:
     given: dict[str, str] = field(default_factory=dict)
     """Service settings set through `gpuyard up`'s flags, by field name (see SETTING_FLAGS)."""
     nats_port: int = DEFAULT_NATS_PORT
+    nats_cluster: int = 1
+    """NATS servers run as one JetStream cluster (1: a single server, not clustered)."""
     executors: int = field(default_factory=default_executors)
     """Executor processes sharing the node's placements."""
     demo: bool = False
@@ -92,10 +108,31 @@ class UpOptions:
     def from_args(cls, args: argparse.Namespace) -> UpOptions:
         names = (name for _, name in SETTING_FLAGS.values())
         given = {name: str(getattr(args, name)) for name in names if getattr(args, name) is not None}
+        if args.nats_cluster > 1 and env_name("stream_replicas") not in os.environ:
+            given["stream_replicas"] = str(min(args.nats_cluster, CLUSTER_REPLICAS))  # (else: the user's)
         return cls(
             given=given,
             nats_port=args.nats_port,
+            nats_cluster=args.nats_cluster,
             executors=args.executors,
             demo=args.demo,
             service_metrics_port=args.service_metrics_port,
         )
+
+    @property
+    def nats_ports(self) -> list[int]:
+        """The client port of each NATS server, the first `--nats-port`."""
+        return [self.nats_port + k for k in range(max(self.nats_cluster, 1))]
+
+    @property
+    def route_ports(self) -> list[int]:
+        """The cluster (route) port of each NATS server; none for a single server."""
+        if self.nats_cluster <= 1:
+            return []
+        return [self.nats_port + ROUTE_PORT_OFFSET + k for k in range(self.nats_cluster)]
+
+    def nats_url(self, host: str) -> str:
+        """Every NATS server's URL, comma-separated, as the services' `nats_url` takes them."""
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        host = f"[{host}]" if ":" in host else host
+        return ",".join(f"nats://{host}:{port}" for port in self.nats_ports)

@@ -136,7 +136,7 @@ def decided_settings(
     tokens file are, and, unless the environment names them, the addresses the services tell each other."""
     decided: dict[str, object] = {
         **opts.given,
-        "nats_url": f"nats://{api.submit_host}:{opts.nats_port}",
+        "nats_url": opts.nats_url(api.submit_host),  # every server's, on a clustered bus
         "data_dir": data_dir,
         "tokens_file": data_dir / TOKENS_FILE,
     }

@@ -27,8 +27,16 @@ PICKED_REMEDY = "start it again (the port was free when it was picked)"
 
 def check_port_flags(opts: UpOptions) -> None:
     """`gpuyard up`'s own port flags (the others are settings, checked as each service checks them)."""
-    if not 1 <= opts.nats_port <= HIGHEST_PORT:
-        raise SystemExit(f"--nats-port {opts.nats_port} is not a port: 1 to {HIGHEST_PORT}")
+    if opts.nats_cluster < 1 or opts.nats_cluster == 2:
+        raise SystemExit(
+            f"--nats-cluster {opts.nats_cluster}: 1 (one server) or 3 and more (a cluster of 2 stops with either "
+            "server: JetStream needs a majority)"
+        )
+    highest = max(opts.nats_ports + opts.route_ports)  # (a clustered bus's servers take the ports above)
+    if opts.nats_port < 1 or highest > HIGHEST_PORT:
+        top = HIGHEST_PORT - (highest - opts.nats_port)
+        servers = f" for {opts.nats_cluster} servers" if opts.nats_cluster > 1 else ""
+        raise SystemExit(f"--nats-port {opts.nats_port} is not a port{servers}: 1 to {top}")
     first, count = opts.service_metrics_port, 1 + max(opts.executors, 1)
     if first is not None and not 1 <= first <= HIGHEST_PORT - count + 1:
         raise SystemExit(
@@ -41,7 +49,8 @@ def named_ports(opts: UpOptions, api: SubmitSettings) -> frozenset[int]:
     picked for the rest may be one of them, though nothing is bound there yet."""
     serving = settings_from_argv(ServingSettings, settings_flags(ServingSettings, opts.given), "gpuyard up")
     monitor = settings_from_argv(MonitorSettings, settings_flags(MonitorSettings, opts.given), "gpuyard up")
-    return frozenset({api.submit_port, opts.nats_port, serving.serving_port, monitor.metrics_port})
+    nats = {*opts.nats_ports, *opts.route_ports}
+    return frozenset({api.submit_port, *nats, serving.serving_port, monitor.metrics_port})
 
 
 def own_metrics_ports(opts: UpOptions, host: str, named: frozenset[int]) -> list[int]:
@@ -70,7 +79,7 @@ def wanted_ports(platform: Plan, opts: UpOptions, env: dict[str, str]) -> list[W
     api, serving = platform.submit, platform.settings_of("serving", ServingSettings)
     wanted = [
         Wanted("the API", api.submit_host, api.submit_port, "--port", "pass --port"),
-        Wanted("NATS", platform.nats_host, platform.nats_port, "--nats-port", "pass --nats-port"),
+        *nats_ports(platform.nats_host, opts),
         Wanted(
             "the serving API",
             serving.serving_host,
@@ -89,6 +98,20 @@ def wanted_ports(platform: Plan, opts: UpOptions, env: dict[str, str]) -> list[W
     wanted += [_metrics_port(c, s[c.name], opts) for c in children if s[c.name].service_metrics_port]
     wanted += [_health_port(c, s[c.name], env) for c in children if s[c.name].health_port]
     return wanted
+
+
+def nats_ports(host: str, opts: UpOptions) -> list[Wanted]:
+    """The NATS servers' ports: each one's client port and, on a clustered bus, its route port (on loopback)."""
+    if opts.nats_cluster <= 1:
+        return [Wanted("NATS", host, opts.nats_port, "--nats-port", "pass --nats-port")]
+    source, remedy = "--nats-port", "pass another --nats-port (server k takes it + k, and + 2000 + k)"
+    wanted = [
+        Wanted(f"NATS server {k}", host, port, source, remedy) for k, port in enumerate(opts.nats_ports, 1)
+    ]
+    routes = enumerate(opts.route_ports, 1)
+    return wanted + [
+        Wanted(f"the routes of NATS server {k}", loopback_for(host), p, source, remedy) for k, p in routes
+    ]
 
 
 def _metrics_port(child: Child, own: CommonSettings, opts: UpOptions) -> Wanted:

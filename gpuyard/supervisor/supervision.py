@@ -100,7 +100,7 @@ class Supervisor:
 
     def _report(self, child: Child) -> None:
         """Say `child`'s state on the bus, when it runs a service (NATS cannot be told about itself)."""
-        if self.report is None or child.name == "nats" or child.proc is None:
+        if self.report is None or is_nats(child) or child.proc is None:
             return
         running = child.state is ProcessState.RUNNING
         try:
@@ -144,7 +144,7 @@ class Supervisor:
 
     def _heard(self, child: Child, line: bytes) -> None:
         text = line.decode(errors="replace").rstrip()
-        if child.name == "nats":
+        if is_nats(child):
             if jetstream_broken(text):
                 self.healer.heal(child, text)
             if not shown(text):
@@ -229,14 +229,12 @@ class Supervisor:
         refused its configuration. A child that crashes meanwhile is restarted by `watch` and waited for."""
         deadline = time.monotonic() + within
         while not self.refused.is_set():
-            if all(c.ready for c in self.children.values() if c.name != "nats") and await asyncio.to_thread(
+            if all(c.ready for c in self.children.values() if not is_nats(c)) and await asyncio.to_thread(
                 healthy
             ):
                 return True
             if time.monotonic() > deadline:
-                waiting = ", ".join(
-                    c.name for c in self.children.values() if c.name != "nats" and not c.ready
-                )
+                waiting = ", ".join(c.name for c in self.children.values() if not is_nats(c) and not c.ready)
                 raise SystemExit(
                     f"not started within {within:.0f}s: {waiting or 'the API'} (see the logs above)"
                 )
@@ -249,7 +247,7 @@ class Supervisor:
         from a service manager's restart, would leave the jobs running for the next executor to adopt), even if
         `up` itself is killed while it stops the others."""
         self.stopping = True
-        services = [n for n in order if n in self.children and self.children[n].name != "nats"]
+        services = [n for n in order if n in self.children and not is_nats(self.children[n])]
         for name in services:
             child = self.children[name]
             executor = (child.service or child.name) == "executor"
@@ -294,6 +292,11 @@ class Supervisor:
                 await self.start(child)
         finally:
             child.restarting = False
+
+
+def is_nats(child: Child) -> bool:
+    """Whether `child` is a NATS server (`nats`, or `nats-2`… of a clustered bus), not a service."""
+    return (child.service or child.name) == "nats"
 
 
 async def exited(proc: asyncio.subprocess.Process, within: float) -> bool:

@@ -38,9 +38,10 @@ from gpuyard.shared.bus.permissions import Role
 from gpuyard.shared.settings.common import EXIT_REFUSED
 from gpuyard.shared.settings.names import env_name
 from gpuyard.supervisor.banner import banner
+from gpuyard.supervisor.child import Child
 from gpuyard.supervisor.datadir import Prepared, prepare
 from gpuyard.supervisor.demo import run_demo
-from gpuyard.supervisor.natsserver import nats_child, nats_store
+from gpuyard.supervisor.natsserver import nats_children, nats_store
 from gpuyard.supervisor.options import UpOptions
 from gpuyard.supervisor.plan import Plan, plan
 from gpuyard.supervisor.ports import port_free
@@ -66,9 +67,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", env_name("supervisor_pid"): str(os.getpid())}
     platform = plan(opts, env)
     ready = prepare(platform)
-    logging.getLogger("gpuyard.shared.bus.jetstream").setLevel(
-        logging.ERROR
-    )  # the reporter's reconnects: NATS's lines say why
+    for name in ("gpuyard.shared.bus.jetstream", "gpuyard.shared.bus.busstate"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # the reporter's reconnects: NATS's lines say why
     reporter = StatusReporter(
         platform.submit.nats_servers,
         credentials_path(platform.data_dir, Role.SUPERVISOR.value),
@@ -82,18 +82,20 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    host, nats_port = platform.nats_host, platform.nats_port
-    nats = nats_child(platform.data_dir, host, nats_port, env)
+    host = platform.nats_host
+    servers = nats_children(platform.data_dir, host, opts, env)
     try:
-        await sup.start(nats)
-        await wait_until(lambda: not port_free(host, nats_port), NATS_WITHIN, "NATS")
+        for server in servers:
+            await sup.start(server)
+        for server, port in zip(servers, opts.nats_ports, strict=True):
+            await wait_until(lambda port=port: not port_free(host, port), NATS_WITHIN, server.name)
         reporting = asyncio.create_task(reporter.run())
         for child in platform.children:
             await sup.start(child)
         watcher = asyncio.create_task(sup.watch())
         client = Client(ready.server_url, ready.admin_token)
         if not await sup.until_started(client.healthy, STARTED_WITHIN):
-            return await _refused(sup, platform, reporter, reporting, ready, console)
+            return await _refused(sup, stop_order(platform, servers), reporter, reporting, ready, console)
         console.print(banner(platform, ready), highlight=False)
         if opts.demo:
             asyncio.create_task(run_demo(client, console, ready.server_url))
@@ -102,25 +104,25 @@ async def run_up(opts: UpOptions, console: Console) -> int:
             return_when=asyncio.FIRST_COMPLETED,
         )
         if sup.refusal:
-            return await _refused(sup, platform, reporter, reporting, ready, console)
+            return await _refused(sup, stop_order(platform, servers), reporter, reporting, ready, console)
         console.print("\n[bold]Stopping GPUYARD…[/]")
         watcher.cancel()
     finally:
         await reporter.close(reporting)  # (its last word while NATS is there; again: nothing to do)
-        await sup.stop(stop_order(platform))
+        await sup.stop(stop_order(platform, servers))
         ready.lock.close()
     console.print("[bold]Stopped; no process left behind.[/]")
     return 0
 
 
-def stop_order(platform: Plan) -> list[str]:
-    """The processes in the order they stop: the services (in reverse start order), then NATS."""
-    return [*(c.name for c in reversed(platform.children)), "nats"]
+def stop_order(platform: Plan, servers: list[Child]) -> list[str]:
+    """The processes in the order they stop: the services (in reverse start order), then the NATS servers."""
+    return [*(c.name for c in reversed(platform.children)), *(s.name for s in servers)]
 
 
 async def _refused(
     sup: Supervisor,
-    platform: Plan,
+    order: list[str],
     reporter: StatusReporter,
     reporting: asyncio.Task | None,
     ready: Prepared,
@@ -129,7 +131,7 @@ async def _refused(
     """A service refused its configuration: stop everything and say why (restarting it would not help); the
     reporter first, which says the refusal on the bus while NATS is there."""
     await reporter.close(reporting)
-    await sup.stop(stop_order(platform))
+    await sup.stop(order)
     ready.lock.close()
     console.print(f"[bold red]gpuyard up: {escape(sup.refusal or '')}[/]; stopped.", highlight=False)
     return EXIT_REFUSED

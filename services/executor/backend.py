@@ -19,6 +19,7 @@ backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,6 +95,12 @@ class Backend(ABC):
         replicas are watched again (their ends will be reported, those that ended meanwhile included);
         False when they cannot be, after making sure none of them still runs. `unannounced`: their start
         was never recorded (its executor died first): reported through `replicas_started` before any end."""
+
+    async def stop_leftovers(self, wanted: Callable[[AttemptKey], Awaitable[bool]]) -> list[AttemptKey]:
+        """After a restart: stop what still runs on this node of attempts no executor watches (the node was
+        lost meanwhile: they were requeued and placed elsewhere, or ended) that are not `wanted` here any more;
+        the attempts stopped. (Kubernetes: none, every pod is the job's current one or released.)"""
+        return []
 
     async def run(self) -> None:  # noqa: B027 (optional: nothing to watch by default)
         """What the backend needs to keep running while the executor serves; returns only if it cannot go on

@@ -1,4 +1,4 @@
-"""The backend the settings choose, built: local process groups, or Kubernetes pods."""
+"""The backend the settings choose, built: local process groups, Kubernetes pods or Slurm batch jobs."""
 
 from __future__ import annotations
 
@@ -50,6 +50,19 @@ def make_backend(
             volumes=VolumeRegistry(store, None, f"/gpuyard/executor/{settings.instance}").get
             if store is not None
             else None,
+        )
+    if settings.executor_backend == "slurm":
+        from gpuyard.services.executor.slurm.backend import SlurmBackend
+
+        return SlurmBackend(
+            settings.slurm,
+            data_dir=settings.data_dir,
+            job_users=JobUsers.from_setting(settings.job_users, settings.job_uid_base),
+            grace=settings.grace_seconds,
+            log_max_bytes=settings.log_max_bytes,
+            log_backups=settings.log_backups,
+            shipper=shipper,
+            log_budget=LogBudget.share(settings.tenant_log_budget, 1),
         )
     mps = settings.mps == "on" or (settings.mps == "auto" and not simulated and mps_running())
     return LocalBackend(

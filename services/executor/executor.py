@@ -304,8 +304,25 @@ class Executor(AttemptHost):
                 except Exception:  # one job the executor cannot read or resume never stops it serving others
                     log.exception("job %s: cannot be reconciled; left as it is", doc.get("job_id", "?"))
             if not page.next_cursor:
-                return
+                break
             cursor = page.next_cursor
+        try:
+            await self.backend.stop_leftovers(self.wanted_here)
+        except Exception:  # (what it could not stop is tried again at the next start)
+            log.exception("cannot stop what is left of attempts that moved on while this node was away")
+
+    async def wanted_here(self, key: AttemptKey) -> bool:
+        """Whether the job still runs this attempt on this node (its current attempt, active, placed here):
+        what is left of any other (the node was lost meanwhile) is stopped (`Backend.stop_leftovers`)."""
+        if key in self.attempts:
+            return True
+        doc = await self.store.get_projection(key.job_id)
+        if doc is None:
+            return False
+        view = JobView.model_validate(doc)
+        return (
+            view.attempt == key.attempt and view.state in ACTIVE_STATES and bool(self.mine(view.placements))
+        )
 
     async def reconcile_job(self, view: JobView) -> None:
         key = AttemptKey(view.job_id, view.attempt)
@@ -313,6 +330,10 @@ class Executor(AttemptHost):
         if not mine or key in self.attempts or not self.hosts(view):
             return
         never_started = view.state == JobState.PLACED and view.current.started_at is None
+        if not self.backend.runs_every_node:  # none of this node's replicas started, though a gang's others
+            # may have, on other nodes (this node joined, or its consumer was not there yet, when it was placed)
+            started_here = {p.replica for p in mine} & set(view.current.started)
+            never_started = view.state in ACTIVE_STATES and not started_here
         if never_started and not self.backend.started_before(key):
             placed = JobPlaced(job_id=view.job_id, attempt=view.attempt, placements=view.placements)
             await self.launch(placed)  # (unless another worker of this node claims it first)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuyard.shared.auth.devtoken import dev_env
 from gpuyard.shared.auth.jobtokens import (
     CHECKPOINT_SCOPE,
     PUBLISH_SCOPE,
@@ -40,6 +41,7 @@ from gpuyard.shared.auth.jobtokens import (
 )
 from gpuyard.shared.contracts.events.jobs import JobPlaced, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
+from gpuyard.shared.runtime.installhint import install_command
 from gpuyard.shared.runtime.paths import JobStorage
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,15 @@ def publish_env(*, job_id: str, tenant: str, attempt: int) -> dict[str, str]:
     }
 
 
+def notebook_env(spec: JobSpec, job_id: str, attempt: int) -> dict[str, str]:
+    """A dev environment's notebook token and port (`devtoken`, JUPYTER_TOKEN and GPUYARD_DEV_PORT), and the
+    command that installs JupyterLab for this node's GPUYARD (said where it is missing); nothing for another
+    job, or when the platform gives no job tokens (its start then says so in one line)."""
+    if spec.dev is None or _publishing is None:
+        return {}
+    return {**dev_env(_publishing.secret, job_id, attempt), "GPUYARD_DEV_INSTALL": install_command("dev")}
+
+
 def storage_env(storage: JobStorage) -> dict[str, str]:
     """The job's checkpoint and output folders, which every attempt of it shares."""
     return {"GPUYARD_CHECKPOINT_DIR": storage.checkpoints, "GPUYARD_OUTPUT_DIR": storage.outputs}
@@ -229,6 +240,7 @@ def replica_env(
             node=replica.node,
         )
     )
+    env.update(notebook_env(spec, job_id, placed.attempt))
     if storage is not None:
         env.update(storage_env(storage))
     env["GPUYARD_GPUS"] = ",".join(str(g.index) for g in gpus)

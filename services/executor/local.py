@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
@@ -29,6 +30,7 @@ from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.classify import classify_exit
 from gpuyard.services.executor.environments.node import InUse, NodeEnvironments, environments_root
 from gpuyard.services.executor.exits import AttemptKey, NodeFault, replica_exit
+from gpuyard.services.executor.leftovers import running_attempts
 from gpuyard.services.executor.localstart import LocalReplica, ReplicaStarter
 from gpuyard.services.executor.logfile import NOTE, LogBudget, LogPump, RotatingLog, output_after, tail_lines
 from gpuyard.services.executor.nodelog import node_log
@@ -365,6 +367,24 @@ class LocalBackend(Backend):
                 self.replicas.setdefault(key, {})[replica] = rep
             self._follow(rep)
         return True
+
+    async def stop_leftovers(self, wanted: Callable[[AttemptKey], Awaitable[bool]]) -> list[AttemptKey]:
+        """Stop the replicas of this node still running for attempts this executor does not watch and the job
+        no longer wants here (`gpuyard.services.executor.leftovers`): a node that was lost and comes back."""
+        stopped = []
+        running = await asyncio.to_thread(running_attempts, self.data_dir, self.node)
+        for key, records in running.items():
+            if key in self.replicas or await wanted(key):
+                continue
+            count = await stop_leftovers(records, grace=5)
+            log.warning(
+                "job %s attempt %d: moved on while this node was away; stopped %d replica(s)", *key, count
+            )
+            for path in (rec.path for rec in records):  # (nothing of it to find again)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            stopped.append(key)
+        return stopped
 
     def _adopted(
         self, key: AttemptKey, replica: int, rec: PidRecord | None, status: int | None

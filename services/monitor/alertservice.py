@@ -4,7 +4,7 @@ delivers every alert on the bus to the webhooks (`gpuyard.services.monitor.webho
 
 - One monitor runs per node, and one of them evaluates the rules: the holder of the `monitor-alerts` lease
   (`gpuyard.shared.runtime.lease`). A new holder reads the active alerts from the store first, so it raises none again.
-- It watches `gpu.sample` and `node.heartbeat` (telemetry: `monitor-alerts-telemetry` in the bus figures of
+- It watches `gpu.sample`, `node.heartbeat` and `dev.activity` (telemetry: `monitor-alerts-telemetry` in the bus figures of
   /metrics) and `node.lost` (events: `monitor-alerts-node-lost`); every JOB_POLL_SECONDS (or
   a quarter of a job rule's `for`, when shorter) it takes the jobs waiting and running from the monitor's live
   jobs (`gpuyard.services.monitor.jobs.LiveJobs`, which re-reads only the jobs that changed), and how much output each
@@ -38,6 +38,7 @@ from gpuyard.shared.bus.headers import entity_of
 from gpuyard.shared.bus.jetstream import Bus
 from gpuyard.shared.bus.outbox import publish_recorded
 from gpuyard.shared.contracts.events.alerts import AlertKind, AlertRaised, AlertResolved
+from gpuyard.shared.contracts.events.dev import DevActivity
 from gpuyard.shared.contracts.events.envelope import CloudEvent, make_event
 from gpuyard.shared.contracts.events.nodes import GpuSample, NodeHeartbeat, NodeLost
 from gpuyard.shared.contracts.events.subjects import EVENTS_STREAM, TELEMETRY_STREAM, Subject, Wildcard
@@ -138,6 +139,10 @@ class AlertService:
         await self.apply(self.engine.sample(data, event.time))
         if self.idle is not None:
             await self.reclaim(self.idle.sample(data, event.time))
+
+    async def on_dev_activity(self, data: DevActivity, event: CloudEvent) -> None:
+        if self.leading and self.idle is not None:
+            await self.reclaim(self.idle.activity(data))
 
     async def on_heartbeat(self, data: NodeHeartbeat, event: CloudEvent) -> None:
         if self.leading:
@@ -274,7 +279,9 @@ class AlertService:
             stream=EVENTS_STREAM.name,
             max_deliver=self.service.settings.max_deliver,
         )
-        telemetry = HandlerTable({GpuSample: self.on_sample, NodeHeartbeat: self.on_heartbeat})
+        telemetry = HandlerTable(
+            {GpuSample: self.on_sample, NodeHeartbeat: self.on_heartbeat, DevActivity: self.on_dev_activity}
+        )
         await self.bus.watch(
             telemetry.subject_filters(),
             telemetry,

@@ -87,7 +87,7 @@ class IdleWatch:
     """The first counted sample (after the start-up allowance, or after a gap)."""
     last_at: datetime | None = None
     busy_at: datetime | None = None
-    """The last sample at or above the threshold."""
+    """The last sample at or above the threshold (or the last activity of a dev environment's user)."""
     peaks: deque[tuple[datetime, float]] = field(default_factory=deque)
     """(time, utilization) of idle samples, utilizations decreasing: the first is the window's maximum."""
     warned_at: datetime | None = None
@@ -114,6 +114,16 @@ class IdleWatch:
             self.last_at = at
         horizon = self.last_at - timedelta(seconds=policy.timeout)
         while self.peaks and self.peaks[0][0] < horizon:
+            self.peaks.popleft()
+
+    def active(self, at: datetime) -> None:
+        """The job was busy at `at` for another reason than its GPUs (a user's activity in a dev environment):
+        as a busy sample at `at` (the window starts over there), without being a sample (its time neither
+        starts nor ends the samples seen). An older time than the last busy one changes nothing."""
+        if self.busy_at is not None and at <= self.busy_at:
+            return
+        self.busy_at = at
+        while self.peaks and self.peaks[0][0] <= at:
             self.peaks.popleft()
 
     def _push(self, at: datetime, utilization_pct: float) -> None:

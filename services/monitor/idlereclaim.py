@@ -8,7 +8,8 @@ idle`):
 
 - warn: an `idle.warning` (recorded, then published: the executor writes a line into the job's output) and a
   `job_idle` alert (`job_idle/<job id>/<attempt>`);
-- withdraw: its GPUs got busy during the grace: the alert is resolved, nothing is stopped;
+- withdraw: its GPUs got busy during the grace (or, for a dev environment, its user was active: `dev.activity`,
+  `activity`): the alert is resolved, nothing is stopped;
 - stop: an `idle.stop` (the executor stops the attempt, which ends `failed`, reason `idle`) and the alert
   resolved.
 
@@ -44,6 +45,7 @@ from gpuyard.shared.contracts.events.alerts import (
     IdleStop,
     IdleWarning,
 )
+from gpuyard.shared.contracts.events.dev import DevActivity
 from gpuyard.shared.contracts.events.envelope import derived_id
 from gpuyard.shared.contracts.events.nodes import GpuSample
 from gpuyard.shared.contracts.jobstate import JobState
@@ -160,6 +162,25 @@ class IdleReclaim:
             watch = self._watch(job, policy, actions, at)
             watch.observe(at, utilization, policy, max_gap=max_gap)
             actions += self._decide(job, watch, policy, judge(watch, policy), at)
+        return actions
+
+    def activity(self, activity: DevActivity) -> list[Action]:
+        """A user's activity in a dev environment (`dev.activity`): its attempt counts as busy at `activity.at`,
+        as a busy sample would (its idle window starts over there), and a warning it has is withdrawn. Never a
+        warning or a stop: those come from the samples. One for another attempt, a job that does not run or is
+        not a dev environment, and one older than what is known (or repeated) change nothing."""
+        job = self.live.jobs.get(activity.job_id)
+        if job is None or not job.dev or job.state != JobState.RUNNING or job.attempt != activity.attempt:
+            return []
+        policy = self.policy(job)
+        if policy is None:
+            return []
+        actions: list[Action] = []
+        watch = self._watch(job, policy, actions, activity.at)
+        watch.active(activity.at)
+        if judge(watch, policy).verdict is Verdict.WITHDRAW:
+            watch.warned_at = None
+            actions += self._withdraw(job.job_id, activity.at, "its user is active again: it is not stopped")
         return actions
 
     def jobs(self, at: datetime) -> list[Action]:

@@ -63,6 +63,8 @@ class LiveJob:
     idle_timeout: float | None = None
     """Its spec's `idle_timeout` (None: its tenant's default; 0: never stopped for idle GPUs)."""
     idle_grace: float | None = None
+    dev: bool = False
+    """A dev environment: its user's activity (`dev.activity`) counts as busy for the idle reclaim."""
 
     @classmethod
     def of(cls, view: JobView) -> LiveJob:
@@ -90,6 +92,7 @@ class LiveJob:
             serves=view.spec.serve is not None,
             idle_timeout=view.spec.idle_timeout,
             idle_grace=view.spec.idle_grace,
+            dev=view.spec.dev is not None,
         )
 
     @property

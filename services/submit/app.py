@@ -24,6 +24,7 @@ from gpuyard.services.submit import (
     routes_alerts,
     routes_artifacts,
     routes_checkpoints,
+    routes_dev,
     routes_environments,
     routes_exec,
     routes_jobs,
@@ -173,6 +174,8 @@ def streams_own_body(method: str, path: str) -> bool:
     upload; and a request to a job's port, streamed on to the job's server, which decides."""
     if routes_ports.PROXIED_PATH.fullmatch(path) is not None:
         return True
+    if routes_dev.PROXIED_PATH.fullmatch(path) is not None:
+        return True
     if method == "POST":
         return path == PUBLISH_PATH
     return method == "PUT" and routes_volumes.CONTENT_PATH.fullmatch(path) is not None
@@ -218,6 +221,7 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     app.include_router(routes_exec.router)
     app.include_router(routes_ports.router)
     app.include_router(routes_environments.router)
+    app.include_router(routes_dev.router)
     add_dashboard(app)
     app.include_router(routes_tenants.router)
 

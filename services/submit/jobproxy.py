@@ -10,6 +10,7 @@ does a job's answer set the session cookie."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -113,6 +114,11 @@ async def replica_route(ctx: SubmitContext, principal: Principal, job_id: str, r
         view = await visible_job(ctx, principal, job_id)
     except HTTPException as exc:
         raise refusal_of(exc) from None
+    return running_route(ctx, view, replica)
+
+
+def running_route(ctx: SubmitContext, view: JobView, replica: int) -> ReplicaRoute:
+    """The route to a replica of the job `view` (one the caller may see): 409, 404 and 503 as `replica_route`."""
     if view.state != JobState.RUNNING:
         raise Refusal(409, f"job {view.job_id} is {view.state.value}: only a running job can be reached")
     placement = next((p for p in view.placements if p.replica == replica), None)
@@ -137,9 +143,11 @@ class JobProxy:
     def from_settings(cls, settings: GatewaySettings) -> JobProxy:
         return cls(GatewayToken(settings.gateway_token_path))
 
-    def headers(self, conn: HTTPConnection, add: dict[str, str] | None = None) -> list[tuple[str, str]]:
-        """The caller's headers without its credentials, with the gateway token (and `add`)."""
-        kept = passed_headers(conn.headers.raw, drop=["authorization"], add=add)
+    def headers(
+        self, conn: HTTPConnection, add: dict[str, str] | None = None, drop: list[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """The caller's headers without its credentials (nor `drop`), with the gateway token (and `add`)."""
+        kept = passed_headers(conn.headers.raw, drop=["authorization", *(drop or [])], add=add)
         return without_cookie(kept, sessions.COOKIE) + list(self.token.header().items())
 
     async def http(
@@ -151,10 +159,12 @@ class JobProxy:
         *,
         add_headers: dict[str, str] | None = None,
         add_query: dict[str, str] | None = None,
+        drop_headers: list[str] | None = None,
     ) -> Response:
         """`request` forwarded to the replica's `port` at `path` (its query, plus `add_query`)."""
         url = route.port_url(port, path, joined_query(request.url.query, add_query))
-        response = await forward_http(request, self.client, url, self.headers(request, add_headers))
+        headers = self.headers(request, add_headers, drop_headers)
+        response = await forward_http(request, self.client, url, headers)
         response.raw_headers = [h for h in response.raw_headers if not sets_session_cookie(*h)]
         return response
 
@@ -167,10 +177,14 @@ class JobProxy:
         *,
         add_headers: dict[str, str] | None = None,
         add_query: dict[str, str] | None = None,
+        drop_headers: list[str] | None = None,
+        on_client_message: Callable[[], None] | None = None,
     ) -> None:
-        """The WebSocket `ws` (not accepted yet) joined to one on the replica's `port` at `path`."""
+        """The WebSocket `ws` (not accepted yet) joined to one on the replica's `port` at `path`;
+        `on_client_message()` for each message the caller sends."""
         url = route.port_url(port, path, joined_query(ws.url.query, add_query), websocket=True)
-        await forward_websocket(ws, url, self.headers(ws, add_headers))
+        headers = self.headers(ws, add_headers, drop_headers)
+        await forward_websocket(ws, url, headers, on_client_message=on_client_message)
 
 
 def sets_session_cookie(name: bytes, value: bytes) -> bool:

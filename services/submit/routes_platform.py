@@ -197,6 +197,7 @@ def node_out(hb, seen: float, sampled, principal: Principal, now: float, lost: b
         memory_bytes=hb.memory_bytes,
         simulated=hb.simulated,
         sampled_seconds_ago=round(now - sampled[0], 1) if sampled is not None else None,
+        notes=hb.notes,
     )
 
 

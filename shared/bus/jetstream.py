@@ -53,6 +53,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
+from gpuyard.shared.bus.busstate import BusState
 from gpuyard.shared.bus.consumers import Handler, PullConsumer, declare_durable
 from gpuyard.shared.bus.credentials import BusCredentials, inbox_prefix
 from gpuyard.shared.bus.deadletters import DeadLetter, read_dead_letters, send_dead_letter
@@ -91,9 +92,18 @@ class Published:
 
 
 class Bus:
-    def __init__(self, nc: NATS, source: str, *, replicas: int = 1, metrics: BusMetrics | None = None):
-        """`metrics`: where its consumers count what they handle (the service's registry); default: a
-        registry of its own."""
+    def __init__(
+        self,
+        nc: NATS,
+        source: str,
+        *,
+        replicas: int = 1,
+        metrics: BusMetrics | None = None,
+        state: BusState | None = None,
+    ):
+        """`replicas`: of each stream it declares (3 on a 3-server cluster); `metrics`: where its consumers count
+        what they handle (the service's registry), default: a registry of its own; `state`: what its connection
+        goes through (`connect` makes it, told by nats-py's callbacks), for /readyz."""
         # Internal: the connection and its JetStream context, for gpuyard.shared.bus (its consumers and watches),
         # gpuyard.shared.runtime.lease and tests that look at the server's state. Services use the Bus's methods.
         self.nc = nc
@@ -101,6 +111,7 @@ class Bus:
         self.source = source
         self.replicas = replicas
         self.metrics = metrics if metrics is not None else BusMetrics()
+        self.state = state if state is not None else BusState()
         self._tasks: list[asyncio.Task] = []
         self._consumers: list[PullConsumer | Watch] = []
 
@@ -117,9 +128,10 @@ class Bus:
         tls_ca: Path | None = None,
         metrics: BusMetrics | None = None,
     ) -> Bus:
-        """`credentials`: the bus user (gpuyard.shared.bus.credentials), whose replies come to its own inbox prefix;
-        `tls_ca`: the CA that signed the servers' certificates (the connection is then TLS); `metrics`: see
-        `Bus`."""
+        """`servers`: every server of the bus (any one of them will do; on a clustered bus, the client moves to
+        another when its server is lost); `credentials`: the bus user (gpuyard.shared.bus.credentials), whose
+        replies come to its own inbox prefix; `tls_ca`: the CA that signed the servers' certificates (the
+        connection is then TLS); `metrics`: see `Bus`."""
 
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -127,6 +139,15 @@ class Bus:
             if not refused.done() and "authorization violation" in str(exc).lower():
                 refused.set_result(exc)  # (nats-py would try again forever: credentials do not improve)
             log.warning("nats: %s", exc)
+
+        state = BusState()
+        holder: list[NATS] = []  # (the client, once connected: the callbacks name its server)
+
+        async def on_disconnect() -> None:
+            state.disconnected()
+
+        async def on_reconnect() -> None:
+            state.reconnected(_server_of(holder))
 
         auth: dict[str, Any] = {}
         if credentials is not None:
@@ -145,6 +166,8 @@ class Bus:
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
                 **auth,
             )
         )
@@ -163,7 +186,9 @@ class Bus:
             if "authorization" in str(exc).lower():
                 raise BusRefused(f"NATS at {', '.join(servers)} refused {who}: {exc}") from exc
             raise BusUnavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
-        return cls(nc, source, replicas=replicas, metrics=metrics)
+        holder.append(nc)
+        state.connected(_server_of(holder))
+        return cls(nc, source, replicas=replicas, metrics=metrics, state=state)
 
     # ------------------------------------------------------------------ streams
 
@@ -209,9 +234,14 @@ class Bus:
         a job.submitted event names it itself). `version`: the event's position in its entity's stream in the
         event store, sent as the `Gpuyard-Version` header so that a reader holding the previous version can
         apply it without a read."""
-        ack = await self.js.publish(
-            subject_of(event, tenant), event.to_json(), headers=self._headers(event, version)
-        )
+        try:
+            ack = await self.js.publish(
+                subject_of(event, tenant), event.to_json(), headers=self._headers(event, version)
+            )
+        except Exception as exc:
+            self.state.publish_failed(exc)
+            raise
+        self.state.published()
         return Published(ack.stream, ack.seq, bool(ack.duplicate))
 
     async def send(
@@ -235,7 +265,18 @@ class Bus:
                 ack.set_exception(TimeoutError(f"no ack for {event.type} {event.id} within {ack_within:g}s"))
 
         expiry = asyncio.get_running_loop().call_later(ack_within, expire)
-        ack.add_done_callback(lambda _: expiry.cancel())
+        state = self.state
+
+        def done(future: asyncio.Future) -> None:
+            expiry.cancel()
+            if future.cancelled():
+                return
+            if (exc := future.exception()) is not None:
+                state.publish_failed(exc)
+            elif state.trouble is not None:
+                state.published()
+
+        ack.add_done_callback(done)
         return ack
 
     @staticmethod
@@ -398,6 +439,12 @@ class Bus:
         self._consumers.clear()
         with contextlib.suppress(Exception):
             await self.nc.drain()
+
+
+def _server_of(holder: list[NATS]) -> str | None:
+    """The server the client is (or was last) connected to, as `nats://host:port`."""
+    url = holder[0].connected_url if holder else None
+    return f"{url.scheme}://{url.hostname}:{url.port}" if url is not None else None
 
 
 def decoding(

@@ -103,7 +103,8 @@ GRANTS: dict[Role, Grant] = {
         | {Subject.JOB_CHECKPOINTED}  # what a job reports of its checkpoints (its checkpoint token)
         | {Subject.JOB_EXEC_STARTED}  # who opened an exec or shell into a job (`gpuyard exec`)
         | {Subject.NODE_CONTROL}  # an admin's cordon, drain, uncordon
-        | {Subject.NODE_ENVIRONMENT_REMOVE},  # an admin's `gpuyard envs rm`
+        | {Subject.NODE_ENVIRONMENT_REMOVE}  # an admin's `gpuyard envs rm`
+        | {Subject.DEV_ACTIVITY},  # a user's activity in a dev environment, seen by its proxy (telemetry)
         listens=EVENT_FAMILIES,  # the API's live event stream (SSE), node.lost
         follows=(TELEMETRY_STREAM,),  # the heartbeats and samples, the last few read again at start
         reads_dead_letters=True,
@@ -142,7 +143,8 @@ GRANTS: dict[Role, Grant] = {
         listens=(
             Subject.GPU_SAMPLE.value,
         ),  # every node's samples: one monitor's /metrics covers the cluster
-        # the alert rules: gpu.sample and node.heartbeat (telemetry), node.lost and every alert (events)
+        # the alert rules: gpu.sample, node.heartbeat and dev.activity (telemetry), node.lost and every alert
+        # (events)
         follows=(EVENTS_STREAM, TELEMETRY_STREAM),
         dead_letters=True,  # its durable consumer of alert.> (the webhooks and the alerts' record)
         leases=True,  # one monitor evaluates the rules: the holder of the monitor-alerts lease

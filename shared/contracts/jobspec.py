@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 
+from gpuyard.shared.contracts.devspec import DevSpec
 from gpuyard.shared.contracts.fieldtypes import (
     IDLE_OFF_PATTERN,
     TEXT_PATTERN,
@@ -381,6 +382,8 @@ SERVE_RULES: JsonDict = {  # (`JobSpec._command_or_model`'s rules of a serve job
     }
 }
 """A serve job: one replica, never stopped for idle GPUs, in the serving service's own environment."""
+DEV_RULES: JsonDict = {"properties": {"replicas": {"const": 1}}}
+"""A dev environment (`JobSpec._dev_environment`): one replica, running JupyterLab."""
 
 
 class JobSpec(Strict):
@@ -390,8 +393,9 @@ class JobSpec(Strict):
     model_config = ConfigDict(
         json_schema_extra={  # `_command_or_model`'s rules in the schema: a command, or a model to serve
             "anyOf": [
-                {"allOf": [_given("command"), {"not": _given("serve")}]},
-                {"allOf": [_given("serve"), {"not": _given("command")}, SERVE_RULES]},
+                {"allOf": [_given("command"), {"not": _given("serve")}, {"not": _given("dev")}]},
+                {"allOf": [_given("serve"), {"not": _given("command")}, {"not": _given("dev")}, SERVE_RULES]},
+                {"allOf": [_given("dev"), {"not": _given("command")}, {"not": _given("serve")}, DEV_RULES]},
             ]
         }
     )
@@ -409,7 +413,7 @@ class JobSpec(Strict):
     ) = Field(
         None,
         description="A string runs through /bin/sh -c; a list is executed directly without a shell. Every job "
-        "but a serve job has one.",
+        "but a serve job and a dev environment has one.",
     )
     working_dir: Text | None = None
     env: dict[EnvName, Text] = Field(default_factory=dict, json_schema_extra={"additionalProperties": False})
@@ -456,6 +460,12 @@ class JobSpec(Strict):
         "the platform's own Python (docs/environments.md).",
     )
 
+    dev: DevSpec | None = Field(
+        None,
+        description="A dev environment instead of a command: JupyterLab in one replica, reached at "
+        "`/dev/{id}/` through the platform (`gpuyard dev start`; docs/dev.md).",
+    )
+
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         default_factory=list,
         max_length=MAX_PORTS,
@@ -494,8 +504,12 @@ class JobSpec(Strict):
 
     @model_validator(mode="after")
     def _command_or_model(self) -> JobSpec:
+        if self.dev is not None:
+            return self._dev_environment()
         if self.serve is None and self.command is None:
-            raise ValueError("a job needs a command (or `serve`: a model to serve)")
+            raise ValueError(
+                "a job needs a command (or `serve`: a model to serve, or `dev`: a dev environment)"
+            )
         if self.serve is not None:
             if self.command is not None:
                 raise ValueError("a serve job serves its model: it has no command (give one or the other)")
@@ -509,6 +523,13 @@ class JobSpec(Strict):
                     "a serve job is never stopped for idle GPUs (a model server waits for requests): "
                     "leave out idle_timeout"
                 )
+        return self
+
+    def _dev_environment(self) -> JobSpec:
+        if self.command is not None or self.serve is not None:
+            raise ValueError("a dev environment runs JupyterLab: it has no command and serves no model")
+        if self.replicas != 1:
+            raise ValueError("a dev environment is one replica: replicas must be 1")
         return self
 
     @model_validator(mode="after")
@@ -525,6 +546,8 @@ class JobSpec(Strict):
 
     @property
     def argv(self) -> list[str]:
+        if self.dev is not None:
+            return self.dev.argv()
         if self.command is None:
             raise ValueError("a serve job has no command: the serving service holds its model")
         return ["/bin/sh", "-c", self.command] if isinstance(self.command, str) else list(self.command)
@@ -533,7 +556,7 @@ class JobSpec(Strict):
 def start_bytes(spec: JobSpec) -> int:
     """The bytes of a spec's own part of a replica's start, as the executor sends it to its reaper (JSON, every
     character not ASCII escaped): its argv, working_dir and env. 0 for a serve job (no process of its own)."""
-    if spec.command is None:
+    if spec.command is None and spec.dev is None:
         return 0
     return len(json.dumps({"argv": spec.argv, "cwd": spec.working_dir or "", "env": spec.env}))
 

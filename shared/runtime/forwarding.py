@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import httpcore
 import websockets
@@ -128,10 +128,17 @@ def url_words(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-async def forward_websocket(ws: WebSocket, url: str, headers: list[tuple[str, str]]) -> None:
+async def forward_websocket(
+    ws: WebSocket,
+    url: str,
+    headers: list[tuple[str, str]],
+    *,
+    on_client_message: Callable[[], None] | None = None,
+) -> None:
     """The WebSocket `ws` (not accepted yet) joined to one opened to `url` with `headers`: accepted with the
     subprotocol the other side chose, or refused with the other side's own refusal (its status), and every
-    frame passed on both ways until one side closes."""
+    frame passed on both ways until one side closes. `on_client_message()` is called for each message `ws`'s
+    client sends (before it is passed on: it must not wait)."""
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     sent = [(k, v) for k, v in headers if k.lower() not in WEBSOCKET_OWN]
     try:
@@ -154,10 +161,14 @@ async def forward_websocket(ws: WebSocket, url: str, headers: list[tuple[str, st
         return await ws.send_denial_response(JSONResponse({"detail": detail}, 502))
     async with upstream:
         await ws.accept(subprotocol=upstream.subprotocol)
-        await join(ws, upstream)
+        await join(ws, upstream, on_client_message)
 
 
-async def join(ws: WebSocket, upstream: websockets.ClientConnection) -> None:
+async def join(
+    ws: WebSocket,
+    upstream: websockets.ClientConnection,
+    on_client_message: Callable[[], None] | None = None,
+) -> None:
     """Pass frames both ways until one side closes; the other is then closed with its code."""
 
     async def down() -> None:
@@ -177,6 +188,8 @@ async def join(ws: WebSocket, upstream: websockets.ClientConnection) -> None:
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
+                if on_client_message is not None:
+                    on_client_message()
                 if (data := message.get("bytes")) is not None:
                     await upstream.send(data)
                 elif (text := message.get("text")) is not None:

@@ -8,8 +8,18 @@ from collections.abc import Callable
 
 
 class HealthServer:
-    def __init__(self, name: str, ready: Callable[[], bool], *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        name: str,
+        ready: Callable[[], bool],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        detail: Callable[[], dict[str, object]] | None = None,
+    ):
+        """`detail`: more for /readyz to say, whatever the answer (the bus's state and last trouble)."""
         self.name, self.ready, self.host, self.port = name, ready, host, port
+        self.detail = detail
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> int:
@@ -30,6 +40,7 @@ class HealthServer:
             elif path == "/readyz":
                 ok = self.ready()
                 status, body = (200 if ok else 503), {"ready": ok, "service": self.name}
+                body.update(self.detail() if self.detail is not None else {})
             else:
                 status, body = 404, {"detail": "not found"}
             payload = json.dumps(body).encode()

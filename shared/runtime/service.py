@@ -132,6 +132,7 @@ class Service:
             lambda: self.ready and not self.stopping.is_set(),
             host=self.settings.health_host,
             port=self.settings.health_port,
+            detail=bus.state.report,  # the bus's trouble, said (its outbox keeps the service working meanwhile)
         )
         port = await self.health.start()
         self.serve_metrics()

@@ -13,6 +13,7 @@ from gpuyard.shared.settings.common import Duration, Size, written
 from gpuyard.shared.settings.environments import EnvironmentSettings
 from gpuyard.shared.settings.gateway import GatewaySettings
 from gpuyard.shared.settings.kubernetes import KubernetesConfig
+from gpuyard.shared.settings.slurm import SlurmConfig
 
 
 class ExecutorSettings(EnvironmentSettings, GatewaySettings):
@@ -28,8 +29,10 @@ class ExecutorSettings(EnvironmentSettings, GatewaySettings):
     simulate_gpus: int = Field(0, description="Announce N virtual GPUs when NVML finds none.")
     simulated_gpu_model: str = Field("SIM-GPU", description="Model name of the simulated GPUs.")
     simulated_gpu_memory: str = Field("16GiB", description="Memory of each simulated GPU.")
-    executor_backend: Literal["local", "kubernetes"] = Field(
-        "local", description="local (process groups on this node) or kubernetes (one pod per replica)."
+    executor_backend: Literal["local", "kubernetes", "slurm"] = Field(
+        "local",
+        description="local (process groups on this node), kubernetes (one pod per replica) or slurm (one "
+        "batch job per replica).",
     )
     advertise_address: str = Field(
         "", description="This node's address for MASTER_ADDR of multi-node jobs; default: the hostname's."
@@ -96,6 +99,7 @@ class ExecutorSettings(EnvironmentSettings, GatewaySettings):
     kubernetes: KubernetesConfig = Field(
         default_factory=KubernetesConfig, description="The Kubernetes backend's settings."
     )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="The Slurm backend's settings.")
 
     @model_validator(mode="after")
     def _one_worker_index_per_process(self) -> ExecutorSettings:

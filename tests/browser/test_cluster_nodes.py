@@ -276,3 +276,22 @@ def cordon_and_uncordon(dashboard, tenant):
     finally:
         admin.api("POST", f"/v1/nodes/{NODE}/uncordon", json={"gpu": 7, "reason": "browser test cleanup"})
     tenant.screenshot("nodes-tenant")
+
+
+def test_a_nodes_engine_notes_show_under_its_inventory(dashboard):
+    """What a node's engine says of it (`NodeOut.notes`, from its heartbeat: GPUs Slurm jobs outside GPUYARD
+    hold) under its inventory; the listing's answer is given a note here, as a Slurm node's carries one."""
+    page = dashboard("admin").page
+    note = "2 GPU(s) held by Slurm jobs outside GPUYARD: 4711 (2)"
+
+    def with_note(route):
+        answer = route.fetch()
+        nodes = answer.json()
+        for node in nodes:
+            node["notes"] = [note] if node["node"] == NODE else []
+        route.fulfill(response=answer, json=nodes)
+
+    page.route(re.compile(r".*/v1/nodes(\?.*)?$"), with_note)
+    page.goto("/nodes")
+    row = page.locator(f"#nodes-table tbody[data-node='{NODE}']")
+    expect(row.locator(".node-note")).to_have_text(note)

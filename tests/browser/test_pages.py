@@ -136,6 +136,7 @@ def addresses(jobs: dict[str, str]) -> list[Address]:
         Address("tenants", "tenants.js", "/tenants", ("#tenants-table",), admin_only=("#tokens-table",)),
         Address("nodes", "nodes.js", f"/nodes?node={NODE}", (f"#gpus-{NODE}",)),
         Address("environments", "environments.js", "/environments", ("#pythons tr.node-pythons",)),
+        Address("dev", "dev.js", "/dev", ("#dev-form", "#dev-list")),
     ]
 
 

@@ -142,11 +142,13 @@ def test_shell_runs_an_interactive_command_through_a_pty(access_platform, tenant
     async def shell() -> tuple[int | None, bytes]:
         start = ExecStart(argv=["sh"], size=(100, 30), stdin=True, term="xterm-256color")
         session = await ExecSession.open(access_platform.server, vision.token, job_id, start, tty=True)
-        await session.send_input(b"echo sleeping-$((1+1)); sleep 100; echo woke-$((1+2))\n")
+        # (the inner sh prints once the shell has made it the terminal's foreground: Ctrl-C then reaches it and
+        # its sleep, never the shell alone, which would let the sleep run its 100 s)
+        await session.send_input(b"sh -c 'echo sleeping-$((1+1)); exec sleep 100'; echo woke-$((1+2))\n")
         seen, interrupted = b"", False
         async for _, data in session.output():
             seen += data
-            if b"sleeping-2" in seen and not interrupted:  # (sleep runs: Ctrl-C reaches it, not the shell)
+            if b"sleeping-2" in seen and not interrupted:
                 interrupted = True
                 await session.send_input(b"\x03")
                 await session.send_input(b"tty; echo TERM=$TERM; stty size; exit 3\n")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuyard.services.executor.jobenv import identity_env, torchrun_env
+from gpuyard.services.executor.jobenv import identity_env, notebook_env, torchrun_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames
 from gpuyard.services.executor.kubernetes.resources import gpu_memory_slice
 from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
@@ -53,6 +53,7 @@ def replica_env(
         )
     )
     values.update(mounts or {})
+    values.update(notebook_env(spec, job_id, attempt))  # (JupyterLab listens on the pod's loopback)
     values.update(
         torchrun_env(
             rank=placement.replica,

@@ -59,5 +59,6 @@ PAGES = (
     Page("/tenants", "Tenants and quotas", "tenants.js", nav="Tenants"),
     Page("/nodes", "Nodes", "nodes.js", nav="Nodes"),
     Page("/environments", "Job environments", "environments.js", nav="Environments"),
+    Page("/dev", "Dev environments", "dev.js", nav="Dev"),
 )
 NAV = tuple(p for p in PAGES if p.nav)

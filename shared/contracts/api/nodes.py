@@ -61,6 +61,11 @@ class NodeOut(Out):
         None,
         description="Age of the node's latest gpu.sample (None: none fresh); GPUs' live figures from it.",
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the node's engine says of it (its heartbeat's notes): GPUs held by work outside "
+        "GPUYARD, or why the engine places nothing on it.",
+    )
 
 
 class NodeControlIn(Strict):

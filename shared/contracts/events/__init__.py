@@ -19,4 +19,4 @@ reader's model is refused (`EventVersionError`) rather than misread.
 One module per family; importing any of them registers every event model (this package imports them all).
 """
 
-from gpuyard.shared.contracts.events import alerts, jobs, models, nodes, services, volumes  # noqa: F401  (registers them)
+from gpuyard.shared.contracts.events import alerts, dev, jobs, models, nodes, services, volumes  # noqa: F401  (registers them)

@@ -45,6 +45,11 @@ class NodeHeartbeat(EventData):
     memory_bytes: int
     simulated: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the node's engine says of it that its figures do not (`gpuyard nodes` prints them): GPUs "
+        "held by work outside GPUYARD, or why the engine places nothing on it (Slurm: a DOWN or DRAINED node).",
+    )
     interval_seconds: float = 5.0
     gateway: str = Field(
         "",

@@ -45,6 +45,7 @@ class Subject(StrEnum):
     ALERT_RESOLVED = "alert.resolved"
     IDLE_WARNING = "idle.warning"
     IDLE_STOP = "idle.stop"
+    DEV_ACTIVITY = "dev.activity"
 
 
 class Wildcard(StrEnum):
@@ -186,10 +187,10 @@ EVENTS_STREAM = StreamDef(
 
 TELEMETRY_STREAM = StreamDef(
     name="GPUYARD_TELEMETRY",
-    subjects=[Wildcard.GPU, Subject.NODE_HEARTBEAT, Wildcard.SERVICE],
+    subjects=[Wildcard.GPU, Subject.NODE_HEARTBEAT, Wildcard.SERVICE, Subject.DEV_ACTIVITY],
     max_age_seconds=3600,
     duplicate_window_seconds=60,
-    description="High-rate samples and heartbeats. Kept 1 hour.",
+    description="High-rate samples, heartbeats and dev environments' activity. Kept 1 hour.",
 )
 
 

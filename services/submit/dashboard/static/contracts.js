@@ -59,6 +59,7 @@ export const SUBJECT = Object.freeze({
   ALERT_RESOLVED: "alert.resolved",
   IDLE_WARNING: "idle.warning",
   IDLE_STOP: "idle.stop",
+  DEV_ACTIVITY: "dev.activity",
 });
 
 /** Every event of one family: a filter for `onEvent` and `keepFresh`. */
@@ -72,4 +73,5 @@ export const WILDCARD = Object.freeze({
   DEADLETTER: "deadletter.>",
   IDLE: "idle.>",
   NODE: "node.>",
+  DEV: "dev.>",
 });

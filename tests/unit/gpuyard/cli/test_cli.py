@@ -676,3 +676,9 @@ def test_version_and_up_takes_no_client_options(capsys):
     for command in ("ps", "logs"):
         helps = build_parser()._subparsers._group_actions[0].choices[command]._actions
         assert all(a.help for a in helps), [a.dest for a in helps if not a.help]
+
+
+def test_describe_says_what_a_dev_environment_runs(api, capsys):
+    api["nb1"] = view("nb1", {"name": "nb", "dev": {"root": "work"}, "resources": {"gpus": 0.5}})
+    runs = next(line for line in run(capsys, "describe", "nb1")[1].splitlines() if line.startswith("Runs"))
+    assert runs.split(None, 1)[1].rstrip() == "a dev environment (JupyterLab), notebooks in work/"

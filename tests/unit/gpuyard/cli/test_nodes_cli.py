@@ -95,3 +95,13 @@ def test_a_tenant_cannot_cordon_and_is_told_why(gpuyard):
     assert code == 1 and "index" in err
     code, _, err = gpuyard("nodes", "cordon", "node-7")
     assert code == 1 and "no node 'node-7'" in err
+
+
+def test_the_listing_says_what_the_nodes_engine_says_of_it(gpuyard, ctx):  # noqa: F811
+    note = "1 GPU(s) held by Slurm jobs outside GPUYARD: 4711 (1)"
+    hb = NodeHeartbeat(node="slurm-1", gpus=[], cpus=8, memory_bytes=GIB, notes=[note])
+    ctx.telemetry.observe(make_event(hb, source="/executor"))
+    code, out, _ = gpuyard("nodes")
+    assert code == 0 and f"slurm-1: {note}" in out.splitlines()
+    listed = {n["node"]: n["notes"] for n in json.loads(gpuyard("nodes", "--json")[1])}
+    assert listed == {"node-1": [], "slurm-1": [note]}

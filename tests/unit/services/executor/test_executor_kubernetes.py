@@ -223,6 +223,6 @@ async def test_the_backend_setting_is_checked():
 
     from gpuyard.shared.settings.executor import ExecutorSettings
 
-    with pytest.raises(ValidationError, match="'local' or 'kubernetes'"):
+    with pytest.raises(ValidationError, match="'local', 'kubernetes' or 'slurm'"):
         ExecutorSettings(executor_backend="k8s")
     await asyncio.sleep(0)

@@ -360,6 +360,14 @@ ERRORS = {
     ("/v1/environments/{key}", "delete"): {401, 403, 404, 409, 422, 503},
     ("/healthz", "get"): set(),
     ("/v1/jobs/{job_id}/exec", "get"): {401, 404, 409, 422, 426, 503},  # (426: a WebSocket, docs/access.md)
+    ("/v1/dev", "post"): {401, 403, 404, 409, 422, 429, 503},
+    ("/v1/dev", "get"): {401},
+    ("/v1/dev/{job_id}", "get"): {401, 404, 409, 422},
+    ("/v1/dev/{job_id}", "delete"): {401, 404, 409, 422},
+    **{
+        ("/dev/{job_id}/{path}", method): {401, 403, 404, 409, 422, 503}
+        for method in ("get", "post", "put", "patch", "delete", "options")
+    },
     # a running job's port, through its node's gateway (docs/access.md): every method the job's server takes
     **{
         (path, method): {401, 404, 409, 422, 503}
@@ -454,6 +462,16 @@ NOT_YOURS = {
     ("/v1/environments/{key}", "delete"): 403,
     ("/healthz", "get"): 200,
     ("/v1/jobs/{job_id}/exec", "get"): 404,  # (and its WebSocket upgrade: test_access_routes, test_access)
+    # a dev environment of its own tenant; nlp's job, a dev environment or not, is none of its own (another
+    # tenant's dev environment is 403 on HTTP and on the WebSocket upgrade: test_dev_routes, test_dev)
+    ("/v1/dev", "post"): 422,  # (no body here: a body starts one for its own tenant, test_dev_routes)
+    ("/v1/dev", "get"): 200,
+    ("/v1/dev/{job_id}", "get"): 404,
+    ("/v1/dev/{job_id}", "delete"): 404,
+    **{
+        ("/dev/{job_id}/{path}", method): 404
+        for method in ("get", "post", "put", "patch", "delete", "options")
+    },
     # nlp's job is as if it did not exist, whatever the method (its WebSocket upgrades, and exec's: test_access)
     **{
         (path, method): 404

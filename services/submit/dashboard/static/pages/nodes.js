@@ -89,6 +89,7 @@ function inventory(node) {
   return h("span", {},
     models.size ? [...models].map(([m, n]) => h("div", {}, `${n} × ${m}`)) : h("div", { class: "muted" }, "no GPUs"),
     h("div", { class: "muted" }, `${num(node.cpus)} CPUs · ${bytes(node.memory_bytes)}${node.simulated ? " · simulated" : ""}`),
+    (node.notes ?? []).map((note) => h("div", { class: "hint node-note" }, note)), // (what its engine says: Slurm's)
   );
 }
 

@@ -127,6 +127,7 @@ def test_every_page_has_the_same_navigation(client):
         "Tenants",
         "Nodes",
         "Environments",
+        "Dev",
     ]
     job_id = submit_as(client, "tok-admin")
     for page in PAGES:
