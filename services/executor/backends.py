@@ -1,12 +1,16 @@
-"""The backend the settings choose, built: local process groups, Kubernetes pods or Slurm batch jobs."""
+"""The backend the settings choose, built: local process groups, Kubernetes pods or Slurm batch jobs; and where its
+jobs have folders of their own besides the data dir's, which the retention deletes with theirs (`working_root`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from gpuyard.services.executor.backend import Backend
 from gpuyard.services.executor.cgroups import Cgroups
 from gpuyard.services.executor.jobenv import mps_running
 from gpuyard.services.executor.local import LocalBackend
 from gpuyard.services.executor.logfile import LogBudget
+from gpuyard.services.executor.slurm.batch import spool_folder
 from gpuyard.shared.runtime.jobusers import JobUsers
 from gpuyard.shared.runtime.storageroot import storage_root_of
 from gpuyard.shared.settings.executor import ExecutorSettings
@@ -84,3 +88,12 @@ def make_backend(
         output_store=settings.output_store,
         environments=settings,
     )
+
+
+def working_root(settings: ExecutorSettings) -> Path | None:
+    """Where this backend's jobs have folders of their own by job id besides the data dir's `jobs/` (the
+    working directories of jobs run as other users; on Slurm, the spool folder), which the retention deletes
+    with the job's: None when there is no such place."""
+    if settings.executor_backend == "slurm":
+        return spool_folder(settings.slurm, settings.data_dir)
+    return settings.job_root

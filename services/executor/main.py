@@ -20,6 +20,7 @@ import os
 import signal
 
 from gpuyard.services.executor import jobenv
+from gpuyard.services.executor.backends import working_root
 from gpuyard.services.executor.executor import Executor
 from gpuyard.services.executor.gateway.wiring import start_gateway
 from gpuyard.services.executor.local import LocalBackend
@@ -52,7 +53,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
             executor.store,
             executor.attempts,
             settings.retention,
-            settings.job_root,
+            working_root(settings),
             storage_root=storage_root_of(settings) if settings.executor_backend == "local" else None,
             registry=service.metrics,
             environments=local.environments if (local := local_backend(executor)) is not None else None,

@@ -72,7 +72,7 @@ class SlurmBackend(Backend):
     ):
         self.config = config
         self.data_dir = data_dir
-        self.spool = config.spool_dir or str(data_dir / "slurm")
+        self.spool = str(batch.spool_folder(config, data_dir))
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
         self.grace = grace
         self.events: BackendEvents = NotOpened()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuyard.services.executor.slurm.cluster import SlurmNode
 from gpuyard.services.executor.slurm.queue import job_name
@@ -42,6 +43,12 @@ class ReplicaFiles:
     output: str
     exit: str
     workdir: str
+
+
+def spool_folder(config: SlurmConfig, data_dir: Path) -> Path:
+    """The spool folder: `GPUYARD_SLURM_SPOOL_DIR`, by default `<data dir>/slurm` (`<job id>/attempt-<n>/` in
+    it; the retention deletes a job's with its other folders)."""
+    return Path(config.spool_dir) if config.spool_dir else Path(data_dir) / "slurm"
 
 
 def spool_files(spool: str, job_id: str, attempt: int, replica: int) -> ReplicaFiles:
