@@ -20,10 +20,10 @@ from gpuyard.shared.contracts.api.access import (
     data_frame,
 )
 from gpuyard.shared.runtime.installhint import install_command
+from gpuyard.shared.runtime.streampipe import pipe
 
 NEEDS_WEBSOCKETS = f"this needs the websockets package, which GPUYARD installs: {install_command()}"
 MAX_HEAD = 64 * 1024
-CHUNK = 64 * 1024
 
 
 class AccessError(Exception):
@@ -214,17 +214,3 @@ class PortForward:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-
-
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Bytes from `reader` to `writer` until the end of `reader`, which is then passed on (a half close)."""
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-        else:
-            writer.close()
-    except OSError:
-        writer.close()

@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuyard.services.executor.exits import AttemptKey
-from gpuyard.shared.contracts.events.jobs import JobReplicaExited, ReplicaPlacement
+from gpuyard.services.executor.exits import AttemptKey, replica_exit
+from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited, ReplicaPlacement
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.contracts.jobspec import JobSpec
 
@@ -50,6 +50,18 @@ class AttemptLaunch:
 
     def placement(self, replica: int) -> ReplicaPlacement:
         return next(p for p in self.placements if p.replica == replica)
+
+    def start_failed(self, message: str) -> JobReplicaExited:
+        """The attempt could not start (a backend's refusal): its first replica's exit, with the reason."""
+        first = self.replicas[0]
+        return replica_exit(
+            self.job_id,
+            self.attempt,
+            first,
+            self.placement(first).node,
+            reason=FailureReason.START_FAILED,
+            message=message,
+        )
 
 
 class BackendEvents(Protocol):

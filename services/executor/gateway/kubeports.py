@@ -11,22 +11,10 @@ import logging
 import time
 
 from gpuyard.services.executor.kubernetes.api import KubeApi, KubeApiError
+from gpuyard.shared.runtime.streampipe import pipe
 
 log = logging.getLogger(__name__)
 IDLE_SECONDS = 600.0
-CHUNK = 64 * 1024
-
-
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Bytes from `reader` to `writer` until its end, which is passed on."""
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except OSError:
-        writer.close()
 
 
 class Tunnels:

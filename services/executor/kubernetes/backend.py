@@ -229,11 +229,11 @@ class KubernetesBackend(Backend):
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         wanted = launch.spec.environment
         if wanted is not None and wanted.wants_build:  # (a pod runs an image: it builds no environment)
-            return self._start_failed(launch, NO_BUILDS)
+            return launch.start_failed(NO_BUILDS)
         try:
             claims = await self.claims.claim(launch.tenant, launch.spec.volumes)
         except ClaimRefused as exc:  # (a job is never run without the volumes it names)
-            return self._start_failed(launch, str(exc))
+            return launch.start_failed(str(exc))
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
         self.tenants[launch.key] = launch.tenant
         try:
@@ -252,24 +252,11 @@ class KubernetesBackend(Backend):
             self.tenants.pop(launch.key, None)
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
-            return self._start_failed(launch, f"Kubernetes refused the job's pods: {exc.message}")
+            return launch.start_failed(f"Kubernetes refused the job's pods: {exc.message}")
         if result.skipped:
             self.live.pop(launch.key, None)
             self.tenants.pop(launch.key, None)
         return None
-
-    @staticmethod
-    def _start_failed(launch: AttemptLaunch, message: str) -> JobReplicaExited:
-        """The attempt could not start: its first replica's exit, with the reason."""
-        first = launch.replicas[0]
-        return replica_exit(
-            launch.job_id,
-            launch.attempt,
-            first,
-            launch.placement(first).node,
-            reason=FailureReason.START_FAILED,
-            message=message,
-        )
 
     def notes(self, key: AttemptKey) -> list[str]:
         return [] if self.controller.config.nfs_export is not None else [NO_STORAGE_NOTE]

@@ -309,12 +309,10 @@ class SlurmBackend(Backend):
 
     async def launch(self, launch: AttemptLaunch) -> JobReplicaExited | None:
         if launch.spec.command is None:
-            return self._start_failed(launch, "the Slurm backend runs a command: this job has none")
+            return launch.start_failed("the Slurm backend runs a command: this job has none")
         wanted = launch.spec.environment
         if wanted is not None and (wanted.wants_build or wanted.image):
-            return self._start_failed(
-                launch, "the Slurm backend runs jobs in the nodes' own Python environment"
-            )
+            return launch.start_failed("the Slurm backend runs jobs in the nodes' own Python environment")
         if not self.cluster:
             with contextlib.suppress(SlurmError):
                 self.cluster = await commands.nodes(self.config.partition)
@@ -332,7 +330,7 @@ class SlurmBackend(Backend):
         replica, exc = failed[0]
         if not isinstance(exc, SlurmError | OSError):
             raise exc
-        return self._start_failed(launch, f"Slurm refused the batch job of replica {replica}: {exc}")
+        return launch.start_failed(f"Slurm refused the batch job of replica {replica}: {exc}")
 
     def _user(self, tenant: str) -> tuple[JobUser | None, bool]:
         user = self.job_users.for_tenant(tenant)
@@ -400,18 +398,6 @@ class SlurmBackend(Backend):
         slurm_id = await commands.sbatch(args, text, env)
         self.submitted.setdefault(launch.key, {})[replica] = (slurm_id, time.monotonic())
         return slurm_id
-
-    @staticmethod
-    def _start_failed(launch: AttemptLaunch, message: str) -> JobReplicaExited:
-        first = launch.replicas[0]
-        return replica_exit(
-            launch.job_id,
-            launch.attempt,
-            first,
-            launch.placement(first).node,
-            reason=FailureReason.START_FAILED,
-            message=message,
-        )
 
     def _slurm_ids(self, key: AttemptKey, replicas) -> list[str]:
         ids = []
