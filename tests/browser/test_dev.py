@@ -13,6 +13,8 @@ from gpuyard.client import ClientError
 pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
+from tests.browser.conftest import SCREENSHOTS  # noqa: E402
+
 
 def test_start_open_run_a_cell_and_stop_a_dev_environment(dashboard):
     board, other = dashboard("vision"), dashboard("nlp")
@@ -41,7 +43,8 @@ def test_start_open_run_a_cell_and_stop_a_dev_environment(dashboard):
         )
         lab.keyboard.press("Shift+Enter")
         expect(lab.locator(".jp-OutputArea-output").first).to_contain_text("vision", timeout=60_000)
-        board.screenshot("dev-jupyterlab")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        lab.screenshot(path=str(SCREENSHOTS / "dev-jupyterlab.png"))  # (the lab's tab, not the dashboard's)
         lab.close()
 
         status = other.page.evaluate("(id) => fetch(`/dev/${id}/api/status`).then((r) => r.status)", job_id)
