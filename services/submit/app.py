@@ -44,6 +44,7 @@ from gpuyard.services.submit.dashboard import add_dashboard
 from gpuyard.services.submit.docs_pages import add_docs_pages
 from gpuyard.services.submit.errors import answers, too_many
 from gpuyard.services.submit.fastpath import FastSubmit
+from gpuyard.services.submit.fastproxy import FastProxy
 from gpuyard.services.submit.queuedepth import QueueFull
 from gpuyard.shared.bus.jetstream import BusUnavailable
 from gpuyard.shared.contracts.api.common import HealthOut
@@ -204,7 +205,8 @@ def create_app(ctx: SubmitContext) -> FastAPI:
     add_docs_pages(app)
     app.state.ctx = ctx
     app.add_middleware(FastSubmit, ctx=ctx)
-    app.add_middleware(  # added last: the outer one, before FastSubmit
+    app.add_middleware(FastProxy)
+    app.add_middleware(  # added last: the outer one, before FastProxy and FastSubmit
         BodyLimit, ctx=ctx, limit=ctx.max_body_bytes, uploads=streams_own_body
     )
     app.include_router(routes_jobs.router)

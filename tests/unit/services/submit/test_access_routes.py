@@ -17,7 +17,9 @@ from starlette.testclient import WebSocketDenialResponse
 
 from gpuyard.services.executor.gateway.access import LocalAccess
 from gpuyard.services.executor.gateway.server import Gateway
+from gpuyard.services.submit import fastproxy
 from gpuyard.services.submit.app import create_app
+from gpuyard.services.submit.fastproxy import route_of
 from gpuyard.services.submit.jobproxy import JobProxy
 from gpuyard.shared.auth import sessions
 from gpuyard.shared.auth.gatewaytoken import GatewayToken
@@ -165,3 +167,44 @@ def test_a_body_to_a_jobs_port_streams_on_past_the_apis_own_limit(setup):
     assert to_port.status_code == 404, to_port.text
     to_api = api.post("/v1/jobs", content=body, headers={**VISION, "Content-Type": "application/json"})
     assert to_api.status_code == 413, to_api.text
+
+
+def test_the_fast_proxy_takes_the_job_routes_and_answers_as_the_apps_routes(setup, monkeypatch):
+    """`fastproxy.FastProxy` calls the routes' own functions without FastAPI's routing: every answer here is the
+    same with it and without it (an app whose middleware leaves it out), and it took the requests it may take."""
+    api, ctx, data_dir = setup
+    port = free_ports("127.0.0.1", 1)[0]
+    job_id = running_job(api, ctx, [port])
+    replica = start_replica(data_dir, NODE, job_id, port=port)
+    slow_app = create_app(ctx)
+    slow_app.state.job_proxy = JobProxy(api.app.state.job_proxy.token)  # (its own pool: its own event loop)
+    slow_app.user_middleware = [m for m in slow_app.user_middleware if m.cls is not fastproxy.FastProxy]
+    taken = []
+    monkeypatch.setattr(fastproxy, "route_of", lambda path: taken.append(path) or route_of(path))
+    asks = [
+        ("GET", f"/jobs/{job_id}/ports/{port}/a?x=1", VISION),
+        ("POST", f"/jobs/{job_id}/replicas/0/ports/{port}/b", VISION),
+        ("GET", f"/jobs/{job_id}/replicas/1/ports/{port}/", VISION),
+        ("GET", f"/jobs/{job_id}/ports/{port}/", NLP),
+        ("GET", f"/jobs/{job_id}/ports/{port}/", {}),
+        ("GET", f"/jobs/{job_id}/ports/7007/", VISION),
+        ("GET", f"/jobs/{job_id}/ports/0/", VISION),
+        ("GET", f"/jobs/{job_id}/ports/65536/", VISION),
+        ("TRACE", f"/jobs/{job_id}/ports/{port}/", VISION),
+        ("GET", f"/dev/{job_id}/api/status", VISION),
+        ("GET", "/dev/not%20an%20id/api", VISION),
+    ]
+    try:
+        with TestClient(slow_app) as slow:
+            for method, path, headers in asks:
+                fast_answer = api.request(method, path, headers=headers)
+                slow_answer = slow.request(method, path, headers=headers)
+                assert (fast_answer.status_code, fast_answer.content) == (
+                    slow_answer.status_code,
+                    slow_answer.content,
+                ), f"{method} {path}"
+    finally:
+        replica.end()
+    assert (
+        len([p for p in taken if route_of(p) is not None]) == 7
+    )  # (not the bad ports, TRACE nor the bad id)
