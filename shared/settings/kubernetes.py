@@ -138,6 +138,16 @@ class KubernetesConfig(BaseModel):
         pattern=r"^(/.*)?$",
         description="Path of that export on the server (absolute). Set with volume_nfs_server.",
     )
+    platform_image: str = Field(
+        "ghcr.io/gpuyard/gpuyard:0.1.0",
+        description="The platform's own image (with the `s3` extra), run in each job pod as the init container "
+        "that copies the job's volumes from the object store (GPUYARD_VOLUME_STORE).",
+    )
+    volume_store_secret: str | None = Field(
+        None,
+        description="Secret whose keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL…) are the "
+        "environment of that init container; empty: none (the image's or the node's own credentials).",
+    )
     volume_working_dir: str = Field(
         "/workspace",
         pattern=r"^/",

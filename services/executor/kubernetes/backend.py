@@ -4,19 +4,26 @@ through the same `Backend` interface as local processes.
 - launch: creates the claims of the job's volumes (`volumeclaims.py`), then the attempt's pods (and headless
   Service), which mount them and, with the storage root's NFS export set, the job's checkpoint and output folders
   (`podvolumes.py`); a redelivered or repeated launch creates nothing twice. A refusal by the API server fails the
-  attempt to start, with its message; so does a volume deleted since the job was submitted.
+  attempt to start, with its message; so does a volume deleted since the job was submitted. Where volumes live
+  in the object store (`volume_copy`), no claim: each pod copies them before the job starts (`volumecopy.py`).
 - volumes: every `RECONCILE_EVERY_POLLS` polls, the claims of volumes deleted since are deleted.
 - watching: `controller.poll()` every `poll_interval`; a replica's pod Running → `replicas_started`, finished
   → `replica_ended` with the outcome the pod's status gives (exit code, signal, OOMKilled, deadline, node
   lost, start failures with the kubelet's message, the last log lines).
 - logs: each pod's log is copied into the replica's log file in the data directory (every `log_interval`
-  while it runs, completely when it ends), so the submit API serves both backends' logs alike, with the same
-  size cap and rotation, and the running replicas of a tenant hold at most its log budget of them together
+  while it runs, completely when it ends; first, where the pod copied volumes from the object store, what its
+  init container said of the copies, as the platform's lines), so the submit API serves both backends' logs
+  alike, with the same size cap and rotation, and the running replicas of a tenant hold at most its log budget of them together
   (`LogBudget`).
 - stop: the pods are deleted with the grace as their termination grace period; every replica still running
   is reported ended by SIGTERM.
 - adopt (after an executor restart): an attempt whose pods still exist is watched again; the controller then
   reports their state once more, which the executor records idempotently.
+- outputs: with an output store (`outputs`) and the NFS export, once an attempt's last replica has ended (its
+  pod finished, or deleted by a stop and gone), the job's output folder on the export, which the executor mounts
+  at its own storage root, is copied to the store (what changed, `outputpublish.py`, as the local backend does)
+  before that replica's end is reported; the last replica's log says what was copied, or why not, and a copy
+  that fails never fails the job. The copy runs beside the polling, which goes on meanwhile.
 - release: once the attempt is over its pods and Service are deleted (their logs are already copied).
 - nodes: the cluster's GPU nodes, listed every heartbeat round (`nodes.py` says which and what each
   heartbeat holds), instead of the executor's own machine; a node that stops being announced (cordoned,
@@ -43,16 +50,22 @@ from gpuyard.services.executor.kubernetes.nodes import cluster_inventory
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase
 from gpuyard.services.executor.kubernetes.podvolumes import NO_STORAGE_NOTE
 from gpuyard.services.executor.kubernetes.volumeclaims import ClaimRefused, VolumeClaims, VolumeLookup
+from gpuyard.services.executor.kubernetes.volumecopy import COPY_CONTAINER, CopiedVolumes, VolumeCopy
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
+from gpuyard.services.executor.outputpublish import OutputPublisher
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobReplicaExited
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.runtime.paths import log_path
-from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs import NOTE, LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 RECONCILE_EVERY_POLLS = 30
 """The claims of deleted volumes are looked for every this many polls (a minute, at the default poll interval)."""
+GONE_MARGIN_SECONDS = 10.0
+"""A stopped attempt's pods are waited for this much longer than their termination grace before its outputs are
+copied (the kubelet may be slow to kill them)."""
+GONE_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -60,6 +73,8 @@ class _Mirror:
     sink: RotatingLog
     lines: int = 0
     last: float = field(default=0.0)
+    copies_said: bool = False
+    """Whether what the pod's init container said of its copies of volumes is in the log (or not to be)."""
 
 
 NO_BUILDS = (
@@ -84,11 +99,21 @@ class KubernetesBackend(Backend):
         shipper: LogShipper | None = None,
         log_budget: LogBudget | None = None,
         volumes: VolumeLookup | None = None,
+        volume_copy: VolumeCopy | None = None,
+        outputs: OutputPublisher | None = None,
     ):
         """`volumes`: finds a tenant's volume (its size, its creation) in the event store; without it, a job that
-        mounts volumes fails to start."""
+        mounts volumes fails to start. `volume_copy`: volumes live in the object store, and pods copy them
+        (`volumecopy.py`). `outputs`: copies jobs' outputs to the output store from the executor's storage root,
+        where it mounts the NFS export; unused without the export (pods then have no output folder)."""
         self.controller = controller
         self.claims = VolumeClaims(controller.api, controller.config, volumes)
+        self.volume_copy = volume_copy
+        self.outputs = outputs if controller.config.nfs_export is not None else None
+        self.publishing: set[asyncio.Task] = set()
+        """The copies of outputs under way, each followed by its attempt's last replica's end."""
+        self.copying: set[AttemptKey] = set()
+        """Attempts whose pods copy volumes from the object store (their init container's log is copied too)."""
         self.polls = 0
         self.shipper = shipper
         self.data_dir = data_dir
@@ -154,11 +179,30 @@ class KubernetesBackend(Backend):
             return
         if not outcome.phase.finished:
             return
-        await self._copy_log(key, outcome.replica, final=True)
         nodes.pop(outcome.replica, None)
         if not nodes:
             self.live.pop(key, None)
+            if self.outputs is not None:  # (beside the polling: a large copy holds up no other job's report)
+                task = asyncio.create_task(
+                    self._publish_then_end(key, outcome, node), name="kubernetes-outputs"
+                )
+                self.publishing.add(task)
+                task.add_done_callback(self.publishing.discard)
+                return
+        await self._copy_log(key, outcome.replica, final=True)
         await self.events.replica_ended(outcome.exit(node))
+
+    async def _publish_then_end(self, key: AttemptKey, outcome: ReplicaOutcome, node: str) -> None:
+        await self._copy_log(key, outcome.replica, final=True, note=await self._publish(key))
+        await self.events.replica_ended(outcome.exit(node))
+
+    async def _publish(self, key: AttemptKey) -> str:
+        """The job's outputs copied to the output store: the line for its log."""
+        assert self.outputs is not None
+        tenant = self.tenants.get(key, "")
+        if not tenant:
+            return "outputs: not copied to the output store (the job's tenant is not known)"
+        return await self.outputs.publish(tenant, key[0])
 
     # ------------------------------------------------------------------ nodes
 
@@ -196,8 +240,12 @@ class KubernetesBackend(Backend):
             self.mirrors[ident] = mirror
         return mirror
 
-    async def _copy_log(self, key: AttemptKey, replica: int, *, final: bool = False) -> None:
-        """Append the pod's log lines not copied yet to the replica's log file."""
+    async def _copy_log(
+        self, key: AttemptKey, replica: int, *, final: bool = False, keep_open: bool = False, note: str = ""
+    ) -> None:
+        """Append the pod's log lines not copied yet to the replica's log file; `final`: all of them, then `note`
+        (the platform's line, e.g. what was copied to the output store), and the file is closed unless
+        `keep_open` (a note is still to come: `_close_log`)."""
         mirror = self._mirror(key, replica)
         now = time.monotonic()
         if not final and now - mirror.last < self.log_interval:
@@ -208,6 +256,9 @@ class KubernetesBackend(Backend):
         except KubeApiError as exc:  # no pod yet, or its container has not started
             log.debug("no log yet for %s attempt %d replica %d: %s", key[0], key[1], replica, exc)
             lines = None
+        if (lines is not None or final) and not mirror.copies_said:
+            mirror.copies_said = True
+            await self._say_copies(key, replica, mirror)
         if lines is not None:
             if len(lines) < mirror.lines:  # the kubelet rotated the container log: start over
                 mirror.lines = 0
@@ -215,9 +266,28 @@ class KubernetesBackend(Backend):
             if new:
                 mirror.sink.write(("\n".join(new) + "\n").encode())
                 mirror.lines = len(lines)
-        if final:
-            mirror.sink.close()
-            self.mirrors.pop((*key, replica), None)
+        if final and not keep_open:
+            self._close_log(key, replica, note)
+
+    def _close_log(self, key: AttemptKey, replica: int, note: str = "") -> None:
+        """The replica's log file closed, after `note` (the platform's line) when there is one."""
+        mirror = self._mirror(key, replica)
+        if note:
+            mirror.sink.write(f"{NOTE}{note}\n".encode())
+        mirror.sink.close()
+        self.mirrors.pop((*key, replica), None)
+
+    async def _say_copies(self, key: AttemptKey, replica: int, mirror: _Mirror) -> None:
+        """What the pod's init container said of its copies of volumes (or why one failed), into its log."""
+        if key not in self.copying:
+            return
+        try:
+            said = await self.controller.logs(key[0], key[1], replica, container=COPY_CONTAINER)
+        except KubeApiError as exc:
+            log.debug("no copy log for %s attempt %d replica %d: %s", key[0], key[1], replica, exc)
+            return
+        if said:
+            mirror.sink.write("".join(f"{NOTE}{line}\n" for line in said).encode())
 
     async def _copy_running_logs(self) -> None:
         for key, nodes in list(self.live.items()):
@@ -230,8 +300,16 @@ class KubernetesBackend(Backend):
         wanted = launch.spec.environment
         if wanted is not None and wanted.wants_build:  # (a pod runs an image: it builds no environment)
             return launch.start_failed(NO_BUILDS)
+        claims: dict[str, str] = {}
+        copied: CopiedVolumes | None = None
         try:
-            claims = await self.claims.claim(launch.tenant, launch.spec.volumes)
+            if self.volume_copy is not None:
+                sizes = await self.claims.sizes(launch.tenant, launch.spec.volumes)
+                copied = CopiedVolumes(self.volume_copy, sizes)
+                if sizes:
+                    self.copying.add(launch.key)
+            else:
+                claims = await self.claims.claim(launch.tenant, launch.spec.volumes)
         except ClaimRefused as exc:  # (a job is never run without the volumes it names)
             return launch.start_failed(str(exc))
         self.live[launch.key] = {r: launch.placement(r).node for r in launch.replicas}
@@ -246,16 +324,19 @@ class KubernetesBackend(Backend):
                     spec=launch.spec,
                     placements=launch.placements,
                     claims=claims,
+                    copied=copied,
                 )
         except KubeApiError as exc:
             self.live.pop(launch.key, None)
             self.tenants.pop(launch.key, None)
+            self.copying.discard(launch.key)
             with contextlib.suppress(KubeApiError):
                 await self.controller.cancel(launch.job_id, launch.attempt, grace_seconds=0)
             return launch.start_failed(f"Kubernetes refused the job's pods: {exc.message}")
         if result.skipped:
             self.live.pop(launch.key, None)
             self.tenants.pop(launch.key, None)
+            self.copying.discard(launch.key)
         return None
 
     def notes(self, key: AttemptKey) -> list[str]:
@@ -265,10 +346,16 @@ class KubernetesBackend(Backend):
         nodes = self.live.pop(key, None)
         if not nodes:
             return
-        for replica in nodes:
-            await self._copy_log(key, replica, final=True)
+        last = max(nodes)
+        for replica in nodes:  # (the last one's file stays open for the outputs' line)
+            await self._copy_log(
+                key, replica, final=True, keep_open=replica == last and self.outputs is not None
+            )
         async with self.lock:
             await self.controller.cancel(key[0], key[1], grace_seconds=math.ceil(grace))
+        if self.outputs is not None:  # (what the job writes in its grace is copied too)
+            await self._gone(key, math.ceil(grace) + GONE_MARGIN_SECONDS)
+            self._close_log(key, last, await self._publish(key))
         for replica, node in sorted(nodes.items()):
             await self.events.replica_ended(
                 replica_exit(
@@ -282,6 +369,17 @@ class KubernetesBackend(Backend):
                 )
             )
 
+    async def _gone(self, key: AttemptKey, within: float) -> bool:
+        """Whether the attempt's pods are gone within `within` seconds (a deleted pod stays while it ends)."""
+        selector = job_labels.selector_string(job_labels.attempt_selector(*key))
+        deadline = time.monotonic() + within
+        while await self.controller.api.list_pods(self.controller.namespace, selector):
+            if time.monotonic() >= deadline:
+                log.warning("job %s attempt %d: its pods are still there; copying its outputs", *key)
+                return False
+            await asyncio.sleep(GONE_CHECK_SECONDS)
+        return True
+
     async def adopt(self, key: AttemptKey, replicas: dict[int, str], *, unannounced: bool = False) -> bool:
         selector = job_labels.selector_string(job_labels.attempt_selector(*key))
         pods = await self.controller.api.list_pods(self.controller.namespace, selector)
@@ -289,11 +387,14 @@ class KubernetesBackend(Backend):
             return False
         self.live[key] = dict(replicas)
         self.tenants[key] = pods[0].get("metadata", {}).get("labels", {}).get(job_labels.TENANT, "")
+        if any((p.get("spec") or {}).get("initContainers") for p in pods):
+            self.copying.add(key)
         return True
 
     async def release(self, key: AttemptKey) -> None:
         self.live.pop(key, None)
         self.tenants.pop(key, None)
+        self.copying.discard(key)
         for ident in [i for i in self.mirrors if i[:2] == key]:
             self.mirrors.pop(ident).sink.close()
         async with self.lock:
@@ -304,6 +405,10 @@ class KubernetesBackend(Backend):
             self.poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.poller
+        for task in list(self.publishing):  # (an adopting executor reports those ends, and copies again)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for mirror in self.mirrors.values():
             mirror.sink.close()
         self.mirrors.clear()

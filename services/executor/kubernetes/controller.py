@@ -35,6 +35,7 @@ from gpuyard.services.executor.kubernetes.manifests import (
     with_owner,
 )
 from gpuyard.services.executor.kubernetes.outcomes import ReplicaOutcome, ReplicaPhase, pod_outcome
+from gpuyard.services.executor.kubernetes.volumecopy import CopiedVolumes
 from gpuyard.shared.contracts.events.jobs import FailureReason, ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
@@ -84,8 +85,10 @@ class KubernetesController:
         spec: JobSpec,
         placements: Sequence[ReplicaPlacement],
         claims: Mapping[str, str] | None = None,
+        copied: CopiedVolumes | None = None,
     ) -> LaunchResult:
-        """`claims`: the claim of each volume the spec mounts, made before (`volumeclaims.py`)."""
+        """`claims`: the claim of each volume the spec mounts, made before (`volumeclaims.py`); `copied`: the
+        volumes its pods copy from the object store instead (`volumecopy.py`)."""
         if AttemptKey(job_id, attempt) in self._cancelled:
             log.info("not launching %s attempt %s: it was cancelled", job_id, attempt)
             return LaunchResult(skipped=True)
@@ -98,6 +101,7 @@ class KubernetesController:
             placements=placements,
             config=self.config,
             claims=claims,
+            copied=copied,
         )
         result = LaunchResult()
         first = await self._create(self.api.create_pod, manifests.pods[0], result)
@@ -219,12 +223,21 @@ class KubernetesController:
 
     # ------------------------------------------------------------------ logs
 
-    async def logs(self, job_id: str, attempt: int, replica: int, tail_lines: int | None = None) -> list[str]:
-        """The last `tail_lines` lines (all when None) of a replica's log. Raises KubeNotFound."""
+    async def logs(
+        self,
+        job_id: str,
+        attempt: int,
+        replica: int,
+        tail_lines: int | None = None,
+        *,
+        container: str = CONTAINER,
+    ) -> list[str]:
+        """The last `tail_lines` lines (all when None) of a replica's log (of its pod's `container`: the job's, or
+        an init container). Raises KubeNotFound."""
         selector = job_labels.selector_string(job_labels.replica_selector(job_id, attempt, replica))
         pods = await self.api.list_pods(self.namespace, selector)
         if not pods:
             raise KubeNotFound(f"no pod for job {job_id} attempt {attempt} replica {replica}")
         name = pods[0]["metadata"]["name"]
-        text = await self.api.read_pod_log(self.namespace, name, CONTAINER, tail_lines)
+        text = await self.api.read_pod_log(self.namespace, name, container, tail_lines)
         return text.splitlines()

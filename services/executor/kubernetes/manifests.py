@@ -14,7 +14,8 @@ pods (the controller adds that reference once replica 0 exists and has a uid, se
 replica 0 deletes the whole attempt; `KubernetesConfig.owner`, when set, owns replica 0.
 
 Every pod mounts the claims of the job's volumes and, with the storage root's NFS export set, its checkpoint and
-output folders (`podvolumes.py`); the claims themselves are made before the pods (`volumeclaims.py`).
+output folders (`podvolumes.py`); the claims themselves are made before the pods (`volumeclaims.py`). Volumes
+kept in the object store are copied into each pod by an init container first (`volumecopy.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gpuyard.services.executor.kubernetes.env import replica_env
 from gpuyard.services.executor.kubernetes.names import AttemptNames, attempt_names
 from gpuyard.services.executor.kubernetes.podvolumes import PodVolumes, pod_volumes
 from gpuyard.services.executor.kubernetes.resources import container_resources
+from gpuyard.services.executor.kubernetes.volumecopy import CopiedVolumes, copy_container
 from gpuyard.shared.contracts.events.jobs import ReplicaPlacement
 from gpuyard.shared.contracts.jobspec import JobSpec
 
@@ -72,8 +74,10 @@ def build_job_manifests(
     placements: Sequence[ReplicaPlacement],
     config: KubernetesConfig,
     claims: Mapping[str, str] | None = None,
+    copied: CopiedVolumes | None = None,
 ) -> JobManifests:
-    """`claims`: the claim's name of each volume the spec mounts (`volumeobjects.py`)."""
+    """`claims`: the claim's name of each volume the spec mounts (`volumeobjects.py`); `copied`: the volumes
+    copied from the object store instead (`volumecopy.py`)."""
     by_replica = sorted(placements, key=lambda p: p.replica)
     if [p.replica for p in by_replica] != list(range(spec.replicas)):
         raise ValueError(
@@ -88,7 +92,9 @@ def build_job_manifests(
         job_labels.REPLICAS: str(spec.replicas),
     }
     distributed = spec.replicas > 1
-    mounted = pod_volumes(spec=spec, tenant=tenant, job_id=job_id, claims=claims or {}, config=config)
+    mounted = pod_volumes(
+        spec=spec, tenant=tenant, job_id=job_id, claims=claims or {}, config=config, copied=copied
+    )
     pods = [
         _pod(
             job_id=job_id,
@@ -216,6 +222,15 @@ def _pod(
     if mounted.volumes:
         pod_spec["volumes"] = copy.deepcopy(mounted.volumes)
         container["volumeMounts"] = copy.deepcopy(mounted.mounts)
+    if mounted.copied is not None:
+        pod_spec["initContainers"] = [
+            copy_container(
+                mounted.copied,
+                tenant,
+                resources=container["resources"],
+                pull_policy=config.image_pull_policy,
+            )
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -8,6 +8,8 @@ Failed    → FAILED with, in this order: DeadlineExceeded → TIMEOUT; evicted,
             the taint manager → NODE_LOST; rejected by the kubelet (OutOfcpu…) → START_FAILED; OOMKilled →
             OOM_KILLED; the command could not be executed → COMMAND_NOT_FOUND / START_FAILED; exit 128+N →
             SIGNAL N; other non-zero → EXIT_CODE. (CUDA_OOM needs the log: the controller adds it.)
+An init container (the copy of the job's volumes from the object store, `volumecopy.py`) that fails, or whose
+image cannot be pulled, fails the replica to start, with its own last log line (its reason).
 """
 
 from __future__ import annotations
@@ -136,6 +138,17 @@ def _container_status(status: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _init_failure(status: dict[str, Any]) -> str | None:
+    """What ended the pod's init container that failed (its name and last log line), None when none did."""
+    for init in status.get("initContainerStatuses") or []:
+        terminated = (init.get("state") or {}).get("terminated") or {}
+        if terminated and terminated.get("exitCode") != 0:
+            detail = (terminated.get("message") or "").strip()
+            summary = f"init container {init.get('name', '')} failed (exit code {terminated.get('exitCode')})"
+            return _with_detail(summary, detail)
+    return None
+
+
 def _pending(
     base: ReplicaOutcome,
     status: dict[str, Any],
@@ -143,10 +156,11 @@ def _pending(
     age: float,
     start_timeout: float,
 ) -> ReplicaOutcome:
-    waiting = (container.get("state") or {}).get("waiting") or {}
-    reason = waiting.get("reason", "")
-    if reason in IMMEDIATE_START_FAILURES or (reason in SLOW_START_FAILURES and age >= start_timeout):
-        return _start_failed(base, f"{reason}: {waiting.get('message', '')}".rstrip(": "))
+    for candidate in [*(status.get("initContainerStatuses") or []), container]:
+        waiting = (candidate.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason", "")
+        if reason in IMMEDIATE_START_FAILURES or (reason in SLOW_START_FAILURES and age >= start_timeout):
+            return _start_failed(base, f"{reason}: {waiting.get('message', '')}".rstrip(": "))
     unschedulable = _condition(status, "PodScheduled")
     if (
         unschedulable.get("status") == "False"
@@ -180,7 +194,8 @@ def _failed(base: ReplicaOutcome, status: dict[str, Any], container: dict[str, A
     if pod_reason in KUBELET_REJECTIONS or pod_reason.startswith("OutOf"):
         return _start_failed(failed, f"{pod_reason}: {pod_message}".rstrip(": "))
     if not terminated:
-        return _start_failed(failed, pod_message or pod_reason or "the container never ran")
+        init = _init_failure(status)
+        return _start_failed(failed, init or pod_message or pod_reason or "the container never ran")
     return failed.with_(**_termination(terminated, exit_code, signal))
 
 

@@ -4,7 +4,8 @@
   job's path, read-only when asked (the kubelet mounts it so: a write fails with "Read-only file system"); a
   relative path is under the job's working directory, which is `KubernetesConfig.volume_working_dir`
   (`/workspace`) unless the spec names an absolute one. Each replica finds the place in `GPUYARD_VOLUME_<NAME>`
-  (the local backend's name for it, `volumemounts.env_name`).
+  (the local backend's name for it, `volumemounts.env_name`). A volume kept in the object store has no claim:
+  the pod copies it into an emptyDir first and mounts the copy read-only (`volumecopy.py`).
 - its checkpoint and output folders, with the storage root's NFS export set: the export, inline, mounted twice
   by subPath, its `checkpoints/<tenant>/<job id>` at `/gpuyard/checkpoints` and its `outputs/<tenant>/<job id>`
   at `/gpuyard/outputs` (the local backend's layout under the storage root, `paths.job_storage`), named in
@@ -23,6 +24,7 @@ from typing import Any
 
 from gpuyard.services.executor.jobenv import storage_env
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
+from gpuyard.services.executor.kubernetes.volumecopy import CopiedVolumes, copies_volume, copy_mount
 from gpuyard.services.executor.volumemounts import env_name
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.runtime.paths import JobStorage, job_storage
@@ -43,6 +45,8 @@ class PodVolumes:
     env: dict[str, str] = field(default_factory=dict)
     working_dir: str | None = None
     """The container's workingDir, when its volumes need one the spec does not give."""
+    copied: CopiedVolumes | None = None
+    """The volumes the pod copies from the object store before the job starts (its init container)."""
 
 
 def volume_name(index: int) -> str:
@@ -70,9 +74,16 @@ def mount_places(spec: JobSpec, config: KubernetesConfig) -> tuple[dict[str, str
 
 
 def pod_volumes(
-    *, spec: JobSpec, tenant: str, job_id: str, claims: Mapping[str, str], config: KubernetesConfig
+    *,
+    spec: JobSpec,
+    tenant: str,
+    job_id: str,
+    claims: Mapping[str, str],
+    config: KubernetesConfig,
+    copied: CopiedVolumes | None = None,
 ) -> PodVolumes:
-    """What every replica's pod of the job mounts; `claims`: volume name → its claim's name."""
+    """What every replica's pod of the job mounts; `claims`: volume name → its claim's name; `copied`: the
+    volumes copied from the object store instead."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     env: dict[str, str] = {}
@@ -82,7 +93,14 @@ def pod_volumes(
         )
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     places, working_dir = mount_places(spec, config)
+    copies = copied if copied is not None and copied.sizes else None
+    if copies is not None:
+        volumes.append(copies_volume(copies))
     for index, volume in enumerate(spec.volumes):
+        if copies is not None and volume.name in copies.sizes:
+            mounts.append(copy_mount(tenant, volume.name, places[volume.name]))
+            env[env_name(volume.name)] = places[volume.name]
+            continue
         if volume.name not in claims:
             raise ValueError(f"no claim for volume {volume.name!r} of job {job_id}")
         name = volume_name(index)
@@ -98,4 +116,4 @@ def pod_volumes(
         for place, sub in ((CHECKPOINT_MOUNT, folders.checkpoints), (OUTPUT_MOUNT, folders.outputs)):
             mounts.append({"name": STORAGE_VOLUME, "mountPath": place, "subPath": sub})
         env.update(storage_env(JobStorage(CHECKPOINT_MOUNT, OUTPUT_MOUNT)))
-    return PodVolumes(volumes=volumes, mounts=mounts, env=env, working_dir=working_dir)
+    return PodVolumes(volumes=volumes, mounts=mounts, env=env, working_dir=working_dir, copied=copies)

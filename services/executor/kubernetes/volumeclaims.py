@@ -8,6 +8,8 @@
   longer in the store (deleted, or deleted and made again: a new claim) are deleted. Idempotent; a claim whose
   volume is there is never deleted, nor one without GPUYARD's annotations; a pod that still uses a claim keeps it
   until it ends (Kubernetes' pvc-protection).
+- `sizes`, at a launch, where volumes live in the object store (`volumecopy.py`): no claim, only each volume's
+  size (its copy's room in the pod), a volume no longer there failing the start as above.
 """
 
 from __future__ import annotations
@@ -48,16 +50,24 @@ class VolumeClaims:
         self.config = config
         self.lookup = lookup
 
+    async def _view(self, tenant: str, name: str) -> VolumeView:
+        """The volume as the event store has it. ClaimRefused when it cannot be found."""
+        if self.lookup is None:
+            raise ClaimRefused("this executor has no event store to find volumes in")
+        view = await self.lookup(tenant, name)
+        if view is None:
+            raise ClaimRefused(f"volume {name} was deleted")
+        return view
+
+    async def sizes(self, tenant: str, volumes: Sequence[VolumeMount]) -> dict[str, int]:
+        """Volume name → its size in bytes, for volumes copied from the object store. ClaimRefused."""
+        return {mount.name: (await self._view(tenant, mount.name)).size_bytes for mount in volumes}
+
     async def claim(self, tenant: str, volumes: Sequence[VolumeMount]) -> dict[str, str]:
         """Volume name → its claim's name, each claim there once this returns. ClaimRefused with the reason."""
-        if volumes and self.lookup is None:
-            raise ClaimRefused("this executor has no event store to find volumes in")
         claims: dict[str, str] = {}
         for mount in volumes:
-            assert self.lookup is not None
-            view = await self.lookup(tenant, mount.name)
-            if view is None:
-                raise ClaimRefused(f"volume {mount.name} was deleted")
+            view = await self._view(tenant, mount.name)
             objects = volume_objects(
                 tenant=tenant,
                 volume=mount.name,

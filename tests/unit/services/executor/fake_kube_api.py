@@ -38,6 +38,9 @@ class FakeKubeApi:
         self.claims: dict[str, dict[str, Any]] = {}
         self.persistent_volumes: dict[str, dict[str, Any]] = {}
         self.logs: dict[str, str] = {}
+        """Pod name → its job container's log (absent: the container is waiting to start)."""
+        self.init_logs: dict[tuple[str, str], str] = {}
+        """(pod name, init container name) → that init container's log."""
         self.calls: list[tuple[str, str]] = []
         self.fail_once: dict[str, KubeApiError] = {}
         """name → an error the next create of that name raises (then forgets)."""
@@ -84,9 +87,10 @@ class FakeKubeApi:
         self.calls.append(("read_pod_log", name))
         if name not in self.pods:
             raise KubeNotFound(f'pods "{name}" not found')
-        if name not in self.logs:
+        text = self.init_logs.get((name, container), self.logs.get(name))
+        if text is None:
             raise KubeApiError(400, f'container "{container}" in pod "{name}" is waiting to start')
-        lines = self.logs[name].splitlines()
+        lines = text.splitlines()
         return "\n".join(lines[-tail_lines:] if tail_lines else lines)
 
     async def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
