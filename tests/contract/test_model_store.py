@@ -41,7 +41,7 @@ from gpuyard.shared.modelfiles.store import (
     sha256_of,
 )
 from gpuyard.shared.runtime.installhint import install_command
-from tests.s3server import SECRET, UNSET, CutLink, S3Server, aws_env, forget_s3_clients
+from tests.s3server import SECRET, CutLink, S3Server, forget_s3_clients, pointed_at
 
 LOCAL, S3 = "local", "s3"
 ROOT = "model store é"
@@ -141,25 +141,14 @@ class S3Backend:
 Backend = LocalBackend | S3Backend
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
 @pytest.fixture(params=[LOCAL, S3])
 def backend(request, tmp_path, monkeypatch) -> Iterator[Backend]:
     if request.param == LOCAL:
         yield LocalBackend(tmp_path / ROOT)
         return
     server: S3Server = request.getfixturevalue("s3_server")
-    for name in UNSET:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in aws_env(server.endpoint, tmp_path).items():
-        monkeypatch.setenv(name, value)
-    forget_s3_clients()
-    yield S3Backend(server, server.new_bucket())
-    forget_s3_clients()
+    with pointed_at(server, tmp_path, monkeypatch) as bucket:
+        yield S3Backend(server, bucket)
 
 
 def staged(store: ModelStore, data: bytes) -> StagedFile:

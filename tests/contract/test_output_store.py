@@ -20,18 +20,12 @@ from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.paths import job_storage
 from gpuyard.shared.runtime.safefolder import SafeFolder
 from gpuyard.shared.runtime.tarstream import PathRefused
-from tests.s3server import S3Server, pointed_at
+from tests.s3server import pointed_at
 from tests.unit.services.submit.submitctx import submit_context
 
 VISION = {"Authorization": "Bearer tok-vision"}
 NLP = {"Authorization": "Bearer tok-nlp"}
 SPEC = {"name": "train", "command": "python train.py", "resources": {"gpus": 1}}
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
 
 
 @pytest.fixture

@@ -45,12 +45,6 @@ PREFIX = "volume store é"
 """The store's key prefix in the bucket: a space and a non-ASCII letter."""
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
 @pytest.fixture(params=[FOLDER, S3])
 def store(request, tmp_path, monkeypatch) -> Iterator[tuple[str, S3Server | None, str]]:
     """(kind, its S3 server, its bucket) with the AWS variables pointing at the server for `s3`."""

@@ -18,12 +18,6 @@ from gpuyard.shared.stores.logs import LogKey
 from gpuyard.shared.stores.logs.reading import read_range
 from gpuyard.shared.stores.logs.shipper import LogShipper
 from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
-from tests.unit.services.executor.fake_kube_api import FakeKubeApi
-
-
-@pytest.fixture
-def api():
-    return FakeKubeApi(namespace="jobs")
 
 
 def backend_for(api, h, **config) -> KubernetesBackend:

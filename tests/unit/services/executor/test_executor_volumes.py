@@ -20,7 +20,6 @@ from gpuyard.services.executor.processes import Namespaces
 from gpuyard.services.executor.volumemounts import env_name
 from gpuyard.shared.contracts.events.jobs import JobStarted
 from gpuyard.shared.runtime.paths import volume_dir
-from tests.unit.services.executor.test_volume_cache import bucket, s3_server  # noqa: F401 (fixtures)
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace per job needs a root platform")
 READ = (

@@ -38,11 +38,6 @@ GFD = {
 }
 
 
-@pytest.fixture
-def api():
-    return FakeKubeApi(namespace="jobs")
-
-
 def cluster(api: FakeKubeApi) -> None:
     """A GPU node with GPU feature discovery's labels, one without, a cordoned one, a NotReady one and a
     CPU-only one."""

@@ -6,10 +6,7 @@ against `FakeKubeApi`, the copy itself against moto's S3 server on loopback (tes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
@@ -20,29 +17,10 @@ from gpuyard.shared.runtime.outputstore import OutputStore
 from gpuyard.shared.runtime.paths import job_storage, log_path
 from gpuyard.shared.stores.logs import NOTE
 from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
-from tests.s3server import S3Server, pointed_at
-from tests.unit.services.executor.fake_kube_api import FakeKubeApi
 from tests.unit.services.executor.test_executor_kubernetes import pod, terminated
 from tests.unit.services.executor.test_kubernetes_manifests import NFS
 
 PREFIX = "kept"
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def bucket(s3_server, tmp_path, monkeypatch) -> Iterator[str]:
-    with pointed_at(s3_server, tmp_path, monkeypatch) as bucket:
-        yield bucket
-
-
-@pytest.fixture
-def api():
-    return FakeKubeApi(namespace="jobs")
 
 
 async def k8s_executor(h, api, storage_root: Path, store_url: str, **config):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -29,9 +28,7 @@ from gpuyard.services.executor.kubernetes.volumefetch import main as volumefetch
 from gpuyard.services.executor.volumecache import VOLUME_CACHE
 from gpuyard.shared.contracts.jobspec import JobSpec
 from gpuyard.shared.stores.logs import NOTE
-from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
-from tests.s3server import S3Server, pointed_at
-from tests.unit.services.executor.fake_kube_api import FakeKubeApi
+from tests.s3server import S3Server
 from tests.unit.services.executor.test_executor_kubernetes import node_log, pod, terminated
 from tests.unit.services.executor.test_kubernetes_manifests import NFS, assert_valid, env_of, placements
 
@@ -123,16 +120,6 @@ def test_a_job_without_volumes_gets_no_init_container():
 # ---------------------------------------------------------------------- the lifecycle, against FakeKubeApi
 
 
-@pytest.fixture
-def api():
-    return FakeKubeApi(namespace="jobs")
-
-
-@pytest.fixture
-def registry(h):
-    return VolumeRegistry(h.store, None, "/test")
-
-
 async def k8s_executor(h, api, registry):
     controller = KubernetesController(api, KubernetesConfig(namespace="jobs", **NFS))
     backend = KubernetesBackend(
@@ -217,18 +204,6 @@ async def test_a_copy_that_fails_fails_the_start_with_its_reason(h, api, registr
 
 
 # ---------------------------------------------------------------------- the init container's program
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def bucket(s3_server, tmp_path, monkeypatch) -> Iterator[str]:
-    with pointed_at(s3_server, tmp_path, monkeypatch) as bucket:
-        yield bucket
 
 
 def put(server: S3Server, bucket: str, name: str, path: str, data: bytes) -> None:

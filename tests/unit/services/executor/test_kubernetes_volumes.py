@@ -23,7 +23,6 @@ from gpuyard.services.executor.kubernetes.volumeobjects import volume_objects
 from gpuyard.shared.contracts.events.jobs import JobStarted, ReplicaPlacement
 from gpuyard.shared.contracts.events.volumes import VolumeDeleted
 from gpuyard.shared.contracts.jobspec import JobSpec
-from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 from tests.unit.services.executor.fake_kube_api import FakeKubeApi
 from tests.unit.services.executor.test_kubernetes_manifests import (
     DNS_1035,
@@ -234,16 +233,6 @@ def test_without_the_nfs_export_a_pod_has_no_storage_folders():
 
 
 # ---------------------------------------------------------------------- the lifecycle, against FakeKubeApi
-
-
-@pytest.fixture
-def api():
-    return FakeKubeApi(namespace="jobs")
-
-
-@pytest.fixture
-def registry(h):
-    return VolumeRegistry(h.store, None, "/test")
 
 
 def backend_for(h, api, registry, **config) -> KubernetesBackend:

@@ -7,29 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from gpuyard.services.executor.volumecache import VOLUME_CACHE, CacheError, VolumeCache
 from gpuyard.services.executor.volumemounts import make_mount_points, plan
 from gpuyard.shared.contracts.jobspec import VolumeMount
-from tests.s3server import S3Server, pointed_at
+from tests.s3server import S3Server
 
 PREFIX = "volume store é"
 TENANT, NAME = "vision", "imagenet"
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def bucket(s3_server, tmp_path, monkeypatch) -> Iterator[str]:
-    with pointed_at(s3_server, tmp_path, monkeypatch) as bucket:
-        yield bucket
 
 
 def put(server: S3Server, bucket: str, path: str, data: bytes) -> None:
