@@ -33,8 +33,10 @@ from gpuyard.shared.auth.jobtokens import read_secret, secret_path
 
 # imported as benchmarks.devstart (python -m, a test), or run as a script: its own folder first on the path
 if __package__:
+    from benchmarks.exec_latency import alternating, summary
     from benchmarks.pipeline import pct, start_platform, stop_platform
 else:
+    from exec_latency import alternating, summary
     from pipeline import pct, start_platform, stop_platform
 
 GPUYARD = str(Path(sys.executable).parent / "gpuyard")
@@ -70,31 +72,12 @@ def calls(client, data_dir: Path, job_id: str, count: int, warmup: int) -> tuple
     """(through the proxy, direct) seconds per `GET /dev/{id}/api/status`, alternating."""
     secret = read_secret(secret_path(data_dir))
     path = f"/dev/{job_id}/api/status"
-    direct_url = f"http://127.0.0.1:{dev_port(secret, job_id, 1)}{path}"
-    through, direct = [], []
     with (
         httpx.Client(headers={"Authorization": f"Bearer {client.token}"}, timeout=10) as via,
         httpx.Client(headers={"Authorization": f"token {dev_token(secret, job_id, 1)}"}, timeout=10) as plain,
     ):
-        for i in range(warmup + count):
-            for http, url, into in ((via, client.server + path, through), (plain, direct_url, direct)):
-                began = time.perf_counter()
-                answer = http.get(url)
-                took = time.perf_counter() - began
-                if answer.status_code != 200:
-                    raise SystemExit(f"GET {url}: {answer.status_code} {answer.text[:200]}")
-                if i >= warmup:
-                    into.append(took)
-    return through, direct
-
-
-def ms(seconds: list[float]) -> dict[str, float]:
-    return {
-        "min": round(min(seconds) * 1e3, 2),
-        "p50": round(pct(seconds, 50) * 1e3, 2),
-        "p99": round(pct(seconds, 99) * 1e3, 2),
-        "n": len(seconds),
-    }
+        direct_url = f"http://127.0.0.1:{dev_port(secret, job_id, 1)}{path}"
+        return alternating(via, client.server + path, plain, direct_url, count, warmup)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -119,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
         stopped(client, job_id)
     finally:
         stop_platform(proc, tmp, keep=args.keep)
-    proxied, plain = ms(through), ms(direct)
+    proxied, plain = summary(through), summary(direct)
     result = {
         "benchmark": "devstart",
         "dev_start_to_answering_s": {

@@ -100,27 +100,43 @@ async def exec_round_trips(server: str, token: str, job_id: str, count: int, war
     return took
 
 
+def alternating(
+    via: httpx.Client,
+    proxied_url: str,
+    plain: httpx.Client,
+    direct_url: str,
+    count: int,
+    warmup: int,
+    expected: str | None = None,
+) -> tuple[list[float], list[float]]:
+    """(through the proxy, direct) seconds per GET, alternating, each kind on its own keep-alive client; every
+    answer must be 200 (with the text `expected`, where given). The first `warmup` of each are not counted."""
+    through: list[float] = []
+    direct: list[float] = []
+    for i in range(warmup + count):
+        for client, url, into in ((via, proxied_url, through), (plain, direct_url, direct)):
+            start = time.perf_counter()
+            answer = client.get(url)
+            took = time.perf_counter() - start
+            if answer.status_code != 200 or (expected is not None and answer.text != expected):
+                raise SystemExit(f"GET {url}: {answer.status_code} {answer.text[:200]}")
+            if i >= warmup:
+                into.append(took)
+    return through, direct
+
+
 def gets(
     server: str, token: str, job_id: str, port: int, count: int, warmup: int
 ) -> tuple[list[float], list[float]]:
-    """(through the proxy, direct) seconds per GET, alternating."""
-    proxied_url = f"{server}/jobs/{job_id}/ports/{port}/{PAGE}"
-    direct_url = f"http://127.0.0.1:{port}/{PAGE}"
-    through, direct = [], []
+    """(through the proxy, direct) seconds per GET of the job's page, alternating."""
     with (
         httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=10) as via,
         httpx.Client(timeout=10) as plain,
     ):
-        for i in range(warmup + count):
-            for client, url, into in ((via, proxied_url, through), (plain, direct_url, direct)):
-                start = time.perf_counter()
-                answer = client.get(url)
-                took = time.perf_counter() - start
-                if answer.status_code != 200 or answer.text != "hello\n":
-                    raise SystemExit(f"GET {url}: {answer.status_code} {answer.text[:200]}")
-                if i >= warmup:
-                    into.append(took)
-    return through, direct
+        proxied_url = f"{server}/jobs/{job_id}/ports/{port}/{PAGE}"
+        return alternating(
+            via, proxied_url, plain, f"http://127.0.0.1:{port}/{PAGE}", count, warmup, "hello\n"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
