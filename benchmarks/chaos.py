@@ -11,6 +11,11 @@ in a random order (`--seed`); `gpuyard up` restarts them. After each kill the be
 service is back: a new process whose heartbeat the API shows (the submit service: answering /healthz; NATS:
 accepting connections again), and records how long that took.
 
+`run_chaos` also takes another backend's platform (`env`, `gpus`, `executors`), the jobs' GPUs (`Shape`), the
+targets to kill (`schedule`) and how to kill those that are not `gpuyard up`'s children (`Outside`): the Slurm
+backend's crash test (tests/integration/slurm/test_slurm_chaos.py) runs it against a real Slurm cluster, with
+slurmctld restarted among the kills.
+
 Clients retry a submission that got no answer with the same Idempotency-Key, so a job is accepted once, and
 wait the Retry-After of a 429. The platform runs with its limits set low (`LIMITS`), and a hostile tenant
 (`Hostile`) reaches each of them again and again during the kills: bodies with no credential, bodies and model
@@ -29,6 +34,7 @@ succeeded, and the figures are:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -146,10 +152,22 @@ def _wait(check: Callable[[], object], timeout: float, what: str) -> object:
     raise TimeoutError(f"{what} not within {timeout:.0f}s")
 
 
-class Platform:
-    """`gpuyard up --simulate-gpus 8` in `base`, on free ports; its children found through /proc."""
+@dataclass(frozen=True)
+class Outside:
+    """A target that is not one of `gpuyard up`'s children (a Slurm controller): `kill()` kills it (and has
+    whatever keeps it running start it again) and says the pid killed; `back(pid)` whether it runs again."""
 
-    def __init__(self, base: Path, gpus: int):
+    kill: Callable[[], int]
+    back: Callable[[int], bool]
+
+
+class Platform:
+    """`gpuyard up --simulate-gpus N` in `base`, on free ports; its children found through /proc. `env`: more
+    settings (another executor backend's); `executors`: its executor processes (None: `gpuyard up`'s default)."""
+
+    def __init__(
+        self, base: Path, gpus: int, env: dict[str, str] | None = None, executors: int | None = None
+    ):
         self.base = base
         self.port, self.nats_port, serving, monitor = _free_ports(4)
         self.env = {
@@ -157,6 +175,7 @@ class Platform:
             **LIMITS,
             "GPUYARD_CONFIG_DIR": str(base / "config"),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         for name in ("GPUYARD_SERVER", "GPUYARD_TOKEN"):
             self.env.pop(name, None)
@@ -164,6 +183,7 @@ class Platform:
         argv = [str(BIN / "gpuyard"), "up", "--data-dir", str(base / "data"), "--simulate-gpus", str(gpus)]
         argv += ["--port", str(self.port), "--nats-port", str(self.nats_port)]
         argv += ["--serving-port", str(serving), "--monitor-port", str(monitor)]
+        argv += ["--executors", str(executors)] if executors is not None else []
         self.proc = subprocess.Popen(argv, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         self.server = f"http://127.0.0.1:{self.port}"
         self.http: httpx.Client | None = None
@@ -229,17 +249,31 @@ class Platform:
                 self.proc.kill()
 
 
-def _spec(i: int, gang: bool, markers: Path) -> dict:
+@dataclass(frozen=True)
+class Shape:
+    """The GPUs of the chaos jobs: a single job's, and a gang's replicas and each one's share (by default the
+    whole of `gpuyard up --simulate-gpus 8`)."""
+
+    job_gpus: float = 0.125
+    gang_replicas: int = GANG_REPLICAS
+    gang_gpus: float = 0.5
+    memory: str = "1MB"
+    """Each replica's memory (where a backend enforces it, what `sh` and `sleep` need)."""
+
+
+def _spec(i: int, gang: bool, markers: Path, shape: Shape = Shape()) -> dict:
     seconds = 0.1 + (i % 10) * 0.2  # 0.1 to 1.9 s: many jobs are running at each kill
     mark = f'echo "$GPUYARD_ATTEMPT" >> "$CHAOS_MARKERS/$GPUYARD_JOB_ID.$RANK"; sleep {seconds:.1f}'
     return {
         "name": f"chaos-{i}",
         "command": ["sh", "-c", mark],
         "env": {"CHAOS_MARKERS": str(markers)},
-        "resources": {"gpus": 0.5, "cpus": 0.01, "memory": "1MB"}
-        if gang
-        else {"gpus": 0.125, "cpus": 0.01, "memory": "1MB"},
-        "replicas": GANG_REPLICAS if gang else 1,
+        "resources": {
+            "gpus": shape.gang_gpus if gang else shape.job_gpus,
+            "cpus": 0.01,
+            "memory": shape.memory,
+        },
+        "replicas": shape.gang_replicas if gang else 1,
     }
 
 
@@ -467,41 +501,62 @@ def run_chaos(
     deadline: float = 300.0,
     workdir: Path | None = None,
     say: Callable[[str], None] = print,
+    *,
+    schedule: list[str] | None = None,
+    outside: dict[str, Outside] | None = None,
+    gpus: int = 8,
+    env: dict[str, str] | None = None,
+    executors: int | None = None,
+    shape: Shape = Shape(),
+    hostile: bool = True,
 ) -> ChaosResult:
+    """`schedule`: the targets killed, each once per mention, in a random order (default: every one of
+    `TARGETS` `kills` times); `outside`: how to kill those that are not `gpuyard up`'s children. `gpus`, `env`,
+    `executors`: the platform (another backend's settings, e.g. Slurm's with `gpus=0`); `shape`: the jobs' GPUs;
+    `hostile`: whether the hostile tenant reaches the limits meanwhile."""
     rng = random.Random(seed)
     base = Path(workdir or tempfile.mkdtemp(prefix="gpuyard-chaos-"))
     markers = Path(tempfile.mkdtemp(prefix="gpuyard-chaos-markers-"))
     markers.chmod(0o1777)  # jobs may run as an unprivileged user: each replica appends to its own file
-    schedule = [t for t in TARGETS for _ in range(kills)]
+    schedule = list(schedule) if schedule is not None else [t for t in TARGETS for _ in range(kills)]
     rng.shuffle(schedule)
-    specs = [_spec(i, gang_every > 0 and i % gang_every == gang_every - 1, markers) for i in range(jobs)]
+    outside = outside or {}
+    specs = [
+        _spec(i, gang_every > 0 and i % gang_every == gang_every - 1, markers, shape) for i in range(jobs)
+    ]
     result = ChaosResult(jobs=jobs, gangs=sum(s["replicas"] > 1 for s in specs), accepted=0, succeeded=0)
     t0 = time.monotonic()
-    platform = Platform(base, gpus=8)
+    platform = Platform(base, gpus=gpus, env=env, executors=executors)
     try:
         rate = jobs / max(len(schedule) * (gap + 2.0), 1.0)  # submitting lasts about as long as the kills
         submitters = Submitters(platform, specs, rate, clients=4)
-        hostile = Hostile(platform, markers)
+        tenant = Hostile(platform, markers) if hostile else None
         say(f"chaos: {jobs} jobs at {rate:.0f}/s, kills in this order: {', '.join(schedule)} (logs: {base})")
         for target in schedule:
             time.sleep(rng.uniform(gap / 2, gap))
-            pid = _wait(lambda t=target: platform.child(t), 60, f"{target} running")
-            os.kill(pid, signal.SIGKILL)
+            if target in outside:
+                pid, back = outside[target].kill(), outside[target].back
+            else:
+                pid = _wait(lambda t=target: platform.child(t), 60, f"{target} running")
+                os.kill(pid, signal.SIGKILL)
+                back = functools.partial(platform.back, target)
             kill = Kill(target, pid, round(time.monotonic() - t0, 2))
             result.kills.append(kill)
             start = time.monotonic()
             try:
-                _wait(lambda t=target, p=pid: platform.back(t, p), 90, f"{target} back")
+                _wait(lambda b=back, p=pid: b(p), 90, f"{target} back")
                 kill.back_after_s = round(time.monotonic() - start, 2)
             except TimeoutError:
                 pass
             say(f"  killed {target} (pid {pid}) at {kill.at_s:.1f}s; back after {kill.back_after_s}s")
         submitters.join(deadline)
-        hostile.stop()
-        result.accepted, result.hostile_jobs = len(submitters.accepted), len(hostile.accepted)
-        result.hostile, result.unexpected = hostile.answers, hostile.unexpected
+        if tenant is not None:
+            tenant.stop()
+            result.hostile_jobs = len(tenant.accepted)
+            result.hostile, result.unexpected = tenant.answers, tenant.unexpected
+        result.accepted = len(submitters.accepted)
         say(f"chaos: {result.accepted} of {jobs} accepted, {result.hostile_jobs} of the hostile tenant's")
-        every = [*submitters.accepted.values(), *hostile.accepted.values()]
+        every = [*submitters.accepted.values(), *(tenant.accepted.values() if tenant else ())]
         states = _final_states(platform, [job_id for job_id, _ in every], deadline, say)
         for job_id, replicas in every:
             state = states.get(job_id)
@@ -517,7 +572,7 @@ def run_chaos(
                 path = markers / f"{job_id}.{rank}"
                 if path.exists() and len(path.read_text().splitlines()) > 1:
                     result.twice.append(f"{job_id}.{rank}")
-        result.truncated = hostile.log_budget_reached(60)
+        result.truncated = tenant.log_budget_reached(60) if tenant is not None else False
     finally:
         platform.stop()
         result.seconds = time.monotonic() - t0

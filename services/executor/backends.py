@@ -111,6 +111,9 @@ def slurm_backend(settings: ExecutorSettings, shipper: LogShipper | None) -> Bac
         log_backups=settings.log_backups,
         shipper=shipper,
         log_budget=LogBudget.share(settings.tenant_log_budget, 1),
+        storage_root=storage_root_of(settings),
+        volume_store=settings.volume_store,
+        output_store=settings.output_store,
     )
 
 

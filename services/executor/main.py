@@ -54,7 +54,7 @@ async def main(service: Service, settings: ExecutorSettings) -> None:
             executor.attempts,
             settings.retention,
             working_root(settings),
-            storage_root=storage_root_of(settings) if settings.executor_backend == "local" else None,
+            storage_root=storage_root_of(settings) if settings.executor_backend != "kubernetes" else None,
             registry=service.metrics,
             environments=local.environments if (local := local_backend(executor)) is not None else None,
         )

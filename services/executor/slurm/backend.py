@@ -10,7 +10,12 @@ pinned to the node GPUYARD's scheduler chose (`batch.py`), through the same `Bac
   replica's log file in the data directory as it grows and completely at its end, so the submit API and the log
   store serve it as they serve the local backend's (`gpuyard logs -f`), size-capped and rotated alike.
 - stop (cancel, preemption, timeout, a failed peer): Slurm signals SIGTERM to every process of the batch jobs
-  (`scancel --signal=TERM --full`); those still running after the grace are cancelled (Slurm's SIGKILL).
+  (`scancel --signal=TERM --full`); those still running after the grace are cancelled (Slurm's SIGKILL), and
+  those still waiting to start at once.
+- storage (`storage.py`): each batch job's checkpoint and output folders and volumes, made in the storage root
+  before `sbatch`; its outputs copied to the output store once the attempt's last batch job has ended.
+- a refusal of `sbatch` that is the cluster's state of the moment (`SlurmError.transient`: a controller
+  restarting) is a `NodeFault`: the attempt is requeued, not failed.
 - adopt (after an executor restart): the batch jobs are found again by their names (job, attempt, replica); an
   attempt none of whose batch jobs Slurm lists, and that left no exit file, is not adopted (and is requeued).
 - nodes: the cluster's nodes, read every heartbeat (`sinfo`; `cluster.py` says what each heartbeat holds, and
@@ -29,26 +34,25 @@ import time
 from pathlib import Path
 
 from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
-from gpuyard.services.executor.exits import AttemptKey, ReplicaKey, replica_exit
+from gpuyard.services.executor.exits import AttemptKey, NodeFault, ReplicaKey, replica_exit
 from gpuyard.services.executor.jobenv import replica_env
 from gpuyard.services.executor.logfile import LogBudget
 from gpuyard.services.executor.slurm import batch, commands
 from gpuyard.services.executor.slurm.cluster import SlurmNode, cluster_inventory, not_placeable
 from gpuyard.services.executor.slurm.commands import SlurmError
 from gpuyard.services.executor.slurm.logs import SpoolLogs
-from gpuyard.services.executor.slurm.outcomes import finished, outcome
-from gpuyard.services.executor.slurm.queue import SlurmJob
+from gpuyard.services.executor.slurm.outcomes import finished, outcome, over_memory
+from gpuyard.services.executor.slurm.queue import SlurmJob, job_name
+from gpuyard.services.executor.slurm.storage import SlurmStorage, StorageRefused
 from gpuyard.shared.contracts.events.jobs import FailureReason, JobPlaced, JobReplicaExited
 from gpuyard.shared.contracts.events.nodes import NodeHeartbeat
 from gpuyard.shared.runtime.jobusers import JobUser, JobUsers
+from gpuyard.shared.runtime.paths import STORAGE
 from gpuyard.shared.settings.slurm import SlurmConfig
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 LOST = "Slurm no longer lists its batch job {slurm_id}, which left no exit file"
-NO_STORAGE = (
-    "no checkpoint or output folder on the Slurm backend: GPUYARD_CHECKPOINT_DIR and GPUYARD_OUTPUT_DIR unset"
-)
 STOP_POLL = 0.2
 NODE_LOSS_WAIT = 15.0
 """Seconds a replica's node loss waits at most for a heartbeat announcing its node closed."""
@@ -69,11 +73,25 @@ class SlurmBackend(Backend):
         log_backups: int = 0,
         shipper: LogShipper | None = None,
         log_budget: LogBudget | None = None,
+        storage_root: Path | None = None,
+        volume_store: str = "",
+        output_store: str = "",
     ):
+        """`storage_root`: where jobs' checkpoint and output folders and volumes are, which every compute node
+        must see at the same path (None: `storage/` in the data dir, the default of a platform whose jobs run
+        as its own user); `volume_store`, `output_store`: the object stores of volumes and kept outputs."""
         self.config = config
         self.data_dir = data_dir
         self.spool = str(batch.spool_folder(config, data_dir))
         self.job_users = job_users or JobUsers({"*": None}, derive_base=None)
+        self.storage = SlurmStorage(
+            storage_root or Path(data_dir) / STORAGE,
+            self.job_users,
+            volume_store=volume_store,
+            output_store=output_store,
+        )
+        self.attempt_notes: dict[AttemptKey, list[str]] = {}
+        """What could not be done for an attempt's replicas (a volume's read-only), for its `job.started`."""
         self.grace = grace
         self.events: BackendEvents = NotOpened()
         self.live: dict[AttemptKey, dict[int, str]] = {}
@@ -113,7 +131,7 @@ class SlurmBackend(Backend):
         return "enforced by Slurm where its cgroup plugins constrain them (--cpus-per-task, --mem)"
 
     def notes(self, key: AttemptKey) -> list[str]:
-        return [NO_STORAGE]
+        return list(self.attempt_notes.get(key, ()))
 
     # ------------------------------------------------------------------ watching
 
@@ -190,7 +208,9 @@ class SlurmBackend(Backend):
         if job.running or finished(job):
             await self._started(key, replica)
         if finished(job):
-            exit_code, sig, reason, message = outcome(job)
+            ended = outcome(job)
+            tail = self.logs.tail(key, replica) if ended[2] else []
+            exit_code, sig, reason, message = over_memory(ended, tail, job)
             if reason == FailureReason.NODE_LOST and self._node_still_open(ident, job):
                 return  # (reported once a heartbeat has announced its node closed: not placed on again)
             await self._ended(
@@ -204,7 +224,7 @@ class SlurmBackend(Backend):
                     signal=sig,
                     reason=reason,
                     message=message,
-                    log_tail=self.logs.tail(key, replica) if reason else (),
+                    log_tail=tail,
                 ),
             )
         else:
@@ -242,9 +262,12 @@ class SlurmBackend(Backend):
         nodes = self.live.get(key)
         if nodes is None or nodes.pop(replica, None) is None:
             return
-        self.logs.copy(key, replica, self.tenants.get(key, ""), final=True)
-        if not nodes:
+        tenant = self.tenants.get(key, "")
+        last = not nodes
+        if last:
             self.live.pop(key, None)
+        published = await self.storage.publish(tenant, key.job_id) if last else None
+        self.logs.copy(key, replica, tenant, final=True, note=published)
         await self.events.replica_ended(exited)
 
     def _from_exit_file(self, key: AttemptKey, replica: int, node: str) -> JobReplicaExited | None:
@@ -327,9 +350,16 @@ class SlurmBackend(Backend):
         self.live.pop(launch.key, None)
         with contextlib.suppress(SlurmError):
             await commands.scancel([e for e in done if isinstance(e, str)])
+        for r, _ in failed:  # (an `sbatch` that failed or took too long may have been taken all the same)
+            with contextlib.suppress(SlurmError):
+                await commands.scancel_named(job_name(launch.job_id, launch.attempt, r))
         replica, exc = failed[0]
+        if isinstance(exc, StorageRefused):
+            return launch.start_failed(str(exc))
+        if isinstance(exc, SlurmError) and exc.transient:  # (requeued after the retry backoff, not failed)
+            raise NodeFault(replica, f"Slurm could not take the batch job of replica {replica} now: {exc}")
         if not isinstance(exc, SlurmError | OSError):
-            raise exc
+            raise exc  # (a NodeFault among them: the attempt is requeued)
         return launch.start_failed(f"Slurm refused the batch job of replica {replica}: {exc}")
 
     def _user(self, tenant: str) -> tuple[JobUser | None, bool]:
@@ -359,6 +389,16 @@ class SlurmBackend(Backend):
             os.makedirs(folder, exist_ok=True)
             if user is not None:
                 os.chown(folder, user.uid, user.gid)
+        kept = await self.storage.prepare(
+            tenant=launch.tenant,
+            job_id=launch.job_id,
+            replica=replica,
+            volumes=launch.spec.volumes,
+            cwd=workdir,
+            user=user,
+        )
+        notes = self.attempt_notes.setdefault(launch.key, [])
+        notes += [note for note in kept.mounts.notes if note not in notes]
         placed = JobPlaced(job_id=launch.job_id, attempt=launch.attempt, placements=launch.placements)
         env = replica_env(
             job_id=launch.job_id,
@@ -370,7 +410,9 @@ class SlurmBackend(Backend):
             master_addr=self._master(launch),
             master_port=launch.master_port,
             simulated=False,
+            storage=kept.storage,
         )
+        env.update(kept.mounts.env)
         if placement.gpus:
             env.pop("CUDA_VISIBLE_DEVICES", None)  # (Slurm's, for the devices it gave)
         args = batch.sbatch_args(
@@ -415,17 +457,34 @@ class SlurmBackend(Backend):
         if not nodes:
             return
         ids = self._slurm_ids(key, nodes)
-        killed = False
+        # A batch job still waiting to start is cancelled at once (`scancel --signal` would wait for it to start);
+        # a refusal (one ended meanwhile, the controller away) leaves the rest to the cancel after the grace.
         try:
-            await commands.scancel(ids, signal="TERM")
+            pending = await self._pending(ids)
+            running = [i for i in ids if i not in pending]
+            if pending:
+                await commands.scancel(pending)
+            if running:
+                await commands.scancel(running, signal="TERM")
+        except SlurmError as exc:
+            log.info("signalling job %s attempt %d in Slurm: %s", *key, exc)
+        try:
             killed = not await self._ended_within(ids, grace)
-            if killed:
+        except SlurmError as exc:  # (the queue unread: cancelled all the same)
+            log.info("reading the end of job %s attempt %d in Slurm: %s", *key, exc)
+            killed = True
+        if killed:  # (a pending one too, which would otherwise start later)
+            try:
                 await commands.scancel(ids)
-        except SlurmError as exc:  # (some had ended meanwhile)
-            log.info("stopping job %s attempt %d in Slurm: %s", *key, exc)
+            except SlurmError as exc:
+                log.warning("cancelling job %s attempt %d in Slurm: %s", *key, exc)
         sig = signal.SIGKILL if killed else signal.SIGTERM
+        tenant = self.tenants.get(key, "")
+        published = await self.storage.publish(tenant, key.job_id)
         for replica, node in sorted(nodes.items()):
-            self.logs.copy(key, replica, self.tenants.get(key, ""), final=True)
+            self.logs.copy(
+                key, replica, tenant, final=True, note=published if replica == max(nodes) else None
+            )
             await self.events.replica_ended(
                 replica_exit(
                     *key,
@@ -437,6 +496,11 @@ class SlurmBackend(Backend):
                     f"the grace ({grace:g}s)",
                 )
             )
+
+    async def _pending(self, ids: list[str]) -> list[str]:
+        """Those of the Slurm jobs still waiting to start, as the queue says now."""
+        wanted = set(ids)
+        return [j.slurm_id for j in await commands.jobs() if j.slurm_id in wanted and j.state == "PENDING"]
 
     async def _ended_within(self, ids: list[str], grace: float) -> bool:
         """Whether the Slurm jobs all left the running states within `grace` seconds."""
@@ -470,6 +534,7 @@ class SlurmBackend(Backend):
     async def release(self, key: AttemptKey) -> None:
         self.live.pop(key, None)
         self.tenants.pop(key, None)
+        self.attempt_notes.pop(key, None)
         self.logs.forget(key)
         self.started.pop(key, None)
         self.submitted.pop(key, None)

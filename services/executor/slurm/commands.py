@@ -21,8 +21,25 @@ def slurm_client_env() -> dict[str, str]:
     return {name: os.environ[name] for name in CLIENT_VARIABLES if name in os.environ}
 
 
+TRANSIENT = (
+    "Requested node configuration is not available",  # (a controller just restarted: its node not back yet)
+    "Unable to contact slurm controller",
+    "temporarily unable to accept job",
+    "Socket timed out",
+    "Zero Bytes were transmitted or received",
+    "Invalid node name specified",
+)
+"""Slurm's words for a refusal that is the cluster's state of the moment, not the job's: its controller away or
+restarting, its node gone or not registered again (GPUYARD's scheduler placed the job where `sinfo` showed room)."""
+
+
 class SlurmError(Exception):
     """A Slurm command failed; the message is its own (its standard error)."""
+
+    @property
+    def transient(self) -> bool:
+        """Whether the cluster's state of the moment refused it (`TRANSIENT`), not what was asked."""
+        return any(words in str(self) for words in TRANSIENT)
 
 
 async def run(args: Sequence[str], stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -66,6 +83,11 @@ async def sbatch(args: Sequence[str], script: str, env: Mapping[str, str]) -> st
     Slurm's own variables); its Slurm job id."""
     out = await run(["sbatch", *args], stdin=script, env={**env, **slurm_client_env()})
     return out.strip().split(";")[0]
+
+
+async def scancel_named(name: str) -> None:
+    """Cancels the jobs of that name (a batch job whose `sbatch` gave no id, yet may have been taken)."""
+    await run(["scancel", f"--name={name}"])
 
 
 async def scancel(slurm_ids: Sequence[str], signal: str | None = None) -> None:

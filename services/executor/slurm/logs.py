@@ -13,7 +13,7 @@ from gpuyard.services.executor.exits import AttemptKey, ReplicaKey
 from gpuyard.services.executor.logfile import LogBudget, RotatingLog
 from gpuyard.services.executor.slurm.batch import spool_files
 from gpuyard.shared.runtime.paths import log_path
-from gpuyard.shared.stores.logs import LogKey
+from gpuyard.shared.stores.logs import NOTE, LogKey
 from gpuyard.shared.stores.logs.shipper import LogShipper
 
 TAIL_BYTES = 16384
@@ -61,9 +61,12 @@ class SpoolLogs:
             mirror = self.mirrors[ident] = _Mirror(sink, spool_files(self.spool, *key, replica).output)
         return mirror
 
-    def copy(self, key: AttemptKey, replica: int, tenant: str, *, final: bool = False) -> None:
+    def copy(
+        self, key: AttemptKey, replica: int, tenant: str, *, final: bool = False, note: str | None = None
+    ) -> None:
         """Append what the batch job wrote since the last copy to the replica's log file: whole lines while it
-        runs, everything at its end (`final`, which closes the log file)."""
+        runs, everything at its end (`final`, which closes the log file), then `note` (the platform's word, such
+        as its outputs' copy) as a line of its own."""
         mirror = self._mirror(key, replica, tenant)
         try:
             with open(mirror.source, "rb") as source:
@@ -76,6 +79,8 @@ class SpoolLogs:
         if data:
             mirror.sink.write(data)
             mirror.offset += len(data)
+        if note:
+            mirror.sink.write(f"\n{NOTE}{note}\n".encode())
         if final:
             mirror.sink.close()
             self.mirrors.pop((*key, replica), None)

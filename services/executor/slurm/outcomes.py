@@ -6,7 +6,9 @@ FAILED        → the batch script's wait status: a signal → SIGNAL N; exit 12
 CANCELLED     → SIGNAL (the signal, else SIGTERM): someone cancelled it in Slurm (GPUYARD's own stops are reported
                 by the backend's `stop` before Slurm says so).
 TIMEOUT       → TIMEOUT (Slurm's `--time`, the backstop of GPUYARD's own timeout); DEADLINE likewise.
-OUT_OF_MEMORY → OOM_KILLED (where Slurm's cgroup task plugin enforces memory).
+OUT_OF_MEMORY → OOM_KILLED (where Slurm's cgroup task plugin enforces memory). Where memory is enforced by polling
+                instead (`JobAcctGatherParams=OverMemoryKill`), Slurm says FAILED, SIGKILL: slurmstepd's line in
+                the job's output (`OVER_MEMORY`) makes it OOM_KILLED (`over_memory`).
 NODE_FAIL     → NODE_LOST: the scheduler requeues the attempt, as for a lost node on any backend.
 PREEMPTED     → NODE_LOST too: Slurm's own preemption took the node from the job, not the job's fault.
 BOOT_FAIL     → START_FAILED.
@@ -15,6 +17,7 @@ BOOT_FAIL     → START_FAILED.
 from __future__ import annotations
 
 import signal as signals
+from collections.abc import Sequence
 
 from gpuyard.services.executor.slurm.queue import SlurmJob
 from gpuyard.shared.contracts.events.jobs import FailureReason
@@ -36,6 +39,10 @@ FINISHED = frozenset(
         "REVOKED",
     }
 )
+
+
+OVER_MEMORY = "Exceeded job memory limit"
+"""What slurmstepd writes into a batch job's output when it kills the job for its memory (OverMemoryKill)."""
 
 
 def finished(job: SlurmJob) -> bool:
@@ -91,3 +98,15 @@ def outcome(job: SlurmJob) -> Outcome:
         said = "its node failed" if state == "NODE_FAIL" else "Slurm preempted it"
         return None, None, FailureReason.NODE_LOST, f"{where}: {said} ({state}, node {job.nodes or '?'})"
     return None, None, FailureReason.START_FAILED, f"{where} ended as {state} ({job.reason})"
+
+
+def over_memory(ended: Outcome, tail: Sequence[str], job: SlurmJob) -> Outcome:
+    """A SIGKILL that slurmstepd's line at the end of the job's output says was for its memory: OOM_KILLED."""
+    if ended[1] != signals.SIGKILL or not any(OVER_MEMORY in line for line in tail):
+        return ended
+    return (
+        None,
+        ended[1],
+        FailureReason.OOM_KILLED,
+        f"Slurm job {job.slurm_id} exceeded its memory limit (--mem)",
+    )

@@ -23,6 +23,8 @@ GPUS = 4
 SHARDS_PER_GPU = 4
 CPUS = 32
 MEMORY_MIB = 16000
+READY = ("idle", "mixed", "allocated")
+"""The node's states in which it runs jobs (`sinfo`'s words)."""
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
 
 
@@ -151,7 +153,10 @@ class SlurmCluster:
                     "SchedulerParameters=sched_interval=1",
                     "MinJobAge=300",
                     "DefMemPerCPU=100",
-                    "JobAcctGatherType=jobacct_gather/none",
+                    # (memory enforced as a cluster without cgroups can: polled, the job killed past its --mem)
+                    "JobAcctGatherType=jobacct_gather/linux",
+                    "JobAcctGatherParams=OverMemoryKill",
+                    "JobAcctGatherFrequency=task=1",
                     "AccountingStorageType=accounting_storage/none",
                     "JobCompType=jobcomp/none",
                     "SlurmdParameters=config_overrides",
@@ -174,26 +179,43 @@ class SlurmCluster:
         )
         (f / "cgroup.conf").write_text(f"CgroupPlugin={cgroup_plugin()}\nIgnoreSystemd=yes\n")
 
+    def _daemon(self, daemon: str) -> subprocess.Popen:
+        out = (self.folder / "log" / f"{daemon}.out").open("ab")
+        return subprocess.Popen(
+            [daemon, "-D", "-f", str(self.conf)],
+            env={**os.environ, **self.env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
     def _daemons(self) -> None:
-        env = {**os.environ, **self.env}
-        for daemon in ("slurmctld", "slurmd"):
-            out = (self.folder / "log" / f"{daemon}.out").open("wb")
-            self.procs.append(
-                subprocess.Popen(
-                    [daemon, "-D", "-f", str(self.conf)], env=env, stdout=out, stderr=subprocess.STDOUT
-                )
-            )
+        self.procs += [self._daemon("slurmctld"), self._daemon("slurmd")]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             for proc in self.procs:
                 if proc.poll() is not None:
                     raise Unavailable(f"{proc.args[0]} exited: {self.log_tail(proc.args[0])}")
-            if self.node_state() in ("idle", "mixed", "allocated"):
+            if self.node_state() in READY:
                 return
             time.sleep(0.2)
         raise Unavailable(
             f"the Slurm node did not become idle: {self.node_state()!r}; {self.log_tail('slurmd')}"
         )
+
+    def restart_controller(self) -> int:
+        """Stops slurmctld (SIGTERM: it saves its state) and starts it again from its state folder, as a service
+        manager restarts it; the pid stopped. The jobs it placed run on under slurmd meanwhile, and Slurm's
+        commands fail until it is back."""
+        old = self.procs[0]
+        old.terminate()
+        old.wait(30)
+        self.procs[0] = self._daemon("slurmctld")
+        return old.pid
+
+    def controller_back(self, stopped: int) -> bool:
+        """Whether a new slurmctld (not `stopped`) runs and answers for its node."""
+        ctld = self.procs[0]
+        return ctld.pid != stopped and ctld.poll() is None and self.node_state().startswith(READY)
 
     def log_tail(self, daemon: str) -> str:
         with contextlib.suppress(OSError):

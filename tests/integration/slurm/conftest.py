@@ -29,9 +29,9 @@ def slurm_platform(slurm_cluster, tmp_path_factory):
     slurm_cluster.cancel_all()
 
 
-def start_platform(cluster: SlurmCluster, base, **env: str) -> Platform:
-    """`gpuyard up` with the Slurm backend, once it announces the cluster's node with its GPUs."""
-    settings = {
+def platform_settings(cluster: SlurmCluster, **env: str) -> dict[str, str]:
+    """The environment of a `gpuyard up` whose executor serves `cluster`, quick to notice what Slurm does."""
+    return {
         "GPUYARD_EXECUTOR_BACKEND": "slurm",
         "GPUYARD_SLURM_POLL_INTERVAL": "0.2",
         "GPUYARD_HEARTBEAT_INTERVAL": "1",
@@ -42,6 +42,11 @@ def start_platform(cluster: SlurmCluster, base, **env: str) -> Platform:
         **cluster.env,
         **env,
     }
+
+
+def start_platform(cluster: SlurmCluster, base, **env: str) -> Platform:
+    """`gpuyard up` with the Slurm backend, once it announces the cluster's node with its GPUs."""
+    settings = platform_settings(cluster, **env)
     platform = Platform(base / "data", base / "config", simulate_gpus=0, executors=1, env=settings).start()
     client = platform.client()
     wait_for(

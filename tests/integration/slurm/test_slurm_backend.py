@@ -1,12 +1,14 @@
 """The Slurm backend against a real slurmctld and slurmd (conftest.py): jobs placed by GPUYARD's scheduler run as
 Slurm batch jobs pinned to their node, end with the same causes as on the other backends, and their output
-reaches `gpuyard logs`."""
+reaches `gpuyard logs`; one past its memory is killed by Slurm as `oom_killed` (the test cluster polls
+memory, `JobAcctGatherParams=OverMemoryKill`: it has no cgroup plugin)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ..conftest import wait_for
+from .cluster import CPUS
 
 pytestmark = pytest.mark.integration
 SMALL = {"cpus": 1, "memory": "64MiB"}
@@ -123,7 +125,11 @@ def test_gpus_held_by_a_job_submitted_by_hand_are_not_placed_on(slurm_platform, 
     def announced() -> dict:
         return next(n for n in client.request("GET", "/v1/nodes") if n["node"] == slurm_cluster.node)
 
-    wait_for(lambda: len(announced()["gpus"]) == 1, 20, what="3 GPUs held outside not announced")
+    try:
+        wait_for(lambda: len(announced()["gpus"]) == 1, 20, what="3 GPUs held outside not announced")
+    except AssertionError as exc:
+        listed = slurm_cluster.run("squeue", "-h", "--states=all", "-o", "%i|%j|%T|%b|%r").stdout
+        raise AssertionError(f"{exc}: announced {announced()}; Slurm lists:\n{listed}") from None
     said = f"Slurm node {slurm_cluster.node}: 3 GPU(s) held by Slurm jobs outside GPUYARD: {outside} (3)"
     wait_for(lambda: said in slurm_platform.log.read_text(), 10, what="the executor saying so")
     job_id = client.submit({"name": "two", "command": "true", "resources": {"gpus": 2, **SMALL}}).job_id
@@ -131,3 +137,43 @@ def test_gpus_held_by_a_job_submitted_by_hand_are_not_placed_on(slurm_platform, 
     assert not slurm_jobs(slurm_cluster, job_id)
     slurm_cluster.run("scancel", outside)
     assert slurm_platform.wait_state(job_id, {"succeeded", "failed"}, timeout=30).state == "succeeded"
+
+
+def test_a_job_over_its_memory_is_killed_by_slurm_as_oom_killed(slurm_platform):
+    client = slurm_platform.client()
+    hog = "import time; b = b'x' * (300 << 20); print('allocated', flush=True); time.sleep(60)"
+    spec = {"name": "hog", "command": ["python3", "-c", hog], "resources": {"cpus": 1, "memory": "100MiB"}}
+    job_id = client.submit(spec).job_id
+    job = slurm_platform.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
+    assert (job.state, job.attempts[-1].failure) == ("failed", "oom_killed"), job.attempts[-1]
+    assert "exceeded its memory limit" in job.attempts[-1].message, job.attempts[-1]
+
+
+def test_a_job_cancelled_while_its_batch_job_waits_in_slurm_never_runs(
+    slurm_platform, slurm_cluster, tmp_path
+):
+    client = slurm_platform.client()
+    every_cpu = slurm_cluster.sbatch(
+        f"--cpus-per-task={CPUS}", "--mem=64M", "-o", "/dev/null", "--wrap", "sleep 120"
+    )
+    try:
+        wait_for(
+            lambda: "RUNNING" in slurm_cluster.run("squeue", "-h", "-j", every_cpu, "-o", "%T").stdout, 30
+        )
+        ran = tmp_path / "ran"
+        job_id = client.submit({"name": "waits", "command": f"touch {ran}", "resources": SMALL}).job_id
+        wait_for(
+            lambda: any(line.endswith("|PENDING") for line in slurm_jobs(slurm_cluster, job_id)),
+            30,
+            what="its batch job waiting in Slurm for a CPU",
+        )
+        client.cancel(job_id)
+        assert slurm_platform.wait_state(job_id, {"cancelled"}, timeout=30).state == "cancelled"
+        wait_for(
+            lambda: all(line.endswith("|CANCELLED") for line in slurm_jobs(slurm_cluster, job_id)),
+            30,
+            what="its batch job cancelled in Slurm, not left to start later",
+        )
+        assert not ran.exists()
+    finally:
+        slurm_cluster.run("scancel", every_cpu)
