@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
+from urllib.parse import urlsplit
 
-import httpcore
 import websockets
+from httptools import HttpParserError
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from gpuyard.shared.runtime.upstream import Upstream
 
 HOP_BY_HOP = frozenset(
     {
@@ -66,18 +69,6 @@ def without_cookie(headers: list[tuple[str, str]], cookie_name: str) -> list[tup
     return out
 
 
-class Upstream:
-    """Keep-alive connections to the next hops (httpcore's pool: the least a request costs here), no proxy of
-    the environment's, no redirect followed."""
-
-    def __init__(self, connect_seconds: float = 5.0, max_connections: int = 100):
-        self.pool = httpcore.AsyncConnectionPool(max_connections=max_connections, keepalive_expiry=30.0)
-        self.timeouts = {"connect": connect_seconds, "read": None, "write": None, "pool": connect_seconds}
-
-    async def close(self) -> None:
-        await self.pool.aclose()
-
-
 def has_body(request: Request) -> bool:
     return "content-length" in request.headers or "transfer-encoding" in request.headers
 
@@ -88,31 +79,30 @@ async def forward_http(
     """`request` sent on to `url` (its query included) with `headers`, its body streamed; the answer streamed
     back. 502 when `url` cannot be reached."""
     sent = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    if "content-length" not in request.headers and "transfer-encoding" in request.headers:
-        sent.append((b"Transfer-Encoding", b"chunked"))  # (the caller's framing is its hop's own)
-    sent.append((b"Host", httpcore.URL(url).host + b":" + str(httpcore.URL(url).port).encode()))
-    outgoing = httpcore.Request(
-        request.method,
-        url,
-        headers=sent,
-        content=request.stream() if has_body(request) else None,
-        extensions={"timeout": upstream.timeouts},
-    )
+    # (the caller's framing is its hop's own: a body it sent chunked goes on chunked, in this hop's chunks)
+    chunked = "content-length" not in request.headers and "transfer-encoding" in request.headers
+    sent.append((b"Host", urlsplit(url).netloc.encode("latin-1")))
     try:
-        answer = await upstream.pool.handle_async_request(outgoing)
-    except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError, OSError) as exc:
+        answer = await upstream.send(
+            request.method, url, sent, request.stream() if has_body(request) else None, chunked=chunked
+        )
+    except (OSError, TimeoutError, HttpParserError) as exc:
         return JSONResponse({"detail": f"{url_words(url)} cannot be reached: {type(exc).__name__}"}, 502)
     kept = [(k.lower(), v) for k, v in answer.headers if k.decode("latin-1").lower() not in HOP_BY_HOP]
     if 0 <= declared_length(kept) <= SMALL:  # (read whole and sent on in one write: no stream to run)
         try:
-            body = b"".join([chunk async for chunk in answer.aiter_stream()])
-        finally:
-            await answer.aclose()
+            body = await answer.read()
+        except (OSError, HttpParserError) as exc:
+            await answer.close()
+            return JSONResponse(
+                {"detail": f"{url_words(url)} broke off its answer: {type(exc).__name__}"}, 502
+            )
+        await answer.close()
         small = Response(body, status_code=answer.status)
         small.raw_headers = kept
         return small
     response = StreamingResponse(
-        answer.aiter_stream(), status_code=answer.status, background=BackgroundTask(answer.aclose)
+        answer.stream(), status_code=answer.status, background=BackgroundTask(answer.close)
     )
     response.raw_headers = kept
     return response
