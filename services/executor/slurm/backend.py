@@ -345,14 +345,13 @@ class SlurmBackend(Backend):
         todo = [r for r in launch.replicas if (*launch.key, r) not in self.queue]
         done = await asyncio.gather(*(self._submit(launch, r) for r in todo), return_exceptions=True)
         failed = [(r, e) for r, e in zip(todo, done, strict=True) if isinstance(e, BaseException)]
+        if launch.key not in self.live:  # stopped while its batch jobs were submitted: none of them may run
+            await self._cancel_submitted(launch, done, todo)
+            return None
         if not failed:
             return None
         self.live.pop(launch.key, None)
-        with contextlib.suppress(SlurmError):
-            await commands.scancel([e for e in done if isinstance(e, str)])
-        for r, _ in failed:  # (an `sbatch` that failed or took too long may have been taken all the same)
-            with contextlib.suppress(SlurmError):
-                await commands.scancel_named(job_name(launch.job_id, launch.attempt, r))
+        await self._cancel_submitted(launch, done, [r for r, _ in failed])
         replica, exc = failed[0]
         if isinstance(exc, StorageRefused):
             return launch.start_failed(str(exc))
@@ -361,6 +360,15 @@ class SlurmBackend(Backend):
         if not isinstance(exc, SlurmError | OSError):
             raise exc  # (a NodeFault among them: the attempt is requeued)
         return launch.start_failed(f"Slurm refused the batch job of replica {replica}: {exc}")
+
+    async def _cancel_submitted(self, launch: AttemptLaunch, done: list, unsure: list[int]) -> None:
+        """Cancel the batch jobs `done` submitted, and by name those of the replicas `unsure` (an `sbatch` that
+        failed or took too long may have been taken all the same)."""
+        with contextlib.suppress(SlurmError):
+            await commands.scancel([e for e in done if isinstance(e, str)])
+        for r in unsure:
+            with contextlib.suppress(SlurmError):
+                await commands.scancel_named(job_name(launch.job_id, launch.attempt, r))
 
     def _user(self, tenant: str) -> tuple[JobUser | None, bool]:
         user = self.job_users.for_tenant(tenant)

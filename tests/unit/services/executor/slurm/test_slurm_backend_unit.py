@@ -4,6 +4,7 @@ either is lost, a stop signals then cancels, an attempt Slurm never saw is not a
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,28 @@ async def test_a_stop_signals_then_cancels_what_outlives_the_grace(slurm):
     assert fake.cancelled == [(["100"], "TERM"), (["100"], None)]
     [ended] = events.ended
     assert ended.signal == 9 and ended.reason == FailureReason.SIGNAL
+
+
+async def test_a_stop_while_the_batch_jobs_are_submitted_cancels_them_once_submitted(slurm, monkeypatch):
+    """A cancel that reaches the backend while `sbatch` runs finds no batch job to stop yet: the launch cancels
+    what it submitted once `sbatch` answers, so that nothing of the attempt runs later, unseen."""
+    fake, backend, events = slurm
+    answer, submitting = asyncio.Event(), asyncio.Event()
+    plain_sbatch = fake.sbatch
+
+    async def slow_sbatch(args, script, env) -> str:
+        submitting.set()
+        await answer.wait()
+        return await plain_sbatch(args, script, env)
+
+    monkeypatch.setattr(slurm_backend.commands, "sbatch", slow_sbatch)
+    launching = asyncio.create_task(backend.launch(launch(1)))
+    await submitting.wait()
+    await backend.stop(AttemptKey("j1", 1), grace=0.05)
+    answer.set()
+    assert await launching is None
+    assert fake.cancelled[-1] == (["100"], None) and fake.jobs["100"].state == "CANCELLED"
+    assert [e.replica for e in events.ended] == [0]
 
 
 async def test_an_attempt_slurm_never_saw_is_not_adopted(slurm):
