@@ -2,7 +2,7 @@
 
 The integration and chaos tests (real nats-server, real `gpuyard up`, mostly waiting on processes and the
 network) run in one process, everything else (unit, contract, fuzz and browser tests, and the Slurm backend's
-and the dev environments' integration tests: `MOVED`) in the other: each half keeps
+integration tests: `MOVED`) in the other: each half keeps
 the order and isolation of a plain `pytest` run, and the two halves take about as long as each other, so the
 suite takes about half its serial time on two cores. A line every half minute says how far each half is; at
 the end each half's own output follows (its failures, its skipped tests with their reasons, its slowest
@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED = ["tests/integration/slurm", "tests/integration/test_dev.py"]
-"""Integration tests that go with the other half, which would end first: the Slurm backend's (a real Slurm)
-and the dev environments' (JupyterLab through the platform)."""
+MOVED = ["tests/integration/slurm"]
+"""Integration tests that go with the other half, which would end first: the Slurm backend's (a real Slurm)."""
 HALVES = {
     "integration": ["tests/integration", "tests/chaos", *(f"--ignore={path}" for path in MOVED)],
     "the rest": ["tests/unit", "tests/contract", "tests/fuzz", "tests/browser", "tests/gpu", *MOVED],
