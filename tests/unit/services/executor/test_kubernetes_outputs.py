@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
-from gpuyard.services.executor.kubernetes.config import KubernetesConfig
-from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.outputpublish import OutputPublisher
 from gpuyard.shared.contracts.events.jobs import JobCancelRequested
 from gpuyard.shared.runtime.outputstore import OutputStore
@@ -19,20 +16,14 @@ from gpuyard.shared.stores.logs import NOTE
 from gpuyard.shared.stores.readmodels.volumeregistry import VolumeRegistry
 from tests.unit.services.executor.test_executor_kubernetes import pod, terminated
 from tests.unit.services.executor.test_kubernetes_manifests import NFS
+from tests.unit.services.executor.test_kubernetes_volumes import backend_for
 
 PREFIX = "kept"
 
 
 async def k8s_executor(h, api, storage_root: Path, store_url: str, **config):
-    controller = KubernetesController(api, KubernetesConfig(namespace="jobs", **config))
-    backend = KubernetesBackend(
-        controller,
-        data_dir=h.data_dir,
-        poll_interval=3600,
-        log_interval=0,
-        volumes=VolumeRegistry(h.store, None, "/test").get,
-        outputs=OutputPublisher(OutputStore(store_url), storage_root, lambda _tenant: None),
-    )
+    outputs = OutputPublisher(OutputStore(store_url), storage_root, lambda _tenant: None)
+    backend = backend_for(h, api, VolumeRegistry(h.store, None, "/test"), outputs=outputs, **config)
     return await h.executor(backend=backend, executor_backend="kubernetes")
 
 

@@ -13,9 +13,7 @@ import sys
 
 import pytest
 
-from gpuyard.services.executor.kubernetes.backend import KubernetesBackend
 from gpuyard.services.executor.kubernetes.config import KubernetesConfig
-from gpuyard.services.executor.kubernetes.controller import KubernetesController
 from gpuyard.services.executor.kubernetes.manifests import build_job_manifests
 from gpuyard.services.executor.kubernetes.volumecopy import (
     COPIES_MOUNT,
@@ -31,6 +29,7 @@ from gpuyard.shared.stores.logs import NOTE
 from tests.s3server import S3Server
 from tests.unit.services.executor.test_executor_kubernetes import node_log, pod, terminated
 from tests.unit.services.executor.test_kubernetes_manifests import NFS, assert_valid, env_of, placements
+from tests.unit.services.executor.test_kubernetes_volumes import backend_for
 
 GB = 10**9
 IMAGE = "ghcr.io/gpuyard/gpuyard:0.1.0"
@@ -121,15 +120,7 @@ def test_a_job_without_volumes_gets_no_init_container():
 
 
 async def k8s_executor(h, api, registry):
-    controller = KubernetesController(api, KubernetesConfig(namespace="jobs", **NFS))
-    backend = KubernetesBackend(
-        controller,
-        data_dir=h.data_dir,
-        poll_interval=3600,
-        log_interval=0,
-        volumes=registry.get,
-        volume_copy=COPY,
-    )
+    backend = backend_for(h, api, registry, volume_copy=COPY, **NFS)
     return await h.executor(backend=backend, executor_backend="kubernetes")
 
 

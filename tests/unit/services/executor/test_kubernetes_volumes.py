@@ -235,10 +235,18 @@ def test_without_the_nfs_export_a_pod_has_no_storage_folders():
 # ---------------------------------------------------------------------- the lifecycle, against FakeKubeApi
 
 
-def backend_for(h, api, registry, **config) -> KubernetesBackend:
+def backend_for(h, api, registry, *, volume_copy=None, outputs=None, **config) -> KubernetesBackend:
+    """A backend on the fake API whose jobs' volumes are `registry`'s (polled by the tests, its logs copied at
+    every poll); `volume_copy`, `outputs` and `config` as the backend and its settings take them."""
     controller = KubernetesController(api, KubernetesConfig(namespace="jobs", **config))
     return KubernetesBackend(
-        controller, data_dir=h.data_dir, poll_interval=3600, log_interval=0, volumes=registry.get
+        controller,
+        data_dir=h.data_dir,
+        poll_interval=3600,
+        log_interval=0,
+        volumes=registry.get,
+        volume_copy=volume_copy,
+        outputs=outputs,
     )
 
 
