@@ -40,6 +40,7 @@ from gpuyard.services.executor.logfile import LogBudget
 from gpuyard.services.executor.slurm import batch, commands
 from gpuyard.services.executor.slurm.cluster import SlurmNode, cluster_inventory, not_placeable
 from gpuyard.services.executor.slurm.commands import SlurmError
+from gpuyard.services.executor.slurm.exitwatch import ExitWatch
 from gpuyard.services.executor.slurm.logs import SpoolLogs
 from gpuyard.services.executor.slurm.outcomes import finished, outcome, over_memory
 from gpuyard.services.executor.slurm.queue import SlurmJob, job_name
@@ -125,6 +126,11 @@ class SlurmBackend(Backend):
         """Node → what Slurm jobs outside GPUYARD hold on it, as last logged."""
         self.poller: asyncio.Task | None = None
         self.exit_watch: asyncio.Task | None = None
+        self.reporting: set[ReplicaKey] = set()
+        """Replicas whose end, seen in their exit file, is being reported."""
+        self.looks: set[asyncio.Task] = set()
+        """Looks at the exit files still reporting what they saw."""
+        self.exit_files = ExitWatch()
 
     @property
     def limits(self) -> str:
@@ -138,6 +144,7 @@ class SlurmBackend(Backend):
     async def open(self, events: BackendEvents) -> None:
         self.events = events
         await self.read_queue()  # (what runs is known before the executor reconciles: `started_before`)
+        self.exit_files.open()
         self.poller = asyncio.create_task(self._poll_loop(), name="slurm-poll")
         self.exit_watch = asyncio.create_task(self._exit_loop(), name="slurm-exits")
 
@@ -152,25 +159,37 @@ class SlurmBackend(Backend):
             await asyncio.sleep(self.config.poll_interval)
 
     async def _exit_loop(self) -> None:
-        """Ends seen in the replicas' exit files, between two readings of the queue: what frees a GPU soonest."""
+        """Ends seen in the replicas' exit files, between two readings of the queue: what frees a GPU soonest.
+        Each look reports in a task of its own: the next look does not wait for the writes of this one's; an exit
+        file written in a watched spool folder (`exitwatch.py`) brings the next look forward."""
         while True:
-            try:
-                await self.check_exit_files()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("reading the batch jobs' exit files failed: %s", exc)
-            await asyncio.sleep(self.config.exit_check_interval)
+            look = asyncio.create_task(self.check_exit_files(), name="slurm-exit-look")
+            self.looks.add(look)
+            look.add_done_callback(self._looked)
+            with contextlib.suppress(TimeoutError):  # (woken at once where inotify sees an exit file written)
+                await asyncio.wait_for(self.exit_files.written.wait(), self.config.exit_check_interval)
+            self.exit_files.written.clear()
+
+    def _looked(self, look: asyncio.Task) -> None:
+        self.looks.discard(look)
+        if not look.cancelled() and (exc := look.exception()) is not None:
+            log.warning("reading the batch jobs' exit files failed: %s", exc)
 
     async def check_exit_files(self) -> None:
         ended = [
             (key, replica, exited)
             for key, nodes in list(self.live.items())
             for replica, node in list(nodes.items())
-            if (exited := self._from_exit_file(key, replica, node)) is not None and exited.signal is None
+            if (*key, replica) not in self.reporting
+            and (exited := self._from_exit_file(key, replica, node)) is not None
+            and exited.signal is None
         ]  # (a command killed by a signal waits for Slurm's word: its node failed, it timed out, was cancelled...)
-        # (reported side by side: each report is a write to the event store)
-        await asyncio.gather(*(self._exit_found(key, replica, exited) for key, replica, exited in ended))
+        idents = [(*key, replica) for key, replica, _ in ended]
+        self.reporting.update(idents)  # (a look meanwhile passes them over: each end is reported once)
+        try:  # (reported side by side: each report is a write to the event store)
+            await asyncio.gather(*(self._exit_found(key, replica, exited) for key, replica, exited in ended))
+        finally:
+            self.reporting.difference_update(idents)
 
     async def _exit_found(self, key: AttemptKey, replica: int, exited: JobReplicaExited) -> None:
         await self._started(key, replica)  # (it ran: it wrote its exit file)
@@ -194,8 +213,8 @@ class SlurmBackend(Backend):
     async def _follow(self, key: AttemptKey, replica: int) -> None:
         ident = (*key, replica)
         nodes = self.live.get(key)
-        if nodes is None or replica not in nodes:
-            return  # stopped meanwhile
+        if nodes is None or replica not in nodes or ident in self.reporting:
+            return  # stopped meanwhile, or its end (its exit file's) being reported
         job = self.queue.get(ident)
         if job is None:
             exited = self._unlisted(key, replica, nodes[replica])
@@ -397,6 +416,7 @@ class SlurmBackend(Backend):
             os.makedirs(folder, exist_ok=True)
             if user is not None:
                 os.chown(folder, user.uid, user.gid)
+        self.exit_files.watch(os.path.dirname(files.exit))
         kept = await self.storage.prepare(
             tenant=launch.tenant,
             job_id=launch.job_id,
@@ -529,6 +549,7 @@ class SlurmBackend(Backend):
         if not found and not exits:
             return False
         self.live[key] = dict(replicas)
+        self.exit_files.watch(os.path.dirname(batch.spool_files(self.spool, *key, 0).exit))
         jobs = [self.queue[(*key, r)] for r in found]
         comment = jobs[0].comment if jobs else ""
         self.tenants[key] = comment.partition("tenant=")[2].strip()
@@ -541,6 +562,7 @@ class SlurmBackend(Backend):
 
     async def release(self, key: AttemptKey) -> None:
         self.live.pop(key, None)
+        self.exit_files.forget(os.path.dirname(batch.spool_files(self.spool, *key, 0).exit))
         self.tenants.pop(key, None)
         self.attempt_notes.pop(key, None)
         self.logs.forget(key)
@@ -552,9 +574,10 @@ class SlurmBackend(Backend):
     async def close(
         self, grace: float, *, stop_jobs: bool = True
     ) -> None:  # batch jobs stay, whatever the stop
-        for task in (self.poller, self.exit_watch):
+        for task in (self.poller, self.exit_watch, *self.looks):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self.exit_files.close()
         self.logs.close()

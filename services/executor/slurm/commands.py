@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from gpuyard.services.executor.slurm import cluster, queue
 from gpuyard.services.executor.slurm.cluster import SlurmNode
@@ -42,30 +44,39 @@ class SlurmError(Exception):
         return any(words in str(self) for words in TRANSIENT)
 
 
+COMMANDS_AT_ONCE = 16
+"""Slurm commands running at once (a burst of placements submits its batch jobs side by side, up to this many)."""
+_runner = ThreadPoolExecutor(max_workers=COMMANDS_AT_ONCE, thread_name_prefix="slurm-command")
+
+
 async def run(args: Sequence[str], stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """Standard output of a Slurm command; SlurmError when it fails, cannot be started or takes too long."""
+    """Standard output of a Slurm command; SlurmError when it fails, cannot be started or takes too long.
+
+    It runs in a thread of its own (`COMMANDS_AT_ONCE`), not through asyncio's subprocesses: starting a process
+    from the executor's event loop holds the loop until the child has been forked and has run `exec` (a few ms
+    each, many more on a busy machine), and a burst of `sbatch` calls would hold up everything else the
+    executor does (the ends it reports, the events it writes) for as long."""
+    return await asyncio.get_running_loop().run_in_executor(_runner, _run, list(args), stdin, env)
+
+
+def _run(args: list[str], stdin: str | None, env: Mapping[str, str] | None) -> str:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        done = subprocess.run(
+            args,
+            input=stdin.encode() if stdin is not None else None,
+            stdin=subprocess.DEVNULL if stdin is None else None,
+            capture_output=True,
             env=None if env is None else dict(env),
+            timeout=TIMEOUT,
         )
     except OSError as exc:
         raise SlurmError(f"{args[0]} could not be run: {exc}") from exc
-    try:
-        out, err = await asyncio.wait_for(
-            proc.communicate(stdin.encode() if stdin is not None else None), TIMEOUT
-        )
-    except TimeoutError as exc:
-        proc.kill()
-        await proc.wait()
+    except subprocess.TimeoutExpired as exc:  # (killed by subprocess.run)
         raise SlurmError(f"{args[0]} took more than {TIMEOUT:g}s") from exc
-    if proc.returncode != 0:
-        said = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
-        raise SlurmError(f"{args[0]} failed ({proc.returncode}): {said}")
-    return out.decode(errors="replace")
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip() or done.stdout.decode(errors="replace").strip()
+        raise SlurmError(f"{args[0]} failed ({done.returncode}): {said}")
+    return done.stdout.decode(errors="replace")
 
 
 async def jobs() -> list[SlurmJob]:

@@ -168,3 +168,59 @@ async def test_an_attempt_slurm_never_saw_is_not_adopted(slurm):
     await backend.launch(launch(1))
     assert backend.started_before(AttemptKey("j1", 1))
     assert await backend.adopt(AttemptKey("j1", 1), {0: "n1"})
+
+
+def write_exit(backend: SlurmBackend, replica: int, code: int = 0) -> None:
+    """As the batch script does: the exit code to `<file>.part`, then renamed."""
+    exit_file = Path(batch.spool_files(backend.spool, "j1", 1, replica).exit)
+    exit_file.with_name(exit_file.name + ".part").write_text(f"{code}\n")
+    exit_file.with_name(exit_file.name + ".part").rename(exit_file)
+
+
+async def test_an_exit_file_written_wakes_the_look_at_once(slurm):
+    """inotify on the attempt's spool folder: its end is reported though the next look is an hour away."""
+    fake, backend, events = slurm
+    if backend.exit_files.fd < 0:
+        pytest.skip("no inotify here")
+    await backend.launch(launch(1))
+    await backend.check_exit_files()  # (the look the exit loop began with, done: the next is an hour away)
+    write_exit(backend, 0)
+    await wait_until(lambda: events.ended)
+    assert [(e.replica, e.exit_code, e.reason) for e in events.ended] == [(0, 0, None)]
+    assert [s[2] for s in events.started] == [(0,)]
+
+
+async def test_a_look_at_the_exit_files_does_not_wait_for_the_reports_of_the_one_before(slurm, monkeypatch):
+    """A replica's end still being written to the event store does not hold up the next end seen (the exit loop,
+    woken by inotify, looks again meanwhile), and is reported once, though that look sees its exit file again."""
+    fake, backend, events = slurm
+    if backend.exit_files.fd < 0:
+        pytest.skip("no inotify here")
+    await backend.launch(launch(2))
+    release, first = asyncio.Event(), asyncio.Event()
+    plain_ended = events.replica_ended
+
+    async def slow_for_replica_0(ended) -> None:
+        if ended.replica == 0:
+            first.set()
+            await release.wait()
+        await plain_ended(ended)
+
+    monkeypatch.setattr(events, "replica_ended", slow_for_replica_0)
+    write_exit(backend, 0)
+    await first.wait()
+    write_exit(backend, 1, code=3)
+    await wait_until(lambda: events.ended)
+    assert [(e.replica, e.exit_code) for e in events.ended] == [(1, 3)]
+    release.set()
+    await wait_until(lambda: len(events.ended) == 2)
+    await backend.check_exit_files()  # (a look after both: nothing left to report)
+    assert sorted((e.replica, e.exit_code) for e in events.ended) == [(0, 0), (1, 3)]
+    assert backend.live == {} and backend.reporting == set()
+
+
+async def wait_until(condition) -> None:
+    """Until `condition()` holds (a positive witness; the bound only ends a test that failed)."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110 (the recorder's lists: nothing to wait on)
+            await asyncio.sleep(0.01)
