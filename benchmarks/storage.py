@@ -11,7 +11,9 @@ each next to `cp` (a file) and `cp -r` (the folder) of the same data on the same
 dropped before each where the machine lets us (`/proc/sys/vm/drop_caches`, as root), so that neither side
 reads from memory what the other wrote. Prints one JSON object: each case's seconds per run, min / median /
 max, and its ratio to `cp` (`cp` seconds / its seconds: 1.0 is as fast as cp; the goal is 0.7 for the large
-file both ways, 0.3 for the small files).
+file both ways, 0.3 for the small files); and the CPU seconds each side spent (`*_cpu_s`: GPUYARD's, the API's
+process and the client's together; cp's own; an S3 server's not counted), which other work on the machine
+moves less than the seconds.
 
 With `--store s3` the volume lives in a bucket of an S3-compatible server started on loopback (`moto_server`,
 from `moto[server]`, in a process of its own), `GPUYARD_VOLUME_STORE=s3://…`, and each case is set beside the
@@ -37,9 +39,9 @@ from gpuyard.supervisor.ports import free_ports
 
 # imported as benchmarks.storage (python -m, a test), or run as a script: its own folder first on the path
 if __package__:
-    from benchmarks.pipeline import start_platform, stop_platform
+    from benchmarks.pipeline import cpu_seconds, platform_processes, start_platform, stop_platform
 else:
-    from pipeline import start_platform, stop_platform
+    from pipeline import cpu_seconds, platform_processes, start_platform, stop_platform
 
 VOLUME = "bench"
 
@@ -55,11 +57,21 @@ def drop_caches() -> bool:
     return True
 
 
-def timed(action) -> float:
+def cpu_used(api_pid: int | None) -> float:
+    """CPU seconds spent so far by this process (the client's side, and s3fs's), its children waited for (`cp`)
+    and the API's process."""
+    own = os.times()
+    api = cpu_seconds(api_pid) if api_pid is not None else 0.0
+    return own.user + own.system + own.children_user + own.children_system + api
+
+
+def timed(action, api_pid: int | None = None) -> tuple[float, float]:
+    """(seconds, CPU seconds: `cpu_used`'s) that `action` took, the page cache dropped first."""
     drop_caches()
+    cpu = cpu_used(api_pid)
     start = time.perf_counter()
     action()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, cpu_used(api_pid) - cpu
 
 
 def make_data(folder: Path, large_mb: int, small: int) -> tuple[Path, Path]:
@@ -226,13 +238,18 @@ def main() -> int:
         large, tree = make_data(scratch, args.large_mb, args.small)
         size = args.large_mb * (1 << 20) * 2 + args.small * 4096 * 2 + (1 << 30)
         client.request("POST", "/v1/volumes", json={"name": VOLUME, "size": size})
+        api = next((pid for pid, name in platform_processes(proc.pid).items() if name == "submit"), None)
         times: dict[str, dict[str, list[float]]] = {}
+        cpu: dict[str, dict[str, list[float]]] = {}
         for _ in range(args.runs):
             direct = direct_cases(bucket.fs, large, tree, scratch) if bucket else {}
             for name, (ours, theirs) in cases(client, large, tree, scratch).items():
                 row = times.setdefault(name, {"gpuyard": [], them: []})
-                row["gpuyard"].append(timed(ours))
-                row[them].append(timed(direct.get(name, theirs)))
+                used = cpu.setdefault(name, {"gpuyard": [], them: []})
+                for side, action, pid in (("gpuyard", ours, api), (them, direct.get(name, theirs), None)):
+                    seconds, cpu_s = timed(action, pid)
+                    row[side].append(seconds)
+                    used[side].append(cpu_s)
         result = {
             "store": args.store,
             "large_mb": args.large_mb,
@@ -247,6 +264,8 @@ def main() -> int:
                     ),
                     "all_gpuyard_s": [round(v, 3) for v in row["gpuyard"]],
                     f"all_{them}_s": [round(v, 3) for v in row[them]],
+                    "gpuyard_cpu_s": summary(cpu[name]["gpuyard"]),
+                    f"{them}_cpu_s": summary(cpu[name][them]),
                 }
                 for name, row in times.items()
             },

@@ -1,8 +1,9 @@
 """One file sent or fetched over plain HTTP straight through the socket: up with `sendfile` (the kernel copies the
-file to the connection), down with `readinto` into one reused buffer. What the CLI's volume and artifact transfers
-use where nothing stands between it and the server (an http:// server, no proxy for it): httpx copies each chunk
-several times on its way, which for gigabytes is most of a transfer's time. Elsewhere (https, a proxy) they go
-through httpx as every other request does (`gpuyard.transfers`).
+file to the connection), down with `splice` (the kernel moves the bytes from the connection to the file,
+never through the program; where it cannot, `readinto` into one reused buffer). What the CLI's volume and
+artifact transfers use where nothing stands between it and the server (an http:// server, no proxy for it):
+httpx copies each chunk several times on its way, which for gigabytes is most of a transfer's time. Elsewhere
+(https, a proxy) they go through httpx as every other request does (`gpuyard.transfers`).
 
 Each transfer is one request on a connection of its own (`Connection: close`), with the client's headers (its
 token); the answer comes back as an `httpx.Response` (its body read, or streamed for a download), so that errors
@@ -10,6 +11,8 @@ read as the client's other answers do."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import http.client
 import os
 import socket
@@ -25,7 +28,11 @@ import httpx
 STEP = 8 << 20
 """Bytes handed to one `sendfile` call (the progress moves after each)."""
 BUFFER = 1 << 20
-"""The buffer a download is read into."""
+"""The buffer a download is read into (where the kernel cannot splice it)."""
+PIPE_SIZE = 1 << 20
+"""The pipe a download is spliced through: bytes moved by one `os.splice`."""
+SPLICE = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ")
+"""Whether the kernel moves a download's bytes from the socket to the file itself (Linux)."""
 
 
 def direct(http: httpx.Client) -> bool:
@@ -118,11 +125,64 @@ def get(http: httpx.Client, path: str, params: dict[str, Any]) -> Iterator[httpx
             response.extensions["raw"].close()
 
 
+def spliceable(response: httpx.Response) -> bool:
+    """Whether `save` can take this streamed answer: its length given (not chunked), where the kernel
+    splices."""
+    answer = response.extensions.get("raw")
+    return (
+        SPLICE
+        and isinstance(answer, http.client.HTTPResponse)
+        and not answer.chunked
+        and answer.length is not None
+    )
+
+
+def save(response: httpx.Response, fd: int, progress: Callable[[int], None]) -> None:
+    """A streamed answer's body written to the open file `fd`, moved from the socket to the file by the kernel
+    (`os.splice` through a pipe: never copied into the program); what the answer's head was read with comes
+    first. OSError for a connection that ends before the answer's length."""
+    answer: http.client.HTTPResponse = response.extensions["raw"]
+    left: int = answer.length or 0
+    if left:
+        head = answer.fp.read(min(left, len(answer.fp.peek(1))))  # (already read from the socket)
+        write_all(fd, head)
+        left -= len(head)
+        progress(len(head))
+    source = answer.fp.fileno()
+    pipe_out, pipe_in = os.pipe()
+    try:
+        with contextlib.suppress(OSError):  # (a larger pipe: fewer calls; the default where refused)
+            fcntl.fcntl(pipe_in, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        while left:
+            n = os.splice(source, pipe_in, min(left, PIPE_SIZE))
+            if n == 0:
+                raise OSError(f"the answer ended {left} bytes before its length")
+            left -= n
+            moved = n
+            while moved:
+                moved -= os.splice(pipe_out, fd, moved)
+            progress(n)
+    finally:
+        os.close(pipe_in)
+        os.close(pipe_out)
+    answer.length = 0
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of `data` written to the file `fd` (a write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def chunks(response: httpx.Response) -> Iterator[memoryview]:
     """A streamed answer's body as it comes, each piece a view of one reused buffer: valid until the next is
-    asked for (write it, or copy it, before)."""
+    asked for (write it, or copy it, before). OSError for a connection that ends before the answer's
+    length."""
     answer: http.client.HTTPResponse = response.extensions["raw"]
     buffer = bytearray(BUFFER)
     view = memoryview(buffer)
     while n := answer.readinto(buffer):
         yield view[:n]
+    if answer.length:  # (http.client ends a body cut short quietly)
+        raise OSError(f"the answer ended {answer.length} bytes before its length")

@@ -120,7 +120,10 @@ def download(client: Client, url: str, params: dict[str, Any], target: Path, pro
             if response.headers.get("content-type", "").startswith("application/x-tar"):
                 _unpack(chunks, target)
                 return "dir"
-            _write(chunks, target)
+            if rawhttp.spliceable(response):
+                _write(target, lambda fd: rawhttp.save(response, fd, progress))
+            else:
+                _write(target, lambda fd: _copy(chunks, fd))
             return "file"
     except (httpx.ConnectError, ConnectionRefusedError):
         raise ClientError(client.unreachable()) from None
@@ -148,12 +151,21 @@ def _counted(chunks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:
         yield chunk
 
 
-def _write(chunks: Iterator[bytes], target: Path) -> None:
+def _copy(chunks: Iterator[bytes], fd: int) -> None:
+    for chunk in chunks:
+        rawhttp.write_all(fd, chunk)
+
+
+def _write(target: Path, fill: Callable[[int], None]) -> None:
+    """`fill` writes the file's bytes to the descriptor it is given: a file beside `target`, renamed to it
+    once whole (removed if anything fails)."""
     partial = target.with_name(f".{target.name}.part")
     try:
-        with open(partial, "xb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            fill(fd)
+        finally:
+            os.close(fd)
         os.replace(partial, target)
     except BaseException:
         partial.unlink(missing_ok=True)

@@ -1,5 +1,5 @@
 """Files up and down through the submit API's volume routes, as the CLI moves them (`gpuyard.transfers`): straight
-through the socket to a plain http:// server (`gpuyard.rawhttp`: sendfile up, readinto down) and through httpx
+through the socket to a plain http:// server (`gpuyard.rawhttp`: sendfile up, splice or readinto down) and through httpx
 elsewhere (a proxy, https), the same bytes and the same answers either way: a refusal the server gives before
 the body has come (413), a path not there (404), a tree unpacked."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -80,3 +82,55 @@ def test_a_server_that_is_not_there_is_one_line(tmp_path):
         )
     with pytest.raises(ClientError, match="cannot reach GPUYARD"):
         transfers.download(client, URL, {"path": "f"}, tmp_path / "g", lambda n: None)
+
+
+@contextmanager
+def _answering(body: bytes, length: int):
+    """A server on loopback that answers one request with `body` under a Content-Length of `length`, then
+    closes the connection: its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        conn, _ = listener.accept()
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request and (more := conn.recv(65536)):
+                request += more
+            head = (
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\n"
+            )
+            conn.sendall(head.encode() + b"\r\n" + body)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+@pytest.fixture(params=["splice", "readinto"])
+def socket_way(request, monkeypatch):
+    """A download through the socket, its bytes moved by the kernel (`os.splice`) or read into a buffer."""
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    if request.param == "readinto":
+        monkeypatch.setattr(rawhttp, "SPLICE", False)
+    return request.param
+
+
+def test_a_download_larger_than_the_pipe_comes_whole_with_its_progress(socket_way, tmp_path):
+    data = os.urandom(3 * rawhttp.PIPE_SIZE + 12_345)
+    got: list[int] = []
+    with _answering(data, len(data)) as server:
+        client = Client(server, "t")
+        assert rawhttp.direct(client.http)
+        assert transfers.download(client, URL, {"path": "f"}, tmp_path / "f", got.append) == "file"
+    assert (tmp_path / "f").read_bytes() == data and sum(got) == len(data)
+
+
+def test_a_download_cut_short_is_one_line_and_leaves_nothing(socket_way, tmp_path):
+    with _answering(b"x" * 50_000, 100_000) as server, pytest.raises(ClientError, match="download"):
+        transfers.download(Client(server, "t"), URL, {"path": "f"}, tmp_path / "f", lambda n: None)
+    assert list(tmp_path.iterdir()) == []
