@@ -1,4 +1,5 @@
-"""What the executor asks of a backend that runs replicas: local process groups or Kubernetes pods.
+"""What the executor asks of a backend that runs replicas: local process groups, Kubernetes pods or Slurm batch
+jobs.
 
 The executor (executor.py) owns the job's lifecycle, identically for every backend: which placements to launch,
 the events it records (started, replica exits, succeeded / failed / cancelled / requeued), retries with
@@ -13,11 +14,13 @@ backoff, timeouts, stopping on cancel or preemption, the GPU memory watch. A bac
 - after an executor restart, `adopt`s an attempt it can still watch, or says it cannot (the executor then
   records the attempt lost and the scheduler requeues it), after making sure nothing of it still runs;
 - says which `nodes` the executor announces to the scheduler: its own (local processes) or the cluster's
-  GPU nodes (Kubernetes).
+  GPU nodes (Kubernetes, Slurm).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -163,3 +166,19 @@ class Backend(ABC):
         outlive it unattended (local processes) is stopped without being reported, and a restarted executor
         records it lost; without (a restart, an upgrade), it keeps running and the next executor adopts it.
         Kubernetes pods always keep running and are adopted."""
+
+
+async def poll_forever(
+    poll: Callable[[], Awaitable[None]], interval: float, failed: str, log: logging.Logger
+) -> None:
+    """`poll` (a read of the engine: Kubernetes' pods, Slurm's queue), then again every `interval` seconds, until
+    cancelled. A read that fails is logged (`failed`: what could not be read) and tried again at the next
+    interval: an engine away for a while must not stop the executor."""
+    while True:
+        try:
+            await poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: %s", failed, exc)
+        await asyncio.sleep(interval)

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened, poll_forever
 from gpuyard.services.executor.exits import AttemptKey, ReplicaKey, replica_exit
 from gpuyard.services.executor.kubernetes import labels as job_labels
 from gpuyard.services.executor.kubernetes.api import KubeApiError
@@ -139,17 +139,10 @@ class KubernetesBackend(Backend):
 
     async def open(self, events: BackendEvents) -> None:
         self.events = events
-        self.poller = asyncio.create_task(self._poll_loop(), name="kubernetes-poll")
-
-    async def _poll_loop(self) -> None:
-        while True:
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API server away for a while must not stop the executor
-                log.warning("polling Kubernetes failed: %s", exc)
-            await asyncio.sleep(self.poll_interval)
+        self.poller = asyncio.create_task(
+            poll_forever(self.poll_once, self.poll_interval, "polling Kubernetes failed", log),
+            name="kubernetes-poll",
+        )
 
     async def poll_once(self) -> None:
         async with self.lock:

@@ -33,7 +33,7 @@ import signal
 import time
 from pathlib import Path
 
-from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened
+from gpuyard.services.executor.backend import AttemptLaunch, Backend, BackendEvents, NotOpened, poll_forever
 from gpuyard.services.executor.exits import AttemptKey, NodeFault, ReplicaKey, replica_exit
 from gpuyard.services.executor.jobenv import replica_env
 from gpuyard.services.executor.logfile import LogBudget
@@ -145,18 +145,11 @@ class SlurmBackend(Backend):
         self.events = events
         await self.read_queue()  # (what runs is known before the executor reconciles: `started_before`)
         self.exit_files.open()
-        self.poller = asyncio.create_task(self._poll_loop(), name="slurm-poll")
+        self.poller = asyncio.create_task(
+            poll_forever(self.poll_once, self.config.poll_interval, "reading Slurm's queue failed", log),
+            name="slurm-poll",
+        )
         self.exit_watch = asyncio.create_task(self._exit_loop(), name="slurm-exits")
-
-    async def _poll_loop(self) -> None:
-        while True:
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # slurmctld away for a while must not stop the executor
-                log.warning("reading Slurm's queue failed: %s", exc)
-            await asyncio.sleep(self.config.poll_interval)
 
     async def _exit_loop(self) -> None:
         """Ends seen in the replicas' exit files, between two readings of the queue: what frees a GPU soonest.
