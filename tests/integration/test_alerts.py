@@ -24,6 +24,7 @@ from gpuyard.client import Client
 from gpuyard.shared.contracts.events.envelope import make_event
 from gpuyard.shared.contracts.events.nodes import GpuHolder, GpuReading, GpuSample
 from tests.integration.conftest import Platform, wait_for
+from tests.integration.processes import service_processes
 
 pytestmark = pytest.mark.integration
 
@@ -100,16 +101,6 @@ def platform(tmp_path_factory, hook):
 def leading(platform: Platform) -> int:
     """How many times a monitor of the platform took the alert rules on."""
     return platform.log.read_text().count("evaluating the alert rules")
-
-
-def monitor_pid(platform: Platform) -> int:
-    """The monitor's process among `gpuyard up`'s children."""
-    for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"gpuyard.services.monitor" in argv:
-                return int(pid)
-    raise AssertionError("no monitor process")
 
 
 def alerts(client: Client, state: str = "all"):
@@ -197,7 +188,8 @@ def test_every_rule_is_raised_and_resolved_on_the_bus_in_the_store_and_at_the_we
 
     # a restarted monitor reads the active alerts first: none is raised again
     before = leading(platform)
-    os.kill(monitor_pid(platform), signal.SIGKILL)
+    [monitor_pid] = service_processes(platform.proc.pid, "monitor")
+    os.kill(monitor_pid, signal.SIGKILL)
     wait_for(lambda: leading(platform) > before, 60, what="the restarted monitor leading")
     admin.cancel(waiting)
     wait_for(lambda: resolved(admin, waiting_id), 60, what="job_waiting resolved after the restart")

@@ -22,6 +22,7 @@ import pytest
 
 from gpuyard.supervisor.diskroom import free_space
 from tests.integration.conftest import Platform, wait_for
+from tests.integration.processes import descendants
 
 pytestmark = pytest.mark.integration
 
@@ -68,16 +69,6 @@ def health_port(up_pid: int, service: str) -> int:
         if f"gpuyard.services.{service}" in argv and "--health-port" in argv:
             return int(argv[argv.index("--health-port") + 1])
     raise AssertionError(f"no {service} process under {up_pid}")
-
-
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with_children = task / "children"
-        found |= {int(p) for p in with_children.read_text().split()} if with_children.exists() else set()
-    for child in list(found):
-        found |= descendants(child)
-    return found
 
 
 def readyz(port: int) -> int | None:

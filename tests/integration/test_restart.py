@@ -13,6 +13,7 @@ import pytest
 from gpuyard.shared.contracts.reasons import PendingCode
 
 from .conftest import Platform, wait_for
+from .processes import service_processes
 
 pytestmark = pytest.mark.integration
 
@@ -49,17 +50,8 @@ def test_jobs_survive_a_restart_and_nothing_is_left_behind(tmp_path):
 
 
 def executor_processes(up: int) -> list[int]:
-    """The executor processes `gpuyard up` runs now (its children running gpuyard.services.executor)."""
-    found = []
-    for task in Path(f"/proc/{up}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"gpuyard.services.executor" in cmdline:
-                found.append(int(pid))
-    return found
+    """The executor processes `gpuyard up` runs now."""
+    return service_processes(up, "executor")
 
 
 def test_an_executor_killed_while_its_jobs_run_and_end_neither_loses_nor_reruns_any(tmp_path):

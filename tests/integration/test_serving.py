@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from gpuyard.shared.contracts.reasons import PendingCode
 from tests.integration.conftest import free_port, wait_for
+from tests.integration.processes import service_processes
 from tests.unit.services.serving.models import Mlp, unloadable
 
 pytestmark = pytest.mark.integration
@@ -36,16 +36,6 @@ def infer(client: triton.InferenceServerClient, token: str, *, binary: bool = Tr
     return client.infer(
         "mnist", [given], model_version=version, outputs=wanted, headers={"Authorization": f"Bearer {token}"}
     )
-
-
-def serving_pid(platform) -> int:
-    """The serving service's process among `gpuyard up`'s children."""
-    for task in Path(f"/proc/{platform.proc.pid}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"gpuyard.services.serving" in argv:
-                return int(pid)
-    raise AssertionError("no serving process")
 
 
 def answers(client: triton.InferenceServerClient, token: str) -> bool:
@@ -91,7 +81,8 @@ def test_publish_deploy_infer_roll_out_refuse_a_broken_version_and_undeploy(plat
     assert "CPUExecutionProvider" in api.job(v1_job).attempts[-1].notes[0]
 
     # the serving service dies: `gpuyard up` starts it again, and it loads what runs on its node again
-    os.kill(serving_pid(platform), signal.SIGKILL)
+    [serving_pid] = service_processes(platform.proc.pid, "serving")
+    os.kill(serving_pid, signal.SIGKILL)
     wait_for(lambda: answers(serving, token), 30, 0.2, "the restarted serving service to answer")
     again = api.job(v1_job)
     assert again.state == "running" and again.attempt == 1 and len(again.attempts) == 1

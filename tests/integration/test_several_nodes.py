@@ -30,6 +30,7 @@ from gpuyard.shared.contracts.api.nodes import NodeOut
 from . import netns
 from .conftest import Platform, wait_for
 from .netns import Netns
+from .processes import descendants
 
 pytestmark = pytest.mark.integration
 
@@ -128,17 +129,6 @@ class Node:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill_all()
-
-
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                found |= {int(p) for p in (task / "children").read_text().split()}
-    for child in list(found):
-        found |= descendants(child)
-    return found
 
 
 def node(platform: Platform, name: str) -> NodeOut | None:

@@ -27,22 +27,7 @@ from gpuyard.supervisor.child import Child
 from gpuyard.supervisor.statusreport import PENDING_CHANGES, StatusReporter
 from gpuyard.supervisor.supervision import CRASH_LOOP, STARTED_LINE, Supervisor
 from tests.integration.conftest import BIN, Platform, free_ports, wait_for
-
-
-def children(pid: int) -> set[int]:
-    """`pid`'s child processes, from /proc."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text() if (task / "children").exists() else ""
-        found |= {int(p) for p in text.split()}
-    return found
-
-
-def descendants(pid: int) -> set[int]:
-    found = children(pid)
-    for child in list(found):
-        found |= descendants(child)
-    return found
+from tests.integration.processes import children, descendants
 
 
 def started(pid: int) -> str | None:
