@@ -11,8 +11,6 @@ read as the client's other answers do."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import http.client
 import os
 import socket
@@ -25,14 +23,12 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+from gpuyard.shared.runtime.splice import SPLICE, splice_exactly
+
 STEP = 8 << 20
 """Bytes handed to one `sendfile` call (the progress moves after each)."""
 BUFFER = 1 << 20
 """The buffer a download is read into (where the kernel cannot splice it)."""
-PIPE_SIZE = 1 << 20
-"""The pipe a download is spliced through: bytes moved by one `os.splice`."""
-SPLICE = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ")
-"""Whether the kernel moves a download's bytes from the socket to the file itself (Linux)."""
 
 
 def direct(http: httpx.Client) -> bool:
@@ -148,23 +144,7 @@ def save(response: httpx.Response, fd: int, progress: Callable[[int], None]) -> 
         write_all(fd, head)
         left -= len(head)
         progress(len(head))
-    source = answer.fp.fileno()
-    pipe_out, pipe_in = os.pipe()
-    try:
-        with contextlib.suppress(OSError):  # (a larger pipe: fewer calls; the default where refused)
-            fcntl.fcntl(pipe_in, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-        while left:
-            n = os.splice(source, pipe_in, min(left, PIPE_SIZE))
-            if n == 0:
-                raise OSError(f"the answer ended {left} bytes before its length")
-            left -= n
-            moved = n
-            while moved:
-                moved -= os.splice(pipe_out, fd, moved)
-            progress(n)
-    finally:
-        os.close(pipe_in)
-        os.close(pipe_out)
+    splice_exactly(answer.fp.fileno(), fd, left, progress)
     answer.length = 0
 
 

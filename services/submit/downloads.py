@@ -9,7 +9,8 @@ import asyncio
 from fastapi import HTTPException, status
 from fastapi.responses import StreamingResponse
 
-from gpuyard.shared.runtime.safefolder import NotThere, ReadableFolder
+from gpuyard.services.submit.rawconnection import FileAnswer
+from gpuyard.shared.runtime.safefolder import NotThere, ReadableFolder, SafeFolder
 
 
 def attachment(name: str) -> str:
@@ -33,6 +34,11 @@ async def file_or_tree(folder: ReadableFolder, where: str, top: str, missing: st
     try:
         if kind != "file":
             raise NotThere(missing)
+        if isinstance(folder, SafeFolder):  # (a file of its own: the kernel can send it)
+            fd, st = await asyncio.to_thread(folder.open_file, where)
+            return FileAnswer(
+                fd, st.st_size, {"Content-Disposition": attachment(name)}, "application/octet-stream"
+            )
         size, chunks = await asyncio.to_thread(folder.read_file, where)
     except NotThere as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None

@@ -27,6 +27,7 @@ from gpuyard.services.submit.bodywriter import write_body
 from gpuyard.services.submit.context import SubmitContext
 from gpuyard.services.submit.downloads import file_or_tree
 from gpuyard.services.submit.errors import REFUSED_422, RETRY_AFTER, Responses, answers
+from gpuyard.services.submit.rawconnection import RawConnection
 from gpuyard.services.submit.volumefiles import Staged, VolumeFiles, Written
 from gpuyard.shared.auth.tokens import Principal
 from gpuyard.shared.contracts.api.common import ErrorOut
@@ -43,7 +44,7 @@ from gpuyard.shared.contracts.fieldtypes import NAME_PATTERN
 from gpuyard.shared.contracts.units import format_size
 from gpuyard.shared.runtime.safefolder import NotThere
 from gpuyard.shared.runtime.tarstream import PathRefused, clean_path
-from gpuyard.shared.runtime.uploadfile import OverQuota
+from gpuyard.shared.runtime.uploadfile import OverQuota, UploadFile
 from gpuyard.shared.stores.readmodels.volumeregistry import (
     VolumeError,
     VolumeRegistry,
@@ -336,7 +337,11 @@ async def _receive(
         files.staging, view.tenant, *((tar_room(room), None) if archive else (room, (view.name, where)))
     )
     try:
-        await write_body(request.stream(), staging.write)
+        raw = RawConnection.body_of(request)
+        if raw is not None and isinstance(staging, UploadFile) and staging.spliceable:
+            await raw[0].take_body(raw[1], staging)
+        else:
+            await write_body(request.stream(), staging.write)
         await asyncio.to_thread(staging.finish)
         if archive:
             return await asyncio.to_thread(files.place_tree, view.tenant, view.name, staging, where, room)

@@ -7,9 +7,11 @@ import contextlib
 import hashlib
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from gpuyard.shared.contracts.units import format_size
+from gpuyard.shared.runtime.splice import SPLICE, splice_exactly
 from gpuyard.shared.runtime.writeback import WriteBack
 
 
@@ -51,6 +53,25 @@ class UploadFile:
         self._writeback.wrote(len(chunk))
         if self._hash is not None:
             self._hash.update(chunk)
+
+    @property
+    def spliceable(self) -> bool:
+        """Whether `splice_from` can take the bytes: the kernel splices here, and nothing needs to read them
+        (no hash)."""
+        return SPLICE and self._hash is None
+
+    def splice_from(self, source: int, count: int, readable: Callable[[], None] | None = None) -> None:
+        """`count` bytes of the socket `source` written as `write` writes them, but moved by the kernel
+        (`shared/runtime/splice.py`); refused before a byte moves when they do not fit. OSError for a socket that
+        ends first."""
+        if self.room is not None and self.size + count > self.room:
+            raise over_quota(self.room)
+
+        def moved(n: int) -> None:
+            self.size += n
+            self._writeback.wrote(n)
+
+        splice_exactly(source, self._file.fileno(), count, moved, readable)
 
     def close(self) -> None:
         """Flushed to disk (fsync) and closed: whole once this returns."""

@@ -26,7 +26,6 @@ CALLED_BY_NAME = {
     ): "uvicorn.Server calls it (the service owns the signals)",
     ("services/submit/main.py", "capture_signals"): "uvicorn.Server calls it (the service owns the signals)",
     ("shared/runtime/servicemetrics.py", "log_message"): "http.server.BaseHTTPRequestHandler calls it",
-    ("gpuyard/transfers.py", "readable"): "io.BufferedReader calls it (the raw stream's protocol)",
     ("shared/runtime/upstream.py", "on_header"): "httptools' parser calls it (its protocol's callbacks)",
     ("shared/runtime/upstream.py", "on_headers_complete"): "httptools' parser calls it",
     ("shared/runtime/upstream.py", "on_body"): "httptools' parser calls it",

@@ -15,6 +15,7 @@ import pytest
 from gpuyard import rawhttp, transfers
 from gpuyard.client import Client, ClientError
 from gpuyard.services.submit.app import create_app
+from gpuyard.shared.runtime import splice
 from tests.unit.services.submit.submitctx import served, submit_context
 
 URL = "/v1/volumes/data/content"
@@ -121,7 +122,7 @@ def socket_way(request, monkeypatch):
 
 
 def test_a_download_larger_than_the_pipe_comes_whole_with_its_progress(socket_way, tmp_path):
-    data = os.urandom(3 * rawhttp.PIPE_SIZE + 12_345)
+    data = os.urandom(3 * splice.PIPE_SIZE + 12_345)
     got: list[int] = []
     with _answering(data, len(data)) as server:
         client = Client(server, "t")
