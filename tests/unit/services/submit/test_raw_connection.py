@@ -21,6 +21,8 @@ from tests.unit.services.submit.submitctx import served, submit_context
 
 URL = "/v1/volumes/data/content"
 AUTH = {"Authorization": "Bearer tok-vision"}
+TIMEOUT = 60.0
+"""How long a request may take before the test fails (a bound on a hang on a loaded machine, not a speed)."""
 SIZE = 3 * splice.PIPE_SIZE + 12_345
 """Larger than the pipe the kernel moves the bytes through: several moves."""
 
@@ -29,7 +31,9 @@ SIZE = 3 * splice.PIPE_SIZE + 12_345
 def api(tmp_path):
     """(the URL of a live API with a volume `data` of 20 MB, its storage root), counting raw bodies taken."""
     with submit_context(tmp_path, volumes=True) as ctx, served(create_app(ctx)) as server:
-        created = httpx.post(f"{server}/v1/volumes", json={"name": "data", "size": 20_000_000}, headers=AUTH)
+        created = httpx.post(
+            f"{server}/v1/volumes", json={"name": "data", "size": 20_000_000}, headers=AUTH, timeout=TIMEOUT
+        )
         assert created.status_code == 201, created.text
         yield server, tmp_path / "storage"
 
@@ -75,11 +79,13 @@ def staged(root: Path) -> list[Path]:
 def test_a_body_of_a_stated_length_is_moved_by_the_kernel_and_the_connection_closes(api, taken):
     server, root = api
     data = os.urandom(SIZE)
-    with httpx.Client(base_url=server, headers=AUTH) as http:
+    with httpx.Client(base_url=server, headers=AUTH, timeout=TIMEOUT) as http:
         answer = http.put(URL, params={"path": "d/big.bin"}, content=data)
         assert answer.status_code == 201, answer.text
         assert answer.headers["connection"] == "close"
-        assert http.get("/v1/volumes/data/files", params={"path": "d"}).status_code == 200  # (a new connection)
+        assert (
+            http.get("/v1/volumes/data/files", params={"path": "d"}).status_code == 200
+        )  # (a new connection)
     assert answer.json()["bytes"] == SIZE and taken == [SIZE]
     assert volume_file(root, "d/big.bin") == data and staged(root) == []
 
@@ -92,6 +98,7 @@ def test_a_chunked_body_goes_through_the_asgi_path(api, taken):
         params={"path": "c.bin"},
         content=(data[i : i + 100_000] for i in range(0, SIZE, 100_000)),
         headers=AUTH,
+        timeout=TIMEOUT,
     )
     assert answer.status_code == 201, answer.text
     assert taken == [] and volume_file(root, "c.bin") == data
@@ -111,9 +118,18 @@ def head(server: str, path: str, length: int, *extra: str) -> tuple[socket.socke
     return sock, ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
+def first_bytes(sock: socket.socket, n: int) -> bytes:
+    """The first `n` bytes the server sends (as many reads as they take)."""
+    sock.settimeout(TIMEOUT)
+    got = b""
+    while len(got) < n and (more := sock.recv(n - len(got))):
+        got += more
+    return got
+
+
 def answer_of(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection."""
-    sock.settimeout(30)  # (a bound on a hang)
+    sock.settimeout(TIMEOUT)
     got = b""
     while more := sock.recv(65536):
         got += more
@@ -126,8 +142,7 @@ def test_a_client_that_waits_for_100_continue_gets_it_then_its_body_is_taken(api
     sock, request = head(server, "e.bin", SIZE, "Expect: 100-continue")
     with sock:
         sock.sendall(request)
-        sock.settimeout(30)
-        assert sock.recv(25).startswith(b"HTTP/1.1 100 Continue")
+        assert first_bytes(sock, 25) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(data)
         assert answer_of(sock).split(b"\r\n", 1)[0].startswith(b"HTTP/1.1 201")
     assert taken == [SIZE] and volume_file(root, "e.bin") == data
@@ -141,14 +156,14 @@ def test_a_client_gone_midway_leaves_nothing_and_the_server_answers_the_next(api
         sock.shutdown(socket.SHUT_WR)
         assert b" 400 " in answer_of(sock).split(b"\r\n", 1)[0] + b" "  # (ended before its last byte)
     assert taken == [SIZE] and staged(root) == []
-    listing = httpx.get(f"{server}/v1/volumes/data/files", headers=AUTH)
+    listing = httpx.get(f"{server}/v1/volumes/data/files", headers=AUTH, timeout=TIMEOUT)
     assert listing.status_code == 200 and listing.json()["items"] == []
 
 
 def test_a_file_is_sent_by_the_kernel_whole_and_the_connection_serves_the_next_request(api, sent):
     server, root = api
     data = os.urandom(SIZE)
-    with httpx.Client(base_url=server, headers=AUTH) as http:
+    with httpx.Client(base_url=server, headers=AUTH, timeout=TIMEOUT) as http:
         assert http.put(URL, params={"path": "f.bin"}, content=data).status_code == 201
         for _ in range(2):  # (the second on the same connection)
             answer = http.get(URL, params={"path": "f.bin"})
@@ -162,12 +177,16 @@ def test_a_file_is_sent_by_the_kernel_whole_and_the_connection_serves_the_next_r
 def test_a_client_gone_during_a_download_leaves_the_server_answering(api, sent):
     server, root = api
     data = os.urandom(8 * splice.PIPE_SIZE)  # (more than the socket's buffers hold)
-    assert httpx.put(f"{server}{URL}", params={"path": "g.bin"}, content=data, headers=AUTH).status_code == 201
+    assert (
+        httpx.put(
+            f"{server}{URL}", params={"path": "g.bin"}, content=data, headers=AUTH, timeout=TIMEOUT
+        ).status_code
+        == 201
+    )
     port = int(server.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         request = f"GET {URL}?path=g.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-vision\r\n\r\n"
         sock.sendall(request.encode())
-        sock.settimeout(30)
-        assert sock.recv(12) == b"HTTP/1.1 200"
-    again = httpx.get(f"{server}{URL}", params={"path": "g.bin"}, headers=AUTH)
+        assert first_bytes(sock, 12) == b"HTTP/1.1 200"
+    again = httpx.get(f"{server}{URL}", params={"path": "g.bin"}, headers=AUTH, timeout=TIMEOUT)
     assert again.status_code == 200 and again.content == data
