@@ -26,7 +26,13 @@ def test_a_job_runs_as_a_slurm_batch_job_with_its_gpus_and_logs(slurm_platform, 
     job_id = client.submit({"name": "one", "command": command, "resources": {"gpus": 2, **SMALL}}).job_id
     job = slurm_platform.wait_state(job_id, {"succeeded", "failed"}, timeout=30)
     assert job.state == "succeeded", job
-    [line] = slurm_jobs(slurm_cluster, job_id)
+    # (GPUYARD reads the end from the batch script's exit file, before slurmctld has finished its own end of the
+    # batch job: COMPLETING until slurmd reports back)
+    [line] = wait_for(
+        lambda: (lines := slurm_jobs(slurm_cluster, job_id)) and "|COMPLETING" not in lines[0] and lines,
+        30,
+        what="Slurm's end of the batch job",
+    )
     assert line.endswith("|COMPLETED")
     text = wait_for(lambda: (t := client.logs(job_id)) and "rank=" in t and t, 20, what="the job's output")
     slurm_id = line.split("|")[0]
