@@ -130,6 +130,7 @@ class RawConnection:
             await _in_own_thread(copy, stop)
         except OSError:  # (the client went away, or the file shrank: the answer cannot be whole)
             cycle.keep_alive = False
+            cycle.disconnected = True  # (so the server does not log an answer left unfinished)
             cycle.transport.close()
             return True
         cycle.expected_content_length = 0  # (the server did not count the bytes it did not write)

@@ -3,10 +3,12 @@ the real server (uvicorn in a thread). Up: a body of a stated length is spliced 
 the server had already read first, and the answer closes the connection; a chunked body goes through the ASGI
 path; a client that waits for `100 Continue` gets it; a client that goes away midway leaves nothing, and the
 server answers the next request. Down: a file is sent with `sendfile`, whole, and the connection stays open for
-the next request; a client that goes away midway leaves the server answering."""
+the next request; a client that goes away midway leaves the server answering, and a send that breaks ends its
+connection with nothing logged as an error."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -29,10 +31,10 @@ SIZE = 3 * splice.PIPE_SIZE + 12_345
 
 @pytest.fixture
 def api(tmp_path):
-    """(the URL of a live API with a volume `data` of 20 MB, its storage root), counting raw bodies taken."""
+    """(the URL of a live API with a volume `data` of 100 MB, its storage root)."""
     with submit_context(tmp_path, volumes=True) as ctx, served(create_app(ctx)) as server:
         created = httpx.post(
-            f"{server}/v1/volumes", json={"name": "data", "size": 20_000_000}, headers=AUTH, timeout=TIMEOUT
+            f"{server}/v1/volumes", json={"name": "data", "size": 100_000_000}, headers=AUTH, timeout=TIMEOUT
         )
         assert created.status_code == 201, created.text
         yield server, tmp_path / "storage"
@@ -176,7 +178,7 @@ def test_a_file_is_sent_by_the_kernel_whole_and_the_connection_serves_the_next_r
 
 def test_a_client_gone_during_a_download_leaves_the_server_answering(api, sent):
     server, root = api
-    data = os.urandom(8 * splice.PIPE_SIZE)  # (more than the socket's buffers hold)
+    data = os.urandom(48 * splice.PIPE_SIZE)  # (more than the sockets' buffers hold)
     assert (
         httpx.put(
             f"{server}{URL}", params={"path": "g.bin"}, content=data, headers=AUTH, timeout=TIMEOUT
@@ -190,3 +192,22 @@ def test_a_client_gone_during_a_download_leaves_the_server_answering(api, sent):
         assert first_bytes(sock, 12) == b"HTTP/1.1 200"
     again = httpx.get(f"{server}{URL}", params={"path": "g.bin"}, headers=AUTH, timeout=TIMEOUT)
     assert again.status_code == 200 and again.content == data
+
+
+def test_a_download_broken_midway_ends_its_connection_without_an_error_logged(api, sent, monkeypatch, caplog):
+    server, root = api
+    put = httpx.put(
+        f"{server}{URL}", params={"path": "b.bin"}, content=b"x" * 100_000, headers=AUTH, timeout=TIMEOUT
+    )
+    assert put.status_code == 201
+
+    def broken(*args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(os, "sendfile", broken)
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(httpx.HTTPError):  # (the head came, the connection ended before the body)
+        httpx.get(f"{server}{URL}", params={"path": "b.bin"}, headers=AUTH, timeout=TIMEOUT)
+    assert httpx.get(f"{server}/v1/volumes/data/files", headers=AUTH, timeout=TIMEOUT).status_code == 200
+    assert sent == [100_000]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
