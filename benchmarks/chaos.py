@@ -38,6 +38,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -575,6 +576,7 @@ def run_chaos(
         result.truncated = tenant.log_budget_reached(60) if tenant is not None else False
     finally:
         platform.stop()
+        shutil.rmtree(markers, ignore_errors=True)
         result.seconds = time.monotonic() - t0
     return result
 

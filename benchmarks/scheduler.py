@@ -9,9 +9,9 @@ to the published BestFit and FGD columns. Time: the time replay under contention
 (its setting and policies; the six sub-clusters of docs/benchmarks.md, `--offsets`; sub-cluster 0 with
 `--quick`), called from here, not a second copy.
 Speed: 50,000 mixed jobs placed from empty onto 5,000 nodes x 8 GPUs; one cycle with 10,000 waiting jobs on a
-full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`) in three cases, all blocked
-(one change), 10 % of the cluster freed before each cycle, and a high-priority burst that preempts, each with the
-jobs placed and preempted per cycle; as `decide` on a snapshot (its index built in the call); the held cycle's
+full 1,000-node cluster, as the live service runs it (`decide` on a `HeldCluster`) in the cases of `CYCLE_CASES`
+(all blocked, 10 % of the cluster freed, 3 jobs ended, a high-priority burst that preempts), each with the jobs
+placed and preempted per cycle; as `decide` on a snapshot (its index built in the call); the held cycle's
 time for 1k / 10k / 50k waiting jobs, all blocked and freed. Wall and CPU seconds.
 """
 
@@ -43,7 +43,8 @@ from gpuyard.shared.scheduling import (
     SchedulerConfig,
     decide,
 )
-from gpuyard.shared.scheduling.cycle import allocate, gc_paused
+from gpuyard.shared.scheduling.cluster import allocate
+from gpuyard.shared.scheduling.cycle import gc_paused
 from gpuyard.shared.scheduling.sim.cli import PUBLISHED_AT_100
 from gpuyard.shared.scheduling.sim.inflation import InflationSummary, run_inflation
 from gpuyard.shared.scheduling.sim.trace import SHIPPED, read_nodes, read_pods
@@ -214,6 +215,8 @@ def waiting_jobs(n: int) -> list[JobRequest]:
 CYCLE_CASES = {
     "blocked": "full cluster, every waiting job blocked; per cycle one running job ends and another takes its GPU",
     "freed": "10 % of the running jobs end before each cycle (scattered, seeded); what is placed is put",
+    "trickle": "3 running jobs end before each cycle (fewer than the reservations the oldest jobs get); what is "
+    "placed is put",
     "burst": "a burst of 200 high-priority 1-GPU jobs on the full cluster; each cycle places the jobs whose "
     "victims were preempted by the cycle before (their grace over) and preempts for the next",
 }
@@ -273,6 +276,9 @@ def bench_full_cycle(
             held.put(Allocation(replace(ended.job, job_id=f"next-{k}"), ended.replicas, now))
         elif case == "freed":
             for i in rng.choice(len(running), size=len(running) // 10, replace=False):
+                held.drop(running[i].job.job_id)
+        elif case == "trickle":
+            for i in rng.choice(len(running), size=3, replace=False):
                 held.drop(running[i].job.job_id)
         expected = decide_snapshot(held.snapshot(now), queue, config)
         wall, cpu, result = timed(lambda _k, now=now: decide_held(held, queue, config, now), 1)

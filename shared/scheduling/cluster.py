@@ -16,9 +16,17 @@ rebuilds it.
 
 from __future__ import annotations
 
-from gpuyard.shared.scheduling.cycle import allocate
+from collections.abc import Iterable
+
 from gpuyard.shared.scheduling.index import CapacityIndex
-from gpuyard.shared.scheduling.model import Allocation, ClusterState, CycleResult, Gpu, Node
+from gpuyard.shared.scheduling.model import (
+    Allocation,
+    ClusterState,
+    CycleResult,
+    Gpu,
+    Node,
+    ReplicaAssignment,
+)
 from gpuyard.shared.scheduling.quota import RunningKinds
 
 
@@ -114,3 +122,16 @@ class HeldCluster:
 
 def _nodes(alloc: Allocation) -> set[str]:
     return {r.node for r in alloc.replicas}
+
+
+def allocate(node: Node, replicas: Iterable[ReplicaAssignment]) -> None:
+    """Add what these replicas (on this node) hold to its allocations (a GPU the node does not list is skipped)."""
+    by_index = {g.index: g for g in node.gpus}
+    for r in replicas:
+        node.allocated_cpus += r.cpus
+        node.allocated_memory += r.memory
+        for a in r.gpus:
+            gpu = by_index.get(a.index)
+            if gpu is not None:
+                gpu.allocated = min(1.0, gpu.allocated + a.fraction)
+                gpu.allocated_memory += a.memory or 0

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import attrgetter
 
 import numpy as np
 
@@ -37,7 +36,6 @@ from gpuyard.shared.scheduling import reasons as R
 from gpuyard.shared.scheduling.backfill import Projection, Reservation, ending_order
 from gpuyard.shared.scheduling.demand import Demand, demand_of, shape_key
 from gpuyard.shared.scheduling.explain import never_fits, no_room_now
-from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
 from gpuyard.shared.scheduling.gang import place_gang, undo_gang
 from gpuyard.shared.scheduling.index import CapacityIndex
 from gpuyard.shared.scheduling.model import (
@@ -45,7 +43,6 @@ from gpuyard.shared.scheduling.model import (
     CycleResult,
     GpuAssignment,
     JobRequest,
-    Node,
     Placement,
     Preemption,
     ReplicaAssignment,
@@ -54,6 +51,7 @@ from gpuyard.shared.scheduling.model import (
 from gpuyard.shared.scheduling.ordering import Order
 from gpuyard.shared.scheduling.placement import POLICIES, make_policy
 from gpuyard.shared.scheduling.placement.base import Choice
+from gpuyard.shared.scheduling.popularity import popularity_for
 from gpuyard.shared.scheduling.preemption import choose_victims, eligible_victims, lost_work
 from gpuyard.shared.scheduling.queue import HeldQueue, Pending
 from gpuyard.shared.scheduling.quota import QuotaLedger, RunningKinds, borrowed_jobs
@@ -81,44 +79,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def allocate(node: Node, replicas: Iterable[ReplicaAssignment]) -> None:
-    """Add what these replicas (on this node) hold to its allocations (a GPU the node does not list is skipped)."""
-    by_index = {g.index: g for g in node.gpus}
-    for r in replicas:
-        node.allocated_cpus += r.cpus
-        node.allocated_memory += r.memory
-        for a in r.gpus:
-            gpu = by_index.get(a.index)
-            if gpu is not None:
-                gpu.allocated = min(1.0, gpu.allocated + a.fraction)
-                gpu.allocated_memory += a.memory or 0
-
-
-def popularity_for(
-    config: SchedulerConfig,
-    queue: list[JobRequest] | HeldQueue,
-    running: list[Allocation],
-    kinds: RunningKinds | None = None,
-) -> tuple:
-    if config.shape_popularity is not None:
-        return tuple(config.shape_popularity)
-    if not POLICIES[config.policy].needs_popularity:
-        return ()
-    # jobs per key (kept by a held queue), then per (GPUs, CPUs, GPU models), then per task shape (a handful)
-    keys = Counter(queue.keys) if isinstance(queue, HeldQueue) else Counter(map(_KEY, queue))
-    kinds = kinds if kinds is not None else RunningKinds(running)
-    for (_tenant, _user, key), n in kinds.counts.items():
-        keys[key] += n
-    counts: Counter = Counter()
-    for (gpus, _replicas, cpus, _memory, _gpu_memory, models, *_rest), n in keys.items():
-        counts[gpus, cpus, models] += n
-    shapes: Counter = Counter()
-    for (gpus, cpus, models), n in counts.items():
-        shapes[shape_of(demand_of(JobRequest("", "", gpus=gpus, cpus=cpus, gpu_models=models)))] += n
-    return typical_shapes(shapes)
-
-
-_KEY = attrgetter("key")
 _BACKFILL_MODES = frozenset(BackfillMode)  # (a set: a plain string from the caller is found by value)
 
 
@@ -171,6 +131,7 @@ class _Cycle:
         self.protected: frozenset[str] | None = None
         self.reserved: dict[str, float] = {}
         self.fitting: set[str] = set()  # protected jobs that fit before the loop, yet to be looked at
+        self.fitting_tried = -1  # how many were left when `none_fitting` last found one that still may fit
         self.placed_ending: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []
         self.placed_until: list[tuple[float, tuple[ReplicaAssignment, ...]]] = []  # no time limit: inf
         self._drain: np.ndarray | None = None  # per node, when what is on it ends (`scarcity.drain_times`)
@@ -242,10 +203,7 @@ class _Cycle:
                 undo_gang(self.index, demand, choices)
                 self.fitting.add(job.job_id)
                 continue
-            if self.projection is None:
-                ending = ending_order(self.running, self.placed_ending)
-                self.projection = Projection(self.index, self.policy, ending, self.now)
-            reservation = self.projection.reserve(job, demand, allowed)
+            reservation = self.projected().reserve(job, demand, allowed)
             if reservation.start is None:
                 break  # (the projection is exhausted: no later job gets one either)
             self.reservations.append(reservation)
@@ -295,18 +253,62 @@ class _Cycle:
                             self.waiting += 1
                         self.examined += 1
                         pending[job.job_id] = found.at(self.waiting)
-                        if not self.unsettled and not backing_off and not fitting:
+                        if not self.unsettled and not backing_off and self.none_fitting(queue):
                             break
                         continue
             self.examined += 1
             fitting.discard(job.job_id)
             self.consider(job)
-            if fast and not self.unsettled and not backing_off and not fitting:
+            if fast and not self.unsettled and not backing_off and self.none_fitting(queue):
                 break
         else:
             return self.result
         self.lined.stopped(queue, order.rest(), settled, self.waiting, (self.reserved, self.now))
+        if fitting:
+            self.reserve_unfitting(queue)
         return self.result
+
+    def none_fitting(self, queue: HeldQueue) -> bool:
+        """Once every job left has its settled answer, only the protected jobs that fitted before the loop
+        (`fitting`) keep the cycle going, wherever fair share puts them in line. True when none is left or none
+        fits any more (its shape failed since), could preempt or delays a reservation: each would only reserve
+        when the line reached it, which `reserve_unfitting` does, in line order, once the cycle stops."""
+        if not self.fitting:
+            return True
+        if len(self.fitting) == self.fitting_tried:
+            return False
+        for job_id in self.fitting:
+            job = queue.jobs[job_id]
+            key = shape_key(job)
+            failed = self.failed.get(key)
+            reserves_only = failed is not None and failed.code not in NEVER and key not in self.delayed
+            if not (reserves_only and self.preemption_settled(job, key)):
+                self.fitting_tried = len(self.fitting)
+                return False
+        return True
+
+    def reserve_unfitting(self, queue: HeldQueue) -> None:
+        """The reservations of the jobs `none_fitting` let the cycle stop before, in their places in line (the
+        stopped cycle's `Pending`), their estimated starts read from `reserved`."""
+        for job_id in sorted(self.fitting, key=lambda job_id: self.lined[job_id].position or 0):
+            if len(self.reservations) >= self.depth or (
+                self.projection is not None and self.projection.exhausted
+            ):
+                break
+            job = queue.jobs[job_id]
+            demand = self.demands[shape_key(job)]
+            reservation = self.projected().reserve(job, demand, self.allowed(job, demand))
+            if reservation.start is not None:
+                self.reservations.append(reservation)
+                self.reserved[job_id] = reservation.start
+
+    def projected(self) -> Projection:
+        """When the running (and this cycle's placed) jobs' time limits free their capacity, for reservations
+        (made at the first one)."""
+        if self.projection is None:
+            ending = ending_order(self.running, self.placed_ending)
+            self.projection = Projection(self.index, self.policy, ending, self.now)
+        return self.projection
 
     def wait(self, job: JobRequest, blocker: R.Blocker, estimated_start: float | None = None) -> None:
         """The job waits: its place in line is the next one, unless no node could ever hold it (then it has
@@ -497,10 +499,7 @@ class _Cycle:
         if self.head is None:
             self.head = job
         if reserving:
-            if self.projection is None:
-                ending = ending_order(self.running, self.placed_ending)
-                self.projection = Projection(self.index, self.policy, ending, self.now)
-            reservation = self.projection.reserve(job, demand, allowed)
+            reservation = self.projected().reserve(job, demand, allowed)
             if reservation.start is not None:
                 self.reservations.append(reservation)
                 estimated = reservation.start

@@ -24,7 +24,7 @@ _KIND = attrgetter("tenant", "user", "key")
 
 class RunningKinds:
     """The running jobs counted by kind ((tenant, user, `JobRequest.key`)): tenant usage (`QuotaLedger`), shape
-    popularity (`cycle.popularity_for`) and the lowest running priority all read it. Counted at C level on
+    popularity (`popularity.popularity_for`) and the lowest running priority all read it. Counted at C level on
     first use, or kept up to date job by job (`add`) by a caller that holds the running jobs between cycles."""
 
     __slots__ = ("running", "_counts")

@@ -16,7 +16,7 @@ from gpuyard.shared.scheduling import (
     SchedulerConfig,
     decide,
 )
-from gpuyard.shared.scheduling.cycle import allocate
+from gpuyard.shared.scheduling.cluster import allocate
 
 GIB = 1 << 30
 

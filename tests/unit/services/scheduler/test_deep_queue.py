@@ -31,19 +31,23 @@ TENANTS = 4
 WAITING = 20_000
 
 
-def small(k: int, prefix: str = "wait"):
-    return job(f"{prefix}-{k:06d}", gpus=0.125, tenant=f"t{k % TENANTS}", cpus=1, submitted_at=1000.0 + k)
+def small(k: int, prefix: str = "wait", **kw):
+    return job(
+        f"{prefix}-{k:06d}", gpus=0.125, tenant=f"t{k % TENANTS}", cpus=1, submitted_at=1000.0 + k, **kw
+    )
 
 
 PRIORITY = small(0).priority
 
 
-def full_node() -> HeldCluster:
+def full_node(limits: bool = False) -> HeldCluster:
+    """64 jobs of 1/8 GPU: the node is full; with `limits`, their time limits end them one a minute from 6000."""
     held = HeldCluster()
     held.put_node(node("a", gpus=8, cpus=256))
-    for k in range(64):  # 64 jobs of 1/8 GPU: the node is full
+    for k in range(64):
         gpu = GpuAssignment(k // 8, 0.125)
-        held.put(Allocation(small(k, "run"), (ReplicaAssignment(0, "a", (gpu,), 1.0, 0),), 0.0))
+        running = small(k, "run", timeout=6000.0 + 60 * k) if limits else small(k, "run")
+        held.put(Allocation(running, (ReplicaAssignment(0, "a", (gpu,), 1.0, 0),), 0.0))
     return held
 
 
@@ -86,18 +90,37 @@ def test_a_cycle_after_some_jobs_end_looks_at_what_it_places(reasons_made) -> No
     assert reasons_made[0] <= 2 * TENANTS
 
 
-def test_the_reasons_read_are_those_of_a_cycle_that_looks_at_every_job(monkeypatch) -> None:
+@pytest.mark.parametrize("ends", [1, 3, 7])
+def test_fewer_ends_than_reservations_cost_a_cycle_no_walk_of_the_line(reasons_made, ends) -> None:
+    # The oldest jobs that fitted when the cycle began (protected, `fitting`) lose their room to jobs ahead of
+    # them in fair share's line: they reserve without the cycle walking thousands of jobs to reach them.
+    held, queue = full_node(), HeldQueue(small(k) for k in range(WAITING))
+    cycle(held, queue)
+    for k in range(ends):
+        held.drop(f"run-{k:06d}")
+    reasons_made[0] = 0
+    result = cycle(held, queue)
+    assert len(result.placements) == ends and len(result.pending) == WAITING - ends
+    assert reasons_made[0] <= 2 * TENANTS
+
+
+@pytest.mark.parametrize(("ends", "limits"), [(3, True), (5, False), (5, True)])
+def test_the_reasons_read_are_those_of_a_cycle_that_looks_at_every_job(monkeypatch, ends, limits) -> None:
     waiting = [small(k) for k in range(600)]
-    held = full_node()
-    for k in range(5):
+    held = full_node(limits)
+    for k in range(ends):
         held.drop(f"run-{k:06d}")
     lazy = cycle(held, HeldQueue(waiting))
     monkeypatch.setattr(cycle_module, "SETTLE_BY_SHAPE", False)  # every job considered one by one
-    held = full_node()
-    for k in range(5):
+    held = full_node(limits)
+    for k in range(ends):
         held.drop(f"run-{k:06d}")
     full = cycle(held, list(waiting))
-    assert lazy.placements == full.placements and len(lazy.placements) == 5
+    assert lazy.placements == full.placements and len(lazy.placements) == ends
+    estimated = [job_id for job_id, reason in lazy.pending.items() if reason.estimated_start is not None]
+    assert len(estimated) == (
+        SchedulerConfig().reservation_depth - ends if limits else 0
+    )  # the protected left
     assert dict(lazy.pending.items()) == dict(full.pending.items())
     assert lazy.pending.window(590, 600) == sorted(full.pending.items(), key=lambda kv: kv[1].position)[589:]
 

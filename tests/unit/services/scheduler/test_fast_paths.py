@@ -5,7 +5,7 @@
 - the per-(GPU state, free CPUs) score cache of the policies (`PlacementPolicy.best`);
 - the per-(shape, priority) answer for blocked jobs (`cycle.SETTLE_BY_SHAPE`);
 - the fair-share order's shortcut while nothing is placed (`ordering.in_order`);
-- the C-level counting of shapes (`cycle.popularity_for`) and of running jobs (`QuotaLedger`).
+- the C-level counting of shapes (`popularity.popularity_for`) and of running jobs (`QuotaLedger`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from gpuyard.shared.scheduling import (
 )
 from gpuyard.shared.scheduling import cycle as cycle_module
 from gpuyard.shared.scheduling import index as index_module
-from gpuyard.shared.scheduling.cycle import decide, popularity_for
+from gpuyard.shared.scheduling.cycle import decide
 from gpuyard.shared.scheduling.demand import MILLI, demand_of
 from gpuyard.shared.scheduling.fragmentation import shape_of, typical_shapes
 from gpuyard.shared.scheduling.index import CapacityIndex
@@ -37,6 +37,7 @@ from gpuyard.shared.scheduling.nodegroups import NodeGroups
 from gpuyard.shared.scheduling.ordering import in_order
 from gpuyard.shared.scheduling.placement import POLICIES
 from gpuyard.shared.scheduling.placement import base as placement_base
+from gpuyard.shared.scheduling.popularity import popularity_for
 from gpuyard.shared.scheduling.quota import QuotaLedger
 from tests.unit.services.scheduler.builders import GIB, decide_snapshot
 
