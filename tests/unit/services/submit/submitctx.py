@@ -90,12 +90,12 @@ def served(app: FastAPI) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.02)
     try:
+        deadline = time.monotonic() + 30  # (a bound on a hang, not a speed)
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the API did not start"
+            time.sleep(0.02)  # (polling for the server's start: a positive witness)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(30)

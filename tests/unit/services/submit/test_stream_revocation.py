@@ -6,21 +6,17 @@ sees it: the stream ends, and connecting again is a 401."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import httpx
 import pytest
-import uvicorn
 
 from gpuyard.services.submit.streamview import while_allowed
 from gpuyard.shared.auth import sessions, tokens
 from gpuyard.shared.stores.logs import LogKey, split
-from gpuyard.supervisor import ports
-from tests.unit.services.submit.submitctx import submit_app, submit_context
+from tests.unit.services.submit.submitctx import served, submit_app, submit_context
 
 ADMIN = {"Authorization": "Bearer tok-admin"}
 WITNESS_TIMEOUT = 30.0
@@ -41,24 +37,6 @@ class StreamBus:
     async def subscribe(self, subject: str, callback) -> Subscription:
         self.subscribed += 1
         return Subscription()
-
-
-@contextlib.contextmanager
-def served(app) -> Iterator[str]:
-    """`app` on a free port of 127.0.0.1, in a thread: its address."""
-    port = ports.free_ports("127.0.0.1", 1)[0]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + WITNESS_TIMEOUT
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)  # (polling for the server's start: a positive witness)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(WITNESS_TIMEOUT)
 
 
 @pytest.fixture
