@@ -46,7 +46,7 @@ def full_node(limits: bool = False) -> HeldCluster:
     held.put_node(node("a", gpus=8, cpus=256))
     for k in range(64):
         gpu = GpuAssignment(k // 8, 0.125)
-        running = small(k, "run", timeout=6000.0 + 60 * k) if limits else small(k, "run")
+        running = small(k, "run", timeout=6000.0 + 60 * k if limits else None)
         held.put(Allocation(running, (ReplicaAssignment(0, "a", (gpu,), 1.0, 0),), 0.0))
     return held
 

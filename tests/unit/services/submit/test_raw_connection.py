@@ -85,9 +85,8 @@ def test_a_body_of_a_stated_length_is_moved_by_the_kernel_and_the_connection_clo
         answer = http.put(URL, params={"path": "d/big.bin"}, content=data)
         assert answer.status_code == 201, answer.text
         assert answer.headers["connection"] == "close"
-        assert (
-            http.get("/v1/volumes/data/files", params={"path": "d"}).status_code == 200
-        )  # (a new connection)
+        listing = http.get("/v1/volumes/data/files", params={"path": "d"})  # (on a new connection)
+        assert listing.status_code == 200
     assert answer.json()["bytes"] == SIZE and taken == [SIZE]
     assert volume_file(root, "d/big.bin") == data and staged(root) == []
 
@@ -127,6 +126,11 @@ def first_bytes(sock: socket.socket, n: int) -> bytes:
     while len(got) < n and (more := sock.recv(n - len(got))):
         got += more
     return got
+
+
+def upload(server: str, path: str, data: bytes) -> httpx.Response:
+    """`data` put into the volume at `path` on a connection of its own."""
+    return httpx.put(f"{server}{URL}", params={"path": path}, content=data, headers=AUTH, timeout=TIMEOUT)
 
 
 def answer_of(sock: socket.socket) -> bytes:
@@ -179,12 +183,7 @@ def test_a_file_is_sent_by_the_kernel_whole_and_the_connection_serves_the_next_r
 def test_a_client_gone_during_a_download_leaves_the_server_answering(api, sent):
     server, root = api
     data = os.urandom(48 * splice.PIPE_SIZE)  # (more than the sockets' buffers hold)
-    assert (
-        httpx.put(
-            f"{server}{URL}", params={"path": "g.bin"}, content=data, headers=AUTH, timeout=TIMEOUT
-        ).status_code
-        == 201
-    )
+    assert upload(server, "g.bin", data).status_code == 201
     port = int(server.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         request = f"GET {URL}?path=g.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-vision\r\n\r\n"
@@ -196,10 +195,7 @@ def test_a_client_gone_during_a_download_leaves_the_server_answering(api, sent):
 
 def test_a_download_broken_midway_ends_its_connection_without_an_error_logged(api, sent, monkeypatch, caplog):
     server, root = api
-    put = httpx.put(
-        f"{server}{URL}", params={"path": "b.bin"}, content=b"x" * 100_000, headers=AUTH, timeout=TIMEOUT
-    )
-    assert put.status_code == 201
+    assert upload(server, "b.bin", b"x" * 100_000).status_code == 201
 
     def broken(*args):
         raise BrokenPipeError(32, "Broken pipe")
