@@ -9,9 +9,11 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -138,6 +140,26 @@ def scheduler_pid(platform: Platform) -> int:
     return next((s.pid for s in platform.client().services() if s.service == "scheduler"), None)
 
 
+def freeze_outside_a_write(pid: int, store: Path, tries: int = 20) -> None:
+    """SIGSTOP the process at a moment it holds no write lock on the embedded event store. A process frozen
+    inside a write keeps SQLite's one write lock until it runs again, and every other writer waits for it (the
+    API answers 503): that is SQLite's, not the lease's, and not what the test is about. The witness: a write
+    transaction of the test's own begins while the process is frozen; otherwise it runs on and is frozen again."""
+    assert store.is_file(), store  # (else the witness would be a new, empty database)
+    for _ in range(tries):
+        os.kill(pid, signal.SIGSTOP)
+        conn = sqlite3.connect(store, timeout=2.0)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+        finally:
+            conn.close()
+    raise AssertionError(f"process {pid} held the event store's write lock at each of {tries} freezes")
+
+
 def placed_by(platform: Platform, job_id: str) -> list[str]:
     events = platform.client().events(job_id)
     return [e.event["source"] for e in events if e.event["type"].endswith("job.placed")]
@@ -172,7 +194,8 @@ def test_a_standby_scheduler_takes_over_a_frozen_leader_and_no_job_is_placed_twi
 
         primary_log = platform.data_dir / "logs" / "scheduler.log"
         lost_before = primary_log.read_text().count(LOST_LEASE)
-        os.kill(primary, signal.SIGSTOP)  # frozen, not dead: it must not act on its old lease later
+        # frozen, not dead: it must not act on its old lease later
+        freeze_outside_a_write(primary, platform.data_dir / "events.db")
         try:
             wait_for(lambda: "took the scheduler lease" in log.read_text(), TTL * 10, what="the takeover")
             second = [client.submit({"command": "true", "resources": {"gpus": 1}}).job_id for _ in range(4)]
