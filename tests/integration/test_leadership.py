@@ -144,20 +144,29 @@ def freeze_outside_a_write(pid: int, store: Path, tries: int = 20) -> None:
     """SIGSTOP the process at a moment it holds no write lock on the embedded event store. A process frozen
     inside a write keeps SQLite's one write lock until it runs again, and every other writer waits for it (the
     API answers 503): that is SQLite's, not the lease's, and not what the test is about. The witness: a write
-    transaction of the test's own begins while the process is frozen; otherwise it runs on and is frozen again."""
+    transaction of the test's own begins while the process is frozen; otherwise it runs on until its write is
+    done (the lock comes free) and is frozen again."""
     assert store.is_file(), store  # (else the witness would be a new, empty database)
     for _ in range(tries):
         os.kill(pid, signal.SIGSTOP)
-        conn = sqlite3.connect(store, timeout=2.0)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.rollback()
+        if write_lock_free(store, within=2.0):
             return
-        except sqlite3.OperationalError:
-            os.kill(pid, signal.SIGCONT)
-        finally:
-            conn.close()
+        os.kill(pid, signal.SIGCONT)
+        write_lock_free(store, within=30.0)
     raise AssertionError(f"process {pid} held the event store's write lock at each of {tries} freezes")
+
+
+def write_lock_free(store: Path, within: float) -> bool:
+    """Could a write transaction on the SQLite file begin within `within` seconds? (It is rolled back.)"""
+    conn = sqlite3.connect(store, timeout=within)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
 
 
 def placed_by(platform: Platform, job_id: str) -> list[str]:
