@@ -12,6 +12,17 @@ from .cluster import CPUS
 
 pytestmark = pytest.mark.integration
 SMALL = {"cpus": 1, "memory": "64MiB"}
+UNDER_WAY = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "SIGNALING",
+    "STAGE_OUT",
+}
+"""Slurm's job states before its end (squeue's %T)."""
 
 
 def slurm_jobs(cluster, job_id: str) -> list[str]:
@@ -26,10 +37,14 @@ def test_a_job_runs_as_a_slurm_batch_job_with_its_gpus_and_logs(slurm_platform, 
     job_id = client.submit({"name": "one", "command": command, "resources": {"gpus": 2, **SMALL}}).job_id
     job = slurm_platform.wait_state(job_id, {"succeeded", "failed"}, timeout=30)
     assert job.state == "succeeded", job
-    # (GPUYARD reads the end from the batch script's exit file, before slurmctld has finished its own end of the
-    # batch job: COMPLETING until slurmd reports back)
+    # (GPUYARD reads the end from the batch script's exit file, before slurmctld has its own end of the batch job:
+    # RUNNING until slurmd reports the batch script's end, then COMPLETING until the job's epilog is done)
     [line] = wait_for(
-        lambda: (lines := slurm_jobs(slurm_cluster, job_id)) and "|COMPLETING" not in lines[0] and lines,
+        lambda: (
+            (lines := slurm_jobs(slurm_cluster, job_id))
+            and lines[0].rsplit("|", 1)[1] not in UNDER_WAY
+            and lines
+        ),
         30,
         what="Slurm's end of the batch job",
     )
