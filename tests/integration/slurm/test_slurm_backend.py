@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from gpuyard.services.executor.slurm.queue import ACTIVE
+
 from ..conftest import wait_for
 from .cluster import CPUS
 
 pytestmark = pytest.mark.integration
 SMALL = {"cpus": 1, "memory": "64MiB"}
-UNDER_WAY = {
-    "PENDING",
-    "CONFIGURING",
-    "RUNNING",
-    "COMPLETING",
-    "SUSPENDED",
-    "REQUEUED",
-    "SIGNALING",
-    "STAGE_OUT",
-}
-"""Slurm's job states before its end (squeue's %T)."""
 
 
 def slurm_jobs(cluster, job_id: str) -> list[str]:
@@ -42,7 +33,7 @@ def test_a_job_runs_as_a_slurm_batch_job_with_its_gpus_and_logs(slurm_platform, 
     [line] = wait_for(
         lambda: (
             (lines := slurm_jobs(slurm_cluster, job_id))
-            and lines[0].rsplit("|", 1)[1] not in UNDER_WAY
+            and lines[0].rsplit("|", 1)[1] not in ACTIVE
             and lines
         ),
         30,
